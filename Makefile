@@ -1,0 +1,60 @@
+# loopwatch — developer entry points. `make run` and `make test` are the README's two commands.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+LOOPWATCH := $(VENV)/bin/loopwatch
+SHARED ?= ../shared
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-unit test-traces test-kafka kafka kafka-stop kafka-status run \
+        bench-core bench schemas conformance clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+# The full suite: unit + conformance + golden traces + integration on the real broker.
+test: install kafka
+	$(PY) -m pytest -q -p no:cacheprovider tests
+	$(MAKE) --no-print-directory test-traces
+
+test-unit: install
+	$(PY) -m pytest -q -p no:cacheprovider tests -m "not kafka"
+
+# Step-for-step agreement with upstream on the shared golden traces (issue 5).
+test-traces: install
+	$(LOOPWATCH) conformance --traces $(SHARED)/conformance/traces/one-run-sessions.jsonl.gz \
+	    --expected $(SHARED)/conformance/traces/expected.jsonl.gz
+
+conformance: install
+	$(LOOPWATCH) conformance $(SHARED)/conformance/openclaw-cases.json
+
+# Regenerate the JSON Schema files runners in other languages consume.
+schemas: install
+	$(LOOPWATCH) schemas export schemas/jsonschema
+
+kafka:
+	scripts/kafka.sh start
+
+kafka-stop:
+	scripts/kafka.sh stop
+
+kafka-status:
+	scripts/kafka.sh status
+
+run: install kafka
+	$(LOOPWATCH) demo
+
+bench-core: install
+	$(PY) -m streams.bench.core
+
+bench: install kafka
+	$(PY) -m streams.bench.kafka
+
+clean:
+	rm -rf .pytest_cache .hypothesis build *.egg-info
