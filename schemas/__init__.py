@@ -1,0 +1,46 @@
+"""The wire contract of loopwatch: msgspec Structs for everything that crosses Kafka.
+
+``events``   what runners publish on ``tool-calls``;
+``verdicts`` what loopwatch publishes on ``loop-verdicts``;
+``config``   the ``tools.loopDetection`` configuration (global and per agent).
+
+JSON Schema for every wire type is exported to ``schemas/jsonschema/`` (``make schemas``).
+"""
+
+from .config import ConfigIssue, LoopDetectionConfig, LoopwatchConfig, LoopwatchOptions
+from .events import (
+    MAX_EVENT_BYTES,
+    CompactionRetried,
+    InvalidEvent,
+    RunEnded,
+    ToolCallCompleted,
+    ToolCallEvent,
+    ToolCallRequested,
+    decode_event,
+    encode_event,
+)
+from .verdicts import Decision, RunAborted, Verdict, decode_verdict, encode_verdict
+
+SCHEMA_VERSION = 1
+
+__all__ = [
+    "MAX_EVENT_BYTES",
+    "SCHEMA_VERSION",
+    "CompactionRetried",
+    "ConfigIssue",
+    "Decision",
+    "InvalidEvent",
+    "LoopDetectionConfig",
+    "LoopwatchConfig",
+    "LoopwatchOptions",
+    "RunAborted",
+    "RunEnded",
+    "ToolCallCompleted",
+    "ToolCallEvent",
+    "ToolCallRequested",
+    "Verdict",
+    "decode_event",
+    "decode_verdict",
+    "encode_event",
+    "encode_verdict",
+]

@@ -1,0 +1,287 @@
+"""The loop-detection configuration: OpenClaw's ``tools.loopDetection``, globally and per
+agent (``agents.list[].tools.loopDetection``), plus loopwatch's own ``loopwatch`` options.
+
+The Structs describe the accepted shape (and are exported as JSON Schema).  ``validate``
+applies upstream's strict schema rules with its exact ordering messages (spec §2.5).
+Runtime resolution (defaults, ``posInt`` fallback, clamping, per-agent merge) lives in
+``streams.engine.config`` and deliberately tolerates values this validator rejects, as
+upstream's runtime does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+
+PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+
+
+class DetectorToggles(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    genericRepeat: bool | None = None
+    knownPollNoProgress: bool | None = None
+    pingPong: bool | None = None
+
+
+class PostCompactionGuardConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    windowSize: PositiveInt | None = None
+
+
+class LoopDetectionConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``tools.loopDetection`` (profile configurable-final)."""
+
+    enabled: bool | None = None
+    historySize: PositiveInt | None = None
+    warningThreshold: PositiveInt | None = None
+    unknownToolThreshold: PositiveInt | None = None
+    criticalThreshold: PositiveInt | None = None
+    globalCircuitBreakerThreshold: PositiveInt | None = None
+    detectors: DetectorToggles | None = None
+    postCompactionGuard: PostCompactionGuardConfig | None = None
+
+
+class LoopwatchOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Behaviour beyond upstream; every option is off by default (upstream behaviour)."""
+
+    abortAfterCriticalBlocks: PositiveInt | None = None
+    """End the run (a ``critical_block_limit`` abort) after this many critical blocks.
+    Upstream blocks single calls and lets the run continue for ever (#106231, #119719)."""
+    surfaceWarnings: bool | None = None
+    """Set ``notify_model`` on emitted warnings so runners show them to the model.
+    Upstream only logs warnings (#120449)."""
+
+
+class AgentTools(msgspec.Struct):
+    loopDetection: LoopDetectionConfig | None = None
+
+
+class AgentEntry(msgspec.Struct):
+    id: str
+    tools: AgentTools | None = None
+    loopwatch: LoopwatchOptions | None = None
+
+
+class AgentsSection(msgspec.Struct):
+    list: list[AgentEntry] = []
+
+
+class ToolsSection(msgspec.Struct):
+    loopDetection: LoopDetectionConfig | None = None
+
+
+class LoopwatchConfig(msgspec.Struct):
+    """The config root: an OpenClaw config (other keys are ignored) plus ``loopwatch``."""
+
+    tools: ToolsSection | None = None
+    agents: AgentsSection | None = None
+    loopwatch: LoopwatchOptions | None = None
+
+
+class ConfigIssue(msgspec.Struct, frozen=True):
+    """One validation problem: where (dotted path), what, and a machine-readable code."""
+
+    path: str
+    message: str
+    code: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+_INT_KEYS = (
+    "historySize",
+    "warningThreshold",
+    "unknownToolThreshold",
+    "criticalThreshold",
+    "globalCircuitBreakerThreshold",
+)
+_BLOCK_KEYS = {"enabled", *_INT_KEYS, "detectors", "postCompactionGuard"}
+_DETECTOR_KEYS = ("genericRepeat", "knownPollNoProgress", "pingPong")
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if _is_number(value):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _check_positive_int(value: Any, path: str, issues: list[ConfigIssue]) -> None:
+    if not _is_number(value):
+        issues.append(ConfigIssue(path, f"Invalid input: expected number, received {_type_name(value)}", "invalid_type"))
+    elif not math.isfinite(value) or value != math.floor(value):
+        issues.append(ConfigIssue(path, "Invalid input: expected int, received number", "not_integer"))
+    elif value <= 0:
+        issues.append(ConfigIssue(path, "Too small: expected number to be >0", "too_small"))
+
+
+def _check_strict(obj: dict, allowed: Any, path: str, issues: list[ConfigIssue]) -> None:
+    for key in obj:
+        if key not in allowed:
+            issues.append(ConfigIssue(path or "(root)", f'Unrecognized key: "{key}"', "unrecognized_keys"))
+
+
+def validate_loop_detection(block: Any, path: str = "tools.loopDetection") -> list[ConfigIssue]:
+    """Upstream's strict ``ToolLoopDetectionSchema`` for one block."""
+    issues: list[ConfigIssue] = []
+    if not isinstance(block, dict):
+        return [ConfigIssue(path, f"Invalid input: expected object, received {_type_name(block)}", "invalid_type")]
+    _check_strict(block, _BLOCK_KEYS, path, issues)
+    if "enabled" in block and not isinstance(block["enabled"], bool):
+        issues.append(ConfigIssue(f"{path}.enabled", f"Invalid input: expected boolean, received {_type_name(block['enabled'])}", "invalid_type"))
+    for key in _INT_KEYS:
+        if key in block:
+            _check_positive_int(block[key], f"{path}.{key}", issues)
+    if "detectors" in block:
+        detectors = block["detectors"]
+        sub = f"{path}.detectors"
+        if not isinstance(detectors, dict):
+            issues.append(ConfigIssue(sub, f"Invalid input: expected object, received {_type_name(detectors)}", "invalid_type"))
+        else:
+            _check_strict(detectors, _DETECTOR_KEYS, sub, issues)
+            for key in _DETECTOR_KEYS:
+                if key in detectors and not isinstance(detectors[key], bool):
+                    issues.append(ConfigIssue(f"{sub}.{key}", f"Invalid input: expected boolean, received {_type_name(detectors[key])}", "invalid_type"))
+    if "postCompactionGuard" in block:
+        guard = block["postCompactionGuard"]
+        sub = f"{path}.postCompactionGuard"
+        if not isinstance(guard, dict):
+            issues.append(ConfigIssue(sub, f"Invalid input: expected object, received {_type_name(guard)}", "invalid_type"))
+        else:
+            _check_strict(guard, ("windowSize",), sub, issues)
+            if "windowSize" in guard:
+                _check_positive_int(guard["windowSize"], f"{sub}.windowSize", issues)
+    if issues:
+        return issues
+    # Ordering refinements (run only on an otherwise valid block, as zod's superRefine does).
+    warning, critical = block.get("warningThreshold"), block.get("criticalThreshold")
+    breaker = block.get("globalCircuitBreakerThreshold")
+    if warning is not None and critical is not None and warning >= critical:
+        issues.append(ConfigIssue(
+            f"{path}.criticalThreshold",
+            "tools.loopDetection.warningThreshold must be lower than criticalThreshold.",
+            "custom",
+        ))
+    if critical is not None and breaker is not None and critical >= breaker:
+        issues.append(ConfigIssue(
+            f"{path}.globalCircuitBreakerThreshold",
+            "tools.loopDetection.criticalThreshold must be lower than globalCircuitBreakerThreshold.",
+            "custom",
+        ))
+    return issues
+
+
+def _validate_options(options: Any, path: str, issues: list[ConfigIssue]) -> None:
+    if not isinstance(options, dict):
+        issues.append(ConfigIssue(path, f"Invalid input: expected object, received {_type_name(options)}", "invalid_type"))
+        return
+    _check_strict(options, ("abortAfterCriticalBlocks", "surfaceWarnings"), path, issues)
+    limit = options.get("abortAfterCriticalBlocks")
+    if limit is not None:
+        _check_positive_int(limit, f"{path}.abortAfterCriticalBlocks", issues)
+    warn = options.get("surfaceWarnings")
+    if warn is not None and not isinstance(warn, bool):
+        issues.append(ConfigIssue(f"{path}.surfaceWarnings", f"Invalid input: expected boolean, received {_type_name(warn)}", "invalid_type"))
+
+
+def validate(root: Any) -> list[ConfigIssue]:
+    """Validate a whole config root; an empty list means valid.
+
+    Keys of an OpenClaw config that loopwatch does not read are ignored; inside
+    ``tools.loopDetection`` and ``loopwatch`` unknown keys are errors.
+    """
+    if root is None:
+        return []
+    if not isinstance(root, dict):
+        return [ConfigIssue("(root)", f"Invalid input: expected object, received {_type_name(root)}", "invalid_type")]
+    issues: list[ConfigIssue] = []
+    tools = root.get("tools")
+    if tools is not None:
+        if not isinstance(tools, dict):
+            issues.append(ConfigIssue("tools", f"Invalid input: expected object, received {_type_name(tools)}", "invalid_type"))
+        elif "loopDetection" in tools:
+            issues += validate_loop_detection(tools["loopDetection"])
+    if "loopwatch" in root:
+        _validate_options(root["loopwatch"], "loopwatch", issues)
+    agents = root.get("agents")
+    if agents is not None:
+        entries = agents.get("list") if isinstance(agents, dict) else None
+        if not isinstance(agents, dict) or not isinstance(entries, (list, type(None))):
+            issues.append(ConfigIssue("agents.list", "Invalid input: expected array", "invalid_type"))
+            entries = None
+        seen: set[str] = set()
+        for i, entry in enumerate(entries or []):
+            where = f"agents.list[{i}]"
+            if not isinstance(entry, dict):
+                issues.append(ConfigIssue(where, f"Invalid input: expected object, received {_type_name(entry)}", "invalid_type"))
+                continue
+            agent_id = entry.get("id")
+            if not isinstance(agent_id, str) or not agent_id:
+                issues.append(ConfigIssue(f"{where}.id", "Invalid input: expected a non-empty string", "invalid_type"))
+            elif agent_id in seen:
+                issues.append(ConfigIssue(f"{where}.id", f'duplicate agent id "{agent_id}"', "custom"))
+            else:
+                seen.add(agent_id)
+            agent_tools = entry.get("tools")
+            if isinstance(agent_tools, dict) and "loopDetection" in agent_tools:
+                issues += validate_loop_detection(agent_tools["loopDetection"], f"{where}.tools.loopDetection")
+            if "loopwatch" in entry:
+                _validate_options(entry["loopwatch"], f"{where}.loopwatch", issues)
+    return issues
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be read or parsed, or that fails validation."""
+
+    def __init__(self, message: str, issues: list[ConfigIssue] | None = None) -> None:
+        super().__init__(message)
+        self.issues = issues or []
+
+
+def parse_config_text(text: str, suffix: str) -> Any:
+    """Parse JSON5 (the upstream docs' format; plain JSON is JSON5) or YAML by file suffix."""
+    suffix = suffix.lower()
+    try:
+        if suffix in (".yaml", ".yml"):
+            import yaml
+
+            return yaml.safe_load(text)
+        if suffix == ".json":
+            try:
+                return json.loads(text)
+            except json.JSONDecodeError:
+                pass  # JSON5 is a superset; fall through for comments or trailing commas
+        import json5
+
+        return json5.loads(text)
+    except Exception as exc:  # the parsers raise many types; all mean "unparsable"
+        raise ConfigError(f"cannot parse {suffix or 'config'}: {exc}") from None
+
+
+def load_config_file(path: str | Path, *, strict: bool = True) -> Any:
+    """Read and parse a config file; with ``strict`` reject it on any validation issue."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    root = parse_config_text(text, path.suffix)
+    if strict:
+        issues = validate(root)
+        if issues:
+            raise ConfigError(f"{path}: invalid configuration: {issues[0]}", issues)
+    return root

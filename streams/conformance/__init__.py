@@ -1,0 +1,1 @@
+"""Conformance runners: upstream's transcribed test cases and the golden random traces."""

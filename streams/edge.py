@@ -1,0 +1,94 @@
+"""Build ``tool-calls`` events from raw tool calls at the runner's edge.
+
+This is the one place where raw arguments and results become hashes: the runner client,
+``loopwatch conformance`` and the examples all build their events here, so the engine
+only ever sees what a real runner would publish.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
+
+from .engine.canonical import UNDEFINED
+from .engine.hashing import Outcome, args_hash, hash_outcome, is_known_poll
+
+__all__ = ["compaction_event", "completed_event", "requested_event", "run_ended_event"]
+
+
+def requested_event(
+    event_id: str,
+    tool_name: str,
+    args: Any,
+    *,
+    tool_call_id: str | None = None,
+    run_id: str | None = None,
+    session_key: str | None = None,
+    session_id: str | None = None,
+    agent_id: str | None = None,
+    gate: bool = False,
+    ts_ms: int = 0,
+) -> ToolCallRequested:
+    return ToolCallRequested(
+        event_id=event_id,
+        run_id=run_id,
+        session_key=session_key,
+        session_id=session_id,
+        agent_id=agent_id,
+        ts_ms=ts_ms,
+        tool_call_id=tool_call_id,
+        tool_name=tool_name,
+        args_hash=args_hash(tool_name, args),
+        known_poll=is_known_poll(tool_name, args),
+        gate=gate,
+    )
+
+
+def completed_event(
+    event_id: str,
+    tool_name: str,
+    args: Any,
+    *,
+    result: Any = None,
+    error: Any = UNDEFINED,
+    returned: bool = True,
+    provider_send_tools: Iterable[str] = (),
+    tool_call_id: str | None = None,
+    run_id: str | None = None,
+    session_key: str | None = None,
+    session_id: str | None = None,
+    agent_id: str | None = None,
+    ts_ms: int = 0,
+) -> ToolCallCompleted:
+    outcome = hash_outcome(
+        tool_name, args, result=result, error=error, returned=returned, provider_send_tools=provider_send_tools
+    )
+    return completed_from_outcome(
+        event_id, tool_name, args_hash(tool_name, args), outcome,
+        tool_call_id=tool_call_id, run_id=run_id, session_key=session_key,
+        session_id=session_id, agent_id=agent_id, ts_ms=ts_ms,
+    )
+
+
+def completed_from_outcome(
+    event_id: str, tool_name: str, call_hash: str, outcome: Outcome, **fields: Any
+) -> ToolCallCompleted:
+    return ToolCallCompleted(
+        event_id=event_id,
+        tool_name=tool_name,
+        args_hash=call_hash,
+        result_hash=outcome.result_hash,
+        is_error=outcome.is_error,
+        unknown_tool_name=outcome.unknown_tool_name,
+        loop_veto=outcome.loop_veto,
+        **fields,
+    )
+
+
+def compaction_event(event_id: str, **fields: Any) -> CompactionRetried:
+    return CompactionRetried(event_id=event_id, **fields)
+
+
+def run_ended_event(event_id: str, reason: str | None = None, **fields: Any) -> RunEnded:
+    return RunEnded(event_id=event_id, reason=reason, **fields)

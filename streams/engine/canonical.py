@@ -1,0 +1,209 @@
+"""Canonical serialisation and digests, byte-compatible with upstream's ``stableStringify``.
+
+JSON-like Python values (dict, list, str, int, float, bool, None) are serialised with
+ECMAScript semantics: numbers are IEEE doubles printed as ``Number.prototype.toString``
+prints them, strings are escaped as well-formed ``JSON.stringify`` escapes them, object
+keys are sorted by UTF-16 code units.  ``UNDEFINED`` stands for JavaScript's ``undefined``
+where upstream builds an object field from a missing value (spec §2.2, §2.3 rule 6).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+
+__all__ = [
+    "UNDEFINED",
+    "digest",
+    "js_number",
+    "js_trim",
+    "stable_stringify",
+]
+
+
+class _Undefined:
+    """JavaScript's ``undefined``: distinct from ``None`` (``null``) in every digest."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "UNDEFINED"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNDEFINED = _Undefined()
+
+# ECMAScript String.prototype.trim() whitespace: note U+FEFF is included and U+0085 and
+# U+001C..U+001F are not, unlike Python's str.strip().
+JS_WHITESPACE = (
+    "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+def js_trim(text: str) -> str:
+    return text.strip(JS_WHITESPACE)
+
+
+_MAX_SAFE = 2**53
+
+
+def _to_double(value: int) -> float:
+    """An integer as JavaScript would hold it after JSON.parse."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def js_number(value: float | int) -> str:
+    """``Number.prototype.toString()`` of a finite number (ECMA-262 Number::toString)."""
+    if isinstance(value, int):
+        if -_MAX_SAFE <= value <= _MAX_SAFE:
+            return str(value)
+        value = _to_double(value)
+    if value == 0:
+        return "0"  # also -0
+    if value != value or value in (math.inf, -math.inf):
+        raise ValueError("js_number takes finite numbers")
+    sign = "-" if value < 0 else ""
+    # repr() gives the shortest round-trip digits, as ECMAScript requires.
+    mantissa, _, exp = repr(abs(value)).partition("e")
+    int_part, _, frac_part = mantissa.partition(".")
+    if frac_part == "0":
+        frac_part = ""
+    digits = (int_part + frac_part).lstrip("0")
+    # n: position of the decimal point relative to the start of `digits`.
+    n = len(int_part) + (int(exp) if exp else 0)
+    if int_part == "0":
+        stripped = frac_part.lstrip("0")
+        n = -(len(frac_part) - len(stripped)) + (int(exp) if exp else 0)
+        digits = stripped
+    digits = digits.rstrip("0") or "0"
+    k = len(digits)
+    if k <= n <= 21:
+        body = digits + "0" * (n - k)
+    elif 0 < n <= 21:
+        body = digits[:n] + "." + digits[n:]
+    elif -6 < n <= 0:
+        body = "0." + "0" * (-n) + digits
+    else:
+        e = n - 1
+        exp_text = ("+" if e >= 0 else "-") + str(abs(e))
+        body = digits[0] + ("." + digits[1:] if k > 1 else "") + "e" + exp_text
+    return sign + body
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_NEEDS_ESCAPE = re.compile('[\x00-\x1f"\\\\\ud800-\udfff]')
+_SHORT_ESCAPES = {
+    '"': '\\"',
+    "\\": "\\\\",
+    "\b": "\\b",
+    "\t": "\\t",
+    "\n": "\\n",
+    "\f": "\\f",
+    "\r": "\\r",
+}
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    ch = match.group(0)
+    return _SHORT_ESCAPES.get(ch) or "\\u%04x" % ord(ch)
+
+
+def _quote(text: str) -> str:
+    """Well-formed ``JSON.stringify`` of a string: non-ASCII kept, lone surrogates escaped."""
+    if _NEEDS_ESCAPE.search(text) is None:
+        return '"' + text + '"'
+    return '"' + _NEEDS_ESCAPE.sub(_escape_char, text) + '"'
+
+
+def _utf16_key(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _sorted_keys(obj: dict) -> list:
+    keys = list(obj)
+    # Code-point order equals UTF-16 order unless a key holds a char at or above U+D800.
+    if any(k and max(k) >= "\ud800" for k in keys):
+        keys.sort(key=_utf16_key)
+    else:
+        keys.sort()
+    return keys
+
+
+def _write(value: object, out: list[str], ancestors: list[int]) -> None:
+    if value is None:
+        out.append("null")
+    elif value is True:
+        out.append("true")
+    elif value is False:
+        out.append("false")
+    elif isinstance(value, str):
+        out.append(_quote(value))
+    elif isinstance(value, int):
+        if -_MAX_SAFE <= value <= _MAX_SAFE:
+            out.append(str(value))
+        else:
+            _write(_to_double(value), out, ancestors)
+    elif isinstance(value, float):
+        if value != value:
+            out.append('"NaN"')
+        elif value == math.inf:
+            out.append('"Infinity"')
+        elif value == -math.inf:
+            out.append('"-Infinity"')
+        else:
+            out.append(js_number(value))
+    elif value is UNDEFINED:
+        out.append("undefined")
+    elif isinstance(value, dict):
+        if id(value) in ancestors:
+            out.append('"[Circular]"')
+            return
+        ancestors.append(id(value))
+        out.append("{")
+        first = True
+        for key in _sorted_keys(value):
+            if not first:
+                out.append(",")
+            first = False
+            out.append(_quote(key))
+            out.append(":")
+            _write(value[key], out, ancestors)
+        out.append("}")
+        ancestors.pop()
+    elif isinstance(value, (list, tuple)):
+        if id(value) in ancestors:
+            out.append('"[Circular]"')
+            return
+        ancestors.append(id(value))
+        out.append("[")
+        for i, item in enumerate(value):
+            if i:
+                out.append(",")
+            _write(item, out, ancestors)
+        out.append("]")
+        ancestors.pop()
+    else:
+        raise TypeError(f"cannot canonicalise a value of type {type(value).__name__}")
+
+
+def stable_stringify(value: object) -> str:
+    """Upstream's canonical serialisation of a JSON-like value (spec §2.2)."""
+    # Fast path for the most common leaf types.
+    if isinstance(value, str):
+        return _quote(value)
+    out: list[str] = []
+    _write(value, out, [])
+    return "".join(out)
+
+
+def digest(value: object) -> str:
+    """Lowercase hex SHA-256 of ``stable_stringify(value)`` in UTF-8."""
+    return hashlib.sha256(stable_stringify(value).encode("utf-8")).hexdigest()

@@ -1,0 +1,219 @@
+"""Runtime config resolution (spec §2.5, §4): defaults, ``posInt`` fallback, clamping and the
+per-agent merge.  Like upstream's runtime it accepts unvalidated input: a wrong-typed value
+falls back to its default instead of failing (``schemas.config.validate`` is the strict gate).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .canonical import js_number
+
+__all__ = [
+    "ConfigSet",
+    "DetectorSettings",
+    "GuardSettings",
+    "Settings",
+    "merge_loop_detection",
+    "pos_int",
+    "resolve_detector",
+    "resolve_guard",
+]
+
+_MAX_SAFE = 2**53
+
+
+def pos_int(value: Any, default: int) -> int | float:
+    """Upstream's ``asPositiveInt``: a positive integral number, else the default.
+
+    The result behaves as a JavaScript double: integers beyond 2**53 become floats, so
+    ``1e21 - 1 == 1e21`` exactly as upstream's guard counter never counts down.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    if isinstance(value, float):
+        if not math.isfinite(value) or not value.is_integer() or value <= 0:
+            return default
+        return int(value) if value <= _MAX_SAFE else value
+    if value <= 0:
+        return default
+    return value if value <= _MAX_SAFE else float(value)
+
+
+def _js_truthy(value: Any) -> bool:
+    if isinstance(value, float) and value != value:
+        return False
+    return bool(value) or isinstance(value, (dict, list))
+
+
+@dataclass(frozen=True, slots=True)
+class DetectorSettings:
+    """The resolved ``tools.loopDetection`` for one agent (``resolveLoopDetectionConfig``)."""
+
+    enabled: bool = False
+    """Detection runs (upstream tests the config value for truthiness)."""
+    records_calls: bool = True
+    """Pre-call recording runs unless ``enabled`` is exactly false."""
+    history_size: int | float = 30
+    warning_threshold: int | float = 10
+    critical_threshold: int | float = 20
+    global_circuit_breaker_threshold: int | float = 30
+    unknown_tool_threshold: int | float = 10
+    generic_repeat: bool = True
+    known_poll_no_progress: bool = True
+    ping_pong: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "enabled": self.enabled,
+            "historySize": self.history_size,
+            "warningThreshold": self.warning_threshold,
+            "criticalThreshold": self.critical_threshold,
+            "globalCircuitBreakerThreshold": self.global_circuit_breaker_threshold,
+            "unknownToolThreshold": self.unknown_tool_threshold,
+            "detectors": {
+                "genericRepeat": self.generic_repeat,
+                "knownPollNoProgress": self.known_poll_no_progress,
+                "pingPong": self.ping_pong,
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class GuardSettings:
+    """The post-compaction guard's gate: on unless ``enabled`` is exactly false."""
+
+    enabled: bool = True
+    window_size: int | float = 3
+
+    @property
+    def window_text(self) -> str:
+        return js_number(self.window_size)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the engine needs for one agent's runs."""
+
+    detection: DetectorSettings = DetectorSettings()
+    guard: GuardSettings = GuardSettings()
+    abort_after_critical_blocks: int | None = None
+    """loopwatch option: end the run after this many critical blocks (upstream: never)."""
+    surface_warnings: bool = False
+    """loopwatch option: ask runners to show emitted warnings to the model (upstream: no)."""
+
+
+
+def _get(block: Any, key: str) -> Any:
+    return block.get(key) if isinstance(block, dict) else None
+
+
+def _toggle(value: Any) -> bool:
+    # `detectors.x ?? true`, then tested for truthiness: null keeps a detector on, 0 turns it off.
+    return True if value is None else _js_truthy(value)
+
+
+def resolve_detector(block: Any) -> DetectorSettings:
+    """Effective detector settings of a (merged) ``tools.loopDetection`` block."""
+    warning = pos_int(_get(block, "warningThreshold"), 10)
+    critical = pos_int(_get(block, "criticalThreshold"), 20)
+    breaker = pos_int(_get(block, "globalCircuitBreakerThreshold"), 30)
+    if critical <= warning:
+        critical = warning + 1
+    if breaker <= critical:
+        breaker = critical + 1
+    detectors = _get(block, "detectors")
+    enabled = _get(block, "enabled")
+    return DetectorSettings(
+        enabled=_js_truthy(enabled),
+        records_calls=enabled is not False,
+        history_size=pos_int(_get(block, "historySize"), 30),
+        warning_threshold=warning,
+        critical_threshold=critical,
+        global_circuit_breaker_threshold=breaker,
+        unknown_tool_threshold=pos_int(_get(block, "unknownToolThreshold"), 10),
+        generic_repeat=_toggle(_get(detectors, "genericRepeat")),
+        known_poll_no_progress=_toggle(_get(detectors, "knownPollNoProgress")),
+        ping_pong=_toggle(_get(detectors, "pingPong")),
+    )
+
+
+def resolve_guard(block: Any) -> GuardSettings:
+    return GuardSettings(
+        enabled=_get(block, "enabled") is not False,
+        window_size=pos_int(_get(_get(block, "postCompactionGuard"), "windowSize"), 3),
+    )
+
+
+def _spread(value: Any) -> dict:
+    # `{...value}` in JavaScript: objects copy their keys; strings and arrays their indices.
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, (str, list)):
+        return {str(i): item for i, item in enumerate(value)}
+    return {}
+
+
+def merge_loop_detection(global_block: Any, agent_block: Any) -> Any:
+    """Per-agent overlay (``resolveToolLoopDetectionConfig``): one level deep for the
+    ``detectors`` and ``postCompactionGuard`` objects; not re-validated."""
+    if not _js_truthy(agent_block):
+        return global_block
+    if not _js_truthy(global_block):
+        return agent_block
+    merged = {**_spread(global_block), **_spread(agent_block)}
+    merged["detectors"] = {**_spread(_get(global_block, "detectors")), **_spread(_get(agent_block, "detectors"))}
+    merged["postCompactionGuard"] = {
+        **_spread(_get(global_block, "postCompactionGuard")),
+        **_spread(_get(agent_block, "postCompactionGuard")),
+    }
+    return merged
+
+
+class ConfigSet:
+    """A config root resolved per agent id, memoised (resolution runs once per agent)."""
+
+    def __init__(self, root: Any = None) -> None:
+        self.root = root if isinstance(root, dict) else {}
+        self._cache: dict[str | None, Settings] = {}
+
+    def loop_detection_block(self, agent_id: str | None) -> Any:
+        global_block = _get(_get(self.root, "tools"), "loopDetection")
+        entry = self._agent_entry(agent_id)
+        agent_block = _get(_get(entry, "tools"), "loopDetection")
+        return merge_loop_detection(global_block, agent_block)
+
+    def _agent_entry(self, agent_id: str | None) -> Any:
+        if agent_id is None:
+            return None
+        entries = _get(_get(self.root, "agents"), "list")
+        if not isinstance(entries, list):
+            return None
+        for entry in entries:
+            if isinstance(entry, dict) and entry.get("id") == agent_id:
+                return entry
+        return None
+
+    def settings_for(self, agent_id: str | None) -> Settings:
+        cached = self._cache.get(agent_id)
+        if cached is not None:
+            return cached
+        block = self.loop_detection_block(agent_id)
+        options = {**_spread(_get(self.root, "loopwatch")), **_spread(_get(self._agent_entry(agent_id), "loopwatch"))}
+        limit = options.get("abortAfterCriticalBlocks")
+        settings = Settings(
+            detection=resolve_detector(block),
+            guard=resolve_guard(block),
+            abort_after_critical_blocks=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
+            surface_warnings=options.get("surfaceWarnings") is True,
+        )
+        self._cache[agent_id] = settings
+        return settings
+
+    def agent_ids(self) -> list[str]:
+        entries = _get(_get(self.root, "agents"), "list")
+        if not isinstance(entries, list):
+            return []
+        return [e["id"] for e in entries if isinstance(e, dict) and isinstance(e.get("id"), str)]

@@ -1,0 +1,335 @@
+"""The sans-I/O detection engine: one event in, the decisions and log lines it causes out.
+
+``LoopEngine.handle(state, event)`` is the only entry point.  It reproduces upstream's
+before-tool-call wrapper (spec §3) around the detectors, history and post-compaction
+guard, on one run's ``RunState``.  No Kafka, clock or logging happens here: the Faust app,
+``loopwatch replay``, the conformance runners and the benchmarks all drive this object.
+
+An event the engine rejects raises ``InvalidEvent`` before any state is touched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from schemas.events import (
+    CompactionRetried,
+    InvalidEvent,
+    RunEnded,
+    ToolCallCompleted,
+    ToolCallEvent,
+    ToolCallRequested,
+    check_event,
+)
+from schemas.verdicts import Decision, RunAborted
+
+from . import guard as guard_mod
+from .canonical import js_trim
+from .config import ConfigSet, Settings
+from .detectors import Detection, detect
+from .state import CallRecord, GuardWindow, RunState
+
+__all__ = ["LogLine", "LoopEngine", "Step", "normalize_run_id", "state_key"]
+
+MAX_WARNING_BUCKETS = 256
+CRITICAL_BLOCK_LIMIT = "critical_block_limit"
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    level: str  # "info" | "warn" | "error"
+    subsystem: str
+    message: str
+
+
+@dataclass(slots=True)
+class Step:
+    """What one event caused.
+
+    ``decision`` answers a requested call (None for other events); ``abort`` ends the run;
+    ``logs`` are upstream's log lines in order.  ``record`` (the history record the outcome
+    was attached to or appended as), ``guard`` and ``detection`` expose the intermediate
+    answers conformance checks compare.  ``state`` is the run's new state, None once freed.
+    """
+
+    state: RunState | None
+    decision: Decision | None = None
+    abort: RunAborted | None = None
+    logs: tuple[LogLine, ...] = ()
+    record: CallRecord | None = None
+    guard: guard_mod.GuardVerdict | None = None
+    detection: Detection | None = None
+    vetoed: bool = False
+
+
+def normalize_run_id(run_id: Any) -> str | None:
+    """Upstream's run-id normalisation: trimmed; blank or non-string means no run."""
+    if not isinstance(run_id, str):
+        return None
+    return js_trim(run_id) or None
+
+
+def state_key(event: ToolCallEvent) -> str:
+    """The key a run's state lives under: the run id, else the session's "no run" scope."""
+    run_id = normalize_run_id(event.run_id)
+    if run_id is not None:
+        return f"run:{run_id}"
+    return f"session:{event.session_key or ''}|{event.session_id or ''}"
+
+
+LOOP_SUBSYSTEM = "agents/loop-detection"
+WRAPPER_SUBSYSTEM = "agents/tools"
+DIAGNOSTIC_SUBSYSTEM = "diagnostic"
+
+
+def _tool_loop_line(event: ToolCallRequested, d: Detection, action: str) -> str:
+    paired = f" pairedTool={d.paired_tool_name}" if d.paired_tool_name else ""
+    return (
+        f"tool loop: sessionId={event.session_id or 'unknown'} sessionKey={event.session_key or 'unknown'} "
+        f"tool={event.tool_name} level={d.level} action={action} detector={d.detector} count={d.count}"
+        f'{paired} message="{d.message}"'
+    )
+
+
+class LoopEngine:
+    """Loop detection for many runs; holds only configuration, never run state."""
+
+    def __init__(self, config: ConfigSet | dict | None = None) -> None:
+        self.config = config if isinstance(config, ConfigSet) else ConfigSet(config)
+
+    def settings_for(self, agent_id: str | None) -> Settings:
+        return self.config.settings_for(agent_id)
+
+    def handle(self, state: RunState | None, event: ToolCallEvent, *, validated: bool = False) -> Step:
+        """Apply one event to a run's state (None for a run not seen yet).
+
+        The state object is updated in place and also returned in the ``Step``.  Pass
+        ``validated=True`` for events that came through ``schemas.decode_event``.
+        """
+        if not validated:
+            check_event(event)
+        if state is None:
+            state = RunState(run_id=normalize_run_id(event.run_id))
+        if isinstance(event, ToolCallRequested):
+            step = self._requested(state, event)
+        elif isinstance(event, ToolCallCompleted):
+            step = self._completed(state, event)
+        elif isinstance(event, CompactionRetried):
+            step = self._compaction(state, event)
+        elif isinstance(event, RunEnded):
+            return Step(None)
+        else:
+            raise InvalidEvent("unknown_type", f"unsupported event {type(event).__name__}")
+        if event.ts_ms > state.last_event_ms:
+            state.last_event_ms = event.ts_ms
+        return step
+
+    # -- tool call requested: detect, veto or warn, record (spec §3 steps 1-2) -------------
+
+    def _requested(self, state: RunState, event: ToolCallRequested) -> Step:
+        settings = self.settings_for(event.agent_id)
+        if state.aborted is not None:
+            return self._after_abort(state, event)
+        cfg = settings.detection
+        logs: list[LogLine] = []
+        detection = None
+        # Upstream detects and records only with a session key (HOOK-D03).
+        if event.session_key:
+            if cfg.enabled:
+                detection = detect(state.history, event.tool_name, event.args_hash, event.known_poll, cfg)
+                if detection is not None and detection.log_message:
+                    logs.append(LogLine(detection.log_level, LOOP_SUBSYSTEM, detection.log_message))
+            if detection is not None and detection.critical:
+                return self._block(state, event, settings, detection, logs)
+        emitted = None
+        if detection is not None:
+            emitted = self._warning_bucket(state, detection)
+            if emitted:
+                logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {event.tool_name}: {detection.message}"))
+                logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, detection, "warn")))
+        if event.session_key and cfg.records_calls:
+            state.history.append(CallRecord(event.tool_name, event.args_hash, event.tool_call_id, timestamp=event.ts_ms))
+            _trim(state.history, cfg.history_size)
+        decision = self._decision(
+            event,
+            "warn" if emitted else "allow",
+            detection,
+            warning_emitted=emitted,
+            notify_model=bool(emitted and settings.surface_warnings),
+        )
+        return Step(state, decision=decision, logs=tuple(logs), detection=detection)
+
+    def _block(
+        self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Detection, logs: list[LogLine]
+    ) -> Step:
+        # The vetoed call is not recorded: the next identical call sees the same history.
+        logs.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Blocking {event.tool_name} due to critical loop: {detection.message}"))
+        logs.append(LogLine("error", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, detection, "block")))
+        decision = self._decision(event, "block", detection, notify_model=True)
+        state.critical_blocks += 1
+        abort = None
+        limit = settings.abort_after_critical_blocks
+        if limit is not None and state.critical_blocks >= limit:
+            blocks = state.critical_blocks
+            _end_run(state, CRITICAL_BLOCK_LIMIT)
+            abort = RunAborted(
+                verdict_id=f"{event.event_id}/abort",
+                cause_event_id=event.event_id,
+                run_id=event.run_id,
+                session_key=event.session_key,
+                agent_id=event.agent_id,
+                ts_ms=event.ts_ms,
+                detector=CRITICAL_BLOCK_LIMIT,
+                count=blocks,
+                tool_name=event.tool_name,
+                message=(
+                    f"CRITICAL: loopwatch ended this run after {blocks} critical tool-loop blocks "
+                    f"(last: {detection.detector} on {event.tool_name}). Blocking single calls did not stop the loop."
+                ),
+            )
+            logs.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Run aborted: {blocks} critical tool-loop blocks"))
+        return Step(state, decision=decision, abort=abort, logs=tuple(logs), detection=detection, vetoed=True)
+
+    def _after_abort(self, state: RunState, event: ToolCallRequested) -> Step:
+        # Upstream's run is over after an abort; a late call of the same run is refused.
+        message = f"CRITICAL: this run was aborted by loopwatch ({state.aborted}); no further tool calls are allowed."
+        decision = Decision(
+            verdict_id=f"{event.event_id}/decision",
+            cause_event_id=event.event_id,
+            run_id=event.run_id,
+            session_key=event.session_key,
+            agent_id=event.agent_id,
+            ts_ms=event.ts_ms,
+            tool_call_id=event.tool_call_id,
+            tool_name=event.tool_name,
+            args_hash=event.args_hash,
+            action="block",
+            level="critical",
+            detector=state.aborted,
+            message=message,
+            notify_model=True,
+        )
+        return Step(state, decision=decision, vetoed=True)
+
+    def _warning_bucket(self, state: RunState, detection: Detection) -> bool:
+        """Upstream's bucket rule: a warning is emitted when count // 10 reaches a new high
+        for its key.  (Upstream prefixes keys with the run id; every key of a run's state
+        shares that prefix, so it is left out.)"""
+        buckets = state.warning_buckets
+        bucket = detection.count // 10
+        key = detection.warning_key
+        if bucket <= buckets.get(key, 0):
+            return False
+        if key not in buckets and len(buckets) >= MAX_WARNING_BUCKETS:
+            del buckets[next(iter(buckets))]  # oldest inserted key goes first
+        buckets[key] = bucket
+        return True
+
+    @staticmethod
+    def _decision(
+        event: ToolCallRequested,
+        action: str,
+        detection: Detection | None,
+        *,
+        warning_emitted: bool | None = None,
+        notify_model: bool = False,
+    ) -> Decision:
+        d = detection
+        return Decision(
+            verdict_id=f"{event.event_id}/decision",
+            cause_event_id=event.event_id,
+            run_id=event.run_id,
+            session_key=event.session_key,
+            agent_id=event.agent_id,
+            ts_ms=event.ts_ms,
+            tool_call_id=event.tool_call_id,
+            tool_name=event.tool_name,
+            args_hash=event.args_hash,
+            action=action,
+            level=d.level if d else None,
+            detector=d.detector if d else None,
+            count=d.count if d else None,
+            message=d.message if d else None,
+            paired_tool_name=d.paired_tool_name if d else None,
+            warning_key=d.warning_key if d else None,
+            warning_emitted=warning_emitted,
+            notify_model=notify_model,
+        )
+
+    # -- tool call completed: record the outcome, feed the guard (spec §2.4, §3 step 4) ----
+
+    def _completed(self, state: RunState, event: ToolCallCompleted) -> Step:
+        result_hash = event.result_hash
+        if event.loop_veto or not result_hash or not (event.session_key or event.session_id):
+            return Step(state)  # no hash (or no session to record in): nothing changes
+        settings = self.settings_for(event.agent_id)
+        history = state.history
+        call_id = event.tool_call_id
+        record = None
+        for i in range(len(history) - 1, -1, -1):
+            candidate = history[i]
+            if call_id and candidate.tool_call_id != call_id:
+                continue
+            if (
+                candidate.result_hash is None
+                and candidate.args_hash == event.args_hash
+                and candidate.tool_name == event.tool_name
+            ):
+                record = candidate
+                record.result_hash = result_hash
+                record.unknown_tool_name = event.unknown_tool_name
+                break
+        if record is None:
+            record = CallRecord(
+                event.tool_name, event.args_hash, call_id, result_hash, event.unknown_tool_name, event.ts_ms
+            )
+            history.append(record)
+        _trim(history, settings.detection.history_size)
+
+        verdict, error_line = guard_mod.observe(
+            state.guard, settings.guard.enabled, event.tool_name, event.args_hash, result_hash
+        )
+        if not verdict.should_abort:
+            return Step(state, record=record, guard=verdict)
+        _end_run(state, verdict.detector)
+        abort = RunAborted(
+            verdict_id=f"{event.event_id}/abort",
+            cause_event_id=event.event_id,
+            run_id=event.run_id,
+            session_key=event.session_key,
+            agent_id=event.agent_id,
+            ts_ms=event.ts_ms,
+            detector=verdict.detector,
+            count=verdict.count,
+            tool_name=verdict.tool_name,
+            message=verdict.message,
+        )
+        log = LogLine("error", guard_mod.SUBSYSTEM, error_line)
+        return Step(state, abort=abort, logs=(log,), record=record, guard=verdict)
+
+    # -- compaction retried: arm the guard (spec §4) ----------------------------------------
+
+    def _compaction(self, state: RunState, event: CompactionRetried) -> Step:
+        settings = self.settings_for(event.agent_id)
+        line = guard_mod.arm(state.guard, settings.guard)
+        logs = (LogLine("info", guard_mod.SUBSYSTEM, line),) if line else ()
+        return Step(state, logs=logs)
+
+
+def _end_run(state: RunState, detector: str) -> None:
+    """An abort ends the run.  A run-id scope stays closed (late calls are refused); the
+    session's "no run" scope goes on with the next run, which gets a fresh guard and block
+    count while sharing the history, as upstream's per-session buffer does."""
+    if state.run_id is not None:
+        state.aborted = detector
+    state.guard = GuardWindow()
+    state.critical_blocks = 0
+
+
+def _trim(history: list[CallRecord], size: int | float) -> None:
+    excess = len(history) - size
+    if excess > 0:
+        del history[: int(excess)]
+
+
