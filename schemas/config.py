@@ -65,7 +65,7 @@ class AgentEntry(msgspec.Struct):
 
 
 class AgentsSection(msgspec.Struct):
-    list: list[AgentEntry] = []
+    entries: list[AgentEntry] = msgspec.field(default_factory=list, name="list")
 
 
 class ToolsSection(msgspec.Struct):

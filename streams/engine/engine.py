@@ -25,6 +25,7 @@ from schemas.events import (
 from schemas.verdicts import Decision, RunAborted
 
 from . import guard as guard_mod
+from . import history
 from .canonical import js_trim
 from .config import ConfigSet, Settings
 from .detectors import Detection, detect
@@ -149,8 +150,9 @@ class LoopEngine:
                 logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {event.tool_name}: {detection.message}"))
                 logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, detection, "warn")))
         if event.session_key and cfg.records_calls:
-            state.history.append(CallRecord(event.tool_name, event.args_hash, event.tool_call_id, timestamp=event.ts_ms))
-            _trim(state.history, cfg.history_size)
+            history.record_call(
+                state.history, event.tool_name, event.args_hash, event.tool_call_id, event.ts_ms, cfg.history_size
+            )
         decision = self._decision(
             event,
             "warn" if emitted else "allow",
@@ -264,28 +266,10 @@ class LoopEngine:
         if event.loop_veto or not result_hash or not (event.session_key or event.session_id):
             return Step(state)  # no hash (or no session to record in): nothing changes
         settings = self.settings_for(event.agent_id)
-        history = state.history
-        call_id = event.tool_call_id
-        record = None
-        for i in range(len(history) - 1, -1, -1):
-            candidate = history[i]
-            if call_id and candidate.tool_call_id != call_id:
-                continue
-            if (
-                candidate.result_hash is None
-                and candidate.args_hash == event.args_hash
-                and candidate.tool_name == event.tool_name
-            ):
-                record = candidate
-                record.result_hash = result_hash
-                record.unknown_tool_name = event.unknown_tool_name
-                break
-        if record is None:
-            record = CallRecord(
-                event.tool_name, event.args_hash, call_id, result_hash, event.unknown_tool_name, event.ts_ms
-            )
-            history.append(record)
-        _trim(history, settings.detection.history_size)
+        record = history.record_outcome(
+            state.history, event.tool_name, event.args_hash, event.tool_call_id,
+            result_hash, event.unknown_tool_name, event.ts_ms, settings.detection.history_size,
+        )
 
         verdict, error_line = guard_mod.observe(
             state.guard, settings.guard.enabled, event.tool_name, event.args_hash, result_hash
@@ -325,11 +309,3 @@ def _end_run(state: RunState, detector: str) -> None:
         state.aborted = detector
     state.guard = GuardWindow()
     state.critical_blocks = 0
-
-
-def _trim(history: list[CallRecord], size: int | float) -> None:
-    excess = len(history) - size
-    if excess > 0:
-        del history[: int(excess)]
-
-

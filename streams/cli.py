@@ -1,0 +1,190 @@
+"""The ``loopwatch`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _conformance(args: argparse.Namespace) -> int:
+    if args.traces or args.expected:
+        if not (args.traces and args.expected) or args.files:
+            print("loopwatch conformance: --traces and --expected go together, without case files", file=sys.stderr)
+            return 2
+        from .conformance.traces import run_traces
+
+        def progress(n: int) -> None:
+            if n % 100 == 0:
+                print(f"  … {n} sessions", file=sys.stderr, flush=True)
+
+        results = run_traces(args.traces, args.expected, progress=progress)
+        failed = [r for r in results if r.failure]
+        for r in failed:
+            print(f"FAIL {r.session_id}: {r.failure}")
+        steps = sum(r.steps for r in results)
+        print(f"{steps} steps compared")
+        print(f"{len(results) - len(failed)} passed, {len(failed)} failed, 0 skipped")
+        return 1 if failed else 0
+
+    if not args.files:
+        print("loopwatch conformance: give case files, or --traces and --expected", file=sys.stderr)
+        return 2
+    from .conformance.cases import load_cases, run_case
+
+    passed = failed = skipped = 0
+    for path in args.files:
+        try:
+            cases = load_cases(path)
+        except (OSError, ValueError) as exc:
+            print(f"loopwatch conformance: {path}: {exc}", file=sys.stderr)
+            return 2
+        for case in cases:
+            result = run_case(case)
+            if result.status == "passed":
+                passed += 1
+            elif result.status == "skipped":
+                skipped += 1
+                print(f"SKIP {result.case_id}: {result.detail}")
+            else:
+                failed += 1
+                print(f"FAIL {result.case_id}: {result.detail}")
+    print(f"{passed} passed, {failed} failed, {skipped} skipped")
+    return 1 if failed else 0
+
+
+def _load_root(path: str | None):
+    from schemas.config import load_config_file
+
+    return load_config_file(path) if path else None
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from schemas.config import ConfigError
+
+    from .engine import LoopEngine
+    from .replay import print_summary, run_replay
+
+    try:
+        engine = LoopEngine(_load_root(args.config))
+    except ConfigError as exc:
+        print(f"loopwatch replay: {exc}", file=sys.stderr)
+        return 2
+    try:
+        summary = run_replay(Path(args.trace), engine, as_json=args.json, verbose=args.verbose, out=sys.stdout)
+    except OSError as exc:
+        print(f"loopwatch replay: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps({"summary": summary.as_dict()}))
+    else:
+        print_summary(summary)
+    return 0
+
+
+def _config_check(args: argparse.Namespace) -> int:
+    from schemas.config import ConfigError, load_config_file
+
+    from .engine import ConfigSet
+
+    try:
+        root = load_config_file(args.file)
+    except ConfigError as exc:
+        print(f"loopwatch config check: {exc}", file=sys.stderr)
+        for issue in exc.issues[1:]:
+            print(f"  also: {issue}", file=sys.stderr)
+        return 1
+    config = ConfigSet(root)
+    agents = [None] + config.agent_ids()
+    effective = {}
+    for agent in agents:
+        s = config.settings_for(agent)
+        effective["(default)" if agent is None else agent] = {
+            **s.detection.as_dict(),
+            "postCompactionGuard": {"enabled": s.guard.enabled, "windowSize": s.guard.window_size},
+            "loopwatch": {"abortAfterCriticalBlocks": s.abort_after_critical_blocks, "surfaceWarnings": s.surface_warnings},
+        }
+    if args.json:
+        print(json.dumps(effective, indent=2))
+    else:
+        print(f"{args.file}: valid")
+        for name, values in effective.items():
+            print(f"\n[{name}]")
+            for key, value in values.items():
+                print(f"  {key}: {json.dumps(value)}")
+    return 0
+
+
+def _schemas_export(args: argparse.Namespace) -> int:
+    from schemas.export import write_json_schemas
+
+    written = write_json_schemas(Path(args.directory))
+    for path in written:
+        print(path)
+    return 0
+
+
+def _worker(args: argparse.Namespace, rest: list[str]) -> int:
+    from .app.worker import run_worker
+
+    return run_worker(rest)
+
+
+def _demo(args: argparse.Namespace, rest: list[str]) -> int:
+    from .demo import run_demo
+
+    return run_demo(rest)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loopwatch", description="Central tool-loop detection for AI agent runners.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("conformance", help="run conformance case files or golden traces against the engine")
+    p.add_argument("files", nargs="*", help="case files (JSON arrays, spec §6)")
+    p.add_argument("--traces", help="golden sessions (JSONL, optionally .gz)")
+    p.add_argument("--expected", help="upstream's expected step lines (JSONL, optionally .gz)")
+    p.set_defaults(func=_conformance)
+
+    p = sub.add_parser("replay", help="run the engine over a JSONL file of tool-calls events, without Kafka")
+    p.add_argument("trace")
+    p.add_argument("--config", help="loop-detection config (JSON5 or YAML)")
+    p.add_argument("--json", action="store_true", help="machine output: one verdict per line, then a summary line")
+    p.add_argument("--verbose", "-v", action="store_true", help="also print allow decisions")
+    p.set_defaults(func=_replay)
+
+    p = sub.add_parser("config", help="configuration tools")
+    config_sub = p.add_subparsers(dest="config_command", required=True)
+    c = config_sub.add_parser("check", help="validate a config file and print the effective settings per agent")
+    c.add_argument("file")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_config_check)
+
+    p = sub.add_parser("schemas", help="wire schema tools")
+    schema_sub = p.add_subparsers(dest="schemas_command", required=True)
+    c = schema_sub.add_parser("export", help="write JSON Schema for every wire type")
+    c.add_argument("directory", nargs="?", default="schemas/jsonschema")
+    c.set_defaults(func=_schemas_export)
+
+    p = sub.add_parser("worker", help="start the stream processor (extra arguments go to the Faust worker)")
+    p.set_defaults(func=_worker, passthrough=True)
+
+    p = sub.add_parser("demo", help="start broker (if needed), worker and a simulated fleet; show decisions live")
+    p.set_defaults(func=_demo, passthrough=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args, rest = parser.parse_known_args(argv)
+    if getattr(args, "passthrough", False):
+        return args.func(args, rest)
+    if rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

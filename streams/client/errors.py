@@ -1,0 +1,40 @@
+"""What the runner client raises when loopwatch ends a run or blocks a call."""
+
+from __future__ import annotations
+
+from schemas.verdicts import Decision, RunAborted
+
+
+class LoopBlocked(Exception):
+    """A tool call was vetoed by a critical loop detection; ``message`` is for the model."""
+
+    def __init__(self, decision: Decision) -> None:
+        super().__init__(decision.message)
+        self.decision = decision
+        self.detector = decision.detector
+        self.count = decision.count
+        self.tool_name = decision.tool_name
+
+
+class RunAbortedError(Exception):
+    """loopwatch ended the run (base class of the specific abort errors)."""
+
+    name = "RunAbortedError"
+
+    def __init__(self, message: str, *, detector: str, count: int, tool_name: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detector = detector
+        self.count = count
+        self.tool_name = tool_name
+
+    @classmethod
+    def from_verdict(cls, verdict: RunAborted) -> "RunAbortedError":
+        kind = PostCompactionLoopPersistedError if verdict.detector == "compaction_loop_persisted" else cls
+        return kind(verdict.message, detector=verdict.detector, count=verdict.count, tool_name=verdict.tool_name)
+
+
+class PostCompactionLoopPersistedError(RunAbortedError):
+    """Upstream's ``PostCompactionLoopPersistedError``: the loop survived a compaction."""
+
+    name = "PostCompactionLoopPersistedError"
