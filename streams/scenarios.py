@@ -1,0 +1,134 @@
+"""Simulated agent runs: healthy work and each kind of loop, as runner-side tool calls.
+
+The example traces, ``loopwatch demo``'s fleet and the benchmarks all draw from here, and
+every event is built by ``streams.edge`` exactly as a runner would build it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from typing import Iterator
+
+from schemas.events import ToolCallEvent
+
+from .edge import compaction_event, completed_event, requested_event, run_ended_event
+
+SCENARIOS = ("healthy", "polling_loop", "ping_pong", "generic_repeat", "unknown_tool", "post_compaction", "send_loop")
+
+
+@dataclass(frozen=True)
+class Call:
+    tool: str
+    args: object
+    result: object = None
+    error: object = None
+
+
+def _text(text: str, **details) -> dict:
+    return {"content": [{"type": "text", "text": text}], "details": details}
+
+
+def scenario_calls(kind: str, rng: random.Random, length: int) -> Iterator[Call | str]:
+    """Tool calls of one run; the string "compaction" marks a compaction-then-retry."""
+    if kind == "healthy":
+        for i in range(length):
+            tool = rng.choice(("read", "write", "list", "web_search", "exec"))
+            if tool == "exec":
+                yield Call("exec", {"command": f"pytest -k case_{i}"},
+                           _text("ok", status="completed", exitCode=0, aggregated=f"{i} passed", durationMs=rng.randint(5, 900)))
+            else:
+                yield Call(tool, {"path": f"/src/file_{i}.py"}, _text(f"content {i} {rng.random():.6f}", ok=True))
+    elif kind == "polling_loop":
+        yield Call("exec", {"command": "npm run build", "background": True},
+                   _text("Command still running (session s1, pid 4242)", status="running", sessionId="s1", pid=4242, tail=""))
+        for _ in range(length - 1):
+            yield Call("process", {"action": "poll", "sessionId": "s1"},
+                       _text("(no new output)\n\nProcess still running.", status="running", aggregated="steady"))
+    elif kind == "ping_pong":
+        for i in range(length):
+            if i % 2 == 0:
+                yield Call("read", {"path": "/etc/app.conf"}, _text("port=8080", ok=True))
+            else:
+                yield Call("list", {"dir": "/etc"}, _text("app.conf", ok=True))
+    elif kind == "generic_repeat":
+        for i in range(length):
+            yield Call("web_search", {"query": "latest release notes"}, _text("no results", ok=True))
+    elif kind == "unknown_tool":
+        for i in range(length):
+            yield Call("browser", {"url": f"https://example.invalid/{i}"}, error="Unknown tool: browser")
+    elif kind == "post_compaction":
+        for i in range(length // 2):
+            yield Call("read", {"path": f"/docs/part_{i}.md"}, _text(f"part {i}", ok=True))
+        yield "compaction"
+        for _ in range(length - length // 2):
+            yield Call("gateway", {"action": "lookup", "path": "cron.maxConcurrentRuns"}, _text("same schema", ok=True))
+    elif kind == "send_loop":
+        for i in range(length):
+            yield Call("message", {"action": "send", "target": "slack:#ops", "text": "deploy finished?"},
+                       _text(f"sent {i}", ok=True, channel="slack", messageId=f"m{i}", ts=1700000000 + i))
+    else:
+        raise ValueError(f"unknown scenario {kind!r}")
+
+
+def run_events(
+    kind: str,
+    run_id: str,
+    *,
+    seed: int = 0,
+    length: int = 30,
+    agent_id: str | None = "main",
+    session_key: str | None = None,
+    gate: bool = False,
+    end: bool = True,
+    start_ms: int = 1_700_000_000_000,
+) -> Iterator[ToolCallEvent]:
+    """The events a runner publishes for one simulated run (requested, completed, …)."""
+    rng = random.Random(f"{seed}:{run_id}")
+    session_key = session_key or f"agent:{agent_id}:{run_id}"
+    common = {"run_id": run_id, "session_key": session_key, "agent_id": agent_id}
+    ts = start_ms
+    for n, call in enumerate(scenario_calls(kind, rng, length)):
+        ts += rng.randint(50, 2000)
+        if call == "compaction":
+            yield compaction_event(f"{run_id}:{n}:compaction", ts_ms=ts, **common)
+            continue
+        call_id = f"call_{n}"
+        yield requested_event(f"{run_id}:{n}:req", call.tool, call.args, tool_call_id=call_id, gate=gate, ts_ms=ts, **common)
+        outcome = {"error": call.error} if call.error is not None else {"result": call.result}
+        yield completed_event(f"{run_id}:{n}:done", call.tool, call.args, tool_call_id=call_id, ts_ms=ts + 1, **outcome, **common)
+    if end:
+        yield run_ended_event(f"{run_id}:end", reason="completed", ts_ms=ts + 2, **common)
+
+
+def obey(events: Iterator[ToolCallEvent], engine) -> Iterator[ToolCallEvent]:
+    """What a runner that follows loopwatch's verdicts publishes: a blocked call is not run
+    (its completion is the loop's own veto, which never hashes), and an aborted run stops
+    with ``run.ended``.  ``engine`` is a ``LoopEngine`` answering as the worker would."""
+    from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested
+
+    from .engine import state_key
+
+    states: dict = {}
+    blocked: set[tuple[str, str | None]] = set()
+    ended: set[str] = set()
+    for event in events:
+        key = state_key(event)
+        if key in ended:
+            continue
+        if isinstance(event, ToolCallCompleted) and (key, event.tool_call_id) in blocked:
+            event = ToolCallCompleted(
+                event_id=event.event_id, run_id=event.run_id, session_key=event.session_key,
+                session_id=event.session_id, agent_id=event.agent_id, ts_ms=event.ts_ms,
+                tool_call_id=event.tool_call_id, tool_name=event.tool_name, args_hash=event.args_hash,
+                loop_veto=True,
+            )
+        step = engine.handle(states.get(key), event)
+        states[key] = step.state
+        yield event
+        if isinstance(event, ToolCallRequested) and step.decision is not None and step.decision.action == "block":
+            blocked.add((key, event.tool_call_id))
+        if step.abort is not None:
+            ended.add(key)
+            yield run_ended_event(f"{event.event_id}:ended", reason="aborted", run_id=event.run_id,
+                                  session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms + 1)

@@ -1,0 +1,113 @@
+"""The loopwatch commands, run as a user would run them."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schemas.export import SCHEMAS, render
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+
+
+def loopwatch(*args, check=False):
+    proc = subprocess.run([sys.executable, "-m", "streams.cli", *map(str, args)], capture_output=True, text=True, cwd=REPO)
+    if check:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc
+
+
+def test_conformance_on_the_shared_cases(shared_dir):
+    proc = loopwatch("conformance", shared_dir / "conformance" / "openclaw-cases.json")
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.strip().splitlines()[-1] == "89 passed, 0 failed, 5 skipped"
+    skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIP")]
+    assert len(skips) == 5 and all(line.startswith("SKIP PCGL-") and "latest" in line for line in skips)
+
+
+def test_conformance_reports_failures_and_exits_non_zero(tmp_path):
+    case = {
+        "id": "BROKEN-1", "suite": "tool-loop-detection", "config": {"enabled": True},
+        "steps": [{"op": "detect", "tool": "read", "args": {}, "expect": {"stuck": True, "level": "critical"}}],
+    }
+    path = tmp_path / "cases.json"
+    path.write_text(json.dumps([case]))
+    proc = loopwatch("conformance", path)
+    assert proc.returncode == 1
+    assert proc.stdout.splitlines()[0].startswith("FAIL BROKEN-1:")
+    assert proc.stdout.strip().splitlines()[-1] == "0 passed, 1 failed, 0 skipped"
+
+
+def test_replay_examples():
+    proc = loopwatch("replay", EXAMPLES / "polling-loop.jsonl", "--config", EXAMPLES / "loop-detection.yaml", check=True)
+    assert "BLOCK" in proc.stdout and "known_poll_no_progress" in proc.stdout
+    proc = loopwatch("replay", EXAMPLES / "healthy-run.jsonl", "--config", EXAMPLES / "loop-detection.yaml", check=True)
+    assert "BLOCK" not in proc.stdout and "WARN" not in proc.stdout
+    proc = loopwatch("replay", EXAMPLES / "post-compaction-loop.jsonl", "--json", "--config", EXAMPLES / "loop-detection.yaml", check=True)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    aborts = [line for line in lines if line.get("type") == "loop.run_aborted"]
+    assert len(aborts) == 1 and aborts[0]["detector"] == "compaction_loop_persisted"
+    assert lines[-1]["summary"]["aborts"] == {"compaction_loop_persisted": 1}
+
+
+def test_replay_without_config_uses_upstream_default_disabled():
+    proc = loopwatch("replay", EXAMPLES / "ping-pong.jsonl", "--json", check=True)
+    assert json.loads(proc.stdout.splitlines()[-1])["summary"]["actions"] == {"allow": 24}
+
+
+def test_replay_reports_bad_lines_and_goes_on(tmp_path):
+    trace = tmp_path / "t.jsonl"
+    good = (EXAMPLES / "healthy-run.jsonl").read_text().splitlines()[0]
+    trace.write_text("{oops\n" + good + "\n" + '{"type":"nope","event_id":"x"}\n')
+    proc = loopwatch("replay", trace, check=True)
+    assert "line 1: rejected (invalid_json)" in proc.stdout
+    assert "line 3: rejected (unknown_type)" in proc.stdout
+    assert "1 events, 1 runs, 2 rejected" in proc.stdout
+
+
+def test_config_check_prints_effective_clamped_settings(tmp_path):
+    proc = loopwatch("config", "check", EXAMPLES / "loop-detection.yaml", "--json", check=True)
+    effective = json.loads(proc.stdout)
+    assert effective["(default)"]["criticalThreshold"] == 20
+    assert effective["cron"]["warningThreshold"] == 5 and effective["cron"]["criticalThreshold"] == 12
+    path = tmp_path / "c.json5"
+    path.write_text("{tools: {loopDetection: {enabled: true, warningThreshold: 25}}, // JSON5\n}")
+    effective = json.loads(loopwatch("config", "check", path, "--json", check=True).stdout)
+    assert effective["(default)"]["criticalThreshold"] == 26 and effective["(default)"]["globalCircuitBreakerThreshold"] == 30
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ('{"tools": {"loopDetection": {"warningThreshold": 10, "criticalThreshold": 10}}}',
+         "tools.loopDetection.warningThreshold must be lower than criticalThreshold."),
+        ('{"tools": {"loopDetection": {"criticalThreshold": 30, "globalCircuitBreakerThreshold": 30}}}',
+         "tools.loopDetection.criticalThreshold must be lower than globalCircuitBreakerThreshold."),
+        ('{"tools": {"loopDetection": {"repeatThreshold": 3}}}', 'Unrecognized key: "repeatThreshold"'),
+        ('{"tools": {"loopDetection": {"historySize": 0}}}', "tools.loopDetection.historySize: Too small"),
+        ('{"agents": {"list": [{"id": "a", "tools": {"loopDetection": {"detectors": {"pingpong": true}}}}]}}',
+         'agents.list[0].tools.loopDetection.detectors: Unrecognized key: "pingpong"'),
+        ("{tools: [", "cannot parse"),
+    ],
+)
+def test_config_check_rejects_bad_files(tmp_path, text, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    proc = loopwatch("config", "check", path)
+    assert proc.returncode == 1
+    assert message in proc.stderr
+
+
+def test_config_check_missing_file():
+    proc = loopwatch("config", "check", "/nonexistent/loop.yaml")
+    assert proc.returncode == 1 and "cannot read" in proc.stderr
+
+
+def test_exported_json_schemas_are_current():
+    for name, kind in SCHEMAS.items():
+        path = REPO / "schemas" / "jsonschema" / name
+        assert path.exists(), f"{path} missing: run `make schemas`"
+        assert path.read_text() == render(kind), f"{path} is stale: run `make schemas`"
