@@ -76,7 +76,8 @@ def state_key(event: ToolCallEvent) -> str:
     run_id = normalize_run_id(event.run_id)
     if run_id is not None:
         return f"run:{run_id}"
-    return f"session:{event.session_key or ''}|{event.session_id or ''}"
+    session_id = getattr(event, "session_id", None)  # verdicts carry no session id
+    return f"session:{event.session_key or ''}|{session_id or ''}"
 
 
 LOOP_SUBSYSTEM = "agents/loop-detection"
