@@ -1,19 +1,26 @@
-"""Golden random traces: step-for-step agreement with upstream (issue 5).  The full run is
-`make test-traces` (the CLI); here every session runs through the same driver."""
+"""Golden random traces: step-for-step agreement with upstream (issue 5), through the
+``loopwatch conformance --traces`` command a user runs (also `make test-traces`)."""
 
-import pytest
+import subprocess
+import sys
+from pathlib import Path
 
-from streams.conformance.traces import compare_session, open_jsonl, run_traces
+from streams.conformance.traces import compare_session, open_jsonl
+
+REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
 def test_every_golden_session_agrees_with_upstream(shared_dir):
     traces = shared_dir / "conformance" / "traces"
-    results = run_traces(traces / "one-run-sessions.jsonl.gz", traces / "expected.jsonl.gz")
-    failures = [f"{r.session_id}: {r.failure}" for r in results if r.failure]
-    assert len(results) == 666
-    assert sum(r.steps for r in results) == 69196
-    assert not failures, "\n".join(failures[:10])
+    proc = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "conformance",
+         "--traces", str(traces / "one-run-sessions.jsonl.gz"), "--expected", str(traces / "expected.jsonl.gz")],
+        capture_output=True, text=True, cwd=REPO,
+    )
+    lines = proc.stdout.strip().splitlines()
+    assert proc.returncode == 0, "\n".join(lines[:20])
+    assert lines[-2:] == ["69196 steps compared", "666 passed, 0 failed, 0 skipped"]
+    assert "sessions" in proc.stderr  # progress is shown on long work
 
 
 def test_a_wrong_answer_is_reported_with_field_expected_and_got(shared_dir):

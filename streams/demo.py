@@ -1,0 +1,187 @@
+"""``loopwatch demo`` / ``make run``: the whole product on this machine.
+
+Starts the local Kafka broker if needed, a loopwatch worker, and a simulated fleet of
+runners (healthy runs and every kind of loop, ``streams.scenarios``) that talk to it with
+the runner client in gate mode and obey its verdicts.  Decisions show live; a summary
+follows.  The worker is stopped at the end unless ``--keep-worker``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections import Counter, defaultdict
+from pathlib import Path
+
+from .client import LoopBlocked, LoopwatchClient, RunAbortedError
+from .scenarios import SCENARIOS, scenario_calls
+
+REPO = Path(__file__).resolve().parents[1]
+COLORS = {"warn": "\033[33m", "block": "\033[31m", "abort": "\033[35m", "ok": "\033[32m", "dim": "\033[2m", "end": "\033[0m"}
+
+
+def paint(kind: str, text: str) -> str:
+    if not sys.stdout.isatty():
+        return text
+    return f"{COLORS[kind]}{text}{COLORS['end']}"
+
+
+def ensure_broker() -> str:
+    script = REPO / "scripts" / "kafka.sh"
+    subprocess.run(["bash", str(script), "start"], check=True)
+    out = subprocess.run(["bash", str(script), "env"], check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith("KAFKA_BOOTSTRAP="):
+            return line.split("=", 1)[1].strip()
+    return "127.0.0.1:19092"
+
+
+def start_worker(bootstrap: str, web_port: int, metrics_port: int, config: Path, log_path: Path) -> subprocess.Popen:
+    env = {
+        **os.environ,
+        "LOOPWATCH_BROKER": bootstrap,
+        "LOOPWATCH_CONFIG": str(config),
+        "LOOPWATCH_WEB_PORT": str(web_port),
+        "LOOPWATCH_METRICS_PORT": str(metrics_port),
+        "LOOPWATCH_DATA_DIR": str(REPO / ".loopwatch-state" / "demo"),
+    }
+    log = open(log_path, "ab")
+    return subprocess.Popen([sys.executable, "-m", "streams.app.worker"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True, cwd=REPO)
+
+
+def wait_ready(port: int, worker: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if worker.poll() is not None:
+            raise RuntimeError(f"the worker exited with code {worker.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"the worker was not ready within {timeout:.0f} s")
+
+
+async def simulate_run(client: LoopwatchClient, kind: str, run_id: str, length: int, stats: dict, pace: float) -> None:
+    run = client.run(run_id, session_key=f"agent:main:{run_id}", agent_id="main")
+    rng = random.Random(run_id)
+    outcome = "completed"
+    for n, call in enumerate(scenario_calls(kind, rng, length)):
+        await asyncio.sleep(rng.uniform(0, pace))
+        if call == "compaction":
+            await run.compaction_retried()
+            print(paint("dim", f"  {run_id:22} context compacted, retrying"))
+            continue
+        call_id = f"call_{n}"
+        started = time.perf_counter()
+        try:
+            decision = await run.before_tool_call(call.tool, call.args, tool_call_id=call_id)
+        except LoopBlocked as blocked:
+            stats[kind]["blocks"] += 1
+            stats["latency"].append(time.perf_counter() - started)
+            d = blocked.decision
+            print(paint("block", f"  {run_id:22} BLOCK {d.tool_name} ({d.detector}, count {d.count})"))
+            await run.after_tool_call(call.tool, call.args, tool_call_id=call_id)  # the loop's own veto
+            continue
+        except RunAbortedError as aborted:
+            stats[kind]["aborts"] += 1
+            print(paint("abort", f"  {run_id:22} ABORT {aborted.detector}: {aborted}"))
+            outcome = "aborted"
+            break
+        stats["latency"].append(time.perf_counter() - started)
+        stats[kind]["calls"] += 1
+        if decision is not None and decision.action == "warn":
+            stats[kind]["warns"] += 1
+            print(paint("warn", f"  {run_id:22} WARN  {decision.tool_name} ({decision.detector}, count {decision.count})"))
+        kwargs = {"error": call.error} if call.error is not None else {"result": call.result}
+        await run.after_tool_call(call.tool, call.args, tool_call_id=call_id, **kwargs)
+        if run.aborted is not None:
+            await asyncio.sleep(0)
+    # An abort can arrive after the last call; give it a moment, then end the run.
+    await asyncio.sleep(0.3)
+    if outcome != "aborted" and run.aborted is not None:
+        stats[kind]["aborts"] += 1
+        print(paint("abort", f"  {run_id:22} ABORT {run.aborted.detector}: {run.aborted.message}"))
+        outcome = "aborted"
+    await run.end(outcome)
+    stats[kind]["runs"] += 1
+    if outcome == "completed" and kind == "healthy":
+        print(paint("ok", f"  {run_id:22} finished cleanly ({length} calls)"))
+
+
+async def run_fleet(bootstrap: str, runs_per_kind: int, length: int, pace: float) -> dict:
+    stats: dict = defaultdict(Counter)
+    stats["latency"] = []
+    async with LoopwatchClient(bootstrap, mode="gate", timeout=5.0) as client:
+        tasks = [
+            simulate_run(client, kind, f"{kind}-{n + 1}", length, stats, pace)
+            for kind in SCENARIOS for n in range(runs_per_kind)
+        ]
+        await asyncio.gather(*tasks)
+        stats["duplicates"] = client.duplicates_dropped
+    return stats
+
+
+def print_summary(stats: dict, elapsed: float) -> None:
+    print()
+    print(f"{'scenario':18} {'runs':>5} {'calls':>6} {'warns':>6} {'blocks':>7} {'aborts':>7}")
+    for kind in SCENARIOS:
+        s = stats[kind]
+        print(f"{kind:18} {s['runs']:5} {s['calls']:6} {s['warns']:6} {s['blocks']:7} {s['aborts']:7}")
+    lat = sorted(stats["latency"])
+    if lat:
+        p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000  # noqa: E731
+        print(f"\ndecision round trip (runner -> Kafka -> loopwatch -> Kafka -> runner): "
+              f"p50 {p(0.5):.1f} ms, p99 {p(0.99):.1f} ms over {len(lat)} calls in {elapsed:.1f} s")
+
+
+def run_demo(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="loopwatch demo", description=__doc__)
+    parser.add_argument("--runs-per-scenario", type=int, default=2)
+    parser.add_argument("--calls", type=int, default=26, help="tool calls per run")
+    parser.add_argument("--pace", type=float, default=0.05, help="max seconds a runner thinks between calls")
+    parser.add_argument("--config", default=str(REPO / "examples" / "loop-detection.yaml"))
+    parser.add_argument("--web-port", type=int, default=6066)
+    parser.add_argument("--metrics-port", type=int, default=9108)
+    parser.add_argument("--keep-worker", action="store_true", help="leave the worker running (Ctrl-C stops it)")
+    args = parser.parse_args(argv)
+
+    print("loopwatch demo: starting the local Kafka broker (cached after the first run)…", flush=True)
+    bootstrap = ensure_broker()
+    log_path = REPO / ".loopwatch-state" / "demo-worker.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    print(f"starting a loopwatch worker (log: {log_path.relative_to(REPO)})…", flush=True)
+    worker = start_worker(bootstrap, args.web_port, args.metrics_port, Path(args.config), log_path)
+    try:
+        wait_ready(args.web_port, worker)
+        print(f"worker ready: http://127.0.0.1:{args.web_port}/readyz, metrics on :{args.metrics_port}/metrics")
+        print(f"simulating {args.runs_per_scenario * len(SCENARIOS)} runs ({', '.join(SCENARIOS)}):\n", flush=True)
+        started = time.monotonic()
+        stats = asyncio.run(run_fleet(bootstrap, args.runs_per_scenario, args.calls, args.pace))
+        print_summary(stats, time.monotonic() - started)
+        if args.keep_worker:
+            print("\nthe worker keeps running; Ctrl-C to stop it")
+            worker.wait()
+    except KeyboardInterrupt:
+        pass
+    except RuntimeError as exc:
+        print(f"loopwatch demo: {exc}; see {log_path}", file=sys.stderr)
+        return 1
+    finally:
+        if worker.poll() is None:
+            os.killpg(worker.pid, signal.SIGTERM)
+            try:
+                worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(worker.pid, signal.SIGKILL)
+    return 0
