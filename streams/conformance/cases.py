@@ -134,11 +134,15 @@ class DetectorSession:
         self.case = case
         self.config = case.get("config")
         self.send_tools = frozenset((case.get("environment") or {}).get("provider_send_tools") or ())
-        self.runs: dict[str | None, list] = {}
+        self.runs: dict[str | None, RunState] = {}
         self.clock = _now_ms()
 
-    def _history(self, run_id: Any) -> list:
-        return self.runs.setdefault(normalize_run_id(run_id), [])
+    def _history(self, run_id: Any) -> RunState:
+        key = normalize_run_id(run_id)
+        state = self.runs.get(key)
+        if state is None:
+            state = self.runs[key] = RunState(run_id=key)
+        return state
 
     def _config(self, step: dict, default: Any) -> Any:
         return step["config"] if "config" in step else default
@@ -149,7 +153,7 @@ class DetectorSession:
         return self.clock
 
     def buffer(self) -> list[tuple[str | None, Any]]:
-        rows = [(run, r) for run, records in self.runs.items() for r in records]
+        rows = [(run, r) for run, state in self.runs.items() for r in state.records()]
         rows.sort(key=lambda row: row[1].timestamp)
         return rows
 
@@ -400,7 +404,7 @@ class HookSession:
         elif op == "expect_loop_events":
             self.expect_loop_events(step)
         elif op == "expect_history":
-            length = sum(len(s.history) for s in self.states.values() if s is not None)
+            length = sum(len(s) for s in self.states.values() if s is not None)
             check(length == step["length"], f"history length {length} != {step['length']}")
         elif op == "expect_observations":
             check(self.observations == step["count"], f"observations {self.observations} != {step['count']}")

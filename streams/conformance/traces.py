@@ -47,7 +47,7 @@ def history_digest(states: list[RunState], history_size: int | float) -> str:
     def cell(value: Any) -> str:
         return "~" if value is None else value
 
-    records = [(state.run_id, r) for state in states for r in state.history]
+    records = [(state.run_id, r) for state in states for r in state.records()]
     if len(records) > history_size:
         records = records[len(records) - int(history_size):]
     lines = [

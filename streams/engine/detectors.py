@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .config import DetectorSettings
-from .state import CallRecord
+from .state import RunState
 
 __all__ = ["Detection", "detect", "ping_pong_key"]
 
@@ -44,36 +44,43 @@ def ping_pong_key(sig_a: str, sig_b: str) -> str:
     return f"pingpong:{pair[0]}|{pair[1]}"
 
 
-def _ping_pong(history: list[CallRecord], current_sig: str) -> tuple[int, str | None, str | None, bool]:
+def _ping_pong(state: RunState, current_sig: str) -> tuple[int, str | None, str | None, bool]:
     """(count, paired tool, paired signature, no-progress evidence) — spec §2.11."""
-    if not history:
+    sigs = state.sigs
+    n = len(sigs)
+    if n < 2:
         return 0, None, None, False
-    last = history[-1]
-    last_sig = last.args_hash
-    other_sig = other_tool = None
-    for i in range(len(history) - 2, -1, -1):
-        record = history[i]
-        if record.args_hash != last_sig:
-            other_sig, other_tool = record.args_hash, record.tool_name
+    last_sig = sigs[-1]
+    # The current call must continue the alternation: it must be `other`, the newest
+    # signature before `last` that differs from it.  Cheap exits first.
+    if current_sig == last_sig or current_sig not in sigs:
+        return 0, None, None, False
+    other_index = -1
+    for i in range(n - 2, -1, -1):
+        if sigs[i] != last_sig:
+            other_index = i
             break
+    if other_index < 0:
+        return 0, None, None, False
+    other_sig, other_tool = sigs[other_index], state.tools[other_index]
     if not other_sig or not other_tool or current_sig != other_sig:
-        # The current call must continue the alternation (it is `other`'s turn).
         return 0, None, None, False
     tail = 0
-    for i in range(len(history) - 1, -1, -1):
-        if history[i].args_hash != (last_sig if tail % 2 == 0 else other_sig):
+    for i in range(n - 1, -1, -1):
+        if sigs[i] != (last_sig if tail % 2 == 0 else other_sig):
             break
         tail += 1
     if tail < 2:
         return 0, None, None, False
+    results = state.results
     hash_a = hash_b = None
     evidence = True
-    for record in history[len(history) - tail:]:
-        result = record.result_hash
+    for i in range(n - tail, n):
+        result = results[i]
         if not result:
             evidence = False
             break
-        if record.args_hash == last_sig:
+        if sigs[i] == last_sig:
             if hash_a is None:
                 hash_a = result
             elif hash_a != result:
@@ -86,25 +93,27 @@ def _ping_pong(history: list[CallRecord], current_sig: str) -> tuple[int, str | 
             break
     if hash_a is None or hash_b is None:
         evidence = False
-    return tail + 1, last.tool_name, last_sig, evidence
+    return tail + 1, state.tools[-1], last_sig, evidence
 
 
-def detect(
-    history: list[CallRecord], tool: str, sig: str, known_poll: bool, cfg: DetectorSettings
-) -> Detection | None:
+def detect(state: RunState, tool: str, sig: str, known_poll: bool, cfg: DetectorSettings) -> Detection | None:
     """Upstream's ``detectToolCallLoop`` on one run's history (callers check ``enabled``)."""
+    sigs = state.sigs
+    tools = state.tools
+    unknowns = state.unknowns
     # Unknown-tool streak: consecutive at the tail, same called tool, same missing name.
     unknown_count = 0
     unknown_name = None
-    for record in reversed(history):
-        name = record.unknown_tool_name
-        if record.tool_name != tool or not name:
-            break
-        if unknown_name is None:
-            unknown_name = name
-        elif name != unknown_name:
-            break
-        unknown_count += 1
+    if unknowns and unknowns[-1]:
+        for i in range(len(sigs) - 1, -1, -1):
+            name = unknowns[i]
+            if tools[i] != tool or not name:
+                break
+            if unknown_name is None:
+                unknown_name = name
+            elif name != unknown_name:
+                break
+            unknown_count += 1
     if unknown_count >= cfg.unknown_tool_threshold:
         return Detection(
             CRITICAL, "unknown_tool_repeat", unknown_count,
@@ -113,25 +122,31 @@ def detect(
             f"unknown-tool:{tool}:{unknown_name or 'unknown'}",
         )
 
-    # One pass for the no-progress streak N (identical outcomes, newest first, pending and
-    # vetoed calls skipped) and the occurrence count R of the signature.
-    streak = occurrences = 0
+    # The no-progress streak N (identical outcomes of this signature, newest first; pending
+    # and vetoed calls skipped) and the occurrence count R.  A validated signature begins
+    # with its tool's name (schemas.events.check_event), so equal signatures mean equal
+    # tools and upstream's separate tool comparison is implied.
+    occurrences = sigs.count(sig)
+    streak = 0
     latest = None
-    streak_open = True
-    for record in reversed(history):
-        if record.args_hash != sig or record.tool_name != tool:
-            continue
-        occurrences += 1
-        if streak_open:
-            result = record.result_hash
-            if result:
+    if occurrences:
+        results = state.results
+        # Outcomes of this signature, oldest first (None: pending or vetoed).
+        outcomes = results if occurrences == len(sigs) else [r for s, r in zip(sigs, results) if s == sig]
+        distinct = set(outcomes)
+        distinct.discard(None)
+        if len(distinct) == 1:  # a steady loop: every outcome is the same
+            latest = distinct.pop()
+            streak = len(outcomes) - outcomes.count(None)
+        elif distinct:
+            for result in reversed(outcomes):
+                if result is None:
+                    continue
                 if latest is None:
                     latest = result
-                    streak = 1
-                elif result == latest:
-                    streak += 1
-                else:
-                    streak_open = False
+                elif result != latest:
+                    break
+                streak += 1
     latest_text = latest or "none"
 
     if streak >= cfg.global_circuit_breaker_threshold:
@@ -165,7 +180,7 @@ def detect(
             )
 
     if cfg.ping_pong:
-        count, paired_tool, paired_sig, evidence = _ping_pong(history, sig)
+        count, paired_tool, paired_sig, evidence = _ping_pong(state, sig)
         if count:
             if count >= cfg.critical_threshold and evidence:
                 return Detection(

@@ -99,6 +99,11 @@ class LoopEngine:
 
     def __init__(self, config: ConfigSet | dict | None = None) -> None:
         self.config = config if isinstance(config, ConfigSet) else ConfigSet(config)
+        self._handlers = {
+            ToolCallRequested: self._requested,
+            ToolCallCompleted: self._completed,
+            CompactionRetried: self._compaction,
+        }
 
     def settings_for(self, agent_id: str | None) -> Settings:
         return self.config.settings_for(agent_id)
@@ -111,18 +116,14 @@ class LoopEngine:
         """
         if not validated:
             check_event(event)
+        handler = self._handlers.get(type(event))
+        if handler is None:
+            if isinstance(event, RunEnded):
+                return Step(None)
+            raise InvalidEvent("unknown_type", f"unsupported event {type(event).__name__}")
         if state is None:
             state = RunState(run_id=normalize_run_id(event.run_id))
-        if isinstance(event, ToolCallRequested):
-            step = self._requested(state, event)
-        elif isinstance(event, ToolCallCompleted):
-            step = self._completed(state, event)
-        elif isinstance(event, CompactionRetried):
-            step = self._compaction(state, event)
-        elif isinstance(event, RunEnded):
-            return Step(None)
-        else:
-            raise InvalidEvent("unknown_type", f"unsupported event {type(event).__name__}")
+        step = handler(state, event)
         if event.ts_ms > state.last_event_ms:
             state.last_event_ms = event.ts_ms
         return step
@@ -139,7 +140,7 @@ class LoopEngine:
         # Upstream detects and records only with a session key (HOOK-D03).
         if event.session_key:
             if cfg.enabled:
-                detection = detect(state.history, event.tool_name, event.args_hash, event.known_poll, cfg)
+                detection = detect(state, event.tool_name, event.args_hash, event.known_poll, cfg)
                 if detection is not None and detection.log_message:
                     logs.append(LogLine(detection.log_level, LOOP_SUBSYSTEM, detection.log_message))
             if detection is not None and detection.critical:
@@ -152,8 +153,15 @@ class LoopEngine:
                 logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, detection, "warn")))
         if event.session_key and cfg.records_calls:
             history.record_call(
-                state.history, event.tool_name, event.args_hash, event.tool_call_id, event.ts_ms, cfg.history_size
+                state, event.tool_name, event.args_hash, event.tool_call_id, event.ts_ms, cfg.history_size
             )
+        if detection is None:
+            decision = Decision(
+                verdict_id=f"{event.event_id}/decision", cause_event_id=event.event_id, run_id=event.run_id,
+                session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms,
+                tool_call_id=event.tool_call_id, tool_name=event.tool_name, args_hash=event.args_hash, action="allow",
+            )
+            return Step(state, decision=decision)
         decision = self._decision(
             event,
             "warn" if emitted else "allow",
@@ -268,7 +276,7 @@ class LoopEngine:
             return Step(state)  # no hash (or no session to record in): nothing changes
         settings = self.settings_for(event.agent_id)
         record = history.record_outcome(
-            state.history, event.tool_name, event.args_hash, event.tool_call_id,
+            state, event.tool_name, event.args_hash, event.tool_call_id,
             result_hash, event.unknown_tool_name, event.ts_ms, settings.detection.history_size,
         )
 

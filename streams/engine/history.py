@@ -2,30 +2,37 @@
 
 from __future__ import annotations
 
-from .state import CallRecord
+from .state import CallRecord, RunState
 
 __all__ = ["record_call", "record_outcome", "trim"]
 
 
-def trim(history: list[CallRecord], size: int | float) -> None:
+def trim(state: RunState, size: int | float) -> None:
     """Keep the newest ``size`` records (oldest are dropped first)."""
-    excess = len(history) - size
+    excess = len(state.sigs) - size
     if excess > 0:
-        del history[: int(excess)]
+        n = int(excess)
+        del state.tools[:n], state.sigs[:n], state.call_ids[:n], state.results[:n], state.unknowns[:n], state.stamps[:n]
 
 
-def record_call(
-    history: list[CallRecord], tool: str, args_hash: str, tool_call_id: str | None, ts_ms: int, size: int | float
-) -> CallRecord:
-    """Append a pending record before the tool runs, then trim."""
-    record = CallRecord(tool, args_hash, tool_call_id, timestamp=ts_ms)
-    history.append(record)
-    trim(history, size)
-    return record
+def _append(state: RunState, tool, sig, call_id, result, unknown, ts_ms) -> None:
+    state.tools.append(tool)
+    state.sigs.append(sig)
+    state.call_ids.append(call_id)
+    state.results.append(result)
+    state.unknowns.append(unknown)
+    state.stamps.append(ts_ms)
+
+
+def record_call(state: RunState, tool: str, args_hash: str, tool_call_id: str | None, ts_ms: int, size: int | float) -> int:
+    """Append a pending record before the tool runs, then trim.  Returns its index."""
+    _append(state, tool, args_hash, tool_call_id, None, None, ts_ms)
+    trim(state, size)
+    return len(state.sigs) - 1
 
 
 def record_outcome(
-    history: list[CallRecord],
+    state: RunState,
     tool: str,
     args_hash: str,
     tool_call_id: str | None,
@@ -34,23 +41,30 @@ def record_outcome(
     ts_ms: int,
     size: int | float,
 ) -> CallRecord:
-    """Attach an outcome to the newest matching pending record, else append a complete one.
+    """Attach an outcome to the newest matching pending record, else append a complete one;
+    then trim.  Returns the record (as upstream, even if trimming dropped it).
 
     A record matches when its tool and signature are equal, it has no outcome yet and,
     if the outcome names a (non-empty) call id, its call id is that one.
     """
-    record = None
-    for i in range(len(history) - 1, -1, -1):
-        candidate = history[i]
-        if tool_call_id and candidate.tool_call_id != tool_call_id:
-            continue
-        if candidate.result_hash is None and candidate.args_hash == args_hash and candidate.tool_name == tool:
-            record = candidate
-            record.result_hash = result_hash
-            record.unknown_tool_name = unknown_tool_name
-            break
-    if record is None:
-        record = CallRecord(tool, args_hash, tool_call_id, result_hash, unknown_tool_name, ts_ms)
-        history.append(record)
-    trim(history, size)
+    sigs, results, call_ids = state.sigs, state.results, state.call_ids
+    found = -1
+    n = len(sigs)
+    if n and results[-1] is None and sigs[-1] == args_hash and (not tool_call_id or call_ids[-1] == tool_call_id):
+        found = n - 1  # the usual case: the outcome of the call just recorded
+    elif args_hash in sigs:
+        for i in range(len(sigs) - 1, -1, -1):
+            if results[i] is None and sigs[i] == args_hash and state.tools[i] == tool and (
+                not tool_call_id or call_ids[i] == tool_call_id
+            ):
+                found = i
+                break
+    if found >= 0:
+        results[found] = result_hash
+        state.unknowns[found] = unknown_tool_name
+    else:
+        _append(state, tool, args_hash, tool_call_id, result_hash, unknown_tool_name, ts_ms)
+        found = len(sigs) - 1
+    record = state.record(found)
+    trim(state, size)
     return record

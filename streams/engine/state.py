@@ -4,6 +4,11 @@ Faust table (RocksDB + changelog) can hold it.
 Upstream keeps one history per session and filters it by run id at read time; loopwatch
 keys state by run id (the partition key), so every record of a state belongs to its run
 and the run id is stored once, not per record (spec §8).
+
+The history is held column-wise (one list per record field): the detectors' hot paths
+become C-level list scans (``sigs.count(sig)``, ``sig in sigs``) instead of Python loops
+over record objects.  ``encode_state`` stores it compactly: each distinct tool, signature
+and result hash once, as raw 32-byte digests, with per-record indices.
 """
 
 from __future__ import annotations
@@ -12,11 +17,11 @@ import msgspec
 
 __all__ = ["CallRecord", "GuardWindow", "RunState", "decode_state", "encode_state"]
 
-STATE_VERSION = 1
+STATE_VERSION = 2
 
 
 class CallRecord(msgspec.Struct, array_like=True):
-    """One history record (upstream's ``ToolCallRecord`` less the run id, held by the state)."""
+    """One history record (upstream's ``ToolCallRecord``; the run id is the state's)."""
 
     tool_name: str
     args_hash: str
@@ -41,11 +46,16 @@ class GuardWindow(msgspec.Struct, array_like=True):
     first: tuple[str, str, str] | None = None
 
 
-class RunState(msgspec.Struct, array_like=True):
-    """Everything loopwatch remembers about one run."""
+class RunState(msgspec.Struct):
+    """Everything loopwatch remembers about one run.  History columns, oldest first."""
 
     run_id: str | None = None
-    history: list[CallRecord] = []
+    tools: list[str] = []
+    sigs: list[str] = []
+    call_ids: list[str | None] = []
+    results: list[str | None] = []
+    unknowns: list[str | None] = []
+    stamps: list[int] = []
     warning_buckets: dict[str, int] = {}
     """Upstream's ``toolLoopWarningBuckets``: insertion-ordered, at most 256 keys."""
     guard: GuardWindow = msgspec.field(default_factory=GuardWindow)
@@ -53,16 +63,142 @@ class RunState(msgspec.Struct, array_like=True):
     aborted: str | None = None
     """The detector that ended the run, once it has been aborted."""
     last_event_ms: int = 0
-    version: int = STATE_VERSION
+
+    def __len__(self) -> int:
+        return len(self.sigs)
+
+    def record(self, i: int) -> CallRecord:
+        return CallRecord(self.tools[i], self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i])
+
+    def records(self) -> list[CallRecord]:
+        return [self.record(i) for i in range(len(self.sigs))]
+
+
+# -- compact storage --------------------------------------------------------------------------
+
+
+class _Stored(msgspec.Struct, array_like=True, omit_defaults=True):
+    version: int
+    run_id: str | None
+    tool_table: list[str]
+    sig_table: list[bytes]
+    result_table: list[bytes]
+    tool_idx: list[int]
+    sig_idx: list[int]
+    result_idx: list[int]
+    call_ids: list[str | None]
+    stamp_ages: list[int]
+    last_event_ms: int
+    warning_buckets: dict[str, int]
+    guard: GuardWindow
+    critical_blocks: int = 0
+    aborted: str | None = None
+    unknowns: list[str | None] = []
+    verbatim: dict[str, str] = {}
+    """Table entries that are not standard digests, by "s<i>"/"r<i>" (empty bytes in the table)."""
+
+
+_HEX = frozenset("0123456789abcdef")
+
+
+def _pack_sig(tool: str, sig: str) -> bytes | None:
+    digest = sig[len(tool) + 1:]
+    if len(digest) == 64 and sig.startswith(tool) and sig[len(tool)] == ":" and _HEX.issuperset(digest):
+        return bytes.fromhex(digest)
+    return None  # not a standard signature: stored verbatim
+
+
+def _pack_result(result: str) -> bytes | None:
+    if len(result) == 64 and _HEX.issuperset(result):
+        return bytes.fromhex(result)
+    if len(result) == 70 and result.startswith("error:") and _HEX.issuperset(result[6:]):
+        return b"E" + bytes.fromhex(result[6:])
+    return None
+
+
+def _unpack_result(value: bytes) -> str:
+    if len(value) == 33:
+        return "error:" + value[1:].hex()
+    return value.hex()
+
+
+def _intern(values: list) -> tuple[list, list[int]]:
+    table = list(dict.fromkeys(values))
+    index = {v: i for i, v in enumerate(table)}
+    return table, [index[v] for v in values]
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(RunState)
+_decoder = msgspec.msgpack.Decoder(_Stored)
 
 
 def encode_state(state: RunState) -> bytes:
-    return _encoder.encode(state)
+    tool_table, tool_idx = _intern(state.tools)
+    sig_keys, sig_idx = _intern(list(zip(state.tools, state.sigs)))
+    result_keys, result_idx = _intern([r for r in state.results if r is not None])
+    verbatim: dict[str, str] = {}
+    sig_table = []
+    for i, (tool, sig) in enumerate(sig_keys):
+        packed = _pack_sig(tool, sig)
+        if packed is None:
+            verbatim[f"s{i}"] = sig
+        sig_table.append(packed or b"")
+    result_table = []
+    for i, result in enumerate(result_keys):
+        packed = _pack_result(result)
+        if packed is None:
+            verbatim[f"r{i}"] = result
+        result_table.append(packed or b"")
+    positions = iter(result_idx)
+    stored = _Stored(
+        version=STATE_VERSION,
+        run_id=state.run_id,
+        tool_table=tool_table,
+        sig_table=sig_table,
+        result_table=result_table,
+        tool_idx=tool_idx,
+        sig_idx=sig_idx,
+        result_idx=[-1 if r is None else next(positions) for r in state.results],
+        call_ids=state.call_ids,
+        stamp_ages=[state.last_event_ms - t for t in state.stamps],
+        last_event_ms=state.last_event_ms,
+        warning_buckets=state.warning_buckets,
+        guard=state.guard,
+        critical_blocks=state.critical_blocks,
+        aborted=state.aborted,
+        unknowns=state.unknowns if any(u is not None for u in state.unknowns) else [],
+        verbatim=verbatim,
+    )
+    return _encoder.encode(stored)
 
 
 def decode_state(data: bytes) -> RunState:
-    return _decoder.decode(data)
+    s = _decoder.decode(data)
+    if s.version != STATE_VERSION:
+        raise ValueError(f"unsupported state version {s.version}")
+    tools = [s.tool_table[i] for i in s.tool_idx]
+    first_use: dict[int, int] = {}
+    for position, i in enumerate(s.sig_idx):
+        first_use.setdefault(i, position)
+    sig_strings = []
+    for i, packed in enumerate(s.sig_table):
+        text = s.verbatim.get(f"s{i}")
+        if text is None:
+            text = f"{tools[first_use[i]]}:{packed.hex()}"  # a signature begins with its tool
+        sig_strings.append(text)
+    result_strings = [s.verbatim.get(f"r{i}") or _unpack_result(r) for i, r in enumerate(s.result_table)]
+    n = len(tools)
+    return RunState(
+        run_id=s.run_id,
+        tools=tools,
+        sigs=[sig_strings[i] for i in s.sig_idx],
+        call_ids=s.call_ids,
+        results=[None if i < 0 else result_strings[i] for i in s.result_idx],
+        unknowns=s.unknowns or [None] * n,
+        stamps=[s.last_event_ms - age for age in s.stamp_ages],
+        warning_buckets=s.warning_buckets,
+        guard=s.guard,
+        critical_blocks=s.critical_blocks,
+        aborted=s.aborted,
+        last_event_ms=s.last_event_ms,
+    )

@@ -39,7 +39,7 @@ def test_generic_repeat_blocks_the_21st_identical_call_and_stays_blocked():
     assert actions[10] == ("warn", 10)
     assert actions[19][0] == "allow" and actions[20] == ("block", 20)
     assert all(a == ("block", 20) for a in actions[20:])  # vetoed calls are not recorded
-    assert len(state.history) == 20
+    assert len(state) == 20
 
 
 def test_verdict_ids_derive_from_the_event():
@@ -216,5 +216,27 @@ def test_state_size_at_default_history_is_recorded():
     state = None
     for n in range(40):
         state = call(engine, state, n, args={"path": f"/f{n}"}, result={"content": [{"type": "text", "text": str(n)}]}).state
-    assert len(state.history) == 30
+    assert len(state) == 30
     assert isinstance(decode_state(encode_state(state)), RunState)
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["read", "a:b", "exec"]), st.text(max_size=8), st.one_of(st.none(), st.text(max_size=70))),
+        max_size=12,
+    ),
+    st.dictionaries(st.text(max_size=5), st.integers(0, 9), max_size=3),
+)
+def test_compact_state_encoding_round_trips_any_history(rows, buckets):
+    from streams.engine.hashing import args_hash
+
+    state = RunState(run_id="r", warning_buckets=buckets, last_event_ms=1000)
+    for n, (tool, arg, result) in enumerate(rows):
+        sig = args_hash(tool, arg) if n % 2 else f"{tool}:{arg}"  # standard and verbatim entries
+        state.tools.append(tool)
+        state.sigs.append(sig)
+        state.call_ids.append(None if n % 3 == 0 else f"c{n}")
+        state.results.append(result if n % 4 else "error:" + "ab" * 32)
+        state.unknowns.append(None if n % 5 else "ghost")
+        state.stamps.append(1000 - n)
+    assert decode_state(encode_state(state)) == state
