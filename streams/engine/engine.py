@@ -99,6 +99,7 @@ class LoopEngine:
 
     def __init__(self, config: ConfigSet | dict | None = None) -> None:
         self.config = config if isinstance(config, ConfigSet) else ConfigSet(config)
+        self._settings = self.config._cache  # resolved once per agent
         self._handlers = {
             ToolCallRequested: self._requested,
             ToolCallCompleted: self._completed,
@@ -106,7 +107,7 @@ class LoopEngine:
         }
 
     def settings_for(self, agent_id: str | None) -> Settings:
-        return self.config.settings_for(agent_id)
+        return self._settings.get(agent_id) or self.config.settings_for(agent_id)
 
     def handle(self, state: RunState | None, event: ToolCallEvent, *, validated: bool = False) -> Step:
         """Apply one event to a run's state (None for a run not seen yet).
@@ -280,9 +281,10 @@ class LoopEngine:
             result_hash, event.unknown_tool_name, event.ts_ms, settings.detection.history_size,
         )
 
-        verdict, error_line = guard_mod.observe(
-            state.guard, settings.guard.enabled, event.tool_name, event.args_hash, result_hash
-        )
+        guard = state.guard
+        if guard.remaining <= 0 or not settings.guard.enabled:
+            return Step(state, record=record, guard=guard_mod.DORMANT)  # the guard is not armed
+        verdict, error_line = guard_mod.observe(guard, True, event.tool_name, event.args_hash, result_hash)
         if not verdict.should_abort:
             return Step(state, record=record, guard=verdict)
         _end_run(state, verdict.detector)

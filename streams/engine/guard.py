@@ -26,7 +26,8 @@ class GuardVerdict:
     message: str | None = None
 
 
-_DORMANT = GuardVerdict(False, False, 0)
+DORMANT = GuardVerdict(False, False, 0)
+"""The verdict of a guard that is disabled or not armed."""
 
 
 def arm(guard: GuardWindow, settings: GuardSettings) -> str | None:
@@ -46,7 +47,7 @@ def observe(
 ) -> tuple[GuardVerdict, str | None]:
     """Feed one hashed outcome; returns the verdict and the error log line on abort."""
     if not enabled or guard.remaining <= 0:
-        return _DORMANT, None
+        return DORMANT, None
     guard.remaining -= 1
     triple = (tool, args_hash, result_hash)
     if guard.length == 0:

@@ -24,11 +24,11 @@ def _append(state: RunState, tool, sig, call_id, result, unknown, ts_ms) -> None
     state.stamps.append(ts_ms)
 
 
-def record_call(state: RunState, tool: str, args_hash: str, tool_call_id: str | None, ts_ms: int, size: int | float) -> int:
-    """Append a pending record before the tool runs, then trim.  Returns its index."""
+def record_call(state: RunState, tool: str, args_hash: str, tool_call_id: str | None, ts_ms: int, size: int | float) -> None:
+    """Append a pending record before the tool runs, then trim."""
     _append(state, tool, args_hash, tool_call_id, None, None, ts_ms)
-    trim(state, size)
-    return len(state.sigs) - 1
+    if len(state.sigs) > size:
+        trim(state, size)
 
 
 def record_outcome(
@@ -66,5 +66,6 @@ def record_outcome(
         _append(state, tool, args_hash, tool_call_id, result_hash, unknown_tool_name, ts_ms)
         found = len(sigs) - 1
     record = state.record(found)
-    trim(state, size)
+    if len(sigs) > size:
+        trim(state, size)
     return record
