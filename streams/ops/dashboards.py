@@ -1,0 +1,506 @@
+"""Grafana dashboards for loopwatch, as code.
+
+    python -m streams.ops.dashboards            # (re)write helm/loopwatch/dashboards/*.json
+    python -m streams.ops.dashboards --check    # exit 1 if the checked-in JSON is stale
+
+Built with Grafana's ``grafana-foundation-sdk`` (typed builders generated from Grafana's own
+schemas; the pinned release targets Grafana 11.6, installed by scripts/install-ops-tools.sh).
+Output is deterministic: sorted keys, fixed uids, panel ids numbered in layout order, no
+timestamps, so the files diff cleanly and ``--check`` can guard them in CI.
+
+Every query uses only the metrics of docs/metrics.md, whose labels are bounded on purpose:
+there is no agent, run or session label. That is why the second dashboard is a detector & tool
+drill-down (template variables ``detector`` and ``tool``), not a per-agent view.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from grafana_foundation_sdk.builders import bargauge as bargauge_b
+from grafana_foundation_sdk.builders import common as common_b
+from grafana_foundation_sdk.builders import dashboard as dashboard_b
+from grafana_foundation_sdk.builders import prometheus as prometheus_b
+from grafana_foundation_sdk.builders import stat as stat_b
+from grafana_foundation_sdk.builders import table as table_b
+from grafana_foundation_sdk.builders import timeseries as timeseries_b
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as common_m
+from grafana_foundation_sdk.models import dashboard as dashboard_m
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD_DIR = REPO_ROOT / "helm" / "loopwatch" / "dashboards"
+README_URL = "https://github.com/loopwatch/loopwatch/blob/main/README.md"
+
+# Every panel queries the Prometheus data source picked in the `datasource` variable.
+DATASOURCE = dashboard_m.DataSourceRef(type_val="prometheus", uid="${datasource}")
+RATE = "$__rate_interval"
+LATENCY_OBJECTIVE_S = 0.05  # keep in line with LoopwatchDecisionLatencyHigh
+
+# Threshold colour steps; the first step's value is null (= from -infinity).
+GREEN, YELLOW, RED = "green", "yellow", "red"
+
+
+def _steps(*steps: tuple[float | None, str]) -> dashboard_b.ThresholdsConfig:
+    return (
+        dashboard_b.ThresholdsConfig()
+        .mode(dashboard_m.ThresholdsMode.ABSOLUTE)
+        .steps([dashboard_m.Threshold(value=v, color=c) for v, c in steps])
+    )
+
+
+def _query(expr: str, legend: str = "__auto", ref: str = "A", instant: bool = False) -> prometheus_b.Dataquery:
+    q = prometheus_b.Dataquery().expr(expr).legend_format(legend).ref_id(ref).datasource(DATASOURCE)
+    if instant:
+        q = q.instant().format(prometheus_b.prometheus.PromQueryFormat.TABLE)
+    else:
+        q = q.range()
+    return q
+
+
+@dataclass(frozen=True)
+class Q:
+    """One PromQL query of a panel."""
+
+    expr: str
+    legend: str = "__auto"
+
+
+class Layout:
+    """Numbers panels in the order they are added, so ids are stable across runs."""
+
+    def __init__(self) -> None:
+        self.next_id = 1
+
+    def id(self) -> int:
+        value = self.next_id
+        self.next_id += 1
+        return value
+
+
+def _targets(queries: Sequence[Q], instant: bool = False) -> list[prometheus_b.Dataquery]:
+    return [_query(q.expr, q.legend, chr(ord("A") + i), instant) for i, q in enumerate(queries)]
+
+
+def timeseries(
+    layout: Layout,
+    title: str,
+    description: str,
+    queries: Sequence[Q],
+    unit: str = "short",
+    width: int = 12,
+    height: int = 8,
+    stack: bool = False,
+    thresholds: dashboard_b.ThresholdsConfig | None = None,
+    bars: bool = False,
+    max_val: float | None = None,
+) -> timeseries_b.Panel:
+    panel = (
+        timeseries_b.Panel()
+        .id(layout.id())
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .targets(_targets(queries))
+        .unit(unit)
+        .min(0)
+        .span(width)
+        .height(height)
+        .fill_opacity(10)
+        .line_width(1)
+        .show_points(common_m.VisibilityMode.NEVER)
+        .legend(
+            common_b.VizLegendOptions()
+            .display_mode(common_m.LegendDisplayMode.TABLE)
+            .placement(common_m.LegendPlacement.BOTTOM)
+            .show_legend(True)
+            .calcs(["mean", "max", "lastNotNull"])
+        )
+        .tooltip(
+            common_b.VizTooltipOptions()
+            .mode(common_m.TooltipDisplayMode.MULTI)
+            .sort(common_m.SortOrder.DESCENDING)
+        )
+    )
+    if max_val is not None:
+        panel = panel.max(max_val)
+    if stack:
+        panel = panel.stacking(common_b.StackingConfig().mode(common_m.StackingMode.NORMAL))
+    if bars:
+        panel = panel.draw_style(common_m.GraphDrawStyle.BARS).fill_opacity(80)
+    if thresholds is not None:
+        panel = panel.thresholds(thresholds).thresholds_style(
+            common_b.GraphThresholdsStyleConfig().mode(common_m.GraphThresholdsStyleMode.LINE)
+        )
+    return panel
+
+
+def stat(
+    layout: Layout,
+    title: str,
+    description: str,
+    query: Q,
+    unit: str = "short",
+    thresholds: dashboard_b.ThresholdsConfig | None = None,
+    width: int = 4,
+    decimals: float | None = None,
+) -> stat_b.Panel:
+    panel = (
+        stat_b.Panel()
+        .id(layout.id())
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .targets(_targets([query]))
+        .unit(unit)
+        .span(width)
+        .height(4)
+        .graph_mode(common_m.BigValueGraphMode.AREA)
+        .color_mode(common_m.BigValueColorMode.VALUE)
+        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .thresholds(thresholds or _steps((None, GREEN)))
+    )
+    if decimals is not None:
+        panel = panel.decimals(decimals)
+    return panel
+
+
+def row(title: str, layout: Layout) -> dashboard_b.Row:
+    return dashboard_b.Row(title).id(layout.id())
+
+
+def datasource_variable() -> dashboard_b.DatasourceVariable:
+    return (
+        dashboard_b.DatasourceVariable("datasource")
+        .label("Data source")
+        .type("prometheus")
+        .description("Prometheus that scrapes the loopwatch workers")
+    )
+
+
+def dashboard(uid: str, title: str, description: str, tags: list[str]) -> dashboard_b.Dashboard:
+    return (
+        dashboard_b.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(tags)
+        .editable()
+        .timezone("browser")
+        .time("now-6h", "now")
+        .refresh("30s")
+        .tooltip(dashboard_m.DashboardCursorSync.CROSSHAIR)
+        .link(
+            dashboard_b.DashboardLink("Loopwatch dashboards")
+            .type(dashboard_m.DashboardLinkType.DASHBOARDS)
+            .tags(["loopwatch"])
+            .as_dropdown(True)
+            .include_vars(True)
+            .keep_time(True)
+        )
+        .link(
+            dashboard_b.DashboardLink("Runbooks")
+            .type(dashboard_m.DashboardLinkType.LINK)
+            .url(README_URL + "#operations")
+            .icon("doc")
+            .target_blank(True)
+        )
+        .with_variable(datasource_variable())
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Fleet overview
+# --------------------------------------------------------------------------------------------
+
+def fleet() -> dashboard_b.Dashboard:
+    L = Layout()
+    d = dashboard(
+        "loopwatch-fleet",
+        "Loopwatch / Fleet overview",
+        "Tool-call loops across the whole fleet of agent runners, as seen by the loopwatch "
+        "stream processor: detections, blocks, run aborts, decision latency, dead letters and "
+        "worker health. Metrics: docs/metrics.md.",
+        ["loopwatch", "kafka"],
+    )
+
+    d = d.with_row(row("Overview", L))
+    for panel in (
+        stat(L, "Blocked calls / min", "Tool calls blocked per minute, whole fleet (LoopwatchLoopStorm fires above 30 for 10m).",
+             Q(f"sum(rate(loopwatch_decisions_total{{action=\"block\"}}[5m])) * 60"),
+             unit="short", thresholds=_steps((None, GREEN), (10, YELLOW), (30, RED)), decimals=1),
+        stat(L, "Loops detected / min", "Loop detections per minute (all detectors, levels and tools).",
+             Q("sum(rate(loopwatch_loop_detections_total[5m])) * 60"), decimals=1),
+        stat(L, "Run aborts (range)", "Agent runs aborted by loopwatch in the selected time range.",
+             Q("sum(increase(loopwatch_run_aborts_total[$__range]))"),
+             thresholds=_steps((None, GREEN), (1, YELLOW)), decimals=0),
+        stat(L, "p99 decision latency", "99th percentile of event timestamp -> verdict over 5m (objective 50 ms).",
+             Q("histogram_quantile(0.99, sum by (le) (rate(loopwatch_decision_latency_seconds_bucket[5m])))"),
+             unit="s", thresholds=_steps((None, GREEN), (LATENCY_OBJECTIVE_S, RED))),
+        stat(L, "Workers ready", "Workers whose /readyz answers 200, out of the workers Prometheus sees.",
+             Q("sum(loopwatch_ready)"), thresholds=_steps((None, RED), (1, GREEN)), decimals=0),
+        stat(L, "Consumer lag", "Records of tool-calls not yet processed, summed over partitions.",
+             Q("sum(max by (partition) (loopwatch_consumer_lag_records))"),
+             thresholds=_steps((None, GREEN), (1000, YELLOW), (10000, RED)), decimals=0),
+    ):
+        d = d.with_panel(panel)
+
+    d = d.with_row(row("Loops", L))
+    d = d.with_panel(timeseries(
+        L, "Loops per minute by detector",
+        "Loop detections per minute by detector (emitted or suppressed by the warning bucket).",
+        [Q(f"sum by (detector) (rate(loopwatch_loop_detections_total[{RATE}])) * 60", "{{detector}}")],
+        stack=True))
+    d = d.with_panel(timeseries(
+        L, "Blocked calls per minute by detector",
+        "Requested tool calls that got a block verdict, per minute, by the detector that blocked them.",
+        [Q(f"sum by (detector) (rate(loopwatch_decisions_total{{action=\"block\"}}[{RATE}])) * 60", "{{detector}}")],
+        stack=True, thresholds=_steps((None, GREEN), (30, RED))))
+    d = d.with_panel(bargauge_b.Panel()
+        .id(L.id())
+        .title("Top tools in loops")
+        .description("The 10 tools with the most loop detections in the selected range. `other` "
+                     "collects tools beyond the first 200 distinct names a worker saw.")
+        .datasource(DATASOURCE)
+        .targets(_targets([Q("topk(10, sum by (tool) (increase(loopwatch_loop_detections_total[$__range])))",
+                             "{{tool}}")], instant=True))
+        .unit("short")
+        .decimals(0)
+        .min(0)
+        .span(12)
+        .height(8)
+        .orientation(common_m.VizOrientation.HORIZONTAL)
+        .display_mode(common_m.BarGaugeDisplayMode.GRADIENT)
+        .reduce_options(common_b.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .thresholds(_steps((None, GREEN), (100, YELLOW), (1000, RED))))
+    d = d.with_panel(timeseries(
+        L, "Decisions per second by action",
+        "All verdicts for requested calls: allow, warn and block.",
+        [Q(f"sum by (action) (rate(loopwatch_decisions_total[{RATE}]))", "{{action}}")],
+        unit="ops", stack=True))
+    d = d.with_panel(timeseries(
+        L, "Run aborts by detector",
+        "Agent runs aborted per 5 minutes: compaction_loop_persisted (loop survived a compaction) "
+        "or critical_block_limit (loopwatch.abortAfterCriticalBlocks reached).",
+        [Q("sum by (detector) (increase(loopwatch_run_aborts_total[5m]))", "{{detector}}")],
+        bars=True))
+    d = d.with_panel(timeseries(
+        L, "Warnings suppressed and guard armings per minute",
+        "Warnings hidden by upstream's warning-bucket rule, by detector, and post-compaction "
+        "guard armings.",
+        [Q(f"sum by (detector) (rate(loopwatch_warnings_suppressed_total[{RATE}])) * 60", "suppressed {{detector}}"),
+         Q(f"sum(rate(loopwatch_guard_armings_total[{RATE}])) * 60", "guard armings")]))
+
+    d = d.with_row(row("Latency", L))
+    d = d.with_panel(timeseries(
+        L, "Decision latency p50 / p99 / p99.9",
+        "Event timestamp -> verdict produced. Includes consumer lag, so it rises when workers fall "
+        "behind. The line marks the 50 ms objective of LoopwatchDecisionLatencyHigh.",
+        [Q(f"histogram_quantile({q}, sum by (le) (rate(loopwatch_decision_latency_seconds_bucket[{RATE}])))", name)
+         for q, name in (("0.5", "p50"), ("0.99", "p99"), ("0.999", "p99.9"))],
+        unit="s", thresholds=_steps((None, GREEN), (LATENCY_OBJECTIVE_S, RED))))
+    d = d.with_panel(timeseries(
+        L, "Events consumed per second by type",
+        "Valid events processed, by event type.",
+        [Q(f"sum by (type) (rate(loopwatch_events_consumed_total[{RATE}]))", "{{type}}")],
+        unit="ops", stack=True))
+
+    d = d.with_row(row("Input quality", L))
+    d = d.with_panel(timeseries(
+        L, "Dead letters per minute by reason",
+        "Records sent to the dead-letter topic. These tool calls get no loop protection.",
+        [Q(f"sum by (reason) (rate(loopwatch_dead_letters_total[{RATE}])) * 60", "{{reason}}")],
+        stack=True))
+    d = d.with_panel(timeseries(
+        L, "Processing errors per minute by stage",
+        "Unexpected errors; the record is dead-lettered and the worker continues.",
+        [Q(f"sum by (stage) (rate(loopwatch_processing_errors_total[{RATE}])) * 60", "{{stage}}")],
+        stack=True))
+
+    d = d.with_row(row("Workers", L))
+    d = d.with_panel(timeseries(
+        L, "Worker ready",
+        "1 when the worker's /readyz answers 200 (tables recovered, not rebalancing).",
+        [Q("loopwatch_ready", "{{instance}}")], width=8, max_val=1))
+    d = d.with_panel(timeseries(
+        L, "Table recovery in progress",
+        "1 while a worker restores its RocksDB tables from the changelog topics.",
+        [Q("loopwatch_table_recovery_in_progress", "{{instance}}")], width=8, max_val=1))
+    d = d.with_panel(timeseries(
+        L, "Runs tracked per worker",
+        "Runs with state on each worker; uneven values mean skewed partitions.",
+        [Q("loopwatch_runs_tracked", "{{instance}}")], width=8))
+    d = d.with_panel(timeseries(
+        L, "Consumer lag by partition",
+        "End offset - committed offset of tool-calls, per partition (max over workers, "
+        "as a partition that just moved may still be reported by its previous owner).",
+        [Q("max by (partition) (loopwatch_consumer_lag_records)", "partition {{partition}}")],
+        width=24))
+    return d
+
+
+# --------------------------------------------------------------------------------------------
+# Detector & tool drill-down
+# --------------------------------------------------------------------------------------------
+
+DETECTION_SELECTOR = 'detector=~"$detector", tool=~"$tool"'
+
+
+def drilldown() -> dashboard_b.Dashboard:
+    L = Layout()
+    d = dashboard(
+        "loopwatch-drilldown",
+        "Loopwatch / Detector & tool drill-down",
+        "Drill into loop detections by detector and tool. There is deliberately no per-agent "
+        "or per-run view: the metrics contract (docs/metrics.md) keeps labels bounded and "
+        "carries no agent, run or session label, so cardinality stays flat however many agents "
+        "run. To follow one agent or run, read its verdicts on the loop-verdicts topic; here, "
+        "pick detectors and tools to see how and where loops happen.",
+        ["loopwatch", "kafka"],
+    )
+    d = (
+        d.with_variable(
+            dashboard_b.QueryVariable("detector")
+            .label("Detector")
+            .description("Detector(s) to drill into")
+            .datasource(DATASOURCE)
+            .query({"qryType": 1, "query": "label_values(loopwatch_loop_detections_total, detector)",
+                    "refId": "PrometheusVariableQueryEditor-VariableQuery"})
+            .refresh(dashboard_m.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(dashboard_m.VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+            .current(dashboard_m.VariableOption(selected=True, text=["All"], value=["$__all"]))
+        )
+        .with_variable(
+            dashboard_b.QueryVariable("tool")
+            .label("Tool")
+            .description("Tool(s) to drill into; only tools seen by the selected detectors")
+            .datasource(DATASOURCE)
+            .query({"qryType": 1,
+                    "query": 'label_values(loopwatch_loop_detections_total{detector=~"$detector"}, tool)',
+                    "refId": "PrometheusVariableQueryEditor-VariableQuery"})
+            .refresh(dashboard_m.VariableRefresh.ON_TIME_RANGE_CHANGED)
+            .sort(dashboard_m.VariableSort.ALPHABETICAL_ASC)
+            .multi(True)
+            .include_all(True)
+            .all_value(".*")
+            .current(dashboard_m.VariableOption(selected=True, text=["All"], value=["$__all"]))
+        )
+    )
+
+    d = d.with_row(row("Selected detectors and tools", L))
+    for panel in (
+        stat(L, "Detections / min", "Detections per minute for the selection.",
+             Q(f"sum(rate(loopwatch_loop_detections_total{{{DETECTION_SELECTOR}}}[5m])) * 60"), width=6, decimals=1),
+        stat(L, "Critical detections (range)", "Critical-level detections for the selection in the range.",
+             Q(f"sum(increase(loopwatch_loop_detections_total{{{DETECTION_SELECTOR}, level=\"critical\"}}[$__range]))"),
+             thresholds=_steps((None, GREEN), (1, YELLOW)), width=6, decimals=0),
+        stat(L, "Share of all detections", "Selection's share of all loop detections in the range.",
+             Q(f"sum(increase(loopwatch_loop_detections_total{{{DETECTION_SELECTOR}}}[$__range])) "
+               "/ sum(increase(loopwatch_loop_detections_total[$__range]))"),
+             unit="percentunit", width=6),
+        stat(L, "Blocks / min (selected detectors)", "Block verdicts per minute from the selected detectors (decisions carry no tool label).",
+             Q('sum(rate(loopwatch_decisions_total{detector=~"$detector", action="block"}[5m])) * 60'),
+             width=6, decimals=1),
+    ):
+        d = d.with_panel(panel)
+
+    d = d.with_panel(timeseries(
+        L, "Detections per minute by level",
+        "Warning vs critical detections for the selection.",
+        [Q(f"sum by (level) (rate(loopwatch_loop_detections_total{{{DETECTION_SELECTOR}}}[{RATE}])) * 60", "{{level}}")],
+        stack=True))
+    d = d.with_panel(timeseries(
+        L, "Detections per minute by tool",
+        "Which of the selected tools loop, and when.",
+        [Q(f"sum by (tool) (rate(loopwatch_loop_detections_total{{{DETECTION_SELECTOR}}}[{RATE}])) * 60", "{{tool}}")],
+        stack=True))
+    d = d.with_panel(timeseries(
+        L, "Detections per minute by detector",
+        "Which detectors fire for the selected tools.",
+        [Q(f"sum by (detector) (rate(loopwatch_loop_detections_total{{{DETECTION_SELECTOR}}}[{RATE}])) * 60", "{{detector}}")],
+        stack=True))
+    d = d.with_panel(timeseries(
+        L, "Decisions per minute by action (selected detectors)",
+        "Verdicts made by the selected detectors: warn vs block.",
+        [Q(f"sum by (action) (rate(loopwatch_decisions_total{{detector=~\"$detector\", action!=\"allow\"}}[{RATE}])) * 60",
+           "{{action}}")],
+        stack=True))
+
+    d = d.with_row(row("Details", L))
+    d = d.with_panel(table_b.Panel()
+        .id(L.id())
+        .title("Detections by detector, level and tool")
+        .description("Detections in the selected range, largest first.")
+        .datasource(DATASOURCE)
+        .targets(_targets([Q(f"sort_desc(sum by (detector, level, tool) "
+                             f"(increase(loopwatch_loop_detections_total{{{DETECTION_SELECTOR}}}[$__range])))")],
+                          instant=True))
+        .decimals(0)
+        .span(12)
+        .height(10)
+        .with_transformation(dashboard_m.DataTransformerConfig(
+            id_val="organize",
+            options={"excludeByName": {"Time": True}, "renameByName": {"Value": "detections"}})))
+    d = d.with_panel(timeseries(
+        L, "Warnings suppressed per minute (selected detectors)",
+        "Warnings hidden by the warning-bucket rule; high values mean runs keep looping just "
+        "below the critical threshold.",
+        [Q(f"sum by (detector) (rate(loopwatch_warnings_suppressed_total{{detector=~\"$detector\"}}[{RATE}])) * 60",
+           "{{detector}}")], height=10))
+    return d
+
+
+DASHBOARDS: dict[str, Callable[[], dashboard_b.Dashboard]] = {
+    "loopwatch-fleet.json": fleet,
+    # File name kept from the chart's first layout; the content is the detector & tool
+    # drill-down, since the metrics carry no agent label (see module docstring).
+    "loopwatch-agent.json": drilldown,
+}
+
+
+def render(builder: dashboard_b.Dashboard) -> str:
+    return json.dumps(builder.build(), cls=JSONEncoder, sort_keys=True, indent=2, ensure_ascii=False) + "\n"
+
+
+def render_all() -> dict[str, str]:
+    return {name: render(build()) for name, build in sorted(DASHBOARDS.items())}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m streams.ops.dashboards", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true",
+                        help="do not write; exit 1 if the files differ from what the generator produces")
+    parser.add_argument("--out-dir", type=Path, default=DASHBOARD_DIR, help=f"default: {DASHBOARD_DIR}")
+    args = parser.parse_args(argv)
+
+    stale = []
+    for name, text in render_all().items():
+        path = args.out_dir / name
+        current = path.read_text(encoding="utf-8") if path.exists() else None
+        if current == text:
+            continue
+        if args.check:
+            stale.append(path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote {path}")
+    if stale:
+        for path in stale:
+            print(f"stale: {path}", file=sys.stderr)
+        print("run `python -m streams.ops.dashboards` and commit the result", file=sys.stderr)
+        return 1
+    if args.check:
+        print(f"dashboards up to date in {args.out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
