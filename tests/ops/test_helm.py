@@ -1,0 +1,387 @@
+"""The Helm chart: helm lint, helm template (default and tests/ops/values-custom.yaml), and
+kubeconform -strict against Kubernetes schemas generated offline from k8s.io/api."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from opsutil import CHART, KUBE_VERSION, REPO, run
+
+CUSTOM_VALUES = Path(__file__).with_name("values-custom.yaml")
+RELEASE, NAMESPACE = "lw", "agents"
+CRD_KINDS = "ServiceMonitor,PrometheusRule"  # monitoring.coreos.com: no offline schema
+
+
+def template(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return run([helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
+                "--kube-version", KUBE_VERSION, *args])
+
+
+def render(helm: str, *args: str) -> str:
+    result = template(helm, *args)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def docs(manifest: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(manifest) if d]
+
+
+def by_kind(manifest: str) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = {}
+    for d in docs(manifest):
+        out.setdefault(d["kind"], []).append(d)
+    return out
+
+
+def kubeconform_check(kubeconform: str, schema_root: Path, manifest: str) -> str:
+    location = str(schema_root) + "/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json"
+    result = run([kubeconform, "-strict", "-summary", "-kubernetes-version", KUBE_VERSION,
+                  "-schema-location", location, "-skip", CRD_KINDS], input=manifest)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def default_manifest(helm: str) -> str:
+    return render(helm)
+
+
+@pytest.fixture(scope="module")
+def custom_manifest(helm: str) -> str:
+    return render(helm, "-f", str(CUSTOM_VALUES))
+
+
+def container(manifest: str) -> dict:
+    (sts,) = by_kind(manifest)["StatefulSet"]
+    (c,) = sts["spec"]["template"]["spec"]["containers"]
+    return c
+
+
+def env(manifest: str) -> dict[str, dict]:
+    return {e["name"]: e for e in container(manifest)["env"]}
+
+
+# ------------------------------------------------------------------ lint and schema validation
+
+@pytest.mark.parametrize("values", [[], ["-f", str(CUSTOM_VALUES)]], ids=["default", "custom"])
+def test_helm_lint_strict(helm: str, values: list[str]) -> None:
+    result = run([helm, "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *values])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+def test_kubeconform_default(kubeconform: str, k8s_schema_root: Path, default_manifest: str) -> None:
+    summary = kubeconform_check(kubeconform, k8s_schema_root, default_manifest)
+    n = len(docs(default_manifest))
+    assert f"Valid: {n}, Invalid: 0, Errors: 0, Skipped: 0" in summary, summary
+
+
+def test_kubeconform_custom(kubeconform: str, k8s_schema_root: Path, custom_manifest: str) -> None:
+    summary = kubeconform_check(kubeconform, k8s_schema_root, custom_manifest)
+    n = len(docs(custom_manifest))
+    # Only the two Prometheus Operator objects are skipped.
+    assert f"Valid: {n - 2}, Invalid: 0, Errors: 0, Skipped: 2" in summary, summary
+
+
+def test_kubeconform_schemas_really_validate(kubeconform: str, k8s_schema_root: Path, default_manifest: str) -> None:
+    """Guard against a vacuous pass: a misspelt field and a wrong type must be rejected."""
+    location = str(k8s_schema_root) + "/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json"
+    for broken in (default_manifest.replace("readOnlyRootFilesystem: true", "readOnlyRootFileSystem: true"),
+                   default_manifest.replace("replicas: 2", "replicas: two")):
+        assert broken != default_manifest
+        result = run([kubeconform, "-strict", "-summary", "-kubernetes-version", KUBE_VERSION,
+                      "-schema-location", location], input=broken)
+        assert result.returncode != 0
+        assert "Invalid: 1" in result.stdout, result.stdout
+
+
+# ------------------------------------------------------------------ default values
+
+def test_default_objects(default_manifest: str) -> None:
+    kinds = by_kind(default_manifest)
+    assert sorted((k, len(v)) for k, v in kinds.items()) == [
+        ("ConfigMap", 3),  # loop-detection config + 2 dashboards
+        ("PodDisruptionBudget", 1),
+        ("Service", 2),
+        ("ServiceAccount", 1),
+        ("StatefulSet", 1),
+    ]
+    for d in docs(default_manifest):
+        labels = d["metadata"]["labels"]
+        for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+                    "app.kubernetes.io/managed-by", "helm.sh/chart", "app.kubernetes.io/component"):
+            assert key in labels, (d["kind"], d["metadata"]["name"], key)
+        assert d["metadata"]["namespace"] == NAMESPACE
+
+
+def test_statefulset_defaults(default_manifest: str) -> None:
+    (sts,) = by_kind(default_manifest)["StatefulSet"]
+    spec = sts["spec"]
+    assert spec["replicas"] == 2
+    assert spec["serviceName"] == f"{RELEASE}-loopwatch-headless"
+    (claim,) = spec["volumeClaimTemplates"]
+    assert claim["metadata"]["name"] == "data"
+    assert claim["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    pod = spec["template"]
+    # Live reload instead of a checksum-triggered restart.
+    assert not any(k.startswith("checksum/") for k in (pod["metadata"].get("annotations") or {}))
+    c = container(default_manifest)
+    assert c["image"] == "ghcr.io/loopwatch/loopwatch:0.1.0"
+    assert c["args"] == ["worker"]
+    assert c["startupProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert c["resources"]["requests"] and c["resources"]["limits"]
+    sc = c["securityContext"]
+    assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 10001
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"] and sc["seccompProfile"]["type"] == "RuntimeDefault"
+    psc = pod["spec"]["securityContext"]
+    assert psc["runAsNonRoot"] is True and psc["runAsUser"] == 10001
+    assert psc["seccompProfile"]["type"] == "RuntimeDefault"
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    assert mounts["/var/lib/loopwatch"] == "data"
+    # The ConfigMap is mounted as a directory (no subPath) where LOOPWATCH_CONFIG points.
+    e = env(default_manifest)
+    config_path = Path(e["LOOPWATCH_CONFIG"]["value"])
+    config_mount = next(m for m in c["volumeMounts"] if m["mountPath"] == str(config_path.parent))
+    assert "subPath" not in config_mount
+    assert volumes[config_mount["name"]]["configMap"]["items"] == [
+        {"key": config_path.name, "path": config_path.name}]
+
+
+def test_worker_env_contract(default_manifest: str) -> None:
+    """Every variable the chart sets is one the worker reads (streams/app/settings.py)."""
+    e = env(default_manifest)
+    assert {k: v.get("value") for k, v in e.items()} == {
+        "LOOPWATCH_BROKER": "kafka:9092",
+        "LOOPWATCH_CONFIG": "/etc/loopwatch/loop-detection.yaml",
+        "LOOPWATCH_DATA_DIR": "/var/lib/loopwatch",
+        "LOOPWATCH_APP_ID": "loopwatch",
+        "LOOPWATCH_WEB_HOST": "0.0.0.0",  # the worker's default (127.0.0.1) is unreachable for probes
+        "LOOPWATCH_WEB_PORT": "6066",
+        "LOOPWATCH_METRICS_PORT": "9108",
+        "LOOPWATCH_TOOL_CALLS_TOPIC": "tool-calls",
+        "LOOPWATCH_VERDICTS_TOPIC": "loop-verdicts",
+        "LOOPWATCH_DEAD_LETTER_TOPIC": "tool-calls-dlq",
+        "LOOPWATCH_PARTITIONS": "6",
+        "LOOPWATCH_REPLICATION": "3",
+        "LOOPWATCH_IDLE_TIMEOUT_S": "1800",
+        "LOOPWATCH_STANDBY_REPLICAS": "1",
+        "LOOPWATCH_CONFIG_POLL_S": "2",
+        "LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT",
+    }
+
+
+def test_loop_detection_configmap_default(default_manifest: str) -> None:
+    cm = next(d for d in by_kind(default_manifest)["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
+    config = yaml.safe_load(cm["data"]["loop-detection.yaml"])
+    assert config == {
+        "tools": {"loopDetection": {
+            "enabled": True, "historySize": 30, "warningThreshold": 10, "criticalThreshold": 20,
+            "globalCircuitBreakerThreshold": 30,
+            "detectors": {"genericRepeat": True, "knownPollNoProgress": True, "pingPong": True}}},
+        "agents": {"list": []},
+        "loopwatch": {"abortAfterCriticalBlocks": None, "surfaceWarnings": False},
+    }
+
+
+def test_services_and_pdb(default_manifest: str) -> None:
+    services = {s["metadata"]["name"]: s for s in by_kind(default_manifest)["Service"]}
+    headless = services[f"{RELEASE}-loopwatch-headless"]["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    metrics = services[f"{RELEASE}-loopwatch"]["spec"]
+    assert {p["name"]: p["port"] for p in metrics["ports"]} == {"http-metrics": 9108, "http-web": 6066}
+    (pdb,) = by_kind(default_manifest)["PodDisruptionBudget"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    (sts,) = by_kind(default_manifest)["StatefulSet"]
+    assert pdb["spec"]["selector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
+
+
+def test_dashboard_configmaps(default_manifest: str) -> None:
+    maps = [d for d in by_kind(default_manifest)["ConfigMap"] if "dashboard" in d["metadata"]["name"]]
+    files = sorted(p.name for p in (CHART / "dashboards").glob("*.json"))
+    assert sorted(k for m in maps for k in m["data"]) == files
+    for m in maps:
+        assert m["metadata"]["labels"]["grafana_dashboard"] == "1"
+        assert m["metadata"]["annotations"]["grafana_folder"] == "Loopwatch"
+        (name, text), = m["data"].items()
+        assert json.loads(text) == json.loads((CHART / "dashboards" / name).read_text())
+
+
+# ------------------------------------------------------------------ custom values
+
+def test_custom_statefulset(custom_manifest: str) -> None:
+    (sts,) = by_kind(custom_manifest)["StatefulSet"]
+    assert sts["spec"]["replicas"] == 3
+    assert sts["spec"]["persistentVolumeClaimRetentionPolicy"] == {"whenDeleted": "Delete", "whenScaled": "Retain"}
+    claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
+    assert claim["storageClassName"] == "fast-ssd" and claim["resources"]["requests"]["storage"] == "20Gi"
+    c = container(custom_manifest)
+    assert c["image"] == "ghcr.io/loopwatch/loopwatch:0.1.0-rc1"
+    assert c["resources"] == {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+    assert sts["spec"]["template"]["spec"]["priorityClassName"] == "loopwatch-critical"
+    (pdb,) = by_kind(custom_manifest)["PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == 2 and "maxUnavailable" not in pdb["spec"]
+
+
+def test_custom_kafka_tls_and_sasl_from_secrets(custom_manifest: str) -> None:
+    e = env(custom_manifest)
+    assert e["LOOPWATCH_KAFKA_SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
+    assert e["LOOPWATCH_PARTITIONS"]["value"] == "12"
+    assert e["LOOPWATCH_KAFKA_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
+    assert e["LOOPWATCH_KAFKA_SASL_USERNAME"]["value"] == "loopwatch"
+    assert e["LOOPWATCH_KAFKA_SASL_PASSWORD"]["valueFrom"] == {
+        "secretKeyRef": {"name": "loopwatch-kafka-sasl", "key": "password"}}
+    assert "value" not in e["LOOPWATCH_KAFKA_SASL_PASSWORD"]
+    c = container(custom_manifest)
+    (sts,) = by_kind(custom_manifest)["StatefulSet"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    tls_mount = next(m for m in c["volumeMounts"] if m["name"] == "kafka-tls")
+    assert tls_mount["readOnly"] is True
+    assert volumes["kafka-tls"]["secret"]["secretName"] == "loopwatch-kafka-tls"
+    for var in ("LOOPWATCH_KAFKA_SSL_CAFILE", "LOOPWATCH_KAFKA_SSL_CERTFILE", "LOOPWATCH_KAFKA_SSL_KEYFILE"):
+        path = Path(e[var]["value"])
+        assert str(path.parent) == tls_mount["mountPath"]
+        assert path.name in {i["path"] for i in volumes["kafka-tls"]["secret"]["items"]}
+    # No secret material is rendered into the manifests.
+    assert "kind: Secret" not in custom_manifest
+
+
+def test_custom_loop_detection_config(custom_manifest: str) -> None:
+    cm = next(d for d in by_kind(custom_manifest)["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
+    config = yaml.safe_load(cm["data"]["loop-detection.yaml"])
+    assert config["tools"]["loopDetection"]["warningThreshold"] == 8
+    assert config["tools"]["loopDetection"]["postCompactionGuard"] == {"windowSize": 12}
+    assert [a["id"] for a in config["agents"]["list"]] == ["safe-runner", "research-bot"]
+    assert config["agents"]["list"][0]["tools"]["loopDetection"] == {"warningThreshold": 5, "criticalThreshold": 10}
+    assert config["loopwatch"] == {"abortAfterCriticalBlocks": 3, "surfaceWarnings": True}
+
+
+def test_custom_monitoring_objects(custom_manifest: str) -> None:
+    kinds = by_kind(custom_manifest)
+    (sm,) = kinds["ServiceMonitor"]
+    assert sm["apiVersion"] == "monitoring.coreos.com/v1"
+    assert sm["metadata"]["namespace"] == "monitoring"
+    assert sm["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert sm["spec"]["endpoints"][0]["port"] == "http-metrics"
+    assert sm["spec"]["endpoints"][0]["interval"] == "15s"
+    assert sm["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    metrics_service = next(s for s in kinds["Service"] if not s["metadata"]["name"].endswith("-headless"))
+    for key, value in sm["spec"]["selector"]["matchLabels"].items():
+        assert metrics_service["metadata"]["labels"][key] == value
+    headless = next(s for s in kinds["Service"] if s["metadata"]["name"].endswith("-headless"))
+    assert not all(headless["metadata"]["labels"].get(k) == v for k, v in sm["spec"]["selector"]["matchLabels"].items())
+
+    (rule,) = kinds["PrometheusRule"]
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    source = yaml.safe_load((CHART / "files" / "alerts.rules.yml").read_text())
+    rendered = rule["spec"]["groups"]
+    assert [g["name"] for g in rendered] == [g["name"] for g in source["groups"]]
+    for got, want in zip(rendered, source["groups"]):
+        for r_got, r_want in zip(got["rules"], want["rules"], strict=True):
+            assert r_got["expr"] == r_want["expr"]
+            assert r_got["annotations"] == r_want["annotations"]
+            assert r_got["labels"] == {**r_want["labels"], "team": "agents-platform"}
+
+    maps = [d for d in kinds["ConfigMap"] if "dashboard" in d["metadata"]["name"]]
+    assert all(m["metadata"]["namespace"] == "monitoring" for m in maps)
+    assert all(m["metadata"]["annotations"]["grafana_folder"] == "Agents / Loopwatch" for m in maps)
+
+
+def test_dashboard_label_is_configurable(helm: str) -> None:
+    manifest = render(helm, "--set", "dashboards.label=grafana_dashboard_loopwatch",
+                      "--set", "dashboards.labelValue=yes", "--set", "dashboards.folderAnnotation=k8s-sidecar-target-directory",
+                      "--set", "dashboards.folder=/tmp/dashboards/loopwatch")
+    maps = [d for d in by_kind(manifest)["ConfigMap"] if "dashboard" in d["metadata"]["name"]]
+    assert len(maps) == 2
+    for m in maps:
+        assert m["metadata"]["labels"]["grafana_dashboard_loopwatch"] == "yes"
+        assert "grafana_dashboard" not in m["metadata"]["labels"]
+        assert m["metadata"]["annotations"]["k8s-sidecar-target-directory"] == "/tmp/dashboards/loopwatch"
+
+
+# ------------------------------------------------------------------ invalid values are refused
+
+@pytest.mark.parametrize("args, message", [
+    (["--set", "kafka.securityProtocol=SASL_SSH"], "securityProtocol"),
+    (["--set", "replicaCount=-1"], "replicaCount"),
+    (["--set", "kafka.bootstrapServers=kafka"], "bootstrapServers"),
+    (["--set", "resources.limits.memory=lots"], "memory"),
+    (["--set", "unknownKey=1"], "unknownKey"),
+    (["--set", "kafka.securityProtocol=SSL"], "kafka.tls.existingSecret"),
+    (["--set", "kafka.securityProtocol=SASL_PLAINTEXT"], "kafka.sasl.existingSecret"),
+    (["--set", "kafka.securityProtocol=SASL_PLAINTEXT", "--set", "kafka.sasl.existingSecret=s"], "kafka.sasl.username"),
+    (["--set", "detectionConfig.tools.loopDetection.warningThreshold=25"], "warningThreshold"),
+    (["--set", "detectionConfig.agents.list[0].id=a",
+      "--set", "detectionConfig.agents.list[0].tools.loopDetection.criticalThreshold=40"], "agent a"),
+], ids=["protocol", "replicas", "bootstrap", "quantity", "unknown-key", "tls-secret", "sasl-secret",
+        "sasl-username", "thresholds", "agent-thresholds"])
+def test_invalid_values_are_refused(helm: str, args: list[str], message: str) -> None:
+    result = template(helm, *args)
+    assert result.returncode != 0, f"accepted: {args}"
+    assert message in result.stderr, result.stderr
+
+
+def test_existing_configmap(helm: str) -> None:
+    manifest = render(helm, "--set", "detectionConfig.existingConfigMap=team-thresholds")
+    assert not any(d["metadata"]["name"].endswith("-config") for d in by_kind(manifest)["ConfigMap"])
+    (sts,) = by_kind(manifest)["StatefulSet"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == "team-thresholds"
+
+
+def test_persistence_disabled_uses_emptydir(helm: str, kubeconform: str, k8s_schema_root: Path) -> None:
+    manifest = render(helm, "--set", "persistence.enabled=false")
+    (sts,) = by_kind(manifest)["StatefulSet"]
+    assert "volumeClaimTemplates" not in sts["spec"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert "emptyDir" in volumes["data"]
+    kubeconform_check(kubeconform, k8s_schema_root, manifest)
+
+
+# ------------------------------------------------------------------ NOTES.txt
+
+def render_notes(helm: str, tmp_path: Path, *args: str) -> str:
+    """helm template cannot render NOTES.txt, so render it through `tpl` in a copy of the chart."""
+    chart = tmp_path / "loopwatch"
+    shutil.copytree(CHART, chart)
+    (chart / "files" / "NOTES.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
+    (chart / "templates" / "zz-notes.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
+        "data:\n  notes: {{ tpl (.Files.Get \"files/NOTES.txt\") . | quote }}\n")
+    result = run([helm, "template", RELEASE, str(chart), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION,
+                  "--show-only", "templates/zz-notes.yaml", *args])
+    assert result.returncode == 0, result.stderr
+    return yaml.safe_load(result.stdout)["data"]["notes"]
+
+
+def test_notes(helm: str, tmp_path: Path) -> None:
+    notes = render_notes(helm, tmp_path)
+    assert "Parallelism: min(replicas=2, partitions=6) = 2" in notes
+    assert "WARNING" not in notes
+    notes = render_notes(helm, tmp_path / "more", "--set", "replicaCount=8")
+    assert "= 6 worker(s)" in notes and "2 worker(s) will hold no partition" in notes
+
+
+def test_env_names_are_read_by_the_worker(default_manifest: str, custom_manifest: str) -> None:
+    """The chart sets only variables streams.app.settings.Settings knows."""
+    try:
+        import dataclasses
+
+        from streams.app.settings import PREFIX, Settings, env_name
+    except ImportError as exc:  # the worker's settings module is not importable here
+        pytest.skip(f"streams.app.settings not importable: {exc}")
+    known = {env_name(f.name) for f in dataclasses.fields(Settings)}
+    rendered = set(env(default_manifest)) | set(env(custom_manifest))
+    ours = {name for name in rendered if name.startswith(PREFIX)}
+    assert ours - known == set()
