@@ -27,6 +27,9 @@ def promtool() -> str:
 @pytest.fixture(scope="session")
 def k8s_schema_root() -> Path:
     root = CACHE / "kubernetes-json-schema"
-    if not (root / f"v{KUBE_VERSION}-standalone-strict" / ".complete").is_file():
+    schemas = root / f"v{KUBE_VERSION}-standalone-strict"
+    if not (schemas / ".complete").is_file():
         missing(f"offline Kubernetes {KUBE_VERSION} JSON schemas in {root}")
+    if not list(schemas.glob(".complete-monitoring-*")):
+        missing(f"offline monitoring.coreos.com (Prometheus Operator) JSON schemas in {schemas}")
     return root
