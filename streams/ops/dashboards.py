@@ -32,6 +32,7 @@ from grafana_foundation_sdk.builders import timeseries as timeseries_b
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as common_m
 from grafana_foundation_sdk.models import dashboard as dashboard_m
+from grafana_foundation_sdk.models import prometheus as prometheus_m
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO_ROOT / "helm" / "loopwatch" / "dashboards"
@@ -57,7 +58,7 @@ def _steps(*steps: tuple[float | None, str]) -> dashboard_b.ThresholdsConfig:
 def _query(expr: str, legend: str = "__auto", ref: str = "A", instant: bool = False) -> prometheus_b.Dataquery:
     q = prometheus_b.Dataquery().expr(expr).legend_format(legend).ref_id(ref).datasource(DATASOURCE)
     if instant:
-        q = q.instant().format(prometheus_b.prometheus.PromQueryFormat.TABLE)
+        q = q.instant().format(prometheus_m.PromQueryFormat.TABLE)
     else:
         q = q.range()
     return q

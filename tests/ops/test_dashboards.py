@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from opsutil import CHART, REPO, contract_metrics, missing, promql_metric_names, run, series_names
+from opsutil import CHART, contract_metrics, missing, promql_metric_names, run, series_names
 
 DASHBOARDS = CHART / "dashboards"
 FILES = ("loopwatch-fleet.json", "loopwatch-agent.json")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from opsutil import CHART, KUBE_VERSION, REPO, run
+from opsutil import CHART, KUBE_VERSION, run
 
 CUSTOM_VALUES = Path(__file__).with_name("values-custom.yaml")
 RELEASE, NAMESPACE = "lw", "agents"
