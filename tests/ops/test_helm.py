@@ -226,6 +226,7 @@ def test_dashboard_configmaps(default_manifest: str) -> None:
         assert m["metadata"]["annotations"]["grafana_folder"] == "Loopwatch"
         (name, text), = m["data"].items()
         assert json.loads(text) == json.loads((CHART / "dashboards" / name).read_text())
+        assert len(text.encode()) < 512 * 1024, "ConfigMaps are limited to 1 MiB; keep well below"
 
 
 # ------------------------------------------------------------------ custom values
