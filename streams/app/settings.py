@@ -1,0 +1,296 @@
+"""Worker settings: ``LOOPWATCH_*`` environment variables, optionally a settings file.
+
+Precedence, lowest first: built-in defaults, the settings file named by
+``LOOPWATCH_SETTINGS_FILE`` (a flat JSON or YAML mapping whose keys are the variable names
+with or without the ``LOOPWATCH_`` prefix, in any case), then the environment.  Explicit
+keyword overrides (``Settings.from_env(env, **overrides)``, used by the worker's command
+line) win over everything.
+
+Every value is validated when read; a bad value raises ``SettingsError`` naming the
+variable, so a misconfigured worker fails at start instead of at the first record.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+__all__ = ["Settings", "SettingsError", "PREFIX"]
+
+PREFIX = "LOOPWATCH_"
+
+_SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class SettingsError(ValueError):
+    """A setting with a value the worker cannot use."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    broker: str = "127.0.0.1:19092"
+    """Bootstrap servers, comma separated, ``host:port`` (a ``kafka://`` prefix is accepted)."""
+    app_id: str = "loopwatch"
+    """Faust app id: the consumer group and the prefix of the changelog topic."""
+    config: Path | None = None
+    """The loop-detection config file (JSON5/YAML); None runs upstream's defaults (detection off)."""
+    data_dir: Path = Path(".loopwatch-state")
+    """Where RocksDB keeps the run table (one directory per worker)."""
+    web_host: str = "127.0.0.1"
+    web_port: int = 6066
+    metrics_port: int = 9108
+    """Prometheus ``/metrics`` port; 0 disables the metrics server."""
+    tool_calls_topic: str = "tool-calls"
+    verdicts_topic: str = "loop-verdicts"
+    dead_letter_topic: str = "tool-calls-dlq"
+    partitions: int = 4
+    replication: int = 1
+    idle_timeout_s: float = 1800.0
+    """Runs without events for this long are dropped from the table."""
+    config_poll_s: float = 2.0
+    """How often the config file's mtime is checked for hot reload."""
+    standby_replicas: int = 1
+    """Faust standby replicas of the run table (warm copies on other workers)."""
+    max_batch: int = 10000
+    """At most this many records are fetched and processed as one batch."""
+    # Kafka client timeouts (seconds); tests lower them for fast joins and failovers.
+    session_timeout_s: float = 60.0
+    heartbeat_interval_s: float = 3.0
+    rebalance_timeout_s: float = 60.0
+    commit_interval_s: float = 2.8
+    # TLS / SASL
+    security_protocol: str = "PLAINTEXT"
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = field(default=None, repr=False)
+
+    # -- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+        """Read settings from ``env`` (default: ``os.environ``) and the optional settings file."""
+        env = os.environ if env is None else env
+        raw: dict[str, Any] = {}
+        settings_file = env.get(PREFIX + "SETTINGS_FILE")
+        if settings_file:
+            raw.update(_read_settings_file(Path(settings_file)))
+        for name in _FIELDS:
+            value = env.get(env_name(name))
+            if value is not None and value != "":
+                raw[name] = value
+        for name, value in overrides.items():
+            if name not in _FIELDS:
+                raise SettingsError(f"unknown setting {name!r}")
+            if value is not None:
+                raw[name] = value
+        return cls(**{name: _parse(name, value) for name, value in raw.items()})._checked()
+
+    def _checked(self) -> "Settings":
+        if not self.broker_hosts:
+            raise SettingsError(f"{PREFIX}BROKER: no bootstrap server given")
+        for host in self.broker_hosts:
+            if ":" not in host:
+                raise SettingsError(f"{PREFIX}BROKER: {host!r} is not host:port")
+        if not self.app_id:
+            raise SettingsError(f"{PREFIX}APP_ID must not be empty")
+        topics = [self.tool_calls_topic, self.verdicts_topic, self.dead_letter_topic]
+        if len(set(topics)) != 3 or not all(topics):
+            raise SettingsError(
+                f"the tool-calls, verdicts and dead-letter topics must be three distinct names, got {topics}"
+            )
+        if self.security_protocol not in _SECURITY_PROTOCOLS:
+            raise SettingsError(
+                f"{PREFIX}KAFKA_SECURITY_PROTOCOL must be one of {', '.join(_SECURITY_PROTOCOLS)},"
+                f" got {self.security_protocol!r}"
+            )
+        if self.sasl:
+            if self.sasl_mechanism not in _SASL_MECHANISMS:
+                raise SettingsError(
+                    f"{PREFIX}KAFKA_SASL_MECHANISM must be one of {', '.join(_SASL_MECHANISMS)}"
+                    f" with {self.security_protocol}, got {self.sasl_mechanism!r}"
+                )
+            if not self.sasl_username or self.sasl_password is None:
+                raise SettingsError(
+                    f"{PREFIX}KAFKA_SASL_USERNAME and {PREFIX}KAFKA_SASL_PASSWORD are required with {self.security_protocol}"
+                )
+        if self.ssl_keyfile is not None and self.ssl_certfile is None:
+            raise SettingsError(f"{PREFIX}KAFKA_SSL_KEYFILE needs {PREFIX}KAFKA_SSL_CERTFILE")
+        return self
+
+    def replace(self, **changes: Any) -> "Settings":
+        return dataclasses.replace(self, **changes)._checked()
+
+    # -- derived values ----------------------------------------------------------------------
+
+    @property
+    def broker_hosts(self) -> list[str]:
+        hosts = []
+        for part in self.broker.split(","):
+            part = part.strip()
+            if part.startswith("kafka://"):
+                part = part[len("kafka://"):]
+            if part:
+                hosts.append(part)
+        return hosts
+
+    @property
+    def broker_url(self) -> str:
+        """Faust's broker URL: ``kafka://h1:p1;h2:p2``."""
+        return ";".join(f"kafka://{host}" for host in self.broker_hosts)
+
+    @property
+    def tls(self) -> bool:
+        return self.security_protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        """The client TLS context (server verification against the CA file, or the system CAs)."""
+        if not self.tls:
+            return None
+        context = ssl.create_default_context(
+            purpose=ssl.Purpose.SERVER_AUTH,
+            cafile=str(self.ssl_cafile) if self.ssl_cafile else None,
+        )
+        if self.ssl_certfile is not None:
+            context.load_cert_chain(
+                str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None
+            )
+        return context
+
+    def broker_credentials(self) -> Any:
+        """Faust's ``broker_credentials``: SSLCredentials, SASLCredentials or None (PLAINTEXT).
+
+        The SSL context is built here: ``faust.SSLCredentials()`` without a context cannot
+        build one itself in faust-streaming 0.15 (it passes ``purpose=None`` to
+        ``ssl.create_default_context``).
+        """
+        import faust
+
+        if self.sasl:
+            return faust.SASLCredentials(
+                username=self.sasl_username,
+                password=self.sasl_password,
+                ssl_context=self.ssl_context(),
+                mechanism=self.sasl_mechanism,
+            )
+        if self.tls:
+            return faust.SSLCredentials(self.ssl_context())
+        return None
+
+    def kafka_client_options(self) -> dict[str, Any]:
+        """The same security settings as keyword arguments for plain aiokafka clients."""
+        options: dict[str, Any] = {"security_protocol": self.security_protocol}
+        if self.tls:
+            options["ssl_context"] = self.ssl_context()
+        if self.sasl:
+            options.update(
+                sasl_mechanism=self.sasl_mechanism,
+                sasl_plain_username=self.sasl_username,
+                sasl_plain_password=self.sasl_password,
+            )
+        return options
+
+    @property
+    def sweep_interval_s(self) -> float:
+        """How often idle runs are looked for: a tenth of the timeout, within 1 s … 60 s."""
+        return min(60.0, max(1.0, self.idle_timeout_s / 10.0))
+
+
+# Environment names differ from field names only for the Kafka security settings.
+_ENV_ALIASES = {
+    "security_protocol": "kafka_security_protocol",
+    "ssl_cafile": "kafka_ssl_cafile",
+    "ssl_certfile": "kafka_ssl_certfile",
+    "ssl_keyfile": "kafka_ssl_keyfile",
+    "sasl_mechanism": "kafka_sasl_mechanism",
+    "sasl_username": "kafka_sasl_username",
+    "sasl_password": "kafka_sasl_password",
+}
+_FIELD_TYPES = {f.name: f.type for f in dataclasses.fields(Settings)}
+
+
+# field name -> environment suffix (``broker`` -> ``BROKER``)
+_FIELDS = {name: _ENV_ALIASES.get(name, name) for name in _FIELD_TYPES}
+
+
+def env_name(name: str) -> str:
+    return PREFIX + _FIELDS[name].upper()
+
+
+def _parse(name: str, value: Any) -> Any:
+    kind = _FIELD_TYPES[name]
+    where = env_name(name)
+    if isinstance(value, str):
+        value = value.strip()
+    try:
+        if kind == "int":
+            number = int(value)
+            if name in ("web_port", "metrics_port") and not 0 <= number <= 65535:
+                raise ValueError("not a port number")
+            if name in ("partitions", "replication", "max_batch") and number < 1:
+                raise ValueError("must be at least 1")
+            if name == "standby_replicas" and number < 0:
+                raise ValueError("must not be negative")
+            if name == "web_port" and number == 0:
+                raise ValueError("the web server needs a port")
+            return number
+        if kind == "float":
+            number = float(value)
+            if not number > 0 or number != number or number == float("inf"):
+                raise ValueError("must be a positive number of seconds")
+            return number
+        if kind == "Path":
+            return Path(str(value))
+        if kind == "Path | None":
+            return Path(str(value)) if value else None
+        if name == "security_protocol":
+            return str(value).upper()
+        if name == "sasl_mechanism":
+            return str(value).upper() if value else None
+        return str(value)
+    except (TypeError, ValueError) as exc:
+        raise SettingsError(f"{where}={value!r}: {exc}") from None
+
+
+def _read_settings_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(f"{PREFIX}SETTINGS_FILE: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        if path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    except Exception as exc:  # noqa: BLE001 - any parser error means the same thing
+        raise SettingsError(f"{PREFIX}SETTINGS_FILE: cannot parse {path}: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{PREFIX}SETTINGS_FILE: {path} must hold a mapping")
+    by_suffix = {suffix: name for name, suffix in _FIELDS.items()}
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        norm = str(key).lower()
+        if norm.startswith(PREFIX.lower()):
+            norm = norm[len(PREFIX):]
+        name = by_suffix.get(norm) or (norm if norm in _FIELDS else None)
+        if name is None:
+            raise SettingsError(f"{PREFIX}SETTINGS_FILE: unknown setting {key!r} in {path}")
+        if value is not None:
+            out[name] = value
+    return out
