@@ -1,0 +1,291 @@
+"""The batch processor without Kafka: decoding, dead letters, grouping, idempotent replay."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from schemas import MAX_EVENT_BYTES, decode_verdict, encode_event
+from streams.app.metrics import Metrics
+from streams.app.processor import (
+    HEADER_SIZE,
+    BatchProcessor,
+    Record,
+    idle_since_ms,
+    pack_state,
+    unpack_header,
+    unpack_state,
+)
+from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
+from streams.engine import LoopEngine, RunState, state_key
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+
+
+def engine() -> LoopEngine:
+    return LoopEngine(CONFIG)
+
+
+class Store(dict):
+    """(partition, key) -> envelope, with the Faust layer's write semantics."""
+
+    def read(self, partition: int, key: bytes):
+        return self.get((partition, key))
+
+    def apply(self, result) -> None:
+        for pk, value in result.writes.items():
+            if value is None:
+                self.pop(pk, None)
+            else:
+                self[pk] = value
+
+
+def records(events, partition=0, start=0, topic="tool-calls"):
+    out = []
+    for i, event in enumerate(events):
+        value = event if isinstance(event, (bytes, type(None))) else encode_event(event)
+        out.append(Record(topic, partition, start + i, b"k", value, 1.0))
+    return out
+
+
+def repeat_run(n: int, run_id="r1", gate=True, result="same"):
+    events = []
+    for i in range(n):
+        events.append(requested_event(f"{run_id}-{i}q", "read", {"path": "/a"}, run_id=run_id, session_key="s", gate=gate, ts_ms=1000 + i))
+        events.append(completed_event(f"{run_id}-{i}c", "read", {"path": "/a"}, result=result, run_id=run_id, session_key="s", ts_ms=1000 + i))
+    return events
+
+
+def reference(events, config=CONFIG):
+    """What the engine alone publishes for these events."""
+    eng = LoopEngine(config)
+    states: dict = {}
+    out = []
+    for event in events:
+        key = state_key(event)
+        step = eng.handle(states.get(key), event, validated=True)
+        states[key] = step.state
+        if step.decision is not None and (event.gate or step.decision.action != "allow"):
+            out.append(step.decision)
+        if step.abort is not None:
+            out.append(step.abort)
+    return out
+
+
+def test_verdicts_match_the_engine_and_gate_rules():
+    events = repeat_run(21) + repeat_run(12, run_id="quiet", gate=False)
+    p = BatchProcessor(engine())
+    store = Store()
+    result = p.process(records(events), store.read)
+    got = [decode_verdict(v.value) for v in result.verdicts]
+    assert got == reference(events)
+    block = [v for v in got if v.run_id == "r1"][-1]
+    assert (block.action, block.detector, block.count) == ("block", "generic_repeat", 20)
+    # non-gate run: only its emitted warning is published, not its allows
+    quiet = [v for v in got if v.run_id == "quiet"]
+    assert quiet and all(v.action != "allow" for v in quiet)
+    assert {v.key for v in result.verdicts} == {b"run:r1", b"run:quiet"}
+    assert all(v.partition == 0 for v in result.verdicts)
+
+
+def test_one_write_per_run_per_batch_and_split_batches_agree():
+    events = repeat_run(15) + repeat_run(15, run_id="r2")
+    whole = BatchProcessor(engine())
+    s1 = Store()
+    r = whole.process(records(events), s1.read)
+    assert set(r.writes) == {(0, b"run:r1"), (0, b"run:r2")}
+    assert r.created == 2 and r.events == len(events)
+    s1.apply(r)
+    # the same events in batches of 7 give the same verdicts and the same final states
+    split = BatchProcessor(engine())
+    s2 = Store()
+    got = []
+    recs = records(events)
+    for i in range(0, len(recs), 7):
+        res = split.process(recs[i:i + 7], s2.read)
+        s2.apply(res)
+        got += [v.value for v in res.verdicts]
+    assert got == [v.value for v in r.verdicts]
+    for pk in s1:
+        assert unpack_state(s1[pk]).state == unpack_state(s2[pk]).state
+
+
+def test_redelivered_events_are_not_applied_twice():
+    events = repeat_run(21)
+    recs = records(events)
+    p = BatchProcessor(engine())
+    store = Store()
+    first = p.process(recs[:30], store.read)
+    store.apply(first)
+    # a crash after the state write, before the offset commit: records 20..41 come again
+    again = p.process(recs[20:], store.read)
+    store.apply(again)
+    assert again.skipped == 10
+    published = [decode_verdict(v.value) for v in first.verdicts + again.verdicts]
+    assert published == reference(events)
+    # a batch that is entirely old re-sends the stored value (changelog repair), no verdicts
+    old = p.process(recs[:5], store.read)
+    assert old.verdicts == [] and old.skipped == 5
+    assert old.writes == {(0, b"run:r1"): store[(0, b"run:r1")]}
+
+
+def test_replay_after_lost_state_write_gives_the_same_verdict_ids_and_content():
+    events = repeat_run(21)
+    recs = records(events)
+    p = BatchProcessor(engine())
+    store = Store()
+    store.apply(p.process(recs[:20], store.read))
+    lost = p.process(recs[20:], store.read)  # verdicts published, state write lost
+    replay = BatchProcessor(engine()).process(recs[20:], store.read)
+    assert [v.value for v in replay.verdicts] == [v.value for v in lost.verdicts]
+
+
+def test_run_ended_deletes_the_state():
+    events = repeat_run(3) + [run_ended_event("end", run_id="r1", session_key="s")]
+    p = BatchProcessor(engine())
+    store = Store()
+    store.apply(p.process(records(events[:6]), store.read))
+    assert (0, b"run:r1") in store
+    r = p.process(records(events[6:], start=6), store.read)
+    assert r.writes == {(0, b"run:r1"): None} and r.deleted == 1
+    store.apply(r)
+    assert store == {}
+    # a run that starts and ends inside one batch never writes
+    r = BatchProcessor(engine()).process(records(events), Store().read)
+    assert r.writes == {} and r.created == 0 and r.deleted == 0
+
+
+def test_runs_are_grouped_per_partition():
+    e1 = requested_event("a", "read", {}, run_id="r", session_key="s", gate=True)
+    e2 = requested_event("b", "read", {}, run_id="r", session_key="s", gate=True)
+    recs = records([e1], partition=0) + records([e2], partition=3)
+    r = BatchProcessor(engine()).process(recs, Store().read)
+    assert set(r.writes) == {(0, b"run:r"), (3, b"run:r")}
+    assert [v.partition for v in r.verdicts] == [0, 3]
+
+
+HOSTILE = [
+    (b"{not json", "invalid_json"),
+    (None, "invalid_json"),
+    (json.dumps({"type": "tool_call.requested", "event_id": 5, "run_id": "r", "tool_name": "read", "args_hash": "read:" + "0" * 64}).encode(), "invalid_event"),
+    (json.dumps({"type": "tool_call.teleported", "event_id": "x", "run_id": "r"}).encode(), "unknown_type"),
+    (json.dumps({"event_id": "x", "run_id": "r"}).encode(), "unknown_type"),
+    (json.dumps({"type": "run.ended", "event_id": "x"}).encode(), "missing_key"),
+    (json.dumps({"type": "run.ended", "event_id": "x", "run_id": "r", "reason": "x" * MAX_EVENT_BYTES}).encode(), "oversized"),
+    (json.dumps({"type": "tool_call.requested", "event_id": "x", "run_id": "r", "tool_name": "read", "args_hash": "exec:" + "0" * 64}).encode(), "invalid_event"),
+]
+
+
+@pytest.mark.parametrize("value, reason", HOSTILE)
+def test_bad_records_become_dead_letters(value, reason):
+    good = requested_event("ok", "read", {}, run_id="r", session_key="s", gate=True)
+    recs = records([value, good])
+    registry = CollectorRegistry()
+    p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
+    r = p.process(recs, Store().read)
+    assert [(d.record.offset, d.reason) for d in r.dead_letters] == [(0, reason)]
+    assert r.dead_letters[0].detail
+    assert len(r.verdicts) == 1  # the good record still gets its answer
+    assert registry.get_sample_value("loopwatch_dead_letters_total", {"reason": reason}) == 1
+
+
+class Exploding(LoopEngine):
+    def handle(self, state, event, *, validated=False):
+        if event.event_id == "r1-3q":
+            if state is not None:
+                state.critical_blocks += 100  # damage the state before failing
+            raise RuntimeError("boom")
+        return super().handle(state, event, validated=validated)
+
+
+def test_engine_errors_dead_letter_the_record_and_keep_the_state_clean():
+    events = repeat_run(6)
+    registry = CollectorRegistry()
+    p = BatchProcessor(Exploding(CONFIG), Metrics(registry, process_metrics=False))
+    store = Store()
+    r = p.process(records(events), store.read)
+    assert [(d.record.offset, d.reason) for d in r.dead_letters] == [(6, "processing_error")]
+    assert "boom" in r.dead_letters[0].detail
+    assert registry.get_sample_value("loopwatch_processing_errors_total", {"stage": "engine"}) == 1
+    store.apply(r)
+    expected = [e for e in events if e.event_id != "r1-3q"]
+    ref_state = None
+    eng = engine()
+    for e in expected:
+        ref_state = eng.handle(ref_state, e, validated=True).state
+    assert unpack_state(store[(0, b"run:r1")]).state == ref_state
+    assert [decode_verdict(v.value) for v in r.verdicts] == reference(expected)
+
+
+def test_unreadable_stored_state_starts_the_run_afresh():
+    registry = CollectorRegistry()
+    p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
+    store = Store({(0, b"run:r1"): b"\x07garbage"})
+    r = p.process(records(repeat_run(1)), store.read)
+    assert len(r.verdicts) == 1 and not r.dead_letters
+    assert registry.get_sample_value("loopwatch_processing_errors_total", {"stage": "state_decode"}) == 1
+
+
+def test_state_cache_is_only_used_while_the_store_agrees():
+    events = repeat_run(21)
+    recs = records(events)
+    p = BatchProcessor(engine())
+    store = Store()
+    store.apply(p.process(recs[:20], store.read))
+    # someone else (another worker, a sweep) replaced the stored state: the cache must not win
+    store[(0, b"run:r1")] = pack_state(RunState(run_id="r1"), 19, 1)
+    r = p.process(recs[20:], store.read)
+    fresh = reference(events[20:])
+    assert [decode_verdict(v.value) for v in r.verdicts] == fresh
+
+
+def test_envelope_round_trip():
+    st = engine().handle(None, requested_event("a", "read", {}, run_id="r", session_key="s", ts_ms=5000), validated=True).state
+    value = pack_state(st, offset=41, touched_ms=7000)
+    assert unpack_header(value) == (41, 7000, 5000)
+    assert idle_since_ms(value) == 7000
+    env = unpack_state(value)
+    assert (env.offset, env.touched_ms, env.last_event_ms, env.state) == (41, 7000, 5000, st)
+    assert len(value) > HEADER_SIZE
+    with pytest.raises(ValueError):
+        unpack_header(b"\x02" + value[1:])
+
+
+def test_metrics_follow_the_contract():
+    registry = CollectorRegistry()
+    m = Metrics(registry, process_metrics=False)
+    p = BatchProcessor(engine(), m)
+    events = repeat_run(21) + [compaction_event("c", run_id="r1", session_key="s")]
+    r = p.process(records(events), Store().read)
+    g = registry.get_sample_value
+    assert g("loopwatch_events_consumed_total", {"type": "tool_call.requested"}) == 21
+    assert g("loopwatch_events_consumed_total", {"type": "tool_call.completed"}) == 21
+    assert g("loopwatch_events_consumed_total", {"type": "compaction.retried"}) == 1
+    assert g("loopwatch_decisions_total", {"detector": "none", "level": "none", "action": "allow"}) == 10
+    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "critical", "action": "block"}) == 1
+    assert g("loopwatch_loop_detections_total", {"detector": "generic_repeat", "level": "critical", "tool": "read"}) == 1
+    assert g("loopwatch_guard_armings_total") == 1
+    warn = g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "warn"})
+    suppressed = g("loopwatch_warnings_suppressed_total", {"detector": "generic_repeat"})
+    assert warn == 1 and suppressed == 9
+    p.observe_latency(r.verdicts, now=2.0)
+    assert g("loopwatch_decision_latency_seconds_count") == 21
+
+
+def test_tool_label_is_capped():
+    m = Metrics(CollectorRegistry(), process_metrics=False)
+    labels = [m.tool_label(f"tool{i}") for i in range(250)]
+    assert labels[:200] == [f"tool{i}" for i in range(200)]
+    assert set(labels[200:]) == {"other"}
+    assert m.tool_label("tool5") == "tool5"
+
+
+def test_engine_log_lines_go_to_python_logging(caplog):
+    p = BatchProcessor(engine())
+    with caplog.at_level("INFO", logger="loopwatch"):
+        p.process(records(repeat_run(21)), Store().read)
+    names = {(r.name, r.levelname) for r in caplog.records}
+    assert ("loopwatch.agents/tools", "ERROR") in names
+    assert ("loopwatch.agents/loop-detection", "WARNING") in names
