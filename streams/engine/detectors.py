@@ -1,13 +1,11 @@
 """The five rolling-history detectors, in upstream order (spec §2.7–§2.12).
 
 ``detect`` sees the run's history *before* the current call is recorded and returns the
-first matching ``Detection`` (or None) plus the detector's own log line, exactly as
+first matching ``Detection`` (or None), exactly as
 upstream's ``detectToolCallLoop``.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from .config import DetectorSettings
 from .state import RunState
@@ -18,20 +16,92 @@ CRITICAL = "critical"
 WARNING = "warning"
 
 
-@dataclass(frozen=True, slots=True)
 class Detection:
-    level: str
-    detector: str
-    count: int
-    message: str
-    warning_key: str
-    paired_tool_name: str | None = None
-    log_level: str | None = None
-    log_message: str | None = None
+    """One detector's finding.  Messages, warning keys and log lines are upstream's exact
+    strings, built only when read: most detections on a busy loop are warnings the bucket
+    rule hides, and nobody reads their text."""
+
+    __slots__ = ("level", "detector", "count", "tool", "sig", "latest", "paired_tool_name", "paired_sig", "unknown_name")
+
+    def __init__(
+        self, level: str, detector: str, count: int, tool: str, sig: str, latest: str | None = None,
+        paired_tool_name: str | None = None, paired_sig: str | None = None, unknown_name: str | None = None,
+    ) -> None:
+        self.level = level
+        self.detector = detector
+        self.count = count
+        self.tool = tool
+        self.sig = sig
+        self.latest = latest
+        self.paired_tool_name = paired_tool_name
+        self.paired_sig = paired_sig
+        self.unknown_name = unknown_name
 
     @property
     def critical(self) -> bool:
         return self.level == CRITICAL
+
+    @property
+    def message(self) -> str:
+        tool, n = self.tool, self.count
+        kind = self.detector
+        if kind == "unknown_tool_repeat":
+            return (f"CRITICAL: attempted unavailable tool {self.unknown_name or tool} {n} times. "
+                    "Stop retrying that missing tool and answer without it.")
+        if kind == "global_circuit_breaker":
+            return (f"CRITICAL: {tool} has repeated identical no-progress outcomes {n} times. "
+                    "Session execution blocked by global circuit breaker to prevent runaway loops.")
+        if kind == "known_poll_no_progress":
+            if self.level == CRITICAL:
+                return (f"CRITICAL: Called {tool} with identical arguments and no progress {n} times. "
+                        "This appears to be a stuck polling loop. Session execution blocked to prevent resource waste.")
+            return (f"WARNING: You have called {tool} {n} times with identical arguments and no progress. "
+                    "Stop polling and either (1) increase wait time between checks, or (2) report the task as "
+                    "failed if the process is stuck.")
+        if kind == "ping_pong":
+            if self.level == CRITICAL:
+                return (f"CRITICAL: You are alternating between repeated tool-call patterns ({n} consecutive "
+                        "calls) with no progress. This appears to be a stuck ping-pong loop. Session execution "
+                        "blocked to prevent resource waste.")
+            return (f"WARNING: You are alternating between repeated tool-call patterns ({n} consecutive "
+                    "calls). This looks like a ping-pong loop; stop retrying and report the task as failed.")
+        if self.level == CRITICAL:
+            return (f"CRITICAL: Called {tool} with identical arguments and identical outcomes {n} times. "
+                    "Session execution blocked to prevent runaway loops.")
+        return (f"WARNING: You have called {tool} {n} times with identical arguments. "
+                "If this is not making progress, stop retrying and report the task as failed.")
+
+    @property
+    def warning_key(self) -> str:
+        kind = self.detector
+        if kind == "unknown_tool_repeat":
+            return f"unknown-tool:{self.tool}:{self.unknown_name or 'unknown'}"
+        if kind == "ping_pong":
+            return ping_pong_key(self.sig, self.paired_sig)
+        if kind == "generic_repeat" and self.level == WARNING:
+            return f"generic:{self.tool}:{self.sig}"
+        prefix = {"global_circuit_breaker": "global", "known_poll_no_progress": "poll"}.get(kind, "generic")
+        return f"{prefix}:{self.tool}:{self.sig}:{self.latest or 'none'}"
+
+    @property
+    def log(self) -> tuple[str, str] | None:
+        """The detector's own log line (level, text) on ``agents/loop-detection``."""
+        tool, n, kind, critical = self.tool, self.count, self.detector, self.level == CRITICAL
+        if kind == "unknown_tool_repeat":
+            return None
+        if kind == "global_circuit_breaker":
+            return "error", f"Global circuit breaker triggered: {tool} repeated {n} times with no progress"
+        if kind == "known_poll_no_progress":
+            if critical:
+                return "error", f"Critical polling loop detected: {tool} repeated {n} times"
+            return "warn", f"Polling loop warning: {tool} repeated {n} times"
+        if kind == "ping_pong":
+            if critical:
+                return "error", f"Critical ping-pong loop detected: alternating calls count={n} currentTool={tool}"
+            return "warn", f"Ping-pong loop warning: alternating calls count={n} currentTool={tool}"
+        if critical:
+            return "error", f"Critical generic loop detected: {tool} repeated {n} times"
+        return "warn", f"Loop warning: {tool} called {n} times with identical arguments"
 
 
 def _utf16(text: str) -> bytes:
@@ -115,12 +185,7 @@ def detect(state: RunState, tool: str, sig: str, known_poll: bool, cfg: Detector
                 break
             unknown_count += 1
     if unknown_count >= cfg.unknown_tool_threshold:
-        return Detection(
-            CRITICAL, "unknown_tool_repeat", unknown_count,
-            f"CRITICAL: attempted unavailable tool {unknown_name or tool} {unknown_count} times. "
-            "Stop retrying that missing tool and answer without it.",
-            f"unknown-tool:{tool}:{unknown_name or 'unknown'}",
-        )
+        return Detection(CRITICAL, "unknown_tool_repeat", unknown_count, tool, sig, unknown_name=unknown_name)
 
     # The no-progress streak N (identical outcomes of this signature, newest first; pending
     # and vetoed calls skipped) and the occurrence count R.  A validated signature begins
@@ -147,80 +212,23 @@ def detect(state: RunState, tool: str, sig: str, known_poll: bool, cfg: Detector
                 elif result != latest:
                     break
                 streak += 1
-    latest_text = latest or "none"
-
     if streak >= cfg.global_circuit_breaker_threshold:
-        return Detection(
-            CRITICAL, "global_circuit_breaker", streak,
-            f"CRITICAL: {tool} has repeated identical no-progress outcomes {streak} times. "
-            "Session execution blocked by global circuit breaker to prevent runaway loops.",
-            f"global:{tool}:{sig}:{latest_text}",
-            log_level="error",
-            log_message=f"Global circuit breaker triggered: {tool} repeated {streak} times with no progress",
-        )
+        return Detection(CRITICAL, "global_circuit_breaker", streak, tool, sig, latest)
     if known_poll and cfg.known_poll_no_progress:
         if streak >= cfg.critical_threshold:
-            return Detection(
-                CRITICAL, "known_poll_no_progress", streak,
-                f"CRITICAL: Called {tool} with identical arguments and no progress {streak} times. "
-                "This appears to be a stuck polling loop. Session execution blocked to prevent resource waste.",
-                f"poll:{tool}:{sig}:{latest_text}",
-                log_level="error",
-                log_message=f"Critical polling loop detected: {tool} repeated {streak} times",
-            )
+            return Detection(CRITICAL, "known_poll_no_progress", streak, tool, sig, latest)
         if streak >= cfg.warning_threshold:
-            return Detection(
-                WARNING, "known_poll_no_progress", streak,
-                f"WARNING: You have called {tool} {streak} times with identical arguments and no progress. "
-                "Stop polling and either (1) increase wait time between checks, or (2) report the task as "
-                "failed if the process is stuck.",
-                f"poll:{tool}:{sig}:{latest_text}",
-                log_level="warn",
-                log_message=f"Polling loop warning: {tool} repeated {streak} times",
-            )
-
+            return Detection(WARNING, "known_poll_no_progress", streak, tool, sig, latest)
     if cfg.ping_pong:
         count, paired_tool, paired_sig, evidence = _ping_pong(state, sig)
         if count:
             if count >= cfg.critical_threshold and evidence:
-                return Detection(
-                    CRITICAL, "ping_pong", count,
-                    f"CRITICAL: You are alternating between repeated tool-call patterns ({count} consecutive "
-                    "calls) with no progress. This appears to be a stuck ping-pong loop. Session execution "
-                    "blocked to prevent resource waste.",
-                    ping_pong_key(sig, paired_sig),
-                    paired_tool,
-                    log_level="error",
-                    log_message=f"Critical ping-pong loop detected: alternating calls count={count} currentTool={tool}",
-                )
+                return Detection(CRITICAL, "ping_pong", count, tool, sig, None, paired_tool, paired_sig)
             if count >= cfg.warning_threshold:
-                return Detection(
-                    WARNING, "ping_pong", count,
-                    f"WARNING: You are alternating between repeated tool-call patterns ({count} consecutive "
-                    "calls). This looks like a ping-pong loop; stop retrying and report the task as failed.",
-                    ping_pong_key(sig, paired_sig),
-                    paired_tool,
-                    log_level="warn",
-                    log_message=f"Ping-pong loop warning: alternating calls count={count} currentTool={tool}",
-                )
-
+                return Detection(WARNING, "ping_pong", count, tool, sig, None, paired_tool, paired_sig)
     if not known_poll and cfg.generic_repeat:
         if streak >= cfg.critical_threshold:
-            return Detection(
-                CRITICAL, "generic_repeat", streak,
-                f"CRITICAL: Called {tool} with identical arguments and identical outcomes {streak} times. "
-                "Session execution blocked to prevent runaway loops.",
-                f"generic:{tool}:{sig}:{latest_text}",
-                log_level="error",
-                log_message=f"Critical generic loop detected: {tool} repeated {streak} times",
-            )
+            return Detection(CRITICAL, "generic_repeat", streak, tool, sig, latest)
         if occurrences >= cfg.warning_threshold:
-            return Detection(
-                WARNING, "generic_repeat", occurrences,
-                f"WARNING: You have called {tool} {occurrences} times with identical arguments. "
-                "If this is not making progress, stop retrying and report the task as failed.",
-                f"generic:{tool}:{sig}",
-                log_level="warn",
-                log_message=f"Loop warning: {tool} called {occurrences} times with identical arguments",
-            )
+            return Detection(WARNING, "generic_repeat", occurrences, tool, sig, latest)
     return None

@@ -44,7 +44,6 @@ class LogLine:
     message: str
 
 
-@dataclass(slots=True)
 class Step:
     """What one event caused.
 
@@ -52,16 +51,97 @@ class Step:
     ``logs`` are upstream's log lines in order.  ``record`` (the history record the outcome
     was attached to or appended as), ``guard`` and ``detection`` expose the intermediate
     answers conformance checks compare.  ``state`` is the run's new state, None once freed.
+
+    The decision and the log lines are built when first read: a worker publishes few
+    decisions (gated calls, warnings, blocks) and most events need neither.
     """
 
-    state: RunState | None
-    decision: Decision | None = None
-    abort: RunAborted | None = None
-    logs: tuple[LogLine, ...] = ()
-    record: CallRecord | None = None
-    guard: guard_mod.GuardVerdict | None = None
-    detection: Detection | None = None
-    vetoed: bool = False
+    __slots__ = ("state", "abort", "record", "guard", "detection", "vetoed", "_request", "_action",
+                 "_emitted", "_notify", "_decision", "_logs")
+
+    def __init__(
+        self,
+        state: RunState | None,
+        *,
+        abort: RunAborted | None = None,
+        logs: tuple[LogLine, ...] | None = (),
+        record: CallRecord | None = None,
+        guard: guard_mod.GuardVerdict | None = None,
+        detection: Detection | None = None,
+        vetoed: bool = False,
+        request: ToolCallRequested | None = None,
+        action: str = "allow",
+        emitted: bool | None = None,
+        notify: bool = False,
+        decision: Decision | None = None,
+    ) -> None:
+        self.state = state
+        self.abort = abort
+        self.record = record
+        self.guard = guard
+        self.detection = detection
+        self.vetoed = vetoed
+        self._request = request
+        self._action = action
+        self._emitted = emitted
+        self._notify = notify
+        self._decision = decision
+        self._logs = logs
+
+    @property
+    def decision(self) -> Decision | None:
+        if self._decision is None and self._request is not None:
+            self._decision = _decision(self._request, self._action, self.detection, self._emitted, self._notify)
+        return self._decision
+
+    @property
+    def logs(self) -> tuple[LogLine, ...]:
+        if self._logs is None:
+            self._logs = _request_logs(self)
+        return self._logs
+
+
+def _decision(event: ToolCallRequested, action: str, d: Detection | None, emitted: bool | None, notify: bool) -> Decision:
+    return Decision(
+        verdict_id=f"{event.event_id}/decision",
+        cause_event_id=event.event_id,
+        run_id=event.run_id,
+        session_key=event.session_key,
+        agent_id=event.agent_id,
+        ts_ms=event.ts_ms,
+        tool_call_id=event.tool_call_id,
+        tool_name=event.tool_name,
+        args_hash=event.args_hash,
+        action=action,
+        level=d.level if d else None,
+        detector=d.detector if d else None,
+        count=d.count if d else None,
+        message=d.message if d else None,
+        paired_tool_name=d.paired_tool_name if d else None,
+        warning_key=d.warning_key if d else None,
+        warning_emitted=emitted,
+        notify_model=notify,
+    )
+
+
+def _request_logs(step: Step) -> tuple[LogLine, ...]:
+    """Upstream's log lines for a requested call, in order (spec §2.13, §3)."""
+    d, event = step.detection, step._request
+    if d is None:
+        return ()
+    lines = []
+    own = d.log
+    if own is not None:
+        lines.append(LogLine(own[0], LOOP_SUBSYSTEM, own[1]))
+    if step.vetoed:
+        lines.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Blocking {event.tool_name} due to critical loop: {d.message}"))
+        lines.append(LogLine("error", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, d, "block")))
+        if step.abort is not None:
+            lines.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Run aborted: {step.abort.count} critical tool-loop blocks"))
+    elif step._emitted:
+        lines.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {event.tool_name}: {d.message}"))
+        lines.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, d, "warn")))
+    return tuple(lines)
 
 
 def normalize_run_id(run_id: Any) -> str | None:
@@ -132,53 +212,32 @@ class LoopEngine:
     # -- tool call requested: detect, veto or warn, record (spec §3 steps 1-2) -------------
 
     def _requested(self, state: RunState, event: ToolCallRequested) -> Step:
-        settings = self.settings_for(event.agent_id)
+        settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
         if state.aborted is not None:
             return self._after_abort(state, event)
         cfg = settings.detection
-        logs: list[LogLine] = []
         detection = None
         # Upstream detects and records only with a session key (HOOK-D03).
         if event.session_key:
             if cfg.enabled:
                 detection = detect(state, event.tool_name, event.args_hash, event.known_poll, cfg)
-                if detection is not None and detection.log_message:
-                    logs.append(LogLine(detection.log_level, LOOP_SUBSYSTEM, detection.log_message))
-            if detection is not None and detection.critical:
-                return self._block(state, event, settings, detection, logs)
-        emitted = None
-        if detection is not None:
-            emitted = self._warning_bucket(state, detection)
-            if emitted:
-                logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {event.tool_name}: {detection.message}"))
-                logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, detection, "warn")))
-        if event.session_key and cfg.records_calls:
-            history.record_call(
-                state, event.tool_name, event.args_hash, event.tool_call_id, event.ts_ms, cfg.history_size
-            )
+                if detection is not None and detection.level == "critical":
+                    return self._block(state, event, settings, detection)
+            if cfg.records_calls:
+                history.record_call(
+                    state, event.tool_name, event.args_hash, event.tool_call_id, event.ts_ms, cfg.history_size
+                )
         if detection is None:
-            decision = Decision(
-                verdict_id=f"{event.event_id}/decision", cause_event_id=event.event_id, run_id=event.run_id,
-                session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms,
-                tool_call_id=event.tool_call_id, tool_name=event.tool_name, args_hash=event.args_hash, action="allow",
-            )
-            return Step(state, decision=decision)
-        decision = self._decision(
-            event,
-            "warn" if emitted else "allow",
-            detection,
-            warning_emitted=emitted,
-            notify_model=bool(emitted and settings.surface_warnings),
+            return Step(state, request=event)
+        emitted = self._warning_bucket(state, detection)
+        return Step(
+            state, request=event, detection=detection, logs=None,
+            action="warn" if emitted else "allow", emitted=emitted,
+            notify=emitted and settings.surface_warnings,
         )
-        return Step(state, decision=decision, logs=tuple(logs), detection=detection)
 
-    def _block(
-        self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Detection, logs: list[LogLine]
-    ) -> Step:
+    def _block(self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Detection) -> Step:
         # The vetoed call is not recorded: the next identical call sees the same history.
-        logs.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Blocking {event.tool_name} due to critical loop: {detection.message}"))
-        logs.append(LogLine("error", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, detection, "block")))
-        decision = self._decision(event, "block", detection, notify_model=True)
         state.critical_blocks += 1
         abort = None
         limit = settings.abort_after_critical_blocks
@@ -200,8 +259,8 @@ class LoopEngine:
                     f"(last: {detection.detector} on {event.tool_name}). Blocking single calls did not stop the loop."
                 ),
             )
-            logs.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Run aborted: {blocks} critical tool-loop blocks"))
-        return Step(state, decision=decision, abort=abort, logs=tuple(logs), detection=detection, vetoed=True)
+        return Step(state, request=event, detection=detection, logs=None, action="block", notify=True,
+                    abort=abort, vetoed=True)
 
     def _after_abort(self, state: RunState, event: ToolCallRequested) -> Step:
         # Upstream's run is over after an abort; a late call of the same run is refused.
@@ -222,7 +281,7 @@ class LoopEngine:
             message=message,
             notify_model=True,
         )
-        return Step(state, decision=decision, vetoed=True)
+        return Step(state, decision=decision, request=event, vetoed=True)
 
     def _warning_bucket(self, state: RunState, detection: Detection) -> bool:
         """Upstream's bucket rule: a warning is emitted when count // 10 reaches a new high
@@ -237,37 +296,6 @@ class LoopEngine:
             del buckets[next(iter(buckets))]  # oldest inserted key goes first
         buckets[key] = bucket
         return True
-
-    @staticmethod
-    def _decision(
-        event: ToolCallRequested,
-        action: str,
-        detection: Detection | None,
-        *,
-        warning_emitted: bool | None = None,
-        notify_model: bool = False,
-    ) -> Decision:
-        d = detection
-        return Decision(
-            verdict_id=f"{event.event_id}/decision",
-            cause_event_id=event.event_id,
-            run_id=event.run_id,
-            session_key=event.session_key,
-            agent_id=event.agent_id,
-            ts_ms=event.ts_ms,
-            tool_call_id=event.tool_call_id,
-            tool_name=event.tool_name,
-            args_hash=event.args_hash,
-            action=action,
-            level=d.level if d else None,
-            detector=d.detector if d else None,
-            count=d.count if d else None,
-            message=d.message if d else None,
-            paired_tool_name=d.paired_tool_name if d else None,
-            warning_key=d.warning_key if d else None,
-            warning_emitted=warning_emitted,
-            notify_model=notify_model,
-        )
 
     # -- tool call completed: record the outcome, feed the guard (spec §2.4, §3 step 4) ----
 
