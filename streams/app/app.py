@@ -1,0 +1,449 @@
+"""The Faust app: topics, the run table, the batch handler, timers, health and metrics.
+
+A thin shell.  The detection is ``streams.engine``; the per-record logic is
+``streams.app.processor`` (no I/O); this module only moves bytes between Kafka, RocksDB and
+the processor:
+
+* topics ``tool-calls`` (consumed), ``loop-verdicts`` and ``tool-calls-dlq`` (produced),
+  created by the app with ``LOOPWATCH_PARTITIONS`` partitions (the broker does not
+  auto-create);
+* the ``runs`` table: RocksDB through faust-streaming's ``rocksdb://`` store with the
+  ``rocksdict`` driver, raw bytes keys (state keys) and values (see the envelope in
+  ``processor``), with a compacted changelog topic ``<app id>-runs-changelog``; Faust
+  recovers it on start and on rebalance, and keeps standby copies on other workers;
+* one handler for ``tool-calls`` batches (``handle_batch``), called by the batching consumer
+  (``streams.app.transport``) with every fetch, one batch at a time.
+
+Why the writes bypass ``table[key] = value``: Faust's per-key write sends one changelog
+record through its producer buffer per call and resolves the partition from the "current
+event" of a stream; batch processing writes each touched run once per batch, straight to the
+partition's RocksDB with a ``WriteBatch``, and ships the changelog records as one Kafka
+record batch per partition.  Recovery, standbys and the persisted changelog offsets are
+Faust's, unchanged.
+
+Ordering per batch (what makes redelivery after a crash safe, see ``processor``):
+verdicts and dead letters are produced and their delivery awaited, then the states are
+written (RocksDB, then the changelog), then the records are acked.  Faust flushes the
+producer before it commits offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from typing import Any, Iterable, Sequence
+
+import faust
+from faust.types import TP
+
+from streams.engine import LoopEngine
+
+from .metrics import Metrics
+from .processor import BatchProcessor, DeadLetter, VerdictOut, idle_since_ms
+from .reload import ConfigWatcher
+from .settings import Settings
+from .transport import BatchingTransport
+
+__all__ = ["LoopwatchApp", "Loopwatch", "create_app"]
+
+log = logging.getLogger("loopwatch.worker")
+
+TABLE_NAME = "runs"
+DLQ_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+SWEEP_CHUNK = 2000
+
+
+class LoopwatchApp(faust.App):
+    """``faust.App`` whose consumer delivers registered topics in batches."""
+
+    batch_handlers: dict[str, Any]
+    loopwatch: "Loopwatch"
+
+    def _new_transport(self) -> BatchingTransport:
+        return BatchingTransport(self.conf.broker_consumer, self)
+
+
+def faust_settings(settings: Settings) -> dict[str, Any]:
+    """Keyword arguments for ``faust.App``."""
+    return dict(
+        broker=settings.broker_url,
+        broker_credentials=settings.broker_credentials(),
+        store="rocksdb://",  # faust-streaming 0.15.3 has no "rocksdict://" scheme: see the table options
+        datadir=str(settings.data_dir),
+        autodiscover=False,
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication,
+        topic_disable_leader=True,
+        table_standby_replicas=settings.standby_replicas,
+        processing_guarantee="at_least_once",
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=settings.session_timeout_s,
+        broker_heartbeat_interval=settings.heartbeat_interval_s,
+        broker_rebalance_timeout=settings.rebalance_timeout_s,
+        broker_commit_interval=settings.commit_interval_s,
+        broker_max_poll_records=settings.max_batch,
+        consumer_max_fetch_size=4 * 1024 * 1024,
+        producer_acks=-1,
+        producer_linger=0.002,
+        producer_max_batch_size=512 * 1024,
+        producer_max_request_size=4 * 1024 * 1024,
+        web_enabled=True,
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
+        web_port=settings.web_port,
+        canonical_url=f"http://{settings.web_host}:{settings.web_port}",
+    )
+
+
+def create_app(settings: Settings | None = None, *, metrics: Metrics | None = None) -> LoopwatchApp:
+    """Build the worker's Faust app (not started)."""
+    settings = settings or Settings.from_env()
+    app = LoopwatchApp(settings.app_id, **faust_settings(settings))
+    app.batch_handlers = {}
+    app.loopwatch = Loopwatch(app, settings, metrics or Metrics())
+    return app
+
+
+class Loopwatch:
+    """Everything the worker adds to the Faust app."""
+
+    def __init__(self, app: LoopwatchApp, settings: Settings, metrics: Metrics) -> None:
+        self.app = app
+        self.settings = settings
+        self.metrics = metrics
+        self.watcher = ConfigWatcher(settings.config, self._swap_engine)
+        self.processor = BatchProcessor(self.watcher.load_initial(), metrics)
+        self._write_lock = asyncio.Lock()
+        self._metrics_server: Any = None
+        self._runs_tracked = 0
+        self._counted_generation: int | None = None
+        self._started_at = time.monotonic()
+        self.batches = 0
+        self.records = 0
+        self.verdicts_sent = 0
+        self.dead_lettered = 0
+        self._reported = (time.monotonic(), 0, 0, 0, 0)
+
+        raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
+        self.tool_calls = app.topic(
+            settings.tool_calls_topic, partitions=settings.partitions, replicas=settings.replication,
+            internal=True, **raw,
+        )
+        self.verdicts = app.topic(
+            settings.verdicts_topic, partitions=settings.partitions, replicas=settings.replication,
+            internal=True, **raw,
+        )
+        self.dead_letters = app.topic(
+            settings.dead_letter_topic, partitions=settings.partitions, replicas=settings.replication,
+            internal=True, config={"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)}, **raw,
+        )
+        self.table = app.Table(
+            TABLE_NAME,
+            partitions=settings.partitions,
+            help="loop-detection state per run (state key -> envelope around encode_state)",
+            options={
+                "driver": "rocksdict",
+                "block_cache_size": 64 * 1024 * 1024,
+                "write_buffer_size": 16 * 1024 * 1024,
+            },
+            key_type=bytes,
+            value_type=bytes,  # bytes -> the "raw" codec for keys, values and the changelog
+        )
+        # Subscribe tool-calls through the conductor (so the assignor co-partitions it with
+        # the changelog and the consumer fetches it); its records go to handle_batch.
+        app.topics.add(self.tool_calls)
+        app.batch_handlers[settings.tool_calls_topic] = self.handle_batch
+
+        # Evaluated at scrape time (in the metrics server's thread; plain attribute reads).
+        metrics.ready.set_function(lambda: 1.0 if self.is_ready() else 0.0)
+        metrics.table_recovery_in_progress.set_function(lambda: 1.0 if getattr(app, "in_recovery", False) else 0.0)
+        metrics.runs_tracked.set_function(lambda: float(self._runs_tracked))
+
+        app.task(self._on_start)
+        app.timer(settings.config_poll_s, name="loopwatch.config_reload")(self._poll_config)
+        app.timer(settings.sweep_interval_s, name="loopwatch.idle_sweep")(self.sweep)
+        app.timer(1.0, name="loopwatch.lag")(self._update_lag)
+        app.page("/healthz")(_healthz)
+        app.page("/readyz")(_readyz)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def _on_start(self) -> None:
+        for topic in (self.verdicts, self.dead_letters):
+            await topic.maybe_declare()
+        if self._metrics_server is None and self.settings.metrics_port:
+            self._metrics_server = self.metrics.serve(self.settings.metrics_port, self.settings.web_host)
+            log.info("metrics on http://%s:%d/metrics", self.settings.web_host, self.settings.metrics_port)
+
+    def _swap_engine(self, engine: LoopEngine) -> None:
+        self.processor.engine = engine
+
+    async def _poll_config(self) -> None:
+        self.watcher.poll()
+
+    # -- health -------------------------------------------------------------------------------
+
+    def is_ready(self) -> bool:
+        """Table recovery finished and no rebalance in progress."""
+        app = self.app
+        try:
+            recovered = app.tables.recovery.completed.is_set()
+        except Exception:  # noqa: BLE001 - not started yet
+            return False
+        return bool(recovered and not app.rebalancing and not getattr(app, "in_recovery", False))
+
+    def _report(self) -> None:
+        """One info line a minute: what the worker did since the last one."""
+        now = time.monotonic()
+        then, batches, records, verdicts, dead = self._reported
+        if now - then < 60.0:
+            return
+        self._reported = (now, self.batches, self.records, self.verdicts_sent, self.dead_lettered)
+        n = self.records - records
+        if n:
+            log.info(
+                "%d records in %d batches (%.0f/s), %d verdicts, %d dead letters; %d runs tracked",
+                n, self.batches - batches, n / (now - then), self.verdicts_sent - verdicts,
+                self.dead_lettered - dead, self._runs_tracked,
+            )
+
+    async def _update_lag(self) -> None:
+        self._report()
+        generation = self.app.consumer_generation_id
+        if generation != self._counted_generation and self.is_ready():
+            # New assignment (or first start): recount the runs this worker now holds (and
+            # expire idle ones) instead of waiting up to a minute for the next sweep.
+            self._counted_generation = generation
+            await self.sweep()
+        m = self.metrics
+        consumer = self.app.consumer
+        try:
+            assignment = consumer.assignment()
+        except Exception:  # noqa: BLE001 - consumer not started
+            return
+        committed = getattr(consumer, "_committed_offset", {})
+        seen = set()
+        for tp in assignment:
+            if tp.topic != self.settings.tool_calls_topic:
+                continue
+            highwater = consumer.highwater(tp)
+            done = committed.get(tp)
+            if highwater is None:
+                continue
+            seen.add(str(tp.partition))
+            m.consumer_lag.labels(str(tp.partition)).set(max(0, highwater - (done or 0)))
+        for labels in list(getattr(m.consumer_lag, "_metrics", {})):
+            if labels[0] not in seen:
+                m.consumer_lag.remove(*labels)
+
+    # -- state access ---------------------------------------------------------------------------
+
+    @property
+    def store(self) -> Any:
+        return self.table.data
+
+    @property
+    def changelog_topic(self) -> str:
+        return self.table.changelog_topic.get_topic_name()
+
+    def _read(self, partition: int, key: bytes) -> bytes | None:
+        return self.store._db_for_partition(partition).get(key)
+
+    def _producer(self) -> Any:
+        """The aiokafka producer under Faust's producer (for record-batch sends)."""
+        return self.app.producer._ensure_producer()
+
+    # -- the batch handler ------------------------------------------------------------------------
+
+    async def handle_batch(self, messages: Sequence[Any]) -> None:
+        records = messages  # Faust messages have the attributes processor.Record has
+        async with self._write_lock:
+            result = self.processor.process(records, self._read)
+            pending = []
+            if result.verdicts:
+                self.processor.observe_latency(result.verdicts)
+                pending += await self._send_verdicts(result.verdicts)
+            for letter in result.dead_letters:
+                pending.append(await self._send_dead_letter(letter))
+            if pending:
+                # Delivered before the states move on: see the module docstring.
+                await asyncio.gather(*pending)
+            if result.writes:
+                await self._write(result.writes.items())
+        self._runs_tracked = max(0, self._runs_tracked + result.created - result.deleted)
+        self.batches += 1
+        self.records += len(records)
+        self.verdicts_sent += len(result.verdicts)
+        self.dead_lettered += len(result.dead_letters)
+        if result.skipped:
+            log.info("skipped %d re-delivered events already applied to their runs", result.skipped)
+
+    async def _send_verdicts(self, verdicts: list[VerdictOut]) -> list[asyncio.Future]:
+        n_partitions = self.settings.partitions
+        by_partition: dict[int, list[tuple[bytes, bytes, list]]] = defaultdict(list)
+        for out in verdicts:
+            by_partition[out.partition % n_partitions].append((out.key, out.value, []))
+        futures = []
+        for partition, items in by_partition.items():
+            for future, _n in await self._send_records(self.settings.verdicts_topic, partition, items):
+                futures.append(future)
+        return futures
+
+    async def _send_dead_letter(self, letter: DeadLetter) -> asyncio.Future:
+        record = letter.record
+        headers = [
+            ("loopwatch.reason", letter.reason.encode()),
+            ("loopwatch.detail", letter.detail.encode("utf-8", "replace")),
+            ("loopwatch.source.topic", record.topic.encode()),
+            ("loopwatch.source.partition", str(record.partition).encode()),
+            ("loopwatch.source.offset", str(record.offset).encode()),
+        ]
+        if record.timestamp:
+            headers.append(("loopwatch.source.timestamp_ms", str(int(record.timestamp * 1000)).encode()))
+        value = record.value
+        if record.key is None and value is None:
+            value = b""  # Kafka needs a key or a value
+        return await self._producer().send(
+            self.settings.dead_letter_topic, value, key=record.key,
+            partition=record.partition % self.settings.partitions, headers=headers,
+        )
+
+    async def _send_records(
+        self, topic: str, partition: int, items: Iterable[tuple[bytes | None, bytes | None, list]]
+    ) -> list[tuple[asyncio.Future, int]]:
+        """Produce records to one partition as few record batches; returns (future, count)."""
+        producer = self._producer()
+        sent: list[tuple[asyncio.Future, int]] = []
+        batch = producer.create_batch()
+        n = 0
+        for key, value, headers in items:
+            if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                if n:
+                    sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+                    batch = producer.create_batch()
+                    n = 0
+                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                    # Larger than a whole batch: the per-record path sizes a batch for it.
+                    sent.append((await producer.send(topic, value, key=key, partition=partition, headers=headers), 1))
+                    continue
+            n += 1
+        if n:
+            sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+        return sent
+
+    async def _write(self, writes: Iterable[tuple[tuple[int, bytes], bytes | None]]) -> None:
+        """Store states (None: delete) in RocksDB, then queue their changelog records."""
+        import rocksdict
+
+        store = self.store
+        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
+        for (partition, key), value in writes:
+            by_partition[partition].append((key, value))
+        changelog = self.changelog_topic
+        for partition, items in by_partition.items():
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            for key, value in items:
+                if value is None:
+                    wb.delete(key)
+                else:
+                    wb.put(key, value)
+            store._db_for_partition(partition).write(wb)
+            for future, n in await self._send_records(changelog, partition, ((k, v, []) for k, v in items)):
+                future.add_done_callback(self._persisted_callback(changelog, partition, n))
+
+    def _persisted_callback(self, topic: str, partition: int, n: int):
+        store = self.store
+
+        def on_sent(future: asyncio.Future) -> None:
+            if future.cancelled() or future.exception() is not None:
+                return  # the producer fails the worker; recovery reads from the last good offset
+            if partition in store._dbs:  # not revoked meanwhile (would reopen the db)
+                store.set_persisted_offset(TP(topic, partition), future.result().offset + n - 1)
+
+        return on_sent
+
+    # -- idle expiry ------------------------------------------------------------------------------
+
+    async def sweep(self) -> int:
+        """Delete runs idle for longer than LOOPWATCH_IDLE_TIMEOUT_S; returns how many.
+
+        A periodic scan of the active partitions' RocksDB rather than Faust's windowed-table
+        expiry: windows would cut one run's state into time buckets, while a run's history
+        must live as long as the run.  The scan reads only each value's 25-byte envelope
+        header (processing time and event time of the last event), yields to the event loop
+        every 2,000 keys, re-checks a candidate under the write lock before deleting it, and
+        deletes through the normal write path (RocksDB + changelog tombstone).  It also
+        recounts ``loopwatch_runs_tracked``.
+        """
+        app = self.app
+        if app.rebalancing or getattr(app, "in_recovery", False) or not self.is_ready():
+            return 0
+        store = self.store
+        generation = app.consumer_generation_id
+        cutoff = int(time.time() * 1000) - int(self.settings.idle_timeout_s * 1000)
+        try:
+            actives = app.assignor.assigned_actives()
+        except Exception:  # noqa: BLE001
+            return 0
+        changelog = self.changelog_topic
+        partitions = [p for p in list(store._dbs) if TP(changelog, p) in actives]
+        total = deleted = 0
+        offset_key = store.offset_key
+        for partition in partitions:
+            db = store._dbs.get(partition)
+            if db is None:
+                continue
+            candidates: list[bytes] = []
+            seen = 0
+            for key, value in db.items():
+                if key == offset_key:
+                    continue
+                seen += 1
+                try:
+                    if idle_since_ms(value) < cutoff:
+                        candidates.append(key)
+                except Exception:  # noqa: BLE001 - unreadable: leave it to the processor
+                    pass
+                if seen % SWEEP_CHUNK == 0:
+                    await asyncio.sleep(0)
+                    if app.consumer_generation_id != generation or store._dbs.get(partition) is not db:
+                        return deleted  # rebalanced meanwhile: try again next time
+            expired = 0
+            if candidates:
+                async with self._write_lock:
+                    if app.consumer_generation_id != generation or store._dbs.get(partition) is not db:
+                        return deleted
+                    cutoff = int(time.time() * 1000) - int(self.settings.idle_timeout_s * 1000)
+                    doomed = []
+                    for key in candidates:
+                        value = db.get(key)
+                        if value is not None and idle_since_ms(value) < cutoff:
+                            doomed.append(((partition, key), None))
+                    if doomed:
+                        await self._write(doomed)
+                    expired = len(doomed)
+            deleted += expired
+            total += seen - expired
+        self._runs_tracked = total
+        if deleted:
+            log.info("expired %d idle runs (idle > %ss)", deleted, self.settings.idle_timeout_s)
+        return deleted
+
+
+async def _healthz(self: Any, request: Any) -> Any:
+    """200 while the process is up."""
+    return self.json({"status": "ok"})
+
+
+async def _readyz(self: Any, request: Any) -> Any:
+    """200 once the run table is recovered and no rebalance is in progress, else 503."""
+    loopwatch = self.app.loopwatch
+    ready = loopwatch.is_ready()
+    body = {
+        "ready": ready,
+        "rebalancing": bool(self.app.rebalancing),
+        "in_recovery": bool(getattr(self.app, "in_recovery", False)),
+    }
+    return self.json(body, status=200 if ready else 503)

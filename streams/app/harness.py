@@ -1,0 +1,420 @@
+"""Drive real workers from tests and benchmarks: worker subprocesses, producing events,
+collecting verdicts and dead letters, and the engine-alone reference answers.
+
+Nothing here mocks Kafka: these helpers talk to a real broker with plain aiokafka clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from schemas import decode_verdict, encode_event
+from schemas.events import ToolCallEvent
+from streams.engine import LoopEngine, state_key
+
+__all__ = [
+    "WorkerProcess",
+    "WorkerNames",
+    "collect",
+    "dedupe",
+    "free_port",
+    "produce",
+    "reference_verdicts",
+    "wait_for_topic",
+]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class WorkerNames:
+    """Unique app id and topic names, so runs never see each other's data."""
+
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    prefix: str = "lwt"
+
+    @property
+    def app_id(self) -> str:
+        return f"{self.prefix}-{self.tag}"
+
+    @property
+    def tool_calls(self) -> str:
+        return f"{self.prefix}-{self.tag}-tool-calls"
+
+    @property
+    def verdicts(self) -> str:
+        return f"{self.prefix}-{self.tag}-verdicts"
+
+    @property
+    def dead_letters(self) -> str:
+        return f"{self.prefix}-{self.tag}-dlq"
+
+    @property
+    def changelog(self) -> str:
+        return f"{self.app_id}-runs-changelog"
+
+    def env(self) -> dict[str, str]:
+        return {
+            "LOOPWATCH_APP_ID": self.app_id,
+            "LOOPWATCH_TOOL_CALLS_TOPIC": self.tool_calls,
+            "LOOPWATCH_VERDICTS_TOPIC": self.verdicts,
+            "LOOPWATCH_DEAD_LETTER_TOPIC": self.dead_letters,
+        }
+
+
+# Kafka client timeouts that make joins, failovers and restarts quick on a local broker.
+FAST_GROUP_ENV = {
+    "LOOPWATCH_SESSION_TIMEOUT_S": "6",
+    "LOOPWATCH_HEARTBEAT_INTERVAL_S": "0.5",
+    "LOOPWATCH_REBALANCE_TIMEOUT_S": "10",
+    "LOOPWATCH_COMMIT_INTERVAL_S": "0.5",
+}
+
+
+class WorkerProcess:
+    """``python -m streams.app.worker`` in its own process group, with its own ports and
+    data directory.  ``stop()`` / ``kill()`` always target the group by its id."""
+
+    def __init__(
+        self,
+        broker: str,
+        names: WorkerNames,
+        *,
+        data_dir: Path | None = None,
+        config: Path | None = None,
+        env: dict[str, str] | None = None,
+        log_dir: Path | None = None,
+        loglevel: str = "info",
+        label: str = "worker",
+    ) -> None:
+        self.broker = broker
+        self.names = names
+        self.data_dir = data_dir or Path(tempfile.mkdtemp(prefix=f"lw-{names.tag}-"))
+        self.config = config
+        self.extra_env = dict(env or {})
+        self.log_dir = log_dir or self.data_dir
+        self.loglevel = loglevel
+        self.label = label
+        self.web_port = free_port()
+        self.metrics_port = free_port()
+        self.proc: subprocess.Popen | None = None
+        self.log_path = self.log_dir / f"{label}.log"
+        self.starts = 0
+
+    def environment(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.names.env())
+        env.update(FAST_GROUP_ENV)
+        env.update(
+            LOOPWATCH_BROKER=self.broker,
+            LOOPWATCH_DATA_DIR=str(self.data_dir),
+            LOOPWATCH_WEB_HOST="127.0.0.1",
+            LOOPWATCH_WEB_PORT=str(self.web_port),
+            LOOPWATCH_METRICS_PORT=str(self.metrics_port),
+        )
+        if self.config is not None:
+            env["LOOPWATCH_CONFIG"] = str(self.config)
+        env.update(self.extra_env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def start(self) -> "WorkerProcess":
+        if self.running:
+            raise RuntimeError(f"{self.label} is already running")
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.starts += 1
+        log = open(self.log_path, "ab")
+        log.write(f"\n===== start #{self.starts} at {time.strftime('%H:%M:%S')} =====\n".encode())
+        log.flush()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "streams.app.worker", "--loglevel", self.loglevel, "--quiet"],
+            cwd=str(REPO),
+            env=self.environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: kill the group, never by name
+        )
+        log.close()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def _signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    def kill(self) -> None:
+        """SIGKILL the worker's process group (a crash: nothing is flushed or committed)."""
+        if self.proc is None:
+            return
+        self._signal_group(signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM (a graceful stop), SIGKILL after ``timeout``.  Returns the exit code."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self._signal_group(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self._signal_group(signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        # Reap anything left in the group (the worker's own children, if any).
+        self._signal_group(signal.SIGKILL)
+        return self.proc.returncode
+
+    def http(self, path: str, port: int | None = None) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{port or self.web_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=3) as resp:
+                return resp.status, resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except (OSError, urllib.error.URLError):
+            return 0, ""
+
+    def ready(self) -> bool:
+        return self.http("/readyz")[0] == 200
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running:
+                raise RuntimeError(f"{self.label} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            if self.ready():
+                return
+            time.sleep(0.2)
+        raise TimeoutError(f"{self.label} not ready after {timeout}s:\n{self.log_tail()}")
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Parsed ``/metrics``: (name, sorted labels) -> value."""
+        status, text = self.http("/metrics", self.metrics_port)
+        if status != 200:
+            return {}
+        out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+        for line in text.splitlines():
+            if not line or line.startswith("#"):
+                continue
+            head, _, value = line.rpartition(" ")
+            name, _, labels = head.partition("{")
+            pairs: list[tuple[str, str]] = []
+            if labels:
+                for item in labels.rstrip("}").split('",'):
+                    if item:
+                        k, _, v = item.partition("=")
+                        pairs.append((k, v.strip('"')))
+            out[(name, tuple(sorted(pairs)))] = float(value)
+        return out
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of a metric's samples matching ``labels``."""
+        total = 0.0
+        for (n, pairs), value in self.metrics().items():
+            if n == name and all(dict(pairs).get(k) == v for k, v in labels.items()):
+                total += value
+        return total
+
+    def log_tail(self, lines: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+
+
+# -- Kafka I/O --------------------------------------------------------------------------------
+
+
+async def wait_for_topic(broker: str, topic: str, timeout: float = 60.0) -> int:
+    """Wait until ``topic`` exists; returns its partition count."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            described = await admin.describe_topics([topic])
+            info = described[0] if described else {}
+            if info.get("error_code", 1) == 0 and info.get("partitions"):
+                return len(info["partitions"])
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"topic {topic} does not exist after {timeout}s")
+            await asyncio.sleep(0.2)
+    finally:
+        await admin.close()
+
+
+def encode_all(events: Iterable[ToolCallEvent]) -> list[tuple[bytes, bytes]]:
+    """(Kafka key, value) per event: keyed by run id (session key without one), as runners do."""
+    out = []
+    for event in events:
+        key = (event.run_id or event.session_key or event.session_id or "").encode()
+        out.append((key, encode_event(event)))
+    return out
+
+
+async def produce(
+    broker: str,
+    topic: str,
+    records: Sequence[tuple[bytes | None, bytes | None]],
+    *,
+    rate: float | None = None,
+    on_sent: Callable[[int, float], None] | None = None,
+) -> float:
+    """Produce records (in order, keyed); ``rate`` events/s paces them.  Returns seconds taken."""
+    producer = AIOKafkaProducer(
+        bootstrap_servers=broker, linger_ms=2 if rate else 10, max_batch_size=512 * 1024,
+        max_request_size=4 * 1024 * 1024, acks="all",
+    )
+    await producer.start()
+    start = time.perf_counter()
+    try:
+        futures = []
+        for i, (key, value) in enumerate(records):
+            if rate:
+                due = start + i / rate
+                delay = due - time.perf_counter()
+                if delay > 0.001:
+                    await asyncio.sleep(delay)
+            futures.append(await producer.send(topic, value, key=key))
+            if on_sent is not None:
+                on_sent(i, time.time())
+            if len(futures) >= 5000:
+                await asyncio.gather(*futures)
+                futures.clear()
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return time.perf_counter() - start
+
+
+async def collect(
+    broker: str,
+    topic: str,
+    *,
+    until: Callable[[list], bool],
+    timeout: float = 60.0,
+    settle: float = 0.0,
+) -> list:
+    """Read ``topic`` from the beginning until ``until(records)`` holds (then ``settle`` seconds
+    more, to catch late duplicates) or ``timeout`` passes.  Returns aiokafka records."""
+    await wait_for_topic(broker, topic, timeout=timeout)
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        while not partitions:
+            await consumer._client.force_metadata_update()
+            partitions = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        out: list = []
+        deadline = time.monotonic() + timeout
+        settle_until = None
+        while True:
+            now = time.monotonic()
+            if settle_until is None and until(out):
+                settle_until = now + settle
+            if settle_until is not None and now >= settle_until:
+                return out
+            if now > deadline:
+                return out
+            batch = await consumer.getmany(timeout_ms=200)
+            for tp_records in batch.values():
+                out.extend(tp_records)
+    finally:
+        await consumer.stop()
+
+
+# -- reference answers ------------------------------------------------------------------------
+
+
+def reference_verdicts(events: Iterable[ToolCallEvent], config: Any = None) -> list:
+    """What loopwatch publishes for these events, answered by the engine alone: every
+    decision of a gate call, every warn/block, every abort, in event order."""
+    engine = config if isinstance(config, LoopEngine) else LoopEngine(config)
+    states: dict[str, Any] = {}
+    out = []
+    for event in events:
+        key = state_key(event)
+        step = engine.handle(states.get(key), event)
+        if step.state is None:
+            states.pop(key, None)
+        else:
+            states[key] = step.state
+        if step.decision is not None and (getattr(event, "gate", False) or step.decision.action != "allow"):
+            out.append(step.decision)
+        if step.abort is not None:
+            out.append(step.abort)
+    return out
+
+
+def dedupe(records: Iterable[Any]) -> tuple[dict[str, Any], int, int]:
+    """Verdicts by id, first delivery kept.  Returns (by_id, duplicates, differing duplicates)."""
+    by_id: dict[str, Any] = {}
+    duplicates = differing = 0
+    for record in records:
+        verdict = decode_verdict(record.value)
+        seen = by_id.get(verdict.verdict_id)
+        if seen is None:
+            by_id[verdict.verdict_id] = verdict
+        else:
+            duplicates += 1
+            if seen != verdict:
+                differing += 1
+    return by_id, duplicates, differing
+
+
+def header(record: Any, name: str) -> str | None:
+    for key, value in record.headers or ():
+        if key == name:
+            return value.decode("utf-8", "replace")
+    return None
+
+
+def write_config(path: Path, root: Any) -> None:
+    """Write a config file atomically (rename into place), as a config-map update would."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(root))
+    os.replace(tmp, path)

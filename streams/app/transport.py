@@ -1,0 +1,156 @@
+"""Batch delivery for Faust's Kafka consumer.
+
+Faust delivers every record on its own: the fetcher awaits two fresh tasks per record
+(``wait_first(callback(message), ...)``), the conductor decodes it into an ``Event`` and puts
+it on a queue, and the stream takes it off with more tasks and futures.  Measured on this
+project's 2-core machine, an agent that does *nothing* with its records ran at 2,000 to
+4,500 records/s (``stream.take(1000, within=0.02)`` included), far below the 20,000/s the
+worker must sustain; the same records delivered as lists ran at ~67,000/s.
+
+``BatchingConsumer`` keeps everything else of Faust's consumer (group membership, the
+co-partitioning assignor, table recovery, pausing during rebalances, offset commits,
+acks and gaps) and changes only the fetch loop: records of a topic that has a batch
+handler are handed over as one list per fetch, and are tracked and acked in bulk; records
+of every other topic (the table changelogs during recovery and for standbys) still take
+Faust's per-record path.  Handling is strictly sequential (one batch at a time, the
+equivalent of an agent with concurrency 1), so per-partition order is kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Awaitable, Callable, Sequence
+
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+__all__ = ["BatchHandler", "BatchingConsumer", "BatchingTransport"]
+
+log = logging.getLogger("loopwatch.transport")
+
+BatchHandler = Callable[[Sequence[Any]], Awaitable[None]]
+
+
+class BatchingConsumer(faust_aiokafka.Consumer):
+    """Faust's aiokafka consumer with batch delivery for registered topics."""
+
+    def batch_handlers(self) -> dict[str, BatchHandler]:
+        return getattr(self.app, "batch_handlers", {})
+
+    async def _drain_messages(self, fetcher: Any) -> None:  # the fetcher's loop, replaced
+        # Mirrors faust.transport.consumer.Consumer._drain_messages + getmany, but works per
+        # topic-partition instead of per record.
+        callback = self.callback
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        read_offset = self._read_offset
+        acks_enabled_for = self.app.topics.acks_enabled_for
+        handlers = self.batch_handlers()
+        unacked = self._unacked_messages
+        flow_control = self.app.flow_control
+        to_message = self._to_message
+        monitor = self.app.monitor
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                await self.sleep(0)
+                if self.should_stop:
+                    break
+                generation = self.app.consumer_generation_id
+                records, active_partitions = await self._wait_next_records(1.0)
+                if not records or self.should_stop:
+                    continue
+                if not self.flow_active:
+                    # Faust's getmany: records fetched while the flow stopped are dropped and
+                    # the partitions are sought back to their committed offsets.
+                    try:
+                        await self.perform_seek()
+                    except Exception as exc:  # noqa: BLE001 - as Faust does
+                        self.log.warning("exception performing seek when flow not active %r", exc)
+                    continue
+                batches: dict[str, list[Any]] = {}
+                for tp, tp_records in records.items():
+                    if not tp_records:
+                        continue
+                    if (
+                        active_partitions is not None
+                        and tp not in active_partitions
+                        and tp not in self._buffered_partitions
+                    ):
+                        continue
+                    if self.app.consumer_generation_id != generation:
+                        break
+                    highwater = self.highwater(tp)
+                    monitor.track_tp_end_offset(tp, highwater)
+                    r_offset = read_offset[tp]
+                    if r_offset is not None and tp_records[0].offset < r_offset:
+                        tp_records = [r for r in tp_records if r.offset >= r_offset]
+                        if not tp_records:
+                            continue
+                    first = tp_records[0].offset
+                    if r_offset and first - r_offset > 1 and acks_enabled_for(tp.topic):
+                        await self._add_gap(tp, r_offset + 1, first)
+                    handler = handlers.get(tp.topic)
+                    if handler is not None:
+                        batch = batches.get(tp.topic)
+                        if batch is None:
+                            batches[tp.topic] = batch = []
+                        previous = first
+                        for record in tp_records:
+                            if record.offset - previous > 1 and acks_enabled_for(tp.topic):
+                                await self._add_gap(tp, previous + 1, record.offset)
+                            previous = record.offset
+                            batch.append(to_message(tp, record))
+                        read_offset[tp] = previous
+                    else:
+                        for record in tp_records:
+                            offset = record.offset
+                            r_offset = read_offset[tp]
+                            if r_offset and offset - r_offset > 1 and acks_enabled_for(tp.topic):
+                                await self._add_gap(tp, r_offset + 1, offset)
+                            await self.wait_first(callback(to_message(tp, record)), self.suspend_flow.wait())
+                            read_offset[tp] = offset
+                for topic, batch in batches.items():
+                    # Rebalances happen between batches: wait out a suspended flow, then drop
+                    # what was fetched for an older generation (Faust seeks back to the
+                    # committed offsets, so those records come again).
+                    await flow_control.acquire()
+                    if self.app.consumer_generation_id != generation or self.should_stop:
+                        log.debug("dropping %d records fetched before a rebalance", len(batch))
+                        continue
+                    assignment = self.assignment()
+                    if any(m.tp not in assignment for m in batch):
+                        batch = [m for m in batch if m.tp in assignment]
+                        if not batch:
+                            continue
+                    # One tracked message keeps Faust's rebalance (wait_empty) waiting until
+                    # the whole batch is done; every message is acked afterwards.
+                    sentinel = batch[-1]
+                    unacked.add(sentinel)
+                    try:
+                        await handlers[topic](batch)
+                    except BaseException:
+                        unacked.discard(sentinel)
+                        raise
+                    ack = self.ack
+                    for message in batch:
+                        ack(message)
+                if self._commit_every is not None and self._n_acked >= self._commit_every:
+                    self._n_acked = 0
+                    await self.commit()
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                self.log.info("Broker stopped consumer, shutting down...")
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                self.log.info("Consumer shutting down for user cancel.")
+                return
+            raise
+        except Exception as exc:
+            self.log.exception("Drain messages raised: %r", exc)
+            raise
+
+
+class BatchingTransport(faust_aiokafka.Transport):
+    Consumer = BatchingConsumer

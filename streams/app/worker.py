@@ -1,0 +1,88 @@
+"""``run_worker``: start the loopwatch Faust worker (``python -m streams.app.worker``).
+
+Settings come from ``LOOPWATCH_*`` variables (``streams.app.settings``); the few options
+below override them for one run.  Defaults: log level info, web server on 127.0.0.1, RocksDB
+under ``LOOPWATCH_DATA_DIR``.  Returns the process exit code (0 after a clean stop by
+SIGTERM/SIGINT; non-zero when the worker could not start or crashed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from pathlib import Path
+
+__all__ = ["build_parser", "run_worker"]
+
+LOGLEVELS = ("debug", "info", "warn", "error", "crit")
+
+
+def build_parser(prog: str = "loopwatch worker") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Run the loopwatch stream processor (a Faust worker).")
+    p.add_argument("-l", "--loglevel", default="info", choices=LOGLEVELS, help="log level (default: info)")
+    p.add_argument("--logfile", default=None, help="log to this file instead of stderr")
+    p.add_argument("--broker", help="bootstrap servers (LOOPWATCH_BROKER)")
+    p.add_argument("--app-id", dest="app_id", help="Faust app id / consumer group (LOOPWATCH_APP_ID)")
+    p.add_argument("--config", type=Path, help="loop-detection config file (LOOPWATCH_CONFIG)")
+    p.add_argument("--data-dir", dest="data_dir", type=Path, help="RocksDB directory (LOOPWATCH_DATA_DIR)")
+    p.add_argument("--web-host", dest="web_host", help="web server bind address (LOOPWATCH_WEB_HOST)")
+    p.add_argument("--web-port", dest="web_port", type=int, help="web server port (LOOPWATCH_WEB_PORT)")
+    p.add_argument("--metrics-port", dest="metrics_port", type=int, help="Prometheus port, 0 = off (LOOPWATCH_METRICS_PORT)")
+    p.add_argument("--quiet", action="store_true", help="no start-up banner")
+    return p
+
+
+def run_worker(argv: list[str] | None = None) -> int:
+    from .settings import Settings, SettingsError
+
+    args = build_parser().parse_args(argv)
+    overrides = {
+        name: getattr(args, name)
+        for name in ("broker", "app_id", "config", "data_dir", "web_host", "web_port", "metrics_port")
+    }
+    try:
+        settings = Settings.from_env(**overrides)
+    except SettingsError as exc:
+        print(f"loopwatch worker: {exc}", file=sys.stderr)
+        return 2
+
+    # Faust's worker wants the event loop it runs on to exist before the app is built.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+
+    import faust
+
+    from schemas.config import ConfigError
+
+    from .app import create_app
+
+    try:
+        app = create_app(settings)
+    except ConfigError as exc:
+        print(f"loopwatch worker: {exc}", file=sys.stderr)
+        return 2
+    worker = faust.Worker(
+        app,
+        loglevel=args.loglevel,
+        logfile=args.logfile,
+        quiet=args.quiet,
+        redirect_stdouts=False,
+        loop=loop,
+    )
+    logging.getLogger("loopwatch.worker").debug("settings: %r", settings)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 0
+
+
+def main() -> None:
+    sys.exit(run_worker(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()
