@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,ops]'
 	touch $(STAMP)
 
 # The full suite: unit, conformance, golden traces, ops checks and integration tests on the

@@ -25,7 +25,8 @@ ResultHash = Annotated[
 TimestampMs = Annotated[int, msgspec.Meta(ge=0, description="event time, epoch milliseconds")]
 
 
-class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True):
+# gc=False: events hold only scalars, so they can never be part of a reference cycle.
+class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True, gc=False):
     v: int = 1
     event_id: Id
     run_id: OptionalKey = None

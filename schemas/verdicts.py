@@ -14,7 +14,7 @@ Action = Literal["allow", "warn", "block"]
 Level = Literal["warning", "critical"]
 
 
-class _Verdict(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True):
+class _Verdict(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True, gc=False):
     v: int = 1
     verdict_id: str
     cause_event_id: str

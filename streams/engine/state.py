@@ -20,7 +20,7 @@ __all__ = ["CallRecord", "GuardWindow", "RunState", "decode_state", "encode_stat
 STATE_VERSION = 2
 
 
-class CallRecord(msgspec.Struct, array_like=True):
+class CallRecord(msgspec.Struct, array_like=True, gc=False):
     """One history record (upstream's ``ToolCallRecord``; the run id is the state's)."""
 
     tool_name: str
@@ -31,7 +31,7 @@ class CallRecord(msgspec.Struct, array_like=True):
     timestamp: int = 0
 
 
-class GuardWindow(msgspec.Struct, array_like=True):
+class GuardWindow(msgspec.Struct, array_like=True, gc=False):
     """The post-compaction guard of one run (spec §4).
 
     The window only ever aborts when *every* observation in it is the same triple, so it
@@ -46,7 +46,9 @@ class GuardWindow(msgspec.Struct, array_like=True):
     first: tuple[str, str, str] | None = None
 
 
-class RunState(msgspec.Struct):
+# gc=False: a state holds lists of strings and a dict of ints, never a cycle; keeping tens
+# of thousands of states out of the cyclic collector's scans matters on a busy worker.
+class RunState(msgspec.Struct, gc=False):
     """Everything loopwatch remembers about one run.  History columns, oldest first."""
 
     run_id: str | None = None
