@@ -78,7 +78,7 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
 
 
 def test_runbook_sections_exist() -> None:
-    """docs/operations.md has a section per alert, titled with the runbook_url's anchor."""
-    text = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
+    """The README has a section per alert, titled with the runbook_url's anchor."""
+    text = (REPO / "README.md").read_text(encoding="utf-8")
     headings = set(re.findall(r"^##+ (alert-[a-z0-9-]+)\s*$", text, re.M))
     assert {"alert-" + a.lower() for a in ALERTS} <= headings
