@@ -40,6 +40,7 @@ from faust.types import TP
 
 from streams.engine import LoopEngine
 
+from . import logs
 from .metrics import Metrics
 from .processor import BatchProcessor, DeadLetter, VerdictOut, idle_since_ms
 from .reload import ConfigWatcher
@@ -165,6 +166,7 @@ class Loopwatch:
         app.timer(settings.config_poll_s, name="loopwatch.config_reload")(self._poll_config)
         app.timer(settings.sweep_interval_s, name="loopwatch.idle_sweep")(self.sweep)
         app.timer(1.0, name="loopwatch.lag")(self._update_lag)
+        app.timer(0.5, name="loopwatch.flush_logs")(self._flush_logs)
         app.page("/healthz")(_healthz)
         app.page("/readyz")(_readyz)
 
@@ -208,6 +210,9 @@ class Loopwatch:
                 n, self.batches - batches, n / (now - then), self.verdicts_sent - verdicts,
                 self.dead_lettered - dead, self._runs_tracked,
             )
+
+    async def _flush_logs(self) -> None:
+        logs.flush()
 
     async def _update_lag(self) -> None:
         self._report()
@@ -272,6 +277,7 @@ class Loopwatch:
                 await asyncio.gather(*pending)
             if result.writes:
                 await self._write(result.writes.items())
+        logs.flush()
         self._runs_tracked = max(0, self._runs_tracked + result.created - result.deleted)
         self.batches += 1
         self.records += len(records)

@@ -52,6 +52,8 @@ from schemas.events import (
 from schemas.verdicts import Decision, RunAborted, encode_verdict
 from streams.engine import LoopEngine, RunState, decode_state, encode_state, state_key
 
+from . import logs
+
 __all__ = [
     "BatchResult",
     "BatchProcessor",
@@ -192,11 +194,12 @@ class BatchProcessor:
         """The last state object this worker stored per run (insertion-ordered, LRU-ish):
         valid only while the stored envelope still carries the same offset and time stamp,
         so a state changed elsewhere (another worker, a deletion) is never used."""
-        self._loggers: dict[str, logging.Logger] = {}
+        self._loggers: dict[str, tuple[logging.Logger, Any]] = {}
 
     def process(self, records: Iterable[Record], read: Callable[[int, bytes], bytes | None]) -> BatchResult:
         """Process one batch.  ``read(partition, key)`` returns a run's stored envelope or None."""
         engine = self.engine
+        self._loggers.clear()  # re-checks the logging set-up once per batch (logs.direct_writer)
         result = BatchResult()
         dead = result.dead_letters
         groups: dict[tuple[int, bytes], list[tuple[Record, Any]]] = {}
@@ -335,12 +338,19 @@ class BatchProcessor:
             result.verdicts.append(VerdictOut(partition, key, encode_verdict(abort), abort))
 
     def _log(self, line) -> None:
-        logger = self._loggers.get(line.subsystem)
-        if logger is None:
-            logger = self._loggers[line.subsystem] = logging.getLogger(f"loopwatch.{line.subsystem}")
+        entry = self._loggers.get(line.subsystem)
+        if entry is None:
+            logger = logging.getLogger(f"loopwatch.{line.subsystem}")
+            entry = self._loggers[line.subsystem] = (logger, logs.direct_writer(logger))
+        logger, write = entry
         level = _LOG_LEVELS.get(line.level, logging.INFO)
         if logger.isEnabledFor(level):
-            logger.log(level, "%s", line.message)
+            if write is not None:
+                write(level, line.message)
+            else:
+                # makeRecord + handle: Logger.log without its per-record stack walk
+                # (findCaller); levels, filters and handlers apply as usual.
+                logger.handle(logger.makeRecord(logger.name, level, "(engine)", 0, line.message, None, None))
 
     # -- metrics --------------------------------------------------------------------------------
 

@@ -56,6 +56,7 @@ def run_worker(argv: list[str] | None = None) -> int:
 
     from schemas.config import ConfigError
 
+    from . import logs
     from .app import create_app
 
     try:
@@ -71,6 +72,7 @@ def run_worker(argv: list[str] | None = None) -> int:
         redirect_stdouts=False,
         loop=loop,
     )
+    logs.configure(args.logfile)
     logging.getLogger("loopwatch.worker").debug("settings: %r", settings)
     try:
         worker.execute_from_commandline()
