@@ -1,0 +1,443 @@
+"""``make bench``: loopwatch end to end on the real broker, against raw aiokafka.
+
+Three measurements, in one run, on the local broker (``scripts/kafka.sh``):
+
+(a) raw aiokafka pass-through: consume the pre-produced events and re-produce each one to
+    another topic, no logic (offsets committed per fetch).  Two variants: one ``send()`` per
+    record (what a plain aiokafka service does) and one record batch per partition
+    (``create_batch``/``send_batch``, how the worker produces).
+(b) the loopwatch worker end to end: the same events are produced *before* the worker
+    starts; then the worker (``python -m streams.app.worker``, a subprocess, log level info)
+    drains them: decode, engine, one state write per run per batch (RocksDB + changelog),
+    verdicts.  Timed from its first processed record to its last (its metrics counter).
+(c) decision latency: a fresh worker, caught up, gets ``tool_call.requested`` (``gate: true``)
+    and ``tool_call.completed`` events at a fixed offered load; latency is taken from just
+    before the producer call to the decision's arrival at a consumer in this process.
+
+The workload is a fleet of interleaved runs (mostly healthy, every kind of loop, as
+``streams.scenarios`` simulates them, obeyed as a runner would), every requested call in
+gate mode, so every one of them gets a published decision.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from schemas import decode_verdict, encode_event
+from schemas.events import ToolCallRequested
+from streams.app.harness import REPO, WorkerNames, WorkerProcess, encode_all, wait_for_topic, write_config
+from streams.engine import LoopEngine
+from streams.scenarios import obey, run_events
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+MIX = {
+    "healthy": 0.50,
+    "polling_loop": 0.12,
+    "generic_repeat": 0.10,
+    "ping_pong": 0.10,
+    "send_loop": 0.08,
+    "unknown_tool": 0.05,
+    "post_compaction": 0.05,
+}
+PARTITIONS = 4
+
+
+# -- workload ------------------------------------------------------------------------------------
+
+
+def fleet(n_events: int, runs: int, seed: int = 7, *, gate: bool = True, start_ms: int | None = None) -> list:
+    """About ``n_events`` events of ``runs`` interleaved runs, as an obedient runner publishes them."""
+    rng = random.Random(seed)
+    calls = max(2, n_events // (2 * runs))
+    kinds = rng.choices(list(MIX), weights=list(MIX.values()), k=runs)
+    start_ms = start_ms if start_ms is not None else int(time.time() * 1000)
+    streams = [
+        iter(run_events(kind, f"bench-{seed}-{n:05d}", seed=seed, length=calls, gate=gate, start_ms=start_ms))
+        for n, kind in enumerate(kinds)
+    ]
+
+    def interleaved():
+        live = list(range(runs))
+        while live:
+            i = rng.randrange(len(live))
+            event = next(streams[live[i]], None)
+            if event is None:
+                live[i] = live[-1]
+                live.pop()
+            else:
+                yield event
+
+    return list(obey(interleaved(), LoopEngine(CONFIG)))
+
+
+# -- machine -------------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def process_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bootstrap() -> str:
+    script = REPO / "scripts" / "kafka.sh"
+    subprocess.run([str(script), "start"], check=True)
+    out = subprocess.run([str(script), "env"], check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if line.startswith("KAFKA_BOOTSTRAP="):
+            return line.split("=", 1)[1].strip()
+    raise RuntimeError("scripts/kafka.sh env printed no KAFKA_BOOTSTRAP")
+
+
+# -- Kafka helpers -------------------------------------------------------------------------------
+
+
+async def create_topics(broker: str, names: list[str], partitions: int = PARTITIONS) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(n, partitions, 1) for n in names])
+    finally:
+        await admin.close()
+    for n in names:
+        await wait_for_topic(broker, n)
+
+
+async def delete_topics(broker: str, prefixes: list[str]) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        doomed = [t for t in await admin.list_topics() if t.startswith(tuple(prefixes))]
+        if doomed:
+            await admin.delete_topics(doomed)
+    except Exception:  # noqa: BLE001 - best effort
+        pass
+    finally:
+        await admin.close()
+
+
+async def preload(broker: str, topic: str, records: list[tuple[bytes, bytes]]) -> float:
+    """Produce as fast as possible (batched); returns events/s."""
+    producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=20, max_batch_size=1024 * 1024, acks="all")
+    await producer.start()
+    start = time.perf_counter()
+    try:
+        futures = []
+        for key, value in records:
+            futures.append(await producer.send(topic, value, key=key))
+            if len(futures) >= 20000:
+                await asyncio.gather(*futures)
+                futures.clear()
+        await asyncio.gather(*futures)
+    finally:
+        await producer.stop()
+    return len(records) / (time.perf_counter() - start)
+
+
+# -- (a) raw pass-through --------------------------------------------------------------------------
+
+
+async def raw_passthrough(broker: str, source: str, sink: str, n: int, *, batched: bool, group: str) -> float:
+    consumer = AIOKafkaConsumer(
+        source, bootstrap_servers=broker, group_id=group, enable_auto_commit=False,
+        auto_offset_reset="earliest", max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=16 * 1024 * 1024,
+    )
+    producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=2, max_batch_size=512 * 1024, acks="all")
+    await consumer.start()
+    await producer.start()
+    done = 0
+    start = None
+    try:
+        while done < n:
+            fetched = await consumer.getmany(timeout_ms=1000, max_records=10000)
+            if not fetched:
+                continue
+            if start is None:
+                start = time.perf_counter()
+            futures = []
+            for tp, records in fetched.items():
+                if batched:
+                    batch = producer.create_batch()
+                    for r in records:
+                        if batch.append(key=r.key, value=r.value, timestamp=None) is None:
+                            futures.append(await producer.send_batch(batch, sink, partition=tp.partition))
+                            batch = producer.create_batch()
+                            batch.append(key=r.key, value=r.value, timestamp=None)
+                    futures.append(await producer.send_batch(batch, sink, partition=tp.partition))
+                else:
+                    for r in records:
+                        futures.append(await producer.send(sink, r.value, key=r.key, partition=tp.partition))
+                done += len(records)
+            await asyncio.gather(*futures)
+            await consumer.commit()
+        return n / (time.perf_counter() - start)
+    finally:
+        await consumer.stop()
+        await producer.stop()
+
+
+# -- (b) the worker end to end -------------------------------------------------------------------------
+
+
+async def worker_throughput(
+    broker: str, records: list[tuple[bytes, bytes]], tmp: Path, *, max_batch: int | None, used: list[str]
+) -> dict:
+    names = WorkerNames(prefix="lwbench")
+    used.append(names.app_id)
+    await create_topics(broker, [names.tool_calls])
+    produce_rate = await preload(broker, names.tool_calls, records)
+    config = tmp / "loop-detection.json"
+    write_config(config, CONFIG)
+    env = {"LOOPWATCH_PARTITIONS": str(PARTITIONS)}
+    if max_batch:
+        env["LOOPWATCH_MAX_BATCH"] = str(max_batch)
+    worker = WorkerProcess(broker, names, data_dir=tmp / "worker-b", config=config, env=env, label="bench-b", log_dir=tmp)
+    n = len(records)
+    worker.start()
+    try:
+        first = None
+        cpu0 = 0.0
+        deadline = time.monotonic() + 600
+        while True:
+            await asyncio.sleep(0.05)
+            if not worker.running:
+                raise RuntimeError(f"worker exited:\n{worker.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError("the worker did not drain the topic within 10 minutes")
+            m = worker.metrics()
+            if not m:
+                continue
+            done = sum(v for (name, _), v in m.items() if name in ("loopwatch_events_consumed_total", "loopwatch_dead_letters_total"))
+            if first is None and done > 0:
+                first = (time.perf_counter(), done)
+                cpu0 = process_cpu_seconds(worker.pid)
+            if done >= n:
+                elapsed = time.perf_counter() - first[0]
+                cpu = process_cpu_seconds(worker.pid) - cpu0
+                counted = n - first[1]
+                verdicts = sum(v for (name, _), v in m.items() if name == "loopwatch_decisions_total")
+                return {
+                    "rate": counted / elapsed,
+                    "elapsed": elapsed,
+                    "events": n,
+                    "cpu_us": cpu / counted * 1e6,
+                    "cpu_cores": cpu / elapsed,
+                    "produce_rate": produce_rate,
+                    "decisions": verdicts,
+                    "names": names,
+                }
+    finally:
+        worker.stop()
+
+
+# -- (c) latency at a fixed offered load ---------------------------------------------------------------
+
+
+async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs: int, used: list[str]) -> dict:
+    names = WorkerNames(prefix="lwbench")
+    used.append(names.app_id)
+    config = tmp / "loop-detection.json"
+    write_config(config, CONFIG)
+    worker = WorkerProcess(broker, names, data_dir=tmp / "worker-c", config=config, label="bench-c", log_dir=tmp)
+    worker.start()
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, worker.wait_ready, 120)
+        n = int(rate * duration)
+        events = fleet(n, runs, seed=11, start_ms=0)[:n]
+        sent: dict[str, float] = {}
+        received: dict[str, float] = {}
+        await wait_for_topic(broker, names.verdicts)
+        consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, fetch_max_wait_ms=100)
+        await consumer.start()
+        tps = [TopicPartition(names.verdicts, p) for p in sorted(consumer.partitions_for_topic(names.verdicts) or range(PARTITIONS))]
+        consumer.assign(tps)
+        await consumer.seek_to_end(*tps)
+        for tp in tps:
+            await consumer.position(tp)
+        stop = asyncio.Event()
+
+        async def read() -> None:
+            while not stop.is_set():
+                fetched = await consumer.getmany(timeout_ms=50)
+                now = time.perf_counter()
+                for records in fetched.values():
+                    for r in records:
+                        verdict = decode_verdict(r.value)
+                        received.setdefault(verdict.cause_event_id, now)
+
+        reader = asyncio.create_task(read())
+        producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=0, acks="all")
+        await producer.start()
+        gated = 0
+        try:
+            start = time.perf_counter()
+            for i, event in enumerate(events):
+                due = start + i / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                event = msgspec.structs.replace(event, ts_ms=int(time.time() * 1000))
+                key = (event.run_id or event.session_key or "").encode()
+                if isinstance(event, ToolCallRequested) and event.gate:
+                    sent[event.event_id] = time.perf_counter()
+                    gated += 1
+                await producer.send(names.tool_calls, encode_event(event), key=key)
+            offered = len(events) / (time.perf_counter() - start)
+            deadline = time.perf_counter() + 10
+            while len(set(sent) & set(received)) < len(sent) and time.perf_counter() < deadline:
+                await asyncio.sleep(0.1)
+        finally:
+            stop.set()
+            await reader
+            await producer.stop()
+            await consumer.stop()
+        samples = sorted((received[k] - t) * 1000 for k, t in sent.items() if k in received)
+        worker_p = worker_histogram_quantiles(worker)
+        return {
+            "offered": offered,
+            "gated": gated,
+            "answered": len(samples),
+            "p50": quantile(samples, 0.50),
+            "p99": quantile(samples, 0.99),
+            "p999": quantile(samples, 0.999),
+            "max": samples[-1] if samples else float("nan"),
+            "mean": statistics.fmean(samples) if samples else float("nan"),
+            "worker": worker_p,
+        }
+    finally:
+        worker.stop()
+
+
+def quantile(samples: list[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    return samples[min(len(samples) - 1, int(q * len(samples)))]
+
+
+def worker_histogram_quantiles(worker: WorkerProcess) -> dict:
+    """p50/p99 upper bucket bounds of the worker's own decision-latency histogram."""
+    buckets = []
+    for (name, labels), value in worker.metrics().items():
+        if name == "loopwatch_decision_latency_seconds_bucket":
+            le = dict(labels)["le"]
+            buckets.append((float("inf") if le == "+Inf" else float(le), value))
+    buckets.sort()
+    if not buckets or buckets[-1][1] == 0:
+        return {}
+    total = buckets[-1][1]
+    out = {}
+    for q in (0.5, 0.99):
+        out[q] = next(le for le, count in buckets if count >= q * total)
+    return out
+
+
+# -- main ----------------------------------------------------------------------------------------------
+
+
+async def run(args: argparse.Namespace) -> int:
+    broker = args.broker or bootstrap()
+    tmp = Path(tempfile.mkdtemp(prefix="lwbench-"))
+    load = os.getloadavg()
+    print(f"machine: {cpu_model()}, {os.cpu_count()} cores (nproc), Python {platform.python_version()}, "
+          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(f"broker:  {broker} (scripts/kafka.sh), {PARTITIONS} partitions per topic")
+    t0 = time.perf_counter()
+    events = fleet(args.events, args.runs, seed=7)
+    records = encode_all(events)
+    n = len(records)
+    gated = sum(1 for e in events if isinstance(e, ToolCallRequested) and e.gate)
+    print(f"workload: {n:,} events over {args.runs:,} interleaved runs ({gated:,} gate calls), "
+          f"mean {sum(len(v) for _, v in records) / n:.0f} B, generated in {time.perf_counter() - t0:.1f} s")
+    results: dict = {}
+    used: list[str] = []
+    try:
+        if not args.skip_raw:
+            names = WorkerNames(prefix="lwbench")
+            used.append(names.app_id)
+            src, sink1, sink2 = names.tool_calls, f"{names.app_id}-sink1", f"{names.app_id}-sink2"
+            await create_topics(broker, [src, sink1, sink2])
+            await preload(broker, src, records)
+            results["raw"] = await raw_passthrough(broker, src, sink1, n, batched=False, group=f"lwbench-{names.tag}-raw1")
+            print(f"(a)  raw aiokafka pass-through, send() per record: {results['raw']:>9,.0f} events/s")
+            results["raw_batched"] = await raw_passthrough(broker, src, sink2, n, batched=True, group=f"lwbench-{names.tag}-raw2")
+            print(f"(a') raw aiokafka pass-through, record batches:    {results['raw_batched']:>9,.0f} events/s")
+        if not args.skip_worker:
+            b = await worker_throughput(broker, records, tmp, max_batch=args.max_batch, used=used)
+            results["worker"] = b
+            print(f"(b)  loopwatch worker end to end:                  {b['rate']:>9,.0f} events/s "
+                  f"({b['events']:,} events in {b['elapsed']:.1f} s; {b['cpu_us']:.0f} µs CPU/event, {b['cpu_cores']:.2f} cores)")
+        if not args.skip_latency:
+            c = await latency(broker, tmp, rate=args.rate, duration=args.duration, runs=args.latency_runs, used=used)
+            results["latency"] = c
+            print(f"(c)  decision latency at {c['offered']:,.0f} events/s offered: p50 {c['p50']:.1f} ms, "
+                  f"p99 {c['p99']:.1f} ms, p999 {c['p999']:.1f} ms ({c['answered']:,}/{c['gated']:,} decisions)")
+    finally:
+        await delete_topics(broker, used)
+
+    print()
+    print("| measurement | result |")
+    print("|---|---|")
+    if "raw" in results:
+        print(f"| (a) raw aiokafka pass-through, `send()` per record | {results['raw']:,.0f} events/s |")
+        print(f"| (a') raw aiokafka pass-through, record batches | {results['raw_batched']:,.0f} events/s |")
+    if "worker" in results:
+        b = results["worker"]
+        print(f"| (b) loopwatch worker end to end ({b['events']:,} events, {args.runs:,} runs) | {b['rate']:,.0f} events/s "
+              f"({b['cpu_us']:.0f} µs CPU/event) |")
+        if "raw" in results:
+            print(f"| ratio (b)/(a) | {b['rate'] / results['raw']:.2f} |")
+            print(f"| ratio (b)/(a') | {b['rate'] / results['raw_batched']:.2f} |")
+    if "latency" in results:
+        c = results["latency"]
+        print(f"| (c) decision latency p50 / p99 / p999 at {c['offered']:,.0f} events/s for {args.duration:.0f} s "
+              f"| {c['p50']:.1f} / {c['p99']:.1f} / {c['p999']:.1f} ms (max {c['max']:.1f}; {c['answered']:,} decisions) |")
+        if c["worker"]:
+            w = c["worker"]
+            print(f"| worker's own histogram (event ts -> verdict produced), p50 / p99 bucket | "
+                  f"≤ {w[0.5] * 1000:g} / ≤ {w[0.99] * 1000:g} ms |")
+    print(f"\nlogs: {tmp}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m streams.bench.kafka", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--broker", help="bootstrap servers (default: start scripts/kafka.sh and use it)")
+    p.add_argument("--events", type=int, default=200_000)
+    p.add_argument("--runs", type=int, default=2_000, help="interleaved runs in the throughput workload")
+    p.add_argument("--max-batch", type=int, default=None, help="LOOPWATCH_MAX_BATCH for (b)")
+    p.add_argument("--rate", type=float, default=2_000.0, help="offered events/s for (c)")
+    p.add_argument("--duration", type=float, default=20.0, help="seconds of offered load for (c)")
+    p.add_argument("--latency-runs", type=int, default=400, help="interleaved runs in the latency workload")
+    p.add_argument("--skip-raw", action="store_true")
+    p.add_argument("--skip-worker", action="store_true")
+    p.add_argument("--skip-latency", action="store_true")
+    args = p.parse_args(argv)
+    return asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
