@@ -7,6 +7,8 @@ upstream's ``detectToolCallLoop``.
 
 from __future__ import annotations
 
+import msgspec
+
 from .config import DetectorSettings
 from .state import RunState
 
@@ -16,26 +18,20 @@ CRITICAL = "critical"
 WARNING = "warning"
 
 
-class Detection:
+class Detection(msgspec.Struct, gc=False):
     """One detector's finding.  Messages, warning keys and log lines are upstream's exact
     strings, built only when read: most detections on a busy loop are warnings the bucket
     rule hides, and nobody reads their text."""
 
-    __slots__ = ("level", "detector", "count", "tool", "sig", "latest", "paired_tool_name", "paired_sig", "unknown_name")
-
-    def __init__(
-        self, level: str, detector: str, count: int, tool: str, sig: str, latest: str | None = None,
-        paired_tool_name: str | None = None, paired_sig: str | None = None, unknown_name: str | None = None,
-    ) -> None:
-        self.level = level
-        self.detector = detector
-        self.count = count
-        self.tool = tool
-        self.sig = sig
-        self.latest = latest
-        self.paired_tool_name = paired_tool_name
-        self.paired_sig = paired_sig
-        self.unknown_name = unknown_name
+    level: str
+    detector: str
+    count: int
+    tool: str
+    sig: str
+    latest: str | None = None
+    paired_tool_name: str | None = None
+    paired_sig: str | None = None
+    unknown_name: str | None = None
 
     @property
     def critical(self) -> bool:

@@ -11,7 +11,10 @@ An event the engine rejects raises ``InvalidEvent`` before any state is touched.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from sys import intern
 from typing import Any
+
+import msgspec
 
 from schemas.events import (
     CompactionRetried,
@@ -44,7 +47,7 @@ class LogLine:
     message: str
 
 
-class Step:
+class Step(msgspec.Struct, kw_only=True, gc=False):
     """What one event caused.
 
     ``decision`` answers a requested call (None for other events); ``abort`` ends the run;
@@ -53,52 +56,34 @@ class Step:
     answers conformance checks compare.  ``state`` is the run's new state, None once freed.
 
     The decision and the log lines are built when first read: a worker publishes few
-    decisions (gated calls, warnings, blocks) and most events need neither.
+    decisions (gated calls, warnings, blocks) and most events need neither.  (A msgspec
+    Struct because it is created once per event and its constructor runs in C.)
     """
 
-    __slots__ = ("state", "abort", "record", "guard", "detection", "vetoed", "_request", "_action",
-                 "_emitted", "_notify", "_decision", "_logs")
-
-    def __init__(
-        self,
-        state: RunState | None,
-        *,
-        abort: RunAborted | None = None,
-        logs: tuple[LogLine, ...] | None = (),
-        record: CallRecord | None = None,
-        guard: guard_mod.GuardVerdict | None = None,
-        detection: Detection | None = None,
-        vetoed: bool = False,
-        request: ToolCallRequested | None = None,
-        action: str = "allow",
-        emitted: bool | None = None,
-        notify: bool = False,
-        decision: Decision | None = None,
-    ) -> None:
-        self.state = state
-        self.abort = abort
-        self.record = record
-        self.guard = guard
-        self.detection = detection
-        self.vetoed = vetoed
-        self._request = request
-        self._action = action
-        self._emitted = emitted
-        self._notify = notify
-        self._decision = decision
-        self._logs = logs
+    state: RunState | None
+    abort: RunAborted | None = None
+    record: CallRecord | None = None
+    guard: guard_mod.GuardVerdict | None = None
+    detection: Detection | None = None
+    vetoed: bool = False
+    request: ToolCallRequested | None = None
+    action: str = "allow"
+    emitted: bool | None = None
+    notify: bool = False
+    built_decision: Decision | None = None
+    built_logs: tuple[LogLine, ...] | None = ()
 
     @property
     def decision(self) -> Decision | None:
-        if self._decision is None and self._request is not None:
-            self._decision = _decision(self._request, self._action, self.detection, self._emitted, self._notify)
-        return self._decision
+        if self.built_decision is None and self.request is not None:
+            self.built_decision = _decision(self.request, self.action, self.detection, self.emitted, self.notify)
+        return self.built_decision
 
     @property
     def logs(self) -> tuple[LogLine, ...]:
-        if self._logs is None:
-            self._logs = _request_logs(self)
-        return self._logs
+        if self.built_logs is None:
+            self.built_logs = _request_logs(self)
+        return self.built_logs
 
 
 def _decision(event: ToolCallRequested, action: str, d: Detection | None, emitted: bool | None, notify: bool) -> Decision:
@@ -126,7 +111,7 @@ def _decision(event: ToolCallRequested, action: str, d: Detection | None, emitte
 
 def _request_logs(step: Step) -> tuple[LogLine, ...]:
     """Upstream's log lines for a requested call, in order (spec §2.13, §3)."""
-    d, event = step.detection, step._request
+    d, event = step.detection, step.request
     if d is None:
         return ()
     lines = []
@@ -138,7 +123,7 @@ def _request_logs(step: Step) -> tuple[LogLine, ...]:
         lines.append(LogLine("error", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, d, "block")))
         if step.abort is not None:
             lines.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Run aborted: {step.abort.count} critical tool-loop blocks"))
-    elif step._emitted:
+    elif step.emitted:
         lines.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {event.tool_name}: {d.message}"))
         lines.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, d, "warn")))
     return tuple(lines)
@@ -200,7 +185,7 @@ class LoopEngine:
         handler = self._handlers.get(type(event))
         if handler is None:
             if isinstance(event, RunEnded):
-                return Step(None)
+                return Step(state=None)
             raise InvalidEvent("unknown_type", f"unsupported event {type(event).__name__}")
         if state is None:
             state = RunState(run_id=normalize_run_id(event.run_id))
@@ -219,19 +204,20 @@ class LoopEngine:
         detection = None
         # Upstream detects and records only with a session key (HOOK-D03).
         if event.session_key:
+            # Interned: a loop's history holds one string object, and list scans compare
+            # by identity first.
+            sig = intern(event.args_hash)
             if cfg.enabled:
-                detection = detect(state, event.tool_name, event.args_hash, event.known_poll, cfg)
+                detection = detect(state, event.tool_name, sig, event.known_poll, cfg)
                 if detection is not None and detection.level == "critical":
                     return self._block(state, event, settings, detection)
             if cfg.records_calls:
-                history.record_call(
-                    state, event.tool_name, event.args_hash, event.tool_call_id, event.ts_ms, cfg.history_size
-                )
+                history.record_call(state, event.tool_name, sig, event.tool_call_id, event.ts_ms, cfg.history_size)
         if detection is None:
-            return Step(state, request=event)
+            return Step(state=state, request=event)
         emitted = self._warning_bucket(state, detection)
         return Step(
-            state, request=event, detection=detection, logs=None,
+            state=state, request=event, detection=detection, built_logs=None,
             action="warn" if emitted else "allow", emitted=emitted,
             notify=emitted and settings.surface_warnings,
         )
@@ -259,7 +245,7 @@ class LoopEngine:
                     f"(last: {detection.detector} on {event.tool_name}). Blocking single calls did not stop the loop."
                 ),
             )
-        return Step(state, request=event, detection=detection, logs=None, action="block", notify=True,
+        return Step(state=state, request=event, detection=detection, built_logs=None, action="block", notify=True,
                     abort=abort, vetoed=True)
 
     def _after_abort(self, state: RunState, event: ToolCallRequested) -> Step:
@@ -281,7 +267,7 @@ class LoopEngine:
             message=message,
             notify_model=True,
         )
-        return Step(state, decision=decision, request=event, vetoed=True)
+        return Step(state=state, built_decision=decision, request=event, vetoed=True)
 
     def _warning_bucket(self, state: RunState, detection: Detection) -> bool:
         """Upstream's bucket rule: a warning is emitted when count // 10 reaches a new high
@@ -302,19 +288,19 @@ class LoopEngine:
     def _completed(self, state: RunState, event: ToolCallCompleted) -> Step:
         result_hash = event.result_hash
         if event.loop_veto or not result_hash or not (event.session_key or event.session_id):
-            return Step(state)  # no hash (or no session to record in): nothing changes
+            return Step(state=state)  # no hash (or no session to record in): nothing changes
         settings = self.settings_for(event.agent_id)
         record = history.record_outcome(
-            state, event.tool_name, event.args_hash, event.tool_call_id,
-            result_hash, event.unknown_tool_name, event.ts_ms, settings.detection.history_size,
+            state, event.tool_name, intern(event.args_hash), event.tool_call_id,
+            intern(result_hash), event.unknown_tool_name, event.ts_ms, settings.detection.history_size,
         )
 
         guard = state.guard
         if guard.remaining <= 0 or not settings.guard.enabled:
-            return Step(state, record=record, guard=guard_mod.DORMANT)  # the guard is not armed
+            return Step(state=state, record=record, guard=guard_mod.DORMANT)  # the guard is not armed
         verdict, error_line = guard_mod.observe(guard, True, event.tool_name, event.args_hash, result_hash)
         if not verdict.should_abort:
-            return Step(state, record=record, guard=verdict)
+            return Step(state=state, record=record, guard=verdict)
         _end_run(state, verdict.detector)
         abort = RunAborted(
             verdict_id=f"{event.event_id}/abort",
@@ -329,7 +315,7 @@ class LoopEngine:
             message=verdict.message,
         )
         log = LogLine("error", guard_mod.SUBSYSTEM, error_line)
-        return Step(state, abort=abort, logs=(log,), record=record, guard=verdict)
+        return Step(state=state, abort=abort, built_logs=(log,), record=record, guard=verdict)
 
     # -- compaction retried: arm the guard (spec §4) ----------------------------------------
 
@@ -337,7 +323,7 @@ class LoopEngine:
         settings = self.settings_for(event.agent_id)
         line = guard_mod.arm(state.guard, settings.guard)
         logs = (LogLine("info", guard_mod.SUBSYSTEM, line),) if line else ()
-        return Step(state, logs=logs)
+        return Step(state=state, built_logs=logs)
 
 
 def _end_run(state: RunState, detector: str) -> None:

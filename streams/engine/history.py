@@ -26,7 +26,12 @@ def _append(state: RunState, tool, sig, call_id, result, unknown, ts_ms) -> None
 
 def record_call(state: RunState, tool: str, args_hash: str, tool_call_id: str | None, ts_ms: int, size: int | float) -> None:
     """Append a pending record before the tool runs, then trim."""
-    _append(state, tool, args_hash, tool_call_id, None, None, ts_ms)
+    state.tools.append(tool)
+    state.sigs.append(args_hash)
+    state.call_ids.append(tool_call_id)
+    state.results.append(None)
+    state.unknowns.append(None)
+    state.stamps.append(ts_ms)
     if len(state.sigs) > size:
         trim(state, size)
 
