@@ -251,20 +251,12 @@ class DetectorSession:
         _relation(step["relation"], hashes, f"result hashes of {tool}")
 
     def expect_stats(self, step: dict) -> None:
-        rows = [r for _, r in self.buffer()]
-        counts: dict[str, int] = {}
-        names: dict[str, str] = {}
-        for r in rows:
-            counts[r.args_hash] = counts.get(r.args_hash, 0) + 1
-            names[r.args_hash] = r.tool_name
-        most = None
-        for sig, n in counts.items():
-            if most is None or n > most["count"]:
-                most = {"toolName": names[sig], "count": n}
+        stats = history_mod.tool_call_stats(r for _, r in self.buffer())
+        most = None if stats.most_frequent is None else {"toolName": stats.most_frequent[0], "count": stats.most_frequent[1]}
         if "total_calls" in step:
-            check(len(rows) == step["total_calls"], f"totalCalls {len(rows)} != {step['total_calls']}")
+            check(stats.total_calls == step["total_calls"], f"totalCalls {stats.total_calls} != {step['total_calls']}")
         if "unique_patterns" in step:
-            check(len(counts) == step["unique_patterns"], f"uniquePatterns {len(counts)} != {step['unique_patterns']}")
+            check(stats.unique_patterns == step["unique_patterns"], f"uniquePatterns {stats.unique_patterns} != {step['unique_patterns']}")
         if "most_frequent" in step:
             check(most == step["most_frequent"], f"mostFrequent {most} != {step['most_frequent']}")
 

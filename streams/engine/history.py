@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Iterable
+
 from .state import CallRecord, RunState
 
-__all__ = ["record_call", "record_outcome", "trim"]
+__all__ = ["ToolCallStats", "record_call", "record_outcome", "tool_call_stats", "trim"]
 
 
 def trim(state: RunState, size: int | float) -> None:
@@ -74,3 +77,28 @@ def record_outcome(
     if len(sigs) > size:
         trim(state, size)
     return record
+
+
+@dataclass(frozen=True)
+class ToolCallStats:
+    """Upstream's ``getToolCallStats`` debug helper (spec §2.13)."""
+
+    total_calls: int
+    unique_patterns: int
+    most_frequent: tuple[str, int] | None
+    """(tool name, count) of the most repeated signature; the first seen wins a tie."""
+
+
+def tool_call_stats(records: Iterable[CallRecord]) -> ToolCallStats:
+    counts: dict[str, int] = {}
+    names: dict[str, str] = {}
+    total = 0
+    for record in records:
+        total += 1
+        counts[record.args_hash] = counts.get(record.args_hash, 0) + 1
+        names[record.args_hash] = record.tool_name
+    most = None
+    for sig, n in counts.items():
+        if most is None or n > most[1]:
+            most = (names[sig], n)
+    return ToolCallStats(total, len(counts), most)
