@@ -12,7 +12,7 @@ the processor:
   ``processor``), with a compacted changelog topic ``<app id>-runs-changelog``; Faust
   recovers it on start and on rebalance, and keeps standby copies on other workers;
 * one handler for ``tool-calls`` batches (``handle_batch``), called by the batching consumer
-  (``streams.app.transport``) with every fetch, one batch at a time.
+  (``streams.app.transport``) with every fetch, one batch at a time (concurrency 1).
 
 Why the writes bypass ``table[key] = value``: Faust's per-key write sends one changelog
 record through its producer buffer per call and resolves the partition from the "current
@@ -24,7 +24,10 @@ Faust's, unchanged.
 Ordering per batch (what makes redelivery after a crash safe, see ``processor``):
 verdicts and dead letters are produced and their delivery awaited, then the states are
 written (RocksDB, then the changelog), then the records are acked.  Faust flushes the
-producer before it commits offsets.
+producer before it commits offsets.  That commit stage runs in its own task, batch after
+batch in order, while the next batch is already being processed against an in-memory
+overlay of the states still waiting for it (at most ``PIPELINE_DEPTH`` batches): the wait
+for the verdicts' delivery no longer stalls the consumer.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import faust
 from faust.types import TP
@@ -54,6 +57,8 @@ log = logging.getLogger("loopwatch.worker")
 TABLE_NAME = "runs"
 DLQ_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
 SWEEP_CHUNK = 2000
+PIPELINE_DEPTH = 2
+"""Batches processed but not yet committed (their verdicts in flight)."""
 
 
 class LoopwatchApp(faust.App):
@@ -117,6 +122,11 @@ class Loopwatch:
         self.watcher = ConfigWatcher(settings.config, self._swap_engine)
         self.processor = BatchProcessor(self.watcher.load_initial(), metrics)
         self._write_lock = asyncio.Lock()
+        self._overlay: dict[tuple[int, bytes], tuple[int, bytes | None]] = {}
+        self._commits: asyncio.Queue = asyncio.Queue(maxsize=PIPELINE_DEPTH)
+        self._committer: asyncio.Future | None = None
+        self._failure: Exception | None = None
+        self._seq = 0
         self._metrics_server: Any = None
         self._runs_tracked = 0
         self._counted_generation: int | None = None
@@ -254,6 +264,9 @@ class Loopwatch:
         return self.table.changelog_topic.get_topic_name()
 
     def _read(self, partition: int, key: bytes) -> bytes | None:
+        entry = self._overlay.get((partition, key))
+        if entry is not None:
+            return entry[1]  # written by a batch whose commit is still pending
         return self.store._db_for_partition(partition).get(key)
 
     def _producer(self) -> Any:
@@ -262,21 +275,33 @@ class Loopwatch:
 
     # -- the batch handler ------------------------------------------------------------------------
 
-    async def handle_batch(self, messages: Sequence[Any]) -> None:
+    async def handle_batch(self, messages: Sequence[Any], done: Callable[[], None]) -> None:
+        """Process one batch and queue its commit; returns before the commit is done.
+
+        The batch's verdicts and dead letters are queued on the producer at once; the
+        committer task then waits for their delivery, writes the states and calls ``done``
+        (which acks the records), batch after batch in order.  Meanwhile the next batch is
+        processed against the overlay of states not yet written.  At most
+        ``PIPELINE_DEPTH`` batches wait for their commit.
+        """
+        if self._failure is not None:
+            raise self._failure
         records = messages  # Faust messages have the attributes processor.Record has
-        async with self._write_lock:
-            result = self.processor.process(records, self._read)
-            pending = []
-            if result.verdicts:
-                self.processor.observe_latency(result.verdicts)
-                pending += await self._send_verdicts(result.verdicts)
-            for letter in result.dead_letters:
-                pending.append(await self._send_dead_letter(letter))
-            if pending:
-                # Delivered before the states move on: see the module docstring.
-                await asyncio.gather(*pending)
-            if result.writes:
-                await self._write(result.writes.items())
+        result = self.processor.process(records, self._read)
+        self._seq += 1
+        seq = self._seq
+        overlay = self._overlay
+        for pk, value in result.writes.items():
+            overlay[pk] = (seq, value)
+        pending: list[asyncio.Future] = []
+        if result.verdicts:
+            self.processor.observe_latency(result.verdicts)
+            pending += await self._send_verdicts(result.verdicts)
+        for letter in result.dead_letters:
+            pending.append(await self._send_dead_letter(letter))
+        if self._committer is None or self._committer.done():
+            self._committer = self.app.add_future(self._commit_loop())
+        await self._commits.put((seq, pending, result.writes, done))
         logs.flush()
         self._runs_tracked = max(0, self._runs_tracked + result.created - result.deleted)
         self.batches += 1
@@ -285,6 +310,32 @@ class Loopwatch:
         self.dead_lettered += len(result.dead_letters)
         if result.skipped:
             log.info("skipped %d re-delivered events already applied to their runs", result.skipped)
+
+    async def _commit_loop(self) -> None:
+        """Commit batches in order: verdicts delivered -> states written -> records acked."""
+        commits = self._commits
+        overlay = self._overlay
+        while True:
+            seq, pending, writes, done = await commits.get()
+            try:
+                if pending:
+                    # Delivered before the states move on: see the module docstring.
+                    await asyncio.gather(*pending)
+                if writes:
+                    async with self._write_lock:
+                        await self._write(writes.items())
+                for pk in writes:
+                    entry = overlay.get(pk)
+                    if entry is not None and entry[0] == seq:
+                        del overlay[pk]
+                done()
+            except BaseException as exc:
+                # The producer failed (or we are being cancelled): nothing after this batch may
+                # be acked; the worker stops and the records come again after a restart.
+                self._failure = exc if isinstance(exc, Exception) else RuntimeError(repr(exc))
+                raise
+            finally:
+                commits.task_done()
 
     async def _send_verdicts(self, verdicts: list[VerdictOut]) -> list[asyncio.Future]:
         n_partitions = self.settings.partitions
@@ -424,6 +475,8 @@ class Loopwatch:
                     cutoff = int(time.time() * 1000) - int(self.settings.idle_timeout_s * 1000)
                     doomed = []
                     for key in candidates:
+                        if (partition, key) in self._overlay:
+                            continue  # a commit is pending: the run is active
                         value = db.get(key)
                         if value is not None and idle_since_ms(value) < cutoff:
                             doomed.append(((partition, key), None))

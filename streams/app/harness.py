@@ -34,10 +34,13 @@ __all__ = [
     "WorkerNames",
     "collect",
     "dedupe",
+    "encode_all",
     "free_port",
+    "header",
     "produce",
     "reference_verdicts",
     "wait_for_topic",
+    "write_config",
 ]
 
 REPO = Path(__file__).resolve().parents[2]

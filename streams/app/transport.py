@@ -10,9 +10,10 @@ worker must sustain; the same records delivered as lists ran at ~67,000/s.
 ``BatchingConsumer`` keeps everything else of Faust's consumer (group membership, the
 co-partitioning assignor, table recovery, pausing during rebalances, offset commits,
 acks and gaps) and changes only the fetch loop: records of a topic that has a batch
-handler are handed over as one list per fetch, and are tracked and acked in bulk; records
+handler are handed over as one list per fetch (with a ``done`` callback that acks them all),
+and are tracked in bulk; records
 of every other topic (the table changelogs during recovery and for standbys) still take
-Faust's per-record path.  Handling is strictly sequential (one batch at a time, the
+Faust's per-record path.  Handlers are called strictly in order, one batch at a time (the
 equivalent of an agent with concurrency 1), so per-partition order is kept.
 """
 
@@ -28,7 +29,9 @@ __all__ = ["BatchHandler", "BatchingConsumer", "BatchingTransport"]
 
 log = logging.getLogger("loopwatch.transport")
 
-BatchHandler = Callable[[Sequence[Any]], Awaitable[None]]
+BatchHandler = Callable[[Sequence[Any], Callable[[], None]], Awaitable[None]]
+"""``handler(batch, done)``: ``done()`` acks the batch; call it once the batch's effects are
+safe (the handler may return before that, e.g. to overlap the next batch)."""
 
 
 class BatchingConsumer(faust_aiokafka.Consumer):
@@ -123,17 +126,14 @@ class BatchingConsumer(faust_aiokafka.Consumer):
                         if not batch:
                             continue
                     # One tracked message keeps Faust's rebalance (wait_empty) waiting until
-                    # the whole batch is done; every message is acked afterwards.
+                    # the whole batch is done; ``done`` acks every message of the batch.
                     sentinel = batch[-1]
                     unacked.add(sentinel)
                     try:
-                        await handlers[topic](batch)
+                        await handlers[topic](batch, self._acker(batch))
                     except BaseException:
                         unacked.discard(sentinel)
                         raise
-                    ack = self.ack
-                    for message in batch:
-                        ack(message)
                 if self._commit_every is not None and self._n_acked >= self._commit_every:
                     self._n_acked = 0
                     await self.commit()
@@ -150,6 +150,15 @@ class BatchingConsumer(faust_aiokafka.Consumer):
         except Exception as exc:
             self.log.exception("Drain messages raised: %r", exc)
             raise
+
+
+    def _acker(self, batch: list[Any]) -> Callable[[], None]:
+        def done() -> None:
+            ack = self.ack
+            for message in batch:
+                ack(message)
+
+        return done
 
 
 class BatchingTransport(faust_aiokafka.Transport):

@@ -293,6 +293,13 @@ async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs:
         await producer.start()
         gated = 0
         try:
+            # Warm-up (not measured): connections, metadata and the first fetches.
+            warm = fleet(int(rate * 2), 20, seed=13, start_ms=0)
+            for i, event in enumerate(warm):
+                await asyncio.sleep(max(0.0, 1 / rate))
+                await producer.send(names.tool_calls, encode_event(event), key=(event.run_id or "").encode())
+            await asyncio.sleep(1.0)
+            received.clear()
             start = time.perf_counter()
             for i, event in enumerate(events):
                 due = start + i / rate
