@@ -86,7 +86,18 @@ class Step(msgspec.Struct, kw_only=True, gc=False):
         return self.built_logs
 
 
-def _decision(event: ToolCallRequested, action: str, d: Detection | None, emitted: bool | None, notify: bool) -> Decision:
+def _decision(
+    event: ToolCallRequested, action: str, d: Detection | None, emitted: bool | None, notify: bool, **override: Any
+) -> Decision:
+    fields = dict(
+        level=d.level if d else None,
+        detector=d.detector if d else None,
+        count=d.count if d else None,
+        message=d.message if d else None,
+        paired_tool_name=d.paired_tool_name if d else None,
+        warning_key=d.warning_key if d else None,
+    )
+    fields.update(override)
     return Decision(
         verdict_id=f"{event.event_id}/decision",
         cause_event_id=event.event_id,
@@ -98,14 +109,24 @@ def _decision(event: ToolCallRequested, action: str, d: Detection | None, emitte
         tool_name=event.tool_name,
         args_hash=event.args_hash,
         action=action,
-        level=d.level if d else None,
-        detector=d.detector if d else None,
-        count=d.count if d else None,
-        message=d.message if d else None,
-        paired_tool_name=d.paired_tool_name if d else None,
-        warning_key=d.warning_key if d else None,
         warning_emitted=emitted,
         notify_model=notify,
+        **fields,
+    )
+
+
+def _run_aborted(event: ToolCallEvent, detector: str, count: int, tool_name: str, message: str) -> RunAborted:
+    return RunAborted(
+        verdict_id=f"{event.event_id}/abort",
+        cause_event_id=event.event_id,
+        run_id=event.run_id,
+        session_key=event.session_key,
+        agent_id=event.agent_id,
+        ts_ms=event.ts_ms,
+        detector=detector,
+        count=count,
+        tool_name=tool_name,
+        message=message,
     )
 
 
@@ -230,20 +251,10 @@ class LoopEngine:
         if limit is not None and state.critical_blocks >= limit:
             blocks = state.critical_blocks
             _end_run(state, CRITICAL_BLOCK_LIMIT)
-            abort = RunAborted(
-                verdict_id=f"{event.event_id}/abort",
-                cause_event_id=event.event_id,
-                run_id=event.run_id,
-                session_key=event.session_key,
-                agent_id=event.agent_id,
-                ts_ms=event.ts_ms,
-                detector=CRITICAL_BLOCK_LIMIT,
-                count=blocks,
-                tool_name=event.tool_name,
-                message=(
-                    f"CRITICAL: loopwatch ended this run after {blocks} critical tool-loop blocks "
-                    f"(last: {detection.detector} on {event.tool_name}). Blocking single calls did not stop the loop."
-                ),
+            abort = _run_aborted(
+                event, CRITICAL_BLOCK_LIMIT, blocks, event.tool_name,
+                f"CRITICAL: loopwatch ended this run after {blocks} critical tool-loop blocks "
+                f"(last: {detection.detector} on {event.tool_name}). Blocking single calls did not stop the loop.",
             )
         return Step(state=state, request=event, detection=detection, built_logs=None, action="block", notify=True,
                     abort=abort, vetoed=True)
@@ -251,22 +262,7 @@ class LoopEngine:
     def _after_abort(self, state: RunState, event: ToolCallRequested) -> Step:
         # Upstream's run is over after an abort; a late call of the same run is refused.
         message = f"CRITICAL: this run was aborted by loopwatch ({state.aborted}); no further tool calls are allowed."
-        decision = Decision(
-            verdict_id=f"{event.event_id}/decision",
-            cause_event_id=event.event_id,
-            run_id=event.run_id,
-            session_key=event.session_key,
-            agent_id=event.agent_id,
-            ts_ms=event.ts_ms,
-            tool_call_id=event.tool_call_id,
-            tool_name=event.tool_name,
-            args_hash=event.args_hash,
-            action="block",
-            level="critical",
-            detector=state.aborted,
-            message=message,
-            notify_model=True,
-        )
+        decision = _decision(event, "block", None, None, True, level="critical", detector=state.aborted, message=message)
         return Step(state=state, built_decision=decision, request=event, vetoed=True)
 
     def _warning_bucket(self, state: RunState, detection: Detection) -> bool:
@@ -302,18 +298,7 @@ class LoopEngine:
         if not verdict.should_abort:
             return Step(state=state, record=record, guard=verdict)
         _end_run(state, verdict.detector)
-        abort = RunAborted(
-            verdict_id=f"{event.event_id}/abort",
-            cause_event_id=event.event_id,
-            run_id=event.run_id,
-            session_key=event.session_key,
-            agent_id=event.agent_id,
-            ts_ms=event.ts_ms,
-            detector=verdict.detector,
-            count=verdict.count,
-            tool_name=verdict.tool_name,
-            message=verdict.message,
-        )
+        abort = _run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
         log = LogLine("error", guard_mod.SUBSYSTEM, error_line)
         return Step(state=state, abort=abort, built_logs=(log,), record=record, guard=verdict)
 
