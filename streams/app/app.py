@@ -50,7 +50,7 @@ from .reload import ConfigWatcher
 from .settings import Settings
 from .transport import BatchingTransport
 
-__all__ = ["LoopwatchApp", "Loopwatch", "create_app"]
+__all__ = ["LoopwatchApp", "Loopwatch", "create_app", "ensure_topics"]
 
 log = logging.getLogger("loopwatch.worker")
 
@@ -110,6 +110,52 @@ def create_app(settings: Settings | None = None, *, metrics: Metrics | None = No
     app.batch_handlers = {}
     app.loopwatch = Loopwatch(app, settings, metrics or Metrics())
     return app
+
+
+async def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
+    """Create ``tool-calls``, ``loop-verdicts`` and the dead-letter topic when missing.
+
+    Faust declares them too, but only just before it subscribes, and the consumer's metadata
+    may not show a brand-new topic yet: the first assignment then misses ``tool-calls``
+    ("Ignoring missing topic") until a second rebalance.  Creating them before the worker
+    starts avoids that.  Returns the topics created; errors are logged, not raised (Faust
+    declares the topics again).
+    """
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError
+
+    wanted = {
+        settings.tool_calls_topic: {},
+        settings.verdicts_topic: {},
+        settings.dead_letter_topic: {"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
+    }
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.broker_hosts, request_timeout_ms=int(timeout * 1000),
+        **settings.kafka_client_options(),
+    )
+    created: list[str] = []
+    try:
+        await asyncio.wait_for(admin.start(), timeout)
+        existing = set(await admin.list_topics())
+        missing = [name for name in wanted if name not in existing]
+        for name in missing:
+            try:
+                await admin.create_topics(
+                    [NewTopic(name, settings.partitions, settings.replication, topic_configs=wanted[name])]
+                )
+                created.append(name)
+            except TopicAlreadyExistsError:
+                pass
+        if created:
+            log.info("created topics %s (%d partitions)", ", ".join(created), settings.partitions)
+    except Exception as exc:  # noqa: BLE001 - Faust declares them again
+        log.warning("could not check/create topics before start (%r); Faust will declare them", exc)
+    finally:
+        try:
+            await admin.close()
+        except Exception:  # noqa: BLE001
+            pass
+    return created
 
 
 class Loopwatch:

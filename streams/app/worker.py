@@ -57,7 +57,7 @@ def run_worker(argv: list[str] | None = None) -> int:
     from schemas.config import ConfigError
 
     from . import logs
-    from .app import create_app
+    from .app import create_app, ensure_topics
 
     try:
         app = create_app(settings)
@@ -73,6 +73,7 @@ def run_worker(argv: list[str] | None = None) -> int:
         loop=loop,
     )
     logs.configure(args.logfile)
+    loop.run_until_complete(ensure_topics(settings))
     logging.getLogger("loopwatch.worker").debug("settings: %r", settings)
     try:
         worker.execute_from_commandline()
