@@ -2,7 +2,8 @@
 
 * ``kafka_broker`` (session): starts the broker (idempotent) and returns its bootstrap address;
 * ``lw`` (per test): unique app id and topic names, worker subprocesses that are always
-  killed (by process group) when the test ends, pass or fail, and topics deleted afterwards.
+  killed (by process group) when the test ends, pass or fail, and topics deleted afterwards;
+* ``lw_module`` (per module): the same, shared by the tests of one module.
 """
 
 from __future__ import annotations
@@ -107,6 +108,26 @@ def lw(kafka_broker, request):
     finally:
         state.cleanup()
         failed = getattr(request.node, "rep_call", None) is not None and request.node.rep_call.failed
+        if failed:
+            print(f"\nworker logs kept in {tmp / 'logs'}\n{state.dump_logs()}")
+        state.delete_topics()
+        if not failed:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def lw_module(kafka_broker, request):
+    """Like ``lw``, but shared by the tests of one module: one set of workers (and whatever the
+    module starts next to them) serves many checks.  Workers are killed and topics deleted
+    when the module is done; logs are printed and kept if any of its tests failed."""
+    tmp = Path(tempfile.mkdtemp(prefix="lwit-"))
+    state = Loopwatch(kafka_broker, tmp, request)
+    failed_before = request.session.testsfailed
+    try:
+        yield state
+    finally:
+        state.cleanup()
+        failed = request.session.testsfailed > failed_before
         if failed:
             print(f"\nworker logs kept in {tmp / 'logs'}\n{state.dump_logs()}")
         state.delete_topics()
