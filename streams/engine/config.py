@@ -177,7 +177,8 @@ class ConfigSet:
 
     def __init__(self, root: Any = None) -> None:
         self.root = root if isinstance(root, dict) else {}
-        self._cache: dict[str | None, Settings] = {}
+        self.resolved: dict[str | None, Settings] = {}
+        """Settings already resolved, by agent id (read directly on the hot path)."""
 
     def loop_detection_block(self, agent_id: str | None) -> Any:
         global_block = _get(_get(self.root, "tools"), "loopDetection")
@@ -197,7 +198,7 @@ class ConfigSet:
         return None
 
     def settings_for(self, agent_id: str | None) -> Settings:
-        cached = self._cache.get(agent_id)
+        cached = self.resolved.get(agent_id)
         if cached is not None:
             return cached
         block = self.loop_detection_block(agent_id)
@@ -209,7 +210,7 @@ class ConfigSet:
             abort_after_critical_blocks=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
             surface_warnings=options.get("surfaceWarnings") is True,
         )
-        self._cache[agent_id] = settings
+        self.resolved[agent_id] = settings
         return settings
 
     def agent_ids(self) -> list[str]:

@@ -185,7 +185,7 @@ class LoopEngine:
 
     def __init__(self, config: ConfigSet | dict | None = None) -> None:
         self.config = config if isinstance(config, ConfigSet) else ConfigSet(config)
-        self._settings = self.config._cache  # resolved once per agent
+        self._settings = self.config.resolved  # resolved once per agent
         self._handlers = {
             ToolCallRequested: self._requested,
             ToolCallCompleted: self._completed,
@@ -218,7 +218,7 @@ class LoopEngine:
     # -- tool call requested: detect, veto or warn, record (spec §3 steps 1-2) -------------
 
     def _requested(self, state: RunState, event: ToolCallRequested) -> Step:
-        settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
+        settings = self.settings_for(event.agent_id)
         if state.aborted is not None:
             return self._after_abort(state, event)
         cfg = settings.detection
