@@ -24,6 +24,12 @@ __all__ = ["Metrics", "TOOL_LABEL_CAP", "LATENCY_BUCKETS"]
 TOOL_LABEL_CAP = 200
 """``tool`` label values are the first 200 distinct tool names; later ones are ``other``."""
 
+EVENT_TYPES = ("tool_call.requested", "tool_call.completed", "compaction.retried", "run.ended")
+ABORT_DETECTORS = ("compaction_loop_persisted", "critical_block_limit")
+DEAD_LETTER_REASONS = ("invalid_json", "invalid_event", "oversized", "missing_key", "unknown_type", "processing_error")
+ERROR_STAGES = ("decode", "state_decode", "engine")
+WARNING_DETECTORS = ("generic_repeat", "known_poll_no_progress", "ping_pong")
+
 LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 )
@@ -78,6 +84,18 @@ class Metrics:
             registry=registry,
         )
         self._tools: set[str] = set()
+        # Export every known label value at 0 from the start: a series that first appears at
+        # 1 hides that first increase from rate()/increase(), so a single abort or dead letter
+        # would never raise its alert, and a healthy worker's error panel would show no data.
+        for counter, values in (
+            (self.events_consumed, EVENT_TYPES),
+            (self.run_aborts, ABORT_DETECTORS),
+            (self.dead_letters, DEAD_LETTER_REASONS),
+            (self.processing_errors, ERROR_STAGES),
+            (self.warnings_suppressed, WARNING_DETECTORS),
+        ):
+            for value in values:
+                counter.labels(value)
 
     # -- label hygiene ------------------------------------------------------------------------
 
