@@ -59,11 +59,17 @@ PARTITIONS = 4
 # -- workload ------------------------------------------------------------------------------------
 
 
-def fleet(n_events: int, runs: int, seed: int = 7, *, gate: bool = True, start_ms: int | None = None) -> list:
+MIXES = {"fleet": MIX, "healthy": {"healthy": 1.0}}
+
+
+def fleet(
+    n_events: int, runs: int, seed: int = 7, *, gate: bool = True, start_ms: int | None = None, mix: dict | None = None
+) -> list:
     """About ``n_events`` events of ``runs`` interleaved runs, as an obedient runner publishes them."""
     rng = random.Random(seed)
     calls = max(2, n_events // (2 * runs))
-    kinds = rng.choices(list(MIX), weights=list(MIX.values()), k=runs)
+    mix = mix or MIX
+    kinds = rng.choices(list(mix), weights=list(mix.values()), k=runs)
     start_ms = start_ms if start_ms is not None else int(time.time() * 1000)
     streams = [
         iter(run_events(kind, f"bench-{seed}-{n:05d}", seed=seed, length=calls, gate=gate, start_ms=start_ms))
@@ -269,6 +275,9 @@ async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs:
         events = fleet(n, runs, seed=11, start_ms=0)[:n]
         sent: dict[str, float] = {}
         received: dict[str, float] = {}
+        sent_wall: dict[str, float] = {}
+        produced_wall: dict[str, float] = {}
+        received_wall: dict[str, float] = {}
         await wait_for_topic(broker, names.verdicts)
         consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, fetch_max_wait_ms=100)
         await consumer.start()
@@ -283,10 +292,14 @@ async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs:
             while not stop.is_set():
                 fetched = await consumer.getmany(timeout_ms=50)
                 now = time.perf_counter()
+                wall = time.time()
                 for records in fetched.values():
                     for r in records:
                         verdict = decode_verdict(r.value)
-                        received.setdefault(verdict.cause_event_id, now)
+                        if verdict.cause_event_id not in received:
+                            received[verdict.cause_event_id] = now
+                            received_wall[verdict.cause_event_id] = wall
+                            produced_wall[verdict.cause_event_id] = r.timestamp / 1000.0
 
         reader = asyncio.create_task(read())
         producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=0, acks="all")
@@ -297,6 +310,7 @@ async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs:
             warm = fleet(int(rate * 2), 20, seed=13, start_ms=0)
             for i, event in enumerate(warm):
                 await asyncio.sleep(max(0.0, 1 / rate))
+                event = msgspec.structs.replace(event, ts_ms=int(time.time() * 1000))
                 await producer.send(names.tool_calls, encode_event(event), key=(event.run_id or "").encode())
             await asyncio.sleep(1.0)
             received.clear()
@@ -310,6 +324,7 @@ async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs:
                 key = (event.run_id or event.session_key or "").encode()
                 if isinstance(event, ToolCallRequested) and event.gate:
                     sent[event.event_id] = time.perf_counter()
+                    sent_wall[event.event_id] = time.time()
                     gated += 1
                 await producer.send(names.tool_calls, encode_event(event), key=key)
             offered = len(events) / (time.perf_counter() - start)
@@ -322,6 +337,8 @@ async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs:
             await producer.stop()
             await consumer.stop()
         samples = sorted((received[k] - t) * 1000 for k, t in sent.items() if k in received)
+        inbound = sorted((produced_wall[k] - t) * 1000 for k, t in sent_wall.items() if k in produced_wall)
+        outbound = sorted((received_wall[k] - produced_wall[k]) * 1000 for k in sent_wall if k in produced_wall)
         worker_p = worker_histogram_quantiles(worker)
         return {
             "offered": offered,
@@ -333,6 +350,8 @@ async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs:
             "max": samples[-1] if samples else float("nan"),
             "mean": statistics.fmean(samples) if samples else float("nan"),
             "worker": worker_p,
+            "inbound": (quantile(inbound, 0.5), quantile(inbound, 0.99)),
+            "outbound": (quantile(outbound, 0.5), quantile(outbound, 0.99)),
         }
     finally:
         worker.stop()
@@ -372,11 +391,11 @@ async def run(args: argparse.Namespace) -> int:
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"broker:  {broker} (scripts/kafka.sh), {PARTITIONS} partitions per topic")
     t0 = time.perf_counter()
-    events = fleet(args.events, args.runs, seed=7)
+    events = fleet(args.events, args.runs, seed=7, mix=MIXES[args.mix])
     records = encode_all(events)
     n = len(records)
     gated = sum(1 for e in events if isinstance(e, ToolCallRequested) and e.gate)
-    print(f"workload: {n:,} events over {args.runs:,} interleaved runs ({gated:,} gate calls), "
+    print(f"workload: {args.mix} mix, {n:,} events over {args.runs:,} interleaved runs ({gated:,} gate calls), "
           f"mean {sum(len(v) for _, v in records) / n:.0f} B, generated in {time.perf_counter() - t0:.1f} s")
     results: dict = {}
     used: list[str] = []
@@ -401,6 +420,8 @@ async def run(args: argparse.Namespace) -> int:
             results["latency"] = c
             print(f"(c)  decision latency at {c['offered']:,.0f} events/s offered: p50 {c['p50']:.1f} ms, "
                   f"p99 {c['p99']:.1f} ms, p999 {c['p999']:.1f} ms ({c['answered']:,}/{c['gated']:,} decisions)")
+            print(f"     split: event sent -> verdict produced p50 {c['inbound'][0]:.1f} / p99 {c['inbound'][1]:.1f} ms; "
+                  f"verdict produced -> received p50 {c['outbound'][0]:.1f} / p99 {c['outbound'][1]:.1f} ms")
     finally:
         await delete_topics(broker, used)
 
@@ -412,7 +433,7 @@ async def run(args: argparse.Namespace) -> int:
         print(f"| (a') raw aiokafka pass-through, record batches | {results['raw_batched']:,.0f} events/s |")
     if "worker" in results:
         b = results["worker"]
-        print(f"| (b) loopwatch worker end to end ({b['events']:,} events, {args.runs:,} runs) | {b['rate']:,.0f} events/s "
+        print(f"| (b) loopwatch worker end to end ({b['events']:,} events, {args.runs:,} runs, {args.mix} mix) | {b['rate']:,.0f} events/s "
               f"({b['cpu_us']:.0f} µs CPU/event) |")
         if "raw" in results:
             print(f"| ratio (b)/(a) | {b['rate'] / results['raw']:.2f} |")
@@ -436,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--runs", type=int, default=2_000, help="interleaved runs in the throughput workload")
     p.add_argument("--max-batch", type=int, default=None, help="LOOPWATCH_MAX_BATCH for (b)")
+    p.add_argument("--mix", choices=sorted(MIXES), default="fleet",
+                   help="fleet: half the runs loop in every way upstream detects (as bench-core); healthy: no loops")
     p.add_argument("--rate", type=float, default=2_000.0, help="offered events/s for (c)")
     p.add_argument("--duration", type=float, default=20.0, help="seconds of offered load for (c)")
     p.add_argument("--latency-runs", type=int, default=400, help="interleaved runs in the latency workload")
