@@ -57,7 +57,7 @@ class Settings:
     """How often the config file's mtime is checked for hot reload."""
     standby_replicas: int = 1
     """Faust standby replicas of the run table (warm copies on other workers)."""
-    max_batch: int = 10000
+    max_batch: int = 20000
     """At most this many records are fetched and processed as one batch."""
     # Kafka client timeouts (seconds); tests lower them for fast joins and failovers.
     session_timeout_s: float = 60.0
