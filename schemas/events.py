@@ -7,6 +7,7 @@ Events carry hashes, never raw arguments or results: the runner hashes at the ed
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Union
 
 import msgspec
@@ -86,6 +87,7 @@ class InvalidEvent(ValueError):
         self.detail = detail
 
 
+_HEX64 = re.compile(r"[0-9a-f]{64}\Z")
 _decoder = msgspec.json.Decoder(ToolCallEvent)
 _encoder = msgspec.json.Encoder()
 
@@ -111,9 +113,9 @@ def decode_event(data: bytes) -> ToolCallEvent:
 def check_event(event: ToolCallEvent) -> None:
     """Rules msgspec cannot express: consistency between fields."""
     if isinstance(event, (ToolCallRequested, ToolCallCompleted)):
-        prefix = event.tool_name + ":"
-        digest = event.args_hash[len(prefix):]
-        if not event.args_hash.startswith(prefix) or len(digest) != 64 or digest.strip("0123456789abcdef"):
+        tool, args_hash = event.tool_name, event.args_hash
+        n = len(tool)
+        if not (args_hash.startswith(tool) and args_hash[n:n + 1] == ":" and _HEX64.match(args_hash, n + 1)):
             raise InvalidEvent(
                 "invalid_event",
                 f"args_hash must be '<tool_name>:<64 lowercase hex>' for tool {event.tool_name!r} - at `$.args_hash`",

@@ -240,3 +240,16 @@ def test_compact_state_encoding_round_trips_any_history(rows, buckets):
         state.unknowns.append(None if n % 5 else "ghost")
         state.stamps.append(1000 - n)
     assert decode_state(encode_state(state)) == state
+
+
+@given(st.text(max_size=12), st.text(alphabet="0123456789abcdefABCDEF:x", min_size=0, max_size=70))
+def test_args_hash_must_be_the_tool_name_and_64_lowercase_hex(tool, digest):
+    event = ToolCallRequested(event_id="e", run_id="r", tool_name=tool, args_hash=f"{tool}:{digest}")
+    valid = len(digest) == 64 and all(c in "0123456789abcdef" for c in digest)
+    try:
+        from schemas.events import check_event
+
+        check_event(event)
+        assert valid
+    except InvalidEvent as exc:
+        assert not valid and "args_hash" in str(exc)
