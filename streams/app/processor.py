@@ -1,24 +1,32 @@
-"""The batch processor: a batch of ``tool-calls`` records in, everything they cause out.
+"""The batch processor: batches of ``tool-calls`` records in, verdicts out, run states
+checkpointed.
 
 This is the worker's whole per-record logic and it does no I/O (the Faust layer in
 ``streams.app.app`` feeds it and ships its output), so it is unit-tested without Kafka.
 
-One batch:
+One batch (``process``):
 
 1. decode every record (``schemas.decode_event``); a record that fails becomes a dead letter
    carrying its reason and detail;
 2. group the valid events by ``(partition, state_key)``, in offset order: per-run order is
    the partition's order, and the engine runs over each run's events one after another;
-3. read each touched run's state once, run the engine, and write it back once (or delete it
-   when the run ended): one table write per run per batch, not per event;
+3. run the engine on each touched run's state, kept in memory (``_Live``) from the first
+   touch until the next checkpoint;
 4. collect verdicts (every decision of a ``gate`` call, every warn/block, every abort),
-   engine log lines and metric counts.
+   engine log lines and metric counts.  Verdicts are published at once.
+
+A checkpoint (``checkpoint``) encodes every run touched since the previous one exactly once
+and hands the table writes (or deletions, for ended runs) to the Faust layer, which first
+waits for the delivery of every verdict produced since the previous checkpoint, then writes
+the states, then acks the records.  A run's state is thus written once per checkpoint, not
+once per event or per batch: the state codec (``encode_state``) is the engine's most
+expensive call, and with small batches at moderate load it would otherwise run per event.
 
 Table values are an envelope around ``streams.engine.encode_state``::
 
     byte 0       format version (1)
     bytes 1-8    offset of the last source record applied to this state (big endian)
-    bytes 9-16   wall-clock ms when this worker last applied an event (idle expiry)
+    bytes 9-16   wall-clock ms when this worker last wrote the run (idle expiry)
     bytes 17-24  the run's last_event_ms (event time, from the state)
     bytes 25-    encode_state(RunState)
 
@@ -26,10 +34,10 @@ The source offset makes re-delivery idempotent.  Kafka delivery is at least once
 crash the records since the last committed offset are processed again, while the table
 (recovered from its changelog) may already hold their effect.  An event whose offset is not
 newer than the state's stamp is skipped instead of being applied twice (applying it twice
-would change counts, and so verdicts).  The Faust layer publishes a batch's verdicts, and
-waits for them, before it writes the batch's states, so a skipped event's verdict has always
-been delivered; verdict ids derive from event ids, so any re-published duplicate is dropped
-by consumers.
+would change counts, and so verdicts).  Because states are only written after the verdicts of
+every event they contain were delivered, a skipped event's verdict has always been
+published; verdict ids derive from event ids, so any re-published duplicate is dropped by
+consumers.
 """
 
 from __future__ import annotations
@@ -129,16 +137,38 @@ class Envelope:
 class BatchResult:
     verdicts: list[VerdictOut] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
-    writes: dict[tuple[int, bytes], bytes | None] = field(default_factory=dict)
-    """``(partition, key) -> envelope`` to store, or None to delete; one entry per touched run."""
     skipped: int = 0
     """Events not applied again because their run's state already holds them (re-delivery)."""
     events: int = 0
     """Valid events applied."""
+    runs: int = 0
+    """Runs this batch touched."""
+
+
+@dataclass
+class Checkpoint:
+    writes: dict[tuple[int, bytes], bytes | None] = field(default_factory=dict)
+    """``(partition, key) -> envelope`` to store, or None to delete; one entry per run touched
+    since the previous checkpoint."""
     created: int = 0
-    """Runs that had no state before this batch and have one after it."""
+    """Runs that had no stored state before and have one now."""
     deleted: int = 0
-    """Runs that had state before this batch and have none after it."""
+    """Runs that had a stored state before and have none now."""
+
+
+class _Live:
+    """A run touched since the last checkpoint: the authoritative copy until it is written."""
+
+    __slots__ = ("base", "state", "offset", "applied")
+
+    def __init__(self, base: bytes | None, state: RunState | None, offset: int) -> None:
+        self.base = base
+        """The stored envelope at the first touch (None: nothing stored)."""
+        self.state = state
+        self.offset = offset
+        """Offset of the last source record applied (-1: none)."""
+        self.applied: list[Any] = []
+        """Events applied since the checkpoint, in order (to rebuild after an engine error)."""
 
 
 # -- the state envelope -----------------------------------------------------------------------
@@ -172,7 +202,8 @@ def idle_since_ms(value: bytes) -> int:
 
 
 class BatchProcessor:
-    """Runs batches of records through the engine.  Holds no run state of its own.
+    """Runs batches of records through the engine and keeps the touched runs' states until
+    the next checkpoint.
 
     ``engine`` may be swapped at any time between batches (config hot reload); a batch
     always runs on one engine.
@@ -190,11 +221,24 @@ class BatchProcessor:
         self.metrics = metrics
         self.clock = clock
         self.cache_size = cache_size
+        self._dirty: dict[tuple[int, bytes], _Live] = {}
         self._cache: dict[tuple[int, bytes], tuple[int, int, RunState]] = {}
-        """The last state object this worker stored per run (insertion-ordered, LRU-ish):
-        valid only while the stored envelope still carries the same offset and time stamp,
+        """The state object this worker last wrote per run (insertion-ordered, LRU-ish):
+        used only while the stored envelope still carries the same offset and time stamp,
         so a state changed elsewhere (another worker, a deletion) is never used."""
         self._loggers: dict[str, tuple[logging.Logger, Any]] = {}
+
+    @property
+    def dirty(self) -> int:
+        """Runs touched since the last checkpoint."""
+        return len(self._dirty)
+
+    def is_dirty(self, partition: int, key: bytes) -> bool:
+        return (partition, key) in self._dirty
+
+    def forget(self, partition: int, key: bytes) -> None:
+        """Drop a clean cached state (its stored value was deleted or replaced elsewhere)."""
+        self._cache.pop((partition, key), None)
 
     def process(self, records: Iterable[Record], read: Callable[[int, bytes], bytes | None]) -> BatchResult:
         """Process one batch.  ``read(partition, key)`` returns a run's stored envelope or None."""
@@ -224,95 +268,123 @@ class BatchProcessor:
             group.append((record, event))
 
         counts = _Counts()
-        now_ms = int(self.clock() * 1000)
-        for (partition, key), items in groups.items():
-            self._run_group(engine, partition, key, items, read, result, counts, now_ms)
+        for pk, items in groups.items():
+            self._run_group(engine, pk, items, read, result, counts)
+        result.runs = len(groups)
         self._account(result, counts)
         return result
 
+    def checkpoint(self) -> Checkpoint:
+        """Encode every run touched since the last checkpoint, once; the caller writes them
+        (after the delivery of every verdict produced since the last checkpoint)."""
+        now_ms = int(self.clock() * 1000)
+        out = Checkpoint()
+        cache = self._cache
+        for pk, live in self._dirty.items():
+            if live.state is None:
+                if live.base is not None:
+                    out.writes[pk] = None
+                    out.deleted += 1
+                continue
+            out.writes[pk] = pack_state(live.state, live.offset, now_ms)
+            if live.base is None:
+                out.created += 1
+            cache[pk] = (live.offset, now_ms, live.state)
+            if len(cache) > self.cache_size:
+                del cache[next(iter(cache))]
+        self._dirty = {}
+        return out
+
     # -- one run's events ---------------------------------------------------------------------
+
+    def _load(self, pk: tuple[int, bytes], read: Callable[[int, bytes], bytes | None]) -> _Live:
+        """A run's state at its first touch since the last checkpoint."""
+        partition, key = pk
+        stored = read(partition, key)
+        cached = self._cache.pop(pk, None)  # becomes the live object (mutated in place)
+        if stored is None:
+            return _Live(None, None, -1)
+        try:
+            offset, touched_ms, _last = unpack_header(stored)
+        except Exception as exc:  # noqa: BLE001
+            log.error("unreadable state for %r on partition %d (%r): starting the run afresh", key, partition, exc)
+            self._count_error("state_decode")
+            return _Live(None, None, -1)
+        if cached is not None and cached[0] == offset and cached[1] == touched_ms:
+            return _Live(stored, cached[2], offset)  # the object this worker wrote: no decode
+        state = self._decode(stored, pk)
+        if state is None:
+            return _Live(None, None, -1)
+        return _Live(stored, state, offset)
+
+    def _decode(self, stored: bytes, pk: tuple[int, bytes]) -> RunState | None:
+        try:
+            return decode_state(stored[HEADER_SIZE:])
+        except Exception as exc:  # noqa: BLE001
+            log.error("undecodable state for %r on partition %d (%r): starting the run afresh", pk[1], pk[0], exc)
+            self._count_error("state_decode")
+            return None
 
     def _run_group(
         self,
         engine: LoopEngine,
-        partition: int,
-        key: bytes,
+        pk: tuple[int, bytes],
         items: list[tuple[Any, Any]],
         read: Callable[[int, bytes], bytes | None],
         result: BatchResult,
         counts: "_Counts",
-        now_ms: int,
     ) -> None:
-        stored = read(partition, key)
-        header = None
-        if stored is not None:
-            try:
-                header = unpack_header(stored)
-            except Exception as exc:  # noqa: BLE001
-                log.error("unreadable state for %r on partition %d (%r): starting the run afresh", key, partition, exc)
-                self._count_error("state_decode")
-                stored = None
-        stamp = header[0] if header is not None else -1
-        fresh = [item for item in items if item[0].offset > stamp]
+        live = self._dirty.get(pk)
+        if live is None:
+            live = self._load(pk, read)
+            self._dirty[pk] = live
+        fresh = [item for item in items if item[0].offset > live.offset]
         if len(fresh) < len(items):
+            # Already in the stored state (a redelivery).  The run stays dirty even when
+            # nothing is new: the checkpoint re-writes it, so the changelog holds it even if
+            # a crash lost its first changelog send (local store ahead of the changelog).
             result.skipped += len(items) - len(fresh)
             if not fresh:
-                # Every event is already in the stored state: re-send the stored value so the
-                # changelog holds it even if a crash lost the first send (local store ahead).
-                result.writes[(partition, key)] = stored
                 return
-        cache_key = (partition, key)
-        cached = self._cache.pop(cache_key, None)
+        state = live.state
         failed: set[int] = set()
-        while True:
-            state = None
-            if cached is not None and header is not None and cached[0] == header[0] and cached[1] == header[1]:
-                state = cached[2]  # the object this worker stored last: no decode needed
-            elif stored is not None:
-                try:
-                    state = decode_state(stored[HEADER_SIZE:])
-                except Exception as exc:  # noqa: BLE001
-                    log.error("undecodable state for %r on partition %d (%r): starting the run afresh", key, partition, exc)
-                    self._count_error("state_decode")
-                    stored = header = None
-            cached = None  # a retry starts from the stored bytes (the engine mutates in place)
-            outputs: list[tuple[Any, Any, Any]] = []
-            for i, (record, event) in enumerate(fresh):
-                if i in failed:
-                    continue
-                try:
-                    step = engine.handle(state, event, validated=True)
-                except Exception as exc:  # noqa: BLE001 - see below
-                    # The engine may have changed the state in place before failing: start the
-                    # run's batch over from its stored state, without this event.
-                    failed.add(i)
-                    reason = exc.reason if isinstance(exc, InvalidEvent) else "processing_error"
-                    detail = exc.detail if isinstance(exc, InvalidEvent) else f"engine: {exc!r}"
-                    result.dead_letters.append(DeadLetter(record, reason, _cut(detail)))
-                    if reason == "processing_error":
-                        self._count_error("engine")
-                        log.exception("engine failed on %s[%d]@%d", record.topic, record.partition, record.offset)
-                    break
-                state = step.state
-                outputs.append((record, event, step))
-            else:
-                break  # every event went through
+        outputs: list[tuple[Any, Any, Any]] = []
+        i = 0
+        while i < len(fresh):
+            record, event = fresh[i]
+            try:
+                step = engine.handle(state, event, validated=True)
+            except Exception as exc:  # noqa: BLE001 - see below
+                failed.add(i)
+                reason = exc.reason if isinstance(exc, InvalidEvent) else "processing_error"
+                detail = exc.detail if isinstance(exc, InvalidEvent) else f"engine: {exc!r}"
+                result.dead_letters.append(DeadLetter(record, reason, _cut(detail)))
+                if reason == "processing_error":
+                    self._count_error("engine")
+                    log.exception("engine failed on %s[%d]@%d", record.topic, record.partition, record.offset)
+                # The engine may have changed the state in place before failing: rebuild it
+                # from the stored state and every event applied since (their verdicts are out).
+                state = self._rebuild(engine, live, [e for j, (_r, e) in enumerate(fresh[:i]) if j not in failed])
+                i += 1
+                continue
+            state = step.state
+            outputs.append((record, event, step))
+            i += 1
         for record, event, step in outputs:
-            self._collect(partition, key, record, event, step, result, counts)
+            self._collect(pk[0], pk[1], record, event, step, result, counts)
         result.events += len(outputs)
-        last_offset = fresh[-1][0].offset
-        if state is None:
-            if stored is not None:
-                result.writes[cache_key] = None
-                result.deleted += 1
-        else:
-            result.writes[cache_key] = pack_state(state, last_offset, now_ms)
-            if stored is None:
-                result.created += 1
-            cache = self._cache
-            cache[cache_key] = (last_offset, now_ms, state)
-            if len(cache) > self.cache_size:
-                del cache[next(iter(cache))]
+        live.state = state
+        live.offset = fresh[-1][0].offset
+        live.applied.extend(event for _record, event, _step in outputs)
+
+    def _rebuild(self, engine: LoopEngine, live: _Live, more: list[Any]) -> RunState | None:
+        state = self._decode(live.base, (0, b"?")) if live.base is not None else None
+        for event in live.applied + more:
+            try:
+                state = engine.handle(state, event, validated=True).state
+            except Exception:  # noqa: BLE001 - failed the first time too: skip it again
+                pass
+        return state
 
     def _collect(self, partition, key, record, event, step, result: BatchResult, counts: "_Counts") -> None:
         etype = type(event)

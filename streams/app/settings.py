@@ -59,6 +59,8 @@ class Settings:
     """Faust standby replicas of the run table (warm copies on other workers)."""
     max_batch: int = 20000
     """At most this many records are fetched and processed as one batch."""
+    checkpoint_s: float = 1.0
+    """Run states are written (and records acked) at most this long after processing."""
     # Kafka client timeouts (seconds); tests lower them for fast joins and failovers.
     session_timeout_s: float = 60.0
     heartbeat_interval_s: float = 3.0

@@ -152,6 +152,14 @@ class BatchingConsumer(faust_aiokafka.Consumer):
             raise
 
 
+    async def wait_empty(self) -> None:
+        """Faust waits here for in-flight messages before a rebalance and on shutdown; let the
+        app make its pending batches durable (and ack them) first."""
+        hook = getattr(self.app, "before_wait_empty", None)
+        if hook is not None:
+            await hook()
+        await super().wait_empty()
+
     def _acker(self, batch: list[Any]) -> Callable[[], None]:
         def done() -> None:
             ack = self.ack

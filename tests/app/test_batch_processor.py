@@ -34,8 +34,8 @@ class Store(dict):
     def read(self, partition: int, key: bytes):
         return self.get((partition, key))
 
-    def apply(self, result) -> None:
-        for pk, value in result.writes.items():
+    def apply(self, checkpoint) -> None:
+        for pk, value in checkpoint.writes.items():
             if value is None:
                 self.pop(pk, None)
             else:
@@ -90,26 +90,46 @@ def test_verdicts_match_the_engine_and_gate_rules():
     assert all(v.partition == 0 for v in result.verdicts)
 
 
-def test_one_write_per_run_per_batch_and_split_batches_agree():
+def test_one_write_per_run_per_checkpoint_and_split_batches_agree():
     events = repeat_run(15) + repeat_run(15, run_id="r2")
     whole = BatchProcessor(engine())
     s1 = Store()
     r = whole.process(records(events), s1.read)
-    assert set(r.writes) == {(0, b"run:r1"), (0, b"run:r2")}
-    assert r.created == 2 and r.events == len(events)
-    s1.apply(r)
-    # the same events in batches of 7 give the same verdicts and the same final states
+    assert r.events == len(events) and r.runs == 2
+    cp = whole.checkpoint()
+    assert set(cp.writes) == {(0, b"run:r1"), (0, b"run:r2")}
+    assert cp.created == 2 and cp.deleted == 0
+    s1.apply(cp)
+    assert whole.dirty == 0 and whole.checkpoint().writes == {}
+    # the same events in batches of 7, checkpointed every other batch, give the same
+    # verdicts and the same final states
     split = BatchProcessor(engine())
     s2 = Store()
     got = []
     recs = records(events)
-    for i in range(0, len(recs), 7):
+    for n, i in enumerate(range(0, len(recs), 7)):
         res = split.process(recs[i:i + 7], s2.read)
-        s2.apply(res)
         got += [v.value for v in res.verdicts]
+        if n % 2:
+            s2.apply(split.checkpoint())
+    s2.apply(split.checkpoint())
     assert got == [v.value for v in r.verdicts]
     for pk in s1:
         assert unpack_state(s1[pk]).state == unpack_state(s2[pk]).state
+
+
+def test_a_run_is_encoded_once_per_checkpoint(monkeypatch):
+    import streams.app.processor as processor_module
+
+    calls = []
+    real = processor_module.pack_state
+    monkeypatch.setattr(processor_module, "pack_state", lambda *a: calls.append(1) or real(*a))
+    p = BatchProcessor(engine())
+    recs = records(repeat_run(10))
+    for i in range(0, len(recs), 2):
+        p.process(recs[i:i + 2], Store().read)
+    assert calls == []
+    assert len(p.checkpoint().writes) == 1 and calls == [1]
 
 
 def test_redelivered_events_are_not_applied_twice():
@@ -118,26 +138,33 @@ def test_redelivered_events_are_not_applied_twice():
     p = BatchProcessor(engine())
     store = Store()
     first = p.process(recs[:30], store.read)
-    store.apply(first)
-    # a crash after the state write, before the offset commit: records 20..41 come again
-    again = p.process(recs[20:], store.read)
-    store.apply(again)
+    store.apply(p.checkpoint())
+    # a crash after the checkpoint's state write, before the offset commit: 20..41 come again
+    fresh = BatchProcessor(engine())
+    again = fresh.process(recs[20:], store.read)
+    store.apply(fresh.checkpoint())
     assert again.skipped == 10
     published = [decode_verdict(v.value) for v in first.verdicts + again.verdicts]
     assert published == reference(events)
-    # a batch that is entirely old re-sends the stored value (changelog repair), no verdicts
-    old = p.process(recs[:5], store.read)
+    # a batch that is entirely old publishes nothing, and its run is re-written at the next
+    # checkpoint (changelog repair) unchanged
+    old = fresh.process(recs[:5], store.read)
     assert old.verdicts == [] and old.skipped == 5
-    assert old.writes == {(0, b"run:r1"): store[(0, b"run:r1")]}
+    before = unpack_state(store[(0, b"run:r1")])
+    again_cp = fresh.checkpoint()
+    assert set(again_cp.writes) == {(0, b"run:r1")}
+    after = unpack_state(again_cp.writes[(0, b"run:r1")])
+    assert (after.offset, after.state) == (before.offset, before.state)
 
 
-def test_replay_after_lost_state_write_gives_the_same_verdict_ids_and_content():
+def test_replay_after_a_lost_checkpoint_gives_the_same_verdict_ids_and_content():
     events = repeat_run(21)
     recs = records(events)
     p = BatchProcessor(engine())
     store = Store()
-    store.apply(p.process(recs[:20], store.read))
-    lost = p.process(recs[20:], store.read)  # verdicts published, state write lost
+    p.process(recs[:20], store.read)
+    store.apply(p.checkpoint())
+    lost = p.process(recs[20:], store.read)  # verdicts published, then a crash: no checkpoint
     replay = BatchProcessor(engine()).process(recs[20:], store.read)
     assert [v.value for v in replay.verdicts] == [v.value for v in lost.verdicts]
 
@@ -146,23 +173,28 @@ def test_run_ended_deletes_the_state():
     events = repeat_run(3) + [run_ended_event("end", run_id="r1", session_key="s")]
     p = BatchProcessor(engine())
     store = Store()
-    store.apply(p.process(records(events[:6]), store.read))
+    p.process(records(events[:6]), store.read)
+    store.apply(p.checkpoint())
     assert (0, b"run:r1") in store
-    r = p.process(records(events[6:], start=6), store.read)
-    assert r.writes == {(0, b"run:r1"): None} and r.deleted == 1
-    store.apply(r)
+    p.process(records(events[6:], start=6), store.read)
+    cp = p.checkpoint()
+    assert cp.writes == {(0, b"run:r1"): None} and cp.deleted == 1
+    store.apply(cp)
     assert store == {}
-    # a run that starts and ends inside one batch never writes
-    r = BatchProcessor(engine()).process(records(events), Store().read)
-    assert r.writes == {} and r.created == 0 and r.deleted == 0
+    # a run that starts and ends between two checkpoints never writes
+    q = BatchProcessor(engine())
+    q.process(records(events), Store().read)
+    cp = q.checkpoint()
+    assert cp.writes == {} and cp.created == 0 and cp.deleted == 0
 
 
 def test_runs_are_grouped_per_partition():
     e1 = requested_event("a", "read", {}, run_id="r", session_key="s", gate=True)
     e2 = requested_event("b", "read", {}, run_id="r", session_key="s", gate=True)
     recs = records([e1], partition=0) + records([e2], partition=3)
-    r = BatchProcessor(engine()).process(recs, Store().read)
-    assert set(r.writes) == {(0, b"run:r"), (3, b"run:r")}
+    p = BatchProcessor(engine())
+    r = p.process(recs, Store().read)
+    assert set(p.checkpoint().writes) == {(0, b"run:r"), (3, b"run:r")}
     assert [v.partition for v in r.verdicts] == [0, 3]
 
 
@@ -200,23 +232,29 @@ class Exploding(LoopEngine):
         return super().handle(state, event, validated=validated)
 
 
-def test_engine_errors_dead_letter_the_record_and_keep_the_state_clean():
+@pytest.mark.parametrize("checkpoint_first", [False, True])
+def test_engine_errors_dead_letter_the_record_and_keep_the_state_clean(checkpoint_first):
     events = repeat_run(6)
     registry = CollectorRegistry()
     p = BatchProcessor(Exploding(CONFIG), Metrics(registry, process_metrics=False))
     store = Store()
-    r = p.process(records(events), store.read)
+    recs = records(events)
+    # earlier events of the run are applied in a previous batch (checkpointed or not)
+    first = p.process(recs[:3], store.read)
+    if checkpoint_first:
+        store.apply(p.checkpoint())
+    r = p.process(recs[3:], store.read)
     assert [(d.record.offset, d.reason) for d in r.dead_letters] == [(6, "processing_error")]
     assert "boom" in r.dead_letters[0].detail
     assert registry.get_sample_value("loopwatch_processing_errors_total", {"stage": "engine"}) == 1
-    store.apply(r)
+    store.apply(p.checkpoint())
     expected = [e for e in events if e.event_id != "r1-3q"]
     ref_state = None
     eng = engine()
     for e in expected:
         ref_state = eng.handle(ref_state, e, validated=True).state
     assert unpack_state(store[(0, b"run:r1")]).state == ref_state
-    assert [decode_verdict(v.value) for v in r.verdicts] == reference(expected)
+    assert [decode_verdict(v.value) for v in first.verdicts + r.verdicts] == reference(expected)
 
 
 def test_unreadable_stored_state_starts_the_run_afresh():
@@ -233,12 +271,12 @@ def test_state_cache_is_only_used_while_the_store_agrees():
     recs = records(events)
     p = BatchProcessor(engine())
     store = Store()
-    store.apply(p.process(recs[:20], store.read))
+    p.process(recs[:20], store.read)
+    store.apply(p.checkpoint())
     # someone else (another worker, a sweep) replaced the stored state: the cache must not win
     store[(0, b"run:r1")] = pack_state(RunState(run_id="r1"), 19, 1)
     r = p.process(recs[20:], store.read)
-    fresh = reference(events[20:])
-    assert [decode_verdict(v.value) for v in r.verdicts] == fresh
+    assert [decode_verdict(v.value) for v in r.verdicts] == reference(events[20:])
 
 
 def test_envelope_round_trip():
