@@ -59,7 +59,9 @@ TABLE_NAME = "runs"
 DLQ_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
 SWEEP_CHUNK = 2000
 MAX_DIRTY_RUNS = 50_000
-"""A checkpoint is taken early when this many runs wait for one."""
+"""A checkpoint is taken early (and waited for) when this many runs wait for one."""
+CHECKPOINT_SLICE = 128
+"""Runs encoded between two yields to the event loop during a checkpoint."""
 _NO_HEADERS: list = []  # aiokafka's batch builder wants a list; never mutated
 
 
@@ -176,6 +178,11 @@ class Loopwatch:
         self._dones: list[Callable[[], None]] = []
         """Ack callbacks of the batches processed since the last checkpoint."""
         self._checkpointed_at = time.monotonic()
+        self._checkpoint_lock = asyncio.Lock()
+        self._poisoned: BaseException | None = None
+        """Set when a batch or a checkpoint was interrupted half-way: no more checkpoints."""
+        self._checkpointing: asyncio.Future | None = None
+        self._checkpoint_requested_at = 0.0
         self.checkpoints = 0
         self._metrics_server: Any = None
         self._runs_tracked = 0
@@ -326,16 +333,33 @@ class Loopwatch:
 
     async def handle_batch(self, messages: Sequence[Any], done: Callable[[], None]) -> None:
         """Process one batch and publish its verdicts and dead letters (without waiting for
-        their delivery); the records are acked by the next checkpoint (``done``)."""
+        their delivery); the records are acked by the next checkpoint (``done``).
+
+        Shielded: a shutdown cancels the fetch loop, but a batch that was processed must also
+        be registered (its delivery futures and ack) before a checkpoint may include it.
+        """
+        await asyncio.shield(self._handle(messages, done))
+
+    async def _handle(self, messages: Sequence[Any], done: Callable[[], None]) -> None:
         async with self._write_lock:
+            if self._poisoned is not None:
+                raise RuntimeError("an earlier batch or checkpoint failed; restart the worker") from self._poisoned
             result = self.processor.process(messages, self._read)
-            pending = self._pending
-            if result.verdicts:
-                self.processor.observe_latency(result.verdicts)
-                pending += await self._send_verdicts(result.verdicts)
-            for letter in result.dead_letters:
-                pending.append(await self._send_dead_letter(letter))
-            self._dones.append(done)
+            try:
+                pending = self._pending
+                if result.verdicts:
+                    self.processor.observe_latency(result.verdicts)
+                    pending += await self._send_verdicts(result.verdicts)
+                for letter in result.dead_letters:
+                    pending.append(await self._send_dead_letter(letter))
+                self._dones.append(done)
+            except BaseException as exc:
+                # The batch's states are in the processor but its verdicts may not be queued:
+                # no checkpoint may write them now (their events would be skipped after a
+                # restart, their verdicts never published).  The worker stops; everything
+                # since the last checkpoint is processed again.
+                self._poisoned = exc
+                raise
         logs.flush()
         self.batches += 1
         self.records += len(messages)
@@ -343,27 +367,57 @@ class Loopwatch:
         self.dead_lettered += len(result.dead_letters)
         if result.skipped:
             log.info("skipped %d re-delivered events already applied to their runs", result.skipped)
-        if (
-            self.processor.dirty >= MAX_DIRTY_RUNS
-            or time.monotonic() - self._checkpointed_at >= self.settings.checkpoint_s
-        ):
-            await self.checkpoint()
+        if self.processor.dirty >= MAX_DIRTY_RUNS:
+            await self.checkpoint()  # backpressure: wait for it
+        elif time.monotonic() - self._checkpointed_at >= self.settings.checkpoint_s:
+            self._checkpoint_soon()
+
+    def _checkpoint_soon(self) -> None:
+        """Start a checkpoint in the background unless one is running."""
+        if self._checkpointing is None or self._checkpointing.done():
+            self._checkpoint_requested_at = time.monotonic()
+            self._checkpointing = self.app.add_future(self.checkpoint())
 
     async def checkpoint(self) -> None:
         """Make everything processed so far durable, in this order: the verdicts and dead
         letters are delivered, the touched runs' states are written (RocksDB + changelog,
-        once per run), the records are acked (Faust commits acked offsets)."""
-        async with self._write_lock:
-            self._checkpointed_at = time.monotonic()
-            pending, self._pending = self._pending, []
-            dones, self._dones = self._dones, []
-            if not dones and not self.processor.dirty:
-                return
-            if pending:
-                await asyncio.gather(*pending)
-            cp = self.processor.checkpoint()
-            if cp.writes:
-                await self._write(cp.writes.items())
+        once per run), the records are acked (Faust commits acked offsets).
+
+        The states are encoded in slices with the event loop free in between, so batches
+        keep flowing (the processor encodes a frozen run first when a batch touches it).
+        """
+        async with self._checkpoint_lock:
+            processor = self.processor
+            # Under the write lock: a batch is either wholly in this checkpoint (its states,
+            # its delivery futures, its acks) or wholly after it.
+            async with self._write_lock:
+                self._checkpointed_at = time.monotonic()
+                if self._poisoned is not None:
+                    log.warning("no checkpoint after an interrupted batch or checkpoint (%r): the work "
+                                "since the last one is redone after a restart", self._poisoned)
+                    return
+                if not self._dones and not processor.dirty:
+                    return
+                pending, self._pending = self._pending, []
+                dones, self._dones = self._dones, []
+                processor.begin_checkpoint()
+            # An error below (a verdict not delivered, a failed write, a cancellation)
+            # propagates and stops the worker: nothing of this checkpoint is acked, so its
+            # records are processed again after a restart.
+            try:
+                while not processor.encode_some(CHECKPOINT_SLICE):
+                    await asyncio.sleep(0)
+                if pending:
+                    await asyncio.gather(*pending)
+                async with self._write_lock:
+                    cp = processor.end_checkpoint()
+                    if cp.writes:
+                        await self._write(cp.writes.items(), on_stored=processor.checkpoint_written)
+                    else:
+                        processor.checkpoint_written()
+            except BaseException as exc:
+                self._poisoned = exc
+                raise
             for done in dones:
                 done()
             self._runs_tracked = max(0, self._runs_tracked + cp.created - cp.deleted)
@@ -371,7 +425,7 @@ class Loopwatch:
 
     async def _checkpoint_timer(self) -> None:
         if time.monotonic() - self._checkpointed_at >= self.settings.checkpoint_s:
-            await self.checkpoint()
+            self._checkpoint_soon()
 
     async def _send_verdicts(self, verdicts: list[VerdictOut]) -> list[asyncio.Future]:
         n_partitions = self.settings.partitions
@@ -428,7 +482,11 @@ class Loopwatch:
             sent.append((await producer.send_batch(batch, topic, partition=partition), n))
         return sent
 
-    async def _write(self, writes: Iterable[tuple[tuple[int, bytes], bytes | None]]) -> None:
+    async def _write(
+        self,
+        writes: Iterable[tuple[tuple[int, bytes], bytes | None]],
+        on_stored: Callable[[], None] | None = None,
+    ) -> None:
         """Store states (None: delete) in RocksDB, then queue their changelog records."""
         import rocksdict
 
@@ -436,7 +494,6 @@ class Loopwatch:
         by_partition: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
         for (partition, key), value in writes:
             by_partition[partition].append((key, value))
-        changelog = self.changelog_topic
         for partition, items in by_partition.items():
             wb = rocksdict.WriteBatch(raw_mode=True)
             for key, value in items:
@@ -445,6 +502,10 @@ class Loopwatch:
                 else:
                     wb.put(key, value)
             store._db_for_partition(partition).write(wb)
+        if on_stored is not None:
+            on_stored()  # synchronously with the RocksDB writes: reads see them from now on
+        changelog = self.changelog_topic
+        for partition, items in by_partition.items():
             for future, n in await self._send_records(changelog, partition, items):
                 future.add_done_callback(self._persisted_callback(changelog, partition, n))
 

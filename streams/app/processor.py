@@ -222,6 +222,12 @@ class BatchProcessor:
         self.clock = clock
         self.cache_size = cache_size
         self._dirty: dict[tuple[int, bytes], _Live] = {}
+        self._frozen: dict[tuple[int, bytes], _Live] | None = None
+        """Runs of the checkpoint being taken, not encoded yet."""
+        self._out: Checkpoint | None = None
+        self._written: dict[tuple[int, bytes], bytes | None] | None = None
+        """The last checkpoint's writes until the store has them."""
+        self._now_ms = 0
         self._cache: dict[tuple[int, bytes], tuple[int, int, RunState]] = {}
         """The state object this worker last wrote per run (insertion-ordered, LRU-ish):
         used only while the stored envelope still carries the same offset and time stamp,
@@ -230,11 +236,18 @@ class BatchProcessor:
 
     @property
     def dirty(self) -> int:
-        """Runs touched since the last checkpoint."""
+        """Runs touched since the last checkpoint (begun)."""
         return len(self._dirty)
 
     def is_dirty(self, partition: int, key: bytes) -> bool:
-        return (partition, key) in self._dirty
+        """Touched since the last checkpoint, or part of one not written yet."""
+        pk = (partition, key)
+        return (
+            pk in self._dirty
+            or (self._frozen is not None and pk in self._frozen)
+            or (self._out is not None and pk in self._out.writes)
+            or (self._written is not None and pk in self._written)
+        )
 
     def forget(self, partition: int, key: bytes) -> None:
         """Drop a clean cached state (its stored value was deleted or replaced elsewhere)."""
@@ -275,32 +288,91 @@ class BatchProcessor:
         return result
 
     def checkpoint(self) -> Checkpoint:
-        """Encode every run touched since the last checkpoint, once; the caller writes them
-        (after the delivery of every verdict produced since the last checkpoint)."""
-        now_ms = int(self.clock() * 1000)
-        out = Checkpoint()
-        cache = self._cache
-        for pk, live in self._dirty.items():
-            if live.state is None:
-                if live.base is not None:
-                    out.writes[pk] = None
-                    out.deleted += 1
-                continue
-            out.writes[pk] = pack_state(live.state, live.offset, now_ms)
-            if live.base is None:
-                out.created += 1
-            cache[pk] = (live.offset, now_ms, live.state)
-            if len(cache) > self.cache_size:
-                del cache[next(iter(cache))]
-        self._dirty = {}
+        """Encode every run touched since the last checkpoint, once, in one go (see
+        ``begin_checkpoint`` for the incremental form the worker uses)."""
+        self.begin_checkpoint()
+        self.encode_some(None)
+        out = self.end_checkpoint()
+        self.checkpoint_written()
         return out
+
+    def begin_checkpoint(self) -> None:
+        """Freeze the runs touched so far as the next checkpoint's content.
+
+        Batches may go on while it is encoded (``encode_some`` in slices): a frozen run that a
+        batch touches is encoded first, before the batch changes it, so the checkpoint holds
+        exactly the effects of the batches processed before ``begin_checkpoint``.
+        """
+        if self._frozen is not None or self._written is not None:
+            raise RuntimeError("a checkpoint is already being taken")
+        self._frozen = self._dirty
+        self._dirty = {}
+        self._out = Checkpoint()
+        self._now_ms = int(self.clock() * 1000)
+
+    def encode_some(self, n: int | None = 256) -> bool:
+        """Encode up to ``n`` frozen runs (None: all).  True when none is left."""
+        frozen = self._frozen
+        if frozen is None:
+            return True
+        while frozen and (n is None or n > 0):
+            pk, live = frozen.popitem()
+            self._emit(pk, live)
+            if n is not None:
+                n -= 1
+        return not frozen
+
+    def end_checkpoint(self) -> Checkpoint:
+        """The checkpoint's writes; until ``checkpoint_written`` they also serve reads."""
+        self.encode_some(None)
+        out = self._out
+        self._written = out.writes
+        self._frozen = None
+        self._out = None
+        return out
+
+    def checkpoint_written(self) -> None:
+        """The checkpoint's writes are in the store: reads go to the store again."""
+        self._written = None
+
+    def _emit(self, pk: tuple[int, bytes], live: _Live) -> bytes | None:
+        out = self._out
+        if live.state is None:
+            if live.base is not None:
+                out.writes[pk] = None
+                out.deleted += 1
+            else:
+                out.writes.pop(pk, None)
+            return None
+        value = pack_state(live.state, live.offset, self._now_ms)
+        out.writes[pk] = value
+        if live.base is None:
+            out.created += 1
+        cache = self._cache
+        cache[pk] = (live.offset, self._now_ms, live.state)
+        if len(cache) > self.cache_size:
+            del cache[next(iter(cache))]
+        return value
 
     # -- one run's events ---------------------------------------------------------------------
 
     def _load(self, pk: tuple[int, bytes], read: Callable[[int, bytes], bytes | None]) -> _Live:
         """A run's state at its first touch since the last checkpoint."""
+        frozen = self._frozen
+        if frozen is not None:
+            live = frozen.pop(pk, None)
+            if live is not None:
+                # Part of the checkpoint being taken: encode it before this batch changes it.
+                value = self._emit(pk, live)
+                self._cache.pop(pk, None)
+                fresh = _Live(value, live.state, live.offset)
+                return fresh
         partition, key = pk
-        stored = read(partition, key)
+        written = self._written if self._written is not None else (self._out.writes if self._out is not None else None)
+        if written is not None and pk in written:
+            stored = written[pk]  # encoded by the checkpoint in progress, not in the store yet
+        else:
+            stored = read(partition, key)
         cached = self._cache.pop(pk, None)  # becomes the live object (mutated in place)
         if stored is None:
             return _Live(None, None, -1)

@@ -327,3 +327,49 @@ def test_engine_log_lines_go_to_python_logging(caplog):
     names = {(r.name, r.levelname) for r in caplog.records}
     assert ("loopwatch.agents/tools", "ERROR") in names
     assert ("loopwatch.agents/loop-detection", "WARNING") in names
+
+
+def test_batches_during_an_incremental_checkpoint_do_not_leak_into_it():
+    events = repeat_run(10) + repeat_run(10, run_id="r2")
+    recs = records(events)
+    first, second = recs[:20], recs[20:]  # r1 entirely, then r2 entirely
+    p = BatchProcessor(engine())
+    store = Store()
+    p.process(recs[:12], store.read)  # r1 calls 0..5 (of 10)
+    p.begin_checkpoint()
+    assert p.is_dirty(0, b"run:r1")
+    # a batch arrives before r1 was encoded: r1 is encoded first, then changed
+    p.process(first[12:] + second, store.read)
+    assert p.encode_some(1)
+    cp = p.end_checkpoint()
+    assert set(cp.writes) == {(0, b"run:r1")}
+    assert unpack_state(cp.writes[(0, b"run:r1")]).offset == 11
+    # until written, reads of r1 come from the checkpoint, not the (stale) store
+    p.process([], store.read)
+    store.apply(cp)
+    p.checkpoint_written()
+    store.apply(p.checkpoint())
+    whole = BatchProcessor(engine())
+    ref = Store()
+    whole.process(recs, ref.read)
+    ref.apply(whole.checkpoint())
+    assert store.keys() == ref.keys()
+    for pk in ref:
+        assert unpack_state(store[pk]).state == unpack_state(ref[pk]).state
+        assert unpack_state(store[pk]).offset == unpack_state(ref[pk]).offset
+
+
+def test_a_run_touched_while_its_checkpoint_is_unwritten_reads_the_checkpoint():
+    events = repeat_run(21)
+    recs = records(events)
+    p = BatchProcessor(engine())
+    store = Store()
+    p.process(recs[:20], store.read)
+    p.begin_checkpoint()
+    p.encode_some(None)
+    cp = p.end_checkpoint()
+    # the store does not have cp yet; a batch for the same run must continue from cp
+    r = p.process(recs[20:], store.read)
+    assert [decode_verdict(v.value) for v in r.verdicts] == reference(events)[10:]
+    store.apply(cp)
+    p.checkpoint_written()

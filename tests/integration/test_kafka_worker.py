@@ -163,6 +163,31 @@ async def test_kill9_and_restart_recovers_state_from_the_changelog(lw):
     assert fresh.metric("loopwatch_runs_tracked") > 0
 
 
+async def test_graceful_stop_mid_stream_loses_and_repeats_nothing(lw):
+    """SIGTERM while a backlog is being processed: the shutdown checkpoint makes everything
+    processed durable and acked, so the restarted worker repeats nothing and misses nothing."""
+    config = config_file(lw)
+    events = fleet(300, seed=5, length=60)
+    expected = reference_verdicts(events, ENABLED)
+    worker = lw.worker(config=config).start()
+    worker.wait_ready()
+    await produce(lw.broker, lw.names.tool_calls, encode_all(events))
+    deadline = time.monotonic() + 30
+    while worker.metric("loopwatch_events_consumed_total") < len(events) // 4:
+        assert time.monotonic() < deadline, "the worker never got going"
+        await asyncio.sleep(0.05)
+    assert worker.stop() == 0
+    worker.start()
+    worker.wait_ready(90)
+    records = await verdicts_for(lw, [v.verdict_id for v in expected], timeout=90, settle=1.0)
+    by_id, duplicates, differing = dedupe(records)
+    assert set(by_id) == {v.verdict_id for v in expected}
+    for v in expected:
+        assert by_id[v.verdict_id] == v
+    assert differing == 0
+    assert duplicates == 0, f"{duplicates} verdicts published twice after a graceful stop"
+
+
 # -- (c) two workers in one group: partitions move, no state is lost -----------------------------
 
 
