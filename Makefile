@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LOOPWATCH := $(VENV)/bin/loopwatch
-SHARED ?= ../shared
+SHARED ?= $(or $(LOOPWATCH_SHARED),../shared)
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-unit test-traces test-kafka kafka kafka-stop kafka-status run \
