@@ -99,12 +99,7 @@ def _decision(
     )
     fields.update(override)
     return Decision(
-        verdict_id=f"{event.event_id}/decision",
-        cause_event_id=event.event_id,
-        run_id=event.run_id,
-        session_key=event.session_key,
-        agent_id=event.agent_id,
-        ts_ms=event.ts_ms,
+        **_verdict_header(event, "decision"),
         tool_call_id=event.tool_call_id,
         tool_name=event.tool_name,
         args_hash=event.args_hash,
@@ -115,18 +110,22 @@ def _decision(
     )
 
 
+def _verdict_header(event: ToolCallEvent, kind: str) -> dict[str, Any]:
+    """The fields every verdict copies from the event that caused it; its id derives from
+    the event's id, so a redelivered event yields the same verdict id."""
+    return {
+        "verdict_id": f"{event.event_id}/{kind}",
+        "cause_event_id": event.event_id,
+        "run_id": event.run_id,
+        "session_key": event.session_key,
+        "agent_id": event.agent_id,
+        "ts_ms": event.ts_ms,
+    }
+
+
 def _run_aborted(event: ToolCallEvent, detector: str, count: int, tool_name: str, message: str) -> RunAborted:
     return RunAborted(
-        verdict_id=f"{event.event_id}/abort",
-        cause_event_id=event.event_id,
-        run_id=event.run_id,
-        session_key=event.session_key,
-        agent_id=event.agent_id,
-        ts_ms=event.ts_ms,
-        detector=detector,
-        count=count,
-        tool_name=tool_name,
-        message=message,
+        **_verdict_header(event, "abort"), detector=detector, count=count, tool_name=tool_name, message=message
     )
 
 
