@@ -182,12 +182,10 @@ class Loopwatch:
         self._poisoned: BaseException | None = None
         """Set when a batch or a checkpoint was interrupted half-way: no more checkpoints."""
         self._checkpointing: asyncio.Future | None = None
-        self._checkpoint_requested_at = 0.0
         self.checkpoints = 0
         self._metrics_server: Any = None
         self._runs_tracked = 0
         self._counted_generation: int | None = None
-        self._started_at = time.monotonic()
         self.batches = 0
         self.records = 0
         self.verdicts_sent = 0
@@ -257,7 +255,9 @@ class Loopwatch:
     # -- health -------------------------------------------------------------------------------
 
     def is_ready(self) -> bool:
-        """Table recovery finished and no rebalance in progress."""
+        """Table recovery finished and no rebalance in progress (and not failing)."""
+        if self._poisoned is not None:
+            return False
         app = self.app
         try:
             recovered = app.tables.recovery.completed.is_set()
@@ -375,7 +375,6 @@ class Loopwatch:
     def _checkpoint_soon(self) -> None:
         """Start a checkpoint in the background unless one is running."""
         if self._checkpointing is None or self._checkpointing.done():
-            self._checkpoint_requested_at = time.monotonic()
             self._checkpointing = self.app.add_future(self.checkpoint())
 
     async def checkpoint(self) -> None:
