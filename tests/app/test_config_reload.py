@@ -1,0 +1,76 @@
+import json
+import os
+import time
+
+import pytest
+
+from schemas.config import ConfigError
+from streams.app.reload import ConfigWatcher
+from streams.engine import LoopEngine
+
+
+def write(path, root):
+    path.write_text(json.dumps(root))
+    # make the change visible to (mtime, size, inode) even within one clock tick
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+
+
+def test_reload_swaps_valid_configs_and_keeps_the_old_one_on_errors(tmp_path, caplog):
+    path = tmp_path / "loop.json"
+    write(path, {"tools": {"loopDetection": {"enabled": True}}})
+    engines: list[LoopEngine] = []
+    watcher = ConfigWatcher(path, engines.append)
+    first = watcher.load_initial()
+    assert first.settings_for(None).detection.enabled
+    assert watcher.poll() is False  # unchanged
+
+    write(path, {"tools": {"loopDetection": {"enabled": True, "criticalThreshold": 12}}})
+    assert watcher.poll() is True
+    assert engines[-1].settings_for(None).detection.critical_threshold == 12
+
+    # invalid: warning >= critical (upstream's ordering rule): rejected, logged once
+    with caplog.at_level("ERROR", logger="loopwatch.config"):
+        write(path, {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 30, "criticalThreshold": 20}}})
+        assert watcher.poll() is False
+        os.utime(path, ns=(time.time_ns(), time.time_ns() + 5_000_000))
+        assert watcher.poll() is False
+    assert len(engines) == 1 and watcher.rejections == 1
+    assert sum("rejected new config" in r.message for r in caplog.records) == 1
+
+    # unparsable, then the file disappears: still the last good config
+    path.write_text("{not json5 at all")
+    assert watcher.poll() is False
+    path.unlink()
+    assert watcher.poll() is False
+    assert len(engines) == 1
+
+    # it comes back, valid
+    write(path, {"tools": {"loopDetection": {"enabled": False}}})
+    assert watcher.poll() is True
+    assert not engines[-1].settings_for(None).detection.enabled
+    assert watcher.reloads == 2
+
+
+def test_touch_without_change_does_not_rebuild(tmp_path):
+    path = tmp_path / "loop.yaml"
+    path.write_text("tools:\n  loopDetection:\n    enabled: true\n")
+    swaps = []
+    watcher = ConfigWatcher(path, swaps.append)
+    watcher.load_initial()
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10_000_000))
+    assert watcher.poll() is False and swaps == []
+
+
+def test_a_bad_file_at_start_is_fatal(tmp_path):
+    path = tmp_path / "loop.json"
+    path.write_text('{"tools": {"loopDetection": {"historySize": -1}}}')
+    with pytest.raises(ConfigError):
+        ConfigWatcher(path, lambda e: None).load_initial()
+
+
+def test_no_file_means_upstream_defaults():
+    watcher = ConfigWatcher(None, lambda e: None)
+    engine = watcher.load_initial()
+    assert not engine.settings_for(None).detection.enabled
+    assert watcher.poll() is False
