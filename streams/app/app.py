@@ -544,6 +544,23 @@ class Loopwatch:
 
     # -- idle expiry ------------------------------------------------------------------------------
 
+    def _has_backlog(self, partition: int) -> bool:
+        """More than a batch of ``tool-calls`` records not yet processed on this partition."""
+        consumer = self.app.consumer
+        tp = TP(self.settings.tool_calls_topic, partition)
+        try:
+            highwater = consumer.highwater(tp)
+        except Exception:  # noqa: BLE001 - not fetched yet: assume the worst
+            return True
+        if highwater is None:
+            return True
+        done = consumer._read_offset.get(tp) if hasattr(consumer, "_read_offset") else None
+        if done is None:
+            done = getattr(consumer, "_committed_offset", {}).get(tp)
+        if done is None:
+            return highwater > 0
+        return highwater - done > self.settings.max_batch
+
     async def sweep(self) -> int:
         """Delete runs idle for longer than LOOPWATCH_IDLE_TIMEOUT_S; returns how many.
 
@@ -553,7 +570,8 @@ class Loopwatch:
         header (processing time and event time of the last event), yields to the event loop
         every 2,000 keys, re-checks a candidate under the write lock before deleting it, and
         deletes through the normal write path (RocksDB + changelog tombstone).  It also
-        recounts ``loopwatch_runs_tracked``.
+        recounts ``loopwatch_runs_tracked``.  Partitions with a backlog are not expired (after
+        an outage every run would look idle while its events still wait to be processed).
         """
         app = self.app
         if app.rebalancing or getattr(app, "in_recovery", False) or not self.is_ready():
@@ -573,6 +591,9 @@ class Loopwatch:
             db = store._dbs.get(partition)
             if db is None:
                 continue
+            # Not while the partition has a backlog (after an outage, say): a run that looks
+            # idle may have events waiting to be processed.  Count only.
+            expire = not self._has_backlog(partition)
             candidates: list[bytes] = []
             seen = 0
             for key, value in db.items():
@@ -580,7 +601,7 @@ class Loopwatch:
                     continue
                 seen += 1
                 try:
-                    if idle_since_ms(value) < cutoff:
+                    if expire and idle_since_ms(value) < cutoff:
                         candidates.append(key)
                 except Exception:  # noqa: BLE001 - unreadable: leave it to the processor
                     pass
