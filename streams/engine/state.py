@@ -100,22 +100,57 @@ class _Stored(msgspec.Struct, array_like=True, omit_defaults=True):
     """Table entries that are not standard digests, by "s<i>"/"r<i>" (empty bytes in the table)."""
 
 
-_HEX = frozenset("0123456789abcdef")
+def _digest_bytes(text: str) -> bytes | None:
+    """32 raw bytes for exactly 64 lowercase hex characters, else None."""
+    if len(text) != 64:
+        return None
+    try:
+        raw = bytes.fromhex(text)
+    except ValueError:
+        return None
+    # fromhex also takes upper case and spaces; only the canonical form round-trips.
+    return raw if len(raw) == 32 and raw.hex() == text else None
+
+
+# Packing is pure and a run's history barely changes between two checkpoints, so the
+# packed digests are memoised (bounded; cleared wholesale when full).
+_PACKED: dict[str, bytes | None] = {}
+_PACKED_MAX = 200_000
+
+
+def _memo(text: str, pack) -> bytes | None:
+    try:
+        return _PACKED[text]
+    except KeyError:
+        pass
+    if len(_PACKED) >= _PACKED_MAX:
+        _PACKED.clear()
+    packed = _PACKED[text] = pack(text)
+    return packed
+
+
+def _pack_sig_text(sig: str) -> bytes | None:
+    # A standard signature is "<tool>:<64 hex>"; the tool is stored separately.
+    if len(sig) < 66 or sig[-65] != ":":
+        return None
+    return _digest_bytes(sig[-64:])
+
+
+def _pack_result_text(result: str) -> bytes | None:
+    if result.startswith("error:"):
+        raw = _digest_bytes(result[6:])
+        return None if raw is None else b"E" + raw
+    return _digest_bytes(result)
 
 
 def _pack_sig(tool: str, sig: str) -> bytes | None:
-    digest = sig[len(tool) + 1:]
-    if len(digest) == 64 and sig.startswith(tool) and sig[len(tool)] == ":" and _HEX.issuperset(digest):
-        return bytes.fromhex(digest)
-    return None  # not a standard signature: stored verbatim
+    if not sig.startswith(tool) or len(sig) != len(tool) + 65:
+        return None  # not a standard signature: stored verbatim
+    return _memo(sig, _pack_sig_text)
 
 
 def _pack_result(result: str) -> bytes | None:
-    if len(result) == 64 and _HEX.issuperset(result):
-        return bytes.fromhex(result)
-    if len(result) == 70 and result.startswith("error:") and _HEX.issuperset(result[6:]):
-        return b"E" + bytes.fromhex(result[6:])
-    return None
+    return _memo(result, _pack_result_text)
 
 
 def _unpack_result(value: bytes) -> str:
