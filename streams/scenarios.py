@@ -105,7 +105,7 @@ def obey(events: Iterator[ToolCallEvent], engine) -> Iterator[ToolCallEvent]:
     """What a runner that follows loopwatch's verdicts publishes: a blocked call is not run
     (its completion is the loop's own veto, which never hashes), and an aborted run stops
     with ``run.ended``.  ``engine`` is a ``LoopEngine`` answering as the worker would."""
-    from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested
+    from schemas.events import ToolCallCompleted, ToolCallRequested
 
     from .engine import state_key
 
@@ -132,3 +132,58 @@ def obey(events: Iterator[ToolCallEvent], engine) -> Iterator[ToolCallEvent]:
             ended.add(key)
             yield run_ended_event(f"{event.event_id}:ended", reason="aborted", run_id=event.run_id,
                                   session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms + 1)
+
+
+FLEET_MIX = {
+    "healthy": 0.50,
+    "polling_loop": 0.12,
+    "generic_repeat": 0.10,
+    "ping_pong": 0.10,
+    "send_loop": 0.08,
+    "unknown_tool": 0.05,
+    "post_compaction": 0.05,
+}
+"""The benchmarks' fleet: half the runs are healthy, the rest loop in every way upstream knows."""
+
+
+def fleet_trace(
+    runs: int,
+    calls_per_run: int,
+    *,
+    seed: int = 7,
+    mix: dict[str, float] | None = None,
+    run_prefix: str = "run",
+    gate: bool = False,
+    start_ms: int = 1_700_000_000_000,
+    end: bool = False,
+    engine=None,
+) -> tuple[list[ToolCallEvent], dict[str, str]]:
+    """Interleaved runs as obedient runners publish them (``obey`` with ``engine``), and the
+    scenario of each run by state key.  Runs progress concurrently: each event comes from
+    a random live run."""
+    from .engine import LoopEngine
+
+    rng = random.Random(seed)
+    mix = mix or FLEET_MIX
+    kinds = rng.choices(list(mix), weights=list(mix.values()), k=runs)
+    names = [f"{run_prefix}-{n:05d}" for n in range(runs)]
+    streams = [
+        iter(run_events(kind, name, seed=seed, length=calls_per_run, agent_id="main", gate=gate, end=end,
+                        start_ms=start_ms))
+        for name, kind in zip(names, kinds)
+    ]
+
+    def interleaved() -> Iterator[ToolCallEvent]:
+        live = list(range(runs))
+        while live:
+            i = rng.randrange(len(live))
+            event = next(streams[live[i]], None)
+            if event is None:
+                live[i] = live[-1]
+                live.pop()
+            else:
+                yield event
+
+    engine = engine or LoopEngine({"tools": {"loopDetection": {"enabled": True}}})
+    kind_of = {f"run:{name}": kind for name, kind in zip(names, kinds)}
+    return list(obey(interleaved(), engine)), kind_of

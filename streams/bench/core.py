@@ -13,7 +13,6 @@ import argparse
 import gc
 import os
 import platform
-import random
 import resource
 import statistics
 import sys
@@ -21,18 +20,9 @@ import time
 
 from schemas.events import encode_event, decode_event
 from streams.engine import LoopEngine, encode_state, state_key
-from streams.scenarios import obey, run_events
+from streams.scenarios import FLEET_MIX, fleet_trace
 
-# Share of runs per scenario: most runs are healthy, the rest loop in each way upstream knows.
-MIX = {
-    "healthy": 0.50,
-    "polling_loop": 0.12,
-    "generic_repeat": 0.10,
-    "ping_pong": 0.10,
-    "send_loop": 0.08,
-    "unknown_tool": 0.05,
-    "post_compaction": 0.05,
-}
+MIX = FLEET_MIX
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 
 
@@ -41,27 +31,7 @@ def peak_rss_mib() -> float:
 
 
 def build_trace(runs: int, calls_per_run: int, seed: int) -> tuple[list, dict[str, str]]:
-    rng = random.Random(seed)
-    kinds = rng.choices(list(MIX), weights=list(MIX.values()), k=runs)
-    streams = [
-        iter(run_events(kind, f"run-{n:05d}", seed=seed, length=calls_per_run, agent_id="main", end=False))
-        for n, kind in enumerate(kinds)
-    ]
-    kind_of = {f"run:run-{n:05d}": kind for n, kind in enumerate(kinds)}
-
-    def interleaved():
-        # Runs progress concurrently: each step picks a random live run's next event.
-        live = list(range(runs))
-        while live:
-            i = rng.randrange(len(live))
-            event = next(streams[live[i]], None)
-            if event is None:
-                live[i] = live[-1]
-                live.pop()
-            else:
-                yield event
-
-    return list(obey(interleaved(), LoopEngine(CONFIG))), kind_of
+    return fleet_trace(runs, calls_per_run, seed=seed, engine=LoopEngine(CONFIG))
 
 
 def main(argv: list[str] | None = None) -> int:

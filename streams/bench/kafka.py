@@ -26,7 +26,6 @@ import asyncio
 import gc
 import os
 import platform
-import random
 import statistics
 import subprocess
 import sys
@@ -42,18 +41,10 @@ from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallRequested
 from streams.app.harness import REPO, WorkerNames, WorkerProcess, encode_all, wait_for_topic, write_config
 from streams.engine import LoopEngine
-from streams.scenarios import obey, run_events
+from streams.scenarios import FLEET_MIX, fleet_trace
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
-MIX = {
-    "healthy": 0.50,
-    "polling_loop": 0.12,
-    "generic_repeat": 0.10,
-    "ping_pong": 0.10,
-    "send_loop": 0.08,
-    "unknown_tool": 0.05,
-    "post_compaction": 0.05,
-}
+MIX = FLEET_MIX
 PARTITIONS = 4
 
 
@@ -67,28 +58,11 @@ def fleet(
     n_events: int, runs: int, seed: int = 7, *, gate: bool = True, start_ms: int | None = None, mix: dict | None = None
 ) -> list:
     """About ``n_events`` events of ``runs`` interleaved runs, as an obedient runner publishes them."""
-    rng = random.Random(seed)
     calls = max(2, n_events // (2 * runs))
-    mix = mix or MIX
-    kinds = rng.choices(list(mix), weights=list(mix.values()), k=runs)
     start_ms = start_ms if start_ms is not None else int(time.time() * 1000)
-    streams = [
-        iter(run_events(kind, f"bench-{seed}-{n:05d}", seed=seed, length=calls, gate=gate, start_ms=start_ms))
-        for n, kind in enumerate(kinds)
-    ]
-
-    def interleaved():
-        live = list(range(runs))
-        while live:
-            i = rng.randrange(len(live))
-            event = next(streams[live[i]], None)
-            if event is None:
-                live[i] = live[-1]
-                live.pop()
-            else:
-                yield event
-
-    return list(obey(interleaved(), LoopEngine(CONFIG)))
+    events, _ = fleet_trace(runs, calls, seed=seed, mix=mix, run_prefix=f"bench-{seed}", gate=gate,
+                            start_ms=start_ms, end=True, engine=LoopEngine(CONFIG))
+    return events
 
 
 # -- machine -------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from schemas.config import validate_loop_detection
@@ -18,7 +18,6 @@ from ..client.errors import PostCompactionLoopPersistedError, RunAbortedError
 from ..edge import completed_event, requested_event
 from ..engine import guard as guard_mod
 from ..engine import history as history_mod
-from ..engine.canonical import UNDEFINED
 from ..engine.config import ConfigSet, GuardSettings, merge_loop_detection, pos_int, resolve_detector, resolve_guard
 from ..engine.detectors import detect
 from ..engine.engine import LoopEngine, normalize_run_id

@@ -10,7 +10,6 @@ where upstream builds an object field from a missing value (spec §2.2, §2.3 ru
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import re
 

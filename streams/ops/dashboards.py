@@ -232,7 +232,7 @@ def fleet() -> dashboard_b.Dashboard:
     d = d.with_row(row("Overview", L))
     for panel in (
         stat(L, "Blocked calls / min", "Tool calls blocked per minute, whole fleet (LoopwatchLoopStorm fires above 30 for 10m).",
-             Q(f"sum(rate(loopwatch_decisions_total{{action=\"block\"}}[5m])) * 60"),
+             Q("sum(rate(loopwatch_decisions_total{action=\"block\"}[5m])) * 60"),
              unit="short", thresholds=_steps((None, GREEN), (10, YELLOW), (30, RED)), decimals=1),
         stat(L, "Loops detected / min", "Loop detections per minute (all detectors, levels and tools).",
              Q("sum(rate(loopwatch_loop_detections_total[5m])) * 60"), decimals=1),

@@ -17,7 +17,7 @@ from collections import defaultdict
 import pytest
 
 from schemas import MAX_EVENT_BYTES, decode_verdict
-from schemas.verdicts import Decision, RunAborted
+from schemas.verdicts import Decision
 from streams.app.harness import collect, dedupe, encode_all, header, produce, reference_verdicts, write_config
 from streams.edge import completed_event, requested_event, run_ended_event
 from aiokafka.partitioner import murmur2
