@@ -111,16 +111,17 @@ def ping_pong_key(sig_a: str, sig_b: str) -> str:
 
 
 def _ping_pong(state: RunState, current_sig: str) -> tuple[int, str | None, str | None, bool]:
-    """(count, paired tool, paired signature, no-progress evidence) — spec §2.11."""
+    """(count, paired tool, paired signature, no-progress evidence) — spec §2.11.
+
+    The caller has checked that ``current_sig`` is in the history and is not the newest.
+    """
     sigs = state.sigs
     n = len(sigs)
     if n < 2:
         return 0, None, None, False
     last_sig = sigs[-1]
     # The current call must continue the alternation: it must be `other`, the newest
-    # signature before `last` that differs from it.  Cheap exits first.
-    if current_sig == last_sig or current_sig not in sigs:
-        return 0, None, None, False
+    # signature before `last` that differs from it.
     other_index = -1
     for i in range(n - 2, -1, -1):
         if sigs[i] != last_sig:
@@ -165,12 +166,12 @@ def _ping_pong(state: RunState, current_sig: str) -> tuple[int, str | None, str 
 def detect(state: RunState, tool: str, sig: str, known_poll: bool, cfg: DetectorSettings) -> Detection | None:
     """Upstream's ``detectToolCallLoop`` on one run's history (callers check ``enabled``)."""
     sigs = state.sigs
-    tools = state.tools
     unknowns = state.unknowns
     # Unknown-tool streak: consecutive at the tail, same called tool, same missing name.
-    unknown_count = 0
-    unknown_name = None
     if unknowns and unknowns[-1]:
+        tools = state.tools
+        unknown_count = 0
+        unknown_name = None
         for i in range(len(sigs) - 1, -1, -1):
             name = unknowns[i]
             if tools[i] != tool or not name:
@@ -180,34 +181,39 @@ def detect(state: RunState, tool: str, sig: str, known_poll: bool, cfg: Detector
             elif name != unknown_name:
                 break
             unknown_count += 1
-    if unknown_count >= cfg.unknown_tool_threshold:
-        return Detection(CRITICAL, "unknown_tool_repeat", unknown_count, tool, sig, unknown_name=unknown_name)
+        if unknown_count >= cfg.unknown_tool_threshold:
+            return Detection(CRITICAL, "unknown_tool_repeat", unknown_count, tool, sig, unknown_name=unknown_name)
 
-    # The no-progress streak N (identical outcomes of this signature, newest first; pending
-    # and vetoed calls skipped) and the occurrence count R.  A validated signature begins
-    # with its tool's name (schemas.events.check_event), so equal signatures mean equal
-    # tools and upstream's separate tool comparison is implied.
+    # The occurrence count R.  A validated signature begins with its tool's name
+    # (schemas.events.check_event), so equal signatures mean equal tools and upstream's
+    # separate tool comparison is implied.
     occurrences = sigs.count(sig)
+    if not occurrences:
+        # A call not in the history: every remaining detector needs an earlier occurrence
+        # (thresholds are positive; ping-pong needs the call to continue an alternation).
+        return None
+
+    # The no-progress streak N: identical outcomes of this signature, newest first, pending
+    # and vetoed calls skipped.
     streak = 0
     latest = None
-    if occurrences:
-        results = state.results
-        # Outcomes of this signature, oldest first (None: pending or vetoed).
-        outcomes = results if occurrences == len(sigs) else [r for s, r in zip(sigs, results) if s == sig]
-        distinct = set(outcomes)
-        distinct.discard(None)
-        if len(distinct) == 1:  # a steady loop: every outcome is the same
-            latest = distinct.pop()
-            streak = len(outcomes) - outcomes.count(None)
-        elif distinct:
-            for result in reversed(outcomes):
-                if result is None:
-                    continue
-                if latest is None:
-                    latest = result
-                elif result != latest:
-                    break
-                streak += 1
+    results = state.results
+    # Outcomes of this signature, oldest first (None: pending or vetoed).
+    outcomes = results if occurrences == len(sigs) else [r for s, r in zip(sigs, results) if s == sig]
+    distinct = set(outcomes)
+    distinct.discard(None)
+    if len(distinct) == 1:  # a steady loop: every outcome is the same
+        latest = distinct.pop()
+        streak = len(outcomes) - outcomes.count(None)
+    elif distinct:
+        for result in reversed(outcomes):
+            if result is None:
+                continue
+            if latest is None:
+                latest = result
+            elif result != latest:
+                break
+            streak += 1
     if streak >= cfg.global_circuit_breaker_threshold:
         return Detection(CRITICAL, "global_circuit_breaker", streak, tool, sig, latest)
     if known_poll and cfg.known_poll_no_progress:
@@ -215,7 +221,7 @@ def detect(state: RunState, tool: str, sig: str, known_poll: bool, cfg: Detector
             return Detection(CRITICAL, "known_poll_no_progress", streak, tool, sig, latest)
         if streak >= cfg.warning_threshold:
             return Detection(WARNING, "known_poll_no_progress", streak, tool, sig, latest)
-    if cfg.ping_pong:
+    if cfg.ping_pong and sigs[-1] != sig:
         count, paired_tool, paired_sig, evidence = _ping_pong(state, sig)
         if count:
             if count >= cfg.critical_threshold and evidence:

@@ -185,11 +185,6 @@ class LoopEngine:
     def __init__(self, config: ConfigSet | dict | None = None) -> None:
         self.config = config if isinstance(config, ConfigSet) else ConfigSet(config)
         self._settings = self.config.resolved  # resolved once per agent
-        self._handlers = {
-            ToolCallRequested: self._requested,
-            ToolCallCompleted: self._completed,
-            CompactionRetried: self._compaction,
-        }
 
     def settings_for(self, agent_id: str | None) -> Settings:
         return self._settings.get(agent_id) or self.config.settings_for(agent_id)
@@ -202,14 +197,19 @@ class LoopEngine:
         """
         if not validated:
             check_event(event)
-        handler = self._handlers.get(type(event))
-        if handler is None:
-            if isinstance(event, RunEnded):
-                return Step(state=None)
-            raise InvalidEvent("unknown_type", f"unsupported event {type(event).__name__}")
+        kind = type(event)  # exact types: the wire decoder builds no subclasses
+        if kind is RunEnded:
+            return Step(state=None)
+        if kind is not ToolCallRequested and kind is not ToolCallCompleted and kind is not CompactionRetried:
+            raise InvalidEvent("unknown_type", f"unsupported event {kind.__name__}")
         if state is None:
             state = RunState(run_id=normalize_run_id(event.run_id))
-        step = handler(state, event)
+        if kind is ToolCallRequested:
+            step = self._requested(state, event)
+        elif kind is ToolCallCompleted:
+            step = self._completed(state, event)
+        else:
+            step = self._compaction(state, event)
         if event.ts_ms > state.last_event_ms:
             state.last_event_ms = event.ts_ms
         return step
@@ -217,22 +217,21 @@ class LoopEngine:
     # -- tool call requested: detect, veto or warn, record (spec §3 steps 1-2) -------------
 
     def _requested(self, state: RunState, event: ToolCallRequested) -> Step:
-        settings = self.settings_for(event.agent_id)
+        settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
         if state.aborted is not None:
             return self._after_abort(state, event)
-        cfg = settings.detection
-        detection = None
         # Upstream detects and records only with a session key (HOOK-D03).
-        if event.session_key:
-            # Interned: a loop's history holds one string object, and list scans compare
-            # by identity first.
-            sig = intern(event.args_hash)
-            if cfg.enabled:
-                detection = detect(state, event.tool_name, sig, event.known_poll, cfg)
-                if detection is not None and detection.level == "critical":
-                    return self._block(state, event, settings, detection)
-            if cfg.records_calls:
-                history.record_call(state, event.tool_name, sig, event.tool_call_id, event.ts_ms, cfg.history_size)
+        if not event.session_key:
+            return Step(state=state, request=event)
+        cfg = settings.detection
+        # Interned: a loop's history holds one string object, and list scans compare by
+        # identity first.
+        sig = intern(event.args_hash)
+        detection = detect(state, event.tool_name, sig, event.known_poll, cfg) if cfg.enabled else None
+        if detection is not None and detection.level == "critical":
+            return self._block(state, event, settings, detection)
+        if cfg.records_calls:
+            history.record_call(state, event.tool_name, sig, event.tool_call_id, event.ts_ms, cfg.history_size)
         if detection is None:
             return Step(state=state, request=event)
         emitted = self._warning_bucket(state, detection)
@@ -284,11 +283,22 @@ class LoopEngine:
         result_hash = event.result_hash
         if event.loop_veto or not result_hash or not (event.session_key or event.session_id):
             return Step(state=state)  # no hash (or no session to record in): nothing changes
-        settings = self.settings_for(event.agent_id)
-        record = history.record_outcome(
-            state, event.tool_name, intern(event.args_hash), event.tool_call_id,
-            intern(result_hash), event.unknown_tool_name, event.ts_ms, settings.detection.history_size,
-        )
+        settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
+        result_hash = intern(result_hash)
+        sigs, results, call_ids = state.sigs, state.results, state.call_ids
+        call_id = event.tool_call_id
+        if sigs and results[-1] is None and sigs[-1] == event.args_hash and (not call_id or call_ids[-1] == call_id):
+            # The usual case, inlined: the outcome of the call just recorded.
+            results[-1] = result_hash
+            unknown = state.unknowns[-1] = event.unknown_tool_name
+            record = CallRecord(state.tools[-1], sigs[-1], call_ids[-1], result_hash, unknown, state.stamps[-1])
+            if len(sigs) > settings.detection.history_size:  # historySize shrank on a reload
+                history.trim(state, settings.detection.history_size)
+        else:
+            record = history.record_outcome(
+                state, event.tool_name, event.args_hash, call_id, result_hash, event.unknown_tool_name, event.ts_ms,
+                settings.detection.history_size,
+            )
 
         guard = state.guard
         if guard.remaining <= 0 or not settings.guard.enabled:

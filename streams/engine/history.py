@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from sys import intern
 from typing import Iterable
 
 from .state import CallRecord, RunState
 
 __all__ = ["ToolCallStats", "record_call", "record_outcome", "tool_call_stats", "trim"]
+
 
 
 def trim(state: RunState, size: int | float) -> None:
@@ -71,7 +73,7 @@ def record_outcome(
         results[found] = result_hash
         state.unknowns[found] = unknown_tool_name
     else:
-        _append(state, tool, args_hash, tool_call_id, result_hash, unknown_tool_name, ts_ms)
+        _append(state, tool, intern(args_hash), tool_call_id, result_hash, unknown_tool_name, ts_ms)
         found = len(sigs) - 1
     record = state.record(found)
     if len(sigs) > size:

@@ -13,6 +13,8 @@ and result hash once, as raw 32-byte digests, with per-record indices.
 
 from __future__ import annotations
 
+from sys import intern
+
 import msgspec
 
 __all__ = ["CallRecord", "GuardWindow", "RunState", "decode_state", "encode_state"]
@@ -159,7 +161,7 @@ def _unpack_result(value: bytes) -> str:
     return value.hex()
 
 
-def _intern(values: list) -> tuple[list, list[int]]:
+def _index_table(values: list) -> tuple[list, list[int]]:
     table = list(dict.fromkeys(values))
     index = {v: i for i, v in enumerate(table)}
     return table, [index[v] for v in values]
@@ -170,9 +172,9 @@ _decoder = msgspec.msgpack.Decoder(_Stored)
 
 
 def encode_state(state: RunState) -> bytes:
-    tool_table, tool_idx = _intern(state.tools)
-    sig_keys, sig_idx = _intern(list(zip(state.tools, state.sigs)))
-    result_keys, result_idx = _intern([r for r in state.results if r is not None])
+    tool_table, tool_idx = _index_table(state.tools)
+    sig_keys, sig_idx = _index_table(list(zip(state.tools, state.sigs)))
+    result_keys, result_idx = _index_table([r for r in state.results if r is not None])
     verbatim: dict[str, str] = {}
     sig_table = []
     for i, (tool, sig) in enumerate(sig_keys):
@@ -222,8 +224,9 @@ def decode_state(data: bytes) -> RunState:
         text = s.verbatim.get(f"s{i}")
         if text is None:
             text = f"{tools[first_use[i]]}:{packed.hex()}"  # a signature begins with its tool
-        sig_strings.append(text)
-    result_strings = [s.verbatim.get(f"r{i}") or _unpack_result(r) for i, r in enumerate(s.result_table)]
+        sig_strings.append(intern(text))
+    # Interned like the engine's own (identity-first compares in the detectors' scans).
+    result_strings = [intern(s.verbatim.get(f"r{i}") or _unpack_result(r)) for i, r in enumerate(s.result_table)]
     n = len(tools)
     return RunState(
         run_id=s.run_id,
