@@ -23,7 +23,7 @@ persisted changelog offsets are Faust's, unchanged.
 
 Batches and checkpoints (what makes redelivery after a crash safe, see ``processor``):
 every batch is processed at once and its verdicts and dead letters are queued on the
-producer without waiting.  A checkpoint (every ``LOOPWATCH_CHECKPOINT_S``, 1 s, sooner with
+producer without waiting.  A checkpoint (every ``LOOPWATCH_CHECKPOINT_S``, 5 s, sooner with
 50,000 runs pending, and always before a rebalance or a shutdown proceeds) waits for the
 delivery of those records, then writes the touched runs' states (RocksDB, then the
 changelog), then acks the batches' records; Faust flushes the producer before it commits
@@ -469,7 +469,7 @@ class Loopwatch:
             ("loopwatch.source.offset", str(record.offset).encode()),
         ]
         if record.timestamp:
-            headers.append(("loopwatch.source.timestamp_ms", str(int(record.timestamp * 1000)).encode()))
+            headers.append(("loopwatch.source.timestamp_ms", str(int(record.timestamp)).encode()))
         value = record.value
         if record.key is None and value is None:
             value = b""  # Kafka needs a key or a value

@@ -97,16 +97,16 @@ DETAIL_LIMIT = 2048
 
 @dataclass(slots=True)
 class Record:
-    """One consumed record.  The Faust layer passes Faust's own messages, which have the
-    same attributes; this class is for tests and other drivers."""
+    """One consumed record.  The Faust layer passes aiokafka's ``ConsumerRecord``s, which
+    have the same attributes; this class is for tests and other drivers."""
 
     topic: str
     partition: int
     offset: int
     key: bytes | None
     value: bytes | None
-    timestamp: float | None = None
-    """Kafka record timestamp, seconds (Faust's convention)."""
+    timestamp: int | None = None
+    """Kafka record timestamp, ms (aiokafka's convention)."""
 
 
 @dataclass(slots=True)

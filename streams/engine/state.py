@@ -118,6 +118,7 @@ def _digest_bytes(text: str) -> bytes | None:
 # packed digests are memoised (bounded; cleared wholesale when full).
 _PACKED: dict[str, bytes | None] = {}
 _PACKED_MAX = 200_000
+_UNKNOWN = b"?"  # a memo miss (never a packed value: those are 32 or 33 bytes)
 
 
 def _memo(text: str, pack) -> bytes | None:
@@ -145,26 +146,10 @@ def _pack_result_text(result: str) -> bytes | None:
     return _digest_bytes(result)
 
 
-def _pack_sig(tool: str, sig: str) -> bytes | None:
-    if not sig.startswith(tool) or len(sig) != len(tool) + 65:
-        return None  # not a standard signature: stored verbatim
-    return _memo(sig, _pack_sig_text)
-
-
-def _pack_result(result: str) -> bytes | None:
-    return _memo(result, _pack_result_text)
-
-
 def _unpack_result(value: bytes) -> str:
     if len(value) == 33:
         return "error:" + value[1:].hex()
     return value.hex()
-
-
-def _index_table(values: list) -> tuple[list, list[int]]:
-    table = list(dict.fromkeys(values))
-    index = {v: i for i, v in enumerate(table)}
-    return table, [index[v] for v in values]
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -172,40 +157,62 @@ _decoder = msgspec.msgpack.Decoder(_Stored)
 
 
 def encode_state(state: RunState) -> bytes:
-    tool_table, tool_idx = _index_table(state.tools)
-    sig_keys, sig_idx = _index_table(list(zip(state.tools, state.sigs)))
-    result_keys, result_idx = _index_table([r for r in state.results if r is not None])
+    # Runs once per touched run per checkpoint, so the indexing is done with C-level
+    # comprehensions: ``index.setdefault(v, len(index))`` numbers values in first-seen order.
+    tools, sigs, results = state.tools, state.sigs, state.results
+    tool_index: dict[str, int] = {}
+    tool_idx = [tool_index.setdefault(t, len(tool_index)) for t in tools]
+    sig_index: dict[str, int] = {}
+    sig_idx = [sig_index.setdefault(s, len(sig_index)) for s in sigs]
+    sig_tool: dict[str, str] = {}  # each signature's tool at its first use (decode rebuilds from it)
+    for s, t in zip(sigs, tools):
+        sig_tool.setdefault(s, t)
+    result_index: dict[str | None, int] = {None: -1}  # pending and vetoed calls: -1
+    result_idx = [result_index.setdefault(r, len(result_index) - 1) for r in results]
+    del result_index[None]
+
     verbatim: dict[str, str] = {}
+    packed_memo = _PACKED
     sig_table = []
-    for i, (tool, sig) in enumerate(sig_keys):
-        packed = _pack_sig(tool, sig)
+    for i, sig in enumerate(sig_index):
+        tool = sig_tool[sig]
+        packed = None
+        if len(sig) == len(tool) + 65 and sig.startswith(tool):
+            packed = packed_memo.get(sig, _UNKNOWN)
+            if packed is _UNKNOWN:
+                packed = _memo(sig, _pack_sig_text)
         if packed is None:
             verbatim[f"s{i}"] = sig
-        sig_table.append(packed or b"")
+            packed = b""
+        sig_table.append(packed)
     result_table = []
-    for i, result in enumerate(result_keys):
-        packed = _pack_result(result)
+    for i, result in enumerate(result_index):
+        packed = packed_memo.get(result, _UNKNOWN)
+        if packed is _UNKNOWN:
+            packed = _memo(result, _pack_result_text)
         if packed is None:
             verbatim[f"r{i}"] = result
-        result_table.append(packed or b"")
-    positions = iter(result_idx)
+            packed = b""
+        result_table.append(packed)
+    last = state.last_event_ms
+    unknowns = state.unknowns
     stored = _Stored(
         version=STATE_VERSION,
         run_id=state.run_id,
-        tool_table=tool_table,
+        tool_table=list(tool_index),
         sig_table=sig_table,
         result_table=result_table,
         tool_idx=tool_idx,
         sig_idx=sig_idx,
-        result_idx=[-1 if r is None else next(positions) for r in state.results],
+        result_idx=result_idx,
         call_ids=state.call_ids,
-        stamp_ages=[state.last_event_ms - t for t in state.stamps],
-        last_event_ms=state.last_event_ms,
+        stamp_ages=[last - t for t in state.stamps],
+        last_event_ms=last,
         warning_buckets=state.warning_buckets,
         guard=state.guard,
         critical_blocks=state.critical_blocks,
         aborted=state.aborted,
-        unknowns=state.unknowns if any(u is not None for u in state.unknowns) else [],
+        unknowns=unknowns if unknowns.count(None) != len(unknowns) else [],
         verbatim=verbatim,
     )
     return _encoder.encode(stored)

@@ -354,7 +354,12 @@ async def test_idle_runs_expire_and_ended_runs_are_freed(lw):
     end = [run_ended_event("ended:end", run_id="ended", session_key="agent:main:ended", agent_id="main")]
     await produce(lw.broker, lw.names.tool_calls, encode_all(idle + ended + end))
     await verdicts_for(lw, ["idle:14:req/decision", "ended:14:req/decision"])
+    # The idle run is counted once its first checkpoint stored it (the ended one never is) ...
     deadline = time.monotonic() + 20
+    while worker.metric("loopwatch_runs_tracked") != 1:
+        assert time.monotonic() < deadline, "the idle run was never stored"
+        await asyncio.sleep(0.1)
+    # ... and expires two seconds after its last event.
     while worker.metric("loopwatch_runs_tracked") != 0:
         assert time.monotonic() < deadline, "idle run was never expired"
         await asyncio.sleep(0.3)
