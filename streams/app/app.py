@@ -24,7 +24,8 @@ persisted changelog offsets are Faust's, unchanged.
 Batches and checkpoints (what makes redelivery after a crash safe, see ``processor``):
 every batch is processed at once and its verdicts and dead letters are queued on the
 producer without waiting.  A checkpoint (every ``LOOPWATCH_CHECKPOINT_S``, 5 s, sooner with
-50,000 runs pending, and always before a rebalance or a shutdown proceeds) waits for the
+50,000 runs pending or once the worker has caught up, and always before a rebalance or a
+shutdown proceeds) waits for the
 delivery of those records, then writes the touched runs' states (RocksDB, then the
 changelog), then acks the batches' records; Faust flushes the producer before it commits
 the acked offsets.  A crash loses at most the work since the last checkpoint, which is
@@ -61,6 +62,8 @@ DLQ_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
 SWEEP_CHUNK = 2000
 MAX_DIRTY_RUNS = 50_000
 """A checkpoint is taken early (and waited for) when this many runs wait for one."""
+IDLE_CHECKPOINT_S = 0.5
+"""A checkpoint is taken early once no batch came for this long (the worker caught up)."""
 CHECKPOINT_SLICE = 16
 """Runs encoded between two yields to the event loop during a checkpoint."""
 _NO_HEADERS: list = []  # aiokafka's batch builder wants a list; never mutated
@@ -180,6 +183,7 @@ class Loopwatch:
         self._dones: list[Callable[[], None]] = []
         """Ack callbacks of the batches processed since the last checkpoint."""
         self._checkpointed_at = time.monotonic()
+        self._last_batch_at = 0.0
         self._checkpoint_lock = asyncio.Lock()
         self._poisoned: BaseException | None = None
         """Set when a batch or a checkpoint was interrupted half-way: no more checkpoints."""
@@ -371,6 +375,7 @@ class Loopwatch:
                 self._poisoned = exc
                 raise
         logs.flush()
+        self._last_batch_at = time.monotonic()
         self.batches += 1
         self.records += len(messages)
         self.verdicts_sent += len(result.verdicts)
@@ -416,8 +421,13 @@ class Loopwatch:
             try:
                 while not processor.encode_some(CHECKPOINT_SLICE):
                     await asyncio.sleep(0)
-                if pending:
-                    await asyncio.gather(*pending)
+                # Thousands of delivery futures per checkpoint, nearly all done by now:
+                # gathering them all would block the event loop for milliseconds.
+                waiting = [future for future in pending if not future.done()]
+                if waiting:
+                    await asyncio.gather(*waiting)
+                for future in pending:
+                    future.result()  # raises a delivery error
                 async with self._write_lock:
                     cp = processor.end_checkpoint()
                     if cp.writes:
@@ -435,8 +445,11 @@ class Loopwatch:
             self.checkpoints += 1
 
     async def _checkpoint_timer(self) -> None:
-        if time.monotonic() - self._checkpointed_at >= self.settings.checkpoint_s:
+        now = time.monotonic()
+        if now - self._checkpointed_at >= self.settings.checkpoint_s:
             self._checkpoint_soon()
+        elif self._dones and now - self._last_batch_at >= IDLE_CHECKPOINT_S:
+            self._checkpoint_soon()  # caught up: a quiet moment costs nothing to use
 
     async def _partitions(self, topic: str) -> int:
         """The partition count of an output topic (from the producer's metadata, once)."""
