@@ -16,10 +16,10 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from .app.harness import wait_http_ok
 from .client import LoopBlocked, LoopwatchClient, RunAbortedError
 from .scenarios import SCENARIOS, scenario_calls
 
@@ -55,21 +55,6 @@ def start_worker(bootstrap: str, web_port: int, metrics_port: int, config: Path,
     log = open(log_path, "ab")
     return subprocess.Popen([sys.executable, "-m", "streams.app.worker"], env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True, cwd=REPO)
-
-
-def wait_ready(port: int, worker: subprocess.Popen, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if worker.poll() is not None:
-            raise RuntimeError(f"the worker exited with code {worker.returncode}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"the worker was not ready within {timeout:.0f} s")
 
 
 async def simulate_run(client: LoopwatchClient, kind: str, run_id: str, length: int, stats: dict, pace: float) -> None:
@@ -163,7 +148,7 @@ def run_demo(argv: list[str] | None = None) -> int:
     print(f"starting a loopwatch worker (log: {log_path.relative_to(REPO)})…", flush=True)
     worker = start_worker(bootstrap, args.web_port, args.metrics_port, Path(args.config), log_path)
     try:
-        wait_ready(args.web_port, worker)
+        wait_http_ok(f"http://127.0.0.1:{args.web_port}/readyz", worker, what="the worker", timeout=120, interval=0.5)
         print(f"worker ready: http://127.0.0.1:{args.web_port}/readyz, metrics on :{args.metrics_port}/metrics")
         print(f"simulating {args.runs_per_scenario * len(SCENARIOS)} runs ({', '.join(SCENARIOS)}):\n", flush=True)
         started = time.monotonic()
@@ -174,7 +159,7 @@ def run_demo(argv: list[str] | None = None) -> int:
             worker.wait()
     except KeyboardInterrupt:
         pass
-    except RuntimeError as exc:
+    except (RuntimeError, TimeoutError) as exc:
         print(f"loopwatch demo: {exc}; see {log_path}", file=sys.stderr)
         return 1
     finally:

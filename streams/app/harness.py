@@ -97,6 +97,27 @@ FAST_GROUP_ENV = {
 }
 
 
+def wait_http_ok(
+    url: str, process: subprocess.Popen, *, what: str, timeout: float, interval: float = 0.2,
+    log_tail: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``url`` until it answers 200.  Raises ``RuntimeError`` when ``process`` exits
+    first and ``TimeoutError`` after ``timeout`` seconds (both with ``log_tail()`` if given)."""
+    tail = (lambda: "") if log_tail is None else (lambda: ":\n" + log_tail())
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {process.returncode}{tail()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:  # not listening yet, or 503 (HTTPError is an OSError)
+            pass
+        time.sleep(interval)
+    raise TimeoutError(f"{what} not ready after {timeout:.0f} s{tail()}")
+
+
 class WorkerProcess:
     """``python -m streams.app.worker`` in its own process group, with its own ports and
     data directory.  ``stop()`` / ``kill()`` always target the group by its id."""
@@ -216,14 +237,8 @@ class WorkerProcess:
         return self.http("/readyz")[0] == 200
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not self.running:
-                raise RuntimeError(f"{self.label} exited with {self.proc.returncode}:\n{self.log_tail()}")
-            if self.ready():
-                return
-            time.sleep(0.2)
-        raise TimeoutError(f"{self.label} not ready after {timeout}s:\n{self.log_tail()}")
+        wait_http_ok(f"http://127.0.0.1:{self.web_port}/readyz", self.proc, what=self.label, timeout=timeout,
+                     log_tail=self.log_tail)
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Parsed ``/metrics``: (name, sorted labels) -> value."""

@@ -34,7 +34,7 @@ import msgspec
 import pytest
 import yaml
 
-from streams.app.harness import REPO, encode_all, free_port, produce
+from streams.app.harness import REPO, encode_all, free_port, produce, wait_http_ok
 from streams.scenarios import run_events
 
 pytestmark = pytest.mark.kafka
@@ -188,18 +188,7 @@ class Prometheus:
             return "(no log)"
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"prometheus exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise TimeoutError(f"prometheus not ready after {timeout}s:\n{self.log_tail()}")
+        wait_http_ok(f"{self.url}/-/ready", self.proc, what="prometheus", timeout=timeout, log_tail=self.log_tail)
 
     def api(self, path: str, **params: Any) -> dict:
         """GET /api/v1/<path>; returns the JSON body (errors included, with status "error")."""
