@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--runs", type=int, default=10_000)
     parser.add_argument("--calls-per-run", type=int, default=52)
-    parser.add_argument("--repeat", type=int, default=3, help="timed passes (best and median are reported)")
+    parser.add_argument("--repeat", type=int, default=5, help="timed passes (best and median are reported)")
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args(argv)
 
