@@ -363,7 +363,7 @@ async def test_idle_runs_expire_and_ended_runs_are_freed(lw):
     while worker.metric("loopwatch_runs_tracked") != 0:
         assert time.monotonic() < deadline, "idle run was never expired"
         await asyncio.sleep(0.3)
-    assert "expired 1 idle runs" in worker.log_text()
+    await wait_for_log(worker, "expired 1 idle runs")  # log lines are flushed twice a second
     # Both runs start afresh: 6 more identical calls do not reach the critical threshold.
     more = repeat_calls("idle", 6, start=15) + repeat_calls("ended", 6, start=15)
     await produce(lw.broker, lw.names.tool_calls, encode_all(more))
