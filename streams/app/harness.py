@@ -302,6 +302,19 @@ async def wait_for_topic(broker: str, topic: str, timeout: float = 60.0) -> int:
         await admin.close()
 
 
+async def delete_topics(broker: str, prefixes: Iterable[str]) -> list[str]:
+    """Delete every topic whose name starts with one of ``prefixes``; returns their names."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        doomed = [t for t in await admin.list_topics() if t.startswith(tuple(prefixes))]
+        if doomed:
+            await admin.delete_topics(doomed)
+        return doomed
+    finally:
+        await admin.close()
+
+
 def encode_all(events: Iterable[ToolCallEvent]) -> list[tuple[bytes, bytes]]:
     """(Kafka key, value) per event: keyed by run id (session key without one), as runners do."""
     out = []

@@ -39,7 +39,9 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallRequested
-from streams.app.harness import REPO, WorkerNames, WorkerProcess, encode_all, wait_for_topic, write_config
+from streams.app.harness import (
+    REPO, WorkerNames, WorkerProcess, delete_topics, encode_all, wait_for_topic, write_config,
+)
 from streams.engine import LoopEngine
 from streams.scenarios import FLEET_MIX, fleet_trace
 
@@ -105,19 +107,6 @@ async def create_topics(broker: str, names: list[str], partitions: int = PARTITI
         await admin.close()
     for n in names:
         await wait_for_topic(broker, n)
-
-
-async def delete_topics(broker: str, prefixes: list[str]) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
-    await admin.start()
-    try:
-        doomed = [t for t in await admin.list_topics() if t.startswith(tuple(prefixes))]
-        if doomed:
-            await admin.delete_topics(doomed)
-    except Exception:  # noqa: BLE001 - best effort
-        pass
-    finally:
-        await admin.close()
 
 
 async def preload(broker: str, topic: str, records: list[tuple[bytes, bytes]]) -> float:
@@ -422,7 +411,10 @@ async def run(args: argparse.Namespace) -> int:
             print(f"     split: event sent -> verdict produced p50 {c['inbound'][0]:.1f} / p99 {c['inbound'][1]:.1f} ms; "
                   f"verdict produced -> received p50 {c['outbound'][0]:.1f} / p99 {c['outbound'][1]:.1f} ms")
     finally:
-        await delete_topics(broker, used)
+        try:
+            await delete_topics(broker, used)
+        except Exception:  # noqa: BLE001 - best effort
+            pass
 
     print()
     print("| measurement | result |")

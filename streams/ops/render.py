@@ -92,21 +92,10 @@ class Recorder:
 
 def delete_topics(broker: str, prefix: str) -> None:
     """Best effort: delete this run's topics (app id prefix) from the shared broker."""
-
-    async def delete() -> None:
-        from aiokafka.admin import AIOKafkaAdminClient
-
-        admin = AIOKafkaAdminClient(bootstrap_servers=broker)
-        await admin.start()
-        try:
-            doomed = [t for t in await admin.list_topics() if t.startswith(prefix)]
-            if doomed:
-                await admin.delete_topics(doomed)
-        finally:
-            await admin.close()
+    from streams.app.harness import delete_topics as delete
 
     try:
-        asyncio.run(asyncio.wait_for(delete(), 30))
+        asyncio.run(asyncio.wait_for(delete(broker, [prefix]), 30))
     except Exception as exc:  # noqa: BLE001
         print(f"render: could not delete topics {prefix}*: {exc!r}", file=sys.stderr)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.app.harness import REPO, WorkerNames, WorkerProcess
+from streams.app.harness import REPO, WorkerNames, WorkerProcess, delete_topics
 
 KAFKA_SH = REPO / "scripts" / "kafka.sh"
 WAIT_FOR_SCRIPT_S = 15 * 60
@@ -73,21 +73,8 @@ class Loopwatch:
         return "\n".join(f"----- {w.label} (pid {w.pid}) -----\n{w.log_tail(80)}" for w in self.workers)
 
     def delete_topics(self) -> None:
-        async def delete() -> None:
-            from aiokafka.admin import AIOKafkaAdminClient
-
-            admin = AIOKafkaAdminClient(bootstrap_servers=self.broker)
-            await admin.start()
-            try:
-                existing = set(await admin.list_topics())
-                doomed = [t for t in existing if t.startswith(self.names.app_id) or t.startswith(f"{self.names.prefix}-{self.names.tag}")]
-                if doomed:
-                    await admin.delete_topics(doomed)
-            finally:
-                await admin.close()
-
-        try:
-            asyncio.run(asyncio.wait_for(delete(), 30))
+        try:  # every topic of the run (and the changelog) starts with the app id
+            asyncio.run(asyncio.wait_for(delete_topics(self.broker, [self.names.app_id]), 30))
         except Exception:  # noqa: BLE001 - best effort
             pass
 
