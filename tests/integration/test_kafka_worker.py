@@ -155,10 +155,7 @@ async def test_kill9_and_restart_recovers_state_from_the_changelog(lw):
     await produce(lw.broker, lw.names.tool_calls, payload[2 * third:])
 
     records = await verdicts_for(lw, [v.verdict_id for v in expected], timeout=90, settle=1.0)
-    by_id, duplicates, differing = dedupe(records)
-    assert set(by_id) == {v.verdict_id for v in expected}
-    for v in expected:
-        assert by_id[v.verdict_id] == v, f"{v.verdict_id}: {by_id[v.verdict_id]} != {v}"
+    duplicates, differing = assert_same_verdicts(records, expected)
     print(f"kill -9 x2: {len(records)} verdict records, {duplicates} duplicates ({differing} differing), {len(expected)} expected")
     assert fresh.metric("loopwatch_runs_tracked") > 0
 
@@ -180,10 +177,7 @@ async def test_graceful_stop_mid_stream_loses_and_repeats_nothing(lw):
     worker.start()
     worker.wait_ready(90)
     records = await verdicts_for(lw, [v.verdict_id for v in expected], timeout=90, settle=1.0)
-    by_id, duplicates, differing = dedupe(records)
-    assert set(by_id) == {v.verdict_id for v in expected}
-    for v in expected:
-        assert by_id[v.verdict_id] == v
+    duplicates, differing = assert_same_verdicts(records, expected)
     assert differing == 0
     assert duplicates == 0, f"{duplicates} verdicts published twice after a graceful stop"
 
@@ -210,10 +204,7 @@ async def test_two_workers_rebalance_without_losing_state(lw):
     await produce(lw.broker, lw.names.tool_calls, payload[3 * quarter:])
 
     records = await verdicts_for(lw, [v.verdict_id for v in expected], timeout=90, settle=1.0)
-    by_id, duplicates, differing = dedupe(records)
-    assert set(by_id) == {v.verdict_id for v in expected}
-    for v in expected:
-        assert by_id[v.verdict_id] == v
+    duplicates, differing = assert_same_verdicts(records, expected)
     # both workers did real work, i.e. partitions (and their run state) moved between them
     assert a.metric("loopwatch_events_consumed_total") > 0
     assert b.metric("loopwatch_events_consumed_total") > 0
@@ -333,6 +324,16 @@ async def test_config_hot_reload_changes_behaviour_without_restart(lw):
     assert mine(got, "off") == expect("off", off)
     assert all(v.action == "allow" for v in mine(got, "off").values())
     assert worker.running
+
+
+def assert_same_verdicts(records, expected) -> tuple[int, int]:
+    """After dropping duplicates by id, the verdicts are exactly ``expected``; returns
+    (duplicates, duplicates that differed from the first copy)."""
+    by_id, duplicates, differing = dedupe(records)
+    assert set(by_id) == {v.verdict_id for v in expected}
+    for v in expected:
+        assert by_id[v.verdict_id] == v, f"{v.verdict_id}: {by_id[v.verdict_id]} != {v}"
+    return duplicates, differing
 
 
 async def wait_for_log(worker, text, *, count=1, timeout=20.0):
