@@ -12,8 +12,9 @@ co-partitioning assignor, table recovery, pausing during rebalances, offset comm
 acks and gaps) and changes only the fetch loop: records of a topic that has a batch
 handler are handed over as one list per fetch of aiokafka's own ``ConsumerRecord``s
 (timestamps in ms), with a ``done`` callback that acks them all, and are tracked in bulk
-(one Faust message per batch keeps rebalances waiting for it); records of every other topic (the table changelogs during recovery and for standbys) still take
-Faust's per-record path.  Handlers are called strictly in order, one batch at a time (the
+(one Faust message per batch keeps rebalances waiting for it); records of every other
+topic (the table changelogs during recovery and for standbys) still take Faust's
+per-record path.  Handlers are called strictly in order, one batch at a time (the
 equivalent of an agent with concurrency 1), so per-partition order is kept.
 """
 
@@ -136,8 +137,7 @@ class BatchingConsumer(faust_aiokafka.Consumer):
                             continue
                     # One tracked Faust message keeps Faust's rebalance (wait_empty) waiting
                     # until the whole batch is done; ``done`` acks every record of the batch.
-                    tp, tp_offsets = offsets[-1]
-                    sentinel = to_message(tp, batch[-1])
+                    sentinel = to_message(offsets[-1][0], batch[-1])
                     unacked.add(sentinel)
                     try:
                         await handlers[topic](batch, self._acker(offsets, sentinel))
