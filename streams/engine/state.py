@@ -118,7 +118,6 @@ def _digest_bytes(text: str) -> bytes | None:
 # packed digests are memoised (bounded; cleared wholesale when full).
 _PACKED: dict[str, bytes | None] = {}
 _PACKED_MAX = 200_000
-_UNKNOWN = b"?"  # a memo miss (never a packed value: those are 32 or 33 bytes)
 
 
 def _memo(text: str, pack) -> bytes | None:
@@ -172,24 +171,19 @@ def encode_state(state: RunState) -> bytes:
     del result_index[None]
 
     verbatim: dict[str, str] = {}
-    packed_memo = _PACKED
     sig_table = []
     for i, sig in enumerate(sig_index):
         tool = sig_tool[sig]
         packed = None
-        if len(sig) == len(tool) + 65 and sig.startswith(tool):
-            packed = packed_memo.get(sig, _UNKNOWN)
-            if packed is _UNKNOWN:
-                packed = _memo(sig, _pack_sig_text)
+        if len(sig) == len(tool) + 65 and sig.startswith(tool):  # else: stored verbatim
+            packed = _memo(sig, _pack_sig_text)
         if packed is None:
             verbatim[f"s{i}"] = sig
             packed = b""
         sig_table.append(packed)
     result_table = []
     for i, result in enumerate(result_index):
-        packed = packed_memo.get(result, _UNKNOWN)
-        if packed is _UNKNOWN:
-            packed = _memo(result, _pack_result_text)
+        packed = _memo(result, _pack_result_text)
         if packed is None:
             verbatim[f"r{i}"] = result
             packed = b""
