@@ -90,23 +90,19 @@ def _decision(
     event: ToolCallRequested, action: str, d: Detection | None, emitted: bool | None, notify: bool, **override: Any
 ) -> Decision:
     # A gated runner gets a decision for every call, and msgspec matches keyword arguments
-    # one by one: passing only the fields that are set costs a fifth of passing them all.
-    if d is None:
-        decision = Decision(
-            verdict_id=f"{event.event_id}/decision", cause_event_id=event.event_id, run_id=event.run_id,
-            session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms,
-            tool_call_id=event.tool_call_id, tool_name=event.tool_name, args_hash=event.args_hash, action=action,
-            warning_emitted=emitted, notify_model=notify,
-        )
-    else:
-        decision = Decision(
-            verdict_id=f"{event.event_id}/decision", cause_event_id=event.event_id, run_id=event.run_id,
-            session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms,
-            tool_call_id=event.tool_call_id, tool_name=event.tool_name, args_hash=event.args_hash, action=action,
-            level=d.level, detector=d.detector, count=d.count, message=d.message,
-            paired_tool_name=d.paired_tool_name, warning_key=d.warning_key,
-            warning_emitted=emitted, notify_model=notify,
-        )
+    # one by one: passing only the fields an allowed call has costs a fifth of passing
+    # them all, so the detection's fields are added only when there is one.
+    decision = Decision(
+        verdict_id=f"{event.event_id}/decision", cause_event_id=event.event_id, run_id=event.run_id,
+        session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms,
+        tool_call_id=event.tool_call_id, tool_name=event.tool_name, args_hash=event.args_hash, action=action,
+        warning_emitted=emitted, notify_model=notify,
+    )
+    if d is not None:
+        override = {
+            "level": d.level, "detector": d.detector, "count": d.count, "message": d.message,
+            "paired_tool_name": d.paired_tool_name, "warning_key": d.warning_key, **override,
+        }
     return msgspec.structs.replace(decision, **override) if override else decision
 
 
@@ -278,7 +274,9 @@ class LoopEngine:
         sigs, results, call_ids = state.sigs, state.results, state.call_ids
         call_id = event.tool_call_id
         if sigs and results[-1] is None and sigs[-1] == event.args_hash and (not call_id or call_ids[-1] == call_id):
-            # The usual case, inlined: the outcome of the call just recorded.
+            # The usual case: the outcome of the call just recorded.  record_outcome's first
+            # branch, inlined: the call and the state.record() cost 1.8 % of the engine's
+            # instructions per event (cachegrind).
             results[-1] = result_hash
             unknown = state.unknowns[-1] = event.unknown_tool_name
             record = CallRecord(state.tools[-1], sigs[-1], call_ids[-1], result_hash, unknown, state.stamps[-1])

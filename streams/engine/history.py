@@ -31,6 +31,8 @@ def _append(state: RunState, tool, sig, call_id, result, unknown, ts_ms) -> None
 
 def record_call(state: RunState, tool: str, args_hash: str, tool_call_id: str | None, ts_ms: int, size: int | float) -> None:
     """Append a pending record before the tool runs, then trim."""
+    # ``_append`` spelled out: this runs for every requested call, _append only when an
+    # outcome matches no pending record.
     state.tools.append(tool)
     state.sigs.append(args_hash)
     state.call_ids.append(tool_call_id)
