@@ -428,12 +428,16 @@ class Loopwatch:
                     await asyncio.gather(*waiting)
                 for future in pending:
                     future.result()  # raises a delivery error
+                await asyncio.sleep(0)
                 async with self._write_lock:
                     cp = processor.end_checkpoint()
-                    if cp.writes:
-                        await self._write(cp.writes.items(), on_stored=processor.checkpoint_written)
-                    else:
-                        processor.checkpoint_written()
+                # Batches go on while the states are written: until ``checkpoint_written`` the
+                # processor serves reads of these runs itself, and the next checkpoint waits
+                # for this one (the checkpoint lock).
+                if cp.writes:
+                    await self._write(cp.writes.items(), on_stored=processor.checkpoint_written)
+                else:
+                    processor.checkpoint_written()
             except BaseException as exc:
                 self._poisoned = exc
                 raise
@@ -529,6 +533,8 @@ class Loopwatch:
         by_partition: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
         for (partition, key), value in writes:
             by_partition[partition].append((key, value))
+        # One partition per event-loop step: a checkpoint of thousands of runs would otherwise
+        # hold up the batches (and so the decisions) waiting behind it for milliseconds.
         for partition, items in by_partition.items():
             wb = rocksdict.WriteBatch(raw_mode=True)
             for key, value in items:
@@ -537,12 +543,14 @@ class Loopwatch:
                 else:
                     wb.put(key, value)
             store._db_for_partition(partition).write(wb)
+            await asyncio.sleep(0)  # reads of these runs are served by the processor until on_stored
         if on_stored is not None:
-            on_stored()  # synchronously with the RocksDB writes: reads see them from now on
+            on_stored()  # every RocksDB write is done: reads go to the store from now on
         changelog = self.changelog_topic
         for partition, items in by_partition.items():
             for future, n in await self._send_records(changelog, partition, items):
                 future.add_done_callback(self._persisted_callback(changelog, partition, n))
+            await asyncio.sleep(0)
 
     def _persisted_callback(self, topic: str, partition: int, n: int):
         store = self.store
