@@ -296,6 +296,11 @@ async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs:
                 await producer.send(names.tool_calls, encode_event(event), key=(event.run_id or "").encode())
             await asyncio.sleep(1.0)
             received.clear()
+            # This process is the instrument: its own GC pauses (tens of ms for a full
+            # collection with the workload in memory) would be counted as decision latency.
+            gc.collect()
+            gc.freeze()
+            gc.disable()
             start = time.perf_counter()
             for i, event in enumerate(events):
                 due = start + i / rate
@@ -314,6 +319,7 @@ async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs:
             while len(set(sent) & set(received)) < len(sent) and time.perf_counter() < deadline:
                 await asyncio.sleep(0.1)
         finally:
+            gc.enable()
             stop.set()
             await reader
             await producer.stop()
