@@ -315,6 +315,26 @@ async def delete_topics(broker: str, prefixes: Iterable[str]) -> list[str]:
         await admin.close()
 
 
+async def group_lag(broker: str, group: str, topic: str) -> dict[int, int]:
+    """Per partition of ``topic``: end offset minus the group's committed offset (the whole
+    partition when nothing is committed)."""
+    tps = [TopicPartition(topic, p) for p in range(await wait_for_topic(broker, topic))]
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
+    await admin.start()
+    await consumer.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(group)
+        ends = await consumer.end_offsets(tps)
+        return {
+            tp.partition: ends[tp] - (committed[tp].offset if tp in committed and committed[tp].offset >= 0 else 0)
+            for tp in tps
+        }
+    finally:
+        await consumer.stop()
+        await admin.close()
+
+
 def encode_all(events: Iterable[ToolCallEvent]) -> list[tuple[bytes, bytes]]:
     """(Kafka key, value) per event: keyed by run id (session key without one), as runners do."""
     out = []

@@ -18,7 +18,9 @@ import pytest
 
 from schemas import MAX_EVENT_BYTES, decode_verdict
 from schemas.verdicts import Decision
-from streams.app.harness import collect, dedupe, encode_all, header, produce, reference_verdicts, write_config
+from streams.app.harness import (
+    collect, dedupe, encode_all, group_lag, header, produce, reference_verdicts, write_config,
+)
 from streams.edge import completed_event, requested_event, run_ended_event
 from aiokafka.partitioner import murmur2
 from streams.scenarios import run_events
@@ -180,6 +182,12 @@ async def test_graceful_stop_mid_stream_loses_and_repeats_nothing(lw):
     duplicates, differing = assert_same_verdicts(records, expected)
     assert differing == 0
     assert duplicates == 0, f"{duplicates} verdicts published twice after a graceful stop"
+    # Every record is committed once the worker has caught up (acks are per-partition
+    # watermarks, streams.app.transport): nothing would be processed again after a restart.
+    deadline = time.monotonic() + 30
+    while any((lag := await group_lag(lw.broker, lw.names.app_id, lw.names.tool_calls)).values()):
+        assert time.monotonic() < deadline, f"offsets not committed up to the end: {lag}"
+        await asyncio.sleep(0.5)
 
 
 # -- (c) two workers in one group: partitions move, no state is lost -----------------------------
