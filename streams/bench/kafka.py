@@ -244,7 +244,9 @@ async def worker_throughput(
 # -- (c) latency at a fixed offered load ---------------------------------------------------------------
 
 
-async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs: int, used: list[str]) -> dict:
+async def latency(
+    broker: str, tmp: Path, *, rate: float, duration: float, runs: int, used: list[str], samples_to: Path | None = None
+) -> dict:
     names = WorkerNames(prefix="lwbench")
     used.append(names.app_id)
     config = tmp / "loop-detection.json"
@@ -324,6 +326,16 @@ async def latency(broker: str, tmp: Path, *, rate: float, duration: float, runs:
             await reader
             await producer.stop()
             await consumer.stop()
+        if samples_to is not None:
+            # One line per decision, in send order: when it was sent (s since the first), its
+            # latency and its inbound leg (ms).  Bursts of slow decisions show up as clusters.
+            first_sent = min(sent_wall.values(), default=0.0)
+            with open(samples_to, "w") as fh:
+                fh.write("sent_s,latency_ms,inbound_ms\n")
+                for k, t in sent.items():
+                    if k in received:
+                        inbound_ms = (produced_wall[k] - sent_wall[k]) * 1000 if k in produced_wall else float("nan")
+                        fh.write(f"{sent_wall[k] - first_sent:.4f},{(received[k] - t) * 1000:.2f},{inbound_ms:.2f}\n")
         samples = sorted((received[k] - t) * 1000 for k, t in sent.items() if k in received)
         inbound = sorted((produced_wall[k] - t) * 1000 for k, t in sent_wall.items() if k in produced_wall)
         outbound = sorted((received_wall[k] - produced_wall[k]) * 1000 for k in sent_wall if k in produced_wall)
@@ -410,7 +422,8 @@ async def run(args: argparse.Namespace) -> int:
         gc.collect()
         gc.freeze()
         if not args.skip_latency:
-            c = await latency(broker, tmp, rate=args.rate, duration=args.duration, runs=args.latency_runs, used=used)
+            c = await latency(broker, tmp, rate=args.rate, duration=args.duration, runs=args.latency_runs, used=used,
+                              samples_to=args.latency_samples)
             results["latency"] = c
             print(f"(c)  decision latency at {c['offered']:,.0f} events/s offered: p50 {c['p50']:.1f} ms, "
                   f"p99 {c['p99']:.1f} ms, p999 {c['p999']:.1f} ms ({c['answered']:,}/{c['gated']:,} decisions)")
@@ -459,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=2_000.0, help="offered events/s for (c)")
     p.add_argument("--duration", type=float, default=20.0, help="seconds of offered load for (c)")
     p.add_argument("--latency-runs", type=int, default=400, help="interleaved runs in the latency workload")
+    p.add_argument("--latency-samples", type=Path, metavar="CSV", help="write every decision's latency of (c) here")
     p.add_argument("--skip-raw", action="store_true")
     p.add_argument("--skip-worker", action="store_true")
     p.add_argument("--skip-latency", action="store_true")
