@@ -40,7 +40,10 @@ def record_call(state: RunState, tool: str, args_hash: str, tool_call_id: str | 
     state.unknowns.append(None)
     state.stamps.append(ts_ms)
     if len(state.sigs) > size:
-        trim(state, size)
+        if len(state.sigs) == size + 1:  # a full history: drop the oldest (trim, inlined)
+            del state.tools[0], state.sigs[0], state.call_ids[0], state.results[0], state.unknowns[0], state.stamps[0]
+        else:
+            trim(state, size)
 
 
 def record_outcome(
