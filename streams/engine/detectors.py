@@ -106,7 +106,10 @@ def _utf16(text: str) -> bytes:
 
 def ping_pong_key(sig_a: str, sig_b: str) -> str:
     """``pingpong:`` + both signatures sorted as JavaScript sorts strings (UTF-16 units)."""
-    pair = sorted((sig_a, sig_b), key=_utf16)
+    if sig_a.isascii() and sig_b.isascii():  # code points and UTF-16 units order alike
+        pair = (sig_a, sig_b) if sig_a <= sig_b else (sig_b, sig_a)
+    else:
+        pair = sorted((sig_a, sig_b), key=_utf16)
     return f"pingpong:{pair[0]}|{pair[1]}"
 
 
@@ -132,34 +135,23 @@ def _ping_pong(state: RunState, current_sig: str) -> tuple[int, str | None, str 
     other_sig, other_tool = sigs[other_index], state.tools[other_index]
     if not other_sig or not other_tool or current_sig != other_sig:
         return 0, None, None, False
-    tail = 0
-    for i in range(n - 1, -1, -1):
-        if sigs[i] != (last_sig if tail % 2 == 0 else other_sig):
-            break
-        tail += 1
-    if tail < 2:
-        return 0, None, None, False
-    results = state.results
-    hash_a = hash_b = None
-    evidence = True
-    for i in range(n - tail, n):
-        result = results[i]
-        if not result:
-            evidence = False
-            break
-        if sigs[i] == last_sig:
-            if hash_a is None:
-                hash_a = result
-            elif hash_a != result:
-                evidence = False
+    # The alternating tail: newest first, `last` at even distances, `other` at odd ones.
+    # A steady ping-pong fills the whole history, which two C-level counts confirm.
+    at_last, at_other = sigs[n - 1::-2], sigs[n - 2::-2]
+    if at_last.count(last_sig) == len(at_last) and at_other.count(other_sig) == len(at_other):
+        tail = n
+    else:
+        tail = 0
+        for i in range(n - 1, -1, -1):
+            if sigs[i] != (last_sig if tail % 2 == 0 else other_sig):
                 break
-        elif hash_b is None:
-            hash_b = result
-        elif hash_b != result:
-            evidence = False
-            break
-    if hash_a is None or hash_b is None:
-        evidence = False
+            tail += 1
+        if tail < 2:
+            return 0, None, None, False
+    # No-progress evidence: every outcome in the tail present, and one outcome per side.
+    outcomes = state.results[n - tail:]
+    of_last, of_other = outcomes[-1::-2], outcomes[-2::-2]
+    evidence = all(outcomes) and len(set(of_last)) == 1 and len(set(of_other)) == 1
     return tail + 1, state.tools[-1], last_sig, evidence
 
 
@@ -170,17 +162,21 @@ def detect(state: RunState, tool: str, sig: str, known_poll: bool, cfg: Detector
     # Unknown-tool streak: consecutive at the tail, same called tool, same missing name.
     if unknowns and unknowns[-1]:
         tools = state.tools
-        unknown_count = 0
-        unknown_name = None
-        for i in range(len(sigs) - 1, -1, -1):
-            name = unknowns[i]
-            if tools[i] != tool or not name:
-                break
-            if unknown_name is None:
-                unknown_name = name
-            elif name != unknown_name:
-                break
-            unknown_count += 1
+        newest = unknowns[-1]
+        if unknowns.count(newest) == len(unknowns) and tools.count(tool) == len(tools):
+            unknown_count, unknown_name = len(unknowns), newest  # the whole history is the streak
+        else:
+            unknown_count = 0
+            unknown_name = None
+            for i in range(len(sigs) - 1, -1, -1):
+                name = unknowns[i]
+                if tools[i] != tool or not name:
+                    break
+                if unknown_name is None:
+                    unknown_name = name
+                elif name != unknown_name:
+                    break
+                unknown_count += 1
         if unknown_count >= cfg.unknown_tool_threshold:
             return Detection(CRITICAL, "unknown_tool_repeat", unknown_count, tool, sig, unknown_name=unknown_name)
 
