@@ -253,3 +253,26 @@ def test_args_hash_must_be_the_tool_name_and_64_lowercase_hex(tool, digest):
         assert valid
     except InvalidEvent as exc:
         assert not valid and "args_hash" in str(exc)
+
+
+# -- the ping-pong warning key sorts as JavaScript does ---------------------------------------
+
+
+@given(st.text(), st.text())
+def test_ping_pong_key_sorts_signatures_by_utf16_units(a, b):
+    from streams.engine.detectors import ping_pong_key
+
+    def units(text):  # JavaScript compares strings by UTF-16 code units
+        return text.encode("utf-16-be", "surrogatepass")
+
+    low, high = sorted((a, b), key=units)
+    assert ping_pong_key(a, b) == ping_pong_key(b, a) == f"pingpong:{low}|{high}"
+
+
+def test_ping_pong_key_orders_astral_below_high_bmp_characters():
+    from streams.engine.detectors import ping_pong_key
+
+    # U+1F600 is a surrogate pair (0xD83D ...) and so sorts before U+FF01 in JavaScript,
+    # although its code point is larger.
+    assert ping_pong_key("\uff01", "\U0001f600") == "pingpong:\U0001f600|\uff01"
+    assert ping_pong_key("read:b", "read:a") == "pingpong:read:a|read:b"
