@@ -56,17 +56,22 @@ class Step(msgspec.Struct, gc=False):
     was attached to or appended as), ``guard`` and ``detection`` expose the intermediate
     answers conformance checks compare.  ``state`` is the run's new state, None once freed.
 
-    The decision and the log lines are built when first read: a worker publishes few
-    decisions (gated calls, warnings, blocks) and most events need neither.  (A msgspec
-    Struct because it is created once per event and its constructor runs in C.  The hot
-    paths pass ``state, request`` or ``state, None, record, guard`` positionally: msgspec
-    matches keyword arguments one at a time, which cost about 2 % of the engine.)
+    The decision, the log lines and the record are built when first read: a worker
+    publishes few decisions (gated calls, warnings, blocks), most events need none of them,
+    and only conformance checks read records.  Like ``state``, which the run's next event
+    changes in place, they describe the run as of this step: read them before handling the
+    run's next event.  (A msgspec Struct because it is created once per event and its
+    constructor runs in C.  The hot paths pass ``state, request`` or ``state, None,
+    record_at, guard, record`` positionally: msgspec matches keyword arguments one at a
+    time, which cost about 2 % of the engine.)
     """
 
     state: RunState | None
     request: ToolCallRequested | None = None
-    record: CallRecord | None = None
+    record_at: int = -1
+    """Index in ``state`` of the record an outcome was attached to (-1: see built_record)."""
     guard: guard_mod.GuardVerdict | None = None
+    built_record: CallRecord | None = None
     abort: RunAborted | None = None
     detection: Detection | None = None
     vetoed: bool = False
@@ -81,6 +86,12 @@ class Step(msgspec.Struct, gc=False):
         if self.built_decision is None and self.request is not None:
             self.built_decision = _decision(self.request, self.action, self.detection, self.emitted, self.notify)
         return self.built_decision
+
+    @property
+    def record(self) -> CallRecord | None:
+        if self.built_record is None and self.record_at >= 0:
+            self.built_record = self.state.record(self.record_at)
+        return self.built_record
 
     @property
     def logs(self) -> tuple[LogLine, ...]:
@@ -275,36 +286,37 @@ class LoopEngine:
     def _completed(self, state: RunState, event: ToolCallCompleted) -> Step:
         result_hash = event.result_hash
         if event.loop_veto or not result_hash or not (event.session_key or event.session_id):
-            return Step(state=state)  # no hash (or no session to record in): nothing changes
+            return Step(state)  # no hash (or no session to record in): nothing changes
         settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
         result_hash = intern(result_hash)
         sigs, results, call_ids = state.sigs, state.results, state.call_ids
         call_id = event.tool_call_id
         if sigs and results[-1] is None and sigs[-1] == event.args_hash and (not call_id or call_ids[-1] == call_id):
             # The usual case: the outcome of the call just recorded.  record_outcome's first
-            # branch, inlined: the call and the state.record() cost 1.8 % of the engine's
-            # instructions per event (cachegrind).
+            # branch, inlined, and the record built only if read: the call and the
+            # state.record() cost 1.8 % of the engine's instructions per event (cachegrind).
             results[-1] = result_hash
-            unknown = state.unknowns[-1] = event.unknown_tool_name
-            record = CallRecord(state.tools[-1], sigs[-1], call_ids[-1], result_hash, unknown, state.stamps[-1])
-            if len(sigs) > settings.detection.history_size:  # historySize shrank on a reload
+            state.unknowns[-1] = event.unknown_tool_name
+            record, record_at = None, len(sigs) - 1
+            if record_at >= settings.detection.history_size:  # historySize shrank on a reload
+                record, record_at = state.record(record_at), -1
                 history.trim(state, settings.detection.history_size)
         else:
-            record = history.record_outcome(
+            record, record_at = history.record_outcome(
                 state, event.tool_name, event.args_hash, call_id, result_hash, event.unknown_tool_name, event.ts_ms,
                 settings.detection.history_size,
-            )
+            ), -1
 
         guard = state.guard
         if guard.remaining <= 0 or not settings.guard.enabled:
-            return Step(state, None, record, _DORMANT)  # the guard is not armed
+            return Step(state, None, record_at, _DORMANT, record)  # the guard is not armed
         verdict, error_line = guard_mod.observe(guard, True, event.tool_name, event.args_hash, result_hash)
         if not verdict.should_abort:
-            return Step(state, None, record, verdict)
+            return Step(state, None, record_at, verdict, record)
         _end_run(state, verdict.detector)
         abort = _run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
         log = LogLine("error", guard_mod.SUBSYSTEM, error_line)
-        return Step(state=state, abort=abort, built_logs=(log,), record=record, guard=verdict)
+        return Step(state, None, record_at, verdict, record, abort=abort, built_logs=(log,))
 
     # -- compaction retried: arm the guard (spec §4) ----------------------------------------
 
