@@ -12,7 +12,8 @@ the processor:
   ``processor``), with a compacted changelog topic ``<app id>-runs-changelog``; Faust
   recovers it on start and on rebalance, and keeps standby copies on other workers;
 * one handler for ``tool-calls`` batches (``handle_batch``), called by the batching consumer
-  (``streams.app.transport``) with every fetch, one batch at a time (concurrency 1).
+  (``streams.app.transport``) with every fetch, one batch at a time (concurrency 1); the
+  consumer runs on the app's event loop, not in Faust's consumer thread.
 
 Why the writes bypass ``table[key] = value``: Faust's per-key write sends one changelog
 record through its producer buffer per call and resolves the partition from the "current
@@ -29,7 +30,9 @@ shutdown proceeds) waits for the
 delivery of those records, then writes the touched runs' states (RocksDB, then the
 changelog), then acks the batches' records; Faust flushes the producer before it commits
 the acked offsets.  A crash loses at most the work since the last checkpoint, which is
-redone from the last committed offsets with the same verdict ids.
+redone from the last committed offsets with the same verdict ids.  A checkpoint does its
+work in small slices and lets batches run in between (``CHECKPOINT_SLICE``, ``BUSY_BATCH``),
+so decisions do not wait for it.
 """
 
 from __future__ import annotations
