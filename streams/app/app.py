@@ -463,8 +463,12 @@ class Loopwatch:
             self.checkpoints += 1
 
     async def _step_aside(self) -> None:
-        """A checkpoint's yield to the event loop between two slices of its work."""
-        await asyncio.sleep(CHECKPOINT_PAUSE_S if self._last_batch_size < BUSY_BATCH else 0)
+        """A checkpoint's yield to the event loop between two slices of its work: a pause
+        while batches are small, none while catching up or when a rebalance or a shutdown
+        waits for the checkpoint (no decisions are being made then)."""
+        app = self.app
+        keeping_up = self._last_batch_size < BUSY_BATCH and not app.rebalancing and not app.should_stop
+        await asyncio.sleep(CHECKPOINT_PAUSE_S if keeping_up else 0)
 
     async def _checkpoint_timer(self) -> None:
         now = time.monotonic()
