@@ -233,9 +233,6 @@ class WorkerProcess:
         except (OSError, urllib.error.URLError):
             return 0, ""
 
-    def ready(self) -> bool:
-        return self.http("/readyz")[0] == 200
-
     def wait_ready(self, timeout: float = 60.0) -> None:
         wait_http_ok(f"http://127.0.0.1:{self.web_port}/readyz", self.proc, what=self.label, timeout=timeout,
                      log_tail=self.log_tail)
