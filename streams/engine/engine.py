@@ -198,19 +198,15 @@ class LoopEngine:
         if not validated:
             check_event(event)
         kind = type(event)  # exact types: the wire decoder builds no subclasses
+        if state is None and kind is not RunEnded:
+            state = RunState(run_id=normalize_run_id(event.run_id))  # (dropped if the kind is rejected)
         if kind is ToolCallRequested:  # the two common kinds first
-            if state is None:
-                state = RunState(run_id=normalize_run_id(event.run_id))
             step = self._requested(state, event)
         elif kind is ToolCallCompleted:
-            if state is None:
-                state = RunState(run_id=normalize_run_id(event.run_id))
             step = self._completed(state, event)
         elif kind is RunEnded:
             return Step(None)
         elif kind is CompactionRetried:
-            if state is None:
-                state = RunState(run_id=normalize_run_id(event.run_id))
             step = self._compaction(state, event)
         else:
             raise InvalidEvent("unknown_type", f"unsupported event {kind.__name__}")
