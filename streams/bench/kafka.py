@@ -13,6 +13,10 @@ Three measurements, in one run, on the local broker (``scripts/kafka.sh``):
 (c) decision latency: a fresh worker, caught up, gets ``tool_call.requested`` (``gate: true``)
     and ``tool_call.completed`` events at a fixed offered load; latency is taken from just
     before the producer call to the decision's arrival at a consumer in this process.
+(c') the same load, answered by a raw aiokafka responder (``streams.bench.responder``: decode,
+    fixed ``allow`` verdict, no engine, state or checkpoints) right after (c): the latency
+    this 2-core machine, the broker and aiokafka give by themselves, so (c) - (c') is what
+    loopwatch adds.  On a shared VM both swing with the neighbours; compare them per run.
 
 The workload is a fleet of interleaved runs (mostly healthy, every kind of loop, as
 ``streams.scenarios`` simulates them, obeyed as a runner would), every requested call in
@@ -26,6 +30,7 @@ import asyncio
 import gc
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -244,14 +249,58 @@ async def worker_throughput(
 # -- (c) latency at a fixed offered load ---------------------------------------------------------------
 
 
+class ResponderProcess:
+    """``python -m streams.bench.responder`` (the raw aiokafka responder of (c')) in its own
+    process group, with the parts of ``WorkerProcess``'s interface that ``latency`` uses."""
+
+    def __init__(self, broker: str, names: WorkerNames, *, log_dir: Path, label: str = "bench-floor") -> None:
+        self.broker = broker
+        self.names = names
+        self.ready_file = log_dir / f"{label}.ready"
+        self.log_path = log_dir / f"{label}.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "streams.bench.responder", self.broker, self.names.tool_calls,
+                 self.names.verdicts, str(self.ready_file)],
+                cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.ready_file.exists():
+            if self.proc is None or self.proc.poll() is not None or time.monotonic() > deadline:
+                tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+                raise RuntimeError(f"the raw responder did not start (see {self.log_path}):\n{tail}")
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
 async def latency(
-    broker: str, tmp: Path, *, rate: float, duration: float, runs: int, used: list[str], samples_to: Path | None = None
+    broker: str, tmp: Path, *, rate: float, duration: float, runs: int, used: list[str], samples_to: Path | None = None,
+    floor: bool = False,
 ) -> dict:
+    """(c), or with ``floor`` (c'): the same load answered by the raw responder instead of a worker."""
     names = WorkerNames(prefix="lwbench")
     used.append(names.app_id)
-    config = tmp / "loop-detection.json"
-    write_config(config, CONFIG)
-    worker = WorkerProcess(broker, names, data_dir=tmp / "worker-c", config=config, label="bench-c", log_dir=tmp)
+    worker: WorkerProcess | ResponderProcess
+    if floor:
+        await create_topics(broker, [names.tool_calls, names.verdicts])
+        worker = ResponderProcess(broker, names, log_dir=tmp)
+    else:
+        config = tmp / "loop-detection.json"
+        write_config(config, CONFIG)
+        worker = WorkerProcess(broker, names, data_dir=tmp / "worker-c", config=config, label="bench-c", log_dir=tmp)
     worker.start()
     try:
         await asyncio.get_running_loop().run_in_executor(None, worker.wait_ready, 120)
@@ -339,7 +388,7 @@ async def latency(
         samples = sorted((received[k] - t) * 1000 for k, t in sent.items() if k in received)
         inbound = sorted((produced_wall[k] - t) * 1000 for k, t in sent_wall.items() if k in produced_wall)
         outbound = sorted((received_wall[k] - produced_wall[k]) * 1000 for k in sent_wall if k in produced_wall)
-        worker_p = worker_histogram_quantiles(worker)
+        worker_p = worker_histogram_quantiles(worker) if isinstance(worker, WorkerProcess) else {}
         return {
             "offered": offered,
             "gated": gated,
@@ -429,6 +478,13 @@ async def run(args: argparse.Namespace) -> int:
                   f"p99 {c['p99']:.1f} ms, p999 {c['p999']:.1f} ms ({c['answered']:,}/{c['gated']:,} decisions)")
             print(f"     split: event sent -> verdict produced p50 {c['inbound'][0]:.1f} / p99 {c['inbound'][1]:.1f} ms; "
                   f"verdict produced -> received p50 {c['outbound'][0]:.1f} / p99 {c['outbound'][1]:.1f} ms")
+            if not args.skip_floor:
+                f = await latency(broker, tmp, rate=args.rate, duration=args.duration, runs=args.latency_runs, used=used,
+                                  floor=True)
+                results["floor"] = f
+                print(f"(c') raw aiokafka responder, same load:      p50 {f['p50']:.1f} ms, p99 {f['p99']:.1f} ms, "
+                      f"p999 {f['p999']:.1f} ms ({f['answered']:,}/{f['gated']:,} decisions)")
+                print(f"     loopwatch's own share at p99 (c) - (c'): {c['p99'] - f['p99']:+.1f} ms")
     finally:
         try:
             await delete_topics(broker, used)
@@ -452,6 +508,11 @@ async def run(args: argparse.Namespace) -> int:
         c = results["latency"]
         print(f"| (c) decision latency p50 / p99 / p999 at {c['offered']:,.0f} events/s for {args.duration:.0f} s "
               f"| {c['p50']:.1f} / {c['p99']:.1f} / {c['p999']:.1f} ms (max {c['max']:.1f}; {c['answered']:,} decisions) |")
+        if "floor" in results:
+            f = results["floor"]
+            print(f"| (c') raw aiokafka responder (decode, fixed allow verdict; no engine, state or checkpoints), same load "
+                  f"| {f['p50']:.1f} / {f['p99']:.1f} / {f['p999']:.1f} ms (max {f['max']:.1f}) |")
+            print(f"| p99 (c) - (c') | {c['p99'] - f['p99']:+.1f} ms |")
         if c["worker"]:
             w = c["worker"]
             print(f"| worker's own histogram (event ts -> verdict produced), p50 / p99 bucket | "
@@ -476,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-raw", action="store_true")
     p.add_argument("--skip-worker", action="store_true")
     p.add_argument("--skip-latency", action="store_true")
+    p.add_argument("--skip-floor", action="store_true", help="no (c'): the raw responder's latency at the same load")
     args = p.parse_args(argv)
     return asyncio.run(run(args))
 
