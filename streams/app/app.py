@@ -191,7 +191,8 @@ class Loopwatch:
         self._write_lock = asyncio.Lock()
         self._partition_counts: dict[str, int] = {}
         self._pending: list[asyncio.Future] = []
-        """Delivery futures of the verdicts and dead letters produced since the last checkpoint."""
+        """Delivery futures of the verdicts and dead letters produced since the last checkpoint
+        and not delivered yet (or failed): the checkpoint waits for them and raises their errors."""
         self._dones: list[Callable[[], None]] = []
         """Ack callbacks of the batches processed since the last checkpoint."""
         self._checkpointed_at = time.monotonic()
@@ -373,7 +374,10 @@ class Loopwatch:
                 raise RuntimeError("an earlier batch or checkpoint failed; restart the worker") from self._poisoned
             result = self.processor.process(messages, self._read)
             try:
-                pending = self._pending
+                # Only sends in flight (or failed) wait for the checkpoint.  Kept until then,
+                # thousands of delivered futures (and their record metadata) lived long enough
+                # to reach the GC's oldest generation and make its full collections longer.
+                self._pending = pending = [future for future in self._pending if not _delivered(future)]
                 if result.verdicts:
                     self.processor.observe_latency(result.verdicts)
                     pending += await self._send_verdicts(result.verdicts)
@@ -435,8 +439,6 @@ class Loopwatch:
             try:
                 while not processor.encode_some(CHECKPOINT_SLICE):
                     await self._step_aside()
-                # Thousands of delivery futures per checkpoint, nearly all done by now:
-                # gathering them all would block the event loop for milliseconds.
                 waiting = [future for future in pending if not future.done()]
                 if waiting:
                     await asyncio.gather(*waiting)
@@ -682,6 +684,10 @@ class Loopwatch:
         if deleted:
             log.info("expired %d idle runs (idle > %ss)", deleted, self.settings.idle_timeout_s)
         return deleted
+
+
+def _delivered(future: asyncio.Future) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
 
 
 async def _healthz(self: Any, request: Any) -> Any:

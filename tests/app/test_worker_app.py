@@ -44,3 +44,20 @@ def test_topics_partitions_and_handlers(app):
     assert app.conf.web_bind == "127.0.0.1" and app.conf.web_port == 6066
     assert app.conf.processing_guarantee.value == "at_least_once"
     assert str(app.conf.datadir).endswith("state")
+
+
+def test_a_batch_keeps_only_undelivered_or_failed_sends_for_the_checkpoint(app):
+    # The checkpoint must still see every failed send (it raises its error and acks
+    # nothing), while delivered ones are dropped at once instead of piling up until then.
+    lw = app.loopwatch
+    loop = asyncio.get_event_loop()
+    delivered, failed, in_flight, cancelled = (loop.create_future() for _ in range(4))
+    delivered.set_result("metadata")
+    failed.set_exception(OSError("broker gone"))
+    cancelled.cancel()
+    lw._pending = [delivered, failed, in_flight, cancelled]
+    acked = []
+    loop.run_until_complete(lw._handle([], lambda: acked.append(True)))
+    assert lw._pending == [failed, in_flight, cancelled]
+    assert len(lw._dones) == 1 and not acked  # acked by the checkpoint, not before
+    failed.exception()  # retrieved: no "never retrieved" warning at teardown
