@@ -115,19 +115,22 @@ def _digest_bytes(text: str) -> bytes | None:
 
 
 # Packing is pure and a run's history barely changes between two checkpoints, so the
-# packed digests are memoised (bounded; cleared wholesale when full).
-_PACKED: dict[str, bytes | None] = {}
-_PACKED_MAX = 200_000
+# packed digests are memoised (bounded; cleared wholesale when full), signatures and results
+# apart: "error:<64 hex>" packs to 32 bytes as a signature (of a tool named "error") and to
+# 33 as a result.
+_PACKED_SIGS: dict[str, bytes | None] = {}
+_PACKED_RESULTS: dict[str, bytes | None] = {}
+_PACKED_MAX = 100_000
 
 
-def _memo(text: str, pack) -> bytes | None:
+def _memo(memo: dict[str, bytes | None], text: str, pack) -> bytes | None:
     try:
-        return _PACKED[text]
+        return memo[text]
     except KeyError:
         pass
-    if len(_PACKED) >= _PACKED_MAX:
-        _PACKED.clear()
-    packed = _PACKED[text] = pack(text)
+    if len(memo) >= _PACKED_MAX:
+        memo.clear()
+    packed = memo[text] = pack(text)
     return packed
 
 
@@ -176,14 +179,14 @@ def encode_state(state: RunState) -> bytes:
         tool = sig_tool[sig]
         packed = None
         if len(sig) == len(tool) + 65 and sig.startswith(tool):  # else: stored verbatim
-            packed = _memo(sig, _pack_sig_text)
+            packed = _memo(_PACKED_SIGS, sig, _pack_sig_text)
         if packed is None:
             verbatim[f"s{i}"] = sig
             packed = b""
         sig_table.append(packed)
     result_table = []
     for i, result in enumerate(result_index):
-        packed = _memo(result, _pack_result_text)
+        packed = _memo(_PACKED_RESULTS, result, _pack_result_text)
         if packed is None:
             verbatim[f"r{i}"] = result
             packed = b""

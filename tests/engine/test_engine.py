@@ -242,6 +242,21 @@ def test_compact_state_encoding_round_trips_any_history(rows, buckets):
     assert decode_state(encode_state(state)) == state
 
 
+def test_a_text_that_is_both_a_signature_and_a_result_round_trips_as_each():
+    # "error:<64 hex>" is the signature of a tool named "error" and an error result: packed
+    # (and memoised) differently as one and as the other.
+    digest = "cd" * 32
+    state = RunState(run_id="r", last_event_ms=5)
+    for sig, result in ((f"error:{digest}", f"error:{digest}"), (f"read:{digest}", digest)):
+        state.tools.append(sig.split(":")[0])
+        state.sigs.append(sig)
+        state.call_ids.append(None)
+        state.results.append(result)
+        state.unknowns.append(None)
+        state.stamps.append(5)
+    assert decode_state(encode_state(state)) == state
+
+
 @given(st.text(max_size=12), st.text(alphabet="0123456789abcdefABCDEF:x", min_size=0, max_size=70))
 def test_args_hash_must_be_the_tool_name_and_64_lowercase_hex(tool, digest):
     event = ToolCallRequested(event_id="e", run_id="r", tool_name=tool, args_hash=f"{tool}:{digest}")
