@@ -67,7 +67,7 @@ async def respond(broker: str, source: str, sink: str, ready_file: Path) -> None
 
 def main(argv: list[str]) -> int:
     if len(argv) != 4:
-        print(__doc__.strip().splitlines()[2], file=sys.stderr)
+        print("usage: python -m streams.bench.responder BROKER SOURCE_TOPIC SINK_TOPIC READY_FILE", file=sys.stderr)
         return 2
     broker, source, sink, ready = argv
     try:
