@@ -12,14 +12,13 @@ import argparse
 import asyncio
 import os
 import random
-import signal
 import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from .app.harness import wait_http_ok
+from .app.harness import stop_group, wait_http_ok
 from .client import LoopBlocked, LoopwatchClient, RunAbortedError
 from .scenarios import SCENARIOS, scenario_calls
 
@@ -163,10 +162,5 @@ def run_demo(argv: list[str] | None = None) -> int:
         print(f"loopwatch demo: {exc}; see {log_path}", file=sys.stderr)
         return 1
     finally:
-        if worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGTERM)
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
+        stop_group(worker, timeout=20)
     return 0

@@ -118,6 +118,28 @@ def wait_http_ok(
     raise TimeoutError(f"{what} not ready after {timeout:.0f} s{tail()}")
 
 
+def signal_group(proc: subprocess.Popen, sig: int) -> None:
+    """Signal the process group led by ``proc`` (started with ``start_new_session``)."""
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def stop_group(proc: subprocess.Popen, timeout: float = 30.0) -> int | None:
+    """SIGTERM ``proc``'s group (a graceful stop), SIGKILL after ``timeout``, then reap
+    anything left in the group.  Returns ``proc``'s exit code."""
+    if proc.poll() is None:
+        signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            signal_group(proc, signal.SIGKILL)
+            proc.wait(timeout=30)
+    signal_group(proc, signal.SIGKILL)  # the process's own children, if any
+    return proc.returncode
+
+
 class WorkerProcess:
     """``python -m streams.app.worker`` in its own process group, with its own ports and
     data directory.  ``stop()`` / ``kill()`` always target the group by its id."""
@@ -193,35 +215,16 @@ class WorkerProcess:
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
-    def _signal_group(self, sig: int) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, sig)
-        except ProcessLookupError:
-            pass
-
     def kill(self) -> None:
         """SIGKILL the worker's process group (a crash: nothing is flushed or committed)."""
         if self.proc is None:
             return
-        self._signal_group(signal.SIGKILL)
+        signal_group(self.proc, signal.SIGKILL)
         self.proc.wait(timeout=30)
 
     def stop(self, timeout: float = 30.0) -> int | None:
         """SIGTERM (a graceful stop), SIGKILL after ``timeout``.  Returns the exit code."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self._signal_group(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                self._signal_group(signal.SIGKILL)
-                self.proc.wait(timeout=30)
-        # Reap anything left in the group (the worker's own children, if any).
-        self._signal_group(signal.SIGKILL)
-        return self.proc.returncode
+        return None if self.proc is None else stop_group(self.proc, timeout)
 
     def http(self, path: str, port: int | None = None) -> tuple[int, str]:
         url = f"http://127.0.0.1:{port or self.web_port}{path}"

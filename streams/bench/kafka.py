@@ -30,7 +30,6 @@ import asyncio
 import gc
 import os
 import platform
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallRequested
 from streams.app.harness import (
-    REPO, WorkerNames, WorkerProcess, delete_topics, encode_all, wait_for_topic, write_config,
+    REPO, WorkerNames, WorkerProcess, delete_topics, encode_all, stop_group, wait_for_topic, write_config,
 )
 from streams.engine import LoopEngine
 from streams.scenarios import FLEET_MIX, fleet_trace
@@ -277,13 +276,8 @@ class ResponderProcess:
             time.sleep(0.1)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+        if self.proc is not None:
+            stop_group(self.proc, timeout=10)
 
 
 async def latency(
