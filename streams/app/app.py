@@ -91,6 +91,10 @@ class LoopwatchApp(faust.App):
     def _new_transport(self) -> BatchingTransport:
         return BatchingTransport(self.conf.broker_consumer, self)
 
+    async def on_stop(self) -> None:
+        await super().on_stop()  # stops the consumer: the last checkpoint is taken there
+        await self.loopwatch.close()
+
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for ``faust.App``."""
@@ -190,6 +194,9 @@ class Loopwatch:
         self.processor = BatchProcessor(self.watcher.load_initial(), metrics)
         self._write_lock = asyncio.Lock()
         self._partition_counts: dict[str, int] = {}
+        self._verdict_producer: Any = None
+        """The aiokafka producer of ``loop-verdicts`` (``_verdict_producer_started``)."""
+        self._verdict_producer_lock = asyncio.Lock()
         self._pending: list[asyncio.Future] = []
         """Delivery futures of the verdicts and dead letters produced since the last checkpoint
         and not delivered yet (or failed): the checkpoint waits for them and raises their errors."""
@@ -354,8 +361,34 @@ class Loopwatch:
         return self.store._db_for_partition(partition).get(key)
 
     def _producer(self) -> Any:
-        """The aiokafka producer under Faust's producer (for record-batch sends)."""
+        """The aiokafka producer under Faust's producer (for record-batch sends): the
+        changelog and the dead letters."""
         return self.app.producer._ensure_producer()
+
+    async def _verdict_producer_started(self) -> Any:
+        """The verdicts' own aiokafka producer, started at first use, with the settings (and
+        credentials) of Faust's.
+
+        Why not Faust's: aiokafka sends one produce request at a time per broker, and a
+        checkpoint's changelog records (hundreds of KB of run states) would hold every
+        decision produced behind them until the broker acknowledged them.  On a connection
+        of their own, decisions never wait for state writes.
+        """
+        producer = self._verdict_producer
+        if producer is None:
+            async with self._verdict_producer_lock:
+                producer = self._verdict_producer
+                if producer is None:
+                    producer = self.app.producer._new_producer()
+                    await producer.start()
+                    self._verdict_producer = producer
+        return producer
+
+    async def close(self) -> None:
+        """Stop the verdict producer (after the last checkpoint, which waited for its sends)."""
+        producer, self._verdict_producer = self._verdict_producer, None
+        if producer is not None:
+            await producer.stop()
 
     # -- the batch handler ------------------------------------------------------------------------
 
@@ -491,12 +524,13 @@ class Loopwatch:
 
     async def _send_verdicts(self, verdicts: list[VerdictOut]) -> list[asyncio.Future]:
         n_partitions = await self._partitions(self.settings.verdicts_topic)
+        producer = await self._verdict_producer_started()
         by_partition: dict[int, list[tuple[bytes, bytes]]] = defaultdict(list)
         for out in verdicts:
             by_partition[out.partition % n_partitions].append((out.key, out.value))
         futures = []
         for partition, items in by_partition.items():
-            for future, _n in await self._send_records(self.settings.verdicts_topic, partition, items):
+            for future, _n in await self._send_records(producer, self.settings.verdicts_topic, partition, items):
                 futures.append(future)
         return futures
 
@@ -521,10 +555,9 @@ class Loopwatch:
         )
 
     async def _send_records(
-        self, topic: str, partition: int, items: Iterable[tuple[bytes | None, bytes | None]]
+        self, producer: Any, topic: str, partition: int, items: Iterable[tuple[bytes | None, bytes | None]]
     ) -> list[tuple[asyncio.Future, int]]:
         """Produce records to one partition as few record batches; returns (future, count)."""
-        producer = self._producer()
         sent: list[tuple[asyncio.Future, int]] = []
         batch = producer.create_batch()
         append = batch.append
@@ -577,7 +610,7 @@ class Loopwatch:
             on_stored()  # every RocksDB write is done: reads go to the store from now on
         changelog = self.changelog_topic
         for partition, items in by_partition.items():
-            for future, n in await self._send_records(changelog, partition, items):
+            for future, n in await self._send_records(self._producer(), changelog, partition, items):
                 future.add_done_callback(self._persisted_callback(changelog, partition, n))
             if step_aside:
                 await self._step_aside()

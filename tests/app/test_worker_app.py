@@ -61,3 +61,68 @@ def test_a_batch_keeps_only_undelivered_or_failed_sends_for_the_checkpoint(app):
     assert lw._pending == [failed, in_flight, cancelled]
     assert len(lw._dones) == 1 and not acked  # acked by the checkpoint, not before
     failed.exception()  # retrieved: no "never retrieved" warning at teardown
+
+
+class FakeProducer:
+    """Records what is produced through aiokafka's record-batch API."""
+
+    def __init__(self):
+        self.sent: list[tuple[str, int, list]] = []
+        self.started = self.stopped = False
+
+    async def start(self):
+        self.started = True
+
+    async def stop(self):
+        self.stopped = True
+
+    async def partitions_for(self, topic):
+        return set(range(6))
+
+    def create_batch(self):
+        return FakeBatch()
+
+    async def send_batch(self, batch, topic, partition):
+        self.sent.append((topic, partition, batch.records))
+        future = asyncio.get_event_loop().create_future()
+        future.set_result(type("Metadata", (), {"offset": 0})())
+        return future
+
+
+class FakeBatch:
+    def __init__(self):
+        self.records = []
+
+    def append(self, key, value, timestamp, headers):
+        self.records.append((key, value))
+        return object()
+
+
+def test_decisions_and_state_writes_go_out_on_separate_producers(app):
+    # aiokafka has one produce request in flight per broker: on a shared producer, every
+    # decision made during a checkpoint waited behind its changelog records.
+    from schemas import decode_verdict, encode_event
+    from streams.app.processor import Record
+    from streams.edge import requested_event
+
+    lw = app.loopwatch
+    faust_producer, verdict_producer = FakeProducer(), FakeProducer()
+    lw._producer = lambda: faust_producer
+    app.producer._new_producer = lambda: verdict_producer
+    loop = asyncio.get_event_loop()
+    event = requested_event("c1", "read", {"path": "/a"}, run_id="r1", session_key="s", gate=True, ts_ms=1)
+    loop.run_until_complete(lw._handle([Record("tool-calls", 2, 0, b"r1", encode_event(event), 1)], lambda: None))
+
+    assert verdict_producer.started
+    [(topic, partition, records)] = verdict_producer.sent
+    assert (topic, partition) == ("loop-verdicts", 2)
+    assert decode_verdict(records[0][1]).action == "allow"
+    assert faust_producer.sent == []
+
+    loop.run_until_complete(lw.checkpoint())
+    [(topic, partition, records)] = faust_producer.sent
+    assert (topic, partition) == ("lw-unit-runs-changelog", 2) and len(records) == 1
+    assert len(verdict_producer.sent) == 1
+
+    loop.run_until_complete(lw.close())
+    assert verdict_producer.stopped and lw._verdict_producer is None
