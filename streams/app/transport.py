@@ -19,7 +19,8 @@ and changes three things:
   strictly in order, one batch at a time (the equivalent of an agent with concurrency 1),
   so per-partition order is kept;
 - acks of those topics: a per-partition watermark instead of a list of offsets
-  (``BatchingConsumer._ack_batch``);
+  (``BatchingConsumer._ack_batch``), and commits every ``broker_commit_every`` acks in the
+  background rather than inside the fetch loop;
 - where aiokafka runs: on the app's event loop, not in Faust's consumer thread
   (``InlineConsumerThread``).
 """
@@ -106,6 +107,7 @@ class BatchingConsumer(faust_aiokafka.Consumer):
         """Batches handed over and not acked yet."""
         self._sentinel: Any = None
         """The Faust message tracked while ``_open_batches`` > 0."""
+        self._background_commit: asyncio.Future | None = None
 
     def _new_consumer_thread(self) -> InlineConsumerThread:
         return InlineConsumerThread(self, loop=self.loop, beacon=self.beacon)
@@ -215,7 +217,7 @@ class BatchingConsumer(faust_aiokafka.Consumer):
                         raise
                 if self._commit_every is not None and self._n_acked >= self._commit_every:
                     self._n_acked = 0
-                    await self.commit()
+                    self._commit_in_background()
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
                 self.log.info("Broker stopped consumer, shutting down...")
@@ -230,6 +232,17 @@ class BatchingConsumer(faust_aiokafka.Consumer):
             self.log.exception("Drain messages raised: %r", exc)
             raise
 
+
+    def _commit_in_background(self) -> None:
+        """Commit without holding up the fetch loop.
+
+        Faust's fetch loop awaits its commit every ``broker_commit_every`` acks.  A commit
+        first flushes the producer, so here the loop (and every decision with it) would
+        wait for the last checkpoint's changelog records, then for the commit request.
+        As a task of the consumer's, a failed commit still crashes the consumer.
+        """
+        if self._background_commit is None or self._background_commit.done():
+            self._background_commit = self.add_future(self.commit())
 
     async def wait_empty(self) -> None:
         """Faust waits here for in-flight messages before a rebalance and on shutdown; let the

@@ -86,3 +86,38 @@ def test_a_per_record_topic_keeps_fausts_offsets(consumer):
     changelog = TP("lw-unit-runs-changelog", 0)
     consumer._acked[changelog].extend([5, 6, 7, 9])
     assert consumer._new_offset(changelog) == 8  # Faust's: up to the first gap
+
+
+def test_commits_run_beside_the_fetch_loop_one_at_a_time(consumer):
+    # A commit flushes the producer first (Faust's rule); awaited in the fetch loop, it held
+    # every decision behind the last checkpoint's changelog records.
+    loop = consumer.loop  # the loop its tasks go to
+    release = asyncio.Event()
+    started = []
+
+    async def commit():
+        started.append(True)
+        await release.wait()
+        return True
+
+    consumer.commit = commit
+
+    async def settle():  # the task, and mode's wrapper around it, get to run
+        for _ in range(5):
+            await asyncio.sleep(0)
+
+    async def scenario():
+        consumer._commit_in_background()  # returns at once: nothing awaited here
+        await settle()
+        assert started == [True]
+        consumer._commit_in_background()  # one commit at a time
+        await settle()
+        assert started == [True]
+        release.set()
+        await consumer._background_commit
+        consumer._commit_in_background()
+        await settle()
+        assert started == [True, True]
+        await consumer._background_commit
+
+    loop.run_until_complete(scenario())
