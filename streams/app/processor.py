@@ -58,7 +58,7 @@ from schemas.events import (
     decode_event,
 )
 from schemas.verdicts import Decision, RunAborted, encode_verdict
-from streams.engine import LoopEngine, RunState, decode_state, encode_state, state_key
+from streams.engine import LoopEngine, RunState, copy_state, decode_state, encode_state, state_key
 
 from . import logs
 
@@ -161,9 +161,10 @@ class _Live:
 
     __slots__ = ("base", "state", "offset", "applied")
 
-    def __init__(self, base: bytes | None, state: RunState | None, offset: int) -> None:
+    def __init__(self, base: bytes | RunState | None, state: RunState | None, offset: int) -> None:
         self.base = base
-        """The stored envelope at the first touch (None: nothing stored)."""
+        """What is stored for the run at the first touch: its envelope, or the state that the
+        checkpoint being taken will store (None: nothing stored)."""
         self.state = state
         self.offset = offset
         """Offset of the last source record applied (-1: none)."""
@@ -300,8 +301,9 @@ class BatchProcessor:
         """Freeze the runs touched so far as the next checkpoint's content.
 
         Batches may go on while it is encoded (``encode_some`` in slices): a frozen run that a
-        batch touches is encoded first, before the batch changes it, so the checkpoint holds
-        exactly the effects of the batches processed before ``begin_checkpoint``.
+        batch touches is copied first (``copy_state``), before the batch changes it, so the
+        checkpoint holds exactly the effects of the batches processed before
+        ``begin_checkpoint``.
         """
         if self._frozen is not None or self._written is not None:
             raise RuntimeError("a checkpoint is already being taken")
@@ -360,13 +362,20 @@ class BatchProcessor:
         """A run's state at its first touch since the last checkpoint."""
         frozen = self._frozen
         if frozen is not None:
-            live = frozen.pop(pk, None)
+            live = frozen.get(pk)
             if live is not None:
-                # Part of the checkpoint being taken: encode it before this batch changes it.
-                value = self._emit(pk, live)
+                # Part of the checkpoint being taken.  The checkpoint keeps a copy of the state
+                # as it is and encodes it in its own time; encoding it here, before this batch
+                # changes the state, put most of a checkpoint's encoding (~0.1-0.3 ms a run on
+                # a busy 2-core machine) into the decisions made while it ran.
                 self._cache.pop(pk, None)
-                fresh = _Live(value, live.state, live.offset)
-                return fresh
+                if live.state is None:
+                    del frozen[pk]
+                    self._emit(pk, live)  # a deletion: nothing to encode
+                    return _Live(None, None, live.offset)
+                snapshot = copy_state(live.state)
+                frozen[pk] = _Live(live.base, snapshot, live.offset)
+                return _Live(snapshot, live.state, live.offset)
         partition, key = pk
         written = self._written if self._written is not None else (self._out.writes if self._out is not None else None)
         if written is not None and pk in written:
@@ -450,7 +459,11 @@ class BatchProcessor:
         live.applied.extend(event for _record, event, _step in outputs)
 
     def _rebuild(self, engine: LoopEngine, live: _Live, more: list[Any]) -> RunState | None:
-        state = self._decode(live.base, (0, b"?")) if live.base is not None else None
+        base = live.base
+        if isinstance(base, RunState):
+            state = copy_state(base)  # the checkpoint being taken encodes base meanwhile
+        else:
+            state = self._decode(base, (0, b"?")) if base is not None else None
         for event in live.applied + more:
             try:
                 state = engine.handle(state, event, validated=True).state

@@ -2,7 +2,7 @@
 
 from .config import ConfigSet, DetectorSettings, GuardSettings, Settings
 from .engine import LogLine, LoopEngine, Step, normalize_run_id, state_key
-from .state import CallRecord, RunState, decode_state, encode_state
+from .state import CallRecord, RunState, copy_state, decode_state, encode_state
 
 __all__ = [
     "CallRecord",
@@ -14,6 +14,7 @@ __all__ = [
     "RunState",
     "Settings",
     "Step",
+    "copy_state",
     "decode_state",
     "encode_state",
     "normalize_run_id",

@@ -17,7 +17,7 @@ from sys import intern
 
 import msgspec
 
-__all__ = ["CallRecord", "GuardWindow", "RunState", "decode_state", "encode_state"]
+__all__ = ["CallRecord", "GuardWindow", "RunState", "copy_state", "decode_state", "encode_state"]
 
 STATE_VERSION = 2
 
@@ -76,6 +76,26 @@ class RunState(msgspec.Struct, gc=False):
 
     def records(self) -> list[CallRecord]:
         return [self.record(i) for i in range(len(self.sigs))]
+
+
+def copy_state(state: RunState) -> RunState:
+    """A copy that later calls of the engine on ``state`` leave as it is.
+
+    The engine changes a state in place (its history lists, warning buckets and guard);
+    everything else in it is immutable.  A few list copies: far cheaper than a round trip
+    through ``encode_state``.
+    """
+    return msgspec.structs.replace(
+        state,
+        tools=state.tools.copy(),
+        sigs=state.sigs.copy(),
+        call_ids=state.call_ids.copy(),
+        results=state.results.copy(),
+        unknowns=state.unknowns.copy(),
+        stamps=state.stamps.copy(),
+        warning_buckets=state.warning_buckets.copy(),
+        guard=msgspec.structs.replace(state.guard),
+    )
 
 
 # -- compact storage --------------------------------------------------------------------------

@@ -232,18 +232,28 @@ class Exploding(LoopEngine):
         return super().handle(state, event, validated=validated)
 
 
-@pytest.mark.parametrize("checkpoint_first", [False, True])
-def test_engine_errors_dead_letter_the_record_and_keep_the_state_clean(checkpoint_first):
+@pytest.mark.parametrize("checkpoint", ["none", "written", "in_progress"])
+def test_engine_errors_dead_letter_the_record_and_keep_the_state_clean(checkpoint):
     events = repeat_run(6)
     registry = CollectorRegistry()
     p = BatchProcessor(Exploding(CONFIG), Metrics(registry, process_metrics=False))
     store = Store()
     recs = records(events)
-    # earlier events of the run are applied in a previous batch (checkpointed or not)
+    # earlier events of the run are applied in a previous batch (checkpointed, being
+    # checkpointed while the failing batch runs, or not)
     first = p.process(recs[:3], store.read)
-    if checkpoint_first:
+    if checkpoint == "written":
         store.apply(p.checkpoint())
+    elif checkpoint == "in_progress":
+        p.begin_checkpoint()
     r = p.process(recs[3:], store.read)
+    if checkpoint == "in_progress":
+        cp = p.end_checkpoint()
+        # the checkpoint holds the first batch's effect, undamaged by the failing one
+        assert unpack_state(cp.writes[(0, b"run:r1")]).offset == 2
+        assert unpack_state(cp.writes[(0, b"run:r1")]).state.critical_blocks == 0
+        store.apply(cp)
+        p.checkpoint_written()
     assert [(d.record.offset, d.reason) for d in r.dead_letters] == [(6, "processing_error")]
     assert "boom" in r.dead_letters[0].detail
     assert registry.get_sample_value("loopwatch_processing_errors_total", {"stage": "engine"}) == 1
@@ -338,7 +348,7 @@ def test_batches_during_an_incremental_checkpoint_do_not_leak_into_it():
     p.process(recs[:12], store.read)  # r1 calls 0..5 (of 10)
     p.begin_checkpoint()
     assert p.is_dirty(0, b"run:r1")
-    # a batch arrives before r1 was encoded: r1 is encoded first, then changed
+    # a batch arrives before r1 was encoded: r1 is copied first, then changed
     p.process(first[12:] + second, store.read)
     assert p.encode_some(1)
     cp = p.end_checkpoint()
@@ -357,6 +367,39 @@ def test_batches_during_an_incremental_checkpoint_do_not_leak_into_it():
     for pk in ref:
         assert unpack_state(store[pk]).state == unpack_state(ref[pk]).state
         assert unpack_state(store[pk]).offset == unpack_state(ref[pk]).offset
+
+
+def test_a_batch_copies_a_run_of_the_checkpoint_in_progress_instead_of_encoding_it(monkeypatch):
+    # Encoding is the checkpoint task's work: done inside the batches that touched frozen
+    # runs, it landed on the decisions made during a checkpoint.
+    import streams.app.processor as processor_module
+
+    calls = []
+    real = processor_module.pack_state
+    monkeypatch.setattr(processor_module, "pack_state", lambda *a: calls.append(a[1]) or real(*a))
+    recs = records(repeat_run(10) + repeat_run(3, run_id="r2"))
+    p = BatchProcessor(engine())
+    store = Store()
+    p.process(recs[:6] + recs[20:], store.read)  # r1 calls 0..2, all of r2
+    p.begin_checkpoint()
+    p.process(recs[6:14] + [run_ended_record(recs, "r2")], store.read)  # r1 goes on, r2 ends
+    assert calls == []  # nothing encoded by the batch
+    cp = p.end_checkpoint()
+    assert sorted(calls) == [5, 25]  # each run as the checkpoint froze it, once
+    assert unpack_state(cp.writes[(0, b"run:r1")]).offset == 5
+    assert len(unpack_state(cp.writes[(0, b"run:r1")]).state) == 3
+    assert len(unpack_state(cp.writes[(0, b"run:r2")]).state) == 3
+    assert cp.created == 2
+    store.apply(cp)
+    p.checkpoint_written()
+    cp = p.checkpoint()
+    assert cp.writes[(0, b"run:r2")] is None and cp.deleted == 1 and cp.created == 0
+    assert unpack_state(cp.writes[(0, b"run:r1")]).offset == 13
+    assert len(unpack_state(cp.writes[(0, b"run:r1")]).state) == 7
+
+
+def run_ended_record(recs, run_id):
+    return Record("tool-calls", 0, recs[-1].offset + 1, b"k", encode_event(run_ended_event("end-" + run_id, run_id=run_id, session_key="s")), 1.0)
 
 
 def test_a_run_touched_while_its_checkpoint_is_unwritten_reads_the_checkpoint():

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from schemas.events import InvalidEvent, ToolCallCompleted, ToolCallRequested, decode_event, encode_event
 from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import LoopEngine, RunState, decode_state, encode_state, state_key
+from streams.engine import LoopEngine, RunState, copy_state, decode_state, encode_state, state_key
 from streams.scenarios import SCENARIOS, run_events
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
@@ -291,3 +291,23 @@ def test_ping_pong_key_orders_astral_below_high_bmp_characters():
     # although its code point is larger.
     assert ping_pong_key("\uff01", "\U0001f600") == "pingpong:\U0001f600|\uff01"
     assert ping_pong_key("read:b", "read:a") == "pingpong:read:a|read:b"
+
+
+def test_copy_state_copies_every_part_the_engine_changes_in_place():
+    # A field added to RunState later must be copied too, or a checkpoint in progress
+    # would store changes made after it froze the run.
+    engine = LoopEngine(ENABLED)
+    state = None
+    for n in range(12):
+        state = call(engine, state, n).state
+    state = engine.handle(state, compaction_event("k1", run_id="r1", session_key="s")).state
+    copy = copy_state(state)
+    assert copy == state
+    for field in msgspec.structs.fields(RunState):
+        value = getattr(state, field.name)
+        if isinstance(value, (list, dict, msgspec.Struct)):
+            assert getattr(copy, field.name) is not value, field.name
+    frozen = encode_state(copy)
+    for n in range(12, 40):
+        state = call(engine, state, n, args={"path": f"/{n % 3}"}).state
+    assert encode_state(copy) == frozen and copy != state
