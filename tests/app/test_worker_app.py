@@ -126,3 +126,20 @@ def test_decisions_and_state_writes_go_out_on_separate_producers(app):
 
     loop.run_until_complete(lw.close())
     assert verdict_producer.stopped and lw._verdict_producer is None
+
+
+def test_a_checkpoint_slice_is_bounded_in_time_and_always_progresses():
+    from streams.app.app import _encode_for
+
+    class Frozen:
+        def __init__(self, n):
+            self.left = n
+
+        def encode_some(self, n):
+            assert n == 1
+            self.left -= 1
+            return self.left == 0
+
+    some = Frozen(1000)
+    assert _encode_for(some, 0.0) is False and some.left == 999  # one run even with no time
+    assert _encode_for(some, 60.0) is True and some.left == 0  # all of them within a minute
