@@ -370,15 +370,17 @@ async def latency(
             await producer.stop()
             await consumer.stop()
         if samples_to is not None:
-            # One line per decision, in send order: when it was sent (s since the first), its
-            # latency and its inbound leg (ms).  Bursts of slow decisions show up as clusters.
+            # One line per decision, in send order: when it was sent (s since the first, and
+            # Unix time, to line it up with the worker's logs), its latency and its inbound leg
+            # (ms).  Bursts of slow decisions show up as clusters.
             first_sent = min(sent_wall.values(), default=0.0)
             with open(samples_to, "w") as fh:
-                fh.write("sent_s,latency_ms,inbound_ms\n")
+                fh.write("sent_s,latency_ms,inbound_ms,sent_unix_s\n")
                 for k, t in sent.items():
                     if k in received:
                         inbound_ms = (produced_wall[k] - sent_wall[k]) * 1000 if k in produced_wall else float("nan")
-                        fh.write(f"{sent_wall[k] - first_sent:.4f},{(received[k] - t) * 1000:.2f},{inbound_ms:.2f}\n")
+                        fh.write(f"{sent_wall[k] - first_sent:.4f},{(received[k] - t) * 1000:.2f},{inbound_ms:.2f},"
+                                 f"{sent_wall[k]:.4f}\n")
         samples = sorted((received[k] - t) * 1000 for k, t in sent.items() if k in received)
         inbound = sorted((produced_wall[k] - t) * 1000 for k, t in sent_wall.items() if k in produced_wall)
         outbound = sorted((received_wall[k] - produced_wall[k]) * 1000 for k in sent_wall if k in produced_wall)
