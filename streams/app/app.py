@@ -214,6 +214,8 @@ class Loopwatch:
         self._poisoned: BaseException | None = None
         """Set when a batch or a checkpoint was interrupted half-way: no more checkpoints."""
         self._checkpointing: asyncio.Future | None = None
+        self._batches_wait = False
+        """The batch handler waits for the checkpoint (``MAX_DIRTY_RUNS``): no pauses in it."""
         self.checkpoints = 0
         self._metrics_server: Any = None
         self._runs_tracked = 0
@@ -439,7 +441,11 @@ class Loopwatch:
         if result.skipped:
             log.info("skipped %d re-delivered events already applied to their runs", result.skipped)
         if self.processor.dirty >= MAX_DIRTY_RUNS:
-            await self.checkpoint()  # backpressure: wait for it
+            self._batches_wait = True  # backpressure: no batch runs until it is done
+            try:
+                await self.checkpoint()
+            finally:
+                self._batches_wait = False
         elif time.monotonic() - self._checkpointed_at >= self.settings.checkpoint_s:
             self._checkpoint_soon()
 
@@ -505,9 +511,13 @@ class Loopwatch:
     async def _step_aside(self) -> None:
         """A checkpoint's yield to the event loop between two slices of its work: a pause
         while batches are small, none while catching up or when a rebalance or a shutdown
-        waits for the checkpoint (no decisions are being made then)."""
+        waits for the checkpoint (no decisions are being made then), nor when the batch
+        handler itself waits for it (``MAX_DIRTY_RUNS``)."""
         app = self.app
-        keeping_up = self._last_batch_size < BUSY_BATCH and not app.rebalancing and not app.should_stop
+        keeping_up = (
+            self._last_batch_size < BUSY_BATCH and not self._batches_wait
+            and not app.rebalancing and not app.should_stop
+        )
         await asyncio.sleep(CHECKPOINT_PAUSE_S if keeping_up else 0)
 
     async def _checkpoint_timer(self) -> None:

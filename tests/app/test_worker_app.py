@@ -143,3 +143,26 @@ def test_a_checkpoint_slice_is_bounded_in_time_and_always_progresses():
     some = Frozen(1000)
     assert _encode_for(some, 0.0) is False and some.left == 999  # one run even with no time
     assert _encode_for(some, 60.0) is True and some.left == 0  # all of them within a minute
+
+
+def test_a_checkpoint_pauses_between_slices_only_while_batches_flow(app, monkeypatch):
+    # Pauses leave room for the decisions of small batches; when the batch handler itself
+    # waits for the checkpoint (too many dirty runs), they would only slow it down.
+    import streams.app.app as app_module
+
+    lw = app.loopwatch
+    slept = []
+
+    async def sleep(seconds):
+        slept.append(seconds)
+
+    monkeypatch.setattr(app_module.asyncio, "sleep", sleep)
+    loop = asyncio.get_event_loop()
+    lw._last_batch_size = 5
+    loop.run_until_complete(lw._step_aside())
+    lw._batches_wait = True
+    loop.run_until_complete(lw._step_aside())
+    lw._batches_wait = False
+    lw._last_batch_size = app_module.BUSY_BATCH
+    loop.run_until_complete(lw._step_aside())
+    assert slept == [app_module.CHECKPOINT_PAUSE_S, 0, 0]
