@@ -23,16 +23,18 @@ records go out as one Kafka record batch per partition.  Recovery, standbys and 
 persisted changelog offsets are Faust's, unchanged.
 
 Batches and checkpoints (what makes redelivery after a crash safe, see ``processor``):
-every batch is processed at once and its verdicts and dead letters are queued on the
-producer without waiting.  A checkpoint (every ``LOOPWATCH_CHECKPOINT_S``, 5 s, sooner with
-50,000 runs pending or once the worker has caught up, and always before a rebalance or a
-shutdown proceeds) waits for the
-delivery of those records, then writes the touched runs' states (RocksDB, then the
+every batch is processed at once and its verdicts and dead letters are queued without
+waiting (the verdicts on a producer of their own: aiokafka has one produce request in
+flight per broker, and a decision must not wait behind a checkpoint's changelog records).
+A checkpoint (every ``LOOPWATCH_CHECKPOINT_S``, 5 s, sooner with 50,000 runs pending or
+once the worker has caught up, and always before a rebalance or a shutdown proceeds) waits
+for the delivery of those records, then writes the touched runs' states (RocksDB, then the
 changelog), then acks the batches' records; Faust flushes the producer before it commits
 the acked offsets.  A crash loses at most the work since the last checkpoint, which is
 redone from the last committed offsets with the same verdict ids.  A checkpoint does its
 work in small slices and lets batches run in between (``CHECKPOINT_SLICE_S``, ``BUSY_BATCH``),
-so decisions do not wait for it.
+so decisions do not wait for it; a batch that touches a run not yet encoded copies it
+(``copy_state``) rather than encoding it itself.
 """
 
 from __future__ import annotations
