@@ -203,7 +203,6 @@ class Loopwatch:
         self._partition_counts: dict[str, int] = {}
         self._verdict_producer: Any = None
         """The aiokafka producer of ``loop-verdicts`` (``_verdict_producer_started``)."""
-        self._verdict_producer_lock = asyncio.Lock()
         self._pending: list[asyncio.Future] = []
         """Delivery futures of the verdicts and dead letters produced since the last checkpoint
         and not delivered yet (or failed): the checkpoint waits for them and raises their errors."""
@@ -382,15 +381,14 @@ class Loopwatch:
         checkpoint's changelog records (hundreds of KB of run states) would hold every
         decision produced behind them until the broker acknowledged them.  On a connection
         of their own, decisions never wait for state writes.
+
+        Only batches send verdicts, under the write lock: one caller at a time.
         """
         producer = self._verdict_producer
         if producer is None:
-            async with self._verdict_producer_lock:
-                producer = self._verdict_producer
-                if producer is None:
-                    producer = self.app.producer._new_producer()
-                    await producer.start()
-                    self._verdict_producer = producer
+            producer = self.app.producer._new_producer()
+            await producer.start()
+            self._verdict_producer = producer
         return producer
 
     async def close(self) -> None:
