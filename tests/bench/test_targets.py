@@ -1,0 +1,33 @@
+"""``make bench`` judges issue 3's targets from what it measured (no broker needed)."""
+
+from streams.bench.kafka import target_verdicts
+
+
+def test_each_target_is_judged_against_its_threshold():
+    results = {
+        "raw": 40_000.0,
+        "worker": {"rate": 21_000.0},
+        "latency": {"rate": 2_000.0, "offered": 1_998.0, "p99": 21.7},
+        "floor": {"p99": 18.6},
+    }
+    assert target_verdicts(results) == [
+        "(b) >= 20,000 events/s per worker: 21,000, met",
+        "(b)/(a) >= 0.5: 0.53, met",
+        "(c) p99 < 20 ms at 2,000 events/s: 21.7 ms, NOT MET (the raw responder (c'): 18.6 ms)",
+    ]
+
+
+def test_misses_and_boundaries():
+    results = {"raw": 40_000.0, "worker": {"rate": 19_999.0}, "latency": {"rate": 2_000.0, "offered": 1_700.0, "p99": 20.0}}
+    assert target_verdicts(results) == [
+        "(b) >= 20,000 events/s per worker: 19,999, NOT MET",
+        "(b)/(a) >= 0.5: 0.50, NOT MET",  # 0.499975: shown rounded, judged exactly
+        "(c) p99 < 20 ms at 2,000 events/s: 20.0 ms, NOT MET",  # a generator that fell behind is still judged
+    ]
+
+
+def test_only_what_was_measured_is_judged():
+    assert target_verdicts({}) == []
+    assert target_verdicts({"worker": {"rate": 25_000.0}}) == ["(b) >= 20,000 events/s per worker: 25,000, met"]
+    # The latency target is set at 2,000 events/s: another --rate is not judged against it.
+    assert target_verdicts({"latency": {"rate": 500.0, "offered": 500.0, "p99": 5.0}}) == []
