@@ -582,7 +582,8 @@ async def run(args: argparse.Namespace) -> int:
         c = results["latency"]
         line = f"| p99, median of {c['rounds']} rounds | (c) {c['p99']:.1f} ms"
         if "floor" in results:
-            line += f"; (c') {results['floor']['p99']:.1f} ms; (c) - (c') {c['p99'] - results['floor']['p99']:+.1f} ms"
+            shares = [r["p99"] - f["p99"] for r, f in zip(results["latency_rounds"], floors)]
+            line += f"; (c') {results['floor']['p99']:.1f} ms; (c) - (c') per round {statistics.median(shares):+.1f} ms"
         print(line + " |")
     verdicts = target_verdicts(results)
     if verdicts:
