@@ -49,12 +49,13 @@ from typing import Any, Callable, Iterable, Sequence
 import faust
 from faust.types import TP
 
+from schemas.signing import Keyring
 from streams.engine import LoopEngine
 
 from . import logs
 from .metrics import Metrics
 from .processor import BatchProcessor, DeadLetter, VerdictOut, idle_since_ms
-from .reload import ConfigWatcher
+from .reload import ConfigWatcher, KeyringWatcher
 from .settings import Settings
 from .transport import BatchingTransport
 
@@ -198,7 +199,11 @@ class Loopwatch:
         self.settings = settings
         self.metrics = metrics
         self.watcher = ConfigWatcher(settings.config, self._swap_engine)
-        self.processor = BatchProcessor(self.watcher.load_initial(), metrics)
+        self.key_watcher = None if settings.signing_keys is None else KeyringWatcher(settings.signing_keys, self._swap_keyring)
+        self.processor = BatchProcessor(
+            self.watcher.load_initial(), metrics,
+            keyring=None if self.key_watcher is None else self.key_watcher.load_initial(),
+        )
         self._write_lock = asyncio.Lock()
         self._partition_counts: dict[str, int] = {}
         self._verdict_producer: Any = None
@@ -285,8 +290,13 @@ class Loopwatch:
     def _swap_engine(self, engine: LoopEngine) -> None:
         self.processor.engine = engine
 
+    def _swap_keyring(self, keyring: Keyring) -> None:
+        self.processor.keyring = keyring
+
     async def _poll_config(self) -> None:
         self.watcher.poll()
+        if self.key_watcher is not None:
+            self.key_watcher.poll()
 
     # -- health -------------------------------------------------------------------------------
 

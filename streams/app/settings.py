@@ -77,6 +77,10 @@ class Settings:
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
+    # Signed events
+    signing_keys: Path | None = None
+    """A key file, or a directory of key files (a mounted Secret), of the agents whose signed
+    events are accepted (``schemas.signing``); None accepts unsigned events (the default)."""
 
     # -- construction ------------------------------------------------------------------------
 
@@ -129,6 +133,8 @@ class Settings:
                 )
         if self.ssl_keyfile is not None and self.ssl_certfile is None:
             raise SettingsError(f"{PREFIX}KAFKA_SSL_KEYFILE needs {PREFIX}KAFKA_SSL_CERTFILE")
+        if self.signing_keys is not None and not self.signing_keys.exists():
+            raise SettingsError(f"{env_name('signing_keys')}: {self.signing_keys} does not exist")
         return self
 
     def replace(self, **changes: Any) -> "Settings":

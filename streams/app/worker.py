@@ -55,13 +55,14 @@ def run_worker(argv: list[str] | None = None) -> int:
     import faust
 
     from schemas.config import ConfigError
+    from schemas.signing import SigningKeyError
 
     from . import logs
     from .app import create_app, ensure_topics
 
     try:
         app = create_app(settings)
-    except ConfigError as exc:
+    except (ConfigError, SigningKeyError) as exc:
         print(f"loopwatch worker: {exc}", file=sys.stderr)
         return 2
     worker = faust.Worker(
