@@ -56,6 +56,7 @@ def run_worker(argv: list[str] | None = None) -> int:
 
     from schemas.config import ConfigError
     from schemas.signing import SigningKeyError
+    from streams.broker_access import BrokerAccessError
 
     from . import logs
     from .app import create_app, ensure_topics
@@ -74,7 +75,13 @@ def run_worker(argv: list[str] | None = None) -> int:
         loop=loop,
     )
     logs.configure(args.logfile)
-    loop.run_until_complete(ensure_topics(settings))
+    try:
+        loop.run_until_complete(ensure_topics(settings))
+    except BrokerAccessError as exc:
+        # Refused credentials or an untrusted certificate do not get better by retrying.
+        print(f"loopwatch worker: cannot use the Kafka cluster: {exc}", file=sys.stderr)
+        loop.close()
+        return 2
     logging.getLogger("loopwatch.worker").debug("settings: %r", settings)
     try:
         worker.execute_from_commandline()
