@@ -10,20 +10,27 @@ exception as the record's last argument ("Unable connect to "host:port": <error>
 aiokafka internals), keeps the ones it can explain out of the logs, and raises
 ``BrokerAccessError`` with the explanation.  Unexplained failures (connection refused,
 timeouts) are logged as before and re-raised unchanged: those may pass.
+
+``redact_sasl_exchanges``: at DEBUG, aiokafka logs every request it sends, and a SASL PLAIN
+``SaslAuthenticateRequest`` carries the password in clear (``\x00user\x00password``); the
+worker and the runner client install a filter that blanks the SASL bytes of those records.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import ssl
 from typing import AsyncIterator, Iterable
 
 from aiokafka import errors
 
-__all__ = ["BrokerAccessError", "broker_access", "explain"]
+__all__ = ["BrokerAccessError", "broker_access", "explain", "redact_sasl_exchanges"]
 
 _AIOKAFKA_CLIENT = "aiokafka"  # the logger aiokafka.client logs to
+_AIOKAFKA_CONN = "aiokafka.conn"  # requests and responses, at DEBUG
+_SASL_BYTES = re.compile(r"(sasl_auth_bytes=)(b'(?:[^'\\]|\\.)*'|b\"(?:[^\"\\]|\\.)*\"|\S+)")
 
 
 class BrokerAccessError(ConnectionError):
@@ -92,3 +99,25 @@ async def broker_access(
         raise
     finally:
         logger.removeFilter(explained)
+
+
+class _RedactSasl(logging.Filter):
+    """Blanks ``sasl_auth_bytes=...`` in aiokafka's request/response records."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.DEBUG:  # only ever called for enabled records
+            text = record.getMessage()
+            if "sasl_auth_bytes=" in text:
+                record.msg = _SASL_BYTES.sub(r"\1<redacted>", text)
+                record.args = ()
+        return True
+
+
+_REDACTION = _RedactSasl()
+
+
+def redact_sasl_exchanges() -> None:
+    """Install the SASL redaction on aiokafka's connection logger (once; idempotent)."""
+    logger = logging.getLogger(_AIOKAFKA_CONN)
+    if _REDACTION not in logger.filters:
+        logger.addFilter(_REDACTION)

@@ -41,7 +41,7 @@ from schemas.events import ToolCallEvent, encode_event
 from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted, decode_verdict
 
-from ..broker_access import broker_access
+from ..broker_access import broker_access, redact_sasl_exchanges
 from ..edge import compaction_event, completed_event, requested_event, run_ended_event
 from ..engine.canonical import UNDEFINED
 from ..engine.engine import state_key
@@ -71,6 +71,7 @@ class LoopwatchClient:
             raise ValueError("mode is 'gate' or 'advisory'")
         self.bootstrap_servers = bootstrap_servers
         self.signing_key = signing_key
+        redact_sasl_exchanges()  # aiokafka's DEBUG log would show a SASL PLAIN password
         self._access = dict(username=kafka_options.get("sasl_plain_username"), mechanism=kafka_options.get("sasl_mechanism"))
         self.mode = mode
         self.timeout = timeout

@@ -130,3 +130,25 @@ async def test_broker_access_turns_an_explained_bootstrap_failure_into_one_error
                 raise errors.KafkaConnectionError("Unable to bootstrap from [...]")
         assert [r for r in caplog.records if "Unable connect" in r.getMessage()]
     assert log.filters == []  # the filter is gone afterwards
+
+
+def test_sasl_bytes_are_redacted_from_aiokafka_debug_records(caplog):
+    """What aiokafka.conn logs at DEBUG for a SASL PLAIN exchange (the request's repr carries
+    ``\\x00user\\x00password``); the real exchange is in the secured-broker tests."""
+    from streams.broker_access import redact_sasl_exchanges
+
+    class Request:
+        def __repr__(self) -> str:
+            return "SaslAuthenticateRequest_v1(sasl_auth_bytes=b'\\x00runner\\x00hunter2-password')"
+
+    redact_sasl_exchanges()
+    redact_sasl_exchanges()  # idempotent
+    conn = logging.getLogger("aiokafka.conn")
+    with caplog.at_level(logging.DEBUG, logger="aiokafka.conn"):
+        conn.debug("Request to %s %s: %s", "h:1", 3, Request())
+        conn.debug("Request to %s %s: %s", "h:1", 4, "MetadataRequest_v5(topics=NULL)")
+    assert [r.getMessage() for r in caplog.records] == [
+        "Request to h:1 3: SaslAuthenticateRequest_v1(sasl_auth_bytes=<redacted>)",
+        "Request to h:1 4: MetadataRequest_v5(topics=NULL)",
+    ]
+    assert len([f for f in conn.filters if type(f).__name__ == "_RedactSasl"]) == 1
