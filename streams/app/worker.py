@@ -56,7 +56,7 @@ def run_worker(argv: list[str] | None = None) -> int:
 
     from schemas.config import ConfigError
     from schemas.signing import SigningKeyError
-    from streams.broker_access import BrokerAccessError
+    from streams.broker_access import BrokerAccessError, redact_sasl_exchanges
 
     from . import logs
     from .app import create_app, ensure_topics
@@ -65,6 +65,9 @@ def run_worker(argv: list[str] | None = None) -> int:
         app = create_app(settings)
     except (ConfigError, SigningKeyError) as exc:
         print(f"loopwatch worker: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the config file named by LOOPWATCH_CONFIG, say
+        print(f"loopwatch worker: cannot read {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     worker = faust.Worker(
         app,
@@ -75,6 +78,7 @@ def run_worker(argv: list[str] | None = None) -> int:
         loop=loop,
     )
     logs.configure(args.logfile)
+    redact_sasl_exchanges()
     try:
         loop.run_until_complete(ensure_topics(settings))
     except BrokerAccessError as exc:
