@@ -135,19 +135,15 @@ class Settings:
             raise SettingsError(f"{PREFIX}KAFKA_SSL_KEYFILE needs {PREFIX}KAFKA_SSL_CERTFILE")
         # Settings a protocol would silently ignore are mistakes: the worker would connect
         # without the TLS or the credentials the operator meant it to use.
-        if not self.tls:
-            for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-                if getattr(self, name) is not None:
+        for used, names, what in (
+            (self.tls, ("ssl_cafile", "ssl_certfile", "ssl_keyfile"), "TLS (SSL or SASL_SSL)"),
+            (self.sasl, ("sasl_mechanism", "sasl_username", "sasl_password"), "SASL (SASL_PLAINTEXT or SASL_SSL)"),
+        ):
+            for name in names:
+                if not used and getattr(self, name) is not None:
                     raise SettingsError(
                         f"{env_name(name)} is set but {PREFIX}KAFKA_SECURITY_PROTOCOL={self.security_protocol}"
-                        " does not use TLS (SSL or SASL_SSL)"
-                    )
-        if not self.sasl:
-            for name in ("sasl_mechanism", "sasl_username", "sasl_password"):
-                if getattr(self, name) is not None:
-                    raise SettingsError(
-                        f"{env_name(name)} is set but {PREFIX}KAFKA_SECURITY_PROTOCOL={self.security_protocol}"
-                        " does not use SASL (SASL_PLAINTEXT or SASL_SSL)"
+                        f" does not use {what}"
                     )
         for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "signing_keys"):
             path = getattr(self, name)
