@@ -7,7 +7,7 @@ LOOPWATCH := $(VENV)/bin/loopwatch
 SHARED ?= $(or $(LOOPWATCH_SHARED),../shared)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-unit test-traces test-kafka kafka kafka-stop kafka-status run \
+.PHONY: install test test-unit test-traces test-kafka kafka kafka-secure kafka-stop kafka-status run \
         bench-core bench schemas conformance clean
 
 install: $(STAMP)
@@ -41,8 +41,13 @@ schemas: install
 kafka:
 	scripts/kafka.sh start
 
+# The secured broker (TLS, SCRAM, ACLs) the security tests use; they start it themselves.
+kafka-secure:
+	scripts/kafka.sh --secure start
+
 kafka-stop:
 	scripts/kafka.sh stop
+	scripts/kafka.sh --secure stop
 
 kafka-status:
 	scripts/kafka.sh status

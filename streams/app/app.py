@@ -49,12 +49,14 @@ from typing import Any, Callable, Iterable, Sequence
 import faust
 from faust.types import TP
 
+from schemas.signing import Keyring
+from streams.broker_access import BrokerAccessError, broker_access
 from streams.engine import LoopEngine
 
 from . import logs
 from .metrics import Metrics
 from .processor import BatchProcessor, DeadLetter, VerdictOut, idle_since_ms
-from .reload import ConfigWatcher
+from .reload import ConfigWatcher, KeyringWatcher
 from .settings import Settings
 from .transport import BatchingTransport
 
@@ -150,11 +152,15 @@ async def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     Faust declares them too, but only just before it subscribes, and the consumer's metadata
     may not show a brand-new topic yet: the first assignment then misses ``tool-calls``
     ("Ignoring missing topic") until a second rebalance.  Creating them before the worker
-    starts avoids that.  Returns the topics created; errors are logged, not raised (Faust
-    declares the topics again).
+    starts avoids that.  Returns the topics created.
+
+    This is also the worker's first connection, so it fails the start (``BrokerAccessError``,
+    one line) when the broker refuses the credentials or its certificate is not trusted, or
+    when a topic is missing and the worker may not create it.  Other errors are logged, not
+    raised (an unreachable broker may come up; Faust declares the topics again).
     """
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-    from aiokafka.errors import TopicAlreadyExistsError
+    from aiokafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 
     wanted = {
         settings.tool_calls_topic: {},
@@ -167,19 +173,30 @@ async def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
     )
     created: list[str] = []
     try:
-        await asyncio.wait_for(admin.start(), timeout)
-        existing = set(await admin.list_topics())
+        async with broker_access(settings.broker_hosts, username=settings.sasl_username, mechanism=settings.sasl_mechanism):
+            await asyncio.wait_for(admin.start(), timeout)
+        existing = set(await admin.list_topics())  # those this principal may describe
         missing = [name for name in wanted if name not in existing]
         for name in missing:
-            try:
-                await admin.create_topics(
-                    [NewTopic(name, settings.partitions, settings.replication, topic_configs=wanted[name])]
-                )
-                created.append(name)
-            except TopicAlreadyExistsError:
-                pass
+            response = await admin.create_topics(
+                [NewTopic(name, settings.partitions, settings.replication, topic_configs=wanted[name])]
+            )
+            for entry in response.topic_errors:  # (topic, error_code[, error_message])
+                code, message = entry[1], entry[2] if len(entry) > 2 else ""
+                if code == TopicAuthorizationFailedError.errno:
+                    who = f"user {settings.sasl_username!r}" if settings.sasl_username else "this worker"
+                    raise BrokerAccessError(
+                        f"topic {name} does not exist (or may not be described) and {who} may not create it:"
+                        " create it first and grant the ACLs (README, Securing Kafka)"
+                    )
+                if code == 0:
+                    created.append(name)
+                elif code != TopicAlreadyExistsError.errno:
+                    log.warning("could not create topic %s (error %d: %s); Faust will declare it", name, code, message)
         if created:
             log.info("created topics %s (%d partitions)", ", ".join(created), settings.partitions)
+    except BrokerAccessError:
+        raise
     except Exception as exc:  # noqa: BLE001 - Faust declares them again
         log.warning("could not check/create topics before start (%r); Faust will declare them", exc)
     finally:
@@ -198,7 +215,11 @@ class Loopwatch:
         self.settings = settings
         self.metrics = metrics
         self.watcher = ConfigWatcher(settings.config, self._swap_engine)
-        self.processor = BatchProcessor(self.watcher.load_initial(), metrics)
+        self.key_watcher = None if settings.signing_keys is None else KeyringWatcher(settings.signing_keys, self._swap_keyring)
+        self.processor = BatchProcessor(
+            self.watcher.load_initial(), metrics,
+            keyring=None if self.key_watcher is None else self.key_watcher.load_initial(),
+        )
         self._write_lock = asyncio.Lock()
         self._partition_counts: dict[str, int] = {}
         self._verdict_producer: Any = None
@@ -285,8 +306,13 @@ class Loopwatch:
     def _swap_engine(self, engine: LoopEngine) -> None:
         self.processor.engine = engine
 
+    def _swap_keyring(self, keyring: Keyring) -> None:
+        self.processor.keyring = keyring
+
     async def _poll_config(self) -> None:
         self.watcher.poll()
+        if self.key_watcher is not None:
+            self.key_watcher.poll()
 
     # -- health -------------------------------------------------------------------------------
 

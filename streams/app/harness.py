@@ -2,6 +2,8 @@
 collecting verdicts and dead letters, and the engine-alone reference answers.
 
 Nothing here mocks Kafka: these helpers talk to a real broker with plain aiokafka clients.
+The Kafka helpers take ``client_options``, aiokafka's security keyword arguments
+(``Settings.kafka_client_options()``'s form), for the secured broker.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -284,9 +286,11 @@ class WorkerProcess:
 # -- Kafka I/O --------------------------------------------------------------------------------
 
 
-async def wait_for_topic(broker: str, topic: str, timeout: float = 60.0) -> int:
+async def wait_for_topic(
+    broker: str, topic: str, timeout: float = 60.0, *, client_options: Mapping[str, Any] | None = None
+) -> int:
     """Wait until ``topic`` exists; returns its partition count."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker, **(client_options or {}))
     await admin.start()
     try:
         deadline = time.monotonic() + timeout
@@ -302,9 +306,11 @@ async def wait_for_topic(broker: str, topic: str, timeout: float = 60.0) -> int:
         await admin.close()
 
 
-async def delete_topics(broker: str, prefixes: Iterable[str]) -> list[str]:
+async def delete_topics(
+    broker: str, prefixes: Iterable[str], *, client_options: Mapping[str, Any] | None = None
+) -> list[str]:
     """Delete every topic whose name starts with one of ``prefixes``; returns their names."""
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker, **(client_options or {}))
     await admin.start()
     try:
         doomed = [t for t in await admin.list_topics() if t.startswith(tuple(prefixes))]
@@ -347,27 +353,29 @@ def encode_all(events: Iterable[ToolCallEvent]) -> list[tuple[bytes, bytes]]:
 async def produce(
     broker: str,
     topic: str,
-    records: Sequence[tuple[bytes | None, bytes | None]],
+    records: Sequence[tuple[bytes | None, bytes | None] | tuple[bytes | None, bytes | None, Any]],
     *,
     rate: float | None = None,
     on_sent: Callable[[int, float], None] | None = None,
+    client_options: Mapping[str, Any] | None = None,
 ) -> float:
-    """Produce records (in order, keyed); ``rate`` events/s paces them.  Returns seconds taken."""
+    """Produce records (in order, keyed; a third item is the record's headers); ``rate``
+    events/s paces them.  Returns seconds taken."""
     producer = AIOKafkaProducer(
         bootstrap_servers=broker, linger_ms=2 if rate else 10, max_batch_size=512 * 1024,
-        max_request_size=4 * 1024 * 1024, acks="all",
+        max_request_size=4 * 1024 * 1024, acks="all", **(client_options or {}),
     )
     await producer.start()
     start = time.perf_counter()
     try:
         futures = []
-        for i, (key, value) in enumerate(records):
+        for i, (key, value, *headers) in enumerate(records):
             if rate:
                 due = start + i / rate
                 delay = due - time.perf_counter()
                 if delay > 0.001:
                     await asyncio.sleep(delay)
-            futures.append(await producer.send(topic, value, key=key))
+            futures.append(await producer.send(topic, value, key=key, headers=headers[0] if headers else None))
             if on_sent is not None:
                 on_sent(i, time.time())
             if len(futures) >= 5000:
@@ -386,11 +394,14 @@ async def collect(
     until: Callable[[list], bool],
     timeout: float = 60.0,
     settle: float = 0.0,
+    client_options: Mapping[str, Any] | None = None,
 ) -> list:
     """Read ``topic`` from the beginning until ``until(records)`` holds (then ``settle`` seconds
     more, to catch late duplicates) or ``timeout`` passes.  Returns aiokafka records."""
-    await wait_for_topic(broker, topic, timeout=timeout)
-    consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, auto_offset_reset="earliest")
+    await wait_for_topic(broker, topic, timeout=timeout, client_options=client_options)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=broker, enable_auto_commit=False, auto_offset_reset="earliest", **(client_options or {})
+    )
     await consumer.start()
     try:
         partitions = consumer.partitions_for_topic(topic) or set()

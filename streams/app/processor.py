@@ -6,7 +6,8 @@ This is the worker's whole per-record logic and it does no I/O (the Faust layer 
 
 One batch (``process``):
 
-1. decode every record (``schemas.decode_event``); a record that fails becomes a dead letter
+1. decode every record (``schemas.decode_event``), after checking its signature when the
+   worker has a keyring (``schemas.signing``); a record that fails becomes a dead letter
    carrying its reason and detail;
 2. group the valid events by ``(partition, state_key)``, in offset order: per-run order is
    the partition's order, and the engine runs over each run's events one after another;
@@ -47,7 +48,7 @@ import struct
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 from schemas.events import (
     CompactionRetried,
@@ -57,6 +58,7 @@ from schemas.events import (
     ToolCallRequested,
     decode_event,
 )
+from schemas.signing import Keyring
 from schemas.verdicts import Decision, RunAborted, encode_verdict
 from streams.engine import LoopEngine, RunState, copy_state, decode_state, encode_state, state_key
 
@@ -107,6 +109,7 @@ class Record:
     value: bytes | None
     timestamp: int | None = None
     """Kafka record timestamp, ms (aiokafka's convention)."""
+    headers: Sequence[tuple[str, bytes]] = ()
 
 
 @dataclass(slots=True)
@@ -217,8 +220,12 @@ class BatchProcessor:
         *,
         clock: Callable[[], float] = time.time,
         cache_size: int = 4096,
+        keyring: Keyring | None = None,
     ) -> None:
         self.engine = engine
+        self.keyring = keyring
+        """With a keyring, only events signed by their agent's key are applied (schemas.signing);
+        swapped like ``engine`` when the key files change."""
         self.metrics = metrics
         self.clock = clock
         self.cache_size = cache_size
@@ -256,7 +263,7 @@ class BatchProcessor:
 
     def process(self, records: Iterable[Record], read: Callable[[int, bytes], bytes | None]) -> BatchResult:
         """Process one batch.  ``read(partition, key)`` returns a run's stored envelope or None."""
-        engine = self.engine
+        engine, keyring = self.engine, self.keyring
         self._loggers.clear()  # re-checks the logging set-up once per batch (logs.direct_writer)
         result = BatchResult()
         dead = result.dead_letters
@@ -266,7 +273,10 @@ class BatchProcessor:
             try:
                 if value is None:
                     raise InvalidEvent("invalid_json", "the record has no value (null)")
+                signer = keyring.verify(record.headers, value) if keyring is not None else None
                 event = decode_event(value)
+                if signer is not None:
+                    signer.check_agent(event)
                 key = state_key(event).encode("utf-8", "surrogatepass")
             except InvalidEvent as exc:
                 dead.append(DeadLetter(record, exc.reason, _cut(exc.detail)))

@@ -1,4 +1,4 @@
-"""Hot reload of the loop-detection config file.
+"""Hot reload of the loop-detection config file (and of the signing keys, ``KeyringWatcher``).
 
 The worker polls the file (``stat`` every ``LOOPWATCH_CONFIG_POLL_S``, 2 s by default) rather
 than using inotify: polling works the same on every filesystem, including the symlink swaps
@@ -21,9 +21,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from schemas.config import ConfigError, load_config_file
+from schemas.signing import Keyring, SigningKeyError, keys_of, read_key_files
 from streams.engine import LoopEngine
 
-__all__ = ["ConfigWatcher", "load_engine"]
+__all__ = ["ConfigWatcher", "KeyringWatcher", "load_engine"]
 
 log = logging.getLogger("loopwatch.config")
 
@@ -109,3 +110,63 @@ class ConfigWatcher:
         self.on_change(engine)
         log.info("loop-detection config reloaded from %s", self.path)
         return True
+
+
+class KeyringWatcher:
+    """Reloads the signing keys when their files change: rotating a key is adding the new one
+    to the Secret, moving the runners over, and removing the old one, with no restart.
+
+    The key files are small, so each poll reads them all and compares a hash of their
+    content (a Secret volume swaps a ``..data`` symlink; no mtime needs to be trusted).  Keys
+    that fail to load are rejected with one error line per distinct content, and the running
+    keys stay in force.
+    """
+
+    def __init__(self, path: Path, on_change: Callable[[Keyring], Any]) -> None:
+        self.path = path
+        self.on_change = on_change
+        self._digest: str | None = None
+        self._rejected: str | None = None
+        self.reloads = 0
+
+    def _read(self) -> tuple[list[tuple[str, bytes]], str]:
+        files = read_key_files(self.path)
+        digest = hashlib.sha256()
+        for name, content in files:
+            digest.update(hashlib.sha256(name.encode()).digest() + hashlib.sha256(content).digest())
+        return files, digest.hexdigest()
+
+    def load_initial(self) -> Keyring:
+        """The keys at start; keys that do not load are fatal here (``SigningKeyError``)."""
+        files, self._digest = self._read()
+        keyring = Keyring(keys_of(files))
+        log.info("signing keys loaded from %s: %s", self.path, _describe(keyring))
+        return keyring
+
+    def poll(self) -> bool:
+        try:
+            files, digest = self._read()
+        except SigningKeyError as exc:
+            if self._rejected != str(exc):
+                self._rejected = str(exc)
+                log.error("signing keys: %s; keeping the running keys", exc)
+            return False
+        if digest == self._digest or digest == self._rejected:
+            return False
+        try:
+            keyring = Keyring(keys_of(files))
+        except SigningKeyError as exc:
+            self._rejected = digest
+            log.error("rejected new signing keys (%s); keeping the running keys", exc)
+            return False
+        self._digest = digest
+        self._rejected = None
+        self.reloads += 1
+        self.on_change(keyring)
+        log.info("signing keys reloaded from %s: %s", self.path, _describe(keyring))
+        return True
+
+
+def _describe(keyring: Keyring) -> str:
+    """Key ids per agent (never a secret)."""
+    return "; ".join(f"agent {agent!r}: {', '.join(ids)}" for agent, ids in sorted(keyring.agents.items()))

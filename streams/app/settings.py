@@ -77,6 +77,10 @@ class Settings:
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = field(default=None, repr=False)
+    # Signed events
+    signing_keys: Path | None = None
+    """A key file, or a directory of key files (a mounted Secret), of the agents whose signed
+    events are accepted (``schemas.signing``); None accepts unsigned events (the default)."""
 
     # -- construction ------------------------------------------------------------------------
 
@@ -129,6 +133,24 @@ class Settings:
                 )
         if self.ssl_keyfile is not None and self.ssl_certfile is None:
             raise SettingsError(f"{PREFIX}KAFKA_SSL_KEYFILE needs {PREFIX}KAFKA_SSL_CERTFILE")
+        # Settings a protocol would silently ignore are mistakes: the worker would connect
+        # without the TLS or the credentials the operator meant it to use.
+        for used, names, what in (
+            (self.tls, ("ssl_cafile", "ssl_certfile", "ssl_keyfile"), "TLS (SSL or SASL_SSL)"),
+            (self.sasl, ("sasl_mechanism", "sasl_username", "sasl_password"), "SASL (SASL_PLAINTEXT or SASL_SSL)"),
+        ):
+            for name in names:
+                if not used and getattr(self, name) is not None:
+                    raise SettingsError(
+                        f"{env_name(name)} is set but {PREFIX}KAFKA_SECURITY_PROTOCOL={self.security_protocol}"
+                        f" does not use {what}"
+                    )
+        for name in ("ssl_cafile", "ssl_certfile", "ssl_keyfile", "signing_keys"):
+            path = getattr(self, name)
+            if path is not None and not path.exists():
+                raise SettingsError(f"{env_name(name)}: {path} does not exist")
+        if self.tls:
+            self.ssl_context()  # a CA, certificate or key that does not load fails here, by name
         return self
 
     def replace(self, **changes: Any) -> "Settings":
@@ -161,17 +183,27 @@ class Settings:
         return self.security_protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
     def ssl_context(self) -> ssl.SSLContext | None:
-        """The client TLS context (server verification against the CA file, or the system CAs)."""
+        """The client TLS context (server verification against the CA file, or the system CAs).
+        A file that does not load raises ``SettingsError`` naming it."""
         if not self.tls:
             return None
-        context = ssl.create_default_context(
-            purpose=ssl.Purpose.SERVER_AUTH,
-            cafile=str(self.ssl_cafile) if self.ssl_cafile else None,
-        )
-        if self.ssl_certfile is not None:
-            context.load_cert_chain(
-                str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None
+        try:
+            context = ssl.create_default_context(
+                purpose=ssl.Purpose.SERVER_AUTH,
+                cafile=str(self.ssl_cafile) if self.ssl_cafile else None,
             )
+        except (ssl.SSLError, OSError) as exc:
+            raise SettingsError(
+                f"{PREFIX}KAFKA_SSL_CAFILE: cannot load {self.ssl_cafile} as PEM certificates ({exc})"
+            ) from None
+        if self.ssl_certfile is not None:
+            try:
+                context.load_cert_chain(str(self.ssl_certfile), str(self.ssl_keyfile) if self.ssl_keyfile else None)
+            except (ssl.SSLError, OSError) as exc:
+                files = str(self.ssl_certfile) + (f" and {self.ssl_keyfile}" if self.ssl_keyfile else "")
+                raise SettingsError(
+                    f"{PREFIX}KAFKA_SSL_CERTFILE/KEYFILE: cannot load {files} as a PEM certificate and key ({exc})"
+                ) from None
         return context
 
     def broker_credentials(self) -> Any:

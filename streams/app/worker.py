@@ -55,14 +55,19 @@ def run_worker(argv: list[str] | None = None) -> int:
     import faust
 
     from schemas.config import ConfigError
+    from schemas.signing import SigningKeyError
+    from streams.broker_access import BrokerAccessError, redact_sasl_exchanges
 
     from . import logs
     from .app import create_app, ensure_topics
 
     try:
         app = create_app(settings)
-    except ConfigError as exc:
+    except (ConfigError, SigningKeyError) as exc:
         print(f"loopwatch worker: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # the config file named by LOOPWATCH_CONFIG, say
+        print(f"loopwatch worker: cannot read {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     worker = faust.Worker(
         app,
@@ -73,7 +78,14 @@ def run_worker(argv: list[str] | None = None) -> int:
         loop=loop,
     )
     logs.configure(args.logfile)
-    loop.run_until_complete(ensure_topics(settings))
+    redact_sasl_exchanges()
+    try:
+        loop.run_until_complete(ensure_topics(settings))
+    except BrokerAccessError as exc:
+        # Refused credentials or an untrusted certificate do not get better by retrying.
+        print(f"loopwatch worker: cannot use the Kafka cluster: {exc}", file=sys.stderr)
+        loop.close()
+        return 2
     logging.getLogger("loopwatch.worker").debug("settings: %r", settings)
     try:
         worker.execute_from_commandline()

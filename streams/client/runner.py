@@ -12,6 +12,12 @@ events keyed by run id, and reads ``loop-verdicts``:
 
 Verdicts are de-duplicated by ``verdict_id`` (Kafka delivers at least once).
 
+Security: ``kafka_options`` go to aiokafka as they are (``security_protocol``,
+``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``); a
+refused password or an untrusted certificate makes ``start`` raise ``BrokerAccessError``
+with the reason, at once.  With ``signing_key`` (``schemas.signing.SigningKey``) every event
+is signed with the agent's key, for workers that only accept signed events.
+
     async with LoopwatchClient("127.0.0.1:19092") as client:
         run = client.run("run-1", session_key="agent:main:1", agent_id="main")
         decision = await run.before_tool_call("read", {"path": "/x"}, tool_call_id="c1")
@@ -32,8 +38,10 @@ from typing import Any, Iterable
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from schemas.events import ToolCallEvent, encode_event
+from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted, decode_verdict
 
+from ..broker_access import broker_access, redact_sasl_exchanges
 from ..edge import compaction_event, completed_event, requested_event, run_ended_event
 from ..engine.canonical import UNDEFINED
 from ..engine.engine import state_key
@@ -56,10 +64,15 @@ class LoopwatchClient:
         provider_send_tools: Iterable[str] = (),
         tool_calls_topic: str = "tool-calls",
         verdicts_topic: str = "loop-verdicts",
+        signing_key: SigningKey | None = None,
         **kafka_options: Any,
     ) -> None:
         if mode not in ("gate", "advisory"):
             raise ValueError("mode is 'gate' or 'advisory'")
+        self.bootstrap_servers = bootstrap_servers
+        self.signing_key = signing_key
+        redact_sasl_exchanges()  # aiokafka's DEBUG log would show a SASL PLAIN password
+        self._access = dict(username=kafka_options.get("sasl_plain_username"), mechanism=kafka_options.get("sasl_mechanism"))
         self.mode = mode
         self.timeout = timeout
         self.fail_closed = fail_closed
@@ -85,8 +98,14 @@ class LoopwatchClient:
         await self.stop()
 
     async def start(self) -> None:
-        await self._producer.start()
-        await self._consumer.start()
+        try:
+            async with broker_access(self.bootstrap_servers, **self._access):
+                await self._producer.start()
+                await self._consumer.start()
+        except BaseException:
+            await self._consumer.stop()
+            await self._producer.stop()
+            raise
         # Read every partition from its current end, positioned before anything is sent,
         # so no decision for our own requests can be missed.
         partitions = self._consumer.partitions_for_topic(self.verdicts_topic)
@@ -115,6 +134,11 @@ class LoopwatchClient:
         await self._producer.stop()
 
     def run(self, run_id: str | None, *, session_key: str, agent_id: str | None = None, session_id: str | None = None) -> "RunHandle":
+        if self.signing_key is not None and agent_id != self.signing_key.agent_id:
+            raise ValueError(
+                f"this client signs with key {self.signing_key.key_id} of agent {self.signing_key.agent_id!r};"
+                f" a run of agent {agent_id!r} needs that agent's key"
+            )
         handle = RunHandle(self, run_id, session_key, agent_id, session_id)
         self._runs[handle.key] = handle
         return handle
@@ -124,7 +148,9 @@ class LoopwatchClient:
 
     async def _publish(self, event: ToolCallEvent) -> None:
         key = event.run_id or event.session_key or event.session_id
-        await self._producer.send_and_wait(self.tool_calls_topic, encode_event(event), key=key.encode())
+        value = encode_event(event)
+        headers = None if self.signing_key is None else self.signing_key.headers(value)
+        await self._producer.send_and_wait(self.tool_calls_topic, value, key=key.encode(), headers=headers)
 
     async def _read_verdicts(self) -> None:
         while True:

@@ -3,7 +3,9 @@
 * ``kafka_broker`` (session): starts the broker (idempotent) and returns its bootstrap address;
 * ``lw`` (per test): unique app id and topic names, worker subprocesses that are always
   killed (by process group) when the test ends, pass or fail, and topics deleted afterwards;
-* ``lw_module`` (per module): the same, shared by the tests of one module.
+* ``lw_module`` (per module): the same, shared by the tests of one module;
+* ``secure_kafka`` (session): the secured broker (``scripts/kafka.sh --secure``: TLS,
+  SCRAM-SHA-512, ACLs), its CA file and its users' passwords.
 """
 
 from __future__ import annotations
@@ -11,10 +13,13 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import ssl
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,12 +29,16 @@ KAFKA_SH = REPO / "scripts" / "kafka.sh"
 WAIT_FOR_SCRIPT_S = 15 * 60
 
 
+def _kafka_env(*flags: str) -> dict[str, str]:
+    out = subprocess.run([str(KAFKA_SH), *flags, "env"], capture_output=True, text=True, check=True).stdout
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    if "KAFKA_BOOTSTRAP" not in env:
+        raise RuntimeError(f"scripts/kafka.sh env printed no KAFKA_BOOTSTRAP: {out!r}")
+    return env
+
+
 def _bootstrap() -> str:
-    out = subprocess.run([str(KAFKA_SH), "env"], capture_output=True, text=True, check=True).stdout
-    for line in out.splitlines():
-        if line.startswith("KAFKA_BOOTSTRAP="):
-            return line.split("=", 1)[1].strip()
-    raise RuntimeError(f"scripts/kafka.sh env printed no KAFKA_BOOTSTRAP: {out!r}")
+    return _kafka_env()["KAFKA_BOOTSTRAP"]
 
 
 @pytest.fixture(scope="session")
@@ -120,3 +129,40 @@ def lw_module(kafka_broker, request):
         state.delete_topics()
         if not failed:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class SecureKafka:
+    """The secured broker: SASL_SSL, SCRAM-SHA-512, users admin (super user), loopwatch
+    (the worker), runner and outsider (no ACLs), ACLs from scripts/kafka/secure-acls.conf."""
+
+    bootstrap: str
+    cafile: Path
+    secrets_dir: Path
+
+    def password(self, user: str) -> str:
+        return (self.secrets_dir / f"{user}.password").read_text().strip()
+
+    def client_options(self, user: str, *, password: str | None = None, cafile: Path | None = None) -> dict[str, Any]:
+        """aiokafka keyword arguments for ``user`` (``password``/``cafile`` to get them wrong)."""
+        return dict(
+            security_protocol="SASL_SSL",
+            ssl_context=ssl.create_default_context(cafile=str(cafile or self.cafile)),
+            sasl_mechanism="SCRAM-SHA-512",
+            sasl_plain_username=user,
+            sasl_plain_password=self.password(user) if password is None else password,
+        )
+
+    def start(self) -> None:
+        """(Re)start or re-set-up the broker: users, ACLs and missing topics (idempotent)."""
+        started = subprocess.run([str(KAFKA_SH), "--secure", "start"], capture_output=True, text=True)
+        if started.returncode != 0:
+            pytest.fail(f"scripts/kafka.sh --secure start failed:\n{started.stdout}\n{started.stderr}")
+
+
+@pytest.fixture(scope="session")
+def secure_kafka() -> SecureKafka:
+    env = _kafka_env("--secure")
+    broker = SecureKafka(env["KAFKA_BOOTSTRAP"], Path(env["KAFKA_SSL_CAFILE"]), Path(env["KAFKA_SECRETS_DIR"]))
+    broker.start()
+    return broker

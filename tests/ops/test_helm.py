@@ -16,6 +16,7 @@ import yaml
 from opsutil import CHART, KUBE_VERSION, run
 
 CUSTOM_VALUES = Path(__file__).with_name("values-custom.yaml")
+SECURE_VALUES = Path(__file__).with_name("values-secure.yaml")
 RELEASE, NAMESPACE = "lw", "agents"
 
 
@@ -75,7 +76,8 @@ def env(manifest: str) -> dict[str, dict]:
 
 # ------------------------------------------------------------------ lint and schema validation
 
-@pytest.mark.parametrize("values", [[], ["-f", str(CUSTOM_VALUES)]], ids=["default", "custom"])
+@pytest.mark.parametrize("values", [[], ["-f", str(CUSTOM_VALUES)], ["-f", str(SECURE_VALUES)]],
+                         ids=["default", "custom", "secure"])
 def test_helm_lint_strict(helm: str, values: list[str]) -> None:
     result = run([helm, "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *values])
     assert result.returncode == 0, result.stdout + result.stderr
@@ -269,6 +271,48 @@ def test_custom_kafka_tls_and_sasl_from_secrets(custom_manifest: str) -> None:
     assert "kind: Secret" not in custom_manifest
 
 
+@pytest.fixture(scope="module")
+def secure_manifest(helm: str) -> str:
+    return render(helm, "-f", str(SECURE_VALUES))
+
+
+def test_kubeconform_secure(kubeconform: str, k8s_schema_root: Path, secure_manifest: str) -> None:
+    summary = kubeconform_check(kubeconform, k8s_schema_root, secure_manifest)
+    assert f"Valid: {len(docs(secure_manifest))}, Invalid: 0, Errors: 0, Skipped: 0" in summary, summary
+
+
+def test_secure_values_server_tls_scram_and_signing_keys(secure_manifest: str) -> None:
+    """values-secure.yaml, the setup the secured-broker tests run: SASL_SSL + SCRAM-SHA-512, a CA
+    only (no client certificate), the password and the signing keys from Secrets."""
+    e = env(secure_manifest)
+    assert e["LOOPWATCH_KAFKA_SECURITY_PROTOCOL"]["value"] == "SASL_SSL"
+    assert e["LOOPWATCH_KAFKA_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
+    assert e["LOOPWATCH_KAFKA_SASL_USERNAME"]["value"] == "loopwatch"
+    assert e["LOOPWATCH_KAFKA_SASL_PASSWORD"] == {
+        "name": "LOOPWATCH_KAFKA_SASL_PASSWORD",
+        "valueFrom": {"secretKeyRef": {"name": "loopwatch-kafka-sasl", "key": "password"}}}
+    assert "LOOPWATCH_KAFKA_SSL_CERTFILE" not in e and "LOOPWATCH_KAFKA_SSL_KEYFILE" not in e
+    c = container(secure_manifest)
+    (sts,) = by_kind(secure_manifest)["StatefulSet"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    mounts = {m["name"]: m for m in c["volumeMounts"]}
+    ca = Path(e["LOOPWATCH_KAFKA_SSL_CAFILE"]["value"])
+    assert mounts["kafka-tls"]["mountPath"] == str(ca.parent) and mounts["kafka-tls"]["readOnly"] is True
+    assert volumes["kafka-tls"]["secret"] == {
+        "secretName": "loopwatch-kafka-ca", "defaultMode": 0o440, "items": [{"key": "ca.crt", "path": ca.name}]}
+    # The keys: the whole Secret as a directory, no subPath and no items, so that rotated keys
+    # (a new Secret key, a removed one) reach the running worker.
+    keys = e["LOOPWATCH_SIGNING_KEYS"]["value"]
+    assert mounts["signing-keys"] == {"name": "signing-keys", "mountPath": keys, "readOnly": True}
+    assert volumes["signing-keys"]["secret"] == {"secretName": "loopwatch-signing-keys", "defaultMode": 0o440}
+
+
+def test_signing_is_off_by_default(default_manifest: str) -> None:
+    assert "LOOPWATCH_SIGNING_KEYS" not in env(default_manifest)
+    (sts,) = by_kind(default_manifest)["StatefulSet"]
+    assert "signing-keys" not in {v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]}
+
+
 def test_custom_loop_detection_config(custom_manifest: str) -> None:
     cm = next(d for d in by_kind(custom_manifest)["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
     config = yaml.safe_load(cm["data"]["loop-detection.yaml"])
@@ -333,11 +377,19 @@ def test_dashboard_label_is_configurable(helm: str) -> None:
     (["--set", "kafka.securityProtocol=SSL"], "kafka.tls.existingSecret"),
     (["--set", "kafka.securityProtocol=SASL_PLAINTEXT"], "kafka.sasl.existingSecret"),
     (["--set", "kafka.securityProtocol=SASL_PLAINTEXT", "--set", "kafka.sasl.existingSecret=s"], "kafka.sasl.username"),
+    (["--set", "kafka.sasl.mechanism=GSSAPI"], "mechanism"),
+    (["--set", "kafka.securityProtocol=SSL", "--set", "kafka.tls.existingSecret=s", "--set", "kafka.tls.caKey="],
+     "caKey"),
+    (["--set", "kafka.securityProtocol=SSL", "--set", "kafka.tls.existingSecret=s", "--set", "kafka.tls.keyKey="],
+     "kafka.tls.certKey and kafka.tls.keyKey go together"),
+    (["--set", "signing.enabled=true"], "signing.enabled needs signing.existingSecret"),
+    (["--set", "signing.enable=true"], "enable"),
     (["--set", "detectionConfig.tools.loopDetection.warningThreshold=25"], "warningThreshold"),
     (["--set", "detectionConfig.agents.list[0].id=a",
       "--set", "detectionConfig.agents.list[0].tools.loopDetection.criticalThreshold=40"], "agent a"),
 ], ids=["protocol", "replicas", "bootstrap", "quantity", "unknown-key", "tls-secret", "sasl-secret",
-        "sasl-username", "thresholds", "agent-thresholds"])
+        "sasl-username", "sasl-mechanism", "tls-no-ca", "tls-half-mtls", "signing-secret", "signing-typo",
+        "thresholds", "agent-thresholds"])
 def test_invalid_values_are_refused(helm: str, args: list[str], message: str) -> None:
     result = template(helm, *args)
     assert result.returncode != 0, f"accepted: {args}"
@@ -385,7 +437,7 @@ def test_notes(helm: str, tmp_path: Path) -> None:
     assert "= 6 worker(s)" in notes and "2 worker(s) will hold no partition" in notes
 
 
-def test_env_names_are_read_by_the_worker(default_manifest: str, custom_manifest: str) -> None:
+def test_env_names_are_read_by_the_worker(default_manifest: str, custom_manifest: str, secure_manifest: str) -> None:
     """The chart sets only variables streams.app.settings.Settings knows."""
     try:
         import dataclasses
@@ -394,6 +446,6 @@ def test_env_names_are_read_by_the_worker(default_manifest: str, custom_manifest
     except ImportError as exc:  # the worker's settings module is not importable here
         pytest.skip(f"streams.app.settings not importable: {exc}")
     known = {env_name(f.name) for f in dataclasses.fields(Settings)}
-    rendered = set(env(default_manifest)) | set(env(custom_manifest))
+    rendered = set(env(default_manifest)) | set(env(custom_manifest)) | set(env(secure_manifest))
     ours = {name for name in rendered if name.startswith(PREFIX)}
     assert ours - known == set()

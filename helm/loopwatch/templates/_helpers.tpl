@@ -98,6 +98,14 @@ app.kubernetes.io/component: worker
 {{- if not .Values.kafka.tls.existingSecret }}
 {{- fail (printf "kafka.securityProtocol=%s needs kafka.tls.existingSecret (a Secret with the CA certificate, and the client certificate/key for mTLS)" .Values.kafka.securityProtocol) }}
 {{- end }}
+{{- if ne (not .Values.kafka.tls.certKey) (not .Values.kafka.tls.keyKey) }}
+{{- fail "kafka.tls.certKey and kafka.tls.keyKey go together: set both for mutual TLS, or both to \"\" for server-only TLS" }}
+{{- end }}
+{{- end }}
+{{- if .Values.signing.enabled }}
+{{- if not .Values.signing.existingSecret }}
+{{- fail "signing.enabled needs signing.existingSecret (a Secret with the agents' signing keys)" }}
+{{- end }}
 {{- end }}
 {{- if include "loopwatch.kafkaUsesSASL" . }}
 {{- if not .Values.kafka.sasl.existingSecret }}

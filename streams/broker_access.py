@@ -1,0 +1,123 @@
+"""Why a Kafka client could not connect: a refused password, an untrusted certificate or a
+SASL mechanism the broker does not offer are told apart from a broker that is merely
+unreachable, so the worker and the runner client stop at once with one clear line instead
+of retrying something that cannot succeed.
+
+aiokafka's bootstrap raises only ``KafkaConnectionError("Unable to bootstrap from [...]")``;
+the cause is in the error line it logs just before (logger ``aiokafka``), with the
+exception as the record's last argument ("Unable connect to "host:port": <error>").
+``broker_access`` reads those records through a logging filter (public logging API, no
+aiokafka internals), keeps the ones it can explain out of the logs, and raises
+``BrokerAccessError`` with the explanation.  Unexplained failures (connection refused,
+timeouts) are logged as before and re-raised unchanged: those may pass.
+
+``redact_sasl_exchanges``: at DEBUG, aiokafka logs every request it sends, and a SASL PLAIN
+``SaslAuthenticateRequest`` carries the password in clear (``\x00user\x00password``); the
+worker and the runner client install a filter that blanks the SASL bytes of those records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import ssl
+from typing import AsyncIterator, Iterable
+
+from aiokafka import errors
+
+__all__ = ["BrokerAccessError", "broker_access", "explain", "redact_sasl_exchanges"]
+
+_AIOKAFKA_CLIENT = "aiokafka"  # the logger aiokafka.client logs to
+_AIOKAFKA_CONN = "aiokafka.conn"  # requests and responses, at DEBUG
+_SASL_BYTES = re.compile(r"(sasl_auth_bytes=)(b'(?:[^'\\]|\\.)*'|b\"(?:[^\"\\]|\\.)*\"|\S+)")
+
+
+class BrokerAccessError(ConnectionError):
+    """The broker refused this client for good (credentials, TLS trust, SASL mechanism)."""
+
+
+def explain(error: BaseException, *, username: str | None = None, mechanism: str | None = None) -> str | None:
+    """One line saying why ``error`` (raised while connecting) will not go away; None when it might."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return (f"TLS: the broker's certificate is not trusted ({error.verify_message}); "
+                "is the CA file the one that signed the brokers' certificates?")
+    if isinstance(error, ssl.SSLError):
+        return f"TLS handshake failed ({error.reason or error}); does this listener speak TLS?"
+    if isinstance(error, (errors.SaslAuthenticationFailed, errors.AuthenticationFailedError)):
+        how = f"SASL {mechanism}" if mechanism else "SASL"
+        who = f" as {username!r}" if username else ""
+        return f"{how} authentication{who} refused: wrong username or password"
+    if isinstance(error, errors.UnsupportedSaslMechanismError):
+        return f"the broker does not offer SASL mechanism {mechanism} ({error})"
+    if isinstance(error, errors.IllegalSaslStateError):
+        return f"SASL {mechanism} handshake failed ({error})"
+    return None
+
+
+class _Explained(logging.Filter):
+    """Keeps aiokafka's "Unable connect to" records for our hosts that ``explain`` explains."""
+
+    def __init__(self, hosts: Iterable[str], username: str | None, mechanism: str | None) -> None:
+        super().__init__()
+        self.hosts = set(hosts)
+        self.username = username
+        self.mechanism = mechanism
+        self.reasons: list[tuple[str, str]] = []
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        if len(args) != 3 or not isinstance(args[2], BaseException) or not str(record.msg).startswith("Unable connect"):
+            return True
+        where = f"{args[0]}:{args[1]}"
+        if where not in self.hosts:
+            return True
+        reason = explain(args[2], username=self.username, mechanism=self.mechanism)
+        if reason is None:
+            return True
+        self.reasons.append((where, reason))
+        return False
+
+
+@contextlib.asynccontextmanager
+async def broker_access(
+    bootstrap: str | Iterable[str], *, username: str | None = None, mechanism: str | None = None
+) -> AsyncIterator[None]:
+    """Around a client's ``start()``: a bootstrap that failed for a reason ``explain`` knows
+    raises ``BrokerAccessError("<host:port>: <reason>")``."""
+    hosts = [h.strip() for h in (bootstrap.split(",") if isinstance(bootstrap, str) else bootstrap) if h.strip()]
+    hosts = [h[len("kafka://"):] if h.startswith("kafka://") else h for h in hosts]
+    explained = _Explained(hosts, username, mechanism)
+    logger = logging.getLogger(_AIOKAFKA_CLIENT)
+    logger.addFilter(explained)
+    try:
+        yield
+    except errors.KafkaConnectionError:
+        if explained.reasons:
+            where, reason = explained.reasons[-1]
+            raise BrokerAccessError(f"{where}: {reason}") from None
+        raise
+    finally:
+        logger.removeFilter(explained)
+
+
+class _RedactSasl(logging.Filter):
+    """Blanks ``sasl_auth_bytes=...`` in aiokafka's request/response records."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno <= logging.DEBUG:  # only ever called for enabled records
+            text = record.getMessage()
+            if "sasl_auth_bytes=" in text:
+                record.msg = _SASL_BYTES.sub(r"\1<redacted>", text)
+                record.args = ()
+        return True
+
+
+_REDACTION = _RedactSasl()
+
+
+def redact_sasl_exchanges() -> None:
+    """Install the SASL redaction on aiokafka's connection logger (once; idempotent)."""
+    logger = logging.getLogger(_AIOKAFKA_CONN)
+    if _REDACTION not in logger.filters:
+        logger.addFilter(_REDACTION)

@@ -1,0 +1,124 @@
+"""The worker's side of signed events without Kafka: the batch processor with a keyring
+dead-letters what is not signed by the event's agent and processes the rest as before; the
+keyring watcher swaps keys when the key files change (rotation) and keeps the running keys
+when new ones do not load."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+
+from prometheus_client import CollectorRegistry
+
+from schemas import encode_event
+from schemas.signing import Keyring, SigningKey
+from streams.app.metrics import Metrics
+from streams.app.processor import BatchProcessor, Record
+from streams.app.reload import KeyringWatcher
+from streams.edge import completed_event, requested_event
+from streams.engine import LoopEngine
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+MAIN = SigningKey("main-1", "main", b"m" * 32)
+MAIN_NEXT = SigningKey("main-2", "main", b"n" * 32)
+BILLING = SigningKey("billing-1", "billing", b"b" * 32)
+
+
+def loop_events(run_id: str, agent_id: str | None, n: int = 12):
+    events = []
+    for i in range(n):
+        common = dict(run_id=run_id, session_key=f"s-{run_id}", agent_id=agent_id, ts_ms=1000 + i)
+        events.append(requested_event(f"{run_id}-{i}q", "read", {"p": 1}, gate=True, **common))
+        events.append(completed_event(f"{run_id}-{i}c", "read", {"p": 1}, result="same", **common))
+    return events
+
+
+def signed(events, key: SigningKey | None, start: int = 0, forged_key: SigningKey | None = None):
+    """Records as a runner with ``key`` publishes them (``forged_key``: the headers claim
+    ``key``'s id but the signature is made with another secret)."""
+    out = []
+    for i, event in enumerate(events):
+        value = encode_event(event)
+        headers = ()
+        if key is not None:
+            headers = key.headers(value)
+            if forged_key is not None:
+                headers = [(headers[0][0], headers[0][1]), ("loopwatch.signature", forged_key.signature(value).encode())]
+        out.append(Record("tool-calls", 0, start + i, event.run_id.encode(), value, 1.0, headers))
+    return out
+
+
+def run(processor, records):
+    return processor.process(records, lambda partition, key: None)
+
+
+def test_with_a_keyring_only_events_signed_by_their_agent_are_applied():
+    keyring = Keyring([MAIN, BILLING])
+    metrics = Metrics(CollectorRegistry())
+    p = BatchProcessor(LoopEngine(CONFIG), metrics, keyring=keyring)
+    good = loop_events("good", "main")
+    batch = (
+        signed(good, MAIN)
+        + signed(loop_events("unsigned", "main", 2), None, start=100)
+        + signed(loop_events("as-billing", "billing", 2), MAIN, start=200)   # main's key, billing's events
+        + signed(loop_events("forged", "main", 2), MAIN, start=300, forged_key=BILLING)
+    )
+    result = run(p, batch)
+    # The signed run is processed exactly as without signing.
+    plain = run(BatchProcessor(LoopEngine(CONFIG)), signed(good, None))
+    assert [v.value for v in result.verdicts] == [v.value for v in plain.verdicts]
+    assert any(v.verdict.action == "warn" for v in result.verdicts)
+    assert result.events == len(good)
+    by_run = {}
+    for letter in result.dead_letters:
+        by_run.setdefault(letter.record.key.decode(), []).append((letter.reason, letter.detail))
+    assert by_run == {
+        "unsigned": [("bad_signature", "unsigned: no loopwatch.signature header")] * 4,
+        "as-billing": [("bad_signature", "key main-1 belongs to agent 'main', the event names agent 'billing'")] * 4,
+        "forged": [("bad_signature", "the signature does not match the record (key main-1)")] * 4,
+    }
+    assert metrics.dead_letters.labels("bad_signature")._value.get() == 12
+
+
+def test_without_a_keyring_signatures_are_ignored():
+    p = BatchProcessor(LoopEngine(CONFIG))
+    result = run(p, signed(loop_events("r", "main", 2), None) + signed(loop_events("s", "x", 2), MAIN, start=10))
+    assert result.dead_letters == [] and result.events == 8
+
+
+def test_a_rotated_key_is_accepted_next_to_the_old_one():
+    p = BatchProcessor(LoopEngine(CONFIG), keyring=Keyring([MAIN, MAIN_NEXT]))
+    events = loop_events("r", "main", 4)
+    result = run(p, signed(events[:4], MAIN) + signed(events[4:], MAIN_NEXT, start=4))
+    assert result.dead_letters == [] and result.events == 8
+
+
+def key_file(path, *keys: SigningKey) -> None:
+    path.write_text(json.dumps([
+        {"key_id": k.key_id, "agent_id": k.agent_id, "secret": base64.b64encode(k.secret).decode()} for k in keys
+    ]))
+
+
+def test_the_keyring_watcher_reloads_rotated_keys_and_keeps_them_on_a_bad_file(tmp_path, caplog):
+    path = tmp_path / "keys.json"
+    key_file(path, MAIN)
+    swapped = []
+    watcher = KeyringWatcher(path, swapped.append)
+    first = watcher.load_initial()
+    assert first.agents == {"main": ["main-1"]}
+    assert watcher.poll() is False and swapped == []
+    key_file(path, MAIN, MAIN_NEXT)              # rotation step 1: both keys
+    assert watcher.poll() is True
+    assert swapped[-1].agents == {"main": ["main-1", "main-2"]}
+    path.write_text('{"key_id": "main-3"}')       # a bad edit: the running keys stay
+    with caplog.at_level(logging.ERROR, logger="loopwatch.config"):
+        assert watcher.poll() is False
+        assert watcher.poll() is False
+    assert len([r for r in caplog.records if "rejected new signing keys" in r.message]) == 1
+    key_file(path, MAIN_NEXT)                    # rotation step 3: the old key is gone
+    assert watcher.poll() is True
+    assert swapped[-1].agents == {"main": ["main-2"]}
+    assert len(swapped) == 2
+    for record in caplog.records:
+        assert base64.b64encode(MAIN.secret).decode() not in record.getMessage()
