@@ -26,8 +26,10 @@ TOOL_LABEL_CAP = 200
 
 EVENT_TYPES = ("tool_call.requested", "tool_call.completed", "compaction.retried", "run.ended")
 ABORT_DETECTORS = ("compaction_loop_persisted", "critical_block_limit")
-DEAD_LETTER_REASONS = ("invalid_json", "invalid_event", "oversized", "missing_key", "unknown_type", "processing_error")
-ERROR_STAGES = ("decode", "state_decode", "engine")
+DEAD_LETTER_REASONS = (
+    "invalid_json", "invalid_event", "oversized", "missing_key", "key_mismatch", "unknown_type", "processing_error",
+)
+ERROR_STAGES = ("decode", "state_decode", "state_encode", "engine")
 WARNING_DETECTORS = ("generic_repeat", "known_poll_no_progress", "ping_pong")
 
 LATENCY_BUCKETS = (
@@ -78,6 +80,18 @@ class Metrics:
         self.processing_errors = Counter(
             "loopwatch_processing_errors", "unexpected errors (the record is dead-lettered, the worker continues)",
             ["stage"], registry=registry,
+        )
+        self.duplicate_events = Counter(
+            "loopwatch_duplicate_events", "events skipped because their run already applied an event with the same id",
+            registry=registry,
+        )
+        self.event_time_clamped = Counter(
+            "loopwatch_event_time_clamped", "events whose ts_ms was too far ahead of the worker's clock (clamped to it)",
+            registry=registry,
+        )
+        self.states_trimmed = Counter(
+            "loopwatch_state_trimmed", "run states over the size limit whose oldest history was dropped",
+            registry=registry,
         )
         self.consumer_lag = Gauge(
             "loopwatch_consumer_lag_records", "end offset - committed offset of tool-calls", ["partition"],
