@@ -6,7 +6,10 @@ per batch, so a 5,000-record batch costs a handful of ``inc`` calls, not 5,000.
 
 from __future__ import annotations
 
+import threading
+from socketserver import ThreadingMixIn
 from typing import Mapping
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -16,7 +19,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    start_http_server,
+    make_wsgi_app,
 )
 
 __all__ = ["Metrics", "TOOL_LABEL_CAP", "LATENCY_BUCKETS"]
@@ -134,8 +137,31 @@ class Metrics:
                     counter.labels(labels).inc(n)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> object | None:
-        """Serve ``/metrics`` on ``port`` (0: don't).  Returns the server, or None."""
+        """Serve ``/metrics`` on ``port`` (0: don't), in a thread.  Returns the server, or None.
+
+        prometheus_client's own ``start_http_server`` answers every path with the metrics;
+        this one answers only ``/metrics`` (and 404 elsewhere)."""
         if not port:
             return None
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        server = make_server(host, port, _only_metrics(make_wsgi_app(self.registry)), _MetricsServer, _QuietHandler)
+        threading.Thread(target=server.serve_forever, name="loopwatch-metrics", daemon=True).start()
         return server
+
+
+class _MetricsServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        pass  # a scrape every few seconds would flood the worker's log
+
+
+def _only_metrics(app):
+    def serve(environ, start_response):
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not found: metrics are on /metrics\n"]
+        return app(environ, start_response)
+
+    return serve

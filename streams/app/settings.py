@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
+import socket
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +27,7 @@ __all__ = ["Settings", "SettingsError", "PREFIX"]
 PREFIX = "LOOPWATCH_"
 
 _SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,249}")  # Kafka's rule for group.instance.id
 _SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
@@ -69,6 +72,16 @@ class Settings:
     heartbeat_interval_s: float = 3.0
     rebalance_timeout_s: float = 60.0
     commit_interval_s: float = 2.8
+    instance_id: str = field(default_factory=socket.gethostname)
+    """This worker's static member id in the consumer group (Kafka's ``group.instance.id``),
+    unique per worker and stable across its restarts: a restarted worker takes its
+    partitions back at once instead of waiting for the old member's session to time out.
+    The host name by default (a StatefulSet pod's name; the chart sets it explicitly).
+    Workers sharing a host and an app id need one each."""
+    broker_unreachable_s: float = 15.0
+    """``/readyz`` answers 503 once no broker has answered the worker for this long."""
+    clock_skew_s: float = 300.0
+    """Event times more than this far ahead of the worker's clock are clamped to it."""
     # TLS / SASL
     security_protocol: str = "PLAINTEXT"
     ssl_cafile: Path | None = None
@@ -107,6 +120,10 @@ class Settings:
                 raise SettingsError(f"{PREFIX}BROKER: {host!r} is not host:port")
         if not self.app_id:
             raise SettingsError(f"{PREFIX}APP_ID must not be empty")
+        if not _INSTANCE_ID.fullmatch(self.instance_id):
+            raise SettingsError(
+                f"{PREFIX}INSTANCE_ID={self.instance_id!r}: use 1 to 249 ASCII letters, digits, '.', '_' or '-'"
+            )
         topics = [self.tool_calls_topic, self.verdicts_topic, self.dead_letter_topic]
         if len(set(topics)) != 3 or not all(topics):
             raise SettingsError(

@@ -19,7 +19,7 @@ import pytest
 from schemas import MAX_EVENT_BYTES, decode_verdict
 from schemas.verdicts import Decision
 from streams.app.harness import (
-    collect, dedupe, encode_all, group_lag, header, produce, reference_verdicts, write_config,
+    collect, collect_verdicts, dedupe, encode_all, group_lag, header, produce, reference_verdicts, write_config,
 )
 from streams.edge import completed_event, requested_event, run_ended_event
 from aiokafka.partitioner import murmur2
@@ -57,12 +57,7 @@ def by_run(verdicts):
 
 async def verdicts_for(lw, expected_ids, *, timeout=60.0, settle=0.5):
     """All verdict records, read until every expected id has arrived."""
-    want = set(expected_ids)
-
-    def done(records):
-        return want <= {decode_verdict(r.value).verdict_id for r in records}
-
-    return await collect(lw.broker, lw.names.verdicts, until=done, timeout=timeout, settle=settle)
+    return await collect_verdicts(lw.broker, lw.names.verdicts, expected_ids, timeout=timeout, settle=settle)
 
 
 def assert_same_per_run(records, expected):
