@@ -38,6 +38,7 @@ __all__ = [
     "committed_offsets",
     "dedupe",
     "encode_all",
+    "end_offsets",
     "free_port",
     "header",
     "produce",
@@ -332,18 +333,24 @@ async def committed_offsets(broker: str, group: str, topic: str) -> dict[int, in
     return {tp.partition: meta.offset for tp, meta in committed.items() if tp.topic == topic and meta.offset >= 0}
 
 
-async def group_lag(broker: str, group: str, topic: str) -> dict[int, int]:
-    """Per partition of ``topic``: end offset minus the group's committed offset (the whole
-    partition when nothing is committed)."""
+async def end_offsets(broker: str, topic: str) -> dict[int, int]:
+    """Per partition of ``topic``: its end offset (the number of records it ever had)."""
     tps = [TopicPartition(topic, p) for p in range(await wait_for_topic(broker, topic))]
-    committed = await committed_offsets(broker, group, topic)
     consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
     await consumer.start()
     try:
         ends = await consumer.end_offsets(tps)
     finally:
         await consumer.stop()
-    return {tp.partition: ends[tp] - committed.get(tp.partition, 0) for tp in tps}
+    return {tp.partition: offset for tp, offset in ends.items()}
+
+
+async def group_lag(broker: str, group: str, topic: str) -> dict[int, int]:
+    """Per partition of ``topic``: end offset minus the group's committed offset (the whole
+    partition when nothing is committed)."""
+    ends = await end_offsets(broker, topic)
+    committed = await committed_offsets(broker, group, topic)
+    return {partition: end - committed.get(partition, 0) for partition, end in ends.items()}
 
 
 def encode_all(events: Iterable[ToolCallEvent]) -> list[tuple[bytes, bytes]]:

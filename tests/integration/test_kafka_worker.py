@@ -19,7 +19,8 @@ import pytest
 from schemas import MAX_EVENT_BYTES, decode_verdict
 from schemas.verdicts import Decision
 from streams.app.harness import (
-    collect, collect_verdicts, dedupe, encode_all, group_lag, header, produce, reference_verdicts, write_config,
+    collect, collect_verdicts, committed_offsets, dedupe, encode_all, end_offsets, group_lag, header, produce,
+    reference_verdicts, write_config,
 )
 from streams.edge import completed_event, requested_event, run_ended_event
 from aiokafka.partitioner import murmur2
@@ -128,33 +129,77 @@ def fleet(n_runs: int, seed: int, *, length: int = 40, gate=True):
     return events
 
 
+async def committed_beyond(lw, n: int, timeout: float = 60.0) -> int:
+    """Wait until the group has committed more than ``n`` records of tool-calls (a checkpoint
+    covered them); returns how many it has committed."""
+    deadline = time.monotonic() + timeout
+    while (done := sum((await committed_offsets(lw.broker, lw.names.app_id, lw.names.tool_calls)).values())) <= n:
+        assert time.monotonic() < deadline, f"only {done} records committed, waiting for more than {n}"
+        await asyncio.sleep(0.1)
+    return done
+
+
+async def changelog_records(lw) -> int:
+    return sum((await end_offsets(lw.broker, lw.names.changelog)).values())
+
+
 async def test_kill9_and_restart_recovers_state_from_the_changelog(lw):
+    """kill -9 at three points, each after a checkpoint was written: idle, mid-stream, and
+    mid-stream on a worker that started with an empty data directory.  The restarted workers
+    start from the committed offsets, never from 0, and process only what came after them:
+    their verdicts can only be right if the runs' state came back from RocksDB and the
+    changelog.  Every verdict must equal the engine's, and a verdict published twice must be
+    the same both times."""
     config = config_file(lw)
     events = fleet(120, seed=7)
     expected = reference_verdicts(events, ENABLED)
     payload = encode_all(events)
-    worker = lw.worker(config=config).start()
+    q = len(payload) // 4
+    parts = [payload[:q], payload[q:2 * q], payload[2 * q:3 * q], payload[3 * q:]]
+    consumed = "loopwatch_events_consumed_total"
+    # Checkpoints every second, so that one falls within each quarter's streaming (~3 s).
+    env = {"LOOPWATCH_CHECKPOINT_S": "1"}
+    worker = lw.worker(config=config, env=env).start()
     worker.wait_ready()
 
-    # Stream the events in while the worker runs; kill -9 it twice mid-stream.  The second
-    # restart uses an empty data directory: the whole table must come from the changelog.
-    third = len(payload) // 3
-    producing = asyncio.create_task(produce(lw.broker, lw.names.tool_calls, payload[:third], rate=4000))
-    await asyncio.sleep(0.4)
+    # 1. Idle after a checkpoint: the first quarter is processed and committed.
+    await produce(lw.broker, lw.names.tool_calls, parts[0])
+    assert await committed_beyond(lw, len(parts[0]) - 1) == len(parts[0])
+    assert worker.metric(consumed) == len(parts[0]) and await changelog_records(lw) > 0
     worker.kill()
-    await producing
     worker.start()
-    worker.wait_ready(90)
-    await produce(lw.broker, lw.names.tool_calls, payload[third:2 * third], rate=4000)
+    worker.wait_ready(60)
+
+    # 2. Mid-stream: the second quarter streams in; once a checkpoint has committed part of
+    # it, kill -9 while the rest is still coming.
+    producing = asyncio.create_task(produce(lw.broker, lw.names.tool_calls, parts[1], rate=800))
+    committed = await committed_beyond(lw, len(parts[0]))
+    assert not producing.done(), "the quarter was produced before a checkpoint: kill earlier"
+    before_kill = worker.metric(consumed)
     worker.kill()
-    fresh = lw.worker(label="fresh", config=config).start()  # new data dir, same app
+    assert 0 < before_kill <= len(parts[1]), "the restarted worker processed the first quarter again"
+    await producing
+
+    # 3. A worker with an empty data directory: the state can only come from the changelog.
+    fresh = lw.worker(label="fresh", config=config, env=env).start()
     fresh.wait_ready(90)
-    await produce(lw.broker, lw.names.tool_calls, payload[2 * third:])
+    producing = asyncio.create_task(produce(lw.broker, lw.names.tool_calls, parts[2], rate=800))
+    done_before = len(parts[0]) + len(parts[1])
+    await committed_beyond(lw, done_before)
+    assert not producing.done(), "the quarter was produced before a checkpoint: kill earlier"
+    before_kill = fresh.metric(consumed)
+    fresh.kill()
+    assert 0 < before_kill <= len(parts[1]) + len(parts[2]) - (committed - len(parts[0])), (
+        "the fresh worker processed records before the committed offsets again")
+    await producing
+    fresh.start()
+    fresh.wait_ready(90)
+    await produce(lw.broker, lw.names.tool_calls, parts[3])
 
     records = await verdicts_for(lw, [v.verdict_id for v in expected], timeout=90, settle=1.0)
     duplicates, differing = assert_same_verdicts(records, expected)
-    print(f"kill -9 x2: {len(records)} verdict records, {duplicates} duplicates ({differing} differing), {len(expected)} expected")
-    assert fresh.metric("loopwatch_runs_tracked") > 0
+    assert differing == 0, f"{differing} verdicts published twice with different content"
+    print(f"kill -9 x3: {len(records)} verdict records, {duplicates} duplicates, {len(expected)} expected")
 
 
 async def test_graceful_stop_mid_stream_loses_and_repeats_nothing(lw):
@@ -200,7 +245,7 @@ async def test_two_workers_rebalance_without_losing_state(lw):
     b = lw.worker(label="b", config=config).start()
     b.wait_ready(90)
     await produce(lw.broker, lw.names.tool_calls, payload[quarter:2 * quarter])
-    b.stop()  # graceful: its partitions move back to a
+    b.kill()  # a crash: its partitions move back to a once its session times out
     await produce(lw.broker, lw.names.tool_calls, payload[2 * quarter:3 * quarter])
     b.start()
     b.wait_ready(90)
@@ -208,6 +253,7 @@ async def test_two_workers_rebalance_without_losing_state(lw):
 
     records = await verdicts_for(lw, [v.verdict_id for v in expected], timeout=90, settle=1.0)
     duplicates, differing = assert_same_verdicts(records, expected)
+    assert differing == 0, f"{differing} verdicts published twice with different content"
     # both workers did real work, i.e. partitions (and their run state) moved between them
     assert a.metric("loopwatch_events_consumed_total") > 0
     assert b.metric("loopwatch_events_consumed_total") > 0
