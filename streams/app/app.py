@@ -167,7 +167,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         producer_max_batch_size=512 * 1024,
         producer_max_request_size=4 * 1024 * 1024,
         # Static membership: a restarted worker rejoins as itself, without a rebalance.
-        consumer_group_instance_id=settings.instance_id,
+        consumer_group_instance_id=settings.group_instance_id,
         web_enabled=True,
         web_router_enabled=False,
         web_tables_enabled=False,
@@ -177,7 +177,7 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         web_bind=settings.web_host,
         web_host=settings.web_host,
         web_port=settings.web_port,
-        canonical_url=f"http://{settings.web_host}:{settings.web_port}",
+        canonical_url=settings.web_url,
     )
 
 

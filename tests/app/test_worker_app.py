@@ -42,8 +42,19 @@ def test_topics_partitions_and_handlers(app):
     assert app.batch_handlers == {"tool-calls": lw.handle_batch}
     assert app.before_wait_empty == lw.checkpoint
     assert app.conf.web_bind == "127.0.0.1" and app.conf.web_port == 6066
+    assert app.conf.consumer_group_instance_id == lw.settings.group_instance_id  # static membership
+    assert str(app.conf.canonical_url) == lw.settings.web_url
     assert app.conf.processing_guarantee.value == "at_least_once"
     assert str(app.conf.datadir).endswith("state")
+
+
+def test_only_the_health_pages_are_served_on_the_web_port(app):
+    # Faust's views show a run's raw state (/table/runs/<key>/) and more, to anyone.
+    from streams.app.app import HealthOnlyWeb
+
+    web = app.web
+    assert isinstance(web, HealthOnlyWeb)  # no built-in blueprint at all (404s: test_worker_reliability)
+    assert not any((web.default_blueprints, web.production_blueprints, web.debug_blueprints, web.optional_blueprints))
 
 
 def test_a_batch_keeps_only_undelivered_or_failed_sends_for_the_checkpoint(app):

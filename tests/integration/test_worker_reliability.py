@@ -252,6 +252,23 @@ async def test_a_killed_worker_is_ready_within_15_s_of_its_restart(lw):
     await collect_verdicts(lw.broker, lw.names.verdicts, [f"r{i}:1/decision" for i in range(8)], timeout=15)
 
 
+async def test_a_worker_restarted_on_another_port_rejoins_instead_of_hanging(lw):
+    # A static member is handed its previous assignment, and Faust's assignor refuses one
+    # made for another URL: with the pod name alone as instance id, a worker restarted with
+    # a new web port never became ready.  The URL's digest in the id makes it a new member.
+    from streams.app.harness import free_port
+
+    worker = lw.worker(config=config_file(lw)).start()
+    worker.wait_ready(60)
+    worker.kill()
+    worker.web_port = free_port()
+    worker.start()
+    worker.wait_ready(60)  # once the old member's session (6 s here) has timed out
+    await produce(lw.broker, lw.names.tool_calls, encode_all([gated("r1", 0, int(time.time() * 1000))]))
+    await collect_verdicts(lw.broker, lw.names.verdicts, ["r1:0/decision"])
+    assert "AssertionError" not in worker.log_text()
+
+
 # -- readiness follows the broker -------------------------------------------------------------------
 
 
