@@ -14,6 +14,7 @@ import random
 import time
 from collections import defaultdict
 
+import msgspec
 import pytest
 
 from schemas import MAX_EVENT_BYTES, decode_verdict
@@ -280,6 +281,12 @@ def hostile_records():
         (b"", json.dumps({"type": "compaction.retried", "event_id": "e", "run_id": ""}).encode(), "missing_key"),
         (b"run-x", b"[]", "invalid_event"),
         (b"run-x", b"null", "invalid_event"),
+        # Valid events keyed otherwise than their run: they would land on a partition where
+        # the run's history is not, and its loop would never be seen.
+        (None, json.dumps({"type": "tool_call.requested", "event_id": "nokey", "run_id": "run-x", "session_key": "s",
+                           "tool_name": "read", "args_hash": ok_hash}).encode(), "missing_key"),
+        (b"3f9c1e", json.dumps({"type": "tool_call.requested", "event_id": "randomkey", "run_id": "run-x",
+                                "session_key": "s", "tool_name": "read", "args_hash": ok_hash}).encode(), "key_mismatch"),
     ]
     return bad
 
@@ -296,8 +303,8 @@ async def test_hostile_input_is_dead_lettered_and_good_records_answered(lw):
     good_records = encode_all(good)
     mixed: list = []
     for i, rec in enumerate(good_records):
-        if i % 380 == 0 and i // 380 < len(bad):
-            key, value, _ = bad[i // 380]
+        if i % 300 == 0 and i // 300 < len(bad):
+            key, value, _ = bad[i // 300]
             mixed.append((key, value))
         mixed.append(rec)
     assert len(mixed) == len(good) + len(bad)
@@ -402,18 +409,20 @@ async def test_idle_runs_expire_and_ended_runs_are_freed(lw):
     idle = repeat_calls("idle", 15)
     ended = repeat_calls("ended", 15)
     end = [run_ended_event("ended:end", run_id="ended", session_key="agent:main:ended", agent_id="main")]
-    await produce(lw.broker, lw.names.tool_calls, encode_all(idle + ended + end))
-    await verdicts_for(lw, ["idle:14:req/decision", "ended:14:req/decision"])
-    # The idle run is counted once its first checkpoint stored it (the ended one never is) ...
+    # A run stamped in the year 9999: its runner's clock must not keep it alive.
+    future = [msgspec.structs.replace(e, ts_ms=253402300799999) for e in repeat_calls("future", 3)]
+    await produce(lw.broker, lw.names.tool_calls, encode_all(idle + ended + end + future))
+    await verdicts_for(lw, ["idle:14:req/decision", "ended:14:req/decision", "future:2:req/decision"])
+    # The idle runs are counted once their first checkpoint stored them (the ended one never is) ...
     deadline = time.monotonic() + 20
-    while worker.metric("loopwatch_runs_tracked") != 1:
-        assert time.monotonic() < deadline, "the idle run was never stored"
+    while worker.metric("loopwatch_runs_tracked") != 2:
+        assert time.monotonic() < deadline, "the idle runs were never stored"
         await asyncio.sleep(0.1)
-    # ... and expires two seconds after its last event.
+    # ... and expire two seconds after their last event.
     while worker.metric("loopwatch_runs_tracked") != 0:
-        assert time.monotonic() < deadline, "idle run was never expired"
+        assert time.monotonic() < deadline, "idle runs were never expired"
         await asyncio.sleep(0.3)
-    await wait_for_log(worker, "expired 1 idle runs")  # log lines are flushed twice a second
+    await wait_for_log(worker, "expired 2 idle runs")  # log lines are flushed twice a second
     # Both runs start afresh: 6 more identical calls do not reach the critical threshold.
     more = repeat_calls("idle", 6, start=15) + repeat_calls("ended", 6, start=15)
     await produce(lw.broker, lw.names.tool_calls, encode_all(more))
