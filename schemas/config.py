@@ -20,7 +20,7 @@ import msgspec
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 MAX_HISTORY_SIZE = 1000
 """loopwatch's upper bound on ``historySize`` (upstream has none).  A run's stored state must
-fit one changelog record (``streams.app.processor.MAX_STATE_BYTES``, 1 MiB); 1000 records
+fit one changelog record (``streams.app.processor.MAX_STATE_BYTES``, 1 MB); 1000 records
 of ordinary ids take ~90 KB.  Upstream keeps one history in memory; here every run's history
 is written to Kafka, and a larger one was lost at the next restore (issue 13)."""
 HistorySize = Annotated[int, msgspec.Meta(gt=0, le=MAX_HISTORY_SIZE)]

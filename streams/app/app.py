@@ -80,9 +80,8 @@ log = logging.getLogger("loopwatch.worker")
 TABLE_NAME = "runs"
 DLQ_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
 CHANGELOG_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
-"""``max.message.bytes`` of the run table's changelog (set when Faust creates it).  A stored
-state is at most ``processor.MAX_STATE_BYTES`` (1 MiB), half of this: the rest leaves room
-for the key and the record batch around it."""
+"""``max.message.bytes`` of the run table's changelog (set when Faust creates it): twice
+what a stored state may take (``processor.MAX_STATE_BYTES``, 1 MB)."""
 DEAD_LETTER_VALUE_LIMIT = 1024 * 1024
 """A dead letter's key and value are cut to this many bytes each (``DeadLetter.to_record``)."""
 _TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)

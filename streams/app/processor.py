@@ -113,8 +113,10 @@ digests, 512 bytes a run) to skip an event published again.  A retry follows its
 within a few events of the same run; a run's events are sequential (each call waits for its
 tool), so 64 covers any retry a runner makes while the run goes on."""
 _SEEN_BYTES = SEEN_EVENT_IDS * DIGEST_SIZE
-MAX_STATE_BYTES = 1024 * 1024
-"""Upper bound of a stored envelope (see the module docstring)."""
+MAX_STATE_BYTES = 1_000_000
+"""Upper bound of a stored envelope (see the module docstring): under the broker's default
+``message.max.bytes`` (1,048,588), with room for the key and the record batch around it,
+so that a changelog created before ``CHANGELOG_MAX_MESSAGE_BYTES`` was set takes it too."""
 
 EVENT_TYPE_NAMES = {
     ToolCallRequested: "tool_call.requested",
