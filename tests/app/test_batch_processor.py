@@ -599,6 +599,25 @@ def test_a_run_stamped_in_the_far_future_is_idle_by_the_worker_clock():
     assert unpack_state(value).state.last_event_ms == 2**64 - 1
 
 
+def test_an_event_time_beyond_64_bits_never_stops_a_checkpoint():
+    # The schema takes any JSON integer >= 0; MessagePack stops at 2^64 - 1.  Clamped by
+    # default; with clamping off, the run is dropped (counted) and the checkpoint goes on.
+    value = b'{"type": "tool_call.requested", "event_id": "e", "run_id": "r1", "session_key": "s", ' \
+            b'"tool_name": "read", "args_hash": "read:' + b"0" * 64 + b'", "ts_ms": ' + str(2**70).encode() + b"}"
+    record = Record("tool-calls", 0, 0, b"r1", value, 1.0)
+    clamped = BatchProcessor(engine(), clock=lambda: 1_000.0)
+    clamped.process([record], Store().read)
+    assert unpack_state(clamped.checkpoint().writes[(0, b"run:r1")]).state.last_event_ms == 1_000_000
+    registry = CollectorRegistry()
+    unclamped = BatchProcessor(engine(), Metrics(registry, process_metrics=False), clock_skew_s=None)
+    other = records([requested_event("f", "read", {}, run_id="r2", session_key="s", gate=True)], start=1)
+    r = unclamped.process([record] + other, Store().read)
+    assert len(r.verdicts) == 1
+    cp = unclamped.checkpoint()  # must not raise
+    assert (0, b"run:r1") not in cp.writes and (0, b"run:r2") in cp.writes
+    assert registry.get_sample_value("loopwatch_processing_errors_total", {"stage": "state_encode"}) == 1
+
+
 def test_a_state_that_cannot_be_packed_drops_the_run_instead_of_stopping_the_checkpoint(monkeypatch, caplog):
     import streams.app.processor as processor_module
 
