@@ -27,7 +27,8 @@ RUN pip install . \
  && chown loopwatch:loopwatch /var/lib/loopwatch
 
 WORKDIR /var/lib/loopwatch
-# RocksDB state lives in a volume; web and metrics listen on all interfaces inside the container.
+# RocksDB state lives in a volume; web (/healthz, /readyz only) and metrics (/metrics only) listen on
+# all interfaces inside the container.
 ENV LOOPWATCH_DATA_DIR=/var/lib/loopwatch \
     LOOPWATCH_WEB_HOST=0.0.0.0
 VOLUME ["/var/lib/loopwatch"]

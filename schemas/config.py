@@ -18,6 +18,12 @@ from typing import Annotated, Any
 import msgspec
 
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+MAX_HISTORY_SIZE = 1000
+"""loopwatch's upper bound on ``historySize`` (upstream has none).  A run's stored state must
+fit one changelog record (``streams.app.processor.MAX_STATE_BYTES``, 1 MB); 1000 records
+of ordinary ids take ~90 KB.  Upstream keeps one history in memory; here every run's history
+is written to Kafka, and a larger one was lost at the next restore (issue 13)."""
+HistorySize = Annotated[int, msgspec.Meta(gt=0, le=MAX_HISTORY_SIZE)]
 
 
 class DetectorToggles(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -34,7 +40,7 @@ class LoopDetectionConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defau
     """``tools.loopDetection`` (profile configurable-final)."""
 
     enabled: bool | None = None
-    historySize: PositiveInt | None = None
+    historySize: HistorySize | None = None
     warningThreshold: PositiveInt | None = None
     unknownToolThreshold: PositiveInt | None = None
     criticalThreshold: PositiveInt | None = None
@@ -146,6 +152,9 @@ def validate_loop_detection(block: Any, path: str = "tools.loopDetection") -> li
     for key in _INT_KEYS:
         if key in block:
             _check_positive_int(block[key], f"{path}.{key}", issues)
+    size = block.get("historySize")
+    if _is_number(size) and math.isfinite(size) and size > MAX_HISTORY_SIZE:
+        issues.append(ConfigIssue(f"{path}.historySize", f"Too big: expected number to be <={MAX_HISTORY_SIZE}", "too_big"))
     if "detectors" in block:
         detectors = block["detectors"]
         sub = f"{path}.detectors"

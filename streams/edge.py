@@ -9,12 +9,20 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
+from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallEvent, ToolCallRequested
 
 from .engine.canonical import UNDEFINED
 from .engine.hashing import Outcome, args_hash, hash_outcome, is_known_poll
 
-__all__ = ["compaction_event", "completed_event", "requested_event", "run_ended_event"]
+__all__ = ["compaction_event", "completed_event", "kafka_key", "requested_event", "run_ended_event"]
+
+
+def kafka_key(event: ToolCallEvent) -> bytes:
+    """The Kafka key to publish an event with: its ``run_id``, or without one its
+    ``session_key``, else its ``session_id``.  Every event of a run must carry the same key,
+    so that they all land on one partition (the worker dead-letters other keys, see
+    ``streams.app.processor.kafka_key_problem``)."""
+    return (event.run_id or event.session_key or event.session_id or "").encode("utf-8", "surrogatepass")
 
 
 def requested_event(

@@ -34,7 +34,19 @@ the acked offsets.  A crash loses at most the work since the last checkpoint, wh
 redone from the last committed offsets with the same verdict ids.  A checkpoint does its
 work in small slices and lets batches run in between (``CHECKPOINT_SLICE_S``, ``BUSY_BATCH``),
 so decisions do not wait for it; a batch that touches a run not yet encoded copies it
-(``copy_state``) rather than encoding it itself.
+(``copy_state``) rather than encoding it itself.  A checkpoint acks nothing until the broker
+has taken its changelog records: a state the changelog refuses stops the worker (which then
+restarts from the last good offsets) instead of vanishing at the next restore.
+
+No record can stop the worker: the processor dead-letters what it cannot apply, a state
+that cannot be stored drops its run, and a dead letter larger than the dead-letter topic
+takes is cut (``DeadLetter.to_record``).  Only Kafka failures (a verdict, dead letter or
+changelog record not delivered) stop it, and those are redone after a restart.
+
+Health: ``/healthz`` (the process is up) and ``/readyz`` (tables recovered, no rebalance, a
+broker answered within ``LOOPWATCH_BROKER_UNREACHABLE_S``) on the web port, ``/metrics`` on
+the metrics port, nothing else: Faust's own views (``/router``, ``/table/<name>/<key>``,
+``/graph``, its index) are not served, since they show raw state to anyone who can connect.
 """
 
 from __future__ import annotations
@@ -44,10 +56,12 @@ import gc
 import logging
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, ClassVar, Iterable, Sequence
 
 import faust
+from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError
 from faust.types import TP
+from faust.web.drivers.aiohttp import Web as AiohttpWeb
 
 from schemas.signing import Keyring
 from streams.broker_access import BrokerAccessError, broker_access
@@ -66,6 +80,14 @@ log = logging.getLogger("loopwatch.worker")
 
 TABLE_NAME = "runs"
 DLQ_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+CHANGELOG_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+"""``max.message.bytes`` of the run table's changelog (set when Faust creates it): twice
+what a stored state may take (``processor.MAX_STATE_BYTES``, 1 MB)."""
+DEAD_LETTER_VALUE_LIMIT = 1024 * 1024
+"""A dead letter's key and value are cut to this many bytes each (``DeadLetter.to_record``)."""
+_TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
+BROKER_PROBE_S = 1.0
+"""How often the worker asks a broker for cluster metadata (``/readyz``)."""
 SWEEP_CHUNK = 2000
 MAX_DIRTY_RUNS = 50_000
 """A checkpoint is taken early (and waited for) when this many runs wait for one."""
@@ -90,6 +112,16 @@ and the checkpoint must not fall behind."""
 _NO_HEADERS: list = []  # aiokafka's batch builder wants a list; never mutated
 
 
+class HealthOnlyWeb(AiohttpWeb):
+    """Faust's aiohttp web server without Faust's built-in views: only the app's own pages
+    (``/healthz``, ``/readyz``) are served, every other path is a 404."""
+
+    default_blueprints: ClassVar[list] = []
+    production_blueprints: ClassVar[list] = []
+    debug_blueprints: ClassVar[list] = []
+    optional_blueprints: ClassVar[list] = []
+
+
 class LoopwatchApp(faust.App):
     """``faust.App`` whose consumer delivers registered topics in batches."""
 
@@ -99,6 +131,11 @@ class LoopwatchApp(faust.App):
 
     def _new_transport(self) -> BatchingTransport:
         return BatchingTransport(self.conf.broker_consumer, self)
+
+    def _new_web(self) -> HealthOnlyWeb:
+        # Faust's one hook for the web driver (private, like _new_transport above; the
+        # ``web_*_enabled`` settings leave its index page at "/" on).
+        return HealthOnlyWeb(self)
 
     async def on_stop(self) -> None:
         await super().on_stop()  # stops the consumer: the last checkpoint is taken there
@@ -129,11 +166,18 @@ def faust_settings(settings: Settings) -> dict[str, Any]:
         producer_linger=0.0,  # latency: verdict and changelog batches are built explicitly anyway
         producer_max_batch_size=512 * 1024,
         producer_max_request_size=4 * 1024 * 1024,
+        # Static membership: a restarted worker rejoins as itself, without a rebalance.
+        consumer_group_instance_id=settings.group_instance_id,
         web_enabled=True,
+        web_router_enabled=False,
+        web_tables_enabled=False,
+        web_graph_enabled=False,
+        web_stats_enabled=False,
+        web_metrics_enabled=False,
         web_bind=settings.web_host,
         web_host=settings.web_host,
         web_port=settings.web_port,
-        canonical_url=f"http://{settings.web_host}:{settings.web_port}",
+        canonical_url=settings.web_url,
     )
 
 
@@ -217,7 +261,7 @@ class Loopwatch:
         self.watcher = ConfigWatcher(settings.config, self._swap_engine)
         self.key_watcher = None if settings.signing_keys is None else KeyringWatcher(settings.signing_keys, self._swap_keyring)
         self.processor = BatchProcessor(
-            self.watcher.load_initial(), metrics,
+            self.watcher.load_initial(), metrics, clock_skew_s=settings.clock_skew_s,
             keyring=None if self.key_watcher is None else self.key_watcher.load_initial(),
         )
         self._write_lock = asyncio.Lock()
@@ -243,6 +287,9 @@ class Loopwatch:
         self._runs_tracked = 0
         self._counted_generation: int | None = None
         self._gc_frozen = False
+        self._broker_answered_at = time.monotonic()
+        """When a broker last answered the readiness probe (``_probe_broker``)."""
+        self._broker_lost_logged = False
         self.batches = 0
         self.records = 0
         self.verdicts_sent = 0
@@ -273,6 +320,7 @@ class Loopwatch:
             },
             key_type=bytes,
             value_type=bytes,  # bytes -> the "raw" codec for keys, values and the changelog
+            extra_topic_configs={"max.message.bytes": str(CHANGELOG_MAX_MESSAGE_BYTES)},
         )
         # Subscribe tool-calls through the conductor (so the assignor co-partitions it with
         # the changelog and the consumer fetches it); its records go to handle_batch.
@@ -291,6 +339,7 @@ class Loopwatch:
         app.timer(1.0, name="loopwatch.lag")(self._update_lag)
         app.timer(0.5, name="loopwatch.flush_logs")(self._flush_logs)
         app.timer(min(0.25, settings.checkpoint_s), name="loopwatch.checkpoint")(self._checkpoint_timer)
+        app.timer(BROKER_PROBE_S, name="loopwatch.broker_probe")(self._probe_broker)
         app.page("/healthz")(_healthz)
         app.page("/readyz")(_readyz)
 
@@ -299,6 +348,7 @@ class Loopwatch:
     async def _on_start(self) -> None:
         for topic in (self.verdicts, self.dead_letters):
             await topic.maybe_declare()
+        await self._verdict_producer_started()  # before the first decision, and for the probe
         if self._metrics_server is None and self.settings.metrics_port:
             self._metrics_server = self.metrics.serve(self.settings.metrics_port, self.settings.web_host)
             log.info("metrics on http://%s:%d/metrics", self.settings.web_host, self.settings.metrics_port)
@@ -317,8 +367,9 @@ class Loopwatch:
     # -- health -------------------------------------------------------------------------------
 
     def is_ready(self) -> bool:
-        """Table recovery finished and no rebalance in progress (and not failing)."""
-        if self._poisoned is not None:
+        """Table recovery finished, no rebalance in progress, a broker answered lately (and
+        not failing)."""
+        if self._poisoned is not None or not self.broker_reachable():
             return False
         app = self.app
         try:
@@ -326,6 +377,35 @@ class Loopwatch:
         except Exception:  # noqa: BLE001 - not started yet
             return False
         return bool(recovered and not app.rebalancing and not getattr(app, "in_recovery", False))
+
+    def broker_reachable(self) -> bool:
+        """A broker answered within ``LOOPWATCH_BROKER_UNREACHABLE_S``."""
+        return time.monotonic() - self._broker_answered_at <= self.settings.broker_unreachable_s
+
+    async def _probe_broker(self) -> None:
+        """Ask a broker for the cluster's metadata, on the verdict producer's connections
+        (the same brokers the consumer and producers use; one small request a second).
+
+        A metadata request rather than the consumer's fetches: a worker with no partitions
+        (a warm standby) fetches nothing, and a partition's fetches pause during recovery.
+        """
+        producer = self._verdict_producer
+        if producer is None:
+            return  # not started yet: recovery, which needs the broker, keeps it unready anyway
+        timeout = min(5.0, self.settings.broker_unreachable_s)
+        try:
+            await asyncio.wait_for(producer.client.fetch_all_metadata(), timeout)
+        except Exception as exc:  # noqa: BLE001 - every failure means the same: no answer
+            silent = time.monotonic() - self._broker_answered_at
+            if not self._broker_lost_logged and silent > self.settings.broker_unreachable_s:
+                self._broker_lost_logged = True
+                log.error("no Kafka broker has answered for %.0f s (last error: %r): not ready until one does",
+                          silent, exc)
+            return
+        if self._broker_lost_logged:
+            self._broker_lost_logged = False
+            log.info("a Kafka broker answers again")
+        self._broker_answered_at = time.monotonic()
 
     def _report(self) -> None:
         """One info line a minute: what the worker did since the last one."""
@@ -521,7 +601,11 @@ class Loopwatch:
                 # processor serves reads of these runs itself, and the next checkpoint waits
                 # for this one (the checkpoint lock).
                 if cp.writes:
-                    await self._write(cp.writes.items(), on_stored=processor.checkpoint_written, step_aside=True)
+                    sent = await self._write(cp.writes.items(), on_stored=processor.checkpoint_written, step_aside=True)
+                    # Nothing is acked before the changelog has the states: a state it
+                    # refused would be gone at the next restore while its records count as
+                    # done.  The error stops the worker; it restarts from the last good offsets.
+                    await asyncio.gather(*sent)
                 else:
                     processor.checkpoint_written()
             except BaseException as exc:
@@ -576,24 +660,38 @@ class Loopwatch:
         return futures
 
     async def _send_dead_letter(self, letter: DeadLetter) -> asyncio.Future:
-        record = letter.record
-        headers = [
-            ("loopwatch.reason", letter.reason.encode()),
-            ("loopwatch.detail", letter.detail.encode("utf-8", "replace")),
-            ("loopwatch.source.topic", record.topic.encode()),
-            ("loopwatch.source.partition", str(record.partition).encode()),
-            ("loopwatch.source.offset", str(record.offset).encode()),
-        ]
-        if record.timestamp:
-            headers.append(("loopwatch.source.timestamp_ms", str(int(record.timestamp)).encode()))
-        value = record.value
-        if record.key is None and value is None:
-            value = b""  # Kafka needs a key or a value
-        n_partitions = await self._partitions(self.settings.dead_letter_topic)
-        return await self._producer().send(
-            self.settings.dead_letter_topic, value, key=record.key,
-            partition=record.partition % n_partitions, headers=headers,
+        """Queue a dead letter; returns a future of its delivery."""
+        partition = letter.record.partition % await self._partitions(self.settings.dead_letter_topic)
+        key, value, headers = letter.to_record(DEAD_LETTER_VALUE_LIMIT)
+        sent = await self._producer().send(
+            self.settings.dead_letter_topic, value, key=key, partition=partition, headers=headers,
         )
+        return asyncio.ensure_future(self._deliver_dead_letter(letter, sent, partition))
+
+    async def _deliver_dead_letter(self, letter: DeadLetter, sent: asyncio.Future, partition: int) -> Any:
+        """Wait for a dead letter's delivery.  When the topic refuses it as too large (its
+        ``max.message.bytes`` set below ``DEAD_LETTER_VALUE_LIMIT`` by someone; the producer
+        may also have put it in one request with others), it goes again on its own, then
+        as its headers alone, rather than stopping the worker at every restart."""
+        try:
+            return await sent
+        except _TOO_LARGE:
+            pass
+        try:
+            return await self._send_alone(letter, DEAD_LETTER_VALUE_LIMIT, partition)
+        except _TOO_LARGE as exc:
+            record = letter.record
+            log.error("dead letter of %s[%d]@%d refused by %s (%r): sending its headers without key or value",
+                      record.topic, record.partition, record.offset, self.settings.dead_letter_topic, exc)
+        return await self._send_alone(letter, 0, partition)
+
+    async def _send_alone(self, letter: DeadLetter, limit: int, partition: int) -> Any:
+        """Send a dead letter as a record batch of its own and wait for its delivery."""
+        key, value, headers = letter.to_record(limit)
+        producer = self._producer()
+        batch = producer.create_batch()
+        batch.append(key=key, value=value, timestamp=None, headers=headers)
+        return await (await producer.send_batch(batch, self.settings.dead_letter_topic, partition=partition))
 
     async def _send_records(
         self, producer: Any, topic: str, partition: int, items: Iterable[tuple[bytes | None, bytes | None]]
@@ -625,8 +723,9 @@ class Loopwatch:
         on_stored: Callable[[], None] | None = None,
         *,
         step_aside: bool = False,
-    ) -> None:
-        """Store states (None: delete) in RocksDB, then queue their changelog records.
+    ) -> list[asyncio.Future]:
+        """Store states (None: delete) in RocksDB, then queue their changelog records;
+        returns the futures of their delivery.
 
         ``step_aside``: yield to the event loop after each partition (a checkpoint, which
         holds no lock while it writes; the sweep writes under the write lock and does not).
@@ -650,18 +749,28 @@ class Loopwatch:
         if on_stored is not None:
             on_stored()  # every RocksDB write is done: reads go to the store from now on
         changelog = self.changelog_topic
+        sent = []
         for partition, items in by_partition.items():
             for future, n in await self._send_records(self._producer(), changelog, partition, items):
                 future.add_done_callback(self._persisted_callback(changelog, partition, n))
+                sent.append(future)
             if step_aside:
                 await self._step_aside()
+        return sent
 
     def _persisted_callback(self, topic: str, partition: int, n: int):
         store = self.store
 
         def on_sent(future: asyncio.Future) -> None:
-            if future.cancelled() or future.exception() is not None:
-                return  # the producer fails the worker; recovery reads from the last good offset
+            if future.cancelled():
+                return
+            exc = future.exception()
+            if exc is not None:
+                # A checkpoint raises it (and stops the worker); a sweep's tombstones only
+                # log it: the local store is then ahead of the changelog, and a restore
+                # brings the expired runs back until the next sweep expires them again.
+                log.error("%d changelog records for %s[%d] not written: %r", n, topic, partition, exc)
+                return
             if partition in store._dbs:  # not revoked meanwhile (would reopen the db)
                 store.set_persisted_offset(TP(topic, partition), future.result().offset + n - 1)
 
@@ -780,12 +889,14 @@ async def _healthz(self: Any, request: Any) -> Any:
 
 
 async def _readyz(self: Any, request: Any) -> Any:
-    """200 once the run table is recovered and no rebalance is in progress, else 503."""
+    """200 once the run table is recovered, no rebalance is in progress and a broker
+    answered lately, else 503."""
     loopwatch = self.app.loopwatch
     ready = loopwatch.is_ready()
     body = {
         "ready": ready,
         "rebalancing": bool(self.app.rebalancing),
         "in_recovery": bool(getattr(self.app, "in_recovery", False)),
+        "broker_reachable": loopwatch.broker_reachable(),
     }
     return self.json(body, status=200 if ready else 503)

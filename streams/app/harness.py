@@ -29,14 +29,18 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallEvent
+from streams.edge import kafka_key
 from streams.engine import LoopEngine, state_key
 
 __all__ = [
     "WorkerProcess",
     "WorkerNames",
     "collect",
+    "collect_verdicts",
+    "committed_offsets",
     "dedupe",
     "encode_all",
+    "end_offsets",
     "free_port",
     "header",
     "produce",
@@ -178,6 +182,9 @@ class WorkerProcess:
         env.update(FAST_GROUP_ENV)
         env.update(
             LOOPWATCH_BROKER=self.broker,
+            # One static group member per label: a restart rejoins as the same member, and
+            # two workers of one test never fence each other (they share a host name).
+            LOOPWATCH_INSTANCE_ID=f"{self.names.app_id}-{self.label}",
             LOOPWATCH_DATA_DIR=str(self.data_dir),
             LOOPWATCH_WEB_HOST="127.0.0.1",
             LOOPWATCH_WEB_PORT=str(self.web_port),
@@ -321,33 +328,40 @@ async def delete_topics(
         await admin.close()
 
 
+async def committed_offsets(broker: str, group: str, topic: str) -> dict[int, int]:
+    """Per partition of ``topic`` with a committed offset: the group's committed offset."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        committed = await admin.list_consumer_group_offsets(group)
+    finally:
+        await admin.close()
+    return {tp.partition: meta.offset for tp, meta in committed.items() if tp.topic == topic and meta.offset >= 0}
+
+
+async def end_offsets(broker: str, topic: str) -> dict[int, int]:
+    """Per partition of ``topic``: its end offset (the number of records it ever had)."""
+    tps = [TopicPartition(topic, p) for p in range(await wait_for_topic(broker, topic))]
+    consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets(tps)
+    finally:
+        await consumer.stop()
+    return {tp.partition: offset for tp, offset in ends.items()}
+
+
 async def group_lag(broker: str, group: str, topic: str) -> dict[int, int]:
     """Per partition of ``topic``: end offset minus the group's committed offset (the whole
     partition when nothing is committed)."""
-    tps = [TopicPartition(topic, p) for p in range(await wait_for_topic(broker, topic))]
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
-    consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False)
-    await admin.start()
-    await consumer.start()
-    try:
-        committed = await admin.list_consumer_group_offsets(group)
-        ends = await consumer.end_offsets(tps)
-        return {
-            tp.partition: ends[tp] - (committed[tp].offset if tp in committed and committed[tp].offset >= 0 else 0)
-            for tp in tps
-        }
-    finally:
-        await consumer.stop()
-        await admin.close()
+    ends = await end_offsets(broker, topic)
+    committed = await committed_offsets(broker, group, topic)
+    return {partition: end - committed.get(partition, 0) for partition, end in ends.items()}
 
 
 def encode_all(events: Iterable[ToolCallEvent]) -> list[tuple[bytes, bytes]]:
-    """(Kafka key, value) per event: keyed by run id (session key without one), as runners do."""
-    out = []
-    for event in events:
-        key = (event.run_id or event.session_key or event.session_id or "").encode()
-        out.append((key, encode_event(event)))
-    return out
+    """(Kafka key, value) per event, keyed as runners do (``streams.edge.kafka_key``)."""
+    return [(kafka_key(event), encode_event(event)) for event in events]
 
 
 async def produce(
@@ -427,6 +441,18 @@ async def collect(
                 out.extend(tp_records)
     finally:
         await consumer.stop()
+
+
+async def collect_verdicts(
+    broker: str, topic: str, expected_ids: Iterable[str], *, timeout: float = 60.0, settle: float = 0.5,
+) -> list:
+    """Every verdict record of ``topic``, read until each of ``expected_ids`` has arrived."""
+    want = set(expected_ids)
+
+    def done(records: list) -> bool:
+        return want <= {decode_verdict(r.value).verdict_id for r in records}
+
+    return await collect(broker, topic, until=done, timeout=timeout, settle=settle)
 
 
 # -- reference answers ------------------------------------------------------------------------

@@ -6,7 +6,10 @@ per batch, so a 5,000-record batch costs a handful of ``inc`` calls, not 5,000.
 
 from __future__ import annotations
 
+import threading
+from socketserver import ThreadingMixIn
 from typing import Mapping
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     GC_COLLECTOR,
@@ -16,7 +19,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
-    start_http_server,
+    make_wsgi_app,
 )
 
 __all__ = ["Metrics", "TOOL_LABEL_CAP", "LATENCY_BUCKETS"]
@@ -27,9 +30,10 @@ TOOL_LABEL_CAP = 200
 EVENT_TYPES = ("tool_call.requested", "tool_call.completed", "compaction.retried", "run.ended")
 ABORT_DETECTORS = ("compaction_loop_persisted", "critical_block_limit")
 DEAD_LETTER_REASONS = (
-    "invalid_json", "invalid_event", "oversized", "missing_key", "unknown_type", "bad_signature", "processing_error",
+    "invalid_json", "invalid_event", "oversized", "missing_key", "key_mismatch", "unknown_type", "bad_signature",
+    "processing_error",
 )
-ERROR_STAGES = ("decode", "state_decode", "engine")
+ERROR_STAGES = ("decode", "state_decode", "state_encode", "engine")
 WARNING_DETECTORS = ("generic_repeat", "known_poll_no_progress", "ping_pong")
 
 LATENCY_BUCKETS = (
@@ -81,6 +85,18 @@ class Metrics:
             "loopwatch_processing_errors", "unexpected errors (the record is dead-lettered, the worker continues)",
             ["stage"], registry=registry,
         )
+        self.duplicate_events = Counter(
+            "loopwatch_duplicate_events", "events skipped because their run already applied an event with the same id",
+            registry=registry,
+        )
+        self.event_time_clamped = Counter(
+            "loopwatch_event_time_clamped", "events whose ts_ms was too far ahead of the worker's clock (clamped to it)",
+            registry=registry,
+        )
+        self.states_trimmed = Counter(
+            "loopwatch_state_trimmed", "run states over the size limit whose oldest history was dropped",
+            registry=registry,
+        )
         self.consumer_lag = Gauge(
             "loopwatch_consumer_lag_records", "end offset - committed offset of tool-calls", ["partition"],
             registry=registry,
@@ -122,8 +138,31 @@ class Metrics:
                     counter.labels(labels).inc(n)
 
     def serve(self, port: int, host: str = "0.0.0.0") -> object | None:
-        """Serve ``/metrics`` on ``port`` (0: don't).  Returns the server, or None."""
+        """Serve ``/metrics`` on ``port`` (0: don't), in a thread.  Returns the server, or None.
+
+        prometheus_client's own ``start_http_server`` answers every path with the metrics;
+        this one answers only ``/metrics`` (and 404 elsewhere)."""
         if not port:
             return None
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
+        server = make_server(host, port, _only_metrics(make_wsgi_app(self.registry)), _MetricsServer, _QuietHandler)
+        threading.Thread(target=server.serve_forever, name="loopwatch-metrics", daemon=True).start()
         return server
+
+
+class _MetricsServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's signature
+        pass  # a scrape every few seconds would flood the worker's log
+
+
+def _only_metrics(app):
+    def serve(environ, start_response):
+        if environ.get("PATH_INFO") != "/metrics":
+            start_response("404 Not Found", [("Content-Type", "text/plain; charset=utf-8")])
+            return [b"not found: metrics are on /metrics\n"]
+        return app(environ, start_response)
+
+    return serve

@@ -25,11 +25,14 @@ expensive call, and with small batches at moderate load it would otherwise run p
 
 Table values are an envelope around ``streams.engine.encode_state``::
 
-    byte 0       format version (1)
+    byte 0       format version (2)
     bytes 1-8    offset of the last source record applied to this state (big endian)
     bytes 9-16   wall-clock ms when this worker last wrote the run (idle expiry)
-    bytes 17-24  the run's last_event_ms (event time, from the state)
-    bytes 25-    encode_state(RunState)
+    bytes 17-18  n: how many event-id digests follow
+    bytes 19-    n x 8 bytes: digests of the run's last ``SEEN_EVENT_IDS`` applied event ids
+    then         encode_state(RunState)
+
+(Version 1, still read, had the run's last event time at bytes 17-24 and no digests.)
 
 The source offset makes re-delivery idempotent.  Kafka delivery is at least once: after a
 crash the records since the last committed offset are processed again, while the table
@@ -39,16 +42,37 @@ would change counts, and so verdicts).  Because states are only written after th
 every event they contain were delivered, a skipped event's verdict has always been
 published; verdict ids derive from event ids, so any re-published duplicate is dropped by
 consumers.
+
+The event-id digests catch the other kind of duplicate: a runner that publishes an event
+again after a failed send (the README tells runners to reuse the ``event_id`` on retries), so
+the same event arrives at two offsets.  An event whose id is among its run's last
+``SEEN_EVENT_IDS`` applied ids is skipped and counted, never applied twice.  The digests are
+stored with the run's state (and so survive restarts and rebalances) and freed with it.
+
+Records are checked before they reach the engine: the Kafka key must be one of the forms
+``kafka_key_problem`` accepts (all of a run's events must land on one partition), and an
+event time further ahead of the worker's clock than ``clock_skew_ms`` is clamped to the
+worker's clock (``loopwatch_event_time_clamped_total``).  Idle expiry never reads event
+times: a runner's clock cannot keep a run alive.
+
+A stored state is at most ``MAX_STATE_BYTES``: the changelog topic takes records up to
+``CHANGELOG_MAX_MESSAGE_BYTES`` (streams.app.app), and a state the changelog refuses would be
+lost on the next restore.  ``historySize`` is bounded in the config (``schemas.config``), so
+only runs with very long ids and names reach the limit; their oldest history is dropped
+until the state fits, with an error line and ``loopwatch_state_trimmed_total``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import struct
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
+
+import msgspec
 
 from schemas.events import (
     CompactionRetried,
@@ -60,7 +84,9 @@ from schemas.events import (
 )
 from schemas.signing import Keyring
 from schemas.verdicts import Decision, RunAborted, encode_verdict
+from streams.edge import kafka_key
 from streams.engine import LoopEngine, RunState, copy_state, decode_state, encode_state, state_key
+from streams.engine.history import trim as trim_history
 
 from . import logs
 
@@ -71,15 +97,28 @@ __all__ = [
     "Envelope",
     "Record",
     "VerdictOut",
+    "kafka_key_problem",
     "pack_state",
     "unpack_state",
 ]
 
 log = logging.getLogger("loopwatch.worker")
 
-ENVELOPE_VERSION = 1
-_HEADER = struct.Struct(">Bqqq")
+ENVELOPE_VERSION = 2
+_HEADER = struct.Struct(">BqqH")
 HEADER_SIZE = _HEADER.size
+_HEADER_V1 = struct.Struct(">Bqqq")
+DIGEST_SIZE = 8
+SEEN_EVENT_IDS = 64
+"""Per run, the ids of this many most recently applied events are remembered (as 8-byte
+digests, 512 bytes a run) to skip an event published again.  A retry follows its original
+within a few events of the same run; a run's events are sequential (each call waits for its
+tool), so 64 covers any retry a runner makes while the run goes on."""
+_SEEN_BYTES = SEEN_EVENT_IDS * DIGEST_SIZE
+MAX_STATE_BYTES = 1_000_000
+"""Upper bound of a stored envelope (see the module docstring): under the broker's default
+``message.max.bytes`` (1,048,588), with room for the key and the record batch around it,
+so that a changelog created before ``CHANGELOG_MAX_MESSAGE_BYTES`` was set takes it too."""
 
 EVENT_TYPE_NAMES = {
     ToolCallRequested: "tool_call.requested",
@@ -127,12 +166,48 @@ class DeadLetter:
     reason: str
     detail: str
 
+    def to_record(self, value_limit: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+        """``(key, value, headers)`` for the dead-letter topic.
+
+        A key or value larger than ``value_limit`` bytes is cut to its first
+        ``value_limit`` bytes (``tool-calls`` may accept records larger than the dead-letter
+        topic does, and a dead letter that cannot be delivered would stop the worker);
+        ``loopwatch.truncated`` then names what was cut and ``loopwatch.source.{key,value}_bytes``
+        give the original sizes.
+        """
+        record = self.record
+        key, value = record.key, record.value
+        headers = [
+            ("loopwatch.reason", self.reason.encode()),
+            ("loopwatch.detail", self.detail.encode("utf-8", "replace")),
+            ("loopwatch.source.topic", record.topic.encode()),
+            ("loopwatch.source.partition", str(record.partition).encode()),
+            ("loopwatch.source.offset", str(record.offset).encode()),
+        ]
+        if record.timestamp:
+            headers.append(("loopwatch.source.timestamp_ms", str(int(record.timestamp)).encode()))
+        cut = []
+        if key is not None and len(key) > value_limit:
+            headers.append(("loopwatch.source.key_bytes", str(len(key)).encode()))
+            key = key[:value_limit]
+            cut.append("key")
+        if value is not None and len(value) > value_limit:
+            headers.append(("loopwatch.source.value_bytes", str(len(value)).encode()))
+            value = value[:value_limit]
+            cut.append("value")
+        if cut:
+            headers.append(("loopwatch.truncated", ",".join(cut).encode()))
+        if not key and not value:
+            value = b""  # Kafka needs a key or a value
+        return key, value, headers
+
 
 @dataclass(slots=True)
 class Envelope:
     offset: int
     touched_ms: int
-    last_event_ms: int
+    seen: bytes
+    """Digests of the run's last applied event ids, oldest first (``event_digest``)."""
     state: RunState | None
 
 
@@ -142,6 +217,10 @@ class BatchResult:
     dead_letters: list[DeadLetter] = field(default_factory=list)
     skipped: int = 0
     """Events not applied again because their run's state already holds them (re-delivery)."""
+    duplicates: int = 0
+    """Events not applied because their run already applied an event with the same id."""
+    clamped: int = 0
+    """Events whose time was too far ahead of the worker's clock and was clamped to it."""
     events: int = 0
     """Valid events applied."""
     runs: int = 0
@@ -162,9 +241,9 @@ class Checkpoint:
 class _Live:
     """A run touched since the last checkpoint: the authoritative copy until it is written."""
 
-    __slots__ = ("base", "state", "offset", "applied")
+    __slots__ = ("base", "state", "offset", "applied", "seen")
 
-    def __init__(self, base: bytes | RunState | None, state: RunState | None, offset: int) -> None:
+    def __init__(self, base: bytes | RunState | None, state: RunState | None, offset: int, seen: bytes = b"") -> None:
         self.base = base
         """What is stored for the run at the first touch: its envelope, or the state that the
         checkpoint being taken will store (None: nothing stored)."""
@@ -173,33 +252,95 @@ class _Live:
         """Offset of the last source record applied (-1: none)."""
         self.applied: list[Any] = []
         """Events applied since the checkpoint, in order (to rebuild after an engine error)."""
+        self.seen = bytearray(seen)
+        """Digests of the last ``SEEN_EVENT_IDS`` applied event ids, oldest first."""
 
 
 # -- the state envelope -----------------------------------------------------------------------
 
 
-def pack_state(state: RunState, offset: int, touched_ms: int) -> bytes:
-    return _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, state.last_event_ms) + encode_state(state)
+def pack_state(state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray = b"") -> bytes:
+    return _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE) + seen + encode_state(state)
 
 
-def unpack_header(value: bytes) -> tuple[int, int, int]:
-    """``(offset, touched_ms, last_event_ms)`` of a stored envelope, without decoding the state."""
-    version, offset, touched_ms, last_event_ms = _HEADER.unpack_from(value)
-    if version != ENVELOPE_VERSION:
-        raise ValueError(f"unknown state envelope version {version}")
-    return offset, touched_ms, last_event_ms
+def _parse_header(value: bytes) -> tuple[int, int, int, int]:
+    """``(offset, touched_ms, where the digests start, where the state starts)``."""
+    version = value[0] if value else None
+    if version == ENVELOPE_VERSION:
+        _version, offset, touched_ms, n = _HEADER.unpack_from(value)
+        return offset, touched_ms, HEADER_SIZE, HEADER_SIZE + n * DIGEST_SIZE
+    if version == 1:
+        _version, offset, touched_ms, _last_event_ms = _HEADER_V1.unpack_from(value)
+        return offset, touched_ms, _HEADER_V1.size, _HEADER_V1.size
+    raise ValueError(f"unknown state envelope version {version}")
+
+
+def unpack_header(value: bytes) -> tuple[int, int]:
+    """``(offset, touched_ms)`` of a stored envelope, without decoding the state."""
+    offset, touched_ms, _seen_at, _state_at = _parse_header(value)
+    return offset, touched_ms
 
 
 def unpack_state(value: bytes) -> Envelope:
     """The whole envelope, state decoded."""
-    offset, touched_ms, last_event_ms = unpack_header(value)
-    return Envelope(offset, touched_ms, last_event_ms, decode_state(value[HEADER_SIZE:]))
+    offset, touched_ms, seen_at, state_at = _parse_header(value)
+    return Envelope(offset, touched_ms, bytes(value[seen_at:state_at]), decode_state(value[state_at:]))
 
 
 def idle_since_ms(value: bytes) -> int:
-    """When the run was last active: the later of processing time and event time."""
-    _offset, touched_ms, last_event_ms = unpack_header(value)
-    return max(touched_ms, last_event_ms)
+    """When this worker last wrote the run, by its own clock (a runner's clock never counts:
+    a run stamped in the far future must still expire)."""
+    return unpack_header(value)[1]
+
+
+def event_digest(event_id: str) -> bytes:
+    """The 8 bytes an event id is remembered by (a collision within one run's last 64 ids
+    is a 1 in 2^58 chance)."""
+    return hashlib.blake2b(event_id.encode("utf-8", "surrogatepass"), digest_size=DIGEST_SIZE).digest()
+
+
+def _seen_before(seen: bytearray, digest: bytes) -> bool:
+    at = seen.find(digest)
+    while at >= 0:
+        if at % DIGEST_SIZE == 0:
+            return True
+        at = seen.find(digest, at + 1)
+    return False
+
+
+def _remember(seen: bytearray, digest: bytes) -> None:
+    seen += digest
+    if len(seen) > _SEEN_BYTES:
+        del seen[:DIGEST_SIZE]
+
+
+def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
+    """Why a record's Kafka key does not fit its event, as ``(reason, detail)``; None if it does.
+
+    Kafka picks a record's partition from its key, and a run's state lives on one partition:
+    a record keyed otherwise than its run's other events is processed against an empty
+    state elsewhere, and its loop is never seen.  Accepted keys, as UTF-8 bytes:
+
+    * the runner's key, ``streams.edge.kafka_key``: the event's ``run_id`` as published, or
+      without one its ``session_key``, else its ``session_id`` (what the README tells
+      runners, and what the client and the tools of this repository send);
+    * the event's state key, ``streams.engine.state_key``: ``run:<run id>``, or
+      ``session:<session key>|<session id>`` (the form verdicts are keyed by).
+
+    A missing or empty key is ``missing_key``; any other key is ``key_mismatch``.
+    """
+    if not key:
+        return "missing_key", "the record has no Kafka key: key every event by its run id (streams.edge.kafka_key)"
+    if key == state_key_bytes:
+        return None
+    expected = kafka_key(event)
+    if key == expected:
+        return None
+    shown = key[:200].decode("utf-8", "replace")
+    return "key_mismatch", (
+        f"Kafka key {shown!r} is not the event's run key {expected.decode('utf-8', 'replace')!r}"
+        f" nor its state key {state_key_bytes.decode('utf-8', 'replace')!r}"
+    )
 
 
 # -- the processor ----------------------------------------------------------------------------
@@ -210,7 +351,8 @@ class BatchProcessor:
     the next checkpoint.
 
     ``engine`` may be swapped at any time between batches (config hot reload); a batch
-    always runs on one engine.
+    always runs on one engine.  ``clock_skew_s``: event times further ahead of ``clock``
+    are clamped to it (None: never).
     """
 
     def __init__(
@@ -221,6 +363,7 @@ class BatchProcessor:
         clock: Callable[[], float] = time.time,
         cache_size: int = 4096,
         keyring: Keyring | None = None,
+        clock_skew_s: float | None = 300.0,
     ) -> None:
         self.engine = engine
         self.keyring = keyring
@@ -229,6 +372,7 @@ class BatchProcessor:
         self.metrics = metrics
         self.clock = clock
         self.cache_size = cache_size
+        self.clock_skew_ms = None if clock_skew_s is None else int(clock_skew_s * 1000)
         self._dirty: dict[tuple[int, bytes], _Live] = {}
         self._frozen: dict[tuple[int, bytes], _Live] | None = None
         """Runs of the checkpoint being taken, not encoded yet."""
@@ -236,7 +380,7 @@ class BatchProcessor:
         self._written: dict[tuple[int, bytes], bytes | None] | None = None
         """The last checkpoint's writes until the store has them."""
         self._now_ms = 0
-        self._cache: dict[tuple[int, bytes], tuple[int, int, RunState]] = {}
+        self._cache: dict[tuple[int, bytes], tuple[int, int, RunState, bytes]] = {}
         """The state object this worker last wrote per run (insertion-ordered, LRU-ish):
         used only while the stored envelope still carries the same offset and time stamp,
         so a state changed elsewhere (another worker, a deletion) is never used."""
@@ -268,6 +412,8 @@ class BatchProcessor:
         result = BatchResult()
         dead = result.dead_letters
         groups: dict[tuple[int, bytes], list[tuple[Record, Any]]] = {}
+        now_ms = int(self.clock() * 1000)
+        latest_ms = None if self.clock_skew_ms is None else now_ms + self.clock_skew_ms
         for record in records:
             value = record.value
             try:
@@ -278,6 +424,9 @@ class BatchProcessor:
                 if signer is not None:
                     signer.check_agent(event)
                 key = state_key(event).encode("utf-8", "surrogatepass")
+                problem = kafka_key_problem(record.key, event, key)
+                if problem is not None:
+                    raise InvalidEvent(*problem)
             except InvalidEvent as exc:
                 dead.append(DeadLetter(record, exc.reason, _cut(exc.detail)))
                 continue
@@ -286,6 +435,11 @@ class BatchProcessor:
                 self._count_error("decode")
                 log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition, record.offset)
                 continue
+            if latest_ms is not None and event.ts_ms > latest_ms:
+                # A runner's clock far ahead (or a hostile ts_ms): the event counts as
+                # happening now.  Past times are left alone (replays, backlogs, ts_ms 0).
+                event = msgspec.structs.replace(event, ts_ms=now_ms)
+                result.clamped += 1
             group = groups.get((record.partition, key))
             if group is None:
                 groups[(record.partition, key)] = group = []
@@ -349,21 +503,53 @@ class BatchProcessor:
 
     def _emit(self, pk: tuple[int, bytes], live: _Live) -> bytes | None:
         out = self._out
-        if live.state is None:
+        value = None if live.state is None else self._pack(pk, live)
+        if value is None:
             if live.base is not None:
                 out.writes[pk] = None
                 out.deleted += 1
             else:
                 out.writes.pop(pk, None)
             return None
-        value = pack_state(live.state, live.offset, self._now_ms)
         out.writes[pk] = value
         if live.base is None:
             out.created += 1
         cache = self._cache
-        cache[pk] = (live.offset, self._now_ms, live.state)
+        cache[pk] = (live.offset, self._now_ms, live.state, bytes(live.seen))
         if len(cache) > self.cache_size:
             del cache[next(iter(cache))]
+        return value
+
+    def _pack(self, pk: tuple[int, bytes], live: _Live) -> bytes | None:
+        """The run's envelope, at most ``MAX_STATE_BYTES``; None when it cannot be stored
+        (the run is then dropped: a state the checkpoint cannot write would stop the worker
+        at every restart)."""
+        state = live.state
+        try:
+            value = pack_state(state, live.offset, self._now_ms, live.seen)
+            if len(value) <= MAX_STATE_BYTES:
+                return value
+            size, records = len(value), len(state)
+            kept = records
+            while len(value) > MAX_STATE_BYTES and kept > 0:
+                kept //= 2
+                trim_history(state, kept)
+                value = pack_state(state, live.offset, self._now_ms, live.seen)
+            if len(value) > MAX_STATE_BYTES:
+                state.warning_buckets.clear()
+                value = pack_state(state, live.offset, self._now_ms, live.seen)
+            if len(value) > MAX_STATE_BYTES:
+                raise ValueError(f"{len(value)} bytes even without history and warning buckets")
+        except Exception as exc:  # noqa: BLE001 - one bad state must not stop the worker
+            log.error("cannot store the state of %r on partition %d (%r): the run starts afresh at its next event",
+                      pk[1], pk[0], exc)
+            self._count_error("state_encode")
+            self._cache.pop(pk, None)
+            return None
+        log.error("state of %r on partition %d was %d bytes, over the %d-byte limit: kept its newest %d of %d "
+                  "history records", pk[1], pk[0], size, MAX_STATE_BYTES, len(state), records)
+        if self.metrics is not None:
+            self.metrics.states_trimmed.inc()
         return value
 
     # -- one run's events ---------------------------------------------------------------------
@@ -384,8 +570,8 @@ class BatchProcessor:
                     self._emit(pk, live)  # a deletion: nothing to encode
                     return _Live(None, None, live.offset)
                 snapshot = copy_state(live.state)
-                frozen[pk] = _Live(live.base, snapshot, live.offset)
-                return _Live(snapshot, live.state, live.offset)
+                frozen[pk] = _Live(live.base, snapshot, live.offset, live.seen)
+                return _Live(snapshot, live.state, live.offset, live.seen)
         partition, key = pk
         written = self._written if self._written is not None else (self._out.writes if self._out is not None else None)
         if written is not None and pk in written:
@@ -396,21 +582,21 @@ class BatchProcessor:
         if stored is None:
             return _Live(None, None, -1)
         try:
-            offset, touched_ms, _last = unpack_header(stored)
+            offset, touched_ms, seen_at, state_at = _parse_header(stored)
         except Exception as exc:  # noqa: BLE001
             log.error("unreadable state for %r on partition %d (%r): starting the run afresh", key, partition, exc)
             self._count_error("state_decode")
             return _Live(None, None, -1)
         if cached is not None and cached[0] == offset and cached[1] == touched_ms:
-            return _Live(stored, cached[2], offset)  # the object this worker wrote: no decode
+            return _Live(stored, cached[2], offset, cached[3])  # the object this worker wrote: no decode
         state = self._decode(stored, pk)
         if state is None:
             return _Live(None, None, -1)
-        return _Live(stored, state, offset)
+        return _Live(stored, state, offset, stored[seen_at:state_at])
 
     def _decode(self, stored: bytes, pk: tuple[int, bytes]) -> RunState | None:
         try:
-            return decode_state(stored[HEADER_SIZE:])
+            return decode_state(stored[_parse_header(stored)[3]:])
         except Exception as exc:  # noqa: BLE001
             log.error("undecodable state for %r on partition %d (%r): starting the run afresh", pk[1], pk[0], exc)
             self._count_error("state_decode")
@@ -438,11 +624,18 @@ class BatchProcessor:
             if not fresh:
                 return
         state = live.state
+        seen = live.seen
         failed: set[int] = set()
         outputs: list[tuple[Any, Any, Any]] = []
         i = 0
         while i < len(fresh):
             record, event = fresh[i]
+            digest = event_digest(event.event_id)
+            if _seen_before(seen, digest):
+                failed.add(i)  # not applied: not part of a rebuild either
+                result.duplicates += 1
+                i += 1
+                continue
             try:
                 step = engine.handle(state, event, validated=True)
             except Exception as exc:  # noqa: BLE001 - see below
@@ -459,6 +652,10 @@ class BatchProcessor:
                 i += 1
                 continue
             state = step.state
+            if state is None:
+                seen.clear()  # the run ended: its ids go with its state
+            else:
+                _remember(seen, digest)
             outputs.append((record, event, step))
             i += 1
         for record, event, step in outputs:
@@ -540,6 +737,10 @@ class BatchProcessor:
         m.add(m.run_aborts, counts.aborts)
         if counts.armings:
             m.guard_armings.inc(counts.armings)
+        if result.duplicates:
+            m.duplicate_events.inc(result.duplicates)
+        if result.clamped:
+            m.event_time_clamped.inc(result.clamped)
         if result.dead_letters:
             reasons: dict[str, int] = defaultdict(int)
             for letter in result.dead_letters:

@@ -13,8 +13,11 @@ variable, so a misconfigured worker fails at start instead of at the first recor
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
+import re
+import socket
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +28,7 @@ __all__ = ["Settings", "SettingsError", "PREFIX"]
 PREFIX = "LOOPWATCH_"
 
 _SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+_INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,240}")  # Kafka's rule for group.instance.id, 9 left for the suffix
 _SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
@@ -69,6 +73,16 @@ class Settings:
     heartbeat_interval_s: float = 3.0
     rebalance_timeout_s: float = 60.0
     commit_interval_s: float = 2.8
+    instance_id: str = field(default_factory=socket.gethostname)
+    """This worker's static member id in the consumer group (with a digest of its URL:
+    ``group_instance_id``), unique per worker and stable across its restarts: a restarted
+    worker takes its partitions back at once instead of waiting for the old member's session
+    to time out.  The host name by default (a StatefulSet pod's name; the chart sets it
+    explicitly)."""
+    broker_unreachable_s: float = 15.0
+    """``/readyz`` answers 503 once no broker has answered the worker for this long."""
+    clock_skew_s: float = 300.0
+    """Event times more than this far ahead of the worker's clock are clamped to it."""
     # TLS / SASL
     security_protocol: str = "PLAINTEXT"
     ssl_cafile: Path | None = None
@@ -111,6 +125,10 @@ class Settings:
                 raise SettingsError(f"{PREFIX}BROKER: {host!r} is not host:port")
         if not self.app_id:
             raise SettingsError(f"{PREFIX}APP_ID must not be empty")
+        if not _INSTANCE_ID.fullmatch(self.instance_id):
+            raise SettingsError(
+                f"{PREFIX}INSTANCE_ID={self.instance_id!r}: use 1 to 240 ASCII letters, digits, '.', '_' or '-'"
+            )
         topics = [self.tool_calls_topic, self.verdicts_topic, self.dead_letter_topic]
         if len(set(topics)) != 3 or not all(topics):
             raise SettingsError(
@@ -238,6 +256,23 @@ class Settings:
                 sasl_plain_password=self.sasl_password,
             )
         return options
+
+    @property
+    def web_url(self) -> str:
+        """The worker's URL as Faust announces it to the group (its ``canonical_url``)."""
+        return f"http://{self.web_host}:{self.web_port}"
+
+    @property
+    def group_instance_id(self) -> str:
+        """Kafka's ``group.instance.id``: ``instance_id`` and a digest of ``web_url``.
+
+        A static member that rejoins gets the assignment its previous incarnation was given,
+        without a rebalance, and Faust's assignor refuses one made for another URL: a worker
+        restarted with a new web host or port would wait for ever, never ready.  With the URL
+        in the id it joins as a new member instead (after the old one's session times out,
+        once); and two workers on one host, which need different ports, never share an id."""
+        digest = hashlib.sha256(self.web_url.encode()).hexdigest()[:8]
+        return f"{self.instance_id}-{digest}"
 
     @property
     def sweep_interval_s(self) -> float:

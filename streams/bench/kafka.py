@@ -48,6 +48,7 @@ from schemas.events import ToolCallRequested
 from streams.app.harness import (
     REPO, WorkerNames, WorkerProcess, delete_topics, encode_all, stop_group, wait_for_topic, write_config,
 )
+from streams.edge import kafka_key
 from streams.engine import LoopEngine
 from streams.scenarios import FLEET_MIX, fleet_trace
 
@@ -355,7 +356,7 @@ async def latency(
             for i, event in enumerate(warm):
                 await asyncio.sleep(max(0.0, 1 / rate))
                 event = msgspec.structs.replace(event, ts_ms=int(time.time() * 1000))
-                await producer.send(names.tool_calls, encode_event(event), key=(event.run_id or "").encode())
+                await producer.send(names.tool_calls, encode_event(event), key=kafka_key(event))
             await asyncio.sleep(1.0)
             received.clear()
             # This process is the instrument: its own GC pauses (tens of ms for a full
@@ -370,7 +371,7 @@ async def latency(
                 if delay > 0:
                     await asyncio.sleep(delay)
                 event = msgspec.structs.replace(event, ts_ms=int(time.time() * 1000))
-                key = (event.run_id or event.session_key or "").encode()
+                key = kafka_key(event)
                 if isinstance(event, ToolCallRequested) and event.gate:
                     sent[event.event_id] = time.perf_counter()
                     sent_wall[event.event_id] = time.time()

@@ -315,17 +315,27 @@ def fleet() -> dashboard_b.Dashboard:
         L, "Dead letters per minute by reason",
         "Records sent to the dead-letter topic. These tool calls get no loop protection.",
         [Q(f"sum by (reason) (rate(loopwatch_dead_letters_total[{RATE}])) * 60", "{{reason}}")],
-        stack=True))
+        width=8, stack=True))
     d = d.with_panel(timeseries(
         L, "Processing errors per minute by stage",
-        "Unexpected errors; the record is dead-lettered and the worker continues.",
+        "Unexpected errors; the worker continues (decode/engine: the record is dead-lettered; "
+        "state_decode: the run starts afresh; state_encode: a run whose state cannot be stored is dropped).",
         [Q(f"sum by (stage) (rate(loopwatch_processing_errors_total[{RATE}])) * 60", "{{stage}}")],
-        stack=True))
+        width=8, stack=True))
+    d = d.with_panel(timeseries(
+        L, "Retries, runner clocks and state limits per minute",
+        "Events skipped as duplicates of an event id their run already applied (runner retries), "
+        "event times clamped to the worker's clock (a runner's clock far ahead), and run states "
+        "trimmed to the 1 MB limit.",
+        [Q(f"sum(rate(loopwatch_duplicate_events_total[{RATE}])) * 60", "duplicate events"),
+         Q(f"sum(rate(loopwatch_event_time_clamped_total[{RATE}])) * 60", "event times clamped"),
+         Q(f"sum(rate(loopwatch_state_trimmed_total[{RATE}])) * 60", "states trimmed")],
+        width=8))
 
     d = d.with_row(row("Workers", L))
     d = d.with_panel(timeseries(
         L, "Worker ready",
-        "1 when the worker's /readyz answers 200 (tables recovered, not rebalancing).",
+        "1 when the worker's /readyz answers 200 (tables recovered, not rebalancing, a broker answers).",
         [Q("loopwatch_ready", "{{instance}}")], width=8, max_val=1))
     d = d.with_panel(timeseries(
         L, "Table recovery in progress",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -18,8 +19,8 @@ from streams.app.processor import (
     unpack_header,
     unpack_state,
 )
-from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import LoopEngine, RunState, state_key
+from streams.edge import compaction_event, completed_event, kafka_key, requested_event, run_ended_event
+from streams.engine import LoopEngine, RunState, encode_state, state_key
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 
@@ -43,10 +44,12 @@ class Store(dict):
 
 
 def records(events, partition=0, start=0, topic="tool-calls"):
+    """Records as a runner publishes them: keyed by run id (raw values: key b"k")."""
     out = []
     for i, event in enumerate(events):
-        value = event if isinstance(event, (bytes, type(None))) else encode_event(event)
-        out.append(Record(topic, partition, start + i, b"k", value, 1.0))
+        raw = isinstance(event, (bytes, type(None)))
+        value = event if raw else encode_event(event)
+        out.append(Record(topic, partition, start + i, b"k" if raw else kafka_key(event), value, 1.0))
     return out
 
 
@@ -291,14 +294,30 @@ def test_state_cache_is_only_used_while_the_store_agrees():
 
 def test_envelope_round_trip():
     st = engine().handle(None, requested_event("a", "read", {}, run_id="r", session_key="s", ts_ms=5000), validated=True).state
-    value = pack_state(st, offset=41, touched_ms=7000)
-    assert unpack_header(value) == (41, 7000, 5000)
+    seen = bytes(range(16))  # two 8-byte digests
+    value = pack_state(st, offset=41, touched_ms=7000, seen=seen)
+    assert unpack_header(value) == (41, 7000)
     assert idle_since_ms(value) == 7000
     env = unpack_state(value)
-    assert (env.offset, env.touched_ms, env.last_event_ms, env.state) == (41, 7000, 5000, st)
-    assert len(value) > HEADER_SIZE
+    assert (env.offset, env.touched_ms, env.seen, env.state) == (41, 7000, seen, st)
+    assert len(value) == HEADER_SIZE + 16 + len(encode_state(st))
     with pytest.raises(ValueError):
-        unpack_header(b"\x02" + value[1:])
+        unpack_header(b"\x03" + value[1:])
+
+
+def test_version_1_envelopes_are_still_read():
+    # Written by the worker before event-id digests (header: version 1, offset, touched_ms,
+    # last event ms, as big-endian signed 64-bit integers); changelogs still hold them.
+    st = engine().handle(None, requested_event("a", "read", {}, run_id="r1", session_key="s", ts_ms=5000), validated=True).state
+    old = struct.pack(">Bqqq", 1, 41, 7000, 5000) + encode_state(st)
+    env = unpack_state(old)
+    assert (env.offset, env.touched_ms, env.seen, env.state) == (41, 7000, b"", st)
+    assert idle_since_ms(old) == 7000
+    p = BatchProcessor(engine())
+    store = Store({(0, b"run:r1"): old})
+    later = requested_event("b", "read", {}, run_id="r1", session_key="s", ts_ms=6000)
+    p.process(records([later], start=42), store.read)
+    assert len(unpack_state(p.checkpoint().writes[(0, b"run:r1")]).state) == 2
 
 
 def test_metrics_follow_the_contract():
@@ -399,7 +418,7 @@ def test_a_batch_copies_a_run_of_the_checkpoint_in_progress_instead_of_encoding_
 
 
 def run_ended_record(recs, run_id):
-    return Record("tool-calls", 0, recs[-1].offset + 1, b"k", encode_event(run_ended_event("end-" + run_id, run_id=run_id, session_key="s")), 1.0)
+    return Record("tool-calls", 0, recs[-1].offset + 1, run_id.encode(), encode_event(run_ended_event("end-" + run_id, run_id=run_id, session_key="s")), 1.0)
 
 
 def test_a_run_touched_while_its_checkpoint_is_unwritten_reads_the_checkpoint():
@@ -416,3 +435,247 @@ def test_a_run_touched_while_its_checkpoint_is_unwritten_reads_the_checkpoint():
     assert [decode_verdict(v.value) for v in r.verdicts] == reference(events)[10:]
     store.apply(cp)
     p.checkpoint_written()
+
+
+# -- the Kafka key -------------------------------------------------------------------------------
+
+
+def keyed(event, key, offset=0, partition=0):
+    return Record("tool-calls", partition, offset, key, encode_event(event), 1.0)
+
+
+@pytest.mark.parametrize(
+    "fields, key",
+    [
+        ({"run_id": "r1", "session_key": "s"}, b"r1"),  # the README's key: the run id
+        ({"run_id": "r1", "session_key": "s"}, b"run:r1"),  # the state key (verdicts' key)
+        ({"run_id": " r1 ", "session_key": "s"}, b" r1 "),  # the run id as published
+        ({"session_key": "agent:main:1"}, b"agent:main:1"),  # no run id: the session key
+        ({"session_key": "agent:main:1", "session_id": "x"}, b"session:agent:main:1|x"),
+        ({"session_id": "x"}, b"x"),  # neither: the session id
+    ],
+)
+def test_accepted_kafka_keys(fields, key):
+    event = requested_event("e1", "read", {}, gate=True, **fields)
+    r = BatchProcessor(engine()).process([keyed(event, key)], Store().read)
+    assert r.dead_letters == [] and len(r.verdicts) == 1
+
+
+@pytest.mark.parametrize(
+    "key, reason",
+    [
+        (None, "missing_key"),
+        (b"", "missing_key"),
+        (b"r2", "key_mismatch"),  # another run's id
+        (b"R1", "key_mismatch"),
+        (b"s", "key_mismatch"),  # the session key of an event that has a run id
+        (b"run:r1 ", "key_mismatch"),
+        (b"\xff\xfe", "key_mismatch"),
+    ],
+)
+def test_a_record_keyed_otherwise_than_its_run_is_dead_lettered(key, reason):
+    # A polling loop published without a key or with random keys spreads over partitions
+    # and is never detected; such records must not be processed at all.
+    registry = CollectorRegistry()
+    p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
+    event = requested_event("e1", "read", {}, run_id="r1", session_key="s", gate=True)
+    r = p.process([keyed(event, key)], Store().read)
+    assert [(d.reason, d.record.key) for d in r.dead_letters] == [(reason, key)]
+    assert r.verdicts == [] and p.dirty == 0
+    assert registry.get_sample_value("loopwatch_dead_letters_total", {"reason": reason}) == 1
+
+
+# -- retries: an event id is applied once -------------------------------------------------------
+
+POLL = {"action": "poll", "sessionId": "s1"}
+STILL_RUNNING = {"content": [{"type": "text", "text": "Process still running."}], "details": {"status": "running"}}
+
+
+def polling_loop(n: int, run_id="poll"):
+    """``n`` identical process polls with identical outcomes (a known poll, no progress)."""
+    events = []
+    for i in range(n):
+        common = dict(run_id=run_id, session_key="agent:main:poll", agent_id="main", tool_call_id=f"c{i}", ts_ms=1000 + i)
+        events.append(requested_event(f"{run_id}:{i}:req", "process", POLL, gate=True, **common))
+        events.append(completed_event(f"{run_id}:{i}:done", "process", POLL, result=STILL_RUNNING, **common))
+    return events
+
+
+def first_warning(verdicts):
+    """1-based number of the poll whose decision was the first warning."""
+    for v in verdicts:
+        decision = decode_verdict(v.value)
+        if decision.action == "warn":
+            assert (decision.detector, decision.count) == ("known_poll_no_progress", 10)
+            return int(decision.verdict_id.split(":")[1]) + 1
+    return None
+
+
+def test_a_polling_loop_published_twice_warns_at_the_same_call_as_once():
+    # Hand-worked from the spec (§2.10, §2.7 rule 4): the no-progress streak counts the
+    # earlier identical outcomes; warningThreshold 10 is reached when ten polls have
+    # completed, so the 11th poll warns with count 10.  Counted twice, five polls would
+    # already make ten outcomes and the 6th poll would warn.
+    events = polling_loop(15)
+    once = BatchProcessor(engine()).process(records(events), Store().read)
+    assert first_warning(once.verdicts) == 11
+    twice = [e for e in events for _copy in (1, 2)]
+    registry = CollectorRegistry()
+    p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
+    r = p.process(records(twice), Store().read)
+    assert first_warning(r.verdicts) == 11
+    assert r.duplicates == len(events)
+    assert [v.value for v in r.verdicts] == [v.value for v in once.verdicts]
+    assert registry.get_sample_value("loopwatch_duplicate_events_total") == len(events)
+
+
+def test_event_ids_are_remembered_across_checkpoints_and_restarts():
+    events = polling_loop(15)
+    recs = records([e for e in events for _copy in (1, 2)])
+    store = Store()
+    p = BatchProcessor(engine())
+    first = p.process(recs[:9], store.read)  # ... up to the first copy of poll 3's request
+    store.apply(p.checkpoint())
+    # A new worker (nothing cached), reading only the stored state: poll 3's request comes
+    # again in the next batch, and every later duplicate too.
+    restarted = BatchProcessor(engine())
+    rest = restarted.process(recs[9:], store.read)
+    assert rest.duplicates == len(events) - 4 - 1 + 1  # 4 duplicates fell in the first batch
+    assert first_warning(first.verdicts + rest.verdicts) == 11
+
+
+def test_the_remembered_ids_are_bounded_per_run():
+    from streams.app.processor import SEEN_EVENT_IDS
+
+    events = repeat_run(SEEN_EVENT_IDS, gate=False)  # 2 x 64 events
+    p = BatchProcessor(engine())
+    store = Store()
+    p.process(records(events), store.read)
+    store.apply(p.checkpoint())
+    envelope = unpack_state(store[(0, b"run:r1")])
+    assert len(envelope.seen) == SEEN_EVENT_IDS * 8
+    # The oldest ids are forgotten: a very late copy of the first event counts again, a
+    # copy of a recent one does not.
+    late = p.process(records([events[0], events[-1]], start=len(events)), store.read)
+    assert late.duplicates == 1
+
+
+def test_an_ended_run_forgets_its_ids_with_its_state():
+    events = repeat_run(2) + [run_ended_event("end", run_id="r1", session_key="s")]
+    p = BatchProcessor(engine())
+    store = Store()
+    p.process(records(events), store.read)
+    store.apply(p.checkpoint())
+    assert store == {}
+
+
+# -- event time: the worker's clock decides ------------------------------------------------------
+
+
+def test_event_times_far_ahead_of_the_worker_are_clamped_to_its_clock():
+    registry = CollectorRegistry()
+    p = BatchProcessor(engine(), Metrics(registry, process_metrics=False), clock=lambda: 1_000_000.0, clock_skew_s=60)
+    now_ms = 1_000_000_000
+    times = [2**63, 2**64 - 1, now_ms + 60_001, now_ms + 60_000, 5, 0]
+    events = [requested_event(f"e{i}", "read", {"i": i}, run_id="r1", session_key="s", gate=True, ts_ms=t)
+              for i, t in enumerate(times)]
+    r = p.process(records(events), Store().read)
+    assert [decode_verdict(v.value).ts_ms for v in r.verdicts] == [now_ms, now_ms, now_ms, now_ms + 60_000, 5, 0]
+    assert r.clamped == 3
+    assert registry.get_sample_value("loopwatch_event_time_clamped_total") == 3
+    state = unpack_state(p.checkpoint().writes[(0, b"run:r1")]).state
+    assert state.last_event_ms == now_ms + 60_000
+
+
+def test_a_run_stamped_in_the_far_future_is_idle_by_the_worker_clock():
+    # Expiry reads only when the worker last wrote the run, never its event times; and
+    # with clamping off, the largest time the schema takes is still stored (it once stopped
+    # every checkpoint: the envelope packed the event time as a signed 64-bit integer).
+    p = BatchProcessor(engine(), clock=lambda: 1_000.0, clock_skew_s=None)
+    event = requested_event("e", "read", {}, run_id="r1", session_key="s", ts_ms=2**64 - 1)
+    p.process(records([event]), Store().read)
+    value = p.checkpoint().writes[(0, b"run:r1")]
+    assert idle_since_ms(value) == 1_000_000
+    assert unpack_state(value).state.last_event_ms == 2**64 - 1
+
+
+def test_an_event_time_beyond_64_bits_never_stops_a_checkpoint():
+    # The schema takes any JSON integer >= 0; MessagePack stops at 2^64 - 1.  Clamped by
+    # default; with clamping off, the run is dropped (counted) and the checkpoint goes on.
+    value = b'{"type": "tool_call.requested", "event_id": "e", "run_id": "r1", "session_key": "s", ' \
+            b'"tool_name": "read", "args_hash": "read:' + b"0" * 64 + b'", "ts_ms": ' + str(2**70).encode() + b"}"
+    record = Record("tool-calls", 0, 0, b"r1", value, 1.0)
+    clamped = BatchProcessor(engine(), clock=lambda: 1_000.0)
+    clamped.process([record], Store().read)
+    assert unpack_state(clamped.checkpoint().writes[(0, b"run:r1")]).state.last_event_ms == 1_000_000
+    registry = CollectorRegistry()
+    unclamped = BatchProcessor(engine(), Metrics(registry, process_metrics=False), clock_skew_s=None)
+    other = records([requested_event("f", "read", {}, run_id="r2", session_key="s", gate=True)], start=1)
+    r = unclamped.process([record] + other, Store().read)
+    assert len(r.verdicts) == 1
+    cp = unclamped.checkpoint()  # must not raise
+    assert (0, b"run:r1") not in cp.writes and (0, b"run:r2") in cp.writes
+    assert registry.get_sample_value("loopwatch_processing_errors_total", {"stage": "state_encode"}) == 1
+
+
+def test_a_state_that_cannot_be_packed_drops_the_run_instead_of_stopping_the_checkpoint(monkeypatch, caplog):
+    import streams.app.processor as processor_module
+
+    real = processor_module.encode_state
+
+    def encode(state):
+        if state.run_id == "bad":
+            raise OverflowError("int too large to convert")
+        return real(state)
+
+    store = Store({(0, b"run:bad"): pack_state(RunState(run_id="bad"), 0, 1)})
+    monkeypatch.setattr(processor_module, "encode_state", encode)
+    registry = CollectorRegistry()
+    p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
+    events = [requested_event(f"{run}-1", "read", {}, run_id=run, session_key="s") for run in ("bad", "good")]
+    p.process(records(events, start=1), store.read)
+    cp = p.checkpoint()  # must not raise
+    assert cp.writes[(0, b"run:bad")] is None and cp.deleted == 1  # the stored state goes too
+    assert unpack_state(cp.writes[(0, b"run:good")]).offset == 2
+    assert registry.get_sample_value("loopwatch_processing_errors_total", {"stage": "state_encode"}) == 1
+    assert any("cannot store the state of b'run:bad'" in r.getMessage() for r in caplog.records)
+
+
+def test_a_state_over_the_size_limit_keeps_its_newest_history():
+    from streams.app.processor import MAX_STATE_BYTES
+
+    # historySize 1000 (the config's upper bound) of calls with 512-character ids of 4-byte
+    # characters: 2 KiB a record, twice the limit.  Only such hostile ids get there.
+    config = {"tools": {"loopDetection": {"enabled": True, "historySize": 1000}}}
+    long_id = "\U0001F600" * 511
+    events = [requested_event(f"e{i}", "read", {"i": i}, run_id="r1", session_key="s", tool_call_id=f"{long_id}{i % 10}")
+              for i in range(1000)]
+    registry = CollectorRegistry()
+    p = BatchProcessor(LoopEngine(config), Metrics(registry, process_metrics=False))
+    p.process(records(events), Store().read)
+    value = p.checkpoint().writes[(0, b"run:r1")]
+    assert len(value) <= MAX_STATE_BYTES
+    state = unpack_state(value).state
+    assert 0 < len(state) < 1000
+    assert state.call_ids[-1] == f"{long_id}9"  # the newest records are the ones kept
+    assert registry.get_sample_value("loopwatch_state_trimmed_total") == 1
+
+
+# -- dead letters are cut to fit the dead-letter topic ------------------------------------------
+
+
+def test_dead_letters_larger_than_the_limit_are_cut_with_their_sizes_in_headers():
+    from streams.app.processor import DeadLetter
+
+    big = Record("tool-calls", 3, 77, b"k" * 10, b"v" * 2_500_000, 1700000000000)
+    key, value, headers = DeadLetter(big, "oversized", "record is 2500000 bytes").to_record(1024)
+    h = dict(headers)
+    assert (key, value) == (b"k" * 10, b"v" * 1024)
+    assert h["loopwatch.truncated"] == b"value" and h["loopwatch.source.value_bytes"] == b"2500000"
+    assert "loopwatch.source.key_bytes" not in h
+    assert (h["loopwatch.reason"], h["loopwatch.source.partition"], h["loopwatch.source.offset"]) == (b"oversized", b"3", b"77")
+    key, value, headers = DeadLetter(big, "oversized", "x").to_record(0)  # headers only
+    assert (key, value, dict(headers)["loopwatch.truncated"]) == (b"", b"", b"key,value")
+    small = Record("tool-calls", 0, 1, None, b"{bad", None)
+    key, value, headers = DeadLetter(small, "invalid_json", "x").to_record(1024)
+    assert (key, value) == (None, b"{bad") and "loopwatch.truncated" not in dict(headers)

@@ -74,3 +74,30 @@ def test_no_file_means_upstream_defaults():
     engine = watcher.load_initial()
     assert not engine.settings_for(None).detection.enabled
     assert watcher.poll() is False
+
+
+@pytest.mark.parametrize("where", ["tools", "agent"])
+def test_history_size_is_bounded_so_every_state_fits_a_changelog_record(tmp_path, where):
+    # Upstream takes any historySize; with 10^9, one run's state outgrew the changelog's
+    # record limit and its history was lost at the next restore.  1000 is the bound.
+    from schemas.config import MAX_HISTORY_SIZE, validate
+
+    def root(size):
+        block = {"enabled": True, "historySize": size}
+        if where == "tools":
+            return {"tools": {"loopDetection": block}}
+        return {"agents": {"list": [{"id": "a", "tools": {"loopDetection": block}}]}}
+
+    assert MAX_HISTORY_SIZE == 1000
+    assert validate(root(1000)) == []
+    [issue] = validate(root(1001))
+    assert issue.path.endswith("loopDetection.historySize") and issue.message == "Too big: expected number to be <=1000"
+    assert issue.code == "too_big"
+    assert [i.code for i in validate(root(10**9))] == ["too_big"]
+    path = tmp_path / "loop.json"
+    write(path, root(1000))
+    engines = []
+    watcher = ConfigWatcher(path, engines.append)
+    watcher.load_initial()
+    write(path, root(10**9))
+    assert watcher.poll() is False and engines == [] and watcher.rejections == 1

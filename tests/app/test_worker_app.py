@@ -42,8 +42,19 @@ def test_topics_partitions_and_handlers(app):
     assert app.batch_handlers == {"tool-calls": lw.handle_batch}
     assert app.before_wait_empty == lw.checkpoint
     assert app.conf.web_bind == "127.0.0.1" and app.conf.web_port == 6066
+    assert app.conf.consumer_group_instance_id == lw.settings.group_instance_id  # static membership
+    assert str(app.conf.canonical_url) == lw.settings.web_url
     assert app.conf.processing_guarantee.value == "at_least_once"
     assert str(app.conf.datadir).endswith("state")
+
+
+def test_only_the_health_pages_are_served_on_the_web_port(app):
+    # Faust's views show a run's raw state (/table/runs/<key>/) and more, to anyone.
+    from streams.app.app import HealthOnlyWeb
+
+    web = app.web
+    assert isinstance(web, HealthOnlyWeb)  # no built-in blueprint at all (404s: test_worker_reliability)
+    assert not any((web.default_blueprints, web.production_blueprints, web.debug_blueprints, web.optional_blueprints))
 
 
 def test_a_batch_keeps_only_undelivered_or_failed_sends_for_the_checkpoint(app):
@@ -64,11 +75,15 @@ def test_a_batch_keeps_only_undelivered_or_failed_sends_for_the_checkpoint(app):
 
 
 class FakeProducer:
-    """Records what is produced through aiokafka's record-batch API."""
+    """Records what is produced through aiokafka's record-batch and per-record APIs.
 
-    def __init__(self):
+    ``fail``: topic -> a list of errors, one taken per send to that topic (None: delivered).
+    """
+
+    def __init__(self, fail=None):
         self.sent: list[tuple[str, int, list]] = []
         self.started = self.stopped = False
+        self.fail = {topic: list(errors) for topic, errors in (fail or {}).items()}
 
     async def start(self):
         self.started = True
@@ -82,11 +97,23 @@ class FakeProducer:
     def create_batch(self):
         return FakeBatch()
 
+    def _outcome(self, topic):
+        future = asyncio.get_event_loop().create_future()
+        errors = self.fail.get(topic)
+        error = errors.pop(0) if errors else None
+        if error is None:
+            future.set_result(type("Metadata", (), {"offset": 0})())
+        else:
+            future.set_exception(error)
+        return future
+
     async def send_batch(self, batch, topic, partition):
         self.sent.append((topic, partition, batch.records))
-        future = asyncio.get_event_loop().create_future()
-        future.set_result(type("Metadata", (), {"offset": 0})())
-        return future
+        return self._outcome(topic)
+
+    async def send(self, topic, value, key=None, partition=None, headers=None):
+        self.sent.append((topic, partition, [(key, value, headers)]))
+        return self._outcome(topic)
 
 
 class FakeBatch:
@@ -94,8 +121,11 @@ class FakeBatch:
         self.records = []
 
     def append(self, key, value, timestamp, headers):
-        self.records.append((key, value))
+        self.records.append((key, value) if headers is _NO_HEADERS else (key, value, headers))
         return object()
+
+
+_NO_HEADERS = __import__("streams.app.app", fromlist=["_NO_HEADERS"])._NO_HEADERS
 
 
 def test_decisions_and_state_writes_go_out_on_separate_producers(app):
@@ -166,3 +196,147 @@ def test_a_checkpoint_pauses_between_slices_only_while_batches_flow(app, monkeyp
     lw._last_batch_size = app_module.BUSY_BATCH
     loop.run_until_complete(lw._step_aside())
     assert slept == [app_module.CHECKPOINT_PAUSE_S, 0, 0]
+
+
+# -- failure paths ---------------------------------------------------------------------------------
+
+
+def wired(app, fail=None):
+    """The app's Loopwatch with fake producers: (loopwatch, Faust's producer, the verdicts')."""
+    lw = app.loopwatch
+    faust_producer, verdict_producer = FakeProducer(fail), FakeProducer(fail)
+    lw._producer = lambda: faust_producer
+    app.producer._new_producer = lambda: verdict_producer
+    return lw, faust_producer, verdict_producer
+
+
+def gated_record(run_id="r1", offset=0, partition=2, value=None):
+    from schemas import encode_event
+    from streams.app.processor import Record
+    from streams.edge import requested_event
+
+    event = requested_event(f"{run_id}:{offset}", "read", {"path": "/a"}, run_id=run_id, session_key="s", gate=True, ts_ms=1)
+    return Record("tool-calls", partition, offset, run_id.encode(), value if value is not None else encode_event(event), 1)
+
+
+@pytest.mark.parametrize("topic", ["loop-verdicts", "tool-calls-dlq", "lw-unit-runs-changelog"])
+def test_a_failed_delivery_fails_the_checkpoint_and_acks_nothing(app, topic):
+    # A verdict or dead letter not delivered, or a state the changelog did not take: the
+    # checkpoint raises (the worker stops and redoes the work from the last committed offsets),
+    # nothing is acked, and no later batch or checkpoint runs on top of it.
+    from aiokafka.errors import KafkaTimeoutError
+
+    lw, _faust, _verdicts = wired(app, fail={topic: [KafkaTimeoutError()]})
+    loop = asyncio.get_event_loop()
+    acked = []
+    batch = [gated_record(), gated_record("bad", 1, value=b"{not json")]
+    loop.run_until_complete(lw._handle(batch, lambda: acked.append(True)))
+    with pytest.raises(KafkaTimeoutError):
+        loop.run_until_complete(lw.checkpoint())
+    assert acked == [] and lw._poisoned is not None and not lw.is_ready()
+    with pytest.raises(RuntimeError, match="restart the worker"):
+        loop.run_until_complete(lw._handle([gated_record(offset=2)], lambda: acked.append(True)))
+    loop.run_until_complete(lw.checkpoint())  # logs, writes nothing
+    assert acked == []
+
+
+def test_a_dead_letter_refused_as_too_large_goes_alone_then_as_headers(app):
+    from aiokafka.errors import MessageSizeTooLargeError
+
+    lw, faust_producer, _ = wired(app, fail={"tool-calls-dlq": [MessageSizeTooLargeError(), MessageSizeTooLargeError()]})
+    loop = asyncio.get_event_loop()
+    acked = []
+    big = gated_record("big", 0, value=b"x" * (3 * 1024 * 1024))
+    loop.run_until_complete(lw._handle([big], lambda: acked.append(True)))
+    loop.run_until_complete(lw.checkpoint())
+    assert acked == [True] and lw._poisoned is None
+    sends = [records for topic, _p, records in faust_producer.sent if topic == "tool-calls-dlq"]
+    assert len(sends) == 3  # with the batch, alone, headers only
+    (key, value, headers), = sends[0]
+    assert len(value) == 1024 * 1024 and dict(headers)["loopwatch.truncated"] == b"value"
+    assert len(sends[1][0][1]) == 1024 * 1024
+    (key, value, headers), = sends[2]
+    assert (key, value) == (b"", b"") and dict(headers)["loopwatch.source.value_bytes"] == str(3 * 1024 * 1024).encode()
+    assert dict(headers)["loopwatch.reason"] == b"oversized"
+
+
+def test_too_many_dirty_runs_make_the_batch_wait_for_a_checkpoint(app, monkeypatch):
+    import streams.app.app as app_module
+
+    monkeypatch.setattr(app_module, "MAX_DIRTY_RUNS", 3)
+    lw, faust_producer, _ = wired(app)
+    loop = asyncio.get_event_loop()
+    acked = []
+    loop.run_until_complete(lw._handle([gated_record("a"), gated_record("b", 1)], lambda: acked.append(1)))
+    assert acked == [] and lw.processor.dirty == 2  # under the limit: acked by a later checkpoint
+    waited = []
+    real = lw.checkpoint
+
+    async def checkpoint():
+        waited.append(lw._batches_wait)
+        await real()
+
+    lw.checkpoint = checkpoint
+    loop.run_until_complete(lw._handle([gated_record("c", 2)], lambda: acked.append(2)))
+    assert waited == [True]  # the batch handler itself took the checkpoint, pauses off
+    assert acked == [1, 2] and lw.processor.dirty == 0 and not lw._batches_wait
+    changelog = [records for topic, _p, records in faust_producer.sent if topic.endswith("-changelog")]
+    assert sorted(key for records in changelog for key, _value in records) == [b"run:a", b"run:b", b"run:c"]
+
+
+def test_the_sweep_expires_idle_runs_except_on_partitions_with_a_backlog(app, monkeypatch):
+    from faust.types import TP
+
+    from streams.app.processor import pack_state
+    from streams.engine import RunState
+
+    lw, _faust, _ = wired(app)
+    loop = asyncio.get_event_loop()
+    changelog = lw.changelog_topic
+    long_ago = 1_000  # ms since the epoch: idle for decades
+    writes = [((p, f"run:{p}".encode()), pack_state(RunState(run_id=str(p)), 0, long_ago)) for p in (0, 1, 2)]
+    loop.run_until_complete(lw._write(writes))
+    monkeypatch.setattr(lw, "is_ready", lambda: True)
+    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: {TP(changelog, p) for p in (0, 1, 2)})
+    monkeypatch.setattr(lw, "_has_backlog", lambda partition: partition == 1)
+    assert loop.run_until_complete(lw.sweep()) == 2
+    assert lw._read(1, b"run:1") is not None  # events may wait for it: not expired
+    assert lw._read(0, b"run:0") is None and lw._read(2, b"run:2") is None
+    assert lw._runs_tracked == 1
+
+
+def test_a_partition_has_a_backlog_while_more_than_a_batch_is_unprocessed(app, monkeypatch):
+    from faust.types import TP
+
+    lw = app.loopwatch
+    consumer = app.consumer
+    tp = TP("tool-calls", 0)
+    highwater = {tp: 50_000}
+    monkeypatch.setattr(consumer, "highwater", lambda tp: highwater.get(tp))
+    assert lw._has_backlog(0)  # nothing read or committed yet
+    consumer._read_offset[tp] = 50_000 - lw.settings.max_batch
+    assert not lw._has_backlog(0)
+    consumer._read_offset[tp] = 50_000 - lw.settings.max_batch - 1
+    assert lw._has_backlog(0)
+    assert lw._has_backlog(3)  # never fetched: assume the worst
+
+
+def test_a_revoked_partition_forgets_its_watermark(app):
+    from faust.types import TP
+
+    consumer = app.consumer
+    tp = TP("tool-calls", 0)
+    loop = asyncio.get_event_loop()
+    consumer._open_batches = 1
+    consumer._ack_batch([(tp, 9, 10)])
+    assert consumer._new_offset(tp) == 10
+    loop.run_until_complete(consumer.on_partitions_revoked({tp}))
+    assert consumer._new_offset(tp) is None  # nothing to commit for a partition this worker lost
+    # Assigned again, with the group's offset at 20 (another worker went on): an ack below it
+    # must not move the commit back; one above it does.
+    consumer._committed_offset[tp] = 20
+    consumer._open_batches = 2
+    consumer._ack_batch([(tp, 9, 10)])
+    assert consumer._new_offset(tp) is None
+    consumer._ack_batch([(tp, 25, 5)])
+    assert consumer._new_offset(tp) == 26

@@ -163,3 +163,31 @@ def test_sweep_interval_is_bounded():
     assert Settings(idle_timeout_s=1800).sweep_interval_s == 60
     assert Settings(idle_timeout_s=100).sweep_interval_s == 10
     assert Settings(idle_timeout_s=2).sweep_interval_s == 1
+
+
+def test_static_group_membership_id():
+    import socket
+
+    s = Settings.from_env({})
+    assert s.instance_id == socket.gethostname()
+    pod = Settings.from_env({"LOOPWATCH_INSTANCE_ID": "loopwatch-2", "LOOPWATCH_WEB_PORT": "6066"})
+    # Stable across restarts with the same settings ...
+    assert pod.group_instance_id == Settings.from_env({"LOOPWATCH_INSTANCE_ID": "loopwatch-2"}).group_instance_id
+    assert pod.group_instance_id.startswith("loopwatch-2-") and len(pod.group_instance_id) == len("loopwatch-2-") + 8
+    # ... and another id when the worker's URL changes (Faust refuses an assignment made for
+    # another URL, and a static member is handed its old assignment).
+    assert pod.replace(web_port=7000).group_instance_id != pod.group_instance_id
+    assert pod.replace(web_host="0.0.0.0").group_instance_id != pod.group_instance_id
+    for bad in ("", "pod 1", "pod/1", "ü", "x" * 241):
+        with pytest.raises(SettingsError, match="LOOPWATCH_INSTANCE_ID"):
+            Settings(instance_id=bad)._checked()
+    assert Settings(instance_id="a.b_c-1" + "x" * 233)._checked()
+
+
+def test_broker_and_clock_settings():
+    s = Settings.from_env({"LOOPWATCH_BROKER_UNREACHABLE_S": "3", "LOOPWATCH_CLOCK_SKEW_S": "60"})
+    assert (s.broker_unreachable_s, s.clock_skew_s) == (3.0, 60.0)
+    assert (Settings().broker_unreachable_s, Settings().clock_skew_s) == (15.0, 300.0)
+    for name in ("LOOPWATCH_BROKER_UNREACHABLE_S", "LOOPWATCH_CLOCK_SKEW_S"):
+        with pytest.raises(SettingsError, match=name):
+            Settings.from_env({name: "0"})

@@ -14,12 +14,14 @@ import random
 import time
 from collections import defaultdict
 
+import msgspec
 import pytest
 
 from schemas import MAX_EVENT_BYTES, decode_verdict
 from schemas.verdicts import Decision
 from streams.app.harness import (
-    collect, dedupe, encode_all, group_lag, header, produce, reference_verdicts, write_config,
+    collect, collect_verdicts, committed_offsets, dedupe, encode_all, end_offsets, group_lag, header, produce,
+    reference_verdicts, write_config,
 )
 from streams.edge import completed_event, requested_event, run_ended_event
 from aiokafka.partitioner import murmur2
@@ -57,12 +59,7 @@ def by_run(verdicts):
 
 async def verdicts_for(lw, expected_ids, *, timeout=60.0, settle=0.5):
     """All verdict records, read until every expected id has arrived."""
-    want = set(expected_ids)
-
-    def done(records):
-        return want <= {decode_verdict(r.value).verdict_id for r in records}
-
-    return await collect(lw.broker, lw.names.verdicts, until=done, timeout=timeout, settle=settle)
+    return await collect_verdicts(lw.broker, lw.names.verdicts, expected_ids, timeout=timeout, settle=settle)
 
 
 def assert_same_per_run(records, expected):
@@ -133,33 +130,77 @@ def fleet(n_runs: int, seed: int, *, length: int = 40, gate=True):
     return events
 
 
+async def committed_beyond(lw, n: int, timeout: float = 60.0) -> int:
+    """Wait until the group has committed more than ``n`` records of tool-calls (a checkpoint
+    covered them); returns how many it has committed."""
+    deadline = time.monotonic() + timeout
+    while (done := sum((await committed_offsets(lw.broker, lw.names.app_id, lw.names.tool_calls)).values())) <= n:
+        assert time.monotonic() < deadline, f"only {done} records committed, waiting for more than {n}"
+        await asyncio.sleep(0.1)
+    return done
+
+
+async def changelog_records(lw) -> int:
+    return sum((await end_offsets(lw.broker, lw.names.changelog)).values())
+
+
 async def test_kill9_and_restart_recovers_state_from_the_changelog(lw):
+    """kill -9 at three points, each after a checkpoint was written: idle, mid-stream, and
+    mid-stream on a worker that started with an empty data directory.  The restarted workers
+    start from the committed offsets, never from 0, and process only what came after them:
+    their verdicts can only be right if the runs' state came back from RocksDB and the
+    changelog.  Every verdict must equal the engine's, and a verdict published twice must be
+    the same both times."""
     config = config_file(lw)
     events = fleet(120, seed=7)
     expected = reference_verdicts(events, ENABLED)
     payload = encode_all(events)
-    worker = lw.worker(config=config).start()
+    q = len(payload) // 4
+    parts = [payload[:q], payload[q:2 * q], payload[2 * q:3 * q], payload[3 * q:]]
+    consumed = "loopwatch_events_consumed_total"
+    # Checkpoints every second, so that one falls within each quarter's streaming (~3 s).
+    env = {"LOOPWATCH_CHECKPOINT_S": "1"}
+    worker = lw.worker(config=config, env=env).start()
     worker.wait_ready()
 
-    # Stream the events in while the worker runs; kill -9 it twice mid-stream.  The second
-    # restart uses an empty data directory: the whole table must come from the changelog.
-    third = len(payload) // 3
-    producing = asyncio.create_task(produce(lw.broker, lw.names.tool_calls, payload[:third], rate=4000))
-    await asyncio.sleep(0.4)
+    # 1. Idle after a checkpoint: the first quarter is processed and committed.
+    await produce(lw.broker, lw.names.tool_calls, parts[0])
+    assert await committed_beyond(lw, len(parts[0]) - 1) == len(parts[0])
+    assert worker.metric(consumed) == len(parts[0]) and await changelog_records(lw) > 0
     worker.kill()
-    await producing
     worker.start()
-    worker.wait_ready(90)
-    await produce(lw.broker, lw.names.tool_calls, payload[third:2 * third], rate=4000)
+    worker.wait_ready(60)
+
+    # 2. Mid-stream: the second quarter streams in; once a checkpoint has committed part of
+    # it, kill -9 while the rest is still coming.
+    producing = asyncio.create_task(produce(lw.broker, lw.names.tool_calls, parts[1], rate=800))
+    committed = await committed_beyond(lw, len(parts[0]))
+    assert not producing.done(), "the quarter was produced before a checkpoint: kill earlier"
+    before_kill = worker.metric(consumed)
     worker.kill()
-    fresh = lw.worker(label="fresh", config=config).start()  # new data dir, same app
+    assert 0 < before_kill <= len(parts[1]), "the restarted worker processed the first quarter again"
+    await producing
+
+    # 3. A worker with an empty data directory: the state can only come from the changelog.
+    fresh = lw.worker(label="fresh", config=config, env=env).start()
     fresh.wait_ready(90)
-    await produce(lw.broker, lw.names.tool_calls, payload[2 * third:])
+    producing = asyncio.create_task(produce(lw.broker, lw.names.tool_calls, parts[2], rate=800))
+    done_before = len(parts[0]) + len(parts[1])
+    await committed_beyond(lw, done_before)
+    assert not producing.done(), "the quarter was produced before a checkpoint: kill earlier"
+    before_kill = fresh.metric(consumed)
+    fresh.kill()
+    assert 0 < before_kill <= len(parts[1]) + len(parts[2]) - (committed - len(parts[0])), (
+        "the fresh worker processed records before the committed offsets again")
+    await producing
+    fresh.start()
+    fresh.wait_ready(90)
+    await produce(lw.broker, lw.names.tool_calls, parts[3])
 
     records = await verdicts_for(lw, [v.verdict_id for v in expected], timeout=90, settle=1.0)
     duplicates, differing = assert_same_verdicts(records, expected)
-    print(f"kill -9 x2: {len(records)} verdict records, {duplicates} duplicates ({differing} differing), {len(expected)} expected")
-    assert fresh.metric("loopwatch_runs_tracked") > 0
+    assert differing == 0, f"{differing} verdicts published twice with different content"
+    print(f"kill -9 x3: {len(records)} verdict records, {duplicates} duplicates, {len(expected)} expected")
 
 
 async def test_graceful_stop_mid_stream_loses_and_repeats_nothing(lw):
@@ -205,7 +246,7 @@ async def test_two_workers_rebalance_without_losing_state(lw):
     b = lw.worker(label="b", config=config).start()
     b.wait_ready(90)
     await produce(lw.broker, lw.names.tool_calls, payload[quarter:2 * quarter])
-    b.stop()  # graceful: its partitions move back to a
+    b.kill()  # a crash: its partitions move back to a once its session times out
     await produce(lw.broker, lw.names.tool_calls, payload[2 * quarter:3 * quarter])
     b.start()
     b.wait_ready(90)
@@ -213,6 +254,7 @@ async def test_two_workers_rebalance_without_losing_state(lw):
 
     records = await verdicts_for(lw, [v.verdict_id for v in expected], timeout=90, settle=1.0)
     duplicates, differing = assert_same_verdicts(records, expected)
+    assert differing == 0, f"{differing} verdicts published twice with different content"
     # both workers did real work, i.e. partitions (and their run state) moved between them
     assert a.metric("loopwatch_events_consumed_total") > 0
     assert b.metric("loopwatch_events_consumed_total") > 0
@@ -239,6 +281,12 @@ def hostile_records():
         (b"", json.dumps({"type": "compaction.retried", "event_id": "e", "run_id": ""}).encode(), "missing_key"),
         (b"run-x", b"[]", "invalid_event"),
         (b"run-x", b"null", "invalid_event"),
+        # Valid events keyed otherwise than their run: they would land on a partition where
+        # the run's history is not, and its loop would never be seen.
+        (None, json.dumps({"type": "tool_call.requested", "event_id": "nokey", "run_id": "run-x", "session_key": "s",
+                           "tool_name": "read", "args_hash": ok_hash}).encode(), "missing_key"),
+        (b"3f9c1e", json.dumps({"type": "tool_call.requested", "event_id": "randomkey", "run_id": "run-x",
+                                "session_key": "s", "tool_name": "read", "args_hash": ok_hash}).encode(), "key_mismatch"),
     ]
     return bad
 
@@ -255,8 +303,8 @@ async def test_hostile_input_is_dead_lettered_and_good_records_answered(lw):
     good_records = encode_all(good)
     mixed: list = []
     for i, rec in enumerate(good_records):
-        if i % 380 == 0 and i // 380 < len(bad):
-            key, value, _ = bad[i // 380]
+        if i % 300 == 0 and i // 300 < len(bad):
+            key, value, _ = bad[i // 300]
             mixed.append((key, value))
         mixed.append(rec)
     assert len(mixed) == len(good) + len(bad)
@@ -361,18 +409,20 @@ async def test_idle_runs_expire_and_ended_runs_are_freed(lw):
     idle = repeat_calls("idle", 15)
     ended = repeat_calls("ended", 15)
     end = [run_ended_event("ended:end", run_id="ended", session_key="agent:main:ended", agent_id="main")]
-    await produce(lw.broker, lw.names.tool_calls, encode_all(idle + ended + end))
-    await verdicts_for(lw, ["idle:14:req/decision", "ended:14:req/decision"])
-    # The idle run is counted once its first checkpoint stored it (the ended one never is) ...
+    # A run stamped in the year 9999: its runner's clock must not keep it alive.
+    future = [msgspec.structs.replace(e, ts_ms=253402300799999) for e in repeat_calls("future", 3)]
+    await produce(lw.broker, lw.names.tool_calls, encode_all(idle + ended + end + future))
+    await verdicts_for(lw, ["idle:14:req/decision", "ended:14:req/decision", "future:2:req/decision"])
+    # The idle runs are counted once their first checkpoint stored them (the ended one never is) ...
     deadline = time.monotonic() + 20
-    while worker.metric("loopwatch_runs_tracked") != 1:
-        assert time.monotonic() < deadline, "the idle run was never stored"
+    while worker.metric("loopwatch_runs_tracked") != 2:
+        assert time.monotonic() < deadline, "the idle runs were never stored"
         await asyncio.sleep(0.1)
-    # ... and expires two seconds after its last event.
+    # ... and expire two seconds after their last event.
     while worker.metric("loopwatch_runs_tracked") != 0:
-        assert time.monotonic() < deadline, "idle run was never expired"
+        assert time.monotonic() < deadline, "idle runs were never expired"
         await asyncio.sleep(0.3)
-    await wait_for_log(worker, "expired 1 idle runs")  # log lines are flushed twice a second
+    await wait_for_log(worker, "expired 2 idle runs")  # log lines are flushed twice a second
     # Both runs start afresh: 6 more identical calls do not reach the critical threshold.
     more = repeat_calls("idle", 6, start=15) + repeat_calls("ended", 6, start=15)
     await produce(lw.broker, lw.names.tool_calls, encode_all(more))

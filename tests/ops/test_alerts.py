@@ -17,6 +17,8 @@ ALERTS = {
     "LoopwatchDecisionLatencyHigh",
     "LoopwatchDeadLettersRising",
     "LoopwatchWorkerNotReady",
+    "LoopwatchRunStateTrimmed",
+    "LoopwatchRunnerClockAhead",
 }
 RUNBOOK_BASE = "https://github.com/loopwatch/loopwatch/blob/main/README.md#alert-"
 

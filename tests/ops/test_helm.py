@@ -179,6 +179,7 @@ def test_worker_env_contract(default_manifest: str) -> None:
         "LOOPWATCH_CONFIG": "/etc/loopwatch/loop-detection.yaml",
         "LOOPWATCH_DATA_DIR": "/var/lib/loopwatch",
         "LOOPWATCH_APP_ID": "loopwatch",
+        "LOOPWATCH_INSTANCE_ID": None,  # from the pod's name, below
         "LOOPWATCH_WEB_HOST": "0.0.0.0",  # the worker's default (127.0.0.1) is unreachable for probes
         "LOOPWATCH_WEB_PORT": "6066",
         "LOOPWATCH_METRICS_PORT": "9108",
@@ -191,8 +192,16 @@ def test_worker_env_contract(default_manifest: str) -> None:
         "LOOPWATCH_CHECKPOINT_S": "5",
         "LOOPWATCH_STANDBY_REPLICAS": "1",
         "LOOPWATCH_CONFIG_POLL_S": "2",
+        "LOOPWATCH_BROKER_UNREACHABLE_S": "15",
+        "LOOPWATCH_CLOCK_SKEW_S": "300",
         "LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "PLAINTEXT",
     }
+    # Static group membership: the StatefulSet's pod name is stable across restarts.
+    assert e["LOOPWATCH_INSTANCE_ID"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    from streams.app.settings import Settings
+
+    pod_env = {k: v.get("value", f"{RELEASE}-loopwatch-0") for k, v in e.items()}
+    assert Settings.from_env(pod_env).instance_id == f"{RELEASE}-loopwatch-0"
 
 
 def test_loop_detection_configmap_default(default_manifest: str) -> None:
