@@ -4,8 +4,9 @@ A runner signs every record it publishes on ``tool-calls`` with a key of its age
 worker given a keyring (``LOOPWATCH_SIGNING_KEYS``) dead-letters, with reason
 ``bad_signature``, every record that is unsigned, signed with an unknown key, signed
 wrongly, or whose ``agent_id`` is not the agent the key belongs to.  So a runner holding
-agent A's key cannot publish events in the name of agent B.  (It can still name a run id
-of B's in an event of A's: state is kept per run id and does not record its agent.)
+agent A's key cannot publish events in the name of agent B.  Nor can it name a run id of
+B's: a run belongs to the agent of its first event, and the worker dead-letters (also
+``bad_signature``) a signed event of another agent for it (``streams.app.processor``).
 
 The format, for runners in any language:
 

@@ -25,14 +25,17 @@ expensive call, and with small batches at moderate load it would otherwise run p
 
 Table values are an envelope around ``streams.engine.encode_state``::
 
-    byte 0       format version (2)
+    byte 0       format version (3)
     bytes 1-8    offset of the last source record applied to this state (big endian)
     bytes 9-16   wall-clock ms when this worker last wrote the run (idle expiry)
     bytes 17-18  n: how many event-id digests follow
-    bytes 19-    n x 8 bytes: digests of the run's last ``SEEN_EVENT_IDS`` applied event ids
+    bytes 19-20  m: the length of the owner's agent id
+    bytes 21-    n x 8 bytes: digests of the run's last ``SEEN_EVENT_IDS`` applied event ids
+    then         m bytes: the agent id (UTF-8) of the run's first applied event (its owner)
     then         encode_state(RunState)
 
-(Version 1, still read, had the run's last event time at bytes 17-24 and no digests.)
+(Still read: version 2, the same without bytes 19-20 and the owner; version 1, with the
+run's last event time at bytes 17-24 and no digests.)
 
 The source offset makes re-delivery idempotent.  Kafka delivery is at least once: after a
 crash the records since the last committed offset are processed again, while the table
@@ -48,6 +51,12 @@ again after a failed send (the README tells runners to reuse the ``event_id`` on
 the same event arrives at two offsets.  An event whose id is among its run's last
 ``SEEN_EVENT_IDS`` applied ids is skipped and counted, never applied twice.  The digests are
 stored with the run's state (and so survive restarts and rebalances) and freed with it.
+
+The owner is the agent that a run belongs to: the agent id of its first applied event.  With
+signed events (a keyring), an event of another agent for the run is dead-lettered
+``bad_signature``: a runner holding agent A's key cannot write history into a run of agent
+B's by naming its run id.  Without a keyring agent ids are unverified, so nothing is checked
+(the owner is still recorded, so that turning signing on protects the runs already open).
 
 Records are checked before they reach the engine: the Kafka key must be one of the forms
 ``kafka_key_problem`` accepts (all of a run's events must land on one partition), and an
@@ -82,7 +91,7 @@ from schemas.events import (
     ToolCallRequested,
     decode_event,
 )
-from schemas.signing import Keyring
+from schemas.signing import BAD_SIGNATURE, Keyring
 from schemas.verdicts import Decision, RunAborted, encode_verdict
 from streams.edge import kafka_key
 from streams.engine import LoopEngine, RunState, copy_state, decode_state, encode_state, state_key
@@ -104,9 +113,10 @@ __all__ = [
 
 log = logging.getLogger("loopwatch.worker")
 
-ENVELOPE_VERSION = 2
-_HEADER = struct.Struct(">BqqH")
+ENVELOPE_VERSION = 3
+_HEADER = struct.Struct(">BqqHH")
 HEADER_SIZE = _HEADER.size
+_HEADER_V2 = struct.Struct(">BqqH")
 _HEADER_V1 = struct.Struct(">Bqqq")
 DIGEST_SIZE = 8
 SEEN_EVENT_IDS = 64
@@ -209,6 +219,8 @@ class Envelope:
     seen: bytes
     """Digests of the run's last applied event ids, oldest first (``event_digest``)."""
     state: RunState | None
+    owner: str | None = None
+    """The agent id of the run's first applied event."""
 
 
 @dataclass
@@ -241,9 +253,12 @@ class Checkpoint:
 class _Live:
     """A run touched since the last checkpoint: the authoritative copy until it is written."""
 
-    __slots__ = ("base", "state", "offset", "applied", "seen")
+    __slots__ = ("base", "state", "offset", "applied", "seen", "owner")
 
-    def __init__(self, base: bytes | RunState | None, state: RunState | None, offset: int, seen: bytes = b"") -> None:
+    def __init__(
+        self, base: bytes | RunState | None, state: RunState | None, offset: int, seen: bytes = b"",
+        owner: str | None = None,
+    ) -> None:
         self.base = base
         """What is stored for the run at the first touch: its envelope, or the state that the
         checkpoint being taken will store (None: nothing stored)."""
@@ -254,37 +269,58 @@ class _Live:
         """Events applied since the checkpoint, in order (to rebuild after an engine error)."""
         self.seen = bytearray(seen)
         """Digests of the last ``SEEN_EVENT_IDS`` applied event ids, oldest first."""
+        self.owner = owner
+        """The agent id of the run's first applied event (None: not known yet)."""
 
 
 # -- the state envelope -----------------------------------------------------------------------
 
 
-def pack_state(state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray = b"") -> bytes:
-    return _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE) + seen + encode_state(state)
+def pack_state(
+    state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray = b"", owner: str | None = None
+) -> bytes:
+    who = owner.encode("utf-8", "surrogatepass") if owner else b""
+    return (
+        _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who))
+        + seen + who + encode_state(state)
+    )
 
 
-def _parse_header(value: bytes) -> tuple[int, int, int, int]:
-    """``(offset, touched_ms, where the digests start, where the state starts)``."""
+def _parse_header(value: bytes) -> tuple[int, int, int, int, int]:
+    """``(offset, touched_ms, where the digests start, where the owner starts, where the
+    state starts)``."""
     version = value[0] if value else None
     if version == ENVELOPE_VERSION:
-        _version, offset, touched_ms, n = _HEADER.unpack_from(value)
-        return offset, touched_ms, HEADER_SIZE, HEADER_SIZE + n * DIGEST_SIZE
+        _version, offset, touched_ms, n, m = _HEADER.unpack_from(value)
+        owner_at = HEADER_SIZE + n * DIGEST_SIZE
+        return offset, touched_ms, HEADER_SIZE, owner_at, owner_at + m
+    if version == 2:
+        _version, offset, touched_ms, n = _HEADER_V2.unpack_from(value)
+        state_at = _HEADER_V2.size + n * DIGEST_SIZE
+        return offset, touched_ms, _HEADER_V2.size, state_at, state_at
     if version == 1:
         _version, offset, touched_ms, _last_event_ms = _HEADER_V1.unpack_from(value)
-        return offset, touched_ms, _HEADER_V1.size, _HEADER_V1.size
+        return offset, touched_ms, _HEADER_V1.size, _HEADER_V1.size, _HEADER_V1.size
     raise ValueError(f"unknown state envelope version {version}")
+
+
+def _owner(value: bytes, owner_at: int, state_at: int) -> str | None:
+    return value[owner_at:state_at].decode("utf-8", "surrogatepass") if state_at > owner_at else None
 
 
 def unpack_header(value: bytes) -> tuple[int, int]:
     """``(offset, touched_ms)`` of a stored envelope, without decoding the state."""
-    offset, touched_ms, _seen_at, _state_at = _parse_header(value)
+    offset, touched_ms, _seen_at, _owner_at, _state_at = _parse_header(value)
     return offset, touched_ms
 
 
 def unpack_state(value: bytes) -> Envelope:
     """The whole envelope, state decoded."""
-    offset, touched_ms, seen_at, state_at = _parse_header(value)
-    return Envelope(offset, touched_ms, bytes(value[seen_at:state_at]), decode_state(value[state_at:]))
+    offset, touched_ms, seen_at, owner_at, state_at = _parse_header(value)
+    return Envelope(
+        offset, touched_ms, bytes(value[seen_at:owner_at]), decode_state(value[state_at:]),
+        _owner(value, owner_at, state_at),
+    )
 
 
 def idle_since_ms(value: bytes) -> int:
@@ -515,7 +551,7 @@ class BatchProcessor:
         if live.base is None:
             out.created += 1
         cache = self._cache
-        cache[pk] = (live.offset, self._now_ms, live.state, bytes(live.seen))
+        cache[pk] = (live.offset, self._now_ms, live.state, bytes(live.seen), live.owner)
         if len(cache) > self.cache_size:
             del cache[next(iter(cache))]
         return value
@@ -526,7 +562,7 @@ class BatchProcessor:
         at every restart)."""
         state = live.state
         try:
-            value = pack_state(state, live.offset, self._now_ms, live.seen)
+            value = pack_state(state, live.offset, self._now_ms, live.seen, live.owner)
             if len(value) <= MAX_STATE_BYTES:
                 return value
             size, records = len(value), len(state)
@@ -534,10 +570,10 @@ class BatchProcessor:
             while len(value) > MAX_STATE_BYTES and kept > 0:
                 kept //= 2
                 trim_history(state, kept)
-                value = pack_state(state, live.offset, self._now_ms, live.seen)
+                value = pack_state(state, live.offset, self._now_ms, live.seen, live.owner)
             if len(value) > MAX_STATE_BYTES:
                 state.warning_buckets.clear()
-                value = pack_state(state, live.offset, self._now_ms, live.seen)
+                value = pack_state(state, live.offset, self._now_ms, live.seen, live.owner)
             if len(value) > MAX_STATE_BYTES:
                 raise ValueError(f"{len(value)} bytes even without history and warning buckets")
         except Exception as exc:  # noqa: BLE001 - one bad state must not stop the worker
@@ -570,8 +606,8 @@ class BatchProcessor:
                     self._emit(pk, live)  # a deletion: nothing to encode
                     return _Live(None, None, live.offset)
                 snapshot = copy_state(live.state)
-                frozen[pk] = _Live(live.base, snapshot, live.offset, live.seen)
-                return _Live(snapshot, live.state, live.offset, live.seen)
+                frozen[pk] = _Live(live.base, snapshot, live.offset, live.seen, live.owner)
+                return _Live(snapshot, live.state, live.offset, live.seen, live.owner)
         partition, key = pk
         written = self._written if self._written is not None else (self._out.writes if self._out is not None else None)
         if written is not None and pk in written:
@@ -582,21 +618,21 @@ class BatchProcessor:
         if stored is None:
             return _Live(None, None, -1)
         try:
-            offset, touched_ms, seen_at, state_at = _parse_header(stored)
+            offset, touched_ms, seen_at, owner_at, state_at = _parse_header(stored)
         except Exception as exc:  # noqa: BLE001
             log.error("unreadable state for %r on partition %d (%r): starting the run afresh", key, partition, exc)
             self._count_error("state_decode")
             return _Live(None, None, -1)
         if cached is not None and cached[0] == offset and cached[1] == touched_ms:
-            return _Live(stored, cached[2], offset, cached[3])  # the object this worker wrote: no decode
+            return _Live(stored, cached[2], offset, cached[3], cached[4])  # the object this worker wrote: no decode
         state = self._decode(stored, pk)
         if state is None:
             return _Live(None, None, -1)
-        return _Live(stored, state, offset, stored[seen_at:state_at])
+        return _Live(stored, state, offset, stored[seen_at:owner_at], _owner(stored, owner_at, state_at))
 
     def _decode(self, stored: bytes, pk: tuple[int, bytes]) -> RunState | None:
         try:
-            return decode_state(stored[_parse_header(stored)[3]:])
+            return decode_state(stored[_parse_header(stored)[4]:])
         except Exception as exc:  # noqa: BLE001
             log.error("undecodable state for %r on partition %d (%r): starting the run afresh", pk[1], pk[0], exc)
             self._count_error("state_decode")
@@ -636,6 +672,15 @@ class BatchProcessor:
                 result.duplicates += 1
                 i += 1
                 continue
+            owner = live.owner
+            if owner is not None and event.agent_id != owner and self.keyring is not None:
+                failed.add(i)
+                result.dead_letters.append(DeadLetter(record, BAD_SIGNATURE, _cut(
+                    f"run {pk[1].decode('utf-8', 'replace')} belongs to agent {owner!r}; "
+                    f"the event (signed by a key of agent {event.agent_id!r}) may not change it"
+                )))
+                i += 1
+                continue
             try:
                 step = engine.handle(state, event, validated=True)
             except Exception as exc:  # noqa: BLE001 - see below
@@ -653,9 +698,12 @@ class BatchProcessor:
                 continue
             state = step.state
             if state is None:
-                seen.clear()  # the run ended: its ids go with its state
+                seen.clear()  # the run ended: its ids and its owner go with its state
+                live.owner = None
             else:
                 _remember(seen, digest)
+                if owner is None:
+                    live.owner = event.agent_id
             outputs.append((record, event, step))
             i += 1
         for record, event, step in outputs:

@@ -295,14 +295,24 @@ def test_state_cache_is_only_used_while_the_store_agrees():
 def test_envelope_round_trip():
     st = engine().handle(None, requested_event("a", "read", {}, run_id="r", session_key="s", ts_ms=5000), validated=True).state
     seen = bytes(range(16))  # two 8-byte digests
-    value = pack_state(st, offset=41, touched_ms=7000, seen=seen)
+    value = pack_state(st, offset=41, touched_ms=7000, seen=seen, owner="agent-\u00e9")
     assert unpack_header(value) == (41, 7000)
     assert idle_since_ms(value) == 7000
     env = unpack_state(value)
-    assert (env.offset, env.touched_ms, env.seen, env.state) == (41, 7000, seen, st)
-    assert len(value) == HEADER_SIZE + 16 + len(encode_state(st))
+    assert (env.offset, env.touched_ms, env.seen, env.state, env.owner) == (41, 7000, seen, st, "agent-\u00e9")
+    assert len(value) == HEADER_SIZE + 16 + len("agent-\u00e9".encode()) + len(encode_state(st))
+    assert unpack_state(pack_state(st, 41, 7000)).owner is None
     with pytest.raises(ValueError):
-        unpack_header(b"\x03" + value[1:])
+        unpack_header(b"\x04" + value[1:])
+
+
+def test_version_2_envelopes_are_still_read():
+    # Written before run owners (header: version 2, offset, touched_ms, digest count).
+    st = engine().handle(None, requested_event("a", "read", {}, run_id="r1", session_key="s", ts_ms=5000), validated=True).state
+    seen = bytes(range(8))
+    old = struct.pack(">BqqH", 2, 41, 7000, 1) + seen + encode_state(st)
+    env = unpack_state(old)
+    assert (env.offset, env.touched_ms, env.seen, env.state, env.owner) == (41, 7000, seen, st, None)
 
 
 def test_version_1_envelopes_are_still_read():

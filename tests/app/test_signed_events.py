@@ -122,3 +122,54 @@ def test_the_keyring_watcher_reloads_rotated_keys_and_keeps_them_on_a_bad_file(t
     assert len(swapped) == 2
     for record in caplog.records:
         assert base64.b64encode(MAIN.secret).decode() not in record.getMessage()
+
+
+def test_a_key_of_one_agent_cannot_write_into_a_run_of_another_agent_even_after_a_checkpoint():
+    """A compromised runner of agent billing, holding billing's key, names main's run id: its
+    correctly signed events are dead-lettered, in the same batch and after main's run was
+    stored and read back, and main's run is exactly what main's own events made of it."""
+    p = BatchProcessor(LoopEngine(CONFIG), keyring=Keyring([MAIN, BILLING]))
+    store: dict = {}
+
+    def read(partition, key):
+        return store.get((partition, key))
+
+    def checkpoint():
+        for pk, value in p.checkpoint().writes.items():
+            if value is None:
+                store.pop(pk, None)
+            else:
+                store[pk] = value
+
+    main_events = loop_events("victim", "main", 12)
+    hostile = [
+        requested_event(f"evil-{i}", "read", {"p": 1}, run_id="victim", session_key="s-victim", agent_id="billing",
+                        ts_ms=5000 + i)
+        for i in range(3)
+    ]
+    first = p.process(signed(main_events[:4], MAIN) + signed(hostile[:1], BILLING, start=4), read)
+    checkpoint()
+    p2 = BatchProcessor(LoopEngine(CONFIG), keyring=Keyring([MAIN, BILLING]))  # a restarted worker
+    p2_result = p2.process(signed(hostile[1:], BILLING, start=5) + signed(main_events[4:], MAIN, start=7), read)
+
+    letters = first.dead_letters + p2_result.dead_letters
+    assert [(l.reason, l.record.offset) for l in letters] == [("bad_signature", 4), ("bad_signature", 5), ("bad_signature", 6)]
+    assert all("belongs to agent 'main'" in l.detail for l in letters)
+    # main's verdicts are those of the same events without the hostile ones and without signing.
+    plain = BatchProcessor(LoopEngine(CONFIG)).process(signed(main_events, None), lambda partition, key: None)
+    assert [v.value for v in first.verdicts + p2_result.verdicts] == [v.value for v in plain.verdicts]
+
+
+def test_without_a_keyring_the_owner_is_recorded_but_not_enforced():
+    p = BatchProcessor(LoopEngine(CONFIG))
+    other = [
+        requested_event(f"other-{i}", "read", {"p": 1}, run_id="r", session_key="s-r", agent_id="other", ts_ms=9000 + i)
+        for i in range(4)
+    ]
+    events = loop_events("r", "main", 2) + other
+    result = run(p, signed(events, None))
+    assert result.dead_letters == [] and result.events == 8
+    writes = p.checkpoint().writes
+    from streams.app.processor import unpack_state
+    (value,) = writes.values()
+    assert unpack_state(value).owner == "main"
