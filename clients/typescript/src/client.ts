@@ -356,11 +356,14 @@ export class RunHandle {
    * `LoopwatchInputError` (nothing published) or, failing closed, `LoopwatchUnavailableError`.
    */
   async beforeToolCall(toolName: string, args: unknown, options: { toolCallId?: string | null } = {}): Promise<Decision | null> {
-    this.check();
+    const toolCallId = options.toolCallId ?? null;
+    if (this.aborted !== null) {
+      this.#vetoed.add(toolCallId); // refused here: its completion is the loop's own veto too
+      this.check();
+    }
     const client = this.client;
     const deadline = Date.now() + client.timeoutMs;
     const gate = client.mode === "gate";
-    const toolCallId = options.toolCallId ?? null;
     const event = requestedEvent(client.nextEventId(), toolName, args, { ...this.#eventFields(), toolCallId, gate });
     if (!gate) {
       try {
