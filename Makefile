@@ -8,7 +8,7 @@ SHARED ?= $(or $(LOOPWATCH_SHARED),../shared)
 STAMP := $(VENV)/.installed
 
 .PHONY: install test test-unit test-traces test-kafka kafka kafka-secure kafka-stop kafka-status run \
-        bench-core bench schemas conformance clean
+        bench-core bench schemas conformance clean ts-client
 
 install: $(STAMP)
 
@@ -18,12 +18,31 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test,ops]'
 	touch $(STAMP)
 
+# The TypeScript client (clients/typescript): npm dependencies from its lock file (npm's cache
+# makes a reinstall cheap), then the build its tests and the end-to-end runner use.
+TS := clients/typescript
+TS_DEPS := $(TS)/node_modules/.package-lock.json
+TS_BUILT := $(TS)/dist/.built
+TS_SOURCES := $(shell find $(TS)/src $(TS)/test -name '*.ts' 2>/dev/null) $(TS)/tsconfig.json $(TS)/openclaw.plugin.json
+
+$(TS_DEPS): $(TS)/package.json $(TS)/package-lock.json
+	@command -v node >/dev/null || { echo "Node.js >= 20.19 (with npm) is required for $(TS)" >&2; exit 1; }
+	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); if (a < 20 || (a === 20 && b < 19)) { console.error(`Node.js >= 20.19 is required for $(TS), this is ${process.version}`); process.exit(1); }'
+	cd $(TS) && npm ci --no-audit --no-fund
+	touch $@
+
+$(TS_BUILT): $(TS_DEPS) $(TS_SOURCES)
+	cd $(TS) && npm run build
+	touch $@
+
+ts-client: $(TS_BUILT)
+
 # The full suite: unit, conformance, golden traces, ops checks and integration tests on the
 # real broker.  pytest exits non-zero (5) when it collects no tests, which fails the target.
-test: install kafka
+test: install kafka ts-client
 	LOOPWATCH_SHARED=$(SHARED) $(PY) -m pytest -q -p no:cacheprovider tests
 
-test-unit: install
+test-unit: install ts-client
 	LOOPWATCH_SHARED=$(SHARED) $(PY) -m pytest -q -p no:cacheprovider tests -m "not kafka"
 
 # Step-for-step agreement with upstream on the shared golden traces (issue 5).
@@ -62,4 +81,4 @@ bench: install kafka
 	$(PY) -m streams.bench.kafka
 
 clean:
-	rm -rf .pytest_cache .hypothesis build *.egg-info
+	rm -rf .pytest_cache .hypothesis build *.egg-info $(TS)/dist

@@ -1,0 +1,227 @@
+/**
+ * The four `tool-calls` events, built from raw tool calls at the runner's edge: the one
+ * place in this package where arguments and results become hashes (as `streams/edge.py`
+ * is for Python). The wire shape is `schemas/jsonschema/tool-calls.event.v1.json`.
+ */
+import { LoopwatchInputError } from "./errors.js";
+import { argsHash, hashOutcome, isKnownPoll, type Outcome, type ToolOutcome } from "./hashing.js";
+
+/** Records larger than this are dead-lettered by the worker (schemas/events.py). */
+export const MAX_EVENT_BYTES = 64 * 1024;
+/** Bounds of the schema's string fields, in code points (JSON Schema's maxLength). */
+export const LIMITS = {
+  id: 512,
+  toolName: 256,
+  argsHash: 256 + 65,
+  unknownToolName: 256,
+  reason: 256,
+} as const;
+
+/** Who a call belongs to. Without a run id the session key (or id) scopes the state. */
+export interface RunFields {
+  run_id: string | null;
+  session_key: string | null;
+  session_id: string | null;
+  agent_id: string | null;
+}
+
+interface EventBase extends RunFields {
+  v: 1;
+  event_id: string;
+  ts_ms: number;
+}
+
+export interface ToolCallRequested extends EventBase {
+  type: "tool_call.requested";
+  tool_call_id: string | null;
+  tool_name: string;
+  args_hash: string;
+  known_poll: boolean;
+  gate: boolean;
+}
+
+export interface ToolCallCompleted extends EventBase {
+  type: "tool_call.completed";
+  tool_call_id: string | null;
+  tool_name: string;
+  args_hash: string;
+  result_hash: string | null;
+  is_error: boolean;
+  unknown_tool_name: string | null;
+  loop_veto: boolean;
+}
+
+export interface CompactionRetried extends EventBase {
+  type: "compaction.retried";
+}
+
+export interface RunEnded extends EventBase {
+  type: "run.ended";
+  reason: string | null;
+}
+
+export type ToolCallEvent = ToolCallRequested | ToolCallCompleted | CompactionRetried | RunEnded;
+
+export interface EventFields extends RunFields {
+  tsMs: number;
+}
+
+function base(eventId: string, fields: EventFields): EventBase {
+  return {
+    v: 1,
+    event_id: eventId,
+    run_id: fields.run_id,
+    session_key: fields.session_key,
+    session_id: fields.session_id,
+    agent_id: fields.agent_id,
+    ts_ms: fields.tsMs,
+  };
+}
+
+/** Hash with upstream's rules, turning whatever the rules cannot digest into one clear error. */
+function hashing<T>(what: string, toolName: string, compute: () => T): T {
+  try {
+    return compute();
+  } catch (err) {
+    const reason =
+      err instanceof RangeError && /call stack/i.test(err.message)
+        ? "the value is nested too deeply to serialise (upstream's stableStringify overflows the stack too)"
+        : err instanceof Error
+          ? err.message
+          : String(err);
+    throw new LoopwatchInputError(`cannot hash the ${what} of tool ${JSON.stringify(toolName)}: ${reason}`);
+  }
+}
+
+export function requestedEvent(
+  eventId: string,
+  toolName: string,
+  args: unknown,
+  fields: EventFields & { toolCallId: string | null; gate: boolean },
+): ToolCallRequested {
+  return {
+    type: "tool_call.requested",
+    ...base(eventId, fields),
+    tool_call_id: fields.toolCallId,
+    tool_name: toolName,
+    args_hash: hashing("arguments", toolName, () => argsHash(toolName, args)),
+    known_poll: isKnownPoll(toolName, args),
+    gate: fields.gate,
+  };
+}
+
+export function completedEvent(
+  eventId: string,
+  toolName: string,
+  args: unknown,
+  outcome: ToolOutcome,
+  fields: EventFields & { toolCallId: string | null; providerSendTools?: ReadonlySet<string> },
+): ToolCallCompleted {
+  const callHash = hashing("arguments", toolName, () => argsHash(toolName, args));
+  const hashed = hashing("outcome", toolName, () => hashOutcome(toolName, args, outcome, fields.providerSendTools));
+  return completedFromOutcome(eventId, toolName, callHash, hashed, fields);
+}
+
+/** The one mapping from an `Outcome` to the event's fields. */
+export function completedFromOutcome(
+  eventId: string,
+  toolName: string,
+  callHash: string,
+  outcome: Outcome,
+  fields: EventFields & { toolCallId: string | null },
+): ToolCallCompleted {
+  return {
+    type: "tool_call.completed",
+    ...base(eventId, fields),
+    tool_call_id: fields.toolCallId,
+    tool_name: toolName,
+    args_hash: callHash,
+    result_hash: outcome.resultHash,
+    is_error: outcome.isError,
+    unknown_tool_name: outcome.unknownToolName,
+    loop_veto: outcome.loopVeto,
+  };
+}
+
+export function compactionEvent(eventId: string, fields: EventFields): CompactionRetried {
+  return { type: "compaction.retried", ...base(eventId, fields) };
+}
+
+export function runEndedEvent(eventId: string, reason: string | null, fields: EventFields): RunEnded {
+  return { type: "run.ended", ...base(eventId, fields), reason };
+}
+
+/** The Kafka key of an event: the run id, else the session key, else the session id. */
+export function eventKey(fields: RunFields): string {
+  const key = fields.run_id || fields.session_key || fields.session_id;
+  if (!key) {
+    throw new LoopwatchInputError("one of run_id, session_key or session_id is required");
+  }
+  return key;
+}
+
+/**
+ * The worker's state key for a run (`streams.engine.state_key`), which is also the Kafka key
+ * of its verdicts: `run:<run id trimmed>`, else the session's "no run" scope.
+ */
+export function stateKey(fields: RunFields): string {
+  const runId = typeof fields.run_id === "string" ? fields.run_id.trim() : "";
+  if (runId) {
+    return `run:${runId}`;
+  }
+  return `session:${fields.session_key ?? ""}|${fields.session_id ?? ""}`;
+}
+
+function codePoints(text: string): number {
+  let n = 0;
+  for (const _ of text) {
+    n += 1;
+  }
+  return n;
+}
+
+function checkLength(field: string, value: string | null, max: number, min = 0): void {
+  if (value === null) {
+    return;
+  }
+  const n = codePoints(value);
+  if (n > max || n < min) {
+    throw new LoopwatchInputError(
+      `${field} is ${n} characters long; the schema allows ${min > 0 ? `${min} to ` : "at most "}${max}`,
+    );
+  }
+}
+
+/** Refuse what the schema would refuse, so the worker never dead-letters our own events. */
+export function checkEvent(event: ToolCallEvent): void {
+  checkLength("event_id", event.event_id, LIMITS.id, 1);
+  for (const field of ["run_id", "session_key", "session_id", "agent_id"] as const) {
+    checkLength(field, event[field], LIMITS.id);
+  }
+  if (!event.run_id && !event.session_key && !event.session_id) {
+    throw new LoopwatchInputError("one of run_id, session_key or session_id is required");
+  }
+  if (!Number.isSafeInteger(event.ts_ms) || event.ts_ms < 0) {
+    throw new LoopwatchInputError(`ts_ms must be a non-negative integer, got ${event.ts_ms}`);
+  }
+  if (event.type === "tool_call.requested" || event.type === "tool_call.completed") {
+    checkLength("tool_call_id", event.tool_call_id, LIMITS.id);
+    checkLength("tool_name", event.tool_name, LIMITS.toolName);
+  }
+  if (event.type === "tool_call.completed") {
+    checkLength("unknown_tool_name", event.unknown_tool_name, LIMITS.unknownToolName);
+  }
+  if (event.type === "run.ended") {
+    checkLength("reason", event.reason, LIMITS.reason);
+  }
+}
+
+/** The record value: checked against the schema's bounds, then JSON in UTF-8. */
+export function encodeEvent(event: ToolCallEvent): Buffer {
+  checkEvent(event);
+  const data = Buffer.from(JSON.stringify(event), "utf8");
+  if (data.length > MAX_EVENT_BYTES) {
+    throw new LoopwatchInputError(`the event is ${data.length} bytes, the limit is ${MAX_EVENT_BYTES}`);
+  }
+  return data;
+}

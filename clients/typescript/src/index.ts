@@ -1,0 +1,39 @@
+export { stableStringify, digest, isPlainObject } from "./canonical.js";
+export {
+  argsHash,
+  hashOutcome,
+  isKnownPoll,
+  isSendCall,
+  stripVolatileSendIds,
+  unknownToolName,
+  LOOP_VETO_RESULT,
+  type Outcome,
+  type ToolOutcome,
+} from "./hashing.js";
+export {
+  compactionEvent,
+  completedEvent,
+  completedFromOutcome,
+  encodeEvent,
+  eventKey,
+  requestedEvent,
+  runEndedEvent,
+  stateKey,
+  MAX_EVENT_BYTES,
+  type CompactionRetried,
+  type RunEnded,
+  type RunFields,
+  type ToolCallCompleted,
+  type ToolCallEvent,
+  type ToolCallRequested,
+} from "./events.js";
+export { decodeVerdict, type Decision, type RunAborted, type Verdict } from "./verdicts.js";
+export {
+  LoopBlocked,
+  LoopwatchInputError,
+  LoopwatchUnavailableError,
+  PostCompactionLoopPersistedError,
+  RunAbortedError,
+} from "./errors.js";
+export { LoopwatchClient, RunHandle, type ClientOptions, type Logger, type RunIdentity } from "./client.js";
+export type { KafkaSettings, SaslSettings } from "./kafka.js";

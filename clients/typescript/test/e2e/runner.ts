@@ -1,0 +1,234 @@
+/**
+ * A Node runner for the end-to-end tests on the real broker and a real worker
+ * (tests/integration/test_typescript_client.py drives it). One JSON line in on stdin (the
+ * plan), JSON lines out on stdout; the test decides what is right, from the engine.
+ *
+ *   node runner.js client   plan: {kafka, runs: [{runId, sessionKey, sessionId, mode, calls}]}
+ *     Drives each run's calls through LoopwatchClient (gate or advisory) and reports every
+ *     decision, warning, block and abort it surfaced. Then it waits for "dups N" on stdin
+ *     (the test re-publishes N verdicts) and reports how many duplicates it dropped.
+ *   node runner.js plugin   plan: {kafka, loopRun, abortRun, sessionKey}
+ *     Drives the OpenClaw plugin through a fake plugin API object as OpenClaw's runtime
+ *     calls it, and reports what the host would see: blocks, and the text the model reads.
+ */
+import { createInterface } from "node:readline";
+import { LoopwatchClient, type RunHandle } from "../../src/client.js";
+import { LoopBlocked, RunAbortedError } from "../../src/errors.js";
+import type { ToolOutcome } from "../../src/hashing.js";
+import { registerLoopwatch } from "../../src/openclaw/plugin.js";
+import type { Decision } from "../../src/verdicts.js";
+import { FakeOpenClaw } from "../support/fake-openclaw.js";
+
+interface KafkaPlan {
+  brokers: string[];
+  toolCallsTopic: string;
+  verdictsTopic: string;
+}
+
+type Call = "compaction" | { tool: string; args: unknown; result?: unknown; error?: unknown };
+
+interface RunPlan {
+  runId: string | null;
+  sessionKey: string;
+  sessionId: string | null;
+  mode: "gate" | "advisory";
+  calls: Call[];
+}
+
+const input = createInterface({ input: process.stdin });
+const queued: string[] = [];
+const readers: ((line: string) => void)[] = [];
+input.on("line", (line) => {
+  const reader = readers.shift();
+  if (reader) reader(line);
+  else queued.push(line);
+});
+
+function nextLine(): Promise<string> {
+  const line = queued.shift();
+  return line !== undefined ? Promise.resolve(line) : new Promise((resolve) => readers.push(resolve));
+}
+
+/** The next command, which must be `<verb> <number>`. */
+async function command(verb: string): Promise<number> {
+  const [got, count] = (await nextLine()).split(" ");
+  if (got !== verb) throw new Error(`expected "${verb} N", got "${got}"`);
+  return Number(count);
+}
+
+function say(message: object): void {
+  process.stdout.write(`${JSON.stringify(message)}\n`);
+}
+
+async function until(condition: () => boolean, ms: number, what: string): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!condition()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}
+
+function outcomeOf(call: Exclude<Call, "compaction">): ToolOutcome {
+  return call.error !== undefined ? { error: call.error } : { result: call.result };
+}
+
+// -- client ------------------------------------------------------------------------------------
+
+interface RunReport {
+  key: string;
+  decisions: Decision[];
+  blockedCalls: number[];
+  abortError: { name: string; message: string; detector: string; count: number; toolName: string } | null;
+  warnings: Decision[];
+  blocked: Decision[];
+  aborted: unknown;
+}
+
+async function driveRun(run: RunHandle, plan: RunPlan): Promise<RunReport> {
+  const report: RunReport = { key: run.key, decisions: [], blockedCalls: [], abortError: null, warnings: [], blocked: [], aborted: null };
+  for (const [n, call] of plan.calls.entries()) {
+    if (call === "compaction") {
+      await run.compactionRetried();
+      continue;
+    }
+    const toolCallId = `call_${n}`;
+    try {
+      const decision = await run.beforeToolCall(call.tool, call.args, { toolCallId });
+      if (decision) report.decisions.push(decision);
+    } catch (err) {
+      if (err instanceof LoopBlocked) {
+        report.decisions.push(err.decision);
+        report.blockedCalls.push(n);
+      } else if (err instanceof RunAbortedError) {
+        report.abortError = { name: err.name, message: err.message, detector: err.detector, count: err.count, toolName: err.toolName };
+        break; // an obedient runner stops an aborted run
+      } else {
+        throw err;
+      }
+    }
+    // A blocked call does not run; the client records its completion as the loop's own veto.
+    await run.afterToolCall(call.tool, call.args, outcomeOf(call), { toolCallId });
+  }
+  if (plan.mode === "advisory") {
+    // Verdicts arrive on their own: the test reads what was published, asks the engine how
+    // many warnings and blocks that makes, and tells us.
+    say({ event: "published", key: run.key });
+    const expected = await command("expect");
+    await until(() => run.warnings.length + run.blocked.length >= expected, 30_000, `${expected} verdicts for ${run.key}`);
+  }
+  report.warnings = [...run.warnings];
+  report.blocked = [...run.blocked];
+  report.aborted = run.aborted;
+  await run.end(report.abortError ? "aborted" : "completed");
+  return report;
+}
+
+async function clientScenario(plan: { kafka: KafkaPlan; runs: RunPlan[] }): Promise<void> {
+  const common = { ...plan.kafka, timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000 };
+  const gate = new LoopwatchClient({ ...common, mode: "gate", clientId: "e2e-gate" });
+  const advisory = new LoopwatchClient({ ...common, mode: "advisory", clientId: "e2e-advisory" });
+  await Promise.all([gate.start(), advisory.start()]);
+  say({ event: "ready" });
+  const reports = await Promise.all(
+    plan.runs.map((r) => {
+      const client = r.mode === "gate" ? gate : advisory;
+      return driveRun(client.run({ runId: r.runId, sessionKey: r.sessionKey, sessionId: r.sessionId, agentId: "main" }), r);
+    }),
+  );
+  say({ event: "runs", runs: reports });
+  // Both clients read every partition, so each must drop each re-published verdict.
+  const expected = await command("dups");
+  const done = () => gate.duplicatesDropped >= expected && advisory.duplicatesDropped >= expected;
+  await until(done, 30_000, `${expected} duplicate verdicts`);
+  await new Promise((resolve) => setTimeout(resolve, 500)); // anything more would show up now
+  say({ event: "dups", dropped: { gate: gate.duplicatesDropped, advisory: advisory.duplicatesDropped } });
+  await Promise.all([gate.stop(), advisory.stop()]);
+}
+
+// -- plugin ------------------------------------------------------------------------------------
+
+interface HostCall {
+  n: number;
+  blocked: boolean;
+  blockReason: string | null;
+  /** The text of the tool result as the model reads it (after the tool-result middleware). */
+  modelText: string[];
+}
+
+/**
+ * One tool call as OpenClaw's runtime makes it: before_tool_call (a block becomes the blocked
+ * result of buildBlockedToolResult), the tool, the tool-result middleware, then
+ * after_tool_call fired without waiting (OpenClaw does not await it either).
+ */
+async function hostCall(api: FakeOpenClaw, ids: { runId: string; sessionKey: string }, n: number, tool: string, params: Record<string, unknown>, output: string, pending: Promise<unknown>[]): Promise<HostCall> {
+  const toolCallId = `call_${n}`;
+  const ctx = { ...ids, agentId: "main", toolName: tool, toolCallId };
+  const before = (await api.emit("before_tool_call", { toolName: tool, params, runId: ids.runId, toolCallId }, ctx)) as
+    | { block?: boolean; blockReason?: string }
+    | undefined;
+  const blocked = before?.block === true;
+  const raw = blocked
+    ? { content: [{ type: "text", text: before!.blockReason }], details: { status: "blocked", deniedReason: "plugin-before-tool-call", reason: before!.blockReason } }
+    : { content: [{ type: "text", text: output }], details: { ok: true } };
+  const seen = await api.passResult({ toolCallId, toolName: tool, args: params, result: raw }, { runtime: "openclaw", ...ids, agentId: "main" });
+  pending.push(api.emit("after_tool_call", { toolName: tool, params, runId: ids.runId, toolCallId, result: seen }, ctx));
+  const content = Array.isArray(seen.content) ? (seen.content as { text?: string }[]) : [];
+  return { n, blocked, blockReason: blocked ? before!.blockReason ?? null : null, modelText: content.map((c) => c.text ?? "") };
+}
+
+async function pluginScenario(plan: { kafka: KafkaPlan; loopRun: string; abortRun: string; sessionKey: string }): Promise<void> {
+  const api = new FakeOpenClaw({ ...plan.kafka, timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000 });
+  const plugin = registerLoopwatch(api);
+  await plugin.client.start();
+  say({ event: "ready" });
+  const pending: Promise<unknown>[] = [];
+
+  // A runner loops on one read: loopwatch warns (the model reads it), then blocks.
+  const loopIds = { runId: plan.loopRun, sessionKey: plan.sessionKey };
+  const loop: HostCall[] = [];
+  for (let n = 0; n < 24; n += 1) {
+    loop.push(await hostCall(api, loopIds, n, "read", { path: "/var/log/app.log" }, "no new lines", pending));
+  }
+
+  // A loop that survives a compaction: the abort reaches the runner, the next call is refused.
+  const abortIds = { runId: plan.abortRun, sessionKey: plan.sessionKey };
+  const abort: HostCall[] = [];
+  let n = 0;
+  for (; n < 3; n += 1) abort.push(await hostCall(api, abortIds, n, "read", { path: `/docs/${n}.md` }, `part ${n}`, pending));
+  await api.emit("after_compaction", { messageCount: 12, compactedCount: 30 }, { ...abortIds, agentId: "main" });
+  for (; n < 6; n += 1) abort.push(await hostCall(api, abortIds, n, "gateway", { action: "lookup" }, "same schema", pending));
+  await Promise.all(pending.splice(0));
+  const handle = plugin.client.run({ runId: plan.abortRun, sessionKey: plan.sessionKey, agentId: "main" });
+  await until(() => handle.aborted !== null, 30_000, "the abort");
+  const refused = await hostCall(api, abortIds, n, "gateway", { action: "lookup" }, "same schema", pending);
+  n += 1;
+  await Promise.all(pending.splice(0));
+  // The run ends; its state is freed, so the same run id starts afresh.
+  await api.emit("agent_end", { runId: plan.abortRun, messages: [], success: false }, { ...abortIds, agentId: "main" });
+  const afterEnd = await hostCall(api, abortIds, n, "gateway", { action: "lookup" }, "same schema", pending);
+  await Promise.all(pending.splice(0));
+
+  say({ event: "plugin", loop, abort, refused, afterEnd, aborted: handle.aborted, warnings: api.warnings() });
+  await plugin.stop();
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  const scenario = process.argv[2];
+  const plan = JSON.parse(await nextLine());
+  if (scenario === "client") {
+    await clientScenario(plan);
+  } else if (scenario === "plugin") {
+    await pluginScenario(plan);
+  } else {
+    throw new Error(`unknown scenario ${scenario}`);
+  }
+  input.close();
+  process.exit(0);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`${err instanceof Error ? err.stack : String(err)}\n`);
+  process.exit(1);
+});

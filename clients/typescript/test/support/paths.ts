@@ -1,0 +1,51 @@
+/** Where the tests find the repository's files and the Python side. */
+import { existsSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { join, resolve } from "node:path";
+
+/** The package root (clients/typescript), from dist/test/support/. */
+export const PACKAGE_ROOT = resolve(fileURLToPath(new URL("../../..", import.meta.url)));
+/** The loopwatch repository root. */
+export const REPO_ROOT = resolve(PACKAGE_ROOT, "..", "..");
+
+export const SCHEMA_DIR = join(REPO_ROOT, "schemas", "jsonschema");
+
+/**
+ * The shared conformance vectors. The one place to change when the copy moves: the
+ * repository's own copy under tests/data/conformance/ is used as soon as it exists;
+ * until then `$LOOPWATCH_SHARED/conformance/openclaw-cases.json`.
+ */
+export const CONFORMANCE_CASES_IN_REPO = join(REPO_ROOT, "tests", "data", "conformance", "openclaw-cases.json");
+
+export function conformanceCasesPath(): string {
+  if (existsSync(CONFORMANCE_CASES_IN_REPO)) {
+    return CONFORMANCE_CASES_IN_REPO;
+  }
+  const shared = process.env.LOOPWATCH_SHARED;
+  const fallback = shared ? join(shared, "conformance", "openclaw-cases.json") : null;
+  if (fallback && existsSync(fallback)) {
+    return fallback;
+  }
+  throw new Error(
+    `the conformance vectors are missing: expected ${CONFORMANCE_CASES_IN_REPO}` +
+      (fallback ? ` or ${fallback}` : " (or set LOOPWATCH_SHARED)"),
+  );
+}
+
+/**
+ * The Python that runs `streams/edge.py` for the cross-language tests: `$LOOPWATCH_PYTHON`,
+ * else the repository's virtualenv (`make install` creates it).
+ */
+export function pythonExecutable(): string {
+  const explicit = process.env.LOOPWATCH_PYTHON;
+  if (explicit) {
+    return explicit;
+  }
+  const venv = join(REPO_ROOT, ".venv", "bin", "python");
+  if (!existsSync(venv)) {
+    throw new Error(`no Python for the cross-language tests: run \`make install\` in ${REPO_ROOT} or set LOOPWATCH_PYTHON`);
+  }
+  return venv;
+}
+
+export const ORACLE_SCRIPT = join(PACKAGE_ROOT, "test", "oracle.py");

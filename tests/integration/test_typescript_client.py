@@ -1,0 +1,270 @@
+"""The TypeScript client and the OpenClaw plugin end to end: a real broker, a real worker, and
+Node runners (clients/typescript/test/e2e/runner.ts) driven from here.
+
+What is right comes from the engine alone (``reference_verdicts`` over the records the Node
+runner really published, read back from ``tool-calls`` and decoded by the Python schema),
+and from the Python client watching the same runs. ``make test`` installs the package's npm
+dependencies from its lock file and builds it before pytest runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import shutil
+import time
+
+import msgspec
+import pytest
+from aiokafka.partitioner import murmur2
+
+from schemas import decode_event, decode_verdict
+from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested
+from schemas.verdicts import Decision, RunAborted
+from streams.app.harness import REPO, collect, produce, reference_verdicts, write_config
+from streams.client import LoopwatchClient
+from streams.scenarios import scenario_calls
+
+pytestmark = pytest.mark.kafka
+
+PACKAGE = REPO / "clients" / "typescript"
+RUNNER = PACKAGE / "dist" / "test" / "e2e" / "runner.js"
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"surfaceWarnings": True}}
+NODE_TIMEOUT_S = 180
+
+
+@pytest.fixture(scope="module")
+def node() -> str:
+    path = shutil.which("node")
+    if path is None:
+        pytest.fail("node (20 or newer) is not installed; the TypeScript client's tests need it")
+    if not RUNNER.exists():
+        pytest.fail(f"{RUNNER.relative_to(REPO)} is not built: run `make ts-client` (make test does)")
+    return path
+
+
+@pytest.fixture(scope="module")
+def worker(lw_module):
+    config = lw_module.tmp / "loop-detection.json"
+    write_config(config, CONFIG)
+    w = lw_module.worker(config=config).start()
+    w.wait_ready()
+    return lw_module
+
+
+def kafka_plan(lw) -> dict:
+    return {"brokers": [lw.broker], "toolCallsTopic": lw.names.tool_calls, "verdictsTopic": lw.names.verdicts}
+
+
+class NodeRunner:
+    """One runner process: a plan in on stdin, JSON lines out."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    @classmethod
+    async def start(cls, node: str, scenario: str, plan: dict) -> "NodeRunner":
+        proc = await asyncio.create_subprocess_exec(
+            node, str(RUNNER), scenario, cwd=str(PACKAGE),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            limit=64 * 1024 * 1024,  # a report is one JSON line
+        )
+        runner = cls(proc)
+        await runner.send(json.dumps(plan))
+        return runner
+
+    async def send(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line.encode() + b"\n")
+        await self.proc.stdin.drain()
+
+    async def read(self, event: str) -> dict:
+        assert self.proc.stdout is not None
+        line = await asyncio.wait_for(self.proc.stdout.readline(), NODE_TIMEOUT_S)
+        if not line:
+            stderr = (await self.proc.stderr.read()).decode() if self.proc.stderr else ""
+            raise AssertionError(f"the Node runner exited ({await self.proc.wait()}) before {event!r}:\n{stderr}")
+        message = json.loads(line)
+        assert message["event"] == event, message
+        return message
+
+    async def finish(self) -> None:
+        code = await asyncio.wait_for(self.proc.wait(), NODE_TIMEOUT_S)
+        stderr = (await self.proc.stderr.read()).decode() if self.proc.stderr else ""
+        assert code == 0, stderr
+
+    def kill(self) -> None:
+        if self.proc.returncode is None:
+            self.proc.kill()
+
+
+def plain(verdict) -> dict:
+    """A verdict, or the Node runner's JSON of one, as a comparable dict."""
+    return verdict if isinstance(verdict, dict) else msgspec.to_builtins(verdict)
+
+
+async def published_records(lw, keys: set[str]) -> list:
+    """The records on tool-calls with these Kafka keys, partition by partition in offset order."""
+    records = await collect(lw.broker, lw.names.tool_calls, until=lambda _: False, timeout=3.0)
+    return [r for r in records if r.key is not None and r.key.decode() in keys]
+
+
+# -- the client: the verdict stream equals the engine's and the Python client's ------------------
+
+
+def calls(kind: str, seed: int, length: int = 24) -> list:
+    out = []
+    for call in scenario_calls(kind, random.Random(f"{seed}:{kind}"), length):
+        if call == "compaction":
+            out.append("compaction")
+        elif call.error is not None:
+            out.append({"tool": call.tool, "args": call.args, "error": call.error})
+        else:
+            out.append({"tool": call.tool, "args": call.args, "result": call.result})
+    return out
+
+
+async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worker, node):
+    lw = worker
+    tag = f"ts-{int(time.time() * 1000)}"
+    gate_runs = {
+        kind: {"runId": f"{tag}-{kind}", "sessionKey": f"agent:main:{tag}-{kind}", "sessionId": None, "mode": "gate", "calls": calls(kind, 7)}
+        for kind in ("generic_repeat", "polling_loop", "ping_pong", "unknown_tool", "send_loop", "post_compaction", "healthy")
+    }
+    # A run without a run id: its verdicts are keyed session:<key>|<id>, as the worker keys its state.
+    session_run = {"runId": None, "sessionKey": f"agent:main:{tag}-sess", "sessionId": f"{tag}-sid", "mode": "advisory",
+                   "calls": calls("generic_repeat", 8)}
+    plan = {"kafka": kafka_plan(lw), "runs": [*gate_runs.values(), session_run]}
+
+    # The Python client watches the same runs (advisory: it only listens, the Node runner publishes).
+    observer = LoopwatchClient(lw.broker, mode="advisory", tool_calls_topic=lw.names.tool_calls,
+                               verdicts_topic=lw.names.verdicts)
+    await observer.start()
+    watched = {kind: observer.run(r["runId"], session_key=r["sessionKey"], agent_id="main") for kind, r in gate_runs.items()}
+    runner = await NodeRunner.start(node, "client", plan)
+    try:
+        await runner.read("ready")
+        # The advisory run has published all its calls: how many warnings and blocks is that?
+        published = await runner.read("published")
+        assert published["key"] == f"session:{session_run['sessionKey']}|{session_run['sessionId']}"
+        session_events = [decode_event(r.value) for r in await published_records(lw, {session_run["sessionKey"]})]
+        await runner.send(f"expect {len(reference_verdicts(session_events, CONFIG))}")
+        reports = (await runner.read("runs"))["runs"]
+
+        # What the Node runner really published, decoded by the Python schema, in partition order.
+        keys = {r["runId"] for r in gate_runs.values()} | {session_run["sessionKey"]}
+        records = await published_records(lw, keys)
+        events = [decode_event(r.value) for r in records]
+        for record, event in zip(records, events):
+            # keyed by run id (session key without one), on the partition aiokafka gives that key
+            assert record.key.decode() == (event.run_id or event.session_key)
+            assert record.partition == (murmur2(record.key) & 0x7FFFFFFF) % 4
+        expected = reference_verdicts(events, CONFIG)
+        by_id = {v.verdict_id: plain(v) for v in expected}
+
+        node_seen: dict[str, list] = {}
+        for report, run in zip(reports, plan["runs"]):
+            name = run["runId"] or run["sessionKey"]
+            seen = [plain(d) for d in report["decisions"]] + [plain(d) for d in report["warnings"] + report["blocked"]]
+            if report["aborted"]:
+                seen.append(plain(report["aborted"]))
+            for verdict in seen:
+                assert by_id.get(verdict["verdict_id"]) == verdict, f"{name}: {verdict['verdict_id']} differs from the engine"
+            node_seen[name] = seen
+            mine = [v for v in expected if (v.run_id or v.session_key) == name]
+            if run["mode"] == "gate":
+                # every decision of every gate call, and the abort, reached the Node client
+                want = {v.verdict_id for v in mine}
+                got = {v["verdict_id"] for v in seen}
+                assert got == want, f"{name}: missing {want - got}, extra {got - want}"
+            else:
+                # advisory: warnings and blocks arrive on their own, keyed by the session state key
+                assert {v["verdict_id"] for v in report["warnings"] + report["blocked"]} == {
+                    v.verdict_id for v in mine if isinstance(v, Decision) and v.action in ("warn", "block")}
+                assert report["blocked"], name
+
+        # The Python client saw the same warnings, blocks and abort, run by run.
+        await asyncio.sleep(1.0)
+        for kind, run in gate_runs.items():
+            name, report, handle = run["runId"], reports[list(gate_runs).index(kind)], watched[kind]
+            node_warn_block = [v for v in report["decisions"] if v["action"] in ("warn", "block")]
+            python = [plain(d) for d in handle.warnings + handle.blocked]
+            assert sorted(python, key=lambda v: v["verdict_id"]) == sorted(node_warn_block, key=lambda v: v["verdict_id"]), name
+            assert (plain(handle.aborted) if handle.aborted else None) == report["aborted"], name
+
+        # Each kind of loop did what it should, through Node.
+        by_kind = {kind: reports[i] for i, kind in enumerate(gate_runs)}
+        for kind, detector in [("generic_repeat", "generic_repeat"), ("polling_loop", "known_poll_no_progress"),
+                               ("ping_pong", "ping_pong"), ("unknown_tool", "unknown_tool_repeat"), ("send_loop", "generic_repeat")]:
+            blocks = [d for d in by_kind[kind]["decisions"] if d["action"] == "block"]
+            assert blocks and blocks[0]["detector"] == detector, (kind, blocks[:1])
+            assert by_kind[kind]["blockedCalls"], kind
+        assert by_kind["post_compaction"]["aborted"]["detector"] == "compaction_loop_persisted"
+        assert by_kind["post_compaction"]["abortError"]["name"] == "PostCompactionLoopPersistedError"
+        assert not any(d["action"] != "allow" for d in by_kind["healthy"]["decisions"])
+        # Vetoed calls were published as the loop's own veto, never hashed.
+        vetoes = [e for e in events if isinstance(e, ToolCallCompleted) and e.loop_veto]
+        assert vetoes and all(e.result_hash is None for e in vetoes)
+
+        # Redelivered verdicts are dropped by id: re-publish some, the client must drop each.
+        verdict_records = await collect(lw.broker, lw.names.verdicts, until=lambda _: False, timeout=3.0)
+        ours = [r for r in verdict_records if decode_verdict(r.value).verdict_id in by_id]
+        again = ours[:: max(1, len(ours) // 8)][:8]
+        await produce(lw.broker, lw.names.verdicts, [(r.key, r.value) for r in again])
+        await runner.send(f"dups {len(again)}")
+        assert (await runner.read("dups"))["dropped"] == {"gate": len(again), "advisory": len(again)}
+        await runner.finish()
+    finally:
+        runner.kill()
+        await observer.stop()
+
+
+# -- the plugin: OpenClaw's hooks on the real broker and worker ---------------------------------
+
+
+async def test_openclaw_plugin_blocks_a_loop_and_relays_an_abort(worker, node):
+    lw = worker
+    tag = f"oc-{int(time.time() * 1000)}"
+    plan = {"kafka": kafka_plan(lw), "loopRun": f"{tag}-loop", "abortRun": f"{tag}-abort", "sessionKey": f"agent:main:{tag}"}
+    runner = await NodeRunner.start(node, "plugin", plan)
+    try:
+        await runner.read("ready")
+        report = await runner.read("plugin")
+        await runner.finish()
+    finally:
+        runner.kill()
+
+    records = await published_records(lw, {plan["loopRun"], plan["abortRun"]})
+    events = [decode_event(r.value) for r in records]
+    expected = reference_verdicts(events, CONFIG)
+    decisions = {v.cause_event_id: v for v in expected if isinstance(v, Decision)}
+    requests = {(e.run_id, e.tool_call_id): e for e in events if isinstance(e, ToolCallRequested)}
+
+    # The loop: the warning reaches the model with its call's result, then the 21st call is blocked
+    # with loopwatch's message and stays blocked (a blocked call is recorded as the loop's veto).
+    loop = report["loop"]
+    for call in loop:
+        decision = decisions[requests[(plan["loopRun"], f"call_{call['n']}")].event_id]
+        assert call["blocked"] == (decision.action == "block"), call
+        if decision.action == "block":
+            assert call["blockReason"] == decision.message and call["modelText"] == [decision.message]
+        elif decision.action == "warn":
+            assert decision.notify_model
+            assert call["modelText"] == ["no new lines", decision.message], call
+        else:
+            assert call["modelText"] == ["no new lines"], call
+    assert [c["n"] for c in loop if c["blocked"]] == list(range(20, 24))
+    assert [c["n"] for c in loop if len(c["modelText"]) == 2] == [10]
+    assert decisions[requests[(plan["loopRun"], "call_20")].event_id].detector == "generic_repeat"
+
+    # The abort after compaction reaches the runner: the next call is refused with its message.
+    aborts = [v for v in expected if isinstance(v, RunAborted)]
+    assert [a.detector for a in aborts] == ["compaction_loop_persisted"]
+    assert plain(report["aborted"]) == plain(aborts[0])
+    assert report["refused"]["blocked"] and report["refused"]["blockReason"] == aborts[0].message
+    assert not any(c["blocked"] for c in report["abort"])
+    # agent_end published run.ended: the worker freed the run, the same run id starts afresh.
+    assert any(isinstance(e, RunEnded) and e.run_id == plan["abortRun"] for e in events)
+    assert not report["afterEnd"]["blocked"]
+    assert decisions[requests[(plan["abortRun"], f"call_{report['afterEnd']['n']}")].event_id].action == "allow"
