@@ -23,8 +23,10 @@ from streams.app.harness import REPO
 sys.path.insert(0, str(REPO / "tests" / "ops"))
 import opsutil  # noqa: E402  (tests/ops: finds helm the way the chart tests do)
 
-# Variables the test machine decides, not the chart: several workers share one host here.
-HOST_SPECIFIC = ("LOOPWATCH_WEB_HOST", "LOOPWATCH_WEB_PORT", "LOOPWATCH_METRICS_PORT")
+# Variables the test machine decides, not the chart: several workers share one host here, and
+# each gets its own ports and static-membership instance id (the pod name, a fieldRef) from the
+# harness.
+HOST_SPECIFIC = ("LOOPWATCH_WEB_HOST", "LOOPWATCH_WEB_PORT", "LOOPWATCH_METRICS_PORT", "LOOPWATCH_INSTANCE_ID")
 
 
 def render(values: Path, *set_values: str) -> list[dict]:
