@@ -111,4 +111,8 @@ def parse_args(prog: str, description: str, argv: list[str] | None = None) -> Pe
 
 
 def load_config(path: Path) -> object:
-    return json.loads(path.read_text())
+    """The config file's JSON; a file that cannot be read or parsed exits with one line."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"peer: cannot read the config {path}: {exc}") from None

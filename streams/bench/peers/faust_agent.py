@@ -28,7 +28,7 @@ The process runs until it is stopped (SIGTERM: Faust's worker commits and exits)
 
 from __future__ import annotations
 
-import sys
+from typing import NoReturn
 
 import faust
 
@@ -76,16 +76,11 @@ def create_app(args) -> faust.App:
     return app
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     args = parse_args("python -m streams.bench.peers.faust_agent", __doc__.splitlines()[0], argv)
-    worker = faust.Worker(create_app(args), loglevel="warning", quiet=True, redirect_stdouts=False)
-    try:
-        worker.execute_from_commandline()
-    except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
-    return 0
+    # Runs until SIGTERM, then exits the process (SystemExit) with the worker's status.
+    faust.Worker(create_app(args), loglevel="warning", quiet=True, redirect_stdouts=False).execute_from_commandline()
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

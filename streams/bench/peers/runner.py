@@ -29,6 +29,10 @@ from . import PEERS
 __all__ = ["PeerFailed", "PeerProcess", "compare_verdicts", "measure_peer", "verdict_counts"]
 
 
+PROGRESS_S = 30.0
+"""While a peer drains its topic, a progress line this often (Faust's takes minutes)."""
+
+
 class PeerFailed(Exception):
     """A peer did not run, did not drain its topic, or published other verdicts than the
     engine's (the message says which)."""
@@ -101,19 +105,24 @@ def compare_verdicts(label: str, got: dict[str, Any], expected: Iterable[Any]) -
 
 async def measure_peer(
     name: str, broker: str, *, source: str, sink: str, group: str, events: int, expected: list,
-    config: Path, work_dir: Path, timeout: float = 600.0,
+    config: Path, work_dir: Path, timeout: float | None = None,
 ) -> dict:
     """Run peer ``name`` on ``source`` (``events`` records already in it), verdicts to ``sink``.
 
     Returns its rate (events/s, first to last processed record), CPU per event, the rate
     until every offset was committed, and its verdicts' counts by action, once they are
-    found to be the ``expected`` ones (else ``PeerFailed``).
+    found to be the ``expected`` ones (else ``PeerFailed``).  ``timeout``: seconds to drain
+    the topic (default: a minute plus 5 ms an event); a line every ``PROGRESS_S`` meanwhile.
     """
+    if timeout is None:
+        timeout = 60.0 + events / 200
     peer = PeerProcess(name, broker, source=source, sink=sink, group=group, expected=events, config=config,
                        work_dir=work_dir)
     peer.start()
     try:
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline = started + timeout
+        progress_at = started + PROGRESS_S
         while (result := peer.result()) is None:
             if not peer.running:
                 raise PeerFailed(f"{peer.label} exited (code {peer.proc.returncode}) after processing fewer than "
@@ -121,6 +130,11 @@ async def measure_peer(
             if time.monotonic() > deadline:
                 raise PeerFailed(f"{peer.label} did not process {events:,} events within {timeout:.0f} s "
                                  f"(see {peer.log_path})")
+            if time.monotonic() > progress_at:
+                progress_at += PROGRESS_S
+                committed = sum((await committed_offsets(broker, group, source)).values())
+                print(f"     {peer.label}: {committed:,} of {events:,} events committed after "
+                      f"{time.monotonic() - started:.0f} s", flush=True)
             await asyncio.sleep(0.1)
         # At least once: done means every offset committed, hence every state and verdict safe.
         deadline = time.monotonic() + 120
