@@ -15,7 +15,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,ops]'
+	$(PY) -m pip install -q -e '.[test,ops,bench]'
 	touch $(STAMP)
 
 # The TypeScript client (clients/typescript): npm dependencies from its lock file (npm's cache

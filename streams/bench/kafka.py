@@ -1,6 +1,6 @@
 """``make bench``: loopwatch end to end on the real broker, against raw aiokafka.
 
-Three measurements, in one run, on the local broker (``scripts/kafka.sh``):
+Four measurements, in one run, on the local broker (``scripts/kafka.sh``):
 
 (a) raw aiokafka pass-through: consume the pre-produced events and re-produce each one to
     another topic, no logic (offsets committed per fetch).  Two variants: one ``send()`` per
@@ -19,6 +19,14 @@ Three measurements, in one run, on the local broker (``scripts/kafka.sh``):
     loopwatch adds.  On a shared VM both swing with the neighbours; compare them per run.
     (c) and (c') alternate ``--latency-rounds`` times (default 3), and the latency target is
     judged on the median of the rounds' p99.
+(d) peers (``streams.bench.peers``), right after (b) and like it: the same events preloaded
+    into a fresh topic, drained by the same engine as a user would run it with another
+    Python stream processor, each in its own subprocess, timed from its first processed
+    record to its last: (d1) a Quix Streams ``Application`` with a keyed stateful function
+    (RocksDB state with its changelog, at-least-once), (d2) an idiomatic Faust agent with a
+    table write per event.  Each peer's verdicts are read back and must be the engine's
+    (run directly on the same events), or the benchmark fails.  Printed with loopwatch's
+    ratio (b)/(d) to each.
 
 The workload is a fleet of interleaved runs (mostly healthy, every kind of loop, as
 ``streams.scenarios`` simulates them, obeyed as a runner would), every requested call in
@@ -37,6 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from importlib.metadata import version
 from pathlib import Path
 
 import msgspec
@@ -46,8 +55,11 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallRequested
 from streams.app.harness import (
-    REPO, WorkerNames, WorkerProcess, delete_topics, encode_all, stop_group, wait_for_topic, write_config,
+    REPO, WorkerNames, WorkerProcess, delete_topics, encode_all, reference_verdicts, stop_group, wait_for_topic,
+    write_config,
 )
+from streams.bench.peers import PEERS
+from streams.bench.peers.runner import PeerFailed, measure_peer
 from streams.edge import kafka_key
 from streams.engine import LoopEngine
 from streams.scenarios import FLEET_MIX, fleet_trace
@@ -263,6 +275,25 @@ async def worker_throughput(
         await admin.close()
 
 
+# -- (d) peers: the same workload in Quix Streams and in a plain Faust agent -----------------------
+
+
+async def peer_throughput(
+    broker: str, name: str, records: list[tuple[bytes, bytes]], expected: list, tmp: Path, *, used: list[str]
+) -> dict:
+    """Peer ``name`` (``streams.bench.peers.PEERS``) on a fresh topic holding ``records``;
+    ``expected``: the engine's verdicts for them (``reference_verdicts``)."""
+    names = WorkerNames(prefix="lwbench")
+    used.append(names.app_id)  # Faust's changelog: <app id>-runs-changelog
+    used.append(f"changelog__{names.app_id}")  # Quix Streams': changelog__<group>--<topic>--<store>
+    await create_topics(broker, [names.tool_calls, names.verdicts])
+    await preload(broker, names.tool_calls, records)
+    config = tmp / "loop-detection.json"
+    write_config(config, CONFIG)
+    return await measure_peer(name, broker, source=names.tool_calls, sink=names.verdicts, group=names.app_id,
+                              events=len(records), expected=expected, config=config, work_dir=tmp)
+
+
 # -- (c) latency at a fixed offered load ---------------------------------------------------------------
 
 
@@ -439,6 +470,10 @@ def target_verdicts(results: dict) -> list[str]:
         if "raw" in results:
             ratio = b["rate"] / results["raw"]
             lines.append(f"(b)/(a) >= {TARGET_RATIO}: {ratio:.2f}, {verdict(ratio >= TARGET_RATIO)}")
+    for name, d in results.get("peers", {}).items():
+        if b:
+            ratio = b["rate"] / d["rate"]
+            lines.append(f"loopwatch ahead of {PEERS[name].label}: {verdict(ratio > 1)} ({ratio:.2f}×)")
     c = results.get("latency")
     if c and c["rate"] == TARGET_RATE:
         measured = f"{c['p99']:.1f} ms" + (f" (median of {c['rounds']} rounds)" if c.get("rounds", 1) > 1 else "")
@@ -447,6 +482,11 @@ def target_verdicts(results: dict) -> list[str]:
             line += f" (the raw responder (c'): {results['floor']['p99']:.1f} ms)"
         lines.append(line)
     return lines
+
+
+def describe_counts(counts: dict[str, int]) -> str:
+    """``{"allow": 3, "block": 1}`` as ``4 verdicts: allow 3, block 1``."""
+    return f"{sum(counts.values()):,} verdicts: " + ", ".join(f"{k} {v:,}" for k, v in counts.items())
 
 
 def median_round(rounds: list[dict]) -> dict:
@@ -517,6 +557,21 @@ async def run(args: argparse.Namespace) -> int:
             print(f"(b)  loopwatch worker end to end:                  {b['rate']:>9,.0f} events/s "
                   f"({b['events']:,} events in {b['elapsed']:.1f} s; {b['cpu_us']:.0f} µs CPU/event, {b['cpu_cores']:.2f} cores); "
                   f"{b['durable_rate']:,.0f} events/s to all offsets committed")
+        if args.peer:
+            expected = reference_verdicts(events, CONFIG)
+            for name in sorted(set(args.peer), key=list(PEERS).index):
+                peer = PEERS[name]
+                d = await peer_throughput(broker, name, records, expected, tmp, used=used)
+                d["version"] = version(peer.distribution)
+                results.setdefault("peers", {})[name] = d
+                head = f"({peer.tag}) {peer.label} {d['version']} peer:"
+                print(f"{head:<51}{d['rate']:>9,.0f} events/s ({d['events']:,} events in {d['elapsed']:.1f} s; {d['cpu_us']:.0f} µs "
+                      f"CPU/event, {d['cpu_cores']:.2f} cores); {d['durable_rate']:,.0f} events/s to all offsets committed")
+                print(f"     its verdicts are the engine's: {describe_counts(d['verdicts'])}"
+                      + (f" ({d['duplicates']:,} duplicates dropped)" if d["duplicates"] else ""))
+                if "worker" in results:
+                    print(f"     loopwatch (b) / {peer.label}: {results['worker']['rate'] / d['rate']:.2f}×")
+            expected = None
         # The throughput workload (hundreds of thousands of objects) is not needed any more:
         # drop it so this process's own GC pauses do not show up as decision latency.
         events = records = None
@@ -565,6 +620,13 @@ async def run(args: argparse.Namespace) -> int:
         if "raw" in results:
             print(f"| ratio (b)/(a) | {b['rate'] / results['raw']:.2f} |")
             print(f"| ratio (b)/(a') | {b['rate'] / results['raw_batched']:.2f} |")
+    for name, d in results.get("peers", {}).items():
+        peer = PEERS[name]
+        print(f"| ({peer.tag}) {peer.label} {d['version']} peer ({peer.shape}), same workload and engine | "
+              f"{d['rate']:,.0f} events/s processed ({d['cpu_us']:.0f} µs CPU/event); {d['durable_rate']:,.0f} events/s "
+              f"until every offset is committed; verdicts = the engine's ({describe_counts(d['verdicts'])}) |")
+        if "worker" in results:
+            print(f"| ratio (b)/({peer.tag}) | {results['worker']['rate'] / d['rate']:.2f} |")
     floors = results.get("floor_rounds", [])
     for i, c in enumerate(results.get("latency_rounds", [])):
         tag = f", round {i + 1}" if args.latency_rounds > 1 else ""
@@ -622,10 +684,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip-worker", action="store_true")
     p.add_argument("--skip-latency", action="store_true")
     p.add_argument("--skip-floor", action="store_true", help="no (c'): the raw responder's latency at the same load")
+    p.add_argument("--peer", action="append", choices=sorted(PEERS),
+                   help="run only this peer of (d) (repeat for several; default: all of them)")
+    p.add_argument("--skip-peers", action="store_true", help="no (d): the workload in Quix Streams and in a Faust agent")
     args = p.parse_args(argv)
+    args.peer = [] if args.skip_peers else (args.peer or list(PEERS))
     try:
         return asyncio.run(run(args))
-    except BenchFailed as exc:
+    except (BenchFailed, PeerFailed) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
 

@@ -48,3 +48,17 @@ def test_several_rounds_are_judged_on_their_median_p99():
     assert target_verdicts({"latency": latency, "floor": floor}) == [
         "(c) p99 < 20 ms at 2,000 events/s: 19.9 ms (median of 3 rounds), met (the raw responder (c'): 18.0 ms)",
     ]
+
+
+def test_loopwatch_is_judged_ahead_of_each_peer_only_when_faster():
+    results = {
+        "worker": {"rate": 25_000.0},
+        "peers": {"quix": {"rate": 10_000.0}, "faust": {"rate": 25_000.0}},
+    }
+    assert target_verdicts(results) == [
+        "(b) >= 20,000 events/s per worker: 25,000, met",
+        "loopwatch ahead of Quix Streams: met (2.50×)",
+        "loopwatch ahead of Faust: NOT MET (1.00×)",  # a tie is not ahead
+    ]
+    # Without (b) there is nothing to compare the peers with.
+    assert target_verdicts({"peers": {"quix": {"rate": 10_000.0}}}) == []
