@@ -1,4 +1,4 @@
-"""Golden random traces (``../shared/conformance/traces/TRACES.md``): drive the engine over
+"""Golden random traces (``tests/data/conformance/traces/TRACES.md``): drive the engine over
 every session exactly as a runner would and compare each step with upstream's answer."""
 
 from __future__ import annotations
