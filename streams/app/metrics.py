@@ -26,7 +26,10 @@ TOOL_LABEL_CAP = 200
 
 EVENT_TYPES = ("tool_call.requested", "tool_call.completed", "compaction.retried", "run.ended")
 ABORT_DETECTORS = ("compaction_loop_persisted", "critical_block_limit")
-DEAD_LETTER_REASONS = ("invalid_json", "invalid_event", "oversized", "missing_key", "unknown_type", "processing_error")
+DEAD_LETTER_REASONS = (
+    "invalid_json", "invalid_event", "oversized", "missing_key", "unknown_type", "unsupported_version",
+    "processing_error",
+)
 ERROR_STAGES = ("decode", "state_decode", "engine")
 WARNING_DETECTORS = ("generic_repeat", "known_poll_no_progress", "ping_pong")
 

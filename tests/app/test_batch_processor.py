@@ -207,6 +207,11 @@ HOSTILE = [
     (json.dumps({"type": "run.ended", "event_id": "x"}).encode(), "missing_key"),
     (json.dumps({"type": "run.ended", "event_id": "x", "run_id": "r", "reason": "x" * MAX_EVENT_BYTES}).encode(), "oversized"),
     (json.dumps({"type": "tool_call.requested", "event_id": "x", "run_id": "r", "tool_name": "read", "args_hash": "exec:" + "0" * 64}).encode(), "invalid_event"),
+    # issue 13: past a schema bound, an unknown version, nesting deeper than the decoder goes
+    (json.dumps({"type": "tool_call.requested", "event_id": "x", "run_id": "r", "tool_name": "read", "args_hash": "read:" + "0" * 64, "ts_ms": 2**63}).encode(), "invalid_event"),
+    (json.dumps({"type": "run.ended", "v": 2, "event_id": "x", "run_id": "r"}).encode(), "unsupported_version"),
+    (json.dumps({"type": "run.ended", "v": -5, "event_id": "x", "run_id": "r"}).encode(), "unsupported_version"),
+    (b'{"x": ' + b"[" * 30000 + b"]" * 30000 + b', "type": "run.ended", "event_id": "x", "run_id": "r"}', "invalid_json"),
 ]
 
 
@@ -218,7 +223,7 @@ def test_bad_records_become_dead_letters(value, reason):
     p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
     r = p.process(recs, Store().read)
     assert [(d.record.offset, d.reason) for d in r.dead_letters] == [(0, reason)]
-    assert r.dead_letters[0].detail
+    assert r.dead_letters[0].detail and "\n" not in r.dead_letters[0].detail
     assert len(r.verdicts) == 1  # the good record still gets its answer
     assert registry.get_sample_value("loopwatch_dead_letters_total", {"reason": reason}) == 1
 
