@@ -197,7 +197,7 @@ class Loopwatch:
         self.app = app
         self.settings = settings
         self.metrics = metrics
-        self.watcher = ConfigWatcher(settings.config, self._swap_engine)
+        self.watcher = ConfigWatcher(settings.config, self._swap_engine, metrics)
         self.processor = BatchProcessor(self.watcher.load_initial(), metrics)
         self._write_lock = asyncio.Lock()
         self._partition_counts: dict[str, int] = {}

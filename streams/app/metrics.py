@@ -30,6 +30,7 @@ DEAD_LETTER_REASONS = (
     "invalid_json", "invalid_event", "oversized", "missing_key", "unknown_type", "unsupported_version",
     "processing_error",
 )
+CONFIG_RELOAD_RESULTS = ("applied", "refused")
 ERROR_STAGES = ("decode", "state_decode", "engine")
 WARNING_DETECTORS = ("generic_repeat", "known_poll_no_progress", "ping_pong")
 
@@ -86,6 +87,14 @@ class Metrics:
             "loopwatch_consumer_lag_records", "end offset - committed offset of tool-calls", ["partition"],
             registry=registry,
         )
+        self.config_reloads = Counter(
+            "loopwatch_config_reloads", "config file changes applied or refused (the running config stays)",
+            ["result"], registry=registry,
+        )
+        self.config_file_refused = Gauge(
+            "loopwatch_config_file_refused", "1 while the config file on disk is one this worker refused",
+            registry=registry,
+        )
         self._tools: set[str] = set()
         # Export every known label value at 0 from the start: a series that first appears at
         # 1 hides that first increase from rate()/increase(), so a single abort or dead letter
@@ -96,6 +105,7 @@ class Metrics:
             (self.dead_letters, DEAD_LETTER_REASONS),
             (self.processing_errors, ERROR_STAGES),
             (self.warnings_suppressed, WARNING_DETECTORS),
+            (self.config_reloads, CONFIG_RELOAD_RESULTS),
         ):
             for value in values:
                 counter.labels(value)

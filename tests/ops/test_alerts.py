@@ -17,6 +17,7 @@ ALERTS = {
     "LoopwatchDecisionLatencyHigh",
     "LoopwatchDeadLettersRising",
     "LoopwatchWorkerNotReady",
+    "LoopwatchConfigRefused",
 }
 RUNBOOK_BASE = "https://github.com/loopwatch/loopwatch/blob/main/README.md#alert-"
 
