@@ -2,7 +2,8 @@
 
 This is the one place where raw arguments and results become hashes: the runner client,
 ``loopwatch conformance`` and the examples all build their events here, so the engine
-only ever sees what a real runner would publish.
+only ever sees what a real runner would publish.  ``UNDEFINED`` (JavaScript's ``undefined``)
+is re-exported for callers that pass "no error" explicitly, as the runner client does.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolC
 from .engine.canonical import UNDEFINED
 from .engine.hashing import Outcome, args_hash, hash_outcome, is_known_poll
 
-__all__ = ["compaction_event", "completed_event", "requested_event", "run_ended_event"]
+__all__ = ["UNDEFINED", "compaction_event", "completed_event", "requested_event", "run_ended_event"]
 
 
 def requested_event(

@@ -27,6 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallEvent
+from schemas.keys import record_key
 from streams.engine import LoopEngine, state_key
 
 __all__ = [
@@ -336,12 +337,8 @@ async def group_lag(broker: str, group: str, topic: str) -> dict[int, int]:
 
 
 def encode_all(events: Iterable[ToolCallEvent]) -> list[tuple[bytes, bytes]]:
-    """(Kafka key, value) per event: keyed by run id (session key without one), as runners do."""
-    out = []
-    for event in events:
-        key = (event.run_id or event.session_key or event.session_id or "").encode()
-        out.append((key, encode_event(event)))
-    return out
+    """(Kafka key, value) per event, keyed as the runner client keys them (``record_key``)."""
+    return [(record_key(event).encode("utf-8", "surrogatepass"), encode_event(event)) for event in events]
 
 
 async def produce(
