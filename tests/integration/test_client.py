@@ -16,15 +16,20 @@ import shutil
 import subprocess
 import time
 import warnings
-from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from schemas.verdicts import decode_verdict
 from streams.app.harness import REPO, collect, free_port, produce, write_config
-from streams.client import LoopBlocked, LoopwatchClient, PostCompactionLoopPersistedError, RunAbortedError
-from streams.client import LoopwatchUnavailable, NoDecisionError
+from streams.client import (
+    LoopBlocked,
+    LoopwatchClient,
+    LoopwatchUnavailable,
+    NoDecisionError,
+    PostCompactionLoopPersistedError,
+    RunAbortedError,
+)
 
 pytestmark = pytest.mark.kafka
 
