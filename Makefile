@@ -4,10 +4,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LOOPWATCH := $(VENV)/bin/loopwatch
-SHARED ?= $(or $(LOOPWATCH_SHARED),../shared)
+# The repository's copy of the shared conformance set (tests/data/README.md).
+CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-unit test-traces test-kafka kafka kafka-secure kafka-stop kafka-status run \
+.PHONY: install ops-tools test test-unit test-traces test-kafka kafka kafka-secure kafka-stop kafka-status run \
         bench-core bench schemas conformance clean ts-client
 
 install: $(STAMP)
@@ -37,21 +38,27 @@ $(TS_BUILT): $(TS_DEPS) $(TS_SOURCES)
 
 ts-client: $(TS_BUILT)
 
+# helm, kubeconform, promtool/prometheus and kubeconform's offline schemas for the ops tests,
+# cached under ~/.cache/loopwatch: a no-op (well under a second) once they are there.
+ops-tools: install
+	LOOPWATCH_VENV=$(VENV) bash scripts/install-ops-tools.sh
+
 # The full suite: unit, conformance, golden traces, ops checks and integration tests on the
-# real broker.  pytest exits non-zero (5) when it collects no tests, which fails the target.
-test: install kafka ts-client
-	LOOPWATCH_SHARED=$(SHARED) $(PY) -m pytest -q -p no:cacheprovider tests
+# real broker.  pytest exits non-zero (5) when it collects no tests, which fails the target;
+# -rs lists every skipped test with its reason (with CI set, any skip fails the run).
+test: install ops-tools kafka ts-client
+	$(PY) -m pytest -q -rs -p no:cacheprovider tests
 
-test-unit: install ts-client
-	LOOPWATCH_SHARED=$(SHARED) $(PY) -m pytest -q -p no:cacheprovider tests -m "not kafka"
+test-unit: install ops-tools ts-client
+	$(PY) -m pytest -q -rs -p no:cacheprovider tests -m "not kafka"
 
-# Step-for-step agreement with upstream on the shared golden traces (issue 5).
+# Step-for-step agreement with upstream on the golden traces (issue 5).
 test-traces: install
-	$(LOOPWATCH) conformance --traces $(SHARED)/conformance/traces/one-run-sessions.jsonl.gz \
-	    --expected $(SHARED)/conformance/traces/expected.jsonl.gz
+	$(LOOPWATCH) conformance --traces $(CONFORMANCE)/traces/one-run-sessions.jsonl.gz \
+	    --expected $(CONFORMANCE)/traces/expected.jsonl.gz
 
 conformance: install
-	$(LOOPWATCH) conformance $(SHARED)/conformance/openclaw-cases.json
+	$(LOOPWATCH) conformance $(CONFORMANCE)/openclaw-cases.json
 
 # Regenerate the JSON Schema files runners in other languages consume.
 schemas: install

@@ -2,7 +2,8 @@
 
 ``events``   what runners publish on ``tool-calls``;
 ``verdicts`` what loopwatch publishes on ``loop-verdicts``;
-``config``   the ``tools.loopDetection`` configuration (global and per agent).
+``config``   the ``tools.loopDetection`` configuration (global and per agent);
+``keys``     which run an event belongs to: the state key and the Kafka record key.
 
 JSON Schema for every wire type is exported to ``schemas/jsonschema/`` (``make schemas``).
 """
@@ -10,6 +11,7 @@ JSON Schema for every wire type is exported to ``schemas/jsonschema/`` (``make s
 from .config import ConfigIssue, LoopDetectionConfig, LoopwatchConfig, LoopwatchOptions
 from .events import (
     MAX_EVENT_BYTES,
+    SUPPORTED_VERSIONS,
     CompactionRetried,
     InvalidEvent,
     RunEnded,
@@ -19,13 +21,15 @@ from .events import (
     decode_event,
     encode_event,
 )
+from .keys import record_key, state_key
 from .verdicts import Decision, RunAborted, Verdict, decode_verdict, encode_verdict
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = SUPPORTED_VERSIONS[-1]
 
 __all__ = [
     "MAX_EVENT_BYTES",
     "SCHEMA_VERSION",
+    "SUPPORTED_VERSIONS",
     "CompactionRetried",
     "ConfigIssue",
     "Decision",
@@ -43,4 +47,6 @@ __all__ = [
     "decode_verdict",
     "encode_event",
     "encode_verdict",
+    "record_key",
+    "state_key",
 ]

@@ -17,13 +17,26 @@ from typing import Annotated, Any
 
 import msgspec
 
-PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 MAX_HISTORY_SIZE = 1000
 """loopwatch's upper bound on ``historySize`` (upstream has none).  A run's stored state must
 fit one changelog record (``streams.app.processor.MAX_STATE_BYTES``, 1 MB); 1000 records
 of ordinary ids take ~90 KB.  Upstream keeps one history in memory; here every run's history
 is written to Kafka, and a larger one was lost at the next restore (issue 13)."""
+MAX_COUNT_SETTING = 1_000_000
+"""Every other count (thresholds, ``windowSize``, ``abortAfterCriticalBlocks``) above this is
+refused.  Upstream accepts any positive integer; counts are bounded by the history, so a
+larger threshold means the same as this one (never reached), and values stay far inside the
+integers every runtime and the state codec represent exactly."""
+MAX_AGENT_ID_LENGTH = 512
+"""As an event's ``agent_id``."""
+MAX_AGENTS = 1_000
+"""Entries in ``agents.list``: each is resolved at load and kept for the config's life."""
+MAX_CONFIG_BYTES = 1024 * 1024
+"""A config file larger than this is refused before it is parsed."""
+
+PositiveInt = Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT_SETTING)]
 HistorySize = Annotated[int, msgspec.Meta(gt=0, le=MAX_HISTORY_SIZE)]
+AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_AGENT_ID_LENGTH)]
 
 
 class DetectorToggles(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -65,13 +78,15 @@ class AgentTools(msgspec.Struct):
 
 
 class AgentEntry(msgspec.Struct):
-    id: str
+    id: AgentId
     tools: AgentTools | None = None
     loopwatch: LoopwatchOptions | None = None
 
 
 class AgentsSection(msgspec.Struct):
-    entries: list[AgentEntry] = msgspec.field(default_factory=list, name="list")
+    entries: Annotated[list[AgentEntry], msgspec.Meta(max_length=MAX_AGENTS)] = msgspec.field(
+        default_factory=list, name="list"
+    )
 
 
 class ToolsSection(msgspec.Struct):
@@ -126,13 +141,15 @@ def _type_name(value: Any) -> str:
     return "object"
 
 
-def _check_positive_int(value: Any, path: str, issues: list[ConfigIssue]) -> None:
+def _check_positive_int(value: Any, path: str, issues: list[ConfigIssue], maximum: int = MAX_COUNT_SETTING) -> None:
     if not _is_number(value):
         issues.append(ConfigIssue(path, f"Invalid input: expected number, received {_type_name(value)}", "invalid_type"))
     elif not math.isfinite(value) or value != math.floor(value):
         issues.append(ConfigIssue(path, "Invalid input: expected int, received number", "not_integer"))
     elif value <= 0:
         issues.append(ConfigIssue(path, "Too small: expected number to be >0", "too_small"))
+    elif value > maximum:  # loopwatch's bound (see MAX_COUNT_SETTING), in zod's words
+        issues.append(ConfigIssue(path, f"Too big: expected number to be <={maximum}", "too_big"))
 
 
 def _check_strict(obj: dict, allowed: Any, path: str, issues: list[ConfigIssue]) -> None:
@@ -151,10 +168,8 @@ def validate_loop_detection(block: Any, path: str = "tools.loopDetection") -> li
         issues.append(ConfigIssue(f"{path}.enabled", f"Invalid input: expected boolean, received {_type_name(block['enabled'])}", "invalid_type"))
     for key in _INT_KEYS:
         if key in block:
-            _check_positive_int(block[key], f"{path}.{key}", issues)
-    size = block.get("historySize")
-    if _is_number(size) and math.isfinite(size) and size > MAX_HISTORY_SIZE:
-        issues.append(ConfigIssue(f"{path}.historySize", f"Too big: expected number to be <={MAX_HISTORY_SIZE}", "too_big"))
+            maximum = MAX_HISTORY_SIZE if key == "historySize" else MAX_COUNT_SETTING
+            _check_positive_int(block[key], f"{path}.{key}", issues, maximum)
     if "detectors" in block:
         detectors = block["detectors"]
         sub = f"{path}.detectors"
@@ -232,6 +247,9 @@ def validate(root: Any) -> list[ConfigIssue]:
         if not isinstance(agents, dict) or not isinstance(entries, (list, type(None))):
             issues.append(ConfigIssue("agents.list", "Invalid input: expected array", "invalid_type"))
             entries = None
+        elif entries is not None and len(entries) > MAX_AGENTS:
+            issues.append(ConfigIssue("agents.list", f"Too big: expected array to have <={MAX_AGENTS} items", "too_big"))
+            entries = None
         seen: set[str] = set()
         for i, entry in enumerate(entries or []):
             where = f"agents.list[{i}]"
@@ -241,6 +259,10 @@ def validate(root: Any) -> list[ConfigIssue]:
             agent_id = entry.get("id")
             if not isinstance(agent_id, str) or not agent_id:
                 issues.append(ConfigIssue(f"{where}.id", "Invalid input: expected a non-empty string", "invalid_type"))
+            elif len(agent_id) > MAX_AGENT_ID_LENGTH:
+                issues.append(ConfigIssue(
+                    f"{where}.id", f"Too big: expected string to have <={MAX_AGENT_ID_LENGTH} characters", "too_big"
+                ))
             elif agent_id in seen:
                 issues.append(ConfigIssue(f"{where}.id", f'duplicate agent id "{agent_id}"', "custom"))
             else:
@@ -278,19 +300,60 @@ def parse_config_text(text: str, suffix: str) -> Any:
 
         return json5.loads(text)
     except Exception as exc:  # the parsers raise many types; all mean "unparsable"
-        raise ConfigError(f"cannot parse {suffix or 'config'}: {exc}") from None
+        raise ConfigError(f"cannot parse {suffix or 'config'}: {_one_line(exc)}") from None
 
 
-def load_config_file(path: str | Path, *, strict: bool = True) -> Any:
-    """Read and parse a config file; with ``strict`` reject it on any validation issue."""
+def _one_line(exc: BaseException) -> str:
+    """A parser's message on one line (YAML's span several, with a caret under the error)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+EMPTY_REFUSED = (
+    "holds no configuration (empty, only comments, or null): refused, because an empty config "
+    "would turn loop detection off (write {} to run with upstream's defaults)"
+)
+
+
+def read_config_file(path: str | Path) -> bytes:
+    """A config file's bytes; ``ConfigError`` when it cannot be read or is too large."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
-    root = parse_config_text(text, path.suffix)
+    if len(data) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes, the limit for a config file")
+    return data
+
+
+def load_config_bytes(data: bytes, path: str | Path, *, strict: bool = True) -> Any:
+    """Parse a config file's bytes (``path`` names it and its suffix picks the parser).
+
+    An empty document (nothing, only comments, or ``null``) is refused: it is what a
+    half-written file or a mistaken deploy looks like, and accepting it would silently turn
+    detection off.  With ``strict`` any validation issue is refused too.
+    """
+    path = Path(path)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})") from None
+    if not text.strip():  # JSON and JSON5 parsers call this a syntax error; it is no document
+        raise ConfigError(f"{path} {EMPTY_REFUSED}")
+    try:
+        root = parse_config_text(text, path.suffix)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if root is None:
+        raise ConfigError(f"{path} {EMPTY_REFUSED}")
     if strict:
         issues = validate(root)
         if issues:
             raise ConfigError(f"{path}: invalid configuration: {issues[0]}", issues)
     return root
+
+
+def load_config_file(path: str | Path, *, strict: bool = True) -> Any:
+    """Read and parse a config file (see ``load_config_bytes``).  Raises ``ConfigError``."""
+    return load_config_bytes(read_config_file(path), path, strict=strict)

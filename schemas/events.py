@@ -15,20 +15,46 @@ import msgspec
 MAX_EVENT_BYTES = 64 * 1024
 """Records larger than this are rejected (and dead-lettered by the worker)."""
 
-Id = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
-OptionalKey = Annotated[str, msgspec.Meta(max_length=512)] | None
-ToolName = Annotated[str, msgspec.Meta(max_length=256)]
-ArgsHash = Annotated[str, msgspec.Meta(max_length=256 + 65, description="<tool>:<64 lowercase hex>")]
+SUPPORTED_VERSIONS = (1,)
+"""The values of ``v`` this decoder accepts; any other is dead-lettered ``unsupported_version``."""
+
+# Bounds of every field.  Integers stay within JavaScript's safe range (2^53 - 1): a runner in
+# any language can represent them exactly, and they fit the signed 64-bit fields of the state
+# codec and the worker's state envelope with room to spare.  String lengths are counted in
+# characters (code points), as JSON Schema's maxLength is.
+MAX_SAFE_INT = 2**53 - 1
+MAX_ID_LENGTH = 512
+"""event_id, run_id, session_key, session_id, agent_id, tool_call_id."""
+MAX_TOOL_NAME_LENGTH = 256
+"""tool_name, unknown_tool_name; also run.ended's reason."""
+HASH_LENGTH = 64
+MAX_RESULT_HASH_LENGTH = len("error:") + HASH_LENGTH
+
+Version = Annotated[
+    int,
+    msgspec.Meta(ge=min(SUPPORTED_VERSIONS), le=max(SUPPORTED_VERSIONS), description="schema version"),
+]
+Id = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH)]
+OptionalKey = Annotated[str, msgspec.Meta(max_length=MAX_ID_LENGTH)] | None
+ToolName = Annotated[str, msgspec.Meta(max_length=MAX_TOOL_NAME_LENGTH)]
+ArgsHash = Annotated[
+    str,
+    msgspec.Meta(max_length=MAX_TOOL_NAME_LENGTH + 1 + HASH_LENGTH, description="<tool>:<64 lowercase hex>"),
+]
 ResultHash = Annotated[
     str,
-    msgspec.Meta(pattern=r"^(error:)?[0-9a-f]{64}$", description="64 hex, or error: + 64 hex"),
+    msgspec.Meta(
+        pattern=r"^(error:)?[0-9a-f]{64}$", max_length=MAX_RESULT_HASH_LENGTH, description="64 hex, or error: + 64 hex"
+    ),
 ]
-TimestampMs = Annotated[int, msgspec.Meta(ge=0, description="event time, epoch milliseconds")]
+TimestampMs = Annotated[
+    int, msgspec.Meta(ge=0, le=MAX_SAFE_INT, description="event time, epoch milliseconds (at most 2^53 - 1)")
+]
 
 
 # gc=False: events hold only scalars, so they can never be part of a reference cycle.
 class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True, gc=False):
-    v: int = 1
+    v: Version = 1
     event_id: Id
     run_id: OptionalKey = None
     session_key: OptionalKey = None
@@ -58,7 +84,7 @@ class ToolCallCompleted(_Event, tag="tool_call.completed", kw_only=True):
     result_hash: ResultHash | None = None
     """None: the tool returned nothing, or the result was the loop's own veto."""
     is_error: bool = False
-    unknown_tool_name: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    unknown_tool_name: ToolName | None = None
     loop_veto: bool = False
     """The result was loopwatch's/the loop detector's own block (never hashed)."""
 
@@ -70,7 +96,7 @@ class CompactionRetried(_Event, tag="compaction.retried", kw_only=True):
 class RunEnded(_Event, tag="run.ended", kw_only=True):
     """The run finished; its state is freed at once."""
 
-    reason: Annotated[str, msgspec.Meta(max_length=256)] | None = None
+    reason: Annotated[str, msgspec.Meta(max_length=MAX_TOOL_NAME_LENGTH)] | None = None
 
 
 ToolCallEvent = Union[ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded]
@@ -78,10 +104,19 @@ ToolCallEvent = Union[ToolCallRequested, ToolCallCompleted, CompactionRetried, R
 EVENT_TYPES = (ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded)
 
 
+MAX_DETAIL_LENGTH = 300
+"""A dead letter's detail is one line of at most this many characters."""
+
+
 class InvalidEvent(ValueError):
-    """A record that is not a valid event; ``reason`` is a short machine-readable code."""
+    """A record that is not a valid event; ``reason`` is a short machine-readable code and
+    ``detail`` one line saying what is wrong and where (``- at `$.field```)."""
 
     def __init__(self, reason: str, detail: str) -> None:
+        # One printable line, whatever a message or a quoted value held.
+        detail = "".join(c if c.isprintable() else "?" for c in " ".join(detail.split()))
+        if len(detail) > MAX_DETAIL_LENGTH:
+            detail = detail[: MAX_DETAIL_LENGTH - 1] + "…"
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
         self.detail = detail
@@ -92,22 +127,68 @@ _decoder = msgspec.json.Decoder(ToolCallEvent)
 _encoder = msgspec.json.Encoder()
 
 
+class _VersionProbe(msgspec.Struct):
+    v: msgspec.Raw = msgspec.Raw()  # empty: no ``v``
+
+
+_probe = msgspec.json.Decoder(_VersionProbe)
+
+
 def decode_event(data: bytes) -> ToolCallEvent:
-    """Decode one ``tool-calls`` record, raising ``InvalidEvent`` naming the bad field."""
+    """Decode one ``tool-calls`` record, raising ``InvalidEvent`` naming the bad field.
+
+    Reasons: ``oversized``, ``invalid_json`` (not JSON, or nested deeper than the decoder
+    goes), ``unsupported_version`` (``v`` is not in SUPPORTED_VERSIONS), ``unknown_type``,
+    ``invalid_event`` (a field is missing, unknown, of the wrong type or out of its bounds),
+    ``missing_key`` (no run id, session key or session id).  Nothing else is ever raised.
+    """
     if len(data) > MAX_EVENT_BYTES:
         raise InvalidEvent("oversized", f"record is {len(data)} bytes, the limit is {MAX_EVENT_BYTES}")
     try:
         event = _decoder.decode(data)
     except msgspec.ValidationError as exc:
-        text = str(exc)
-        reason = "unknown_type" if "Invalid value" in text and "`$.type`" in text else "invalid_event"
-        if "missing required field `type`" in text:
-            reason = "unknown_type"
-        raise InvalidEvent(reason, text) from None
+        raise _invalid(data, str(exc)) from None
     except msgspec.DecodeError as exc:
         raise InvalidEvent("invalid_json", str(exc)) from None
+    except RecursionError:
+        # msgspec looks ahead for the ``type`` tag when it is not the first key, skipping the
+        # values before it; skipping nests recursively and hits Python's recursion limit
+        # (about 1,000 levels) long before the 64 KB size limit (30,000 levels fit).
+        raise InvalidEvent("invalid_json", "JSON nested too deeply (maximum recursion depth exceeded)") from None
     check_event(event)
     return event
+
+
+def _invalid(data: bytes, text: str) -> InvalidEvent:
+    """The reason for a record msgspec rejected: its version first, since an unknown version
+    may well fail on fields or types this version does not know."""
+    version = _version_of(data)
+    if version is not None and not _is_supported(version):
+        shown = version.decode("utf-8", "replace")
+        return InvalidEvent(
+            "unsupported_version",
+            f"schema version {shown[:40]} is not supported (supported: {', '.join(map(str, SUPPORTED_VERSIONS))}) - at `$.v`",
+        )
+    if "missing required field `type`" in text or ("Invalid value" in text and "`$.type`" in text):
+        return InvalidEvent("unknown_type", text)
+    return InvalidEvent("invalid_event", text)
+
+
+def _version_of(data: bytes) -> bytes | None:
+    """The raw JSON of ``v``, if the record is an object that has one."""
+    try:
+        raw = _probe.decode(data).v
+    except (msgspec.MsgspecError, RecursionError):
+        return None
+    return bytes(raw) or None
+
+
+def _is_supported(version: bytes) -> bool:
+    try:
+        value = msgspec.json.decode(version)
+    except (msgspec.MsgspecError, RecursionError):
+        return False
+    return type(value) is int and value in SUPPORTED_VERSIONS
 
 
 def check_event(event: ToolCallEvent) -> None:

@@ -6,22 +6,34 @@ a redelivery reproduces the same id and a runner can drop duplicates by id.
 
 from __future__ import annotations
 
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
 import msgspec
+
+from .events import MAX_ID_LENGTH, MAX_SAFE_INT, MAX_TOOL_NAME_LENGTH, ArgsHash, Id, OptionalKey, TimestampMs, Version
 
 Action = Literal["allow", "warn", "block"]
 Level = Literal["warning", "critical"]
 
+# Bounds.  Every value a verdict carries comes from its event (bounded there) or from the
+# engine's own texts; the limits leave room for the longest the engine builds from the
+# longest event fields (tests/schemas/test_bounds.py drives events at their bounds through it).
+VerdictId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH + 16, description="<event_id>/decision or <event_id>/abort")]
+ToolName = Annotated[str, msgspec.Meta(max_length=MAX_TOOL_NAME_LENGTH)]
+Detector = Annotated[str, msgspec.Meta(max_length=64, description="generic_repeat, ping_pong, ... (docs/metrics.md)")]
+Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)]
+Message = Annotated[str, msgspec.Meta(max_length=4096)]
+WarningKey = Annotated[str, msgspec.Meta(max_length=2048)]
+
 
 class _Verdict(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True, gc=False):
-    v: int = 1
-    verdict_id: str
-    cause_event_id: str
-    run_id: str | None = None
-    session_key: str | None = None
-    agent_id: str | None = None
-    ts_ms: int = 0
+    v: Version = 1
+    verdict_id: VerdictId
+    cause_event_id: Id
+    run_id: OptionalKey = None
+    session_key: OptionalKey = None
+    agent_id: OptionalKey = None
+    ts_ms: TimestampMs = 0
     """Timestamp of the causing event (the engine has no clock)."""
 
 
@@ -36,16 +48,16 @@ class Decision(_Verdict, tag="loop.decision", kw_only=True):
     only with the ``surfaceWarnings`` option (upstream never shows them, #120449).
     """
 
-    tool_call_id: str | None = None
-    tool_name: str
-    args_hash: str
+    tool_call_id: OptionalKey = None
+    tool_name: ToolName
+    args_hash: ArgsHash
     action: Action
     level: Level | None = None
-    detector: str | None = None
-    count: int | None = None
-    message: str | None = None
-    paired_tool_name: str | None = None
-    warning_key: str | None = None
+    detector: Detector | None = None
+    count: Count | None = None
+    message: Message | None = None
+    paired_tool_name: ToolName | None = None
+    warning_key: WarningKey | None = None
     warning_emitted: bool | None = None
     notify_model: bool = False
 
@@ -54,10 +66,10 @@ class RunAborted(_Verdict, tag="loop.run_aborted", kw_only=True):
     """The run must end: the post-compaction guard's ``compaction_loop_persisted``, or the
     optional ``critical_block_limit`` (``loopwatch.abortAfterCriticalBlocks``)."""
 
-    detector: str
-    count: int
-    tool_name: str
-    message: str
+    detector: Detector
+    count: Count
+    tool_name: ToolName
+    message: Message
 
 
 Verdict = Union[Decision, RunAborted]

@@ -13,13 +13,17 @@ def _conformance(args: argparse.Namespace) -> int:
         if not (args.traces and args.expected) or args.files:
             print("loopwatch conformance: --traces and --expected go together, without case files", file=sys.stderr)
             return 2
-        from .conformance.traces import run_traces
+        from .conformance.traces import TraceFileError, run_traces
 
         def progress(n: int) -> None:
             if n % 100 == 0:
                 print(f"  … {n} sessions", file=sys.stderr, flush=True)
 
-        results = run_traces(args.traces, args.expected, progress=progress)
+        try:
+            results = run_traces(args.traces, args.expected, progress=progress)
+        except TraceFileError as exc:
+            print(f"loopwatch conformance: {exc}", file=sys.stderr)
+            return 2
         failed = [r for r in results if r.failure]
         for r in failed:
             print(f"FAIL {r.session_id}: {r.failure}")
@@ -80,6 +84,10 @@ def _replay(args: argparse.Namespace) -> int:
         print(json.dumps({"summary": summary.as_dict()}))
     else:
         print_summary(summary)
+    if summary.events == 0:  # nothing was replayed: a wrong file, not a quiet run
+        what = f"all {summary.rejected} lines were rejected" if summary.rejected else "it holds no events"
+        print(f"loopwatch replay: nothing replayed from {args.trace}: {what}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -167,10 +175,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("directory", nargs="?", default="schemas/jsonschema")
     c.set_defaults(func=_schemas_export)
 
-    p = sub.add_parser("worker", help="start the stream processor (extra arguments go to the Faust worker)")
+    # These two parse their own options (and answer --help with all of them): add_help=False
+    # leaves -h/--help in the arguments they are given.
+    p = sub.add_parser("worker", add_help=False, help="start the stream processor (loopwatch worker --help: its options)")
     p.set_defaults(func=_worker, passthrough=True)
 
-    p = sub.add_parser("demo", help="start broker (if needed), worker and a simulated fleet; show decisions live")
+    p = sub.add_parser("demo", add_help=False, help="start broker (if needed), worker and a simulated fleet; show decisions live")
     p.set_defaults(func=_demo, passthrough=True)
     return parser
 

@@ -2,7 +2,8 @@
 
 This is the one place where raw arguments and results become hashes: the runner client,
 ``loopwatch conformance`` and the examples all build their events here, so the engine
-only ever sees what a real runner would publish.
+only ever sees what a real runner would publish.  ``UNDEFINED`` (JavaScript's ``undefined``)
+is re-exported for callers that pass "no error" explicitly, as the runner client does.
 """
 
 from __future__ import annotations
@@ -14,15 +15,7 @@ from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolC
 from .engine.canonical import UNDEFINED
 from .engine.hashing import Outcome, args_hash, hash_outcome, is_known_poll
 
-__all__ = ["compaction_event", "completed_event", "kafka_key", "requested_event", "run_ended_event"]
-
-
-def kafka_key(event: ToolCallEvent) -> bytes:
-    """The Kafka key to publish an event with: its ``run_id``, or without one its
-    ``session_key``, else its ``session_id``.  Every event of a run must carry the same key,
-    so that they all land on one partition (the worker dead-letters other keys, see
-    ``streams.app.processor.kafka_key_problem``)."""
-    return (event.run_id or event.session_key or event.session_id or "").encode("utf-8", "surrogatepass")
+__all__ = ["UNDEFINED", "compaction_event", "completed_event", "requested_event", "run_ended_event"]
 
 
 def requested_event(

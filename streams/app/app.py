@@ -258,7 +258,7 @@ class Loopwatch:
         self.app = app
         self.settings = settings
         self.metrics = metrics
-        self.watcher = ConfigWatcher(settings.config, self._swap_engine)
+        self.watcher = ConfigWatcher(settings.config, self._swap_engine, metrics)
         self.key_watcher = None if settings.signing_keys is None else KeyringWatcher(settings.signing_keys, self._swap_keyring)
         self.processor = BatchProcessor(
             self.watcher.load_initial(), metrics, clock_skew_s=settings.clock_skew_s,

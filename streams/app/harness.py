@@ -29,7 +29,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallEvent
-from streams.edge import kafka_key
+from schemas.keys import record_key
 from streams.engine import LoopEngine, state_key
 
 __all__ = [
@@ -360,8 +360,8 @@ async def group_lag(broker: str, group: str, topic: str) -> dict[int, int]:
 
 
 def encode_all(events: Iterable[ToolCallEvent]) -> list[tuple[bytes, bytes]]:
-    """(Kafka key, value) per event, keyed as runners do (``streams.edge.kafka_key``)."""
-    return [(kafka_key(event), encode_event(event)) for event in events]
+    """(Kafka key, value) per event, keyed as the runner client keys them (``record_key``)."""
+    return [(record_key(event).encode("utf-8", "surrogatepass"), encode_event(event)) for event in events]
 
 
 async def produce(

@@ -30,9 +30,10 @@ TOOL_LABEL_CAP = 200
 EVENT_TYPES = ("tool_call.requested", "tool_call.completed", "compaction.retried", "run.ended")
 ABORT_DETECTORS = ("compaction_loop_persisted", "critical_block_limit")
 DEAD_LETTER_REASONS = (
-    "invalid_json", "invalid_event", "oversized", "missing_key", "key_mismatch", "unknown_type", "bad_signature",
-    "processing_error",
+    "invalid_json", "invalid_event", "oversized", "missing_key", "key_mismatch", "unknown_type", "unsupported_version",
+    "bad_signature", "processing_error",
 )
+CONFIG_RELOAD_RESULTS = ("applied", "refused")
 ERROR_STAGES = ("decode", "state_decode", "state_encode", "engine")
 WARNING_DETECTORS = ("generic_repeat", "known_poll_no_progress", "ping_pong")
 
@@ -101,6 +102,14 @@ class Metrics:
             "loopwatch_consumer_lag_records", "end offset - committed offset of tool-calls", ["partition"],
             registry=registry,
         )
+        self.config_reloads = Counter(
+            "loopwatch_config_reloads", "config file changes applied or refused (the running config stays)",
+            ["result"], registry=registry,
+        )
+        self.config_file_refused = Gauge(
+            "loopwatch_config_file_refused", "1 while the config file on disk is one this worker refused",
+            registry=registry,
+        )
         self._tools: set[str] = set()
         # Export every known label value at 0 from the start: a series that first appears at
         # 1 hides that first increase from rate()/increase(), so a single abort or dead letter
@@ -111,6 +120,7 @@ class Metrics:
             (self.dead_letters, DEAD_LETTER_REASONS),
             (self.processing_errors, ERROR_STAGES),
             (self.warnings_suppressed, WARNING_DETECTORS),
+            (self.config_reloads, CONFIG_RELOAD_RESULTS),
         ):
             for value in values:
                 counter.labels(value)

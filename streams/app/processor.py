@@ -93,7 +93,7 @@ from schemas.events import (
 )
 from schemas.signing import BAD_SIGNATURE, Keyring
 from schemas.verdicts import Decision, RunAborted, encode_verdict
-from streams.edge import kafka_key
+from schemas.keys import record_key
 from streams.engine import LoopEngine, RunState, copy_state, decode_state, encode_state, state_key
 from streams.engine.history import trim as trim_history
 
@@ -355,22 +355,27 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
 
     Kafka picks a record's partition from its key, and a run's state lives on one partition:
     a record keyed otherwise than its run's other events is processed against an empty
-    state elsewhere, and its loop is never seen.  Accepted keys, as UTF-8 bytes:
+    state elsewhere, and its loop is never seen.  Accepted keys, as UTF-8 bytes
+    (``schemas.keys``):
 
-    * the runner's key, ``streams.edge.kafka_key``: the event's ``run_id`` as published, or
-      without one its ``session_key``, else its ``session_id`` (what the README tells
-      runners, and what the client and the tools of this repository send);
-    * the event's state key, ``streams.engine.state_key``: ``run:<run id>``, or
-      ``session:<session key>|<session id>`` (the form verdicts are keyed by).
+    * the runner's key, ``record_key``: the event's run id, or without one its state key
+      (what the README tells runners, and what the clients of this repository send);
+    * the key the README gave before ``record_key``: the event's ``run_id`` exactly as
+      published, or without one its ``session_key``, else its ``session_id``;
+    * the event's state key, ``state_key``: ``run:<run id>``, ``session:<session key>|`` or
+      ``session:|<session id>`` (the form verdicts are keyed by).
 
     A missing or empty key is ``missing_key``; any other key is ``key_mismatch``.
     """
     if not key:
-        return "missing_key", "the record has no Kafka key: key every event by its run id (streams.edge.kafka_key)"
+        return "missing_key", "the record has no Kafka key: key every event by its run id (schemas.keys.record_key)"
     if key == state_key_bytes:
         return None
-    expected = kafka_key(event)
+    expected = record_key(event).encode("utf-8", "surrogatepass")
     if key == expected:
+        return None
+    legacy = event.run_id or event.session_key or event.session_id
+    if legacy and key == legacy.encode("utf-8", "surrogatepass"):
         return None
     shown = key[:200].decode("utf-8", "replace")
     return "key_mismatch", (

@@ -4,12 +4,19 @@ The worker polls the file (``stat`` every ``LOOPWATCH_CONFIG_POLL_S``, 2 s by de
 than using inotify: polling works the same on every filesystem, including the symlink swaps
 of a Kubernetes ConfigMap volume, and costs one ``stat`` per poll.  A change is detected by
 (mtime, size, inode) and confirmed by the content's hash, so touching the file or an
-editor's rename-into-place without a real change does not rebuild anything.
+editor's rename-into-place without a real change does not rebuild anything.  The bytes that
+are hashed are the bytes that are parsed (one read), so a file rewritten between the two
+cannot pair one content's hash with another's config.
 
-A new file that fails to parse or validate is rejected with an error log and the running
-config stays in force; the rejection is logged once per distinct bad content.  A valid file
-becomes a new ``LoopEngine`` that the processor picks up at its next batch: the swap is one
-attribute assignment between batches, so a batch always runs on a single config.
+A new file that cannot be read, fails to parse or validate, or holds no configuration at all
+(empty, only comments, ``null``: what a half-written file looks like) is refused with an
+error log and the running config stays in force; the refusal is logged once per distinct bad
+content.  Reloads and refusals are counted (``loopwatch_config_reloads_total``) and
+``loopwatch_config_file_refused`` is 1 while the file on disk is one the worker refused
+(docs/metrics.md; alert LoopwatchConfigRefused).  A valid file becomes a new ``LoopEngine``
+that the processor picks up at its next batch: the swap is one attribute assignment between
+batches, so a batch always runs on a single config.  At start there is no running config to
+keep, so a bad file is fatal there.
 """
 
 from __future__ import annotations
@@ -18,11 +25,14 @@ import hashlib
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from schemas.config import ConfigError, load_config_file
+from schemas.config import ConfigError, load_config_bytes, read_config_file
 from schemas.signing import Keyring, SigningKeyError, keys_of, read_key_files
 from streams.engine import LoopEngine
+
+if TYPE_CHECKING:
+    from .metrics import Metrics
 
 __all__ = ["ConfigWatcher", "KeyringWatcher", "load_engine"]
 
@@ -33,13 +43,14 @@ def load_engine(path: Path | None) -> LoopEngine:
     """The engine for a config file (None: upstream defaults).  Raises ``ConfigError``."""
     if path is None:
         return LoopEngine(None)
-    return LoopEngine(load_config_file(path))
+    return LoopEngine(load_config_bytes(read_config_file(path), path))
 
 
 class ConfigWatcher:
-    def __init__(self, path: Path | None, on_change: Callable[[LoopEngine], Any]) -> None:
+    def __init__(self, path: Path | None, on_change: Callable[[LoopEngine], Any], metrics: Metrics | None = None) -> None:
         self.path = path
         self.on_change = on_change
+        self.metrics = metrics
         self._stat: tuple[int, int, int] | None = None
         self._digest: str | None = None
         self._rejected: str | None = None
@@ -52,8 +63,8 @@ class ConfigWatcher:
         if self.path is None:
             return LoopEngine(None)
         self._stat = self._stat_of()
-        data = self.path.read_bytes()
-        engine = load_engine(self.path)
+        data = read_config_file(self.path)
+        engine = LoopEngine(load_config_bytes(data, self.path))
         self._digest = hashlib.sha256(data).hexdigest()
         log.info("loop-detection config loaded from %s", self.path)
         return engine
@@ -81,35 +92,47 @@ class ConfigWatcher:
             return False
         self._stat = stat
         try:
-            data = self.path.read_bytes()
-        except OSError as exc:
-            log.error("cannot read config file %s (%s); keeping the running configuration", self.path, exc)
+            data = read_config_file(self.path)
+        except ConfigError as exc:
+            self._refuse(None, exc)
             return False
         digest = hashlib.sha256(data).hexdigest()
         if digest == self._digest:
+            self._set_refused(False)  # back to the content in force
             return False
         try:
-            engine = load_engine(self.path)
-        except ConfigError as exc:
-            if digest != self._rejected:
-                self._rejected = digest
-                self.rejections += 1
-                log.error("rejected new config %s: %s; keeping the running configuration", self.path, exc)
-            return False
+            engine = LoopEngine(load_config_bytes(data, self.path))
         except Exception as exc:  # noqa: BLE001 - a reload must never take the worker down
-            if digest != self._rejected:
-                self._rejected = digest
-                self.rejections += 1
-                log.exception("rejected new config %s: %r; keeping the running configuration", self.path, exc)
+            self._refuse(digest, exc)
             return False
-        # The file may have changed again between hashing and loading; hashing what was
-        # read first keeps the next poll honest (it sees a different digest and reloads).
         self._digest = digest
         self._rejected = None
         self.reloads += 1
+        if self.metrics is not None:
+            self.metrics.config_reloads.labels("applied").inc()
+        self._set_refused(False)
         self.on_change(engine)
         log.info("loop-detection config reloaded from %s", self.path)
         return True
+
+    def _refuse(self, digest: str | None, exc: Exception) -> None:
+        """Keep the running config; count and log a refusal once per distinct bad content
+        (``digest`` None: the file could not be read, logged each time its stat changes)."""
+        self._set_refused(True)
+        if digest is not None and digest == self._rejected:
+            return
+        self._rejected = digest
+        self.rejections += 1
+        if self.metrics is not None:
+            self.metrics.config_reloads.labels("refused").inc()
+        if isinstance(exc, ConfigError):
+            log.error("refused new config: %s; keeping the running configuration", exc)
+        else:
+            log.exception("refused new config %s: %r; keeping the running configuration", self.path, exc)
+
+    def _set_refused(self, refused: bool) -> None:
+        if self.metrics is not None:
+            self.metrics.config_file_refused.set(1 if refused else 0)
 
 
 class KeyringWatcher:

@@ -20,7 +20,12 @@ LOGLEVELS = ("debug", "info", "warn", "error", "crit")
 
 
 def build_parser(prog: str = "loopwatch worker") -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=prog, description="Run the loopwatch stream processor (a Faust worker).")
+    p = argparse.ArgumentParser(
+        prog=prog,
+        description="Run the loopwatch stream processor (a Faust worker).",
+        epilog=_settings_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("-l", "--loglevel", default="info", choices=LOGLEVELS, help="log level (default: info)")
     p.add_argument("--logfile", default=None, help="log to this file instead of stderr")
     p.add_argument("--broker", help="bootstrap servers (LOOPWATCH_BROKER)")
@@ -32,6 +37,24 @@ def build_parser(prog: str = "loopwatch worker") -> argparse.ArgumentParser:
     p.add_argument("--metrics-port", dest="metrics_port", type=int, help="Prometheus port, 0 = off (LOOPWATCH_METRICS_PORT)")
     p.add_argument("--quiet", action="store_true", help="no start-up banner")
     return p
+
+
+def _settings_epilog() -> str:
+    """Every setting with its variable and default, from the Settings class itself, so the
+    help never misses one."""
+    import dataclasses
+
+    from .settings import PREFIX, Settings, env_name
+
+    lines = [
+        f"Settings: {PREFIX}* environment variables (or the file named by {PREFIX}SETTINGS_FILE);",
+        "the options above override them. Variables and defaults:",
+    ]
+    for f in dataclasses.fields(Settings):
+        default = f.default if f.default is not dataclasses.MISSING else None
+        shown = "(unset)" if default is None or not f.repr else str(default)
+        lines.append(f"  {env_name(f.name):<36} {shown}")
+    return "\n".join(lines)
 
 
 def run_worker(argv: list[str] | None = None) -> int:

@@ -60,7 +60,7 @@ from streams.app.harness import (
 )
 from streams.bench.peers import PEERS
 from streams.bench.peers.runner import PeerFailed, measure_peer
-from streams.edge import kafka_key
+from schemas.keys import record_key
 from streams.engine import LoopEngine
 from streams.scenarios import FLEET_MIX, fleet_trace
 
@@ -387,7 +387,7 @@ async def latency(
             for i, event in enumerate(warm):
                 await asyncio.sleep(max(0.0, 1 / rate))
                 event = msgspec.structs.replace(event, ts_ms=int(time.time() * 1000))
-                await producer.send(names.tool_calls, encode_event(event), key=kafka_key(event))
+                await producer.send(names.tool_calls, encode_event(event), key=record_key(event).encode("utf-8", "surrogatepass"))
             await asyncio.sleep(1.0)
             received.clear()
             # This process is the instrument: its own GC pauses (tens of ms for a full
@@ -402,7 +402,7 @@ async def latency(
                 if delay > 0:
                     await asyncio.sleep(delay)
                 event = msgspec.structs.replace(event, ts_ms=int(time.time() * 1000))
-                key = kafka_key(event)
+                key = record_key(event).encode("utf-8", "surrogatepass")
                 if isinstance(event, ToolCallRequested) and event.gate:
                     sent[event.event_id] = time.perf_counter()
                     sent_wall[event.event_id] = time.time()

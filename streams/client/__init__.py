@@ -3,10 +3,23 @@
 from schemas.signing import SigningKey
 
 from ..broker_access import BrokerAccessError
-from .errors import LoopBlocked, PostCompactionLoopPersistedError, RunAbortedError
+from .errors import (
+    LoopBlocked,
+    LoopwatchUnavailable,
+    NoDecisionError,
+    PostCompactionLoopPersistedError,
+    RunAbortedError,
+)
 from .runner import LoopwatchClient, RunHandle
 
 __all__ = [
-    "BrokerAccessError", "LoopBlocked", "LoopwatchClient", "PostCompactionLoopPersistedError", "RunAbortedError",
-    "RunHandle", "SigningKey",
+    "BrokerAccessError",
+    "LoopBlocked",
+    "LoopwatchClient",
+    "LoopwatchUnavailable",
+    "NoDecisionError",
+    "PostCompactionLoopPersistedError",
+    "RunAbortedError",
+    "RunHandle",
+    "SigningKey",
 ]

@@ -1,4 +1,4 @@
-"""What the runner client raises when loopwatch ends a run or blocks a call."""
+"""What the runner client raises when loopwatch ends a run, blocks a call, or cannot answer."""
 
 from __future__ import annotations
 
@@ -14,6 +14,15 @@ class LoopBlocked(Exception):
         self.detector = decision.detector
         self.count = decision.count
         self.tool_name = decision.tool_name
+
+
+class NoDecisionError(TimeoutError):
+    """Gate mode with ``fail_closed=True``: no decision within the timeout (loopwatch or its
+    Kafka unreachable, or too slow).  The call must not run."""
+
+
+class LoopwatchUnavailable(ConnectionError):
+    """The client could not start: Kafka unreachable, or the verdicts topic missing."""
 
 
 class RunAbortedError(Exception):

@@ -1,16 +1,22 @@
 """An async runner client.
 
 It hashes arguments and outcomes at the edge (``streams.edge``), publishes ``tool-calls``
-events keyed by run id, and reads ``loop-verdicts``:
+events under their record key (``schemas.keys.record_key``), and reads ``loop-verdicts``,
+whose Kafka key is the run's state key (``schemas.keys.state_key``, the same function the
+worker keys them with):
 
-* **gate mode**: ``before_tool_call`` waits for the decision (``timeout`` seconds); when
-  none arrives it fails open (the call runs) unless ``fail_closed=True``.  A block raises
+* **gate mode**: ``before_tool_call`` publishes the request and waits for its decision, both
+  within ``timeout`` seconds; when none arrives (loopwatch or Kafka down or slow) it fails
+  open (the call runs) unless ``fail_closed=True`` (``NoDecisionError``).  A block raises
   ``LoopBlocked`` (or is returned, with ``raise_on_block=False``).
-* **advisory mode**: ``before_tool_call`` returns at once; verdicts are applied as they
+* **advisory mode**: ``before_tool_call`` publishes and returns; verdicts are applied as they
   arrive: the next call of a run that was aborted raises ``RunAbortedError``, and warnings
   collect in ``RunHandle.warnings``.
 
-Verdicts are de-duplicated by ``verdict_id`` (Kafka delivers at least once).
+No call waits on Kafka longer than ``timeout``: an event that is not delivered by then goes on
+in the background (up to ``delivery_timeout``, aiokafka's request timeout) and a failed
+delivery is logged with the event's id.  Verdicts are de-duplicated by ``verdict_id`` (Kafka
+delivers at least once).  The client depends only on ``schemas`` and ``streams.edge``.
 
 Security: ``kafka_options`` go to aiokafka as they are (``security_protocol``,
 ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``); a
@@ -33,19 +39,21 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from types import SimpleNamespace
 from typing import Any, Iterable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 
 from schemas.events import ToolCallEvent, encode_event
+from schemas.keys import record_key, state_key
 from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted, decode_verdict
 
-from ..broker_access import broker_access, redact_sasl_exchanges
-from ..edge import compaction_event, completed_event, requested_event, run_ended_event
-from ..engine.canonical import UNDEFINED
-from ..engine.engine import state_key
-from .errors import LoopBlocked, RunAbortedError
+from ..broker_access import BrokerAccessError, broker_access, redact_sasl_exchanges
+
+from ..edge import UNDEFINED, compaction_event, completed_event, requested_event, run_ended_event
+from .errors import LoopBlocked, LoopwatchUnavailable, NoDecisionError, RunAbortedError
 
 log = logging.getLogger("loopwatch.client")
 
@@ -64,15 +72,13 @@ class LoopwatchClient:
         provider_send_tools: Iterable[str] = (),
         tool_calls_topic: str = "tool-calls",
         verdicts_topic: str = "loop-verdicts",
+        delivery_timeout: float = 10.0,
+        start_timeout: float = 30.0,
         signing_key: SigningKey | None = None,
         **kafka_options: Any,
     ) -> None:
         if mode not in ("gate", "advisory"):
             raise ValueError("mode is 'gate' or 'advisory'")
-        self.bootstrap_servers = bootstrap_servers
-        self.signing_key = signing_key
-        redact_sasl_exchanges()  # aiokafka's DEBUG log would show a SASL PLAIN password
-        self._access = dict(username=kafka_options.get("sasl_plain_username"), mechanism=kafka_options.get("sasl_mechanism"))
         self.mode = mode
         self.timeout = timeout
         self.fail_closed = fail_closed
@@ -80,7 +86,16 @@ class LoopwatchClient:
         self.provider_send_tools = frozenset(provider_send_tools)
         self.tool_calls_topic = tool_calls_topic
         self.verdicts_topic = verdicts_topic
-        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0, **kafka_options)
+        self.bootstrap_servers = bootstrap_servers
+        self.delivery_timeout = delivery_timeout
+        self.start_timeout = start_timeout
+        self.signing_key = signing_key
+        redact_sasl_exchanges()  # aiokafka's DEBUG log would show a SASL PLAIN password
+        self._access = dict(username=kafka_options.get("sasl_plain_username"), mechanism=kafka_options.get("sasl_mechanism"))
+        # aiokafka's request timeout is also how long an undelivered batch is kept (40 s by
+        # default); a runner's events are worth little later, and stop() waits for them.
+        producer_options = {"request_timeout_ms": int(delivery_timeout * 1000), **kafka_options}
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0, **producer_options)
         self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, **kafka_options)
         self._prefix = uuid.uuid4().hex[:12]
         self._seq = itertools.count(1)
@@ -88,7 +103,10 @@ class LoopwatchClient:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._runs: dict[str, RunHandle] = {}
         self._reader: asyncio.Task | None = None
+        self._sending: set[asyncio.Task] = set()
         self.duplicates_dropped = 0
+        self.undelivered = 0
+        """Events whose delivery failed (each is logged with its id)."""
 
     async def __aenter__(self) -> "LoopwatchClient":
         await self.start()
@@ -98,24 +116,31 @@ class LoopwatchClient:
         await self.stop()
 
     async def start(self) -> None:
+        """Connect and position the verdict reader; ``LoopwatchUnavailable`` when Kafka or the
+        verdicts topic cannot be reached within ``start_timeout``, ``BrokerAccessError`` at once
+        when the broker refuses this client for good (nothing is left open either way)."""
         try:
-            async with broker_access(self.bootstrap_servers, **self._access):
-                await self._producer.start()
-                await self._consumer.start()
-        except BaseException:
-            await self._consumer.stop()
-            await self._producer.stop()
+            await asyncio.wait_for(self._start(), self.start_timeout)
+        except BaseException as exc:
+            await self.stop()
+            if isinstance(exc, (KafkaError, OSError, asyncio.TimeoutError)) and not isinstance(exc, BrokerAccessError):
+                raise LoopwatchUnavailable(
+                    f"loopwatch client: cannot start on {self.bootstrap_servers}: {_describe(exc)}"
+                ) from None
             raise
+
+    async def _start(self) -> None:
+        async with broker_access(self.bootstrap_servers, **self._access):
+            await self._producer.start()
+            await self._consumer.start()
         # Read every partition from its current end, positioned before anything is sent,
         # so no decision for our own requests can be missed.
-        partitions = self._consumer.partitions_for_topic(self.verdicts_topic)
-        deadline = time.monotonic() + 30
-        while not partitions:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"topic {self.verdicts_topic!r} does not exist (is the loopwatch worker running?)")
-            await asyncio.sleep(0.2)
-            await self._consumer._client.force_metadata_update()
-            partitions = self._consumer.partitions_for_topic(self.verdicts_topic)
+        try:
+            partitions = await self._producer.partitions_for(self.verdicts_topic)
+        except UnknownTopicOrPartitionError:
+            raise UnknownTopicOrPartitionError(
+                f"topic {self.verdicts_topic!r} does not exist (is the loopwatch worker running?)"
+            ) from None
         assigned = [TopicPartition(self.verdicts_topic, p) for p in sorted(partitions)]
         self._consumer.assign(assigned)
         await self._consumer.seek_to_end(*assigned)
@@ -124,16 +149,31 @@ class LoopwatchClient:
         self._reader = asyncio.create_task(self._read_verdicts(), name="loopwatch-verdicts")
 
     async def stop(self) -> None:
-        if self._reader is not None:
-            self._reader.cancel()
-            try:
-                await self._reader
-            except asyncio.CancelledError:
-                pass
-        await self._consumer.stop()
-        await self._producer.stop()
+        """Stop reading, deliver what can still be delivered (within ``delivery_timeout``),
+        close both Kafka clients.  Never raises for a broker that is gone."""
+        reader, self._reader = self._reader, None
+        if reader is not None:
+            reader.cancel()
+            await asyncio.gather(reader, return_exceptions=True)
+        try:
+            await _quietly(self._consumer.stop(), "consumer")
+        finally:
+            # Sends still in progress end by themselves within delivery_timeout (delivered, or
+            # failed and logged).  Those still waiting for the topic's metadata would wait for
+            # ever once the producer is closed, so whatever is left then is cancelled.
+            if self._sending:
+                await asyncio.wait(set(self._sending), timeout=self.delivery_timeout)
+            await _quietly(self._producer.stop(), "producer")
+            left = list(self._sending)
+            for task in left:
+                task.cancel()
+            if left:
+                await asyncio.gather(*left, return_exceptions=True)
+                self.undelivered += len(left)
+                log.warning("%d event(s) not delivered before the client stopped", len(left))
 
-    def run(self, run_id: str | None, *, session_key: str, agent_id: str | None = None, session_id: str | None = None) -> "RunHandle":
+    def run(self, run_id: str | None, *, session_key: str | None, agent_id: str | None = None,
+            session_id: str | None = None) -> "RunHandle":
         if self.signing_key is not None and agent_id != self.signing_key.agent_id:
             raise ValueError(
                 f"this client signs with key {self.signing_key.key_id} of agent {self.signing_key.agent_id!r};"
@@ -146,15 +186,46 @@ class LoopwatchClient:
     def _next_event_id(self) -> str:
         return f"{self._prefix}-{next(self._seq)}"
 
-    async def _publish(self, event: ToolCallEvent) -> None:
-        key = event.run_id or event.session_key or event.session_id
+    async def _publish(self, event: ToolCallEvent, timeout: float) -> bool:
+        """Publish ``event``, waiting at most ``timeout`` seconds; False when it was not
+        delivered by then (delivery goes on in the background and a failure is logged)."""
+        task = asyncio.ensure_future(self._send(event))
+        self._sending.add(task)
+        task.add_done_callback(self._sent)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), max(timeout, 0.0))
+        except asyncio.TimeoutError:
+            log.warning("event %s not delivered within %ss; still trying in the background", event.event_id, timeout)
+            return False
+        except (KafkaError, OSError):
+            return False  # logged by _sent
+        return True
+
+    async def _send(self, event: ToolCallEvent) -> None:
         value = encode_event(event)
         headers = None if self.signing_key is None else self.signing_key.headers(value)
-        await self._producer.send_and_wait(self.tool_calls_topic, value, key=key.encode(), headers=headers)
+        try:
+            await self._producer.send_and_wait(
+                self.tool_calls_topic, value, key=record_key(event).encode("utf-8", "surrogatepass"), headers=headers
+            )
+        except (KafkaError, OSError) as exc:
+            self.undelivered += 1
+            log.warning("event %s (%s) not delivered: %s", event.event_id, type(event).__name__, _describe(exc))
+            raise
+
+    def _sent(self, task: asyncio.Task) -> None:
+        self._sending.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: _send logged it
 
     async def _read_verdicts(self) -> None:
         while True:
-            batches = await self._consumer.getmany(timeout_ms=200)
+            try:
+                batches = await self._consumer.getmany(timeout_ms=200)
+            except KafkaError as exc:  # the broker may come back: keep reading
+                log.warning("reading %s: %s", self.verdicts_topic, _describe(exc))
+                await asyncio.sleep(1.0)
+                continue
             for records in batches.values():
                 for record in records:
                     try:
@@ -162,16 +233,18 @@ class LoopwatchClient:
                     except Exception:  # not ours to judge; never kill the reader
                         log.warning("undecodable verdict at %s:%s", record.partition, record.offset)
                         continue
-                    self._dispatch(verdict)
+                    key = record.key.decode("utf-8", "surrogatepass") if record.key is not None else None
+                    self._dispatch(verdict, key)
 
-    def _dispatch(self, verdict: Decision | RunAborted) -> None:
+    def _dispatch(self, verdict: Decision | RunAborted, key: str | None) -> None:
+        """Apply one verdict; ``key`` is its Kafka key, the run's state key."""
         if verdict.verdict_id in self._seen:
             self.duplicates_dropped += 1
             return
         self._seen[verdict.verdict_id] = None
         if len(self._seen) > _SEEN_VERDICTS:
             self._seen.popitem(last=False)
-        run = self._runs.get(_verdict_key(verdict))
+        run = self._runs.get(key) if key is not None else None
         if isinstance(verdict, RunAborted):
             if run is not None:
                 run.aborted = verdict
@@ -183,8 +256,25 @@ class LoopwatchClient:
             run._advisory(verdict)
 
 
-def _verdict_key(verdict: Decision | RunAborted) -> str:
-    return state_key(verdict)  # verdicts carry the same run_id/session fields as events
+async def _quietly(stopping: Any, what: str) -> None:
+    """Await an aiokafka ``stop()``.  With the broker gone, the consumer's stop re-raises the
+    CancelledError of its own fetch tasks (aiokafka 0.14: the fetcher awaits the tasks it
+    cancelled): swallowed here unless this task itself is being cancelled."""
+    try:
+        await stopping
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise
+        log.debug("the %s's stop raised CancelledError (its own tasks); ignored", what)
+    except (KafkaError, OSError) as exc:
+        log.warning("stopping the %s: %s", what, _describe(exc))
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    return str(exc) or type(exc).__name__
 
 
 class RunHandle:
@@ -193,7 +283,8 @@ class RunHandle:
     def __init__(self, client: LoopwatchClient, run_id, session_key, agent_id, session_id) -> None:
         self.client = client
         self.fields = {"run_id": run_id, "session_key": session_key, "agent_id": agent_id, "session_id": session_id}
-        self.key = state_key(requested_event("-", "-", None, **self.fields))
+        self.key = state_key(SimpleNamespace(**self.fields))
+        """The run's state key: the Kafka key of its verdicts."""
         self.aborted: RunAborted | None = None
         self.warnings: list[Decision] = []
         self.blocked: list[Decision] = []
@@ -217,17 +308,23 @@ class RunHandle:
         event = requested_event(client._next_event_id(), tool, args, tool_call_id=tool_call_id, gate=gate,
                                 ts_ms=int(time.time() * 1000), **self.fields)
         if not gate:
-            await client._publish(event)
+            await client._publish(event, client.timeout)
             return None
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + client.timeout
+        future = loop.create_future()
         client._waiting[event.event_id] = future
-        await client._publish(event)
+        decision = None
         try:
-            decision = await asyncio.wait_for(future, client.timeout)
+            if await client._publish(event, client.timeout):
+                decision = await asyncio.wait_for(future, max(deadline - loop.time(), 0.0))
         except asyncio.TimeoutError:
+            pass
+        finally:
             client._waiting.pop(event.event_id, None)
+        if decision is None:
             if client.fail_closed:
-                raise TimeoutError(f"no loopwatch decision for {tool} within {client.timeout}s (fail-closed)") from None
+                raise NoDecisionError(f"no loopwatch decision for {tool} within {client.timeout}s (fail-closed)")
             log.warning("no loopwatch decision for %s within %ss; failing open", tool, client.timeout)
             return None
         if decision.action == "warn":
@@ -251,11 +348,13 @@ class RunHandle:
         event = completed_event(client._next_event_id(), tool, args, result=result, error=error, returned=returned,
                                 provider_send_tools=client.provider_send_tools, tool_call_id=tool_call_id,
                                 ts_ms=int(time.time() * 1000), **self.fields)
-        await client._publish(event)
+        await client._publish(event, client.timeout)
 
     async def compaction_retried(self) -> None:
-        await self.client._publish(compaction_event(self.client._next_event_id(), ts_ms=int(time.time() * 1000), **self.fields))
+        event = compaction_event(self.client._next_event_id(), ts_ms=int(time.time() * 1000), **self.fields)
+        await self.client._publish(event, self.client.timeout)
 
     async def end(self, reason: str | None = None) -> None:
-        await self.client._publish(run_ended_event(self.client._next_event_id(), reason, ts_ms=int(time.time() * 1000), **self.fields))
+        event = run_ended_event(self.client._next_event_id(), reason, ts_ms=int(time.time() * 1000), **self.fields)
+        await self.client._publish(event, self.client.timeout)
         self.client._runs.pop(self.key, None)

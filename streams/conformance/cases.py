@@ -552,6 +552,6 @@ def run_case(case: dict) -> CaseResult:
 def load_cases(path: str) -> list[dict]:
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
-    if not isinstance(data, list):
-        raise ValueError(f"{path}: a case file is a JSON array of case objects")
+    if not isinstance(data, list) or not all(isinstance(case, dict) for case in data):
+        raise ValueError("a case file is a JSON array of case objects")
     return data

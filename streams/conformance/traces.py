@@ -1,4 +1,4 @@
-"""Golden random traces (``../shared/conformance/traces/TRACES.md``): drive the engine over
+"""Golden random traces (``tests/data/conformance/traces/TRACES.md``): drive the engine over
 every session exactly as a runner would and compare each step with upstream's answer."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import io
 import json
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -20,13 +21,35 @@ from ..engine.hashing import ThrownError
 BLOCKED_RESULT_DETAILS = {"status": "blocked", "deniedReason": "tool-loop"}
 
 
+class TraceFileError(ValueError):
+    """A sessions or expected-steps file that cannot be read as one (a one-line message)."""
+
+
 def open_jsonl(path: str | Path) -> Iterator[dict]:
+    for _number, value in _numbered_jsonl(path):
+        yield value
+
+
+def _numbered_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """(line number, object) per non-blank line; ``TraceFileError`` for anything else."""
     path = Path(path)
-    raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-    with raw, io.TextIOWrapper(raw, encoding="utf-8") as text:
-        for line in text:
-            if line.strip():
-                yield json.loads(line)
+    try:
+        raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+        with raw, io.TextIOWrapper(raw, encoding="utf-8") as text:
+            for number, line in enumerate(text, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except ValueError as exc:
+                    raise TraceFileError(f"{path}:{number}: not JSON ({exc})") from None
+                if not isinstance(value, dict):
+                    raise TraceFileError(f"{path}:{number}: expected one JSON object per line")
+                yield number, value
+    except (OSError, EOFError, zlib.error) as exc:  # missing, a directory, not gzip, truncated
+        raise TraceFileError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise TraceFileError(f"cannot read {path}: not UTF-8 text ({exc.reason} at byte {exc.start} of a block)") from None
 
 
 def _outcome_kwargs(out: dict) -> dict:
@@ -205,7 +228,10 @@ class SessionResult:
 
 
 def compare_session(session: dict, expected_lines: list[dict]) -> SessionResult:
-    produced = SessionDriver(session).run()
+    try:
+        produced = SessionDriver(session).run()
+    except Exception as exc:  # a malformed session: report it, never crash the whole run
+        return SessionResult(session["id"], 0, f"cannot drive this session: {type(exc).__name__}: {exc}")
     count = 0
     for want in expected_lines:
         try:
@@ -226,11 +252,21 @@ def compare_session(session: dict, expected_lines: list[dict]) -> SessionResult:
 
 
 def run_traces(sessions_path: str | Path, expected_path: str | Path, progress=None) -> list[SessionResult]:
+    """Compare every session with its expected lines.  ``TraceFileError`` when either file is
+    not of its kind (the two swapped included); a session that disagrees is a failed result."""
     expected: dict[str, list[dict]] = {}
-    for line in open_jsonl(expected_path):
+    for number, line in _numbered_jsonl(expected_path):
+        if not isinstance(line.get("s"), str) or not isinstance(line.get("i"), int):
+            raise TraceFileError(
+                f"{expected_path}:{number}: not an expected step (no \"s\" and \"i\"): is it the sessions file?"
+            )
         expected.setdefault(line["s"], []).append(line)
     results = []
-    for session in open_jsonl(sessions_path):
+    for number, session in _numbered_jsonl(sessions_path):
+        if not isinstance(session.get("id"), str) or not isinstance(session.get("steps"), list):
+            raise TraceFileError(
+                f"{sessions_path}:{number}: not a session (no \"id\" and \"steps\"): is it the expected-steps file?"
+            )
         lines = expected.pop(session["id"], None)
         if lines is None:
             results.append(SessionResult(session["id"], 0, "no expected lines for this session"))
@@ -238,6 +274,8 @@ def run_traces(sessions_path: str | Path, expected_path: str | Path, progress=No
             results.append(compare_session(session, lines))
         if progress:
             progress(len(results))
+    if not results:
+        raise TraceFileError(f"{sessions_path}: no sessions in the file")
     for sid in expected:
         results.append(SessionResult(sid, 0, "expected lines for a session that is not in the sessions file"))
     return results

@@ -13,6 +13,8 @@ import hashlib
 import math
 import re
 
+from schemas.keys import JS_WHITESPACE  # the one definition of ECMAScript trim()'s whitespace
+
 __all__ = [
     "UNDEFINED",
     "digest",
@@ -35,14 +37,6 @@ class _Undefined:
 
 
 UNDEFINED = _Undefined()
-
-# ECMAScript String.prototype.trim() whitespace: note U+FEFF is included and U+0085 and
-# U+001C..U+001F are not, unlike Python's str.strip().
-JS_WHITESPACE = (
-    "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
-    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
-)
-
 
 def js_trim(text: str) -> str:
     return text.strip(JS_WHITESPACE)

@@ -25,11 +25,11 @@ from schemas.events import (
     ToolCallRequested,
     check_event,
 )
+from schemas.keys import normalize_run_id, state_key
 from schemas.verdicts import Decision, RunAborted
 
 from . import guard as guard_mod
 from . import history
-from .canonical import js_trim
 from .config import ConfigSet, Settings
 from .detectors import Detection, detect
 from .state import CallRecord, GuardWindow, RunState
@@ -147,22 +147,6 @@ def _request_logs(step: Step) -> tuple[LogLine, ...]:
         lines.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {event.tool_name}: {d.message}"))
         lines.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, d, "warn")))
     return tuple(lines)
-
-
-def normalize_run_id(run_id: Any) -> str | None:
-    """Upstream's run-id normalisation: trimmed; blank or non-string means no run."""
-    if not isinstance(run_id, str):
-        return None
-    return js_trim(run_id) or None
-
-
-def state_key(event: ToolCallEvent) -> str:
-    """The key a run's state lives under: the run id, else the session's "no run" scope."""
-    run_id = normalize_run_id(event.run_id)
-    if run_id is not None:
-        return f"run:{run_id}"
-    session_id = getattr(event, "session_id", None)  # verdicts carry no session id
-    return f"session:{event.session_key or ''}|{session_id or ''}"
 
 
 LOOP_SUBSYSTEM = "agents/loop-detection"

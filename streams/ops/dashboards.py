@@ -351,6 +351,17 @@ def fleet() -> dashboard_b.Dashboard:
         "as a partition that just moved may still be reported by its previous owner).",
         [Q("max by (partition) (loopwatch_consumer_lag_records)", "partition {{partition}}")],
         width=24))
+    d = d.with_panel(timeseries(
+        L, "Config reloads and refusals",
+        "Changes of the loop-detection config file per 10 minutes: applied, or refused (empty, "
+        "unparsable, not UTF-8, invalid) while the running config stays. See LoopwatchConfigRefused.",
+        [Q("sum by (result) (increase(loopwatch_config_reloads_total[10m]))", "{{result}}")],
+        bars=True))
+    d = d.with_panel(timeseries(
+        L, "Config file refused",
+        "1 while the config file on disk is one the worker refused: it runs its previous config.",
+        [Q("loopwatch_config_file_refused", "{{instance}}")], max_val=1,
+        thresholds=_steps((None, GREEN), (1, RED))))
     return d
 
 

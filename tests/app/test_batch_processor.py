@@ -19,7 +19,9 @@ from streams.app.processor import (
     unpack_header,
     unpack_state,
 )
-from streams.edge import compaction_event, completed_event, kafka_key, requested_event, run_ended_event
+from schemas.events import MAX_SAFE_INT
+from schemas.keys import record_key
+from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
 from streams.engine import LoopEngine, RunState, encode_state, state_key
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
@@ -49,7 +51,7 @@ def records(events, partition=0, start=0, topic="tool-calls"):
     for i, event in enumerate(events):
         raw = isinstance(event, (bytes, type(None)))
         value = event if raw else encode_event(event)
-        out.append(Record(topic, partition, start + i, b"k" if raw else kafka_key(event), value, 1.0))
+        out.append(Record(topic, partition, start + i, b"k" if raw else record_key(event).encode("utf-8", "surrogatepass"), value, 1.0))
     return out
 
 
@@ -210,6 +212,11 @@ HOSTILE = [
     (json.dumps({"type": "run.ended", "event_id": "x"}).encode(), "missing_key"),
     (json.dumps({"type": "run.ended", "event_id": "x", "run_id": "r", "reason": "x" * MAX_EVENT_BYTES}).encode(), "oversized"),
     (json.dumps({"type": "tool_call.requested", "event_id": "x", "run_id": "r", "tool_name": "read", "args_hash": "exec:" + "0" * 64}).encode(), "invalid_event"),
+    # issue 13: past a schema bound, an unknown version, nesting deeper than the decoder goes
+    (json.dumps({"type": "tool_call.requested", "event_id": "x", "run_id": "r", "tool_name": "read", "args_hash": "read:" + "0" * 64, "ts_ms": 2**63}).encode(), "invalid_event"),
+    (json.dumps({"type": "run.ended", "v": 2, "event_id": "x", "run_id": "r"}).encode(), "unsupported_version"),
+    (json.dumps({"type": "run.ended", "v": -5, "event_id": "x", "run_id": "r"}).encode(), "unsupported_version"),
+    (b'{"x": ' + b"[" * 30000 + b"]" * 30000 + b', "type": "run.ended", "event_id": "x", "run_id": "r"}', "invalid_json"),
 ]
 
 
@@ -221,7 +228,7 @@ def test_bad_records_become_dead_letters(value, reason):
     p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
     r = p.process(recs, Store().read)
     assert [(d.record.offset, d.reason) for d in r.dead_letters] == [(0, reason)]
-    assert r.dead_letters[0].detail
+    assert r.dead_letters[0].detail and "\n" not in r.dead_letters[0].detail
     assert len(r.verdicts) == 1  # the good record still gets its answer
     assert registry.get_sample_value("loopwatch_dead_letters_total", {"reason": reason}) == 1
 
@@ -461,7 +468,8 @@ def keyed(event, key, offset=0, partition=0):
         ({"run_id": "r1", "session_key": "s"}, b"run:r1"),  # the state key (verdicts' key)
         ({"run_id": " r1 ", "session_key": "s"}, b" r1 "),  # the run id as published
         ({"session_key": "agent:main:1"}, b"agent:main:1"),  # no run id: the session key
-        ({"session_key": "agent:main:1", "session_id": "x"}, b"session:agent:main:1|x"),
+        ({"session_key": "agent:main:1", "session_id": "x"}, b"session:agent:main:1|"),  # its state key
+        ({"session_id": "x"}, b"session:|x"),  # no run id or session key: its state key
         ({"session_id": "x"}, b"x"),  # neither: the session id
     ],
 )
@@ -586,46 +594,42 @@ def test_event_times_far_ahead_of_the_worker_are_clamped_to_its_clock():
     registry = CollectorRegistry()
     p = BatchProcessor(engine(), Metrics(registry, process_metrics=False), clock=lambda: 1_000_000.0, clock_skew_s=60)
     now_ms = 1_000_000_000
-    times = [2**63, 2**64 - 1, now_ms + 60_001, now_ms + 60_000, 5, 0]
+    times = [MAX_SAFE_INT, now_ms + 60_001, now_ms + 60_000, 5, 0]
     events = [requested_event(f"e{i}", "read", {"i": i}, run_id="r1", session_key="s", gate=True, ts_ms=t)
               for i, t in enumerate(times)]
     r = p.process(records(events), Store().read)
-    assert [decode_verdict(v.value).ts_ms for v in r.verdicts] == [now_ms, now_ms, now_ms, now_ms + 60_000, 5, 0]
-    assert r.clamped == 3
-    assert registry.get_sample_value("loopwatch_event_time_clamped_total") == 3
+    assert [decode_verdict(v.value).ts_ms for v in r.verdicts] == [now_ms, now_ms, now_ms + 60_000, 5, 0]
+    assert r.clamped == 2
+    assert registry.get_sample_value("loopwatch_event_time_clamped_total") == 2
     state = unpack_state(p.checkpoint().writes[(0, b"run:r1")]).state
     assert state.last_event_ms == now_ms + 60_000
 
 
 def test_a_run_stamped_in_the_far_future_is_idle_by_the_worker_clock():
     # Expiry reads only when the worker last wrote the run, never its event times; and
-    # with clamping off, the largest time the schema takes is still stored (it once stopped
-    # every checkpoint: the envelope packed the event time as a signed 64-bit integer).
+    # with clamping off, the largest time the schema takes is stored as it is.
     p = BatchProcessor(engine(), clock=lambda: 1_000.0, clock_skew_s=None)
-    event = requested_event("e", "read", {}, run_id="r1", session_key="s", ts_ms=2**64 - 1)
+    event = requested_event("e", "read", {}, run_id="r1", session_key="s", ts_ms=MAX_SAFE_INT)
     p.process(records([event]), Store().read)
     value = p.checkpoint().writes[(0, b"run:r1")]
     assert idle_since_ms(value) == 1_000_000
-    assert unpack_state(value).state.last_event_ms == 2**64 - 1
+    assert unpack_state(value).state.last_event_ms == MAX_SAFE_INT
 
 
-def test_an_event_time_beyond_64_bits_never_stops_a_checkpoint():
-    # The schema takes any JSON integer >= 0; MessagePack stops at 2^64 - 1.  Clamped by
-    # default; with clamping off, the run is dropped (counted) and the checkpoint goes on.
+@pytest.mark.parametrize("ts", [2**53, 2**63, 2**70])
+def test_an_event_time_beyond_the_schema_is_dead_lettered_and_the_checkpoint_goes_on(ts):
+    # ts_ms = 2^63 once passed the schema and stopped every checkpoint (the envelope packed
+    # the event time as a signed 64-bit integer); the schema now stops it at 2^53 - 1.
     value = b'{"type": "tool_call.requested", "event_id": "e", "run_id": "r1", "session_key": "s", ' \
-            b'"tool_name": "read", "args_hash": "read:' + b"0" * 64 + b'", "ts_ms": ' + str(2**70).encode() + b"}"
+            b'"tool_name": "read", "args_hash": "read:' + b"0" * 64 + b'", "ts_ms": ' + str(ts).encode() + b"}"
     record = Record("tool-calls", 0, 0, b"r1", value, 1.0)
-    clamped = BatchProcessor(engine(), clock=lambda: 1_000.0)
-    clamped.process([record], Store().read)
-    assert unpack_state(clamped.checkpoint().writes[(0, b"run:r1")]).state.last_event_ms == 1_000_000
-    registry = CollectorRegistry()
-    unclamped = BatchProcessor(engine(), Metrics(registry, process_metrics=False), clock_skew_s=None)
+    p = BatchProcessor(engine(), clock_skew_s=None)
     other = records([requested_event("f", "read", {}, run_id="r2", session_key="s", gate=True)], start=1)
-    r = unclamped.process([record] + other, Store().read)
+    r = p.process([record] + other, Store().read)
+    assert [(d.reason, d.record.offset) for d in r.dead_letters] == [("invalid_event", 0)]
     assert len(r.verdicts) == 1
-    cp = unclamped.checkpoint()  # must not raise
+    cp = p.checkpoint()  # must not raise
     assert (0, b"run:r1") not in cp.writes and (0, b"run:r2") in cp.writes
-    assert registry.get_sample_value("loopwatch_processing_errors_total", {"stage": "state_encode"}) == 1
 
 
 def test_a_state_that_cannot_be_packed_drops_the_run_instead_of_stopping_the_checkpoint(monkeypatch, caplog):

@@ -3,8 +3,10 @@ import os
 import time
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from schemas.config import ConfigError
+from streams.app.metrics import Metrics
 from streams.app.reload import ConfigWatcher
 from streams.engine import LoopEngine
 
@@ -36,7 +38,7 @@ def test_reload_swaps_valid_configs_and_keeps_the_old_one_on_errors(tmp_path, ca
         os.utime(path, ns=(time.time_ns(), time.time_ns() + 5_000_000))
         assert watcher.poll() is False
     assert len(engines) == 1 and watcher.rejections == 1
-    assert sum("rejected new config" in r.message for r in caplog.records) == 1
+    assert sum("refused new config" in r.message for r in caplog.records) == 1
 
     # unparsable, then the file disappears: still the last good config
     path.write_text("{not json5 at all")
@@ -101,3 +103,89 @@ def test_history_size_is_bounded_so_every_state_fits_a_changelog_record(tmp_path
     watcher.load_initial()
     write(path, root(10**9))
     assert watcher.poll() is False and engines == [] and watcher.rejections == 1
+
+
+@pytest.mark.parametrize(
+    "name, empty",
+    [("loop.yaml", ""), ("loop.yaml", "# all commented out\n"), ("loop.yaml", "null\n"), ("loop.yaml", "~"),
+     ("loop.json", ""), ("loop.json", " \n"), ("loop.json", "null"), ("loop.json5", "null // nothing else\n")],
+)
+def test_an_empty_document_is_refused_on_reload_and_the_running_config_stays(tmp_path, caplog, name, empty):
+    path = tmp_path / name
+    path.write_text("{\"tools\": {\"loopDetection\": {\"enabled\": true}}}")
+    engines: list[LoopEngine] = []
+    metrics = Metrics(CollectorRegistry(), process_metrics=False)
+    watcher = ConfigWatcher(path, engines.append, metrics)
+    running = watcher.load_initial()
+    assert running.settings_for(None).detection.enabled
+    with caplog.at_level("ERROR", logger="loopwatch.config"):
+        write_text(path, empty)
+        assert watcher.poll() is False
+    assert engines == [] and watcher.rejections == 1
+    assert [r.message for r in caplog.records if "refused new config" in r.message][0].count("\n") == 0
+    assert "holds no configuration" in caplog.text
+    sample = metrics.registry.get_sample_value
+    assert sample("loopwatch_config_reloads_total", {"result": "refused"}) == 1
+    assert sample("loopwatch_config_reloads_total", {"result": "applied"}) == 0
+    assert sample("loopwatch_config_file_refused") == 1
+
+
+def test_reloads_and_refusals_are_counted_and_the_refused_flag_clears(tmp_path):
+    path = tmp_path / "loop.json"
+    good = {"tools": {"loopDetection": {"enabled": True}}}
+    write(path, good)
+    metrics = Metrics(CollectorRegistry(), process_metrics=False)
+    watcher = ConfigWatcher(path, lambda e: None, metrics)
+    watcher.load_initial()
+    sample = metrics.registry.get_sample_value
+    assert sample("loopwatch_config_file_refused") == 0
+
+    write_text(path, "")
+    watcher.poll()
+    assert sample("loopwatch_config_file_refused") == 1
+    write(path, good)  # the content in force again: nothing to apply, nothing refused
+    assert watcher.poll() is False
+    assert sample("loopwatch_config_file_refused") == 0
+
+    write_text(path, "{oops")
+    watcher.poll()
+    write(path, {"tools": {"loopDetection": {"enabled": True, "criticalThreshold": 12}}})
+    assert watcher.poll() is True
+    assert sample("loopwatch_config_reloads_total", {"result": "refused"}) == 2
+    assert sample("loopwatch_config_reloads_total", {"result": "applied"}) == 1
+    assert sample("loopwatch_config_file_refused") == 0
+
+
+def test_an_unreadable_new_file_is_refused(tmp_path):
+    path = tmp_path / "loop.json"
+    write(path, {"tools": {"loopDetection": {"enabled": True}}})
+    metrics = Metrics(CollectorRegistry(), process_metrics=False)
+    watcher = ConfigWatcher(path, lambda e: None, metrics)
+    watcher.load_initial()
+    path.write_bytes(b"\xff\xfe{}")  # not UTF-8
+    bump(path)
+    assert watcher.poll() is False
+    assert metrics.registry.get_sample_value("loopwatch_config_file_refused") == 1
+
+
+@pytest.mark.parametrize("content", [b"", b"null", b"\xff\xfe{}"])
+def test_an_empty_or_undecodable_file_at_start_is_fatal(tmp_path, content):
+    path = tmp_path / "loop.json"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError):
+        ConfigWatcher(path, lambda e: None).load_initial()
+
+
+def test_a_missing_file_at_start_is_a_config_error(tmp_path):
+    with pytest.raises(ConfigError, match="cannot read"):
+        ConfigWatcher(tmp_path / "nope.yaml", lambda e: None).load_initial()
+
+
+def write_text(path, text):
+    path.write_text(text)
+    bump(path)
+
+
+def bump(path):
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))

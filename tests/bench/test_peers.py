@@ -12,7 +12,7 @@ from streams.app.harness import reference_verdicts
 from streams.bench.kafka import CONFIG, fleet
 from streams.bench.peers.common import EventStep
 from streams.bench.peers.runner import PeerFailed, compare_verdicts, verdict_counts
-from streams.edge import kafka_key
+from schemas.keys import record_key
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_event_step_with_state_stored_as_bytes_answers_as_the_engine(events, exp
     store: dict[bytes, bytes] = {}
     published = []
     for event in events:
-        key = kafka_key(event)
+        key = record_key(event).encode("utf-8", "surrogatepass")
         stored, out = step(store.get(key), encode_event(event))
         if stored is None:
             store.pop(key, None)

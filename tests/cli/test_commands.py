@@ -20,8 +20,8 @@ def loopwatch(*args, check=False):
     return proc
 
 
-def test_conformance_on_the_shared_cases(shared_dir):
-    proc = loopwatch("conformance", shared_dir / "conformance" / "openclaw-cases.json")
+def test_conformance_on_the_upstream_cases(conformance_dir):
+    proc = loopwatch("conformance", conformance_dir / "openclaw-cases.json")
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "89 passed, 0 failed, 5 skipped"
     skips = [line for line in proc.stdout.splitlines() if line.startswith("SKIP")]

@@ -10,8 +10,8 @@ from streams.conformance.traces import compare_session, open_jsonl
 REPO = Path(__file__).resolve().parents[2]
 
 
-def test_every_golden_session_agrees_with_upstream(shared_dir):
-    traces = shared_dir / "conformance" / "traces"
+def test_every_golden_session_agrees_with_upstream(conformance_dir):
+    traces = conformance_dir / "traces"
     proc = subprocess.run(
         [sys.executable, "-m", "streams.cli", "conformance",
          "--traces", str(traces / "one-run-sessions.jsonl.gz"), "--expected", str(traces / "expected.jsonl.gz")],
@@ -23,8 +23,8 @@ def test_every_golden_session_agrees_with_upstream(shared_dir):
     assert "sessions" in proc.stderr  # progress is shown on long work
 
 
-def test_a_wrong_answer_is_reported_with_field_expected_and_got(shared_dir):
-    traces = shared_dir / "conformance" / "traces"
+def test_a_wrong_answer_is_reported_with_field_expected_and_got(conformance_dir):
+    traces = conformance_dir / "traces"
     session = next(open_jsonl(traces / "one-run-sessions.jsonl.gz"))
     expected = [line for line in open_jsonl(traces / "expected.jsonl.gz") if line["s"] == session["id"]]
     expected[3] = {**expected[3], "h": "0" * 32}

@@ -366,11 +366,20 @@ async def test_config_hot_reload_changes_behaviour_without_restart(lw):
     assert got["strict:12:req/decision"].count == 12
     assert mine(got, "strict") == expect("strict", strict)
 
-    # An invalid file is rejected; the stricter config stays in force.
+    # An invalid file is refused; the stricter config stays in force.
     path.write_text('{"tools": {"loopDetection": {"enabled": true, "warningThreshold": 30, "criticalThreshold": 20}}}')
-    await wait_for_log(worker, "rejected new config")
+    await wait_for_log(worker, "refused new config")
     got = await run("still")
     assert mine(got, "still") == expect("still", strict)
+
+    # So is an empty file (what a half-written one looks like): it would turn detection off.
+    path.write_text("")
+    await wait_for_log(worker, "holds no configuration")
+    got = await run("empty")
+    assert mine(got, "empty") == expect("empty", strict)
+    assert worker.metric("loopwatch_config_file_refused") == 1
+    assert worker.metric("loopwatch_config_reloads_total", result="refused") == 2
+    assert worker.metric("loopwatch_config_reloads_total", result="applied") == 1
 
     # Detection off: nothing is blocked any more.
     off = {"tools": {"loopDetection": {"enabled": False}}}
@@ -379,6 +388,8 @@ async def test_config_hot_reload_changes_behaviour_without_restart(lw):
     got = await run("off")
     assert mine(got, "off") == expect("off", off)
     assert all(v.action == "allow" for v in mine(got, "off").values())
+    assert worker.metric("loopwatch_config_file_refused") == 0
+    assert worker.metric("loopwatch_config_reloads_total", result="applied") == 2
     assert worker.running
 
 

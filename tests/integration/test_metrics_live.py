@@ -133,6 +133,8 @@ def malformed_records(run_key: bytes) -> list[tuple[bytes | None, bytes, str]]:
                               "reason": "y" * (MAX_EVENT_BYTES + 10)}).encode(), "oversized"),
         (None, json.dumps({"type": "run.ended", "event_id": "bad-4"}).encode(), "missing_key"),
         (b"another-run", json.dumps({"type": "run.ended", "event_id": "bad-5", "run_id": "x"}).encode(), "key_mismatch"),
+        (run_key, json.dumps({"type": "run.ended", "v": 2, "event_id": "bad-6", "run_id": "x"}).encode(),
+         "unsupported_version"),
     ]
 
 

@@ -19,6 +19,7 @@ ALERTS = {
     "LoopwatchWorkerNotReady",
     "LoopwatchRunStateTrimmed",
     "LoopwatchRunnerClockAhead",
+    "LoopwatchConfigRefused",
 }
 RUNBOOK_BASE = "https://github.com/loopwatch/loopwatch/blob/main/README.md#alert-"
 

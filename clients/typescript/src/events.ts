@@ -151,25 +151,37 @@ export function runEndedEvent(eventId: string, reason: string | null, fields: Ev
   return { type: "run.ended", ...base(eventId, fields), reason };
 }
 
-/** The Kafka key of an event: the run id, else the session key, else the session id. */
+/**
+ * The Kafka key to publish an event under (`schemas.keys.record_key`): the run id (trimmed as
+ * upstream trims it), else the event's state key, so that every event of a run lands on one
+ * partition. The worker dead-letters events keyed otherwise (`key_mismatch`).
+ */
 export function eventKey(fields: RunFields): string {
-  const key = fields.run_id || fields.session_key || fields.session_id;
-  if (!key) {
+  if (!fields.run_id && !fields.session_key && !fields.session_id) {
     throw new LoopwatchInputError("one of run_id, session_key or session_id is required");
   }
-  return key;
+  return normalizedRunId(fields) ?? stateKey(fields);
 }
 
 /**
- * The worker's state key for a run (`streams.engine.state_key`), which is also the Kafka key
- * of its verdicts: `run:<run id trimmed>`, else the session's "no run" scope.
+ * The worker's state key for a run (`schemas.keys.state_key`), which is also the Kafka key of
+ * its verdicts: `run:<run id trimmed>`, else the session's "no run" scope, named as upstream
+ * names the session: `session:<session key>|`, or `session:|<session id>` without a key.
  */
 export function stateKey(fields: RunFields): string {
-  const runId = typeof fields.run_id === "string" ? fields.run_id.trim() : "";
-  if (runId) {
+  const runId = normalizedRunId(fields);
+  if (runId !== null) {
     return `run:${runId}`;
   }
-  return `session:${fields.session_key ?? ""}|${fields.session_id ?? ""}`;
+  if (fields.session_key) {
+    return `session:${fields.session_key}|`;
+  }
+  return `session:|${fields.session_id ?? ""}`;
+}
+
+/** Upstream's run-id normalisation: trimmed (JavaScript's trim); blank means no run. */
+function normalizedRunId(fields: RunFields): string | null {
+  return typeof fields.run_id === "string" ? fields.run_id.trim() || null : null;
 }
 
 function codePoints(text: string): number {

@@ -2,7 +2,7 @@
 
 Reads JSON requests, one per line, on stdin and answers each with one JSON line on stdout,
 computed by the project's own Python: ``streams.edge`` (which hashes with
-``streams.engine.hashing``), ``streams.engine.state_key`` and aiokafka's partitioner.
+``streams.engine.hashing``), ``schemas.keys.state_key`` and ``record_key`` and aiokafka's partitioner.
 Values arrive in the transport encoding of test/support/transport.ts, which keeps what
 JSON would lose (-0, NaN, undefined, bigint, shared and cyclic references).
 
@@ -12,6 +12,7 @@ Requests:
       (no "result" and no "error": the tool returned undefined)
   {"op": "cases", "path": FILE}  -> every tool call of the conformance vectors, with answers
   {"op": "state_key", "fields": {...}}
+  {"op": "record_key", "fields": {...}}
   {"op": "partition", "key": k, "partitions": n}
 """
 
@@ -27,7 +28,7 @@ from aiokafka.partitioner import murmur2
 from schemas.events import CompactionRetried
 from streams.conformance.cases import expand_steps, load_cases, materialize, materialize_args
 from streams.edge import completed_event, requested_event
-from streams.engine import state_key
+from schemas.keys import record_key, state_key
 from streams.engine.canonical import UNDEFINED
 from streams.engine.hashing import ThrownError
 
@@ -176,6 +177,8 @@ def answer(request: dict) -> Any:
         return case_items(request["path"])
     if op == "state_key":
         return state_key(CompactionRetried(event_id="oracle", **request["fields"]))
+    if op == "record_key":
+        return record_key(CompactionRetried(event_id="oracle", **request["fields"]))
     if op == "partition":
         return (murmur2(request["key"].encode("utf-8", "surrogatepass")) & 0x7FFFFFFF) % request["partitions"]
     raise ValueError(f"unknown op {op!r}")

@@ -11,25 +11,16 @@ export const REPO_ROOT = resolve(PACKAGE_ROOT, "..", "..");
 export const SCHEMA_DIR = join(REPO_ROOT, "schemas", "jsonschema");
 
 /**
- * The shared conformance vectors. The one place to change when the copy moves: the
- * repository's own copy under tests/data/conformance/ is used as soon as it exists;
- * until then `$LOOPWATCH_SHARED/conformance/openclaw-cases.json`.
+ * The conformance vectors: the repository's own copy of the shared set
+ * (tests/data/README.md says where it comes from).
  */
-export const CONFORMANCE_CASES_IN_REPO = join(REPO_ROOT, "tests", "data", "conformance", "openclaw-cases.json");
+export const CONFORMANCE_CASES = join(REPO_ROOT, "tests", "data", "conformance", "openclaw-cases.json");
 
 export function conformanceCasesPath(): string {
-  if (existsSync(CONFORMANCE_CASES_IN_REPO)) {
-    return CONFORMANCE_CASES_IN_REPO;
+  if (!existsSync(CONFORMANCE_CASES)) {
+    throw new Error(`the conformance vectors are missing: expected ${CONFORMANCE_CASES}`);
   }
-  const shared = process.env.LOOPWATCH_SHARED;
-  const fallback = shared ? join(shared, "conformance", "openclaw-cases.json") : null;
-  if (fallback && existsSync(fallback)) {
-    return fallback;
-  }
-  throw new Error(
-    `the conformance vectors are missing: expected ${CONFORMANCE_CASES_IN_REPO}` +
-      (fallback ? ` or ${fallback}` : " (or set LOOPWATCH_SHARED)"),
-  );
+  return CONFORMANCE_CASES;
 }
 
 /**

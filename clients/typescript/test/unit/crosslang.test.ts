@@ -8,7 +8,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import { argsHash, hashOutcome, isKnownPoll, type ToolOutcome } from "../../src/hashing.js";
-import { stateKey } from "../../src/events.js";
+import { eventKey, stateKey } from "../../src/events.js";
 import { argsCase, outcomeCase, SEND_TOOLS } from "../support/arbitraries.js";
 import { conformanceCasesPath } from "../support/paths.js";
 import { askPython } from "../support/python.js";
@@ -107,7 +107,7 @@ test("the conformance vectors' arguments and outcomes hash the same in TypeScrip
   assert.ok(outcomes > 500, `only ${outcomes} outcomes in the vectors`);
 });
 
-test("the state key of a run (its verdicts' Kafka key) is the worker's", () => {
+test("the state key of a run (its verdicts' Kafka key) and its events' Kafka key are the worker's", () => {
   const fields = fc.sample(
     fc.record({
       run_id: fc.oneof(fc.constant(null), fc.constantFrom("", "  ", "\ufeffr1 ", "run-1", "\u0085x\u0085"), fc.string()),
@@ -119,6 +119,9 @@ test("the state key of a run (its verdicts' Kafka key) is the worker's", () => {
   );
   const python = askPython(fields.map((f) => ({ op: "state_key", fields: f })));
   assertSame(fields.map(stateKey), python, (i) => fields[i]);
+  const named = fields.filter((f) => f.run_id || f.session_key || f.session_id);
+  const pythonKeys = askPython(named.map((f) => ({ op: "record_key", fields: f })));
+  assertSame(named.map(eventKey), pythonKeys, (i) => named[i]);
 });
 
 test("a run id lands on the partition the Python client and the worker's own tests give it", () => {

@@ -1,0 +1,58 @@
+"""The keys of the contract: which run an event belongs to, and the Kafka keys that follow.
+
+One function per key, shared by everyone who must agree on it: the worker keeps a run's state
+and keys its verdicts by ``state_key``; the runner client publishes under ``record_key`` and
+routes the verdicts it reads by their Kafka key, which is ``state_key``.
+
+Upstream keeps one state per session, keyed by ``sessionKey``, or by ``sessionId`` when there
+is no key (spec §2.1).  loopwatch keys state by run id instead (spec §8); an event without a
+run id belongs to its session's "no run" scope, named the way upstream names the session:
+
+* ``run:<run id>``             the event has a run id (trimmed, as upstream trims it);
+* ``session:<session key>|``   no run id: the session key, whatever the session id;
+* ``session:|<session id>``    no run id and no session key: the session id.
+
+The ``|`` keeps the two session forms apart, so a session key never names the same scope as an
+equal session id.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+__all__ = ["JS_WHITESPACE", "normalize_run_id", "record_key", "state_key"]
+
+# ECMAScript String.prototype.trim() whitespace: note U+FEFF is included and U+0085 and
+# U+001C..U+001F are not, unlike Python's str.strip().
+JS_WHITESPACE = (
+    "\t\n\x0b\x0c\r \xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007"
+    "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
+
+
+class _Keyed(Protocol):
+    run_id: str | None
+    session_key: str | None
+
+
+def normalize_run_id(run_id: Any) -> str | None:
+    """Upstream's run-id normalisation: trimmed; blank or non-string means no run."""
+    if not isinstance(run_id, str):
+        return None
+    return run_id.strip(JS_WHITESPACE) or None
+
+
+def state_key(event: _Keyed) -> str:
+    """The key a run's state lives under, and the Kafka key of its verdicts."""
+    run_id = normalize_run_id(event.run_id)
+    if run_id is not None:
+        return f"run:{run_id}"
+    if event.session_key:
+        return f"session:{event.session_key}|"
+    return f"session:|{getattr(event, 'session_id', None) or ''}"
+
+
+def record_key(event: _Keyed) -> str:
+    """The Kafka key a runner publishes an event under on ``tool-calls``: the run id, or for
+    an event without one, its state key.  Every event of a run lands on one partition."""
+    return normalize_run_id(event.run_id) or state_key(event)

@@ -1,0 +1,62 @@
+"""The rules `make test` and `.ci/run` rely on: CI fails on a skipped test, and no test or
+Makefile target reads data from outside the repository."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run_pytest(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess[str]:
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    (tmp_path / "test_sample.py").write_text(
+        "import pytest\n"
+        "def test_runs(): pass\n"
+        "def test_needs_a_tool(): pytest.skip('frobnicator is missing')\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "CI"}
+    if ci:
+        env["CI"] = "true"
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )
+
+
+def test_a_skipped_test_fails_the_run_in_ci(tmp_path):
+    proc = _run_pytest(tmp_path, ci=True)
+    assert proc.returncode == 1, proc.stdout
+    assert "SKIPPED test_sample.py::test_needs_a_tool: Skipped: frobnicator is missing" in proc.stdout
+
+
+def test_a_skipped_test_is_only_a_skip_outside_ci(tmp_path):
+    proc = _run_pytest(tmp_path, ci=False)
+    assert proc.returncode == 0, proc.stdout
+    assert "1 passed, 1 skipped" in proc.stdout
+
+
+def test_the_conformance_data_is_the_listed_copy():
+    data = REPO / "tests" / "data" / "conformance"
+    listed = [line.split(maxsplit=1) for line in (data / "SHA256SUMS").read_text().splitlines() if line.strip()]
+    assert listed, "SHA256SUMS lists no file"
+    for digest, name in listed:
+        assert hashlib.sha256((data / name).read_bytes()).hexdigest() == digest, f"{name} differs from SHA256SUMS"
+
+
+def test_no_test_or_make_target_reads_outside_the_repository():
+    sources = [REPO / "Makefile", REPO / ".ci" / "run", *(REPO / "tests").rglob("*.py")]
+    outside = re.compile(r"\.\./shared|LOOPWATCH_SHARED|/work/shared")
+    offenders = [
+        f"{path.relative_to(REPO)}:{n}"
+        for path in sources if path != Path(__file__)
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+        if outside.search(line)
+    ]
+    assert offenders == []
