@@ -22,7 +22,7 @@ from aiokafka.partitioner import murmur2
 from schemas import decode_event, decode_verdict
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested
 from schemas.verdicts import Decision, RunAborted
-from streams.app.harness import REPO, collect, produce, reference_verdicts, write_config
+from harness import REPO, collect, produce, reference_verdicts, write_config
 from streams.client import LoopwatchClient
 from streams.scenarios import scenario_calls
 

@@ -31,7 +31,7 @@ class EventStep:
         """``(new stored state or None to delete it, encoded verdicts to publish)``.
 
         The verdicts are what loopwatch publishes for the event: the decision of a gate
-        call, every warn or block, every abort (``streams.app.harness.reference_verdicts``
+        call, every warn or block, every abort (``harness.reference_verdicts``
         states the same rule for the engine run directly).
         """
         event = decode_event(value)
