@@ -139,6 +139,10 @@ class Metrics:
 
     # -- per-batch application ----------------------------------------------------------------
 
+    def count_error(self, stage: str) -> None:
+        """An unexpected error at ``stage`` (one of ``ERROR_STAGES``)."""
+        self.processing_errors.labels(stage).inc()
+
     def add(self, counter: Counter, counts: Mapping[tuple[str, ...] | str, int]) -> None:
         for labels, n in counts.items():
             if n:
