@@ -36,16 +36,37 @@ from .reload import ConfigWatcher, KeyringWatcher
 from .run_store import CHANGELOG_MAX_MESSAGE_BYTES, TABLE_NAME, RunStore
 from .settings import Settings
 
-__all__ = ["Worker", "build_worker", "faust_settings"]
+__all__ = ["Worker", "broker_credentials", "build_worker", "faust_settings"]
 
 log = logging.getLogger("loopwatch.worker")
+
+
+def broker_credentials(settings: Settings) -> Any:
+    """Faust's ``broker_credentials``: SSLCredentials, SASLCredentials or None (PLAINTEXT).
+
+    The SSL context is built here: ``faust.SSLCredentials()`` without a context cannot build
+    one itself in faust-streaming 0.15 (it passes ``purpose=None`` to
+    ``ssl.create_default_context``).
+    """
+    import faust
+
+    if settings.sasl:
+        return faust.SASLCredentials(
+            username=settings.sasl_username,
+            password=settings.sasl_password,
+            ssl_context=settings.ssl_context(),
+            mechanism=settings.sasl_mechanism,
+        )
+    if settings.tls:
+        return faust.SSLCredentials(settings.ssl_context())
+    return None
 
 
 def faust_settings(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for the Faust app."""
     return dict(
         broker=settings.broker_url,
-        broker_credentials=settings.broker_credentials(),
+        broker_credentials=broker_credentials(settings),
         store="rocksdb://",  # faust-streaming 0.15.3 has no "rocksdict://" scheme: see the table options
         datadir=str(settings.data_dir),
         autodiscover=False,
