@@ -24,8 +24,6 @@ import logging
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError
-
 if TYPE_CHECKING:
     from .processor import DeadLetter, VerdictOut
 
@@ -37,7 +35,6 @@ DLQ_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
 """``max.message.bytes`` of the dead-letter topic when the worker creates it."""
 DEAD_LETTER_VALUE_LIMIT = 1024 * 1024
 """A dead letter's key and value are cut to this many bytes each (``dead_letter_record``)."""
-_TOO_LARGE = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
 _NO_HEADERS: list = []  # aiokafka's batch builder wants a list; never mutated
 
 
@@ -178,13 +175,18 @@ class Output:
         ``max.message.bytes`` set below ``DEAD_LETTER_VALUE_LIMIT`` by someone; the producer
         may also have put it in one request with others), it goes again on its own, then
         as its headers alone."""
+        # Imported here, not at the top: the run store imports this module, the processor the
+        # run store, and neither needs a Kafka client.
+        from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError
+
+        too_large = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
         try:
             return await sent
-        except _TOO_LARGE:
+        except too_large:
             pass
         try:
             return await self._send_alone(letter, DEAD_LETTER_VALUE_LIMIT, partition)
-        except _TOO_LARGE as exc:
+        except too_large as exc:
             record = letter.record
             log.error("dead letter of %s[%d]@%d refused by %s (%r): sending its headers without key or value",
                       record.topic, record.partition, record.offset, self.dead_letter_topic, exc)

@@ -687,3 +687,14 @@ def test_dead_letters_larger_than_the_limit_are_cut_with_their_sizes_in_headers(
     small = Record("tool-calls", 0, 1, None, b"{bad", None)
     key, value, headers = dead_letter_record(DeadLetter(small, "invalid_json", "x"), 1024)
     assert (key, value) == (None, b"{bad") and "loopwatch.truncated" not in dict(headers)
+
+
+def test_the_processor_loads_no_kafka_client():
+    # The per-batch logic (and the checkpoint's runs and the envelope it uses) does no I/O:
+    # importing it loads neither Faust nor aiokafka.
+    import subprocess
+    import sys
+
+    code = "import sys, streams.app.processor; print(sorted({'aiokafka', 'faust', 'mode'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
