@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from schemas.config import ConfigError, load_config_file
+from schemas.config import ConfigError, load_config_file, warnings
 from streams.engine import LoopEngine
 
 __all__ = ["ConfigWatcher", "load_engine"]
@@ -32,7 +32,10 @@ def load_engine(path: Path | None) -> LoopEngine:
     """The engine for a config file (None: upstream defaults).  Raises ``ConfigError``."""
     if path is None:
         return LoopEngine(None)
-    return LoopEngine(load_config_file(path))
+    root = load_config_file(path)
+    for note in warnings(root):
+        log.warning("config %s: %s", path, note)
+    return LoopEngine(root)
 
 
 class ConfigWatcher:
