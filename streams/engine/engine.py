@@ -31,8 +31,9 @@ from . import guard as guard_mod
 from . import history
 from .canonical import js_trim
 from .config import ConfigSet, Settings
-from .detectors import Detection, detect
-from .state import CallRecord, GuardWindow, RunState
+from .detectors import Detection, detect, detect_latest, write_churn, LatestDetection, ARGUMENT_CHURN, WARNING
+from .hashing import TERMINAL_EXEC_FAILURE, TOOL_LOOP_VETO, WRITE_MUTATION
+from .state import CallRecord, CompactionRereads, GuardWindow, RunState
 
 __all__ = ["LogLine", "LoopEngine", "Step", "normalize_run_id", "state_key"]
 
@@ -80,6 +81,9 @@ class Step(msgspec.Struct, gc=False):
     notify: bool = False
     built_decision: Decision | None = None
     built_logs: tuple[LogLine, ...] | None = ()
+    outcome_warning: Detection | None = None
+    """Profile latest: the write-churn warning an outcome raised and the bucket rule emitted
+    (its decision is ``decision``)."""
 
     @property
     def decision(self) -> Decision | None:
@@ -117,6 +121,8 @@ def _decision(
             "level": d.level, "detector": d.detector, "count": d.count, "message": d.message,
             "paired_tool_name": d.paired_tool_name, "warning_key": d.warning_key, **override,
         }
+        if d.liveness_signal is not None:
+            override["liveness_signal"] = d.liveness_signal
     return msgspec.structs.replace(decision, **override) if override else decision
 
 
@@ -218,6 +224,8 @@ class LoopEngine:
 
     def _requested(self, state: RunState, event: ToolCallRequested) -> Step:
         settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
+        if settings.latest:
+            return self._requested_latest(state, event, settings)
         if state.aborted is not None:
             return self._after_abort(state, event)
         # Upstream detects and records only with a session key (HOOK-D03).
@@ -232,6 +240,32 @@ class LoopEngine:
             return self._block(state, event, settings, detection)
         if cfg.records_calls:
             history.record_call(state, event.tool_name, sig, event.tool_call_id, event.ts_ms, cfg.history_size)
+        if detection is None:
+            return Step(state, event)
+        emitted = self._warning_bucket(state, detection)
+        return Step(
+            state=state, request=event, detection=detection, built_logs=None,
+            action="warn" if emitted else "allow", emitted=emitted,
+            notify=emitted and settings.surface_warnings,
+        )
+
+    def _requested_latest(self, state: RunState, event: ToolCallRequested, settings: Settings) -> Step:
+        """Profile latest (openclaw-latest.md §6.1)."""
+        if state.aborted is not None:
+            return self._after_abort(state, event)
+        if not event.session_key:
+            return Step(state, event)
+        cfg = settings.detection
+        latest = history.latest_columns(state)
+        sig = intern(event.args_hash)
+        tool = event.tool_name
+        detection = detect_latest(state, tool, sig, event.known_poll, event.target_hash) if cfg.enabled else None
+        if detection is not None and detection.level == "critical":
+            # The runner completes the vetoed call with the blocked result (loop_veto), which
+            # records the veto (_completed), as upstream's wrapper records its blocked result.
+            return self._block(state, event, settings, detection)
+        if cfg.records_calls:
+            history.record_call_latest(state, latest, tool, sig, event.tool_call_id, event.ts_ms, event.target_hash)
         if detection is None:
             return Step(state, event)
         emitted = self._warning_bucket(state, detection)
@@ -282,8 +316,17 @@ class LoopEngine:
     def _completed(self, state: RunState, event: ToolCallCompleted) -> Step:
         result_hash = event.result_hash
         if event.loop_veto or not result_hash or not (event.session_key or event.session_id):
-            return Step(state)  # no hash (or no session to record in): nothing changes
+            # No hash (or no session to record in): nothing changes; except that profile
+            # latest records a loop veto (an outcome kind always comes with a hash,
+            # schemas.events.check_event).
+            if event.loop_veto and (event.session_key or event.session_id):
+                settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
+                if settings.latest:
+                    return self._veto_latest(state, event)
+            return Step(state)
         settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
+        if settings.latest:
+            return self._completed_latest(state, event, settings)
         result_hash = intern(result_hash)
         sigs, results, call_ids = state.sigs, state.results, state.call_ids
         call_id = event.tool_call_id
@@ -314,11 +357,60 @@ class LoopEngine:
         log = LogLine("error", guard_mod.SUBSYSTEM, error_line)
         return Step(state, None, record_at, verdict, record, abort=abort, built_logs=(log,))
 
+    def _veto_latest(self, state: RunState, event: ToolCallCompleted) -> Step:
+        """A loop veto (the blocked result of a vetoed call) becomes a tool-loop-veto record
+        (openclaw-latest.md §4.5): no hash, so the guard never sees it."""
+        at = history.record_outcome_latest(
+            state, history.latest_columns(state), event.tool_name, event.args_hash, event.tool_call_id, None, None,
+            TOOL_LOOP_VETO, None, False, event.target_hash, event.ts_ms,
+        )
+        return Step(state, None, at)
+
+    def _completed_latest(self, state: RunState, event: ToolCallCompleted, settings: Settings) -> Step:
+        """Profile latest: outcome kinds, no-progress flags and write targets on the record,
+        the outcome-time write-churn warning (§6.3), the guard's re-read instrumentation."""
+        result_hash = intern(event.normalized_result_hash or event.result_hash)
+        kind = _OUTCOME_KINDS.get(event.outcome_kind)
+        latest = history.latest_columns(state)
+        tool = event.tool_name
+        at = history.record_outcome_latest(
+            state, latest, tool, event.args_hash, event.tool_call_id, result_hash, event.unknown_tool_name, kind,
+            event.failure_identity_hash, event.no_progress or event.is_error, event.target_hash, event.ts_ms,
+        )
+        warning = decision = None
+        logs: list[LogLine] = []
+        if kind is WRITE_MUTATION and settings.detection.outcome_warnings:
+            target = latest.targets[at]
+            count = write_churn(state, state.sigs[at], target, skip=at) if target is not None else 0
+            if count >= 10:
+                found = LatestDetection(WARNING, ARGUMENT_CHURN, count, tool, state.sigs[at], variant_count=count,
+                                        liveness_signal=ARGUMENT_CHURN, write_target=target, write_mutation=True)
+                if self._warning_bucket(state, found):
+                    warning = found
+                    decision = _decision(event, "warn", found, True, True)
+                    logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {tool}: {found.message}"))
+                    logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, found, "warn")))
+        verdict, error_line, info_line = guard_mod.observe_latest(
+            state.guard, latest.rereads, settings.guard.enabled, tool, event.args_hash, result_hash
+        )
+        abort = None
+        if info_line is not None:
+            logs.append(LogLine("info", guard_mod.SUBSYSTEM, info_line))
+        if verdict.should_abort:
+            _end_run(state, verdict.detector)
+            abort = _run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
+            logs.append(LogLine("error", guard_mod.SUBSYSTEM, error_line))
+        return Step(state, None, at, verdict, abort=abort, built_logs=tuple(logs), built_decision=decision,
+                    outcome_warning=warning)
+
     # -- compaction retried: arm the guard (spec §4) ----------------------------------------
 
     def _compaction(self, state: RunState, event: CompactionRetried) -> Step:
         settings = self.settings_for(event.agent_id)
-        line = guard_mod.arm(state.guard, settings.guard)
+        if settings.latest:
+            line = guard_mod.arm_latest(state.guard, history.latest_columns(state).rereads, settings.guard)
+        else:
+            line = guard_mod.arm(state.guard, settings.guard)
         logs = (LogLine("info", guard_mod.SUBSYSTEM, line),) if line else ()
         return Step(state=state, built_logs=logs)
 
@@ -331,3 +423,9 @@ def _end_run(state: RunState, detector: str) -> None:
         state.aborted = detector
     state.guard = GuardWindow()
     state.critical_blocks = 0
+    if state.latest is not None:
+        state.latest.rereads = CompactionRereads()
+
+
+_OUTCOME_KINDS = {TERMINAL_EXEC_FAILURE: TERMINAL_EXEC_FAILURE, WRITE_MUTATION: WRITE_MUTATION}
+"""Wire outcome kinds to the interned constants the detectors compare by identity."""

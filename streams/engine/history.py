@@ -6,10 +6,21 @@ from dataclasses import dataclass
 from sys import intern
 from typing import Iterable
 
-from .state import CallRecord, RunState
+from .state import CallRecord, LatestState, RunState
 
-__all__ = ["ToolCallStats", "record_call", "record_outcome", "tool_call_stats", "trim"]
+__all__ = [
+    "LATEST_HISTORY_SIZE",
+    "ToolCallStats",
+    "latest_columns",
+    "record_call",
+    "record_call_latest",
+    "record_outcome",
+    "record_outcome_latest",
+    "tool_call_stats",
+    "trim",
+]
 
+LATEST_HISTORY_SIZE = 30
 
 
 def trim(state: RunState, size: int | float) -> None:
@@ -84,6 +95,85 @@ def record_outcome(
     if len(sigs) > size:
         trim(state, size)
     return record
+
+
+# -- profile latest (openclaw-latest.md §3) ----------------------------------------------------
+# Own functions rather than branches in the ones above: configurable-final's record path
+# runs for every event and stays as it is.
+
+
+def latest_columns(state: RunState) -> LatestState:
+    """The state's latest columns, aligned with its history.  A run that configurable-final
+    recorded before (its profile changed on a config reload) gets them, all absent."""
+    latest = state.latest
+    n = len(state.sigs)
+    if latest is None:
+        latest = state.latest = LatestState([None] * n, [None] * n, [False] * n, [None] * n)
+    elif len(latest.kinds) != n:
+        latest.kinds, latest.failure_ids, latest.no_progress, latest.targets = [None] * n, [None] * n, [False] * n, [None] * n
+    return latest
+
+
+def _trim_latest(state: RunState, latest: LatestState) -> None:
+    excess = len(state.sigs) - LATEST_HISTORY_SIZE
+    if excess > 0:
+        del state.tools[:excess], state.sigs[:excess], state.call_ids[:excess], state.results[:excess]
+        del state.unknowns[:excess], state.stamps[:excess]
+        del latest.kinds[:excess], latest.failure_ids[:excess], latest.no_progress[:excess], latest.targets[:excess]
+
+
+def record_call_latest(
+    state: RunState, latest: LatestState, tool: str, args_hash: str, tool_call_id: str | None, ts_ms: int,
+    target: str | None,
+) -> None:
+    """Append a pending record (with its write target) before the tool runs, then trim."""
+    _append(state, tool, args_hash, tool_call_id, None, None, ts_ms)
+    latest.kinds.append(None)
+    latest.failure_ids.append(None)
+    latest.no_progress.append(False)
+    latest.targets.append(target)
+    _trim_latest(state, latest)
+
+
+def record_outcome_latest(
+    state: RunState,
+    latest: LatestState,
+    tool: str,
+    args_hash: str,
+    tool_call_id: str | None,
+    result_hash: str | None,
+    unknown_tool_name: str | None,
+    kind: str | None,
+    failure_id: str | None,
+    no_progress: bool,
+    target: str | None,
+    ts_ms: int,
+) -> int:
+    """record_outcome under profile latest: a record is pending while it has neither a
+    result hash nor an outcome kind (a veto record is not pending); a match keeps its
+    write target.  Returns the record's index (after trimming)."""
+    sigs, results, kinds, call_ids = state.sigs, state.results, latest.kinds, state.call_ids
+    found = -1
+    if args_hash in sigs:
+        for i in range(len(sigs) - 1, -1, -1):
+            if (results[i] is None and kinds[i] is None and sigs[i] == args_hash and state.tools[i] == tool
+                    and (not tool_call_id or call_ids[i] == tool_call_id)):
+                found = i
+                break
+    if found >= 0:
+        results[found] = result_hash
+        state.unknowns[found] = unknown_tool_name
+        kinds[found] = kind
+        latest.failure_ids[found] = failure_id
+        latest.no_progress[found] = no_progress
+        return found
+    _append(state, tool, intern(args_hash), tool_call_id, result_hash, unknown_tool_name, ts_ms)
+    kinds.append(kind)
+    latest.failure_ids.append(failure_id)
+    latest.no_progress.append(no_progress)
+    latest.targets.append(target)
+    _trim_latest(state, latest)
+    return len(sigs) - 1
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,26 @@ from sys import intern
 
 import msgspec
 
-__all__ = ["CallRecord", "GuardWindow", "RunState", "copy_state", "decode_state", "encode_state"]
+from .hashing import TERMINAL_EXEC_FAILURE, TOOL_LOOP_VETO, WRITE_MUTATION
+
+__all__ = [
+    "CallRecord",
+    "CompactionRereads",
+    "GuardWindow",
+    "LatestState",
+    "RunState",
+    "copy_state",
+    "decode_state",
+    "encode_state",
+]
 
 STATE_VERSION = 2
 
 
 class CallRecord(msgspec.Struct, array_like=True, gc=False):
-    """One history record (upstream's ``ToolCallRecord``; the run id is the state's)."""
+    """One history record (upstream's ``ToolCallRecord``; the run id is the state's).
+
+    The last four fields exist under profile latest only (openclaw-latest.md §3)."""
 
     tool_name: str
     args_hash: str
@@ -31,6 +44,10 @@ class CallRecord(msgspec.Struct, array_like=True, gc=False):
     result_hash: str | None = None
     unknown_tool_name: str | None = None
     timestamp: int = 0
+    outcome_kind: str | None = None
+    failure_identity_hash: str | None = None
+    no_progress: bool = False
+    mutation_target_hash: str | None = None
 
 
 class GuardWindow(msgspec.Struct, array_like=True, gc=False):
@@ -46,6 +63,39 @@ class GuardWindow(msgspec.Struct, array_like=True, gc=False):
     length: int = 0
     uniform: bool = True
     first: tuple[str, str, str] | None = None
+
+
+class CompactionRereads(msgspec.Struct, gc=False):
+    """Profile latest's post-compaction instrumentation (openclaw-latest.md §7): which calls
+    of a window repeat a call from before the compaction.
+
+    Observations are keyed by signature alone: a signature begins with its tool's name
+    (``schemas.events.check_event``), so it identifies upstream's (tool, args hash) pair.
+    """
+
+    recent: list[str] = []
+    """Signatures of the guard's last 16 observations, oldest first, armed or not."""
+    baseline: list[str] = []
+    """``recent`` as it was when the guard was armed."""
+    calls: int = 0
+    """Observations in the open window."""
+    repeats: int = 0
+    """Of those, the ones whose signature is in the baseline."""
+    repeat_tools: list[str] = []
+    """Their tools, sorted, each once."""
+
+
+class LatestState(msgspec.Struct, gc=False):
+    """What profile latest keeps beyond configurable-final: four history columns aligned
+    with ``RunState``'s, and the guard's re-read instrumentation."""
+
+    kinds: list[str | None] = []
+    """``outcomeKind``: TOOL_LOOP_VETO, ``terminal-exec-failure``, ``write-mutation`` or None."""
+    failure_ids: list[str | None] = []
+    no_progress: list[bool] = []
+    targets: list[str | None] = []
+    """``mutationTargetHash`` (tool ``write``)."""
+    rereads: CompactionRereads = msgspec.field(default_factory=CompactionRereads)
 
 
 # gc=False: a state holds lists of strings and a dict of ints, never a cycle; keeping tens
@@ -67,12 +117,20 @@ class RunState(msgspec.Struct, gc=False):
     aborted: str | None = None
     """The detector that ended the run, once it has been aborted."""
     last_event_ms: int = 0
+    latest: LatestState | None = None
+    """Profile latest's extra state (None for a run only configurable-final has seen)."""
 
     def __len__(self) -> int:
         return len(self.sigs)
 
     def record(self, i: int) -> CallRecord:
-        return CallRecord(self.tools[i], self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i])
+        latest = self.latest
+        if latest is None:
+            return CallRecord(self.tools[i], self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i])
+        return CallRecord(
+            self.tools[i], self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i],
+            latest.kinds[i], latest.failure_ids[i], latest.no_progress[i], latest.targets[i],
+        )
 
     def records(self) -> list[CallRecord]:
         return [self.record(i) for i in range(len(self.sigs))]
@@ -85,7 +143,7 @@ def copy_state(state: RunState) -> RunState:
     everything else in it is immutable.  A few list copies: far cheaper than a round trip
     through ``encode_state``.
     """
-    return msgspec.structs.replace(
+    copy = msgspec.structs.replace(
         state,
         tools=state.tools.copy(),
         sigs=state.sigs.copy(),
@@ -96,9 +154,41 @@ def copy_state(state: RunState) -> RunState:
         warning_buckets=state.warning_buckets.copy(),
         guard=msgspec.structs.replace(state.guard),
     )
+    latest = state.latest
+    if latest is not None:
+        rereads = latest.rereads
+        copy.latest = LatestState(
+            latest.kinds.copy(), latest.failure_ids.copy(), latest.no_progress.copy(), latest.targets.copy(),
+            CompactionRereads(rereads.recent.copy(), rereads.baseline.copy(), rereads.calls, rereads.repeats,
+                              rereads.repeat_tools.copy()),
+        )
+    return copy
 
 
 # -- compact storage --------------------------------------------------------------------------
+
+
+_KINDS = (None, TOOL_LOOP_VETO, TERMINAL_EXEC_FAILURE, WRITE_MUTATION)
+_KIND_CODES = {kind: code for code, kind in enumerate(_KINDS)}
+_NO_PROGRESS_FLAG = 4
+
+
+class _StoredLatest(msgspec.Struct, array_like=True, omit_defaults=True):
+    """``LatestState``, compactly: empty columns stand for "all absent"."""
+
+    flags: list[int] = []
+    """Per record: outcome kind code | 4 for no progress."""
+    target_idx: list[int] = []
+    failure_idx: list[int] = []
+    """Per record: index in digest_table, -1 for none."""
+    digest_table: list[bytes] = []
+    """Each distinct target and failure identity once, 32 raw bytes (b"" when verbatim)."""
+    recent: list[int] = []
+    baseline: list[int] = []
+    """Indices in the state's signature table."""
+    calls: int = 0
+    repeats: int = 0
+    repeat_tools: list[str] = []
 
 
 class _Stored(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -119,7 +209,8 @@ class _Stored(msgspec.Struct, array_like=True, omit_defaults=True):
     aborted: str | None = None
     unknowns: list[str | None] = []
     verbatim: dict[str, str] = {}
-    """Table entries that are not standard digests, by "s<i>"/"r<i>" (empty bytes in the table)."""
+    """Table entries that are not standard digests, by "s<i>"/"r<i>"/"d<i>" (empty bytes in the table)."""
+    latest: _StoredLatest | None = None
 
 
 def _digest_bytes(text: str) -> bytes | None:
@@ -194,11 +285,12 @@ def encode_state(state: RunState) -> bytes:
     del result_index[None]
 
     verbatim: dict[str, str] = {}
+    latest = None if state.latest is None else _encode_latest(state.latest, sig_index, verbatim)
     sig_table = []
     for i, sig in enumerate(sig_index):
-        tool = sig_tool[sig]
+        tool = sig_tool.get(sig)  # (none for a signature only the guard's instrumentation holds)
         packed = None
-        if len(sig) == len(tool) + 65 and sig.startswith(tool):  # else: stored verbatim
+        if tool is not None and len(sig) == len(tool) + 65 and sig.startswith(tool):  # else: stored verbatim
             packed = _memo(_PACKED_SIGS, sig, _pack_sig_text)
         if packed is None:
             verbatim[f"s{i}"] = sig
@@ -231,8 +323,55 @@ def encode_state(state: RunState) -> bytes:
         aborted=state.aborted,
         unknowns=unknowns if unknowns.count(None) != len(unknowns) else [],
         verbatim=verbatim,
+        latest=latest,
     )
     return _encoder.encode(stored)
+
+
+def _encode_latest(latest: LatestState, sig_index: dict[str, int], verbatim: dict[str, str]) -> _StoredLatest:
+    flags = [_KIND_CODES[k] | (_NO_PROGRESS_FLAG if p else 0) for k, p in zip(latest.kinds, latest.no_progress)]
+    digest_index: dict[str | None, int] = {None: -1}
+    target_idx = [digest_index.setdefault(t, len(digest_index) - 1) for t in latest.targets]
+    failure_idx = [digest_index.setdefault(f, len(digest_index) - 1) for f in latest.failure_ids]
+    del digest_index[None]
+    digest_table = []
+    for i, text in enumerate(digest_index):
+        packed = _digest_bytes(text)
+        if packed is None:
+            verbatim[f"d{i}"] = text
+            packed = b""
+        digest_table.append(packed)
+    rereads = latest.rereads
+    return _StoredLatest(
+        flags=flags if any(flags) else [],
+        target_idx=target_idx if digest_table and target_idx.count(-1) != len(target_idx) else [],
+        failure_idx=failure_idx if digest_table and failure_idx.count(-1) != len(failure_idx) else [],
+        digest_table=digest_table,
+        # Signatures the history no longer holds join the table (stored verbatim).
+        recent=[sig_index.setdefault(sig, len(sig_index)) for sig in rereads.recent],
+        baseline=[sig_index.setdefault(sig, len(sig_index)) for sig in rereads.baseline],
+        calls=rereads.calls,
+        repeats=rereads.repeats,
+        repeat_tools=rereads.repeat_tools,
+    )
+
+
+def _decode_latest(stored: _StoredLatest, n: int, sig_strings: list[str], verbatim: dict[str, str]) -> LatestState:
+    table = [intern(verbatim.get(f"d{i}") or packed.hex()) for i, packed in enumerate(stored.digest_table)]
+    flags = stored.flags or [0] * n
+    return LatestState(
+        kinds=[_KINDS[f & 3] for f in flags],
+        failure_ids=[None if i < 0 else table[i] for i in stored.failure_idx] if stored.failure_idx else [None] * n,
+        no_progress=[bool(f & _NO_PROGRESS_FLAG) for f in flags],
+        targets=[None if i < 0 else table[i] for i in stored.target_idx] if stored.target_idx else [None] * n,
+        rereads=CompactionRereads(
+            recent=[sig_strings[i] for i in stored.recent],
+            baseline=[sig_strings[i] for i in stored.baseline],
+            calls=stored.calls,
+            repeats=stored.repeats,
+            repeat_tools=stored.repeat_tools,
+        ),
+    )
 
 
 def decode_state(data: bytes) -> RunState:
@@ -252,6 +391,7 @@ def decode_state(data: bytes) -> RunState:
     # Interned like the engine's own (identity-first compares in the detectors' scans).
     result_strings = [intern(s.verbatim.get(f"r{i}") or _unpack_result(r)) for i, r in enumerate(s.result_table)]
     n = len(tools)
+    latest = None if s.latest is None else _decode_latest(s.latest, n, sig_strings, s.verbatim)
     return RunState(
         run_id=s.run_id,
         tools=tools,
@@ -265,4 +405,5 @@ def decode_state(data: bytes) -> RunState:
         critical_blocks=s.critical_blocks,
         aborted=s.aborted,
         last_event_ms=s.last_event_ms,
+        latest=latest,
     )
