@@ -19,7 +19,7 @@ def _conformance(args: argparse.Namespace) -> int:
             if n % 100 == 0:
                 print(f"  … {n} sessions", file=sys.stderr, flush=True)
 
-        results = run_traces(args.traces, args.expected, progress=progress)
+        results = run_traces(args.traces, args.expected, progress=progress, profile=args.profile)
         failed = [r for r in results if r.failure]
         for r in failed:
             print(f"FAIL {r.session_id}: {r.failure}")
@@ -84,7 +84,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from schemas.config import ConfigError, load_config_file
+    from schemas.config import ConfigError, load_config_file, warnings
 
     from .engine import ConfigSet
 
@@ -95,12 +95,15 @@ def _config_check(args: argparse.Namespace) -> int:
         for issue in exc.issues[1:]:
             print(f"  also: {issue}", file=sys.stderr)
         return 1
+    for note in warnings(root):
+        print(f"loopwatch config check: warning: {note}", file=sys.stderr)
     config = ConfigSet(root)
     agents = [None] + config.agent_ids()
     effective = {}
     for agent in agents:
         s = config.settings_for(agent)
         effective["(default)" if agent is None else agent] = {
+            "profile": config.profile_for(agent),
             **s.detection.as_dict(),
             "postCompactionGuard": {"enabled": s.guard.enabled, "windowSize": s.guard.window_size},
             "loopwatch": {"abortAfterCriticalBlocks": s.abort_after_critical_blocks, "surfaceWarnings": s.surface_warnings},
@@ -145,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", help="case files (JSON arrays, spec §6)")
     p.add_argument("--traces", help="golden sessions (JSONL, optionally .gz)")
     p.add_argument("--expected", help="upstream's expected step lines (JSONL, optionally .gz)")
+    p.add_argument("--profile", choices=("configurable-final", "latest"), default="configurable-final",
+                   help="the profile the golden traces answer for (case files name their own)")
     p.set_defaults(func=_conformance)
 
     p = sub.add_parser("replay", help="run the engine over a JSONL file of tool-calls events, without Kafka")
