@@ -140,6 +140,8 @@ def check_event(event: ToolCallEvent) -> None:
                 "invalid_event",
                 f"args_hash must be '<tool_name>:<64 lowercase hex>' for tool {event.tool_name!r} - at `$.args_hash`",
             )
+        if event.target_hash is not None and tool != "write":
+            raise InvalidEvent("invalid_event", "target_hash is for tool 'write' only - at `$.target_hash`")
     if not (event.run_id or event.session_key or event.session_id):
         raise InvalidEvent("missing_key", "one of run_id, session_key or session_id is required - at `$.run_id`")
     if type(event) is ToolCallCompleted and (event.outcome_kind or event.failure_identity_hash or event.normalized_result_hash):
@@ -154,6 +156,12 @@ def _check_latest_outcome(event: ToolCallCompleted) -> None:
         raise InvalidEvent(
             "invalid_event", "failure_identity_hash needs outcome_kind 'terminal-exec-failure' - at `$.failure_identity_hash`"
         )
+    owner = _OUTCOME_KIND_TOOL.get(event.outcome_kind)
+    if owner is not None and event.tool_name != owner:
+        raise InvalidEvent("invalid_event", f"outcome_kind {event.outcome_kind!r} is for tool {owner!r} only - at `$.outcome_kind`")
+
+
+_OUTCOME_KIND_TOOL = {"terminal-exec-failure": "exec", "write-mutation": "write"}
 
 
 def encode_event(event: ToolCallEvent) -> bytes:

@@ -167,8 +167,8 @@ class SessionDriver:
         )
         step = self._handle(run, event)
         out["rec"] = self._record_row(step.record, run)
-        if step.outcome_warning is not None:
-            w = step.outcome_warning
+        if step.detection is not None:  # profile latest's outcome-time warning (emitted)
+            w = step.detection
             out["ow"] = [[w.detector, w.count, w.message]]
         if step.guard is not None:
             g = step.guard

@@ -227,6 +227,10 @@ class ConfigSet:
         """The ``loopwatch`` options: the agent's entry over the root's, key by key."""
         return {**_spread(_get(self.root, "loopwatch")), **_spread(_get(self._agent_entry(agent_id), "loopwatch"))}
 
+    def uses_latest(self) -> bool:
+        """Whether any agent (or the default) resolves to profile latest."""
+        return any(self.profile_for(agent) == LATEST for agent in (None, *self.agent_ids()))
+
     def profile_for(self, agent_id: str | None) -> str:
         """``loopwatch.profile`` (the agent's over the root's); anything else is the default."""
         profile = self.options_for(agent_id).get("profile")

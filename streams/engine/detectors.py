@@ -11,8 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from .config import DetectorSettings
-from .hashing import TERMINAL_EXEC_FAILURE, TOOL_LOOP_VETO, WRITE_MUTATION
-from .state import RunState
+from .state import AWAITING, MUTATION, NO_PROGRESS, NO_PROGRESS_PLAIN, TERMINAL_FAILURE, VETO, RunState
 
 __all__ = ["ARGUMENT_CHURN", "Detection", "LatestDetection", "detect", "detect_latest", "ping_pong_key", "write_churn"]
 
@@ -35,8 +34,10 @@ class Detection(msgspec.Struct, gc=False):
     paired_tool_name: str | None = None
     paired_sig: str | None = None
     unknown_name: str | None = None
-    liveness_signal: str | None = None
-    """Profile latest: ``argument_churn`` when the call also continues an argument churn."""
+    liveness_signal = None
+    """Profile latest: ``argument_churn`` when the call also continues an argument churn.
+    (A field of ``LatestDetection`` only: configurable-final's detections, built on every
+    warning of a loop, do without the extra field.)"""
 
     @property
     def critical(self) -> bool:
@@ -253,6 +254,7 @@ LATEST_UNKNOWN = 10
 class LatestDetection(Detection, gc=False):
     """A finding under profile latest: two reworded critical messages, and argument churn."""
 
+    liveness_signal: str | None = None
     variant_count: int = 0
     write_target: str | None = None
     """Write-mutation churn: the target's hash ("unknown" in the key when None)."""
@@ -294,35 +296,36 @@ class LatestDetection(Detection, gc=False):
         return Detection.log.fget(self)
 
 
-def _signature_streak(state: RunState, sig: str, kinds: list, occurrences: int) -> tuple[int, str | None]:
+def _signature_streak(state: RunState, sig: str, kinds: bytearray, occurrences: int) -> tuple[int, str | None]:
     """The no-progress streak's signature walk (openclaw-latest.md §5.3): identical outcomes
     of this signature, newest first, pending calls skipped, the detector's own vetoes counted
     once an outcome anchors them (alone, when none does)."""
     sigs, results = state.sigs, state.results
-    whole = occurrences == len(sigs)
-    outcomes = results if whole else [r for s, r in zip(sigs, results) if s == sig]
-    if TOOL_LOOP_VETO not in kinds:
-        # No veto in the run: configurable-final's streak, with its steady-loop shortcut.
-        distinct = set(outcomes)
-        distinct.discard(None)
-        if len(distinct) == 1:
-            return len(outcomes) - outcomes.count(None), distinct.pop()
-        streak = 0
-        anchor = None
-        for result in reversed(outcomes):
-            if result is None:
-                continue
-            if anchor is None:
-                anchor = result
-            elif result != anchor:
-                break
-            streak += 1
+    if occurrences == len(sigs):
+        outcomes, own_kinds = results, kinds
+    else:
+        outcomes = [r for s, r in zip(sigs, results) if s == sig]
+        own_kinds = [k for s, k in zip(sigs, kinds) if s == sig] if VETO in kinds else None
+    distinct = set(outcomes)
+    distinct.discard(None)
+    if len(distinct) == 1:
+        # A steady loop: every outcome counts, and every veto newer than the oldest outcome.
+        anchor = distinct.pop()
+        if own_kinds is kinds:
+            # The whole history: its records without a result (pending or vetoed) are
+            # counted in the kinds at memchr speed (each None in a list costs a rich compare).
+            streak = len(outcomes) - kinds.count(AWAITING) - kinds.count(VETO)
+        else:
+            streak = len(outcomes) - outcomes.count(None)
+        if own_kinds is not None and VETO in own_kinds:
+            streak += own_kinds[outcomes.index(anchor):].count(VETO)
         return streak, anchor
-    own_kinds = kinds if whole else [k for s, k in zip(sigs, kinds) if s == sig]
+    if not distinct:
+        return (0 if own_kinds is None else own_kinds.count(VETO)), None  # vetoes alone
     streak = vetoes = 0
     anchor = None
     for i in range(len(outcomes) - 1, -1, -1):
-        if own_kinds[i] is TOOL_LOOP_VETO:
+        if own_kinds is not None and own_kinds[i] == VETO:
             vetoes += 1
             continue
         result = outcomes[i]
@@ -334,12 +337,11 @@ def _signature_streak(state: RunState, sig: str, kinds: list, occurrences: int) 
             break
         streak += vetoes + 1
         vetoes = 0
-    if anchor is None:
-        return vetoes, None
     return streak, anchor
 
 
-def _terminal_streak(state: RunState, sig: str, kinds: list, failure_ids: list) -> tuple[int, str | None]:
+def _terminal_streak(state: RunState, sig: str, kinds: bytearray, failure_ids: list) -> tuple[int, str | None]:
+    # (``failure_ids`` is LatestState.digests: on exec records, the failure identities.)
     """The terminal walk (tool exec): the contiguous tail of exec records, across changing
     commands, while they are terminal failures with identical results or one failure
     identity; after passing another command it ends at an older record of this one."""
@@ -351,13 +353,13 @@ def _terminal_streak(state: RunState, sig: str, kinds: list, failure_ids: list) 
         if tools[i] != "exec":
             break
         kind = kinds[i]
-        if kind is TOOL_LOOP_VETO:
+        if kind == VETO:
             vetoes += 1
             continue
         result = results[i]
         if result is None:
             continue
-        if kind is not TERMINAL_EXEC_FAILURE:
+        if kind != TERMINAL_FAILURE:
             break
         if anchor is None:
             anchor, anchor_identity = result, failure_ids[i]
@@ -377,7 +379,7 @@ def _terminal_streak(state: RunState, sig: str, kinds: list, failure_ids: list) 
     return (streak, anchor) if anchor is not None else (0, None)
 
 
-def _stable_outcome_churn(state: RunState, tool: str, sig: str, no_progress: list) -> tuple[int, int]:
+def _stable_outcome_churn(state: RunState, tool: str, sig: str, flags: bytearray) -> tuple[int, int]:
     """(count, variant count) of stable-outcome argument churn (§5.4), else (0, 0): the same
     tool failing the same way (or no-op writing) while cycling 2+ argument variants, each
     seen 3+ times, the proposed call continuing one of them."""
@@ -389,7 +391,7 @@ def _stable_outcome_churn(state: RunState, tool: str, sig: str, no_progress: lis
         result = results[i]
         if result is None:
             continue  # pending, or a veto
-        if not no_progress[i]:
+        if not flags[i] & NO_PROGRESS:
             break
         variant = variants.get(sigs[i])
         if variant is None:
@@ -412,12 +414,12 @@ def write_churn(state: RunState, sig: str, target: str, skip: int = -1) -> int:
     one record out (the outcome-time check of §6.3 judges a record against the others)."""
     tools, sigs = state.tools, state.sigs
     latest = state.latest
-    kinds, targets = latest.kinds, latest.targets
+    kinds, targets = latest.flags, latest.digests  # (on write records, the targets)
     variants: list[str] = []
     for i in range(len(sigs) - 1, -1, -1):
         if i == skip:
             continue
-        if tools[i] != "write" or kinds[i] is not WRITE_MUTATION or targets[i] != target:
+        if tools[i] != "write" or kinds[i] != MUTATION or targets[i] != target:
             break
         variant = sigs[i]
         if variant in variants:
@@ -427,23 +429,39 @@ def write_churn(state: RunState, sig: str, target: str, skip: int = -1) -> int:
     return 0 if sig in variants else len(variants)
 
 
+def _may_churn(latest, occurrences: int, target: str | None) -> bool:
+    """Whether argument churn of 10 or more is possible at all: two C-level counts that rule
+    most calls out before a walk.  Stable-outcome churn of 10 needs 10 no-progress records
+    and a proposed call continuing a variant seen 3+ times; write churn of 10 needs 10 write
+    mutations."""
+    return (occurrences >= 3 and latest.flags.count(NO_PROGRESS_PLAIN) >= LATEST_WARNING) or (
+        target is not None and latest.flags.count(MUTATION) >= LATEST_WARNING
+    )
+
+
 def _argument_churn(state: RunState, tool: str, sig: str, target: str | None, occurrences: int) -> LatestDetection | None:
-    if occurrences >= 3:  # the proposed call must continue a variant seen 3+ times
-        count, variants = _stable_outcome_churn(state, tool, sig, state.latest.no_progress)
-        if count:
+    """Argument churn of 10 or more (every reader compares it with 10), else None.
+    (Upstream computes write churn only when stable-outcome churn is 0; both are never
+    non-zero at once: the first needs the newest record with a result to be a no-progress
+    one, the second a write mutation.)"""
+    latest = state.latest
+    if occurrences >= 3:
+        count, variants = _stable_outcome_churn(state, tool, sig, latest.flags)
+        if count >= LATEST_WARNING:
             return LatestDetection(WARNING, ARGUMENT_CHURN, count, tool, sig, liveness_signal=ARGUMENT_CHURN,
                                    variant_count=variants)
     if target is not None:
         count = write_churn(state, sig, target)
-        if count:
+        if count >= LATEST_WARNING:
             return LatestDetection(WARNING, ARGUMENT_CHURN, count, tool, sig, liveness_signal=ARGUMENT_CHURN,
                                    variant_count=count, write_target=target, write_mutation=True)
     return None
 
 
 def _liveness(state: RunState, tool: str, sig: str, target: str | None, occurrences: int) -> str | None:
-    churn = _argument_churn(state, tool, sig, target, occurrences)
-    return ARGUMENT_CHURN if churn is not None and churn.count >= LATEST_WARNING else None
+    if not _may_churn(state.latest, occurrences, target):
+        return None
+    return ARGUMENT_CHURN if _argument_churn(state, tool, sig, target, occurrences) is not None else None
 
 
 def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target: str | None) -> LatestDetection | None:
@@ -461,10 +479,10 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
         # Nothing of this signature: only exec's terminal walk and write churn look further.
         return None
     latest = state.latest
-    kinds = latest.kinds
+    kinds = latest.flags
     streak, anchor = _signature_streak(state, sig, kinds, occurrences) if occurrences else (0, None)
-    if is_exec:
-        terminal, terminal_anchor = _terminal_streak(state, sig, kinds, latest.failure_ids)
+    if is_exec and TERMINAL_FAILURE in kinds:
+        terminal, terminal_anchor = _terminal_streak(state, sig, kinds, latest.digests)
         if terminal > streak:
             streak, anchor = terminal, terminal_anchor
     if streak >= LATEST_GLOBAL:
@@ -484,9 +502,10 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
                                    liveness_signal=_liveness(state, tool, sig, target, occurrences))
     if not known_poll and streak >= LATEST_CRITICAL:
         return LatestDetection(CRITICAL, "generic_repeat", streak, tool, sig, anchor)
-    churn = _argument_churn(state, tool, sig, target, occurrences)
-    if churn is not None and churn.count >= LATEST_WARNING:
-        return churn
+    if (occurrences >= 3 or target is not None) and _may_churn(latest, occurrences, target):
+        churn = _argument_churn(state, tool, sig, target, occurrences)
+        if churn is not None:
+            return churn
     if not known_poll and occurrences >= LATEST_WARNING:
         return LatestDetection(WARNING, "generic_repeat", occurrences, tool, sig, anchor)
     return None

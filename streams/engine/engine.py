@@ -32,8 +32,20 @@ from . import history
 from .canonical import js_trim
 from .config import ConfigSet, Settings
 from .detectors import Detection, detect, detect_latest, write_churn, LatestDetection, ARGUMENT_CHURN, WARNING
-from .hashing import TERMINAL_EXEC_FAILURE, TOOL_LOOP_VETO, WRITE_MUTATION
-from .state import CallRecord, CompactionRereads, GuardWindow, RunState
+from .hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
+from .state import (
+    AWAITING,
+    MUTATION,
+    NO_PROGRESS,
+    PLAIN,
+    RECENT_LIMIT,
+    TERMINAL_FAILURE,
+    VETO,
+    CallRecord,
+    CompactionRereads,
+    GuardWindow,
+    RunState,
+)
 
 __all__ = ["LogLine", "LoopEngine", "Step", "normalize_run_id", "state_key"]
 
@@ -55,7 +67,9 @@ class Step(msgspec.Struct, gc=False):
     ``decision`` answers a requested call (None for other events); ``abort`` ends the run;
     ``logs`` are upstream's log lines in order.  ``record`` (the history record the outcome
     was attached to or appended as), ``guard`` and ``detection`` expose the intermediate
-    answers conformance checks compare.  ``state`` is the run's new state, None once freed.
+    answers conformance checks compare.  (Under profile latest an outcome can raise a
+    warning too, the write churn of openclaw-latest.md §6.3: then ``detection`` is that
+    warning and ``decision`` its emitted decision.)  ``state`` is the run's new state, None once freed.
 
     The decision, the log lines and the record are built when first read: a worker
     publishes few decisions (gated calls, warnings, blocks), most events need none of them,
@@ -81,9 +95,6 @@ class Step(msgspec.Struct, gc=False):
     notify: bool = False
     built_decision: Decision | None = None
     built_logs: tuple[LogLine, ...] | None = ()
-    outcome_warning: Detection | None = None
-    """Profile latest: the write-churn warning an outcome raised and the bucket rule emitted
-    (its decision is ``decision``)."""
 
     @property
     def decision(self) -> Decision | None:
@@ -186,7 +197,19 @@ def _tool_loop_line(event: ToolCallRequested, d: Detection, action: str) -> str:
 
 
 class LoopEngine:
-    """Loop detection for many runs; holds only configuration, never run state."""
+    """Loop detection for many runs; holds only configuration, never run state.
+
+    A config in which some agent uses profile latest gets a ``_LatestEngine``, whose every
+    event first looks up its agent's profile; any other config keeps configurable-final's
+    paths free of that check (about 1 % of the engine's instructions, docs/benchmarks.md).
+    """
+
+    def __new__(cls, config: ConfigSet | dict | None = None) -> "LoopEngine":
+        if cls is LoopEngine:
+            config = config if isinstance(config, ConfigSet) else ConfigSet(config)
+            if config.uses_latest():
+                cls = _LatestEngine
+        return super().__new__(cls)
 
     def __init__(self, config: ConfigSet | dict | None = None) -> None:
         self.config = config if isinstance(config, ConfigSet) else ConfigSet(config)
@@ -224,8 +247,6 @@ class LoopEngine:
 
     def _requested(self, state: RunState, event: ToolCallRequested) -> Step:
         settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
-        if settings.latest:
-            return self._requested_latest(state, event, settings)
         if state.aborted is not None:
             return self._after_abort(state, event)
         # Upstream detects and records only with a session key (HOOK-D03).
@@ -240,32 +261,6 @@ class LoopEngine:
             return self._block(state, event, settings, detection)
         if cfg.records_calls:
             history.record_call(state, event.tool_name, sig, event.tool_call_id, event.ts_ms, cfg.history_size)
-        if detection is None:
-            return Step(state, event)
-        emitted = self._warning_bucket(state, detection)
-        return Step(
-            state=state, request=event, detection=detection, built_logs=None,
-            action="warn" if emitted else "allow", emitted=emitted,
-            notify=emitted and settings.surface_warnings,
-        )
-
-    def _requested_latest(self, state: RunState, event: ToolCallRequested, settings: Settings) -> Step:
-        """Profile latest (openclaw-latest.md §6.1)."""
-        if state.aborted is not None:
-            return self._after_abort(state, event)
-        if not event.session_key:
-            return Step(state, event)
-        cfg = settings.detection
-        latest = history.latest_columns(state)
-        sig = intern(event.args_hash)
-        tool = event.tool_name
-        detection = detect_latest(state, tool, sig, event.known_poll, event.target_hash) if cfg.enabled else None
-        if detection is not None and detection.level == "critical":
-            # The runner completes the vetoed call with the blocked result (loop_veto), which
-            # records the veto (_completed), as upstream's wrapper records its blocked result.
-            return self._block(state, event, settings, detection)
-        if cfg.records_calls:
-            history.record_call_latest(state, latest, tool, sig, event.tool_call_id, event.ts_ms, event.target_hash)
         if detection is None:
             return Step(state, event)
         emitted = self._warning_bucket(state, detection)
@@ -316,17 +311,8 @@ class LoopEngine:
     def _completed(self, state: RunState, event: ToolCallCompleted) -> Step:
         result_hash = event.result_hash
         if event.loop_veto or not result_hash or not (event.session_key or event.session_id):
-            # No hash (or no session to record in): nothing changes; except that profile
-            # latest records a loop veto (an outcome kind always comes with a hash,
-            # schemas.events.check_event).
-            if event.loop_veto and (event.session_key or event.session_id):
-                settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
-                if settings.latest:
-                    return self._veto_latest(state, event)
-            return Step(state)
+            return Step(state)  # no hash (or no session to record in): nothing changes
         settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
-        if settings.latest:
-            return self._completed_latest(state, event, settings)
         result_hash = intern(result_hash)
         sigs, results, call_ids = state.sigs, state.results, state.call_ids
         call_id = event.tool_call_id
@@ -357,41 +343,127 @@ class LoopEngine:
         log = LogLine("error", guard_mod.SUBSYSTEM, error_line)
         return Step(state, None, record_at, verdict, record, abort=abort, built_logs=(log,))
 
-    def _veto_latest(self, state: RunState, event: ToolCallCompleted) -> Step:
-        """A loop veto (the blocked result of a vetoed call) becomes a tool-loop-veto record
-        (openclaw-latest.md §4.5): no hash, so the guard never sees it."""
-        at = history.record_outcome_latest(
-            state, history.latest_columns(state), event.tool_name, event.args_hash, event.tool_call_id, None, None,
-            TOOL_LOOP_VETO, None, False, event.target_hash, event.ts_ms,
-        )
-        return Step(state, None, at)
+    # -- compaction retried: arm the guard (spec §4) ----------------------------------------
 
-    def _completed_latest(self, state: RunState, event: ToolCallCompleted, settings: Settings) -> Step:
-        """Profile latest: outcome kinds, no-progress flags and write targets on the record,
-        the outcome-time write-churn warning (§6.3), the guard's re-read instrumentation."""
-        result_hash = intern(event.normalized_result_hash or event.result_hash)
-        kind = _OUTCOME_KINDS.get(event.outcome_kind)
-        latest = history.latest_columns(state)
+    def _compaction(self, state: RunState, event: CompactionRetried) -> Step:
+        settings = self.settings_for(event.agent_id)
+        line = guard_mod.arm(state.guard, settings.guard)
+        logs = (LogLine("info", guard_mod.SUBSYSTEM, line),) if line else ()
+        return Step(state=state, built_logs=logs)
+
+
+class _LatestEngine(LoopEngine):
+    """The engine for a config in which some agent uses profile latest: each event first
+    looks up its agent's profile.  (A config without latest gets ``LoopEngine`` itself,
+    whose configurable-final paths carry no such check: see ``LoopEngine.__new__``.)"""
+
+    # -- profile latest (openclaw-latest.md §6) ---------------------------------------------
+
+    def _requested(self, state: RunState, event: ToolCallRequested) -> Step:
+        settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
+        if not settings.latest:
+            if state.latest is not None:
+                state.latest.checked_by = None  # configurable-final records leave no latest fields
+            return LoopEngine._requested(self, state, event)
+        if state.aborted is not None:
+            return self._after_abort(state, event)
+        if not event.session_key:
+            return Step(state, event)
+        cfg = settings.detection
+        latest = state.latest
+        if latest is None or latest.checked_by is not self:
+            latest = history.latest_columns(state, self)
+        sig = intern(event.args_hash)
         tool = event.tool_name
-        at = history.record_outcome_latest(
-            state, latest, tool, event.args_hash, event.tool_call_id, result_hash, event.unknown_tool_name, kind,
-            event.failure_identity_hash, event.no_progress or event.is_error, event.target_hash, event.ts_ms,
+        detection = detect_latest(state, tool, sig, event.known_poll, event.target_hash) if cfg.enabled else None
+        if detection is not None and detection.level == "critical":
+            # The runner completes the vetoed call with the blocked result (loop_veto), which
+            # records the veto (_completed), as upstream's wrapper records its blocked result.
+            return self._block(state, event, settings, detection)
+        if cfg.records_calls:
+            history.append_latest(state, latest, tool, sig, event.tool_call_id, event.ts_ms, event.target_hash)
+        if detection is None:
+            return Step(state, event)
+        emitted = self._warning_bucket(state, detection)
+        return Step(
+            state=state, request=event, detection=detection, built_logs=None,
+            action="warn" if emitted else "allow", emitted=emitted,
+            notify=emitted and settings.surface_warnings,
         )
-        warning = decision = None
+
+    def _completed(self, state: RunState, event: ToolCallCompleted) -> Step:
+        """Outcome kinds, no-progress flags and write targets on the record, loop vetoes as
+        records, the outcome-time write-churn warning (§6.3), the guard's re-read
+        instrumentation."""
+        settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
+        if not settings.latest:
+            if state.latest is not None:
+                state.latest.checked_by = None
+            return LoopEngine._completed(self, state, event)
+        if not (event.session_key or event.session_id):
+            return Step(state)  # no session to record in
+        latest = state.latest
+        if latest is None or latest.checked_by is not self:
+            latest = history.latest_columns(state, self)
+        tool = event.tool_name
+        sig = event.args_hash
+        call_id = event.tool_call_id
+        if event.loop_veto:
+            # A loop veto (the blocked result of a vetoed call) records a tool-loop-veto
+            # (§4.5): no hash, so the guard never sees it.  The vetoed call itself was never
+            # recorded, so unless some call is pending the veto is simply appended.
+            if AWAITING in latest.flags:
+                at = history.record_outcome_latest(
+                    state, latest, tool, sig, call_id, None, None, VETO, None, event.target_hash, event.ts_ms
+                )
+            else:
+                history.append_latest(state, latest, tool, intern(sig), call_id, event.ts_ms, event.target_hash, None,
+                                      None, VETO)
+                at = len(state.sigs) - 1
+            return Step(state, None, at)
+        result_hash = event.normalized_result_hash or event.result_hash
+        if not result_hash:
+            return Step(state)  # the tool returned nothing (an outcome kind comes with a hash)
+        result_hash = intern(result_hash)
+        kind = PLAIN if event.outcome_kind is None else _OUTCOME_KINDS[event.outcome_kind]
+        flags = kind | NO_PROGRESS if event.no_progress or event.is_error else kind
+        sigs, results = state.sigs, state.results
+        if (sigs and latest.flags[-1] == AWAITING and sigs[-1] == sig
+                and (not call_id or state.call_ids[-1] == call_id)):
+            # The usual case: the outcome of the call just recorded (record_outcome_latest's
+            # first branch, inlined as LoopEngine._completed inlines configurable-final's).
+            at = len(sigs) - 1
+            results[at] = result_hash
+            state.unknowns[at] = event.unknown_tool_name
+            latest.flags[at] = flags
+            if event.failure_identity_hash is not None:  # (exec; a pending record has none to clear)
+                latest.digests[at] = event.failure_identity_hash
+        else:
+            at = history.record_outcome_latest(
+                state, latest, tool, sig, call_id, result_hash, event.unknown_tool_name, flags,
+                event.failure_identity_hash, event.target_hash, event.ts_ms,
+            )
+        warning = None
+        if kind == MUTATION and settings.detection.outcome_warnings:
+            warning = self._outcome_churn_warning(state, latest, at)
+        guard = state.guard
+        if guard.remaining <= 0 and warning is None:
+            # The usual case, the guard not armed: it only remembers the observation
+            # (guard.remember, inlined: this runs for every outcome).
+            if settings.guard.enabled:
+                recent = latest.rereads.recent
+                recent.append(sig)
+                if len(recent) > RECENT_LIMIT:
+                    del recent[:8]
+            return Step(state, None, at, _DORMANT)
         logs: list[LogLine] = []
-        if kind is WRITE_MUTATION and settings.detection.outcome_warnings:
-            target = latest.targets[at]
-            count = write_churn(state, state.sigs[at], target, skip=at) if target is not None else 0
-            if count >= 10:
-                found = LatestDetection(WARNING, ARGUMENT_CHURN, count, tool, state.sigs[at], variant_count=count,
-                                        liveness_signal=ARGUMENT_CHURN, write_target=target, write_mutation=True)
-                if self._warning_bucket(state, found):
-                    warning = found
-                    decision = _decision(event, "warn", found, True, True)
-                    logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {tool}: {found.message}"))
-                    logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, found, "warn")))
+        decision = None
+        if warning is not None:
+            decision = _decision(event, "warn", warning, True, True)
+            logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {tool}: {warning.message}"))
+            logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, warning, "warn")))
         verdict, error_line, info_line = guard_mod.observe_latest(
-            state.guard, latest.rereads, settings.guard.enabled, tool, event.args_hash, result_hash
+            guard, latest.rereads, settings.guard.enabled, tool, sig, result_hash
         )
         abort = None
         if info_line is not None:
@@ -400,19 +472,31 @@ class LoopEngine:
             _end_run(state, verdict.detector)
             abort = _run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
             logs.append(LogLine("error", guard_mod.SUBSYSTEM, error_line))
-        return Step(state, None, at, verdict, abort=abort, built_logs=tuple(logs), built_decision=decision,
-                    outcome_warning=warning)
-
-    # -- compaction retried: arm the guard (spec §4) ----------------------------------------
+        return Step(state, None, at, verdict, abort=abort, detection=warning, built_logs=tuple(logs),
+                    built_decision=decision)
 
     def _compaction(self, state: RunState, event: CompactionRetried) -> Step:
         settings = self.settings_for(event.agent_id)
-        if settings.latest:
-            line = guard_mod.arm_latest(state.guard, history.latest_columns(state).rereads, settings.guard)
-        else:
-            line = guard_mod.arm(state.guard, settings.guard)
+        if not settings.latest:
+            return LoopEngine._compaction(self, state, event)
+        line = guard_mod.arm_latest(state.guard, history.latest_columns(state, self).rereads, settings.guard)
         logs = (LogLine("info", guard_mod.SUBSYSTEM, line),) if line else ()
         return Step(state=state, built_logs=logs)
+
+    def _outcome_churn_warning(self, state: RunState, latest, at: int) -> Detection | None:
+        """§6.3: a write-mutation record judged against the rest of the run's history;
+        the warning if the bucket rule emits it."""
+        target = latest.digests[at]  # (a write-mutation record: its target)
+        if target is None:
+            return None
+        sig = state.sigs[at]
+        count = write_churn(state, sig, target, skip=at)
+        if count < 10:
+            return None
+        found = LatestDetection(WARNING, ARGUMENT_CHURN, count, "write", sig, variant_count=count,
+                                liveness_signal=ARGUMENT_CHURN, write_target=target, write_mutation=True)
+        return found if self._warning_bucket(state, found) else None
+
 
 
 def _end_run(state: RunState, detector: str) -> None:
@@ -427,5 +511,5 @@ def _end_run(state: RunState, detector: str) -> None:
         state.latest.rereads = CompactionRereads()
 
 
-_OUTCOME_KINDS = {TERMINAL_EXEC_FAILURE: TERMINAL_EXEC_FAILURE, WRITE_MUTATION: WRITE_MUTATION}
-"""Wire outcome kinds to the interned constants the detectors compare by identity."""
+_OUTCOME_KINDS = {TERMINAL_EXEC_FAILURE: TERMINAL_FAILURE, WRITE_MUTATION: MUTATION}
+"""Wire outcome kinds to the codes histories hold."""

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .canonical import js_number
 from .config import GuardSettings
-from .state import CompactionRereads, GuardWindow
+from .state import RECENT_LIMIT, CompactionRereads, GuardWindow
 
 __all__ = ["GuardVerdict", "arm", "arm_latest", "observe", "observe_latest", "COMPACTION_LOOP_PERSISTED"]
 
@@ -73,19 +73,25 @@ def observe(
     return GuardVerdict(False, armed, guard.remaining), None
 
 
-REREAD_MEMORY = 16
-"""Profile latest: how many recent observations the baseline is taken from."""
-
-
 def arm_latest(guard: GuardWindow, rereads: CompactionRereads, settings: GuardSettings) -> str | None:
     """``arm``, and snapshot the recent observations as the window's baseline."""
     line = arm(guard, settings)
     if settings.enabled:
-        if rereads.recent:
-            rereads.baseline = rereads.recent.copy()
+        observed = rereads.observed()
+        if observed:
+            rereads.baseline = observed
         rereads.calls = rereads.repeats = 0
         rereads.repeat_tools = []
     return line
+
+
+def remember(rereads: CompactionRereads, args_hash: str) -> None:
+    """Keep an observation among the last 16 (armed or not): what a later arm takes as its
+    baseline.  (The engine inlines this for an unarmed guard.)"""
+    recent = rereads.recent
+    recent.append(args_hash)
+    if len(recent) > RECENT_LIMIT:
+        del recent[:8]
 
 
 def observe_latest(
@@ -97,10 +103,7 @@ def observe_latest(
         return DORMANT, None, None
     armed = guard.remaining > 0
     verdict, error_line = observe(guard, True, tool, args_hash, result_hash) if armed else (DORMANT, None)
-    recent = rereads.recent
-    recent.append(args_hash)
-    if len(recent) > REREAD_MEMORY:
-        del recent[0]
+    remember(rereads, args_hash)
     if not armed:
         return verdict, None, None
     rereads.calls += 1

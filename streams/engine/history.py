@@ -6,14 +6,14 @@ from dataclasses import dataclass
 from sys import intern
 from typing import Iterable
 
-from .state import CallRecord, LatestState, RunState
+from .state import AWAITING, PLAIN, CallRecord, LatestState, RunState
 
 __all__ = [
     "LATEST_HISTORY_SIZE",
     "ToolCallStats",
     "latest_columns",
     "record_call",
-    "record_call_latest",
+    "append_latest",
     "record_outcome",
     "record_outcome_latest",
     "tool_call_stats",
@@ -102,37 +102,54 @@ def record_outcome(
 # runs for every event and stays as it is.
 
 
-def latest_columns(state: RunState) -> LatestState:
+def latest_columns(state: RunState, checker: object = None) -> LatestState:
     """The state's latest columns, aligned with its history.  A run that configurable-final
-    recorded before (its profile changed on a config reload) gets them, all absent."""
+    recorded before (its agent's profile changed) gets them, all absent.  ``checker`` (the
+    engine) is remembered as having checked them."""
     latest = state.latest
     n = len(state.sigs)
-    if latest is None:
-        latest = state.latest = LatestState([None] * n, [None] * n, [False] * n, [None] * n)
-    elif len(latest.kinds) != n:
-        latest.kinds, latest.failure_ids, latest.no_progress, latest.targets = [None] * n, [None] * n, [False] * n, [None] * n
+    if latest is None or len(latest.flags) != n:
+        flags = bytearray(AWAITING if result is None else PLAIN for result in state.results)
+        if latest is None:
+            latest = state.latest = LatestState(flags, [None] * n)
+        else:
+            latest.flags, latest.digests = flags, [None] * n
+    latest.checked_by = checker
     return latest
 
 
-def _trim_latest(state: RunState, latest: LatestState) -> None:
-    excess = len(state.sigs) - LATEST_HISTORY_SIZE
-    if excess > 0:
-        del state.tools[:excess], state.sigs[:excess], state.call_ids[:excess], state.results[:excess]
-        del state.unknowns[:excess], state.stamps[:excess]
-        del latest.kinds[:excess], latest.failure_ids[:excess], latest.no_progress[:excess], latest.targets[:excess]
-
-
-def record_call_latest(
-    state: RunState, latest: LatestState, tool: str, args_hash: str, tool_call_id: str | None, ts_ms: int,
+def append_latest(
+    state: RunState,
+    latest: LatestState,
+    tool: str,
+    args_hash: str,
+    tool_call_id: str | None,
+    ts_ms: int,
     target: str | None,
+    result_hash: str | None = None,
+    unknown_tool_name: str | None = None,
+    flags: int = AWAITING,
+    failure_id: str | None = None,
 ) -> None:
-    """Append a pending record (with its write target) before the tool runs, then trim."""
-    _append(state, tool, args_hash, tool_call_id, None, None, ts_ms)
-    latest.kinds.append(None)
-    latest.failure_ids.append(None)
-    latest.no_progress.append(False)
-    latest.targets.append(target)
-    _trim_latest(state, latest)
+    """Append a record and trim the history to 30, oldest first.  Without outcome fields this
+    is upstream's record_call under profile latest: a pending record with its write target."""
+    sigs = state.sigs
+    state.tools.append(tool)
+    sigs.append(args_hash)
+    state.call_ids.append(tool_call_id)
+    state.results.append(result_hash)
+    state.unknowns.append(unknown_tool_name)
+    state.stamps.append(ts_ms)
+    latest.flags.append(flags)
+    latest.digests.append(target if failure_id is None else failure_id)
+    excess = len(sigs) - LATEST_HISTORY_SIZE
+    if excess == 1:  # a full history: drop the oldest
+        del state.tools[0], sigs[0], state.call_ids[0], state.results[0], state.unknowns[0], state.stamps[0]
+        del latest.flags[0], latest.digests[0]
+    elif excess > 1:
+        del state.tools[:excess], sigs[:excess], state.call_ids[:excess], state.results[:excess]
+        del state.unknowns[:excess], state.stamps[:excess]
+        del latest.flags[:excess], latest.digests[:excess]
 
 
 def record_outcome_latest(
@@ -143,37 +160,36 @@ def record_outcome_latest(
     tool_call_id: str | None,
     result_hash: str | None,
     unknown_tool_name: str | None,
-    kind: str | None,
+    flags: int,
     failure_id: str | None,
-    no_progress: bool,
     target: str | None,
     ts_ms: int,
 ) -> int:
-    """record_outcome under profile latest: a record is pending while it has neither a
-    result hash nor an outcome kind (a veto record is not pending); a match keeps its
-    write target.  Returns the record's index (after trimming)."""
-    sigs, results, kinds, call_ids = state.sigs, state.results, latest.kinds, state.call_ids
+    """record_outcome under profile latest: a record is pending (AWAITING) while it has
+    neither a result hash nor an outcome kind (a veto record is not pending); a match keeps
+    its write target.  ``flags`` are the outcome's (PLAIN … MUTATION, | NO_PROGRESS).
+    Returns the record's index (after trimming)."""
+    sigs, kinds, call_ids = state.sigs, latest.flags, state.call_ids
     found = -1
-    if args_hash in sigs:
-        for i in range(len(sigs) - 1, -1, -1):
-            if (results[i] is None and kinds[i] is None and sigs[i] == args_hash and state.tools[i] == tool
+    n = len(sigs)
+    if n and kinds[-1] == AWAITING and sigs[-1] == args_hash and (not tool_call_id or call_ids[-1] == tool_call_id):
+        found = n - 1  # the usual case: the outcome of the call just recorded
+    elif AWAITING in kinds and args_hash in sigs:
+        for i in range(n - 1, -1, -1):
+            if (kinds[i] == AWAITING and sigs[i] == args_hash and state.tools[i] == tool
                     and (not tool_call_id or call_ids[i] == tool_call_id)):
                 found = i
                 break
-    if found >= 0:
-        results[found] = result_hash
-        state.unknowns[found] = unknown_tool_name
-        kinds[found] = kind
-        latest.failure_ids[found] = failure_id
-        latest.no_progress[found] = no_progress
-        return found
-    _append(state, tool, intern(args_hash), tool_call_id, result_hash, unknown_tool_name, ts_ms)
-    kinds.append(kind)
-    latest.failure_ids.append(failure_id)
-    latest.no_progress.append(no_progress)
-    latest.targets.append(target)
-    _trim_latest(state, latest)
-    return len(sigs) - 1
+    if found < 0:
+        append_latest(state, latest, tool, intern(args_hash), tool_call_id, ts_ms, target, result_hash,
+                      unknown_tool_name, flags, failure_id)
+        return len(sigs) - 1
+    state.results[found] = result_hash
+    state.unknowns[found] = unknown_tool_name
+    kinds[found] = flags
+    if failure_id is not None:  # (a pending record has no failure identity to clear)
+        latest.digests[found] = failure_id
+    return found
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,15 @@ import msgspec
 from .hashing import TERMINAL_EXEC_FAILURE, TOOL_LOOP_VETO, WRITE_MUTATION
 
 __all__ = [
+    "AWAITING",
+    "MUTATION",
+    "NO_PROGRESS",
+    "NO_PROGRESS_PLAIN",
+    "OUTCOME_KIND_NAMES",
+    "PLAIN",
+    "REREAD_MEMORY",
+    "TERMINAL_FAILURE",
+    "VETO",
     "CallRecord",
     "CompactionRereads",
     "GuardWindow",
@@ -31,6 +40,10 @@ __all__ = [
 ]
 
 STATE_VERSION = 2
+
+REREAD_MEMORY = 16
+"""Profile latest's guard: how many recent observations an arming takes as its baseline."""
+RECENT_LIMIT = REREAD_MEMORY + 16
 
 
 class CallRecord(msgspec.Struct, array_like=True, gc=False):
@@ -74,7 +87,9 @@ class CompactionRereads(msgspec.Struct, gc=False):
     """
 
     recent: list[str] = []
-    """Signatures of the guard's last 16 observations, oldest first, armed or not."""
+    """Signatures of the guard's last observations, oldest first, armed or not: the last 16
+    count; older ones are dropped 8 at a time past RECENT_LIMIT (an append per outcome, a
+    short shift every 8th; dropping more at once would make the list shrink and regrow)."""
     baseline: list[str] = []
     """``recent`` as it was when the guard was armed."""
     calls: int = 0
@@ -84,18 +99,48 @@ class CompactionRereads(msgspec.Struct, gc=False):
     repeat_tools: list[str] = []
     """Their tools, sorted, each once."""
 
+    def observed(self) -> list[str]:
+        """The last 16 observations, oldest first."""
+        return self.recent[-REREAD_MEMORY:]
+
+
+# A record's outcome under profile latest, as held in ``LatestState.flags``: one byte per
+# record, so that the detectors' scans (``in``, ``count``) run at memchr speed (on a list, each
+# element is a rich comparison: 30 of them cost as much as the rest of a detection), and
+# "pending" is a kind of its own (upstream: neither a result hash nor an outcome kind yet).
+AWAITING = 0
+"""No outcome yet (pending)."""
+PLAIN = 1
+"""An outcome without an ``outcomeKind``."""
+VETO = 2
+"""``tool-loop-veto``."""
+TERMINAL_FAILURE = 3
+"""``terminal-exec-failure``."""
+MUTATION = 4
+"""``write-mutation``."""
+NO_PROGRESS = 8
+"""Added to PLAIN for a record upstream flags ``noProgress`` (errors, writes that changed
+nothing; no other kind ever has it)."""
+NO_PROGRESS_PLAIN = PLAIN | NO_PROGRESS
+OUTCOME_KIND_NAMES = (None, None, TOOL_LOOP_VETO, TERMINAL_EXEC_FAILURE, WRITE_MUTATION)
+"""Upstream's ``outcomeKind`` of each code."""
+
 
 class LatestState(msgspec.Struct, gc=False):
     """What profile latest keeps beyond configurable-final: four history columns aligned
     with ``RunState``'s, and the guard's re-read instrumentation."""
 
-    kinds: list[str | None] = []
-    """``outcomeKind``: TOOL_LOOP_VETO, ``terminal-exec-failure``, ``write-mutation`` or None."""
-    failure_ids: list[str | None] = []
-    no_progress: list[bool] = []
-    targets: list[str | None] = []
-    """``mutationTargetHash`` (tool ``write``)."""
+    flags: bytearray = msgspec.field(default_factory=bytearray)
+    """Each record's outcome: AWAITING, PLAIN (| NO_PROGRESS), VETO, TERMINAL_FAILURE or MUTATION."""
+    digests: list[str | None] = []
+    """A ``write`` record's ``mutationTargetHash``, an ``exec`` record's
+    ``failureIdentityHash``: one column, as a record has at most one of them (events carry
+    targets for write only and failure identities for exec only, schemas.events.check_event;
+    one list fewer to touch per record)."""
     rereads: CompactionRereads = msgspec.field(default_factory=CompactionRereads)
+    checked_by: object = None
+    """The engine that last found these columns aligned with the history (never stored):
+    the latest paths keep them aligned, so one engine checks once, not at every event."""
 
 
 # gc=False: a state holds lists of strings and a dict of ints, never a cycle; keeping tens
@@ -127,9 +172,11 @@ class RunState(msgspec.Struct, gc=False):
         latest = self.latest
         if latest is None:
             return CallRecord(self.tools[i], self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i])
+        tool, digest = self.tools[i], latest.digests[i]
         return CallRecord(
-            self.tools[i], self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i],
-            latest.kinds[i], latest.failure_ids[i], latest.no_progress[i], latest.targets[i],
+            tool, self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i],
+            OUTCOME_KIND_NAMES[latest.flags[i] & 7], digest if tool == "exec" else None,
+            bool(latest.flags[i] & NO_PROGRESS), digest if tool == "write" else None,
         )
 
     def records(self) -> list[CallRecord]:
@@ -158,7 +205,7 @@ def copy_state(state: RunState) -> RunState:
     if latest is not None:
         rereads = latest.rereads
         copy.latest = LatestState(
-            latest.kinds.copy(), latest.failure_ids.copy(), latest.no_progress.copy(), latest.targets.copy(),
+            latest.flags.copy(), latest.digests.copy(),
             CompactionRereads(rereads.recent.copy(), rereads.baseline.copy(), rereads.calls, rereads.repeats,
                               rereads.repeat_tools.copy()),
         )
@@ -168,19 +215,17 @@ def copy_state(state: RunState) -> RunState:
 # -- compact storage --------------------------------------------------------------------------
 
 
-_KINDS = (None, TOOL_LOOP_VETO, TERMINAL_EXEC_FAILURE, WRITE_MUTATION)
-_KIND_CODES = {kind: code for code, kind in enumerate(_KINDS)}
-_NO_PROGRESS_FLAG = 4
 
 
 class _StoredLatest(msgspec.Struct, array_like=True, omit_defaults=True):
     """``LatestState``, compactly: empty columns stand for "all absent"."""
 
-    flags: list[int] = []
-    """Per record: outcome kind code | 4 for no progress."""
-    target_idx: list[int] = []
-    failure_idx: list[int] = []
-    """Per record: index in digest_table, -1 for none."""
+    flags: bytes = b""
+    """``LatestState.flags``; empty when every record is AWAITING or PLAIN (told apart by
+    the result)."""
+    digest_idx: list[int] = []
+    """Per ``write`` or ``exec`` record (no other has a digest): index in digest_table, -1
+    for none; empty when none has one."""
     digest_table: list[bytes] = []
     """Each distinct target and failure identity once, 32 raw bytes (b"" when verbatim)."""
     recent: list[int] = []
@@ -209,7 +254,9 @@ class _Stored(msgspec.Struct, array_like=True, omit_defaults=True):
     aborted: str | None = None
     unknowns: list[str | None] = []
     verbatim: dict[str, str] = {}
-    """Table entries that are not standard digests, by "s<i>"/"r<i>"/"d<i>" (empty bytes in the table)."""
+    """Table entries that are not standard digests, by "s<i>"/"r<i>"/"d<i>" (empty bytes in the
+    table); and, under profile latest, a digest ("t<i>") on record i where no valid event
+    puts one."""
     latest: _StoredLatest | None = None
 
 
@@ -285,7 +332,7 @@ def encode_state(state: RunState) -> bytes:
     del result_index[None]
 
     verbatim: dict[str, str] = {}
-    latest = None if state.latest is None else _encode_latest(state.latest, sig_index, verbatim)
+    latest = None if state.latest is None else _encode_latest(state.latest, tools, sig_index, verbatim)
     sig_table = []
     for i, sig in enumerate(sig_index):
         tool = sig_tool.get(sig)  # (none for a signature only the guard's instrumentation holds)
@@ -328,11 +375,23 @@ def encode_state(state: RunState) -> bytes:
     return _encoder.encode(stored)
 
 
-def _encode_latest(latest: LatestState, sig_index: dict[str, int], verbatim: dict[str, str]) -> _StoredLatest:
-    flags = [_KIND_CODES[k] | (_NO_PROGRESS_FLAG if p else 0) for k, p in zip(latest.kinds, latest.no_progress)]
+_DIGEST_TOOLS = ("write", "exec")
+
+
+def _encode_latest(
+    latest: LatestState, tools: list[str], sig_index: dict[str, int], verbatim: dict[str, str]
+) -> _StoredLatest:
+    flags = latest.flags
+    flags = b"" if flags.count(AWAITING) + flags.count(PLAIN) == len(flags) else bytes(flags)
     digest_index: dict[str | None, int] = {None: -1}
-    target_idx = [digest_index.setdefault(t, len(digest_index) - 1) for t in latest.targets]
-    failure_idx = [digest_index.setdefault(f, len(digest_index) - 1) for f in latest.failure_ids]
+    digest_idx = []
+    for i, (digest, tool) in enumerate(zip(latest.digests, tools)):
+        if tool in _DIGEST_TOOLS:
+            digest_idx.append(digest_index.setdefault(digest, len(digest_index) - 1))
+        elif digest is not None:
+            verbatim[f"t{i}"] = digest  # (no valid event puts one there)
+    if digest_idx.count(-1) == len(digest_idx):
+        digest_idx = []
     del digest_index[None]
     digest_table = []
     for i, text in enumerate(digest_index):
@@ -343,12 +402,11 @@ def _encode_latest(latest: LatestState, sig_index: dict[str, int], verbatim: dic
         digest_table.append(packed)
     rereads = latest.rereads
     return _StoredLatest(
-        flags=flags if any(flags) else [],
-        target_idx=target_idx if digest_table and target_idx.count(-1) != len(target_idx) else [],
-        failure_idx=failure_idx if digest_table and failure_idx.count(-1) != len(failure_idx) else [],
+        flags=flags,
+        digest_idx=digest_idx,
         digest_table=digest_table,
         # Signatures the history no longer holds join the table (stored verbatim).
-        recent=[sig_index.setdefault(sig, len(sig_index)) for sig in rereads.recent],
+        recent=[sig_index.setdefault(sig, len(sig_index)) for sig in rereads.observed()],
         baseline=[sig_index.setdefault(sig, len(sig_index)) for sig in rereads.baseline],
         calls=rereads.calls,
         repeats=rereads.repeats,
@@ -356,20 +414,28 @@ def _encode_latest(latest: LatestState, sig_index: dict[str, int], verbatim: dic
     )
 
 
-def _decode_latest(stored: _StoredLatest, n: int, sig_strings: list[str], verbatim: dict[str, str]) -> LatestState:
+def _decode_digests(idx: list[int], tools: list[str], table: list[str], verbatim: dict[str, str]) -> list[str | None]:
+    owned = iter(idx)
+    out: list[str | None] = []
+    for i, tool in enumerate(tools):
+        if idx and tool in _DIGEST_TOOLS:
+            j = next(owned)
+            out.append(None if j < 0 else table[j])
+        else:
+            out.append(verbatim.get(f"t{i}"))
+    return out
+
+
+def _decode_latest(
+    stored: _StoredLatest, tools: list[str], results: list[str | None], sig_strings: list[str], verbatim: dict[str, str]
+) -> LatestState:
     table = [intern(verbatim.get(f"d{i}") or packed.hex()) for i, packed in enumerate(stored.digest_table)]
-    flags = stored.flags or [0] * n
     return LatestState(
-        kinds=[_KINDS[f & 3] for f in flags],
-        failure_ids=[None if i < 0 else table[i] for i in stored.failure_idx] if stored.failure_idx else [None] * n,
-        no_progress=[bool(f & _NO_PROGRESS_FLAG) for f in flags],
-        targets=[None if i < 0 else table[i] for i in stored.target_idx] if stored.target_idx else [None] * n,
+        flags=bytearray(stored.flags or bytes(AWAITING if r is None else PLAIN for r in results)),
+        digests=_decode_digests(stored.digest_idx, tools, table, verbatim),
         rereads=CompactionRereads(
-            recent=[sig_strings[i] for i in stored.recent],
-            baseline=[sig_strings[i] for i in stored.baseline],
-            calls=stored.calls,
-            repeats=stored.repeats,
-            repeat_tools=stored.repeat_tools,
+            [sig_strings[i] for i in stored.recent], [sig_strings[i] for i in stored.baseline], stored.calls,
+            stored.repeats, stored.repeat_tools,
         ),
     )
 
@@ -391,13 +457,14 @@ def decode_state(data: bytes) -> RunState:
     # Interned like the engine's own (identity-first compares in the detectors' scans).
     result_strings = [intern(s.verbatim.get(f"r{i}") or _unpack_result(r)) for i, r in enumerate(s.result_table)]
     n = len(tools)
-    latest = None if s.latest is None else _decode_latest(s.latest, n, sig_strings, s.verbatim)
+    results = [None if i < 0 else result_strings[i] for i in s.result_idx]
+    latest = None if s.latest is None else _decode_latest(s.latest, tools, results, sig_strings, s.verbatim)
     return RunState(
         run_id=s.run_id,
         tools=tools,
         sigs=[sig_strings[i] for i in s.sig_idx],
         call_ids=s.call_ids,
-        results=[None if i < 0 else result_strings[i] for i in s.result_idx],
+        results=results,
         unknowns=s.unknowns or [None] * n,
         stamps=[s.last_event_ms - age for age in s.stamp_ages],
         warning_buckets=s.warning_buckets,
