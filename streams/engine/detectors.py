@@ -340,8 +340,7 @@ def _signature_streak(state: RunState, sig: str, kinds: bytearray, occurrences: 
     return streak, anchor
 
 
-def _terminal_streak(state: RunState, sig: str, kinds: bytearray, failure_ids: list) -> tuple[int, str | None]:
-    # (``failure_ids`` is LatestState.digests: on exec records, the failure identities.)
+def _terminal_streak(state: RunState, sig: str, kinds: bytearray, latest) -> tuple[int, str | None]:
     """The terminal walk (tool exec): the contiguous tail of exec records, across changing
     commands, while they are terminal failures with identical results or one failure
     identity; after passing another command it ends at an older record of this one."""
@@ -362,7 +361,7 @@ def _terminal_streak(state: RunState, sig: str, kinds: bytearray, failure_ids: l
         if kind != TERMINAL_FAILURE:
             break
         if anchor is None:
-            anchor, anchor_identity = result, failure_ids[i]
+            anchor, anchor_identity = result, latest.digest(i)  # (on exec records: failure identities)
             crossed = sigs[i] != sig
             streak = vetoes + 1
             vetoes = 0
@@ -371,7 +370,7 @@ def _terminal_streak(state: RunState, sig: str, kinds: bytearray, failure_ids: l
             crossed = True
         elif crossed:
             break
-        identity = failure_ids[i]
+        identity = latest.digest(i)
         if result != anchor and (identity is None or identity != anchor_identity):
             break
         streak += vetoes + 1
@@ -414,12 +413,12 @@ def write_churn(state: RunState, sig: str, target: str, skip: int = -1) -> int:
     one record out (the outcome-time check of §6.3 judges a record against the others)."""
     tools, sigs = state.tools, state.sigs
     latest = state.latest
-    kinds, targets = latest.flags, latest.digests  # (on write records, the targets)
+    kinds, digest = latest.flags, latest.digest  # (on write records: the targets)
     variants: list[str] = []
     for i in range(len(sigs) - 1, -1, -1):
         if i == skip:
             continue
-        if tools[i] != "write" or kinds[i] != MUTATION or targets[i] != target:
+        if tools[i] != "write" or kinds[i] != MUTATION or digest(i) != target:
             break
         variant = sigs[i]
         if variant in variants:
@@ -429,14 +428,20 @@ def write_churn(state: RunState, sig: str, target: str, skip: int = -1) -> int:
     return 0 if sig in variants else len(variants)
 
 
-def _may_churn(latest, occurrences: int, target: str | None) -> bool:
-    """Whether argument churn of 10 or more is possible at all: two C-level counts that rule
-    most calls out before a walk.  Stable-outcome churn of 10 needs 10 no-progress records
-    and a proposed call continuing a variant seen 3+ times; write churn of 10 needs 10 write
-    mutations."""
-    return (occurrences >= 3 and latest.flags.count(NO_PROGRESS_PLAIN) >= LATEST_WARNING) or (
-        target is not None and latest.flags.count(MUTATION) >= LATEST_WARNING
-    )
+def _may_churn(state: RunState, tool: str, occurrences: int, target: str | None) -> bool:
+    """Whether argument churn of 10 or more is possible at all, judged from the newest record
+    and two counts, before any walk.  Stable-outcome churn needs the proposed call to continue
+    a variant seen 3+ times, its walk to get past the newest record (same tool; pending,
+    vetoed or no-progress) and 10 no-progress records; write churn needs the newest record
+    to be a write mutation, and 10 of them."""
+    flags = state.latest.flags
+    if not flags:
+        return False
+    newest = flags[-1]
+    if (occurrences >= 3 and (newest == NO_PROGRESS_PLAIN or newest == AWAITING or newest == VETO)
+            and state.tools[-1] == tool and flags.count(NO_PROGRESS_PLAIN) >= LATEST_WARNING):
+        return True
+    return target is not None and newest == MUTATION and flags.count(MUTATION) >= LATEST_WARNING
 
 
 def _argument_churn(state: RunState, tool: str, sig: str, target: str | None, occurrences: int) -> LatestDetection | None:
@@ -459,7 +464,7 @@ def _argument_churn(state: RunState, tool: str, sig: str, target: str | None, oc
 
 
 def _liveness(state: RunState, tool: str, sig: str, target: str | None, occurrences: int) -> str | None:
-    if not _may_churn(state.latest, occurrences, target):
+    if not _may_churn(state, tool, occurrences, target):
         return None
     return ARGUMENT_CHURN if _argument_churn(state, tool, sig, target, occurrences) is not None else None
 
@@ -482,7 +487,7 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
     kinds = latest.flags
     streak, anchor = _signature_streak(state, sig, kinds, occurrences) if occurrences else (0, None)
     if is_exec and TERMINAL_FAILURE in kinds:
-        terminal, terminal_anchor = _terminal_streak(state, sig, kinds, latest.digests)
+        terminal, terminal_anchor = _terminal_streak(state, sig, kinds, latest)
         if terminal > streak:
             streak, anchor = terminal, terminal_anchor
     if streak >= LATEST_GLOBAL:
@@ -502,7 +507,7 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
                                    liveness_signal=_liveness(state, tool, sig, target, occurrences))
     if not known_poll and streak >= LATEST_CRITICAL:
         return LatestDetection(CRITICAL, "generic_repeat", streak, tool, sig, anchor)
-    if (occurrences >= 3 or target is not None) and _may_churn(latest, occurrences, target):
+    if (occurrences >= 3 or target is not None) and _may_churn(state, tool, occurrences, target):
         churn = _argument_churn(state, tool, sig, target, occurrences)
         if churn is not None:
             return churn

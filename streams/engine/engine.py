@@ -394,7 +394,8 @@ class _LatestEngine(LoopEngine):
     def _completed(self, state: RunState, event: ToolCallCompleted) -> Step:
         """Outcome kinds, no-progress flags and write targets on the record, loop vetoes as
         records, the outcome-time write-churn warning (§6.3), the guard's re-read
-        instrumentation."""
+        instrumentation.  (The uncommon cases are methods of their own, so that the common
+        path's bytecode stays short and contiguous: the interpreter reads it as data.)"""
         settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
         if not settings.latest:
             if state.latest is not None:
@@ -402,68 +403,79 @@ class _LatestEngine(LoopEngine):
             return LoopEngine._completed(self, state, event)
         if not (event.session_key or event.session_id):
             return Step(state)  # no session to record in
-        latest = state.latest
-        if latest is None or latest.checked_by is not self:
-            latest = history.latest_columns(state, self)
-        tool = event.tool_name
-        sig = event.args_hash
-        call_id = event.tool_call_id
         if event.loop_veto:
-            # A loop veto (the blocked result of a vetoed call) records a tool-loop-veto
-            # (§4.5): no hash, so the guard never sees it.  The vetoed call itself was never
-            # recorded, so unless some call is pending the veto is simply appended.
-            if AWAITING in latest.flags:
-                at = history.record_outcome_latest(
-                    state, latest, tool, sig, call_id, None, None, VETO, None, event.target_hash, event.ts_ms
-                )
-            else:
-                history.append_latest(state, latest, tool, intern(sig), call_id, event.ts_ms, event.target_hash, None,
-                                      None, VETO)
-                at = len(state.sigs) - 1
-            return Step(state, None, at)
+            return self._veto(state, event)
         result_hash = event.normalized_result_hash or event.result_hash
         if not result_hash:
             return Step(state)  # the tool returned nothing (an outcome kind comes with a hash)
+        latest = state.latest
+        if latest is None or latest.checked_by is not self:
+            latest = history.latest_columns(state, self)
         result_hash = intern(result_hash)
-        kind = PLAIN if event.outcome_kind is None else _OUTCOME_KINDS[event.outcome_kind]
-        flags = kind | NO_PROGRESS if event.no_progress or event.is_error else kind
-        sigs, results = state.sigs, state.results
-        if (sigs and latest.flags[-1] == AWAITING and sigs[-1] == sig
-                and (not call_id or state.call_ids[-1] == call_id)):
+        flags = PLAIN if event.outcome_kind is None else _OUTCOME_KINDS[event.outcome_kind]
+        if event.no_progress or event.is_error:
+            flags |= NO_PROGRESS
+        sig = event.args_hash
+        call_id = event.tool_call_id
+        sigs = state.sigs
+        if sigs and latest.flags[-1] == AWAITING and sigs[-1] == sig and (not call_id or state.call_ids[-1] == call_id):
             # The usual case: the outcome of the call just recorded (record_outcome_latest's
             # first branch, inlined as LoopEngine._completed inlines configurable-final's).
             at = len(sigs) - 1
-            results[at] = result_hash
+            state.results[at] = result_hash
             state.unknowns[at] = event.unknown_tool_name
             latest.flags[at] = flags
             if event.failure_identity_hash is not None:  # (exec; a pending record has none to clear)
-                latest.digests[at] = event.failure_identity_hash
+                latest.digests[latest.first + at] = event.failure_identity_hash
         else:
             at = history.record_outcome_latest(
-                state, latest, tool, sig, call_id, result_hash, event.unknown_tool_name, flags,
+                state, latest, event.tool_name, sig, call_id, result_hash, event.unknown_tool_name, flags,
                 event.failure_identity_hash, event.target_hash, event.ts_ms,
             )
-        warning = None
-        if kind == MUTATION and settings.detection.outcome_warnings:
-            warning = self._outcome_churn_warning(state, latest, at)
-        guard = state.guard
-        if guard.remaining <= 0 and warning is None:
-            # The usual case, the guard not armed: it only remembers the observation
-            # (guard.remember, inlined: this runs for every outcome).
-            if settings.guard.enabled:
-                recent = latest.rereads.recent
-                recent.append(sig)
-                if len(recent) > RECENT_LIMIT:
-                    del recent[:8]
-            return Step(state, None, at, _DORMANT)
+        if state.guard.remaining > 0 or (flags == MUTATION and settings.detection.outcome_warnings):
+            return self._outcome_observed(state, event, settings, latest, at, result_hash)
+        if settings.guard.enabled:
+            # The guard is not armed: it only remembers the observation (guard.remember,
+            # inlined: this runs for every outcome).
+            recent = latest.rereads.recent
+            recent.append(state.sigs[at])  # (the history's interned signature, not the event's copy)
+            if len(recent) > RECENT_LIMIT:
+                del recent[:8]
+        return Step(state, None, at, _DORMANT)
+
+    def _veto(self, state: RunState, event: ToolCallCompleted) -> Step:
+        """A loop veto (the blocked result of a vetoed call) records a tool-loop-veto (§4.5):
+        no hash, so the guard never sees it."""
+        latest = state.latest
+        if latest is None or latest.checked_by is not self:
+            latest = history.latest_columns(state, self)
+        if AWAITING in latest.flags:
+            at = history.record_outcome_latest(
+                state, latest, event.tool_name, event.args_hash, event.tool_call_id, None, None, VETO, None,
+                event.target_hash, event.ts_ms,
+            )
+        else:  # the vetoed call itself was never recorded: with nothing pending, it is appended
+            history.append_latest(state, latest, event.tool_name, intern(event.args_hash), event.tool_call_id,
+                                  event.ts_ms, event.target_hash, None, None, VETO)
+            at = len(state.sigs) - 1
+        return Step(state, None, at)
+
+    def _outcome_observed(
+        self, state: RunState, event: ToolCallCompleted, settings: Settings, latest, at: int, result_hash: str
+    ) -> Step:
+        """An outcome while the guard is armed, or a write mutation that may raise the
+        outcome-time churn warning."""
+        tool, sig = event.tool_name, event.args_hash
+        warning = decision = None
         logs: list[LogLine] = []
-        decision = None
+        if latest.flags[at] == MUTATION and settings.detection.outcome_warnings:
+            warning = self._outcome_churn_warning(state, latest, at)
         if warning is not None:
             decision = _decision(event, "warn", warning, True, True)
             logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {tool}: {warning.message}"))
             logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, warning, "warn")))
         verdict, error_line, info_line = guard_mod.observe_latest(
-            guard, latest.rereads, settings.guard.enabled, tool, sig, result_hash
+            state.guard, latest.rereads, settings.guard.enabled, tool, sig, result_hash
         )
         abort = None
         if info_line is not None:
@@ -486,7 +498,7 @@ class _LatestEngine(LoopEngine):
     def _outcome_churn_warning(self, state: RunState, latest, at: int) -> Detection | None:
         """§6.3: a write-mutation record judged against the rest of the run's history;
         the warning if the bucket rule emits it."""
-        target = latest.digests[at]  # (a write-mutation record: its target)
+        target = latest.digest(at)  # (a write-mutation record: its target)
         if target is None:
             return None
         sig = state.sigs[at]

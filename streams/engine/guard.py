@@ -79,9 +79,9 @@ def arm_latest(guard: GuardWindow, rereads: CompactionRereads, settings: GuardSe
     if settings.enabled:
         observed = rereads.observed()
         if observed:
-            rereads.baseline = observed
+            rereads.baseline = tuple(observed)
         rereads.calls = rereads.repeats = 0
-        rereads.repeat_tools = []
+        rereads.repeat_tools = ()
     return line
 
 
@@ -110,15 +110,15 @@ def observe_latest(
     if args_hash in rereads.baseline:
         rereads.repeats += 1
         if tool not in rereads.repeat_tools:
-            rereads.repeat_tools = sorted((*rereads.repeat_tools, tool), key=_utf16)
+            rereads.repeat_tools = tuple(sorted((*rereads.repeat_tools, tool), key=_utf16))
     if verdict.should_abort or guard.remaining > 0:
         return verdict, error_line, None
     line = f"post-compaction window closed: toolCalls={rereads.calls} preCompactionRepeats={rereads.repeats}"
     if rereads.repeats:
         line += f" tools={','.join(rereads.repeat_tools)}"
-    rereads.baseline = []
+    rereads.baseline = ()
     rereads.calls = rereads.repeats = 0
-    rereads.repeat_tools = []
+    rereads.repeat_tools = ()
     return verdict, None, line
 
 

@@ -111,9 +111,9 @@ def latest_columns(state: RunState, checker: object = None) -> LatestState:
     if latest is None or len(latest.flags) != n:
         flags = bytearray(AWAITING if result is None else PLAIN for result in state.results)
         if latest is None:
-            latest = state.latest = LatestState(flags, [None] * n)
+            latest = state.latest = LatestState(flags)
         else:
-            latest.flags, latest.digests = flags, [None] * n
+            latest.flags, latest.digests = flags, {}
     latest.checked_by = checker
     return latest
 
@@ -141,15 +141,24 @@ def append_latest(
     state.unknowns.append(unknown_tool_name)
     state.stamps.append(ts_ms)
     latest.flags.append(flags)
-    latest.digests.append(target if failure_id is None else failure_id)
+    if target is not None or failure_id is not None:
+        latest.digests[latest.first + len(sigs) - 1] = target if failure_id is None else failure_id
     excess = len(sigs) - LATEST_HISTORY_SIZE
     if excess == 1:  # a full history: drop the oldest
         del state.tools[0], sigs[0], state.call_ids[0], state.results[0], state.unknowns[0], state.stamps[0]
-        del latest.flags[0], latest.digests[0]
+        del latest.flags[0]
+        latest.first += 1
     elif excess > 1:
         del state.tools[:excess], sigs[:excess], state.call_ids[:excess], state.results[:excess]
         del state.unknowns[:excess], state.stamps[:excess]
-        del latest.flags[:excess], latest.digests[:excess]
+        del latest.flags[:excess]
+        latest.first += excess
+    else:
+        return
+    digests = latest.digests
+    if len(digests) > LATEST_HISTORY_SIZE:  # stale keys: dropped in a batch
+        first = latest.first
+        latest.digests = {k: v for k, v in digests.items() if k >= first}
 
 
 def record_outcome_latest(
@@ -188,7 +197,7 @@ def record_outcome_latest(
     state.unknowns[found] = unknown_tool_name
     kinds[found] = flags
     if failure_id is not None:  # (a pending record has no failure identity to clear)
-        latest.digests[found] = failure_id
+        latest.digests[latest.first + found] = failure_id
     return found
 
 

@@ -90,14 +90,15 @@ class CompactionRereads(msgspec.Struct, gc=False):
     """Signatures of the guard's last observations, oldest first, armed or not: the last 16
     count; older ones are dropped 8 at a time past RECENT_LIMIT (an append per outcome, a
     short shift every 8th; dropping more at once would make the list shrink and regrow)."""
-    baseline: list[str] = []
-    """``recent`` as it was when the guard was armed."""
+    baseline: tuple[str, ...] = ()
+    """The last 16 of ``recent`` as they were when the guard was armed."""
     calls: int = 0
     """Observations in the open window."""
     repeats: int = 0
     """Of those, the ones whose signature is in the baseline."""
-    repeat_tools: list[str] = []
-    """Their tools, sorted, each once."""
+    repeat_tools: tuple[str, ...] = ()
+    """Their tools, sorted, each once.  (Tuples: most runs never arm, and an empty tuple is
+    shared where an empty list would be one more object per run.)"""
 
     def observed(self) -> list[str]:
         """The last 16 observations, oldest first."""
@@ -132,15 +133,27 @@ class LatestState(msgspec.Struct, gc=False):
 
     flags: bytearray = msgspec.field(default_factory=bytearray)
     """Each record's outcome: AWAITING, PLAIN (| NO_PROGRESS), VETO, TERMINAL_FAILURE or MUTATION."""
-    digests: list[str | None] = []
+    digests: dict[int, str] = {}
     """A ``write`` record's ``mutationTargetHash``, an ``exec`` record's
-    ``failureIdentityHash``: one column, as a record has at most one of them (events carry
-    targets for write only and failure identities for exec only, schemas.events.check_event;
-    one list fewer to touch per record)."""
+    ``failureIdentityHash``, by record serial number (record i is ``first + i``).  Few records
+    have one, so a dict rather than a column: a record without one costs nothing.  (A record
+    has at most one: events carry targets for write only and failure identities for exec
+    only, schemas.events.check_event.)  Keys below ``first`` are stale, dropped in batches."""
+    first: int = 0
+    """The serial number of the oldest record in the history."""
     rereads: CompactionRereads = msgspec.field(default_factory=CompactionRereads)
     checked_by: object = None
     """The engine that last found these columns aligned with the history (never stored):
     the latest paths keep them aligned, so one engine checks once, not at every event."""
+
+    def digest(self, i: int) -> str | None:
+        """Record i's target or failure identity."""
+        return self.digests.get(self.first + i)
+
+    def column(self) -> list[str | None]:
+        """Every record's digest (None: none), oldest first."""
+        get, first = self.digests.get, self.first
+        return [get(first + i) for i in range(len(self.flags))]
 
 
 # gc=False: a state holds lists of strings and a dict of ints, never a cycle; keeping tens
@@ -172,7 +185,7 @@ class RunState(msgspec.Struct, gc=False):
         latest = self.latest
         if latest is None:
             return CallRecord(self.tools[i], self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i])
-        tool, digest = self.tools[i], latest.digests[i]
+        tool, digest = self.tools[i], latest.digest(i)
         return CallRecord(
             tool, self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i],
             OUTCOME_KIND_NAMES[latest.flags[i] & 7], digest if tool == "exec" else None,
@@ -205,9 +218,9 @@ def copy_state(state: RunState) -> RunState:
     if latest is not None:
         rereads = latest.rereads
         copy.latest = LatestState(
-            latest.flags.copy(), latest.digests.copy(),
-            CompactionRereads(rereads.recent.copy(), rereads.baseline.copy(), rereads.calls, rereads.repeats,
-                              rereads.repeat_tools.copy()),
+            latest.flags.copy(), latest.digests.copy(), latest.first,
+            CompactionRereads(rereads.recent.copy(), rereads.baseline, rereads.calls, rereads.repeats,
+                              rereads.repeat_tools),
         )
     return copy
 
@@ -385,7 +398,7 @@ def _encode_latest(
     flags = b"" if flags.count(AWAITING) + flags.count(PLAIN) == len(flags) else bytes(flags)
     digest_index: dict[str | None, int] = {None: -1}
     digest_idx = []
-    for i, (digest, tool) in enumerate(zip(latest.digests, tools)):
+    for i, (digest, tool) in enumerate(zip(latest.column(), tools)):
         if tool in _DIGEST_TOOLS:
             digest_idx.append(digest_index.setdefault(digest, len(digest_index) - 1))
         elif digest is not None:
@@ -410,19 +423,20 @@ def _encode_latest(
         baseline=[sig_index.setdefault(sig, len(sig_index)) for sig in rereads.baseline],
         calls=rereads.calls,
         repeats=rereads.repeats,
-        repeat_tools=rereads.repeat_tools,
+        repeat_tools=list(rereads.repeat_tools),
     )
 
 
-def _decode_digests(idx: list[int], tools: list[str], table: list[str], verbatim: dict[str, str]) -> list[str | None]:
+def _decode_digests(idx: list[int], tools: list[str], table: list[str], verbatim: dict[str, str]) -> dict[int, str]:
     owned = iter(idx)
-    out: list[str | None] = []
+    out: dict[int, str] = {}
     for i, tool in enumerate(tools):
+        digest = verbatim.get(f"t{i}")
         if idx and tool in _DIGEST_TOOLS:
             j = next(owned)
-            out.append(None if j < 0 else table[j])
-        else:
-            out.append(verbatim.get(f"t{i}"))
+            digest = None if j < 0 else table[j]
+        if digest is not None:
+            out[i] = digest
     return out
 
 
@@ -434,8 +448,8 @@ def _decode_latest(
         flags=bytearray(stored.flags or bytes(AWAITING if r is None else PLAIN for r in results)),
         digests=_decode_digests(stored.digest_idx, tools, table, verbatim),
         rereads=CompactionRereads(
-            [sig_strings[i] for i in stored.recent], [sig_strings[i] for i in stored.baseline], stored.calls,
-            stored.repeats, stored.repeat_tools,
+            [sig_strings[i] for i in stored.recent], tuple(sig_strings[i] for i in stored.baseline), stored.calls,
+            stored.repeats, tuple(stored.repeat_tools),
         ),
     )
 
