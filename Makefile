@@ -7,7 +7,7 @@ LOOPWATCH := $(VENV)/bin/loopwatch
 SHARED ?= $(or $(LOOPWATCH_SHARED),../shared)
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-unit test-traces test-kafka kafka kafka-stop kafka-status run \
+.PHONY: install test test-unit test-traces test-traces-latest test-kafka kafka kafka-stop kafka-status run \
         bench-core bench schemas conformance clean
 
 install: $(STAMP)
@@ -30,6 +30,11 @@ test-unit: install
 test-traces: install
 	$(LOOPWATCH) conformance --traces $(SHARED)/conformance/traces/one-run-sessions.jsonl.gz \
 	    --expected $(SHARED)/conformance/traces/expected.jsonl.gz
+
+# The same for profile latest (issue 14), on the repository's own copy of the traces.
+test-traces-latest: install
+	$(LOOPWATCH) conformance --profile latest --traces tests/data/conformance/latest/sessions.jsonl.gz \
+	    --expected tests/data/conformance/latest/expected.jsonl.gz
 
 conformance: install
 	$(LOOPWATCH) conformance $(SHARED)/conformance/openclaw-cases.json
