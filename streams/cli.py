@@ -66,11 +66,14 @@ def _replay(args: argparse.Namespace) -> int:
     from .engine import LoopEngine
     from .replay import print_summary, run_replay
 
+    from .engine.config import with_profile
+
     try:
-        engine = LoopEngine(_load_root(args.config))
+        root = _load_root(args.config)
     except ConfigError as exc:
         print(f"loopwatch replay: {exc}", file=sys.stderr)
         return 2
+    engine = LoopEngine(with_profile(root, args.profile) if args.profile else root)
     try:
         summary = run_replay(Path(args.trace), engine, as_json=args.json, verbose=args.verbose, out=sys.stdout)
     except OSError as exc:
@@ -157,6 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="loop-detection config (JSON5 or YAML)")
     p.add_argument("--json", action="store_true", help="machine output: one verdict per line, then a summary line")
     p.add_argument("--verbose", "-v", action="store_true", help="also print allow decisions")
+    p.add_argument("--profile", choices=("configurable-final", "latest"),
+                   help="the default profile (loopwatch.profile); agents that name their own keep it")
     p.set_defaults(func=_replay)
 
     p = sub.add_parser("config", help="configuration tools")

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 from ..edge import blocked_result, compaction_event, completed_event, requested_event
 from ..engine import LoopEngine, RunState
 from ..engine.canonical import UNDEFINED
-from ..engine.config import CONFIGURABLE_FINAL, LATEST, PROFILES
+from ..engine.config import CONFIGURABLE_FINAL, LATEST, PROFILES, with_profile
 from ..engine.engine import normalize_run_id
 from ..engine.hashing import ThrownError
 
@@ -85,16 +85,6 @@ class _Run:
         return f"{self.base_id}-r{self.successor}"
 
 
-def with_profile(root: Any, profile: str) -> Any:
-    """An OpenClaw config root (the session's ``cfg``) with ``loopwatch.profile`` set."""
-    if profile == CONFIGURABLE_FINAL:
-        return root
-    root = dict(root) if isinstance(root, dict) else {}
-    options = root.get("loopwatch")
-    root["loopwatch"] = {**(options if isinstance(options, dict) else {}), "profile": profile}
-    return root
-
-
 @dataclass
 class SessionDriver:
     """Replays one session through ``LoopEngine.handle`` and produces upstream's step lines."""
@@ -105,7 +95,8 @@ class SessionDriver:
 
     def __post_init__(self) -> None:
         self.latest = self.profile == LATEST
-        self.engine = LoopEngine(with_profile(self.session.get("cfg"), self.profile))
+        cfg = self.session.get("cfg")
+        self.engine = LoopEngine(cfg if self.profile == CONFIGURABLE_FINAL else with_profile(cfg, self.profile))
         self.sid = self.session["id"]
         self.session_key = self.session.get("sessionKey")
         self.send_tools = frozenset((self.session.get("env") or {}).get("provider_send_tools") or ())

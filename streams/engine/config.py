@@ -29,6 +29,7 @@ __all__ = [
     "pos_int",
     "resolve_detector",
     "resolve_guard",
+    "with_profile",
 ]
 
 _MAX_SAFE = 2**53
@@ -206,6 +207,15 @@ def merge_loop_detection_latest(global_block: Any, agent_block: Any) -> Any:
         return agent_block
     enabled = _get(agent_block, "enabled")
     return {"enabled": _get(global_block, "enabled") if enabled is None else enabled}
+
+
+def with_profile(root: Any, profile: str) -> Any:
+    """A config root with ``loopwatch.profile`` (the default profile) set; agents that name
+    their own profile keep it."""
+    root = dict(root) if isinstance(root, dict) else {}
+    options = root.get("loopwatch")
+    root["loopwatch"] = {**(options if isinstance(options, dict) else {}), "profile": profile}
+    return root
 
 
 class ConfigSet:
