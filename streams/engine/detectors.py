@@ -301,25 +301,28 @@ def _signature_streak(state: RunState, sig: str, kinds: bytearray, occurrences: 
     of this signature, newest first, pending calls skipped, the detector's own vetoes counted
     once an outcome anchors them (alone, when none does)."""
     sigs, results = state.sigs, state.results
-    if occurrences == len(sigs):
+    n = len(sigs)
+    if occurrences == n:
         outcomes, own_kinds = results, kinds
+        distinct = set(results)
+        distinct.discard(None)
+        if len(distinct) == 1:
+            # A steady loop filling the history: from the oldest outcome (the last anchor) on,
+            # every record counts but a pending one; counted at memchr speed in the kinds.
+            anchor = distinct.pop()
+            oldest = results.index(anchor)
+            return n - oldest - kinds.count(AWAITING, oldest), anchor
     else:
         outcomes = [r for s, r in zip(sigs, results) if s == sig]
         own_kinds = [k for s, k in zip(sigs, kinds) if s == sig] if VETO in kinds else None
-    distinct = set(outcomes)
-    distinct.discard(None)
-    if len(distinct) == 1:
-        # A steady loop: every outcome counts, and every veto newer than the oldest outcome.
-        anchor = distinct.pop()
-        if own_kinds is kinds:
-            # The whole history: its records without a result (pending or vetoed) are
-            # counted in the kinds at memchr speed (each None in a list costs a rich compare).
-            streak = len(outcomes) - kinds.count(AWAITING) - kinds.count(VETO)
-        else:
+        distinct = set(outcomes)
+        distinct.discard(None)
+        if len(distinct) == 1:
+            anchor = distinct.pop()
             streak = len(outcomes) - outcomes.count(None)
-        if own_kinds is not None and VETO in own_kinds:
-            streak += own_kinds[outcomes.index(anchor):].count(VETO)
-        return streak, anchor
+            if own_kinds is not None:
+                streak += own_kinds[outcomes.index(anchor):].count(VETO)
+            return streak, anchor
     if not distinct:
         return (0 if own_kinds is None else own_kinds.count(VETO)), None  # vetoes alone
     streak = vetoes = 0
@@ -428,6 +431,11 @@ def write_churn(state: RunState, sig: str, target: str, skip: int = -1) -> int:
     return 0 if sig in variants else len(variants)
 
 
+_MUTATION_BYTE = bytes((MUTATION,))
+_CHURN_NEWEST = frozenset((AWAITING, VETO, NO_PROGRESS_PLAIN, MUTATION))
+"""The newest record's kinds that let an argument-churn walk get anywhere (_may_churn)."""
+
+
 def _may_churn(state: RunState, tool: str, occurrences: int, target: str | None) -> bool:
     """Whether argument churn of 10 or more is possible at all, judged from the newest record
     and two counts, before any walk.  Stable-outcome churn needs the proposed call to continue
@@ -479,12 +487,18 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
         if unknown_count >= LATEST_UNKNOWN:
             return LatestDetection(CRITICAL, "unknown_tool_repeat", unknown_count, tool, sig, unknown_name=unknown_name)
     occurrences = sigs.count(sig)
-    is_exec = tool == "exec"
-    if not occurrences and not is_exec and target is None:
-        # Nothing of this signature: only exec's terminal walk and write churn look further.
-        return None
+    if not occurrences:
+        # Nothing of this signature: only exec's terminal walk (which needs a terminal
+        # failure in the history) and write churn (which needs the newest record to be a
+        # write mutation) look further.
+        if target is None:
+            if tool != "exec" or TERMINAL_FAILURE not in state.latest.flags:
+                return None
+        elif state.latest.flags[-1:] != _MUTATION_BYTE:
+            return None
     latest = state.latest
     kinds = latest.flags
+    is_exec = tool == "exec"
     streak, anchor = _signature_streak(state, sig, kinds, occurrences) if occurrences else (0, None)
     if is_exec and TERMINAL_FAILURE in kinds:
         terminal, terminal_anchor = _terminal_streak(state, sig, kinds, latest)
@@ -507,7 +521,8 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
                                    liveness_signal=_liveness(state, tool, sig, target, occurrences))
     if not known_poll and streak >= LATEST_CRITICAL:
         return LatestDetection(CRITICAL, "generic_repeat", streak, tool, sig, anchor)
-    if (occurrences >= 3 or target is not None) and _may_churn(state, tool, occurrences, target):
+    if ((occurrences >= 3 or target is not None) and kinds and kinds[-1] in _CHURN_NEWEST
+            and _may_churn(state, tool, occurrences, target)):
         churn = _argument_churn(state, tool, sig, target, occurrences)
         if churn is not None:
             return churn

@@ -38,7 +38,6 @@ from .state import (
     MUTATION,
     NO_PROGRESS,
     PLAIN,
-    RECENT_LIMIT,
     TERMINAL_FAILURE,
     VETO,
     CallRecord,
@@ -436,11 +435,9 @@ class _LatestEngine(LoopEngine):
             return self._outcome_observed(state, event, settings, latest, at, result_hash)
         if settings.guard.enabled:
             # The guard is not armed: it only remembers the observation (guard.remember,
-            # inlined: this runs for every outcome).
-            recent = latest.rereads.recent
-            recent.append(state.sigs[at])  # (the history's interned signature, not the event's copy)
-            if len(recent) > RECENT_LIMIT:
-                del recent[:8]
+            # inlined: this runs for every outcome), the history's interned signature rather
+            # than the event's own string.
+            latest.rereads.recent.append(state.sigs[at])
         return Step(state, None, at, _DORMANT)
 
     def _veto(self, state: RunState, event: ToolCallCompleted) -> Step:

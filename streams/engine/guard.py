@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from .canonical import js_number
 from .config import GuardSettings
-from .state import RECENT_LIMIT, CompactionRereads, GuardWindow
+from .state import CompactionRereads, GuardWindow
 
 __all__ = ["GuardVerdict", "arm", "arm_latest", "observe", "observe_latest", "COMPACTION_LOOP_PERSISTED"]
 
@@ -86,12 +86,9 @@ def arm_latest(guard: GuardWindow, rereads: CompactionRereads, settings: GuardSe
 
 
 def remember(rereads: CompactionRereads, args_hash: str) -> None:
-    """Keep an observation among the last 16 (armed or not): what a later arm takes as its
-    baseline.  (The engine inlines this for an unarmed guard.)"""
-    recent = rereads.recent
-    recent.append(args_hash)
-    if len(recent) > RECENT_LIMIT:
-        del recent[:8]
+    """Keep an observation (armed or not): a later arm takes the last 16 as its baseline.
+    (The engine inlines this for an unarmed guard; the history cuts the list back.)"""
+    rereads.recent.append(args_hash)
 
 
 def observe_latest(

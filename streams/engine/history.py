@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from sys import intern
 from typing import Iterable
 
-from .state import AWAITING, PLAIN, CallRecord, LatestState, RunState
+from .state import AWAITING, PLAIN, REREAD_MEMORY, CallRecord, LatestState, RunState
 
 __all__ = [
     "LATEST_HISTORY_SIZE",
@@ -147,18 +147,23 @@ def append_latest(
     if excess == 1:  # a full history: drop the oldest
         del state.tools[0], sigs[0], state.call_ids[0], state.results[0], state.unknowns[0], state.stamps[0]
         del latest.flags[0]
-        latest.first += 1
+        latest.first = first = latest.first + 1
+        if first & 15:
+            return
     elif excess > 1:
         del state.tools[:excess], sigs[:excess], state.call_ids[:excess], state.results[:excess]
         del state.unknowns[:excess], state.stamps[:excess]
         del latest.flags[:excess]
-        latest.first += excess
+        latest.first = first = latest.first + excess
     else:
         return
+    # Every 16 records dropped: housekeeping of the two structures that only grow otherwise.
     digests = latest.digests
-    if len(digests) > LATEST_HISTORY_SIZE:  # stale keys: dropped in a batch
-        first = latest.first
+    if len(digests) > LATEST_HISTORY_SIZE:  # stale keys (below first)
         latest.digests = {k: v for k, v in digests.items() if k >= first}
+    recent = latest.rereads.recent
+    if len(recent) > REREAD_MEMORY:  # the guard's observations beyond its last 16
+        del recent[:-REREAD_MEMORY]
 
 
 def record_outcome_latest(

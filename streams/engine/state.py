@@ -43,7 +43,6 @@ STATE_VERSION = 2
 
 REREAD_MEMORY = 16
 """Profile latest's guard: how many recent observations an arming takes as its baseline."""
-RECENT_LIMIT = REREAD_MEMORY + 16
 
 
 class CallRecord(msgspec.Struct, array_like=True, gc=False):
@@ -87,9 +86,9 @@ class CompactionRereads(msgspec.Struct, gc=False):
     """
 
     recent: list[str] = []
-    """Signatures of the guard's last observations, oldest first, armed or not: the last 16
-    count; older ones are dropped 8 at a time past RECENT_LIMIT (an append per outcome, a
-    short shift every 8th; dropping more at once would make the list shrink and regrow)."""
+    """Signatures of the guard's observations, oldest first, armed or not: the last 16 count.
+    An outcome only appends; the history cuts the list back to 16 every 16 records it drops
+    (history.append_latest), which bounds it (an outcome needs a record) at no cost per outcome."""
     baseline: tuple[str, ...] = ()
     """The last 16 of ``recent`` as they were when the guard was armed."""
     calls: int = 0
