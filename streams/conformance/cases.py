@@ -441,6 +441,7 @@ class GuardSession:
         self.settings = GuardSettings(enabled=enabled, window_size=window)
         self.window = GuardWindow()
         self.rereads = CompactionRereads()
+        self.recent: list[str] = []  # the observations (the engine keeps them in the history)
         self.logs: list[tuple[str, str]] = []
         self.last_abort = None
 
@@ -452,9 +453,12 @@ class GuardSession:
             return verdict
         # The engine keys observations by signature, which begins with the tool's name; the
         # cases give upstream's bare args hashes, so the tool is prefixed here.
+        key = f"{tool}:{args_hash}"
         verdict, error_line, info_line = guard_mod.observe_latest(
-            self.window, self.rereads, self.settings.enabled, tool, f"{tool}:{args_hash}", result_hash
+            self.window, self.rereads, self.settings.enabled, tool, key, result_hash
         )
+        if self.settings.enabled:
+            self.recent.append(key)
         if error_line:
             self.logs.append(("error", error_line))
         if info_line:
@@ -465,7 +469,7 @@ class GuardSession:
         op = step["op"]
         if op == "arm":
             if self.latest:
-                line = guard_mod.arm_latest(self.window, self.rereads, self.settings)
+                line = guard_mod.arm_latest(self.window, self.rereads, self.settings, self.recent[-16:])
             else:
                 line = guard_mod.arm(self.window, self.settings)
             if line:

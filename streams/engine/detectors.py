@@ -11,7 +11,12 @@ from __future__ import annotations
 import msgspec
 
 from .config import DetectorSettings
-from .state import AWAITING, MUTATION, NO_PROGRESS, NO_PROGRESS_PLAIN, TERMINAL_FAILURE, VETO, RunState
+from .state import AWAITING, MUTATION, NO_PROGRESS, NO_PROGRESS_PLAIN, OBSERVED, TERMINAL_FAILURE, VETO, RunState
+
+# A kind with the guard's OBSERVED flag (LatestState.observed): scans look for both forms.
+_OBSERVED_TERMINAL = TERMINAL_FAILURE | OBSERVED
+_OBSERVED_MUTATION = MUTATION | OBSERVED
+_OBSERVED_NO_PROGRESS = NO_PROGRESS_PLAIN | OBSERVED
 
 __all__ = ["ARGUMENT_CHURN", "Detection", "LatestDetection", "detect", "detect_latest", "ping_pong_key", "write_churn"]
 
@@ -361,7 +366,7 @@ def _terminal_streak(state: RunState, sig: str, kinds: bytearray, latest) -> tup
         result = results[i]
         if result is None:
             continue
-        if kind != TERMINAL_FAILURE:
+        if kind & 7 != TERMINAL_FAILURE:
             break
         if anchor is None:
             anchor, anchor_identity = result, latest.digest(i)  # (on exec records: failure identities)
@@ -421,7 +426,7 @@ def write_churn(state: RunState, sig: str, target: str, skip: int = -1) -> int:
     for i in range(len(sigs) - 1, -1, -1):
         if i == skip:
             continue
-        if tools[i] != "write" or kinds[i] != MUTATION or digest(i) != target:
+        if tools[i] != "write" or kinds[i] & 7 != MUTATION or digest(i) != target:
             break
         variant = sigs[i]
         if variant in variants:
@@ -431,8 +436,7 @@ def write_churn(state: RunState, sig: str, target: str, skip: int = -1) -> int:
     return 0 if sig in variants else len(variants)
 
 
-_MUTATION_BYTE = bytes((MUTATION,))
-_CHURN_NEWEST = frozenset((AWAITING, VETO, NO_PROGRESS_PLAIN, MUTATION))
+_CHURN_NEWEST = frozenset((AWAITING, VETO, NO_PROGRESS_PLAIN, _OBSERVED_NO_PROGRESS, MUTATION, _OBSERVED_MUTATION))
 """The newest record's kinds that let an argument-churn walk get anywhere (_may_churn)."""
 
 
@@ -445,11 +449,13 @@ def _may_churn(state: RunState, tool: str, occurrences: int, target: str | None)
     flags = state.latest.flags
     if not flags:
         return False
-    newest = flags[-1]
+    newest = flags[-1] & ~OBSERVED
     if (occurrences >= 3 and (newest == NO_PROGRESS_PLAIN or newest == AWAITING or newest == VETO)
-            and state.tools[-1] == tool and flags.count(NO_PROGRESS_PLAIN) >= LATEST_WARNING):
+            and state.tools[-1] == tool
+            and flags.count(NO_PROGRESS_PLAIN) + flags.count(_OBSERVED_NO_PROGRESS) >= LATEST_WARNING):
         return True
-    return target is not None and newest == MUTATION and flags.count(MUTATION) >= LATEST_WARNING
+    return (target is not None and newest == MUTATION
+            and flags.count(MUTATION) + flags.count(_OBSERVED_MUTATION) >= LATEST_WARNING)
 
 
 def _argument_churn(state: RunState, tool: str, sig: str, target: str | None, occurrences: int) -> LatestDetection | None:
@@ -491,16 +497,17 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
         # Nothing of this signature: only exec's terminal walk (which needs a terminal
         # failure in the history) and write churn (which needs the newest record to be a
         # write mutation) look further.
+        flags = state.latest.flags
         if target is None:
-            if tool != "exec" or TERMINAL_FAILURE not in state.latest.flags:
+            if tool != "exec" or (TERMINAL_FAILURE not in flags and _OBSERVED_TERMINAL not in flags):
                 return None
-        elif state.latest.flags[-1:] != _MUTATION_BYTE:
+        elif not flags or flags[-1] & 7 != MUTATION:
             return None
     latest = state.latest
     kinds = latest.flags
     is_exec = tool == "exec"
     streak, anchor = _signature_streak(state, sig, kinds, occurrences) if occurrences else (0, None)
-    if is_exec and TERMINAL_FAILURE in kinds:
+    if is_exec and (TERMINAL_FAILURE in kinds or _OBSERVED_TERMINAL in kinds):
         terminal, terminal_anchor = _terminal_streak(state, sig, kinds, latest)
         if terminal > streak:
             streak, anchor = terminal, terminal_anchor

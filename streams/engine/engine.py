@@ -37,6 +37,7 @@ from .state import (
     AWAITING,
     MUTATION,
     NO_PROGRESS,
+    OBSERVED,
     PLAIN,
     TERMINAL_FAILURE,
     VETO,
@@ -417,13 +418,20 @@ class _LatestEngine(LoopEngine):
         sig = event.args_hash
         call_id = event.tool_call_id
         sigs = state.sigs
+        observing = settings.guard.enabled  # the guard keeps every hashed outcome (history.observe)
         if sigs and latest.flags[-1] == AWAITING and sigs[-1] == sig and (not call_id or state.call_ids[-1] == call_id):
             # The usual case: the outcome of the call just recorded (record_outcome_latest's
-            # first branch, inlined as LoopEngine._completed inlines configurable-final's).
+            # first branch, inlined as LoopEngine._completed inlines configurable-final's),
+            # observed in the same store (history.observe's common case, inlined too).
             at = len(sigs) - 1
             state.results[at] = result_hash
             state.unknowns[at] = event.unknown_tool_name
-            latest.flags[at] = flags
+            if observing and latest.ring is None:
+                latest.flags[at] = flags | OBSERVED
+                latest.observed += 1
+                observing = False
+            else:
+                latest.flags[at] = flags
             if event.failure_identity_hash is not None:  # (exec; a pending record has none to clear)
                 latest.digests[latest.first + at] = event.failure_identity_hash
         else:
@@ -432,12 +440,9 @@ class _LatestEngine(LoopEngine):
                 event.failure_identity_hash, event.target_hash, event.ts_ms,
             )
         if state.guard.remaining > 0 or (flags == MUTATION and settings.detection.outcome_warnings):
-            return self._outcome_observed(state, event, settings, latest, at, result_hash)
-        if settings.guard.enabled:
-            # The guard is not armed: it only remembers the observation (guard.remember,
-            # inlined: this runs for every outcome), the history's interned signature rather
-            # than the event's own string.
-            latest.rereads.recent.append(state.sigs[at])
+            return self._outcome_observed(state, event, settings, latest, at, result_hash, observing)
+        if observing:
+            history.observe(state, latest, at)
         return Step(state, None, at, _DORMANT)
 
     def _veto(self, state: RunState, event: ToolCallCompleted) -> Step:
@@ -452,20 +457,24 @@ class _LatestEngine(LoopEngine):
                 event.target_hash, event.ts_ms,
             )
         else:  # the vetoed call itself was never recorded: with nothing pending, it is appended
-            history.append_latest(state, latest, event.tool_name, intern(event.args_hash), event.tool_call_id,
-                                  event.ts_ms, event.target_hash, None, None, VETO)
-            at = len(state.sigs) - 1
+            sigs, sig = state.sigs, event.args_hash
+            # A loop's signature is usually the newest one already (and interned).
+            sig = sigs[-1] if sigs and sigs[-1] == sig else intern(sig)
+            history.append_latest(state, latest, event.tool_name, sig, event.tool_call_id, event.ts_ms,
+                                  event.target_hash, None, None, VETO)
+            at = len(sigs) - 1
         return Step(state, None, at)
 
     def _outcome_observed(
-        self, state: RunState, event: ToolCallCompleted, settings: Settings, latest, at: int, result_hash: str
+        self, state: RunState, event: ToolCallCompleted, settings: Settings, latest, at: int, result_hash: str,
+        observing: bool,
     ) -> Step:
         """An outcome while the guard is armed, or a write mutation that may raise the
-        outcome-time churn warning."""
+        outcome-time churn warning (``observing``: the guard still has to keep it)."""
         tool, sig = event.tool_name, event.args_hash
         warning = decision = None
         logs: list[LogLine] = []
-        if latest.flags[at] == MUTATION and settings.detection.outcome_warnings:
+        if latest.flags[at] & 7 == MUTATION and settings.detection.outcome_warnings:
             warning = self._outcome_churn_warning(state, latest, at)
         if warning is not None:
             decision = _decision(event, "warn", warning, True, True)
@@ -474,6 +483,8 @@ class _LatestEngine(LoopEngine):
         verdict, error_line, info_line = guard_mod.observe_latest(
             state.guard, latest.rereads, settings.guard.enabled, tool, sig, result_hash
         )
+        if observing:
+            history.observe(state, latest, at)
         abort = None
         if info_line is not None:
             logs.append(LogLine("info", guard_mod.SUBSYSTEM, info_line))
@@ -488,7 +499,8 @@ class _LatestEngine(LoopEngine):
         settings = self.settings_for(event.agent_id)
         if not settings.latest:
             return LoopEngine._compaction(self, state, event)
-        line = guard_mod.arm_latest(state.guard, history.latest_columns(state, self).rereads, settings.guard)
+        latest = history.latest_columns(state, self)
+        line = guard_mod.arm_latest(state.guard, latest.rereads, settings.guard, latest.recent_observations(state.sigs))
         logs = (LogLine("info", guard_mod.SUBSYSTEM, line),) if line else ()
         return Step(state=state, built_logs=logs)
 
@@ -518,6 +530,7 @@ def _end_run(state: RunState, detector: str) -> None:
     state.critical_blocks = 0
     if state.latest is not None:
         state.latest.rereads = CompactionRereads()
+        state.latest.forget_observations()
 
 
 _OUTCOME_KINDS = {TERMINAL_EXEC_FAILURE: TERMINAL_FAILURE, WRITE_MUTATION: MUTATION}

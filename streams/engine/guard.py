@@ -73,34 +73,30 @@ def observe(
     return GuardVerdict(False, armed, guard.remaining), None
 
 
-def arm_latest(guard: GuardWindow, rereads: CompactionRereads, settings: GuardSettings) -> str | None:
-    """``arm``, and snapshot the recent observations as the window's baseline."""
+def arm_latest(
+    guard: GuardWindow, rereads: CompactionRereads, settings: GuardSettings, recent: list[str]
+) -> str | None:
+    """``arm``, and take ``recent`` (the signatures of the last 16 observations, oldest
+    first) as the window's baseline."""
     line = arm(guard, settings)
     if settings.enabled:
-        observed = rereads.observed()
-        if observed:
-            rereads.baseline = tuple(observed)
+        if recent:
+            rereads.baseline = tuple(recent)
         rereads.calls = rereads.repeats = 0
         rereads.repeat_tools = ()
     return line
-
-
-def remember(rereads: CompactionRereads, args_hash: str) -> None:
-    """Keep an observation (armed or not): a later arm takes the last 16 as its baseline.
-    (The engine inlines this for an unarmed guard; the history cuts the list back.)"""
-    rereads.recent.append(args_hash)
 
 
 def observe_latest(
     guard: GuardWindow, rereads: CompactionRereads, enabled: bool, tool: str, args_hash: str, result_hash: str
 ) -> tuple[GuardVerdict, str | None, str | None]:
     """``observe``, and the re-read instrumentation: the verdict, the error line on abort
-    and the info line when this observation closes the window without an abort."""
+    and the info line when this observation closes the window without an abort.  (The
+    caller keeps the observation for later arms.)"""
     if not enabled:
         return DORMANT, None, None
     armed = guard.remaining > 0
     verdict, error_line = observe(guard, True, tool, args_hash, result_hash) if armed else (DORMANT, None)
-    remember(rereads, args_hash)
     if not armed:
         return verdict, None, None
     rereads.calls += 1

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from sys import intern
 from typing import Iterable
 
-from .state import AWAITING, PLAIN, REREAD_MEMORY, CallRecord, LatestState, RunState
+from .state import AWAITING, OBSERVED, PLAIN, REREAD_MEMORY, CallRecord, LatestState, RunState
 
 __all__ = [
     "LATEST_HISTORY_SIZE",
@@ -14,6 +14,7 @@ __all__ = [
     "latest_columns",
     "record_call",
     "append_latest",
+    "observe",
     "record_outcome",
     "record_outcome_latest",
     "tool_call_stats",
@@ -114,6 +115,7 @@ def latest_columns(state: RunState, checker: object = None) -> LatestState:
             latest = state.latest = LatestState(flags)
         else:
             latest.flags, latest.digests = flags, {}
+            latest.forget_observations()
     latest.checked_by = checker
     return latest
 
@@ -145,25 +147,57 @@ def append_latest(
         latest.digests[latest.first + len(sigs) - 1] = target if failure_id is None else failure_id
     excess = len(sigs) - LATEST_HISTORY_SIZE
     if excess == 1:  # a full history: drop the oldest
+        if latest.flags[0] & OBSERVED:
+            latest.observed = observed = latest.observed - 1
+            if observed < REREAD_MEMORY:
+                _keep_dropped(latest, sigs[0])
         del state.tools[0], sigs[0], state.call_ids[0], state.results[0], state.unknowns[0], state.stamps[0]
         del latest.flags[0]
         latest.first = first = latest.first + 1
         if first & 15:
             return
     elif excess > 1:
+        for i in range(excess):
+            if latest.flags[i] & OBSERVED:
+                latest.observed -= 1
+                if latest.observed < REREAD_MEMORY:
+                    _keep_dropped(latest, sigs[i])
         del state.tools[:excess], sigs[:excess], state.call_ids[:excess], state.results[:excess]
         del state.unknowns[:excess], state.stamps[:excess]
         del latest.flags[:excess]
         latest.first = first = latest.first + excess
     else:
         return
-    # Every 16 records dropped: housekeeping of the two structures that only grow otherwise.
+    # Every 16 records dropped: housekeeping of the structures that only grow otherwise.
     digests = latest.digests
     if len(digests) > LATEST_HISTORY_SIZE:  # stale keys (below first)
         latest.digests = {k: v for k, v in digests.items() if k >= first}
-    recent = latest.rereads.recent
-    if len(recent) > REREAD_MEMORY:  # the guard's observations beyond its last 16
-        del recent[:-REREAD_MEMORY]
+    ring = latest.ring
+    if ring is not None and len(ring) > REREAD_MEMORY:  # observations beyond the last 16
+        del ring[:-REREAD_MEMORY]
+
+
+def _keep_dropped(latest: LatestState, sig: str) -> None:
+    """An observed record leaves the history while fewer than 16 observed ones remain: it
+    stays among the guard's last 16 observations."""
+    if latest.ring is None:
+        dropped = latest.dropped
+        dropped.append(sig)
+        if len(dropped) > REREAD_MEMORY:
+            del dropped[0]
+
+
+def observe(state: RunState, latest: LatestState, at: int) -> None:
+    """The post-compaction guard observed record ``at``'s outcome (LatestState.observed)."""
+    flags = latest.flags
+    if latest.ring is None:
+        if at == len(flags) - 1 or not any(f & OBSERVED for f in flags[at + 1:]):
+            flags[at] |= OBSERVED
+            latest.observed += 1
+            return
+        # A newer record was observed first: record order is no longer observation order.
+        latest.ring = latest.recent_observations(state.sigs)
+    latest.ring.append(state.sigs[at])
 
 
 def record_outcome_latest(

@@ -24,6 +24,7 @@ __all__ = [
     "MUTATION",
     "NO_PROGRESS",
     "NO_PROGRESS_PLAIN",
+    "OBSERVED",
     "OUTCOME_KIND_NAMES",
     "PLAIN",
     "REREAD_MEMORY",
@@ -85,12 +86,9 @@ class CompactionRereads(msgspec.Struct, gc=False):
     (``schemas.events.check_event``), so it identifies upstream's (tool, args hash) pair.
     """
 
-    recent: list[str] = []
-    """Signatures of the guard's observations, oldest first, armed or not: the last 16 count.
-    An outcome only appends; the history cuts the list back to 16 every 16 records it drops
-    (history.append_latest), which bounds it (an outcome needs a record) at no cost per outcome."""
     baseline: tuple[str, ...] = ()
-    """The last 16 of ``recent`` as they were when the guard was armed."""
+    """The signatures of the guard's last 16 observations when it was armed (where the
+    observations are kept: ``LatestState.recent_observations``)."""
     calls: int = 0
     """Observations in the open window."""
     repeats: int = 0
@@ -98,10 +96,6 @@ class CompactionRereads(msgspec.Struct, gc=False):
     repeat_tools: tuple[str, ...] = ()
     """Their tools, sorted, each once.  (Tuples: most runs never arm, and an empty tuple is
     shared where an empty list would be one more object per run.)"""
-
-    def observed(self) -> list[str]:
-        """The last 16 observations, oldest first."""
-        return self.recent[-REREAD_MEMORY:]
 
 
 # A record's outcome under profile latest, as held in ``LatestState.flags``: one byte per
@@ -122,6 +116,9 @@ NO_PROGRESS = 8
 """Added to PLAIN for a record upstream flags ``noProgress`` (errors, writes that changed
 nothing; no other kind ever has it)."""
 NO_PROGRESS_PLAIN = PLAIN | NO_PROGRESS
+OBSERVED = 16
+"""Added to a record whose outcome the post-compaction guard observed (only records with a
+result hash: PLAIN, NO_PROGRESS_PLAIN, TERMINAL_FAILURE, MUTATION)."""
 OUTCOME_KIND_NAMES = (None, None, TOOL_LOOP_VETO, TERMINAL_EXEC_FAILURE, WRITE_MUTATION)
 """Upstream's ``outcomeKind`` of each code."""
 
@@ -140,6 +137,21 @@ class LatestState(msgspec.Struct, gc=False):
     only, schemas.events.check_event.)  Keys below ``first`` are stale, dropped in batches."""
     first: int = 0
     """The serial number of the oldest record in the history."""
+    # The guard's recent observations (an arming takes the last 16 as its baseline) are kept
+    # in the history itself, as OBSERVED flags: an outcome then costs a bit in a byte already
+    # at hand, not a list of its own (whose cold lines cost ~5 % of a healthy run's time).
+    # In observation order = record order, the history's observed records are the newest
+    # observations; those it drops are kept in ``dropped`` only while fewer than 16 observed
+    # records remain.  An observation out of record order (a parallel call completing late,
+    # when a newer record is already observed) switches the run to an explicit ``ring``.
+    observed: int = 0
+    """Records of the history with the OBSERVED flag."""
+    dropped: list[str] = []
+    """Signatures of observed records the history dropped while fewer than 16 observed
+    records remained, oldest first, at most 16."""
+    ring: list[str] | None = None
+    """Every observation's signature, oldest first (the last 16 count), once observations
+    came out of record order; None while the flags tell."""
     rereads: CompactionRereads = msgspec.field(default_factory=CompactionRereads)
     checked_by: object = None
     """The engine that last found these columns aligned with the history (never stored):
@@ -153,6 +165,20 @@ class LatestState(msgspec.Struct, gc=False):
         """Every record's digest (None: none), oldest first."""
         get, first = self.digests.get, self.first
         return [get(first + i) for i in range(len(self.flags))]
+
+    def recent_observations(self, sigs: list[str]) -> list[str]:
+        """The signatures of the guard's last 16 observations, oldest first."""
+        if self.ring is not None:
+            return self.ring[-REREAD_MEMORY:]
+        flags = self.flags
+        return (self.dropped + [sig for sig, f in zip(sigs, flags) if f & OBSERVED])[-REREAD_MEMORY:]
+
+    def forget_observations(self) -> None:
+        """A fresh guard (after an abort) has observed nothing yet."""
+        self.flags = bytearray(f & ~OBSERVED for f in self.flags)
+        self.observed = 0
+        self.dropped = []
+        self.ring = None
 
 
 # gc=False: a state holds lists of strings and a dict of ints, never a cycle; keeping tens
@@ -217,9 +243,9 @@ def copy_state(state: RunState) -> RunState:
     if latest is not None:
         rereads = latest.rereads
         copy.latest = LatestState(
-            latest.flags.copy(), latest.digests.copy(), latest.first,
-            CompactionRereads(rereads.recent.copy(), rereads.baseline, rereads.calls, rereads.repeats,
-                              rereads.repeat_tools),
+            latest.flags.copy(), latest.digests.copy(), latest.first, latest.observed, latest.dropped.copy(),
+            None if latest.ring is None else latest.ring.copy(),
+            CompactionRereads(rereads.baseline, rereads.calls, rereads.repeats, rereads.repeat_tools),
         )
     return copy
 
@@ -233,14 +259,15 @@ class _StoredLatest(msgspec.Struct, array_like=True, omit_defaults=True):
     """``LatestState``, compactly: empty columns stand for "all absent"."""
 
     flags: bytes = b""
-    """``LatestState.flags``; empty when every record is AWAITING or PLAIN (told apart by
-    the result)."""
+    """``LatestState.flags``; empty when every record is AWAITING or PLAIN, unobserved
+    (told apart by the result)."""
     digest_idx: list[int] = []
     """Per ``write`` or ``exec`` record (no other has a digest): index in digest_table, -1
     for none; empty when none has one."""
     digest_table: list[bytes] = []
     """Each distinct target and failure identity once, 32 raw bytes (b"" when verbatim)."""
-    recent: list[int] = []
+    dropped: list[int] = []
+    ring: list[int] | None = None
     baseline: list[int] = []
     """Indices in the state's signature table."""
     calls: int = 0
@@ -418,7 +445,10 @@ def _encode_latest(
         digest_idx=digest_idx,
         digest_table=digest_table,
         # Signatures the history no longer holds join the table (stored verbatim).
-        recent=[sig_index.setdefault(sig, len(sig_index)) for sig in rereads.observed()],
+        dropped=[sig_index.setdefault(sig, len(sig_index)) for sig in latest.dropped],
+        ring=None if latest.ring is None else [
+            sig_index.setdefault(sig, len(sig_index)) for sig in latest.ring[-REREAD_MEMORY:]
+        ],
         baseline=[sig_index.setdefault(sig, len(sig_index)) for sig in rereads.baseline],
         calls=rereads.calls,
         repeats=rereads.repeats,
@@ -443,12 +473,15 @@ def _decode_latest(
     stored: _StoredLatest, tools: list[str], results: list[str | None], sig_strings: list[str], verbatim: dict[str, str]
 ) -> LatestState:
     table = [intern(verbatim.get(f"d{i}") or packed.hex()) for i, packed in enumerate(stored.digest_table)]
+    flags = bytearray(stored.flags or bytes(AWAITING if r is None else PLAIN for r in results))
     return LatestState(
-        flags=bytearray(stored.flags or bytes(AWAITING if r is None else PLAIN for r in results)),
+        flags=flags,
         digests=_decode_digests(stored.digest_idx, tools, table, verbatim),
+        observed=sum(1 for f in flags if f & OBSERVED),
+        dropped=[sig_strings[i] for i in stored.dropped],
+        ring=None if stored.ring is None else [sig_strings[i] for i in stored.ring],
         rereads=CompactionRereads(
-            [sig_strings[i] for i in stored.recent], tuple(sig_strings[i] for i in stored.baseline), stored.calls,
-            stored.repeats, tuple(stored.repeat_tools),
+            tuple(sig_strings[i] for i in stored.baseline), stored.calls, stored.repeats, tuple(stored.repeat_tools)
         ),
     )
 
