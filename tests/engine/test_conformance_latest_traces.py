@@ -73,8 +73,9 @@ def test_configurable_final_fails_the_latest_traces():
 
 
 def test_every_latest_state_survives_the_state_codec():
-    """The stored form of a latest run (flags, digests, the guard's observations) decodes to
-    the same records and instrumentation, after every step of the first 150 sessions."""
+    """The stored form of a latest run (flags, digests, the guard's observations in all their
+    forms) decodes to the same records and instrumentation, after every step of the first
+    150 sessions."""
     checked = 0
     for n, session in enumerate(open_jsonl(LATEST / "sessions.jsonl.gz")):
         if n == 150:
@@ -87,10 +88,38 @@ def test_every_latest_state_survives_the_state_codec():
                     continue
                 back = decode_state(encode_state(state))
                 assert back.records() == state.records()
-                got, want = back.latest.rereads, state.latest.rereads
-                assert (got.observed(), got.baseline, got.calls, got.repeats, got.repeat_tools) == (
-                    want.observed(), want.baseline, want.calls, want.repeats, want.repeat_tools
-                )
+                got, want = back.latest, state.latest
+                assert got.recent_observations(back.sigs) == want.recent_observations(state.sigs)
+                assert (got.observed, got.dropped) == (want.observed, want.dropped)
+                assert (got.ring is None) == (want.ring is None)  # (only the last 16 are kept)
+                assert got.rereads == want.rereads
                 assert back.guard == state.guard and back.warning_buckets == state.warning_buckets
                 checked += 1
     assert checked > 15_000
+
+
+def test_every_arming_takes_the_last_16_observations():
+    """The engine keeps the guard's observations as flags in the history (with the dropped
+    ones aside, or an explicit list once they come out of order); every arming of the traces
+    must take as baseline exactly the last 16 outcomes the guard observed, which a plain list
+    kept alongside knows."""
+    sessions, by_session = _traces()
+    arms = 0
+    for sid, session in sessions.items():
+        driver = SessionDriver(session, "latest")
+        steps = session["steps"]
+        observed: list[str] = []
+        for out in driver.run():
+            run = driver.runs[0]
+            guard_on = driver.engine.settings_for(run.agent_id).guard.enabled
+            if out.get("succ"):
+                observed = []  # a successor run: a fresh guard
+            op = steps[out["i"]]["op"]
+            if op in ("call", "end") and "g" in out and guard_on:
+                observed.append(out["rec"][0])
+                if out["g"][0]:
+                    observed = []  # the abort ends the guard's run
+            if op == "arm" and guard_on and observed:
+                arms += 1
+                assert run.state.latest.rereads.baseline == tuple(observed[-16:]), (sid, out["i"])
+    assert arms > 200
