@@ -61,19 +61,23 @@ def build_trace(runs: int, calls_per_run: int, seed: int) -> tuple[list, dict[st
     return fleet_trace(runs, calls_per_run, seed=seed, engine=LoopEngine(CONFIG))
 
 
-def timed_pass(events: list, keys: list, profile: str) -> tuple[float, dict]:
-    """One pass of one profile over the whole trace: wall seconds, and the final states."""
-    engine = LoopEngine(config_for(profile))
-    states: dict = {}
-    handle = engine.handle
+def feed(handle, states: dict, keys: list, events: list) -> None:
+    """Events through an engine's ``handle``, each run's state kept in ``states`` (the timed loop)."""
     get = states.get
-    start = time.perf_counter()
     for key, event in zip(keys, events):
         step = handle(get(key), event, validated=True)
         if step.state is None:
             states.pop(key, None)
         else:
             states[key] = step.state
+
+
+def timed_pass(events: list, keys: list, profile: str) -> tuple[float, dict]:
+    """One pass of one profile over the whole trace: wall seconds, and the final states."""
+    states: dict = {}
+    handle = LoopEngine(config_for(profile)).handle
+    start = time.perf_counter()
+    feed(handle, states, keys, events)
     return time.perf_counter() - start, states
 
 
@@ -88,15 +92,8 @@ def interleaved_pass(events: list, keys: list, chunk: int, first: int) -> tuple[
         part_keys, part_events = keys[start:start + chunk], events[start:start + chunk]
         order = PROFILES if (n + first) % 2 == 0 else PROFILES[::-1]
         for profile in order:
-            handle, run_states = handles[profile], states[profile]
-            get = run_states.get
             began = clock()
-            for key, event in zip(part_keys, part_events):
-                step = handle(get(key), event, validated=True)
-                if step.state is None:
-                    run_states.pop(key, None)
-                else:
-                    run_states[key] = step.state
+            feed(handles[profile], states[profile], part_keys, part_events)
             cpu[profile] += clock() - began
     return cpu, states
 

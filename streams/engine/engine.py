@@ -263,6 +263,10 @@ class LoopEngine:
             history.record_call(state, event.tool_name, sig, event.tool_call_id, event.ts_ms, cfg.history_size)
         if detection is None:
             return Step(state, event)
+        return self._warning(state, event, settings, detection)
+
+    def _warning(self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Detection) -> Step:
+        """A warning for a call that runs: emitted or hidden by the bucket rule."""
         emitted = self._warning_bucket(state, detection)
         return Step(
             state=state, request=event, detection=detection, built_logs=None,
@@ -384,12 +388,7 @@ class _LatestEngine(LoopEngine):
             history.append_latest(state, latest, tool, sig, event.tool_call_id, event.ts_ms, event.target_hash)
         if detection is None:
             return Step(state, event)
-        emitted = self._warning_bucket(state, detection)
-        return Step(
-            state=state, request=event, detection=detection, built_logs=None,
-            action="warn" if emitted else "allow", emitted=emitted,
-            notify=emitted and settings.surface_warnings,
-        )
+        return self._warning(state, event, settings, detection)
 
     def _completed(self, state: RunState, event: ToolCallCompleted) -> Step:
         """Outcome kinds, no-progress flags and write targets on the record, loop vetoes as
