@@ -2,7 +2,8 @@
 
 ``LoopEngine.handle(state, event)`` is the only entry point.  It reproduces upstream's
 before-tool-call wrapper (spec §3) around the detectors, history and post-compaction
-guard, on one run's ``RunState``.  No Kafka, clock or logging happens here: the Faust app,
+guard, on one run's ``RunState``, in the profile its agent's config names: profile latest
+(openclaw-latest.md §6) lives in ``_LatestEngine``, the engine of a config that uses it.  No Kafka, clock or logging happens here: the Faust app,
 ``loopwatch replay``, the conformance runners and the benchmarks all drive this object.
 
 An event the engine rejects raises ``InvalidEvent`` before any state is touched.

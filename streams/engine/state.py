@@ -124,8 +124,10 @@ OUTCOME_KIND_NAMES = (None, None, TOOL_LOOP_VETO, TERMINAL_EXEC_FAILURE, WRITE_M
 
 
 class LatestState(msgspec.Struct, gc=False):
-    """What profile latest keeps beyond configurable-final: four history columns aligned
-    with ``RunState``'s, and the guard's re-read instrumentation."""
+    """What profile latest keeps beyond configurable-final: the four record fields of
+    openclaw-latest.md §3 (kind, no-progress and the guard's observed mark in one byte per
+    record, aligned with ``RunState``'s columns; targets and failure identities by record
+    serial number), and the guard's re-read instrumentation."""
 
     flags: bytearray = msgspec.field(default_factory=bytearray)
     """Each record's outcome: AWAITING, PLAIN (| NO_PROGRESS), VETO, TERMINAL_FAILURE or MUTATION."""
