@@ -8,8 +8,8 @@ LOOPWATCH := $(VENV)/bin/loopwatch
 CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
 
-.PHONY: install ops-tools test test-unit test-traces test-kafka kafka kafka-secure kafka-stop kafka-status run \
-        bench-core bench schemas conformance clean ts-client
+.PHONY: install ops-tools test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
+        kafka-status run bench-core bench schemas conformance clean ts-client
 
 install: $(STAMP)
 
@@ -56,6 +56,11 @@ test-unit: install ops-tools ts-client
 test-traces: install
 	$(LOOPWATCH) conformance --traces $(CONFORMANCE)/traces/one-run-sessions.jsonl.gz \
 	    --expected $(CONFORMANCE)/traces/expected.jsonl.gz
+
+# The same for profile latest (issue 14), on the repository's own copy of the traces.
+test-traces-latest: install
+	$(LOOPWATCH) conformance --profile latest --traces tests/data/conformance/latest/sessions.jsonl.gz \
+	    --expected tests/data/conformance/latest/expected.jsonl.gz
 
 conformance: install
 	$(LOOPWATCH) conformance $(CONFORMANCE)/openclaw-cases.json

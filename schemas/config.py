@@ -6,6 +6,10 @@ applies upstream's strict schema rules with its exact ordering messages (spec §
 Runtime resolution (defaults, ``posInt`` fallback, clamping, per-agent merge) lives in
 ``streams.engine.config`` and deliberately tolerates values this validator rejects, as
 upstream's runtime does.
+
+Under ``loopwatch.profile: latest`` upstream reads only ``enabled``: a block that only
+latest agents use may still carry the retired numeric keys, which are ignored; ``warnings``
+names them (``loopwatch config check`` prints it).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -37,6 +41,11 @@ MAX_CONFIG_BYTES = 1024 * 1024
 PositiveInt = Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT_SETTING)]
 HistorySize = Annotated[int, msgspec.Meta(gt=0, le=MAX_HISTORY_SIZE)]
 AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_AGENT_ID_LENGTH)]
+Profile = Literal["configurable-final", "latest"]
+CONFIGURABLE_FINAL = "configurable-final"
+LATEST = "latest"
+PROFILES = (CONFIGURABLE_FINAL, LATEST)
+"""``loopwatch.profile`` values; the first is the default."""
 
 
 class DetectorToggles(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -50,7 +59,8 @@ class PostCompactionGuardConfig(msgspec.Struct, forbid_unknown_fields=True, omit
 
 
 class LoopDetectionConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """``tools.loopDetection`` (profile configurable-final)."""
+    """``tools.loopDetection``.  Profile latest reads only ``enabled`` (the other keys are
+    retired there, and ignored)."""
 
     enabled: bool | None = None
     historySize: HistorySize | None = None
@@ -65,6 +75,10 @@ class LoopDetectionConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defau
 class LoopwatchOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """Behaviour beyond upstream; every option is off by default (upstream behaviour)."""
 
+    profile: Profile | None = None
+    """Which upstream loopwatch reproduces: ``configurable-final`` (the default: OpenClaw
+    mid 2026, numeric tuning) or ``latest`` (OpenClaw 2a627431: fixed thresholds, veto
+    records, terminal exec failures, argument churn, untrusted-content ids canonicalised)."""
     abortAfterCriticalBlocks: PositiveInt | None = None
     """End the run (a ``critical_block_limit`` abort) after this many critical blocks.
     Upstream blocks single calls and lets the run continue for ever (#106231, #119719)."""
@@ -209,11 +223,33 @@ def validate_loop_detection(block: Any, path: str = "tools.loopDetection") -> li
     return issues
 
 
+def validate_loop_detection_latest(block: Any, path: str = "tools.loopDetection") -> tuple[list[ConfigIssue], list[ConfigIssue]]:
+    """A block only profile latest reads: (errors, warnings).  ``enabled`` must be a
+    boolean and unknown keys are errors as before; the retired keys are warnings."""
+    if not isinstance(block, dict):
+        return [ConfigIssue(path, f"Invalid input: expected object, received {_type_name(block)}", "invalid_type")], []
+    issues: list[ConfigIssue] = []
+    _check_strict(block, _BLOCK_KEYS, path, issues)
+    if "enabled" in block and not isinstance(block["enabled"], bool):
+        issues.append(ConfigIssue(f"{path}.enabled", f"Invalid input: expected boolean, received {_type_name(block['enabled'])}", "invalid_type"))
+    warnings = [
+        ConfigIssue(f"{path}.{key}", "retired under profile latest (upstream's values are fixed); ignored", "retired_key")
+        for key in block
+        if key in _BLOCK_KEYS and key != "enabled"
+    ]
+    return issues, warnings
+
+
 def _validate_options(options: Any, path: str, issues: list[ConfigIssue]) -> None:
     if not isinstance(options, dict):
         issues.append(ConfigIssue(path, f"Invalid input: expected object, received {_type_name(options)}", "invalid_type"))
         return
-    _check_strict(options, ("abortAfterCriticalBlocks", "surfaceWarnings"), path, issues)
+    _check_strict(options, ("profile", "abortAfterCriticalBlocks", "surfaceWarnings"), path, issues)
+    profile = options.get("profile")
+    if profile is not None and profile not in PROFILES:
+        issues.append(ConfigIssue(
+            f"{path}.profile", f"Invalid option: expected one of {' | '.join(repr(p) for p in PROFILES)}", "invalid_value"
+        ))
     limit = options.get("abortAfterCriticalBlocks")
     if limit is not None:
         _check_positive_int(limit, f"{path}.abortAfterCriticalBlocks", issues)
@@ -222,28 +258,65 @@ def _validate_options(options: Any, path: str, issues: list[ConfigIssue]) -> Non
         issues.append(ConfigIssue(f"{path}.surfaceWarnings", f"Invalid input: expected boolean, received {_type_name(warn)}", "invalid_type"))
 
 
+def _profile_of(options: Any, default: str) -> str:
+    profile = options.get("profile") if isinstance(options, dict) else None
+    return profile if profile in PROFILES else default
+
+
 def validate(root: Any) -> list[ConfigIssue]:
     """Validate a whole config root; an empty list means valid.
 
     Keys of an OpenClaw config that loopwatch does not read are ignored; inside
     ``tools.loopDetection`` and ``loopwatch`` unknown keys are errors.
     """
+    return check(root)[0]
+
+
+def warnings(root: Any) -> list[ConfigIssue]:
+    """What a valid config carries in vain: the retired keys of blocks only profile latest reads."""
+    return check(root)[1]
+
+
+def _check_block(block: Any, path: str, latest_only: bool, issues: list[ConfigIssue], notes: list[ConfigIssue]) -> None:
+    if latest_only:
+        errors, found = validate_loop_detection_latest(block, path)
+        issues += errors
+        notes += found
+    else:
+        issues += validate_loop_detection(block, path)
+
+
+def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
+    """(errors, warnings) of a whole config root.
+
+    A ``tools.loopDetection`` block is checked strictly (upstream's schema) when a
+    configurable-final agent reads it, and with only ``enabled`` live when only latest
+    agents do: the global block is read by every agent, an agent's block by that agent.
+    """
     if root is None:
-        return []
+        return [], []
     if not isinstance(root, dict):
-        return [ConfigIssue("(root)", f"Invalid input: expected object, received {_type_name(root)}", "invalid_type")]
+        return [ConfigIssue("(root)", f"Invalid input: expected object, received {_type_name(root)}", "invalid_type")], []
     issues: list[ConfigIssue] = []
+    notes: list[ConfigIssue] = []
+    root_profile = _profile_of(root.get("loopwatch"), CONFIGURABLE_FINAL)
+    agents = root.get("agents")
+    entries = agents.get("list") if isinstance(agents, dict) else None
+    agent_profiles = [
+        _profile_of(entry.get("loopwatch"), root_profile)
+        for entry in (entries if isinstance(entries, list) else [])
+        if isinstance(entry, dict)
+    ]
+    global_latest_only = root_profile == LATEST and CONFIGURABLE_FINAL not in agent_profiles
     tools = root.get("tools")
     if tools is not None:
         if not isinstance(tools, dict):
             issues.append(ConfigIssue("tools", f"Invalid input: expected object, received {_type_name(tools)}", "invalid_type"))
         elif "loopDetection" in tools:
-            issues += validate_loop_detection(tools["loopDetection"])
+            _check_block(tools["loopDetection"], "tools.loopDetection", global_latest_only, issues, notes)
     if "loopwatch" in root:
         _validate_options(root["loopwatch"], "loopwatch", issues)
-    agents = root.get("agents")
     if agents is not None:
-        entries = agents.get("list") if isinstance(agents, dict) else None
         if not isinstance(agents, dict) or not isinstance(entries, (list, type(None))):
             issues.append(ConfigIssue("agents.list", "Invalid input: expected array", "invalid_type"))
             entries = None
@@ -269,10 +342,11 @@ def validate(root: Any) -> list[ConfigIssue]:
                 seen.add(agent_id)
             agent_tools = entry.get("tools")
             if isinstance(agent_tools, dict) and "loopDetection" in agent_tools:
-                issues += validate_loop_detection(agent_tools["loopDetection"], f"{where}.tools.loopDetection")
+                latest_only = _profile_of(entry.get("loopwatch"), root_profile) == LATEST
+                _check_block(agent_tools["loopDetection"], f"{where}.tools.loopDetection", latest_only, issues, notes)
             if "loopwatch" in entry:
                 _validate_options(entry["loopwatch"], f"{where}.loopwatch", issues)
-    return issues
+    return issues, notes
 
 
 class ConfigError(ValueError):

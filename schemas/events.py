@@ -8,7 +8,7 @@ Events carry hashes, never raw arguments or results: the runner hashes at the ed
 from __future__ import annotations
 
 import re
-from typing import Annotated, Union
+from typing import Annotated, Literal, Union
 
 import msgspec
 
@@ -50,6 +50,10 @@ ResultHash = Annotated[
 TimestampMs = Annotated[
     int, msgspec.Meta(ge=0, le=MAX_SAFE_INT, description="event time, epoch milliseconds (at most 2^53 - 1)")
 ]
+Digest = Annotated[
+    str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$", max_length=HASH_LENGTH, description="64 lowercase hex (SHA-256)")
+]
+OutcomeKind = Literal["terminal-exec-failure", "write-mutation"]
 
 
 # gc=False: events hold only scalars, so they can never be part of a reference cycle.
@@ -73,6 +77,9 @@ class ToolCallRequested(_Event, tag="tool_call.requested", kw_only=True):
     """``command_status``, or ``process`` with action poll/log (hashing.is_known_poll)."""
     gate: bool = False
     """The runner waits for a decision before executing; one is published even for allow."""
+    target_hash: Digest | None = None
+    """Tool ``write`` only: SHA-256 of ``{"path": <path>}`` (hashing.write_target_hash).
+    Read by profile latest (argument churn on one target); optional."""
 
 
 class ToolCallCompleted(_Event, tag="tool_call.completed", kw_only=True):
@@ -87,6 +94,21 @@ class ToolCallCompleted(_Event, tag="tool_call.completed", kw_only=True):
     unknown_tool_name: ToolName | None = None
     loop_veto: bool = False
     """The result was loopwatch's/the loop detector's own block (never hashed)."""
+    # Profile latest's outcome fields (openclaw-latest.md §4), all optional: a runner sets
+    # them whatever profile judges it (streams.edge does), and configurable-final ignores them.
+    normalized_result_hash: ResultHash | None = None
+    """The result hash under profile latest when it differs from ``result_hash``: untrusted-
+    content envelope ids canonicalised, or a ``write`` that changed nothing."""
+    outcome_kind: OutcomeKind | None = None
+    """``terminal-exec-failure`` (an exec that ran and failed) or ``write-mutation`` (a
+    ``write`` that changed its target)."""
+    failure_identity_hash: Digest | None = None
+    """Terminal exec failures only: a hash of the failure with timestamps, durations, pids
+    and attempt counters masked, so drifting output of one failure matches."""
+    no_progress: bool = False
+    """The outcome made no progress: an error, or a ``write`` that changed nothing."""
+    target_hash: Digest | None = None
+    """As on the requested event (tool ``write``)."""
 
 
 class CompactionRetried(_Event, tag="compaction.retried", kw_only=True):
@@ -201,8 +223,28 @@ def check_event(event: ToolCallEvent) -> None:
                 "invalid_event",
                 f"args_hash must be '<tool_name>:<64 lowercase hex>' for tool {event.tool_name!r} - at `$.args_hash`",
             )
+        if event.target_hash is not None and tool != "write":
+            raise InvalidEvent("invalid_event", "target_hash is for tool 'write' only - at `$.target_hash`")
     if not (event.run_id or event.session_key or event.session_id):
         raise InvalidEvent("missing_key", "one of run_id, session_key or session_id is required - at `$.run_id`")
+    if type(event) is ToolCallCompleted and (event.outcome_kind or event.failure_identity_hash or event.normalized_result_hash):
+        _check_latest_outcome(event)
+
+
+def _check_latest_outcome(event: ToolCallCompleted) -> None:
+    if event.result_hash is None:
+        field = "outcome_kind" if event.outcome_kind else "normalized_result_hash" if event.normalized_result_hash else "failure_identity_hash"
+        raise InvalidEvent("invalid_event", f"{field} needs a result_hash - at `$.{field}`")
+    if event.failure_identity_hash is not None and event.outcome_kind != "terminal-exec-failure":
+        raise InvalidEvent(
+            "invalid_event", "failure_identity_hash needs outcome_kind 'terminal-exec-failure' - at `$.failure_identity_hash`"
+        )
+    owner = _OUTCOME_KIND_TOOL.get(event.outcome_kind)
+    if owner is not None and event.tool_name != owner:
+        raise InvalidEvent("invalid_event", f"outcome_kind {event.outcome_kind!r} is for tool {owner!r} only - at `$.outcome_kind`")
+
+
+_OUTCOME_KIND_TOOL = {"terminal-exec-failure": "exec", "write-mutation": "write"}
 
 
 def encode_event(event: ToolCallEvent) -> bytes:

@@ -14,6 +14,7 @@ from .events import MAX_ID_LENGTH, MAX_SAFE_INT, MAX_TOOL_NAME_LENGTH, ArgsHash,
 
 Action = Literal["allow", "warn", "block"]
 Level = Literal["warning", "critical"]
+LivenessSignal = Literal["argument_churn"]
 
 # Bounds.  Every value a verdict carries comes from its event (bounded there) or from the
 # engine's own texts; the limits leave room for the longest the engine builds from the
@@ -46,6 +47,12 @@ class Decision(_Verdict, tag="loop.decision", kw_only=True):
     ``warning_emitted=false``.  ``notify_model`` says whether the runner should show
     ``message`` to the model: always for a block (upstream's blocked result); for warnings
     only with the ``surfaceWarnings`` option (upstream never shows them, #120449).
+
+    Profile latest adds detector ``argument_churn`` (warnings only) and ``liveness_signal``:
+    ``argument_churn`` when the call also continues an argument churn, i.e. the run is busy
+    without getting anywhere.  Its write-churn warning can also answer a
+    ``tool_call.completed`` event (``cause_event_id``): upstream attaches it to the tool's
+    result, so it carries ``notify_model: true``.
     """
 
     tool_call_id: OptionalKey = None
@@ -60,6 +67,7 @@ class Decision(_Verdict, tag="loop.decision", kw_only=True):
     warning_key: WarningKey | None = None
     warning_emitted: bool | None = None
     notify_model: bool = False
+    liveness_signal: LivenessSignal | None = None
 
 
 class RunAborted(_Verdict, tag="loop.run_aborted", kw_only=True):

@@ -20,7 +20,7 @@ def _conformance(args: argparse.Namespace) -> int:
                 print(f"  … {n} sessions", file=sys.stderr, flush=True)
 
         try:
-            results = run_traces(args.traces, args.expected, progress=progress)
+            results = run_traces(args.traces, args.expected, progress=progress, profile=args.profile)
         except TraceFileError as exc:
             print(f"loopwatch conformance: {exc}", file=sys.stderr)
             return 2
@@ -70,11 +70,14 @@ def _replay(args: argparse.Namespace) -> int:
     from .engine import LoopEngine
     from .replay import print_summary, run_replay
 
+    from .engine.config import with_profile
+
     try:
-        engine = LoopEngine(_load_root(args.config))
+        root = _load_root(args.config)
     except ConfigError as exc:
         print(f"loopwatch replay: {exc}", file=sys.stderr)
         return 2
+    engine = LoopEngine(with_profile(root, args.profile) if args.profile else root)
     try:
         summary = run_replay(Path(args.trace), engine, as_json=args.json, verbose=args.verbose, out=sys.stdout)
     except OSError as exc:
@@ -92,7 +95,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from schemas.config import ConfigError, load_config_file
+    from schemas.config import ConfigError, load_config_file, warnings
 
     from .engine import ConfigSet
 
@@ -103,12 +106,15 @@ def _config_check(args: argparse.Namespace) -> int:
         for issue in exc.issues[1:]:
             print(f"  also: {issue}", file=sys.stderr)
         return 1
+    for note in warnings(root):
+        print(f"loopwatch config check: warning: {note}", file=sys.stderr)
     config = ConfigSet(root)
     agents = [None] + config.agent_ids()
     effective = {}
     for agent in agents:
         s = config.settings_for(agent)
         effective["(default)" if agent is None else agent] = {
+            "profile": config.profile_for(agent),
             **s.detection.as_dict(),
             "postCompactionGuard": {"enabled": s.guard.enabled, "windowSize": s.guard.window_size},
             "loopwatch": {"abortAfterCriticalBlocks": s.abort_after_critical_blocks, "surfaceWarnings": s.surface_warnings},
@@ -153,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", help="case files (JSON arrays, spec §6)")
     p.add_argument("--traces", help="golden sessions (JSONL, optionally .gz)")
     p.add_argument("--expected", help="upstream's expected step lines (JSONL, optionally .gz)")
+    p.add_argument("--profile", choices=("configurable-final", "latest"), default="configurable-final",
+                   help="the profile the golden traces answer for (case files name their own)")
     p.set_defaults(func=_conformance)
 
     p = sub.add_parser("replay", help="run the engine over a JSONL file of tool-calls events, without Kafka")
@@ -160,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="loop-detection config (JSON5 or YAML)")
     p.add_argument("--json", action="store_true", help="machine output: one verdict per line, then a summary line")
     p.add_argument("--verbose", "-v", action="store_true", help="also print allow decisions")
+    p.add_argument("--profile", choices=("configurable-final", "latest"),
+                   help="the default profile (loopwatch.profile); agents that name their own keep it")
     p.set_defaults(func=_replay)
 
     p = sub.add_parser("config", help="configuration tools")

@@ -75,8 +75,7 @@ async def simulate_run(client: LoopwatchClient, kind: str, run_id: str, length: 
             stats["latency"].append(time.perf_counter() - started)
             d = blocked.decision
             print(paint("block", f"  {run_id:22} BLOCK {d.tool_name} ({d.detector}, count {d.count})"))
-            await run.after_tool_call(call.tool, call.args, tool_call_id=call_id)  # the loop's own veto
-            continue
+            continue  # not executed (the client has completed it with the blocked result)
         except RunAbortedError as aborted:
             stats[kind]["aborts"] += 1
             print(paint("abort", f"  {run_id:22} ABORT {aborted.detector}: {aborted}"))

@@ -13,9 +13,19 @@ from typing import Any, Iterable
 from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallEvent, ToolCallRequested
 
 from .engine.canonical import UNDEFINED
-from .engine.hashing import Outcome, args_hash, hash_outcome, is_known_poll
+from .engine.hashing import Outcome, args_hash, hash_outcome, is_known_poll, write_target_hash
 
-__all__ = ["UNDEFINED", "compaction_event", "completed_event", "requested_event", "run_ended_event"]
+__all__ = ["UNDEFINED", "blocked_result", "compaction_event", "completed_event", "requested_event", "run_ended_event"]
+
+
+def blocked_result(message: str) -> dict:
+    """The result a vetoed call gets instead of running (upstream's blocked result, spec §3).
+    A runner completes the call with it: it never hashes, and under profile latest it
+    records the veto."""
+    return {
+        "content": [{"type": "text", "text": message}],
+        "details": {"status": "blocked", "deniedReason": "tool-loop", "reason": message},
+    }
 
 
 def requested_event(
@@ -43,6 +53,7 @@ def requested_event(
         args_hash=args_hash(tool_name, args),
         known_poll=is_known_poll(tool_name, args),
         gate=gate,
+        target_hash=write_target_hash(tool_name, args),
     )
 
 
@@ -66,7 +77,7 @@ def completed_event(
         tool_name, args, result=result, error=error, returned=returned, provider_send_tools=provider_send_tools
     )
     return completed_from_outcome(
-        event_id, tool_name, args_hash(tool_name, args), outcome,
+        event_id, tool_name, args_hash(tool_name, args), outcome, target_hash=write_target_hash(tool_name, args),
         tool_call_id=tool_call_id, run_id=run_id, session_key=session_key,
         session_id=session_id, agent_id=agent_id, ts_ms=ts_ms,
     )
@@ -83,6 +94,10 @@ def completed_from_outcome(
         is_error=outcome.is_error,
         unknown_tool_name=outcome.unknown_tool_name,
         loop_veto=outcome.loop_veto,
+        normalized_result_hash=outcome.normalized_result_hash,
+        outcome_kind=outcome.outcome_kind,
+        failure_identity_hash=outcome.failure_identity_hash,
+        no_progress=outcome.no_progress,
         **fields,
     )
 

@@ -72,6 +72,8 @@ def describe(decision: Decision) -> str:
     head = f"{decision.action.upper():5} run={who} tool={decision.tool_name}"
     if decision.detector:
         head += f" {decision.level}/{decision.detector} count={decision.count}"
+        if decision.liveness_signal:
+            head += f" liveness={decision.liveness_signal}"
         if decision.action == "allow":
             head += " (warning hidden by the bucket rule)"
         head += f"\n      {decision.message}"

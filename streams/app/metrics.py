@@ -35,7 +35,10 @@ DEAD_LETTER_REASONS = (
 )
 CONFIG_RELOAD_RESULTS = ("applied", "refused")
 ERROR_STAGES = ("decode", "state_decode", "state_encode", "engine")
-WARNING_DETECTORS = ("generic_repeat", "known_poll_no_progress", "ping_pong")
+WARNING_DETECTORS = ("generic_repeat", "known_poll_no_progress", "ping_pong", "argument_churn")
+LIVENESS_SIGNALS = (("argument_churn", "known_poll_no_progress"), ("argument_churn", "ping_pong"),
+                    ("argument_churn", "argument_churn"))
+"""(signal, detector) pairs a decision can carry (profile latest, openclaw-latest.md §5.1)."""
 
 LATENCY_BUCKETS = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -55,8 +58,13 @@ class Metrics:
             "loopwatch_events_consumed", "valid events processed", ["type"], registry=registry
         )
         self.decisions = Counter(
-            "loopwatch_decisions", "decisions made for requested calls", ["detector", "level", "action"],
+            "loopwatch_decisions", "decisions made for requested calls (and, under profile latest, write-churn "
+            "warnings raised by an outcome)", ["detector", "level", "action"],
             registry=registry,
+        )
+        self.liveness_signals = Counter(
+            "loopwatch_liveness_signals", "decisions flagging stalled run activity (profile latest's livenessSignal)",
+            ["signal", "detector"], registry=registry,
         )
         self.loop_detections = Counter(
             "loopwatch_loop_detections", "detections (emitted or bucket-suppressed) by tool",
@@ -124,6 +132,8 @@ class Metrics:
         ):
             for value in values:
                 counter.labels(value)
+        for signal, detector in LIVENESS_SIGNALS:
+            self.liveness_signals.labels(signal, detector)
 
     # -- label hygiene ------------------------------------------------------------------------
 

@@ -341,6 +341,8 @@ class BatchProcessor:
             action = decision.action
             detection = step.detection
             counts.decisions[(decision.detector or "none", decision.level or "none", action)] += 1
+            if decision.liveness_signal is not None:
+                counts.liveness[(decision.liveness_signal, decision.detector)] += 1
             if detection is not None:
                 counts.detections[(detection.detector, detection.level, event.tool_name)] += 1
                 if detection.level == "warning" and not decision.warning_emitted:
@@ -385,6 +387,7 @@ class BatchProcessor:
                 tools[(detector, level, m.tool_label(tool))] += n
             m.add(m.loop_detections, tools)
         m.add(m.warnings_suppressed, counts.suppressed)
+        m.add(m.liveness_signals, counts.liveness)
         m.add(m.run_aborts, counts.aborts)
         if counts.armings:
             m.guard_armings.inc(counts.armings)
@@ -412,7 +415,7 @@ class BatchProcessor:
 
 
 class _Counts:
-    __slots__ = ("events", "decisions", "detections", "suppressed", "aborts", "armings")
+    __slots__ = ("events", "decisions", "detections", "suppressed", "aborts", "armings", "liveness")
 
     def __init__(self) -> None:
         self.events: dict[str, int] = defaultdict(int)
@@ -421,6 +424,7 @@ class _Counts:
         self.suppressed: dict[str, int] = defaultdict(int)
         self.aborts: dict[str, int] = defaultdict(int)
         self.armings = 0
+        self.liveness: dict[tuple[str, str], int] = defaultdict(int)
 
 
 def _cut(text: str) -> str:

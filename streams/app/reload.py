@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from schemas.config import ConfigError, load_config_bytes, read_config_file
+from schemas.config import ConfigError, load_config_bytes, read_config_file, warnings
 from schemas.signing import Keyring, SigningKeyError, keys_of, read_key_files
 from streams.engine import LoopEngine
 
@@ -43,7 +43,16 @@ def load_engine(path: Path | None) -> LoopEngine:
     """The engine for a config file (None: upstream defaults).  Raises ``ConfigError``."""
     if path is None:
         return LoopEngine(None)
-    return LoopEngine(load_config_bytes(read_config_file(path), path))
+    return engine_for(read_config_file(path), path)
+
+
+def engine_for(data: bytes, path: Path) -> LoopEngine:
+    """The engine for a config file's content, logging what ``config check`` warns about
+    (retired keys under profile latest).  Raises ``ConfigError``."""
+    root = load_config_bytes(data, path)
+    for note in warnings(root):
+        log.warning("config %s: %s", path, note)
+    return LoopEngine(root)
 
 
 class ConfigWatcher:
@@ -64,7 +73,7 @@ class ConfigWatcher:
             return LoopEngine(None)
         self._stat = self._stat_of()
         data = read_config_file(self.path)
-        engine = LoopEngine(load_config_bytes(data, self.path))
+        engine = engine_for(data, self.path)
         self._digest = hashlib.sha256(data).hexdigest()
         log.info("loop-detection config loaded from %s", self.path)
         return engine
@@ -101,7 +110,7 @@ class ConfigWatcher:
             self._set_refused(False)  # back to the content in force
             return False
         try:
-            engine = LoopEngine(load_config_bytes(data, self.path))
+            engine = engine_for(data, self.path)
         except Exception as exc:  # noqa: BLE001 - a reload must never take the worker down
             self._refuse(digest, exc)
             return False

@@ -51,8 +51,7 @@ from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted, decode_verdict
 
 from ..broker_access import BrokerAccessError, broker_access, redact_sasl_exchanges
-
-from ..edge import UNDEFINED, compaction_event, completed_event, requested_event, run_ended_event
+from ..edge import UNDEFINED, blocked_result, compaction_event, completed_event, requested_event, run_ended_event
 from .errors import LoopBlocked, LoopwatchUnavailable, NoDecisionError, RunAbortedError
 
 log = logging.getLogger("loopwatch.client")
@@ -331,7 +330,11 @@ class RunHandle:
             self.warnings.append(decision)
         if decision.action == "block":
             self.blocked.append(decision)
+            # The vetoed call will not run: complete it now with the blocked result, as
+            # upstream's wrapper records its own (profile latest counts it as a veto record;
+            # configurable-final ignores it).  A later after_tool_call for it is a no-op.
             self._vetoed.add(tool_call_id)
+            await self._complete(tool, args, tool_call_id, result=blocked_result(decision.message or ""))
             if client.raise_on_block:
                 raise LoopBlocked(decision)
         return decision
@@ -340,11 +343,16 @@ class RunHandle:
         self, tool: str, args: Any, *, tool_call_id: str | None = None, result: Any = None, error: Any = UNDEFINED,
         returned: bool = True,
     ) -> None:
-        client = self.client
         if tool_call_id in self._vetoed:
-            # A vetoed call did not run; its completion is the loop's own veto (never hashed).
-            self._vetoed.discard(tool_call_id)
-            result, error, returned = {"details": {"status": "blocked", "deniedReason": "tool-loop"}}, UNDEFINED, True
+            self._vetoed.discard(tool_call_id)  # completed when it was blocked
+            return
+        await self._complete(tool, args, tool_call_id, result=result, error=error, returned=returned)
+
+    async def _complete(
+        self, tool: str, args: Any, tool_call_id: str | None, *, result: Any = None, error: Any = UNDEFINED,
+        returned: bool = True,
+    ) -> None:
+        client = self.client
         event = completed_event(client._next_event_id(), tool, args, result=result, error=error, returned=returned,
                                 provider_send_tools=client.provider_send_tools, tool_call_id=tool_call_id,
                                 ts_ms=int(time.time() * 1000), **self.fields)

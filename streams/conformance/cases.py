@@ -15,14 +15,23 @@ from schemas.config import validate_loop_detection
 from schemas.events import InvalidEvent
 
 from ..client.errors import PostCompactionLoopPersistedError, RunAbortedError
-from ..edge import completed_event, requested_event
+from ..edge import blocked_result, completed_event, requested_event
 from ..engine import guard as guard_mod
 from ..engine import history as history_mod
-from ..engine.config import ConfigSet, GuardSettings, merge_loop_detection, pos_int, resolve_detector, resolve_guard
+from ..engine.config import (
+    CONFIGURABLE_FINAL,
+    LATEST,
+    ConfigSet,
+    GuardSettings,
+    merge_loop_detection,
+    pos_int,
+    resolve_detector,
+    resolve_guard,
+)
 from ..engine.detectors import detect
 from ..engine.engine import LoopEngine, normalize_run_id
 from ..engine.hashing import ThrownError, args_hash, hash_outcome, is_known_poll
-from ..engine.state import GuardWindow, RunState
+from ..engine.state import CompactionRereads, GuardWindow, RunState
 
 
 class CaseFailure(AssertionError):
@@ -115,10 +124,17 @@ class CaseResult:
     detail: str = ""
 
 
+def case_profile(case: dict) -> str:
+    """The profile a case targets: its ``source.profile``, or a guard's ``variant``."""
+    if (case.get("source") or {}).get("profile") == LATEST or (case.get("guard") or {}).get("variant") == LATEST:
+        return LATEST
+    return CONFIGURABLE_FINAL
+
+
 def skip_reason(case: dict) -> str | None:
-    profile = (case.get("source") or {}).get("profile")
-    if profile == "latest" or (case.get("guard") or {}).get("variant") == "latest":
-        return "targets the later 'latest' profile (fixed-window guard), not configurable-final"
+    """Why a case cannot run here (None: it runs).  Every suite runs under both profiles."""
+    if case_profile(case) == LATEST and case.get("suite") != "post-compaction-guard":
+        return "profile latest is only transcribed for the post-compaction guard suite"
     return None
 
 
@@ -364,7 +380,7 @@ class HookSession:
             check((not blocked) == expect["executed"], f"execute {tool}: executed={not blocked}, expected {expect['executed']}")
         if blocked:
             d = outcome.decision
-            details = {"status": "blocked", "deniedReason": "tool-loop", "reason": d.message}
+            details = blocked_result(d.message)["details"]
             if "reason_contains" in expect:
                 check(expect["reason_contains"] in d.message, f"block reason lacks {expect['reason_contains']!r}")
             for k, v in (expect.get("result_details") or {}).items():
@@ -412,26 +428,54 @@ def _partial(want: dict, got: dict, what: str) -> None:
 
 
 class GuardSession:
+    """The guard alone, as upstream's guard tests drive it; profile latest's fixed window
+    and re-read instrumentation for the ``latest`` variant."""
+
     def __init__(self, case: dict) -> None:
         spec = case.get("guard") or {}
         config = spec.get("config")
         options = spec.get("options")
         enabled = not (isinstance(options, dict) and options.get("enabled") is False)
-        self.settings = GuardSettings(enabled=enabled, window_size=pos_int((config or {}).get("windowSize"), 3))
+        self.latest = case_profile(case) == LATEST
+        window = 3 if self.latest else pos_int((config or {}).get("windowSize"), 3)
+        self.settings = GuardSettings(enabled=enabled, window_size=window)
         self.window = GuardWindow()
+        self.rereads = CompactionRereads()
+        self.recent: list[str] = []  # the observations (the engine keeps them in the history)
         self.logs: list[tuple[str, str]] = []
         self.last_abort = None
+
+    def _observe(self, tool: str, args_hash: str, result_hash: str) -> guard_mod.GuardVerdict:
+        if not self.latest:
+            verdict, line = guard_mod.observe(self.window, self.settings.enabled, tool, args_hash, result_hash)
+            if line:
+                self.logs.append(("error", line))
+            return verdict
+        # The engine keys observations by signature, which begins with the tool's name; the
+        # cases give upstream's bare args hashes, so the tool is prefixed here.
+        key = f"{tool}:{args_hash}"
+        verdict, error_line, info_line = guard_mod.observe_latest(
+            self.window, self.rereads, self.settings.enabled, tool, key, result_hash
+        )
+        if self.settings.enabled:
+            self.recent.append(key)
+        if error_line:
+            self.logs.append(("error", error_line))
+        if info_line:
+            self.logs.append(("info", info_line))
+        return verdict
 
     def run_step(self, step: dict, i: int) -> None:
         op = step["op"]
         if op == "arm":
-            line = guard_mod.arm(self.window, self.settings)
+            if self.latest:
+                line = guard_mod.arm_latest(self.window, self.rereads, self.settings, self.recent[-16:])
+            else:
+                line = guard_mod.arm(self.window, self.settings)
             if line:
                 self.logs.append(("info", line))
         elif op == "observe":
-            verdict, line = guard_mod.observe(self.window, self.settings.enabled, step["tool"], step["args_hash"], step["result_hash"])
-            if line:
-                self.logs.append(("error", line))
+            verdict = self._observe(step["tool"], step["args_hash"], step["result_hash"])
             if verdict.should_abort:
                 self.last_abort = verdict
             got = {

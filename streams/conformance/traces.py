@@ -1,5 +1,9 @@
-"""Golden random traces (``tests/data/conformance/traces/TRACES.md``): drive the engine over
-every session exactly as a runner would and compare each step with upstream's answer."""
+"""Golden random traces (``tests/data/conformance/*/TRACES.md``): drive the engine over every
+session exactly as a runner would and compare each step with upstream's answer.
+
+Two profiles: ``configurable-final`` (``traces/``) and ``latest`` (``latest/``, format in
+openclaw-latest.md §10), whose lines carry more: the liveness signal, veto records, the
+records' four latest fields, outcome-time warnings, and those fields in ``h``."""
 
 from __future__ import annotations
 
@@ -12,14 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..edge import compaction_event, completed_event, requested_event
+from ..edge import blocked_result, compaction_event, completed_event, requested_event
 from ..engine import LoopEngine, RunState
 from ..engine.canonical import UNDEFINED
+from ..engine.config import CONFIGURABLE_FINAL, LATEST, PROFILES, with_profile
 from ..engine.engine import normalize_run_id
 from ..engine.hashing import ThrownError
 
-BLOCKED_RESULT_DETAILS = {"status": "blocked", "deniedReason": "tool-loop"}
-
+__all__ = [
+    "PROFILES", "SessionDriver", "SessionResult", "TraceFileError", "compare_session", "history_digest", "open_jsonl",
+    "run_traces",
+]
 
 class TraceFileError(ValueError):
     """A sessions or expected-steps file that cannot be read as one (a one-line message)."""
@@ -63,9 +70,10 @@ def _outcome_kwargs(out: dict) -> dict:
     return {"result": out.get("result")}
 
 
-def history_digest(states: list[RunState], history_size: int | float) -> str:
+def history_digest(states: list[RunState], history_size: int | float, profile: str = CONFIGURABLE_FINAL) -> str:
     """``h``: upstream's session buffer, i.e. the newest ``historySize`` records of the
-    session's runs in order (a successor run's records follow its predecessor's)."""
+    session's runs in order (a successor run's records follow its predecessor's); under
+    profile latest each record also shows its four latest fields."""
 
     def cell(value: Any) -> str:
         return "~" if value is None else value
@@ -77,6 +85,12 @@ def history_digest(states: list[RunState], history_size: int | float) -> str:
         "\t".join((r.tool_name, r.args_hash, cell(r.tool_call_id), cell(run_id), cell(r.result_hash), cell(r.unknown_tool_name)))
         for run_id, r in records
     ]
+    if profile == LATEST:
+        lines = [
+            "\t".join((line, cell(r.outcome_kind), cell(r.failure_identity_hash), "1" if r.no_progress else "~",
+                       cell(r.mutation_target_hash)))
+            for line, (_, r) in zip(lines, records)
+        ]
     data = "\n".join(lines).encode("utf-8", "surrogatepass")
     return hashlib.sha256(data).hexdigest()[:32]
 
@@ -102,10 +116,13 @@ class SessionDriver:
     """Replays one session through ``LoopEngine.handle`` and produces upstream's step lines."""
 
     session: dict
+    profile: str = CONFIGURABLE_FINAL
     engine: LoopEngine = field(init=False)
 
     def __post_init__(self) -> None:
-        self.engine = LoopEngine(self.session.get("cfg"))
+        self.latest = self.profile == LATEST
+        cfg = self.session.get("cfg")
+        self.engine = LoopEngine(cfg if self.profile == CONFIGURABLE_FINAL else with_profile(cfg, self.profile))
         self.sid = self.session["id"]
         self.session_key = self.session.get("sessionKey")
         self.send_tools = frozenset((self.session.get("env") or {}).get("provider_send_tools") or ())
@@ -143,16 +160,19 @@ class SessionDriver:
             [True, d.level, d.detector, d.count, d.message, d.warning_key, d.paired_tool_name]
             if d else [False, None, None, None, None, None, None]
         )
+        if self.latest:
+            out["d"].append(d.liveness_signal if d else None)
         out["b"] = step.vetoed
         if step.vetoed:
-            # The blocked result is offered to record-outcome, where it must not hash.
+            # The blocked result is offered to record-outcome (as the runner client does):
+            # it never hashes; under latest it records a tool-loop-veto.
             veto = completed_event(
                 f"{self.sid}:{i}:veto", tool, args,
-                result={"content": [{"type": "text", "text": d.message}], "details": {**BLOCKED_RESULT_DETAILS, "reason": d.message}},
+                result=blocked_result(d.message),
                 provider_send_tools=self.send_tools, tool_call_id=step_def.get("id"), **self._ids(run),
             )
             veto_step = self._handle(run, veto)
-            out["vr"] = _record_row(veto_step.record, run)
+            out["vr"] = self._record_row(veto_step.record, run)
         elif d is not None and d.level == "warning":
             out["w"] = bool(step.decision.warning_emitted)
         return step.vetoed, event.args_hash
@@ -163,7 +183,10 @@ class SessionDriver:
             tool_call_id=call_id, **_outcome_kwargs(outcome), **self._ids(run),
         )
         step = self._handle(run, event)
-        out["rec"] = _record_row(step.record, run)
+        out["rec"] = self._record_row(step.record, run)
+        if step.detection is not None:  # profile latest's outcome-time warning (emitted)
+            w = step.detection
+            out["ow"] = [[w.detector, w.count, w.message]]
         if step.guard is not None:
             g = step.guard
             out["g"] = [g.should_abort, g.armed, g.remaining_attempts, g.detector, g.count, g.tool_name, g.message]
@@ -199,15 +222,17 @@ class SessionDriver:
                         self.slots[step_def["slot"]] = (run, tool, args, step_def.get("id"), vetoed, (run.successor, run.aborted))
             out["gl"] = gl
             states = run.retired + ([run.state] if run.state else [])
-            out["h"] = history_digest(states, self.engine.settings_for(run.agent_id).detection.history_size)
+            out["h"] = history_digest(states, self.engine.settings_for(run.agent_id).detection.history_size, self.profile)
             yield out
 
-
-def _record_row(record, run: _Run) -> list | None:
-    if record is None:
-        return None
-    run_id = run.state.run_id if run.state else normalize_run_id(run.run_id)
-    return [record.args_hash, record.result_hash, record.unknown_tool_name, record.tool_call_id, run_id]
+    def _record_row(self, record, run: _Run) -> list | None:
+        if record is None:
+            return None
+        run_id = run.state.run_id if run.state else normalize_run_id(run.run_id)
+        row = [record.args_hash, record.result_hash, record.unknown_tool_name, record.tool_call_id, run_id]
+        if self.latest:
+            row += [record.outcome_kind, record.failure_identity_hash, record.no_progress, record.mutation_target_hash]
+        return row
 
 
 def _same(expected: Any, got: Any) -> bool:
@@ -227,9 +252,9 @@ class SessionResult:
     failure: str | None = None
 
 
-def compare_session(session: dict, expected_lines: list[dict]) -> SessionResult:
+def compare_session(session: dict, expected_lines: list[dict], profile: str = CONFIGURABLE_FINAL) -> SessionResult:
     try:
-        produced = SessionDriver(session).run()
+        produced = SessionDriver(session, profile).run()
     except Exception as exc:  # a malformed session: report it, never crash the whole run
         return SessionResult(session["id"], 0, f"cannot drive this session: {type(exc).__name__}: {exc}")
     count = 0
@@ -251,7 +276,9 @@ def compare_session(session: dict, expected_lines: list[dict]) -> SessionResult:
     return SessionResult(session["id"], count)
 
 
-def run_traces(sessions_path: str | Path, expected_path: str | Path, progress=None) -> list[SessionResult]:
+def run_traces(
+    sessions_path: str | Path, expected_path: str | Path, progress=None, profile: str = CONFIGURABLE_FINAL
+) -> list[SessionResult]:
     """Compare every session with its expected lines.  ``TraceFileError`` when either file is
     not of its kind (the two swapped included); a session that disagrees is a failed result."""
     expected: dict[str, list[dict]] = {}
@@ -271,7 +298,7 @@ def run_traces(sessions_path: str | Path, expected_path: str | Path, progress=No
         if lines is None:
             results.append(SessionResult(session["id"], 0, "no expected lines for this session"))
         else:
-            results.append(compare_session(session, lines))
+            results.append(compare_session(session, lines, profile))
         if progress:
             progress(len(results))
     if not results:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from typing import Callable
 
 from schemas.keys import JS_WHITESPACE  # the one definition of ECMAScript trim()'s whitespace
 
@@ -20,6 +21,7 @@ __all__ = [
     "digest",
     "js_number",
     "js_trim",
+    "sha256_hex",
     "stable_stringify",
 ]
 
@@ -130,7 +132,15 @@ def _sorted_keys(obj: dict) -> list:
     return keys
 
 
-def _write(value: object, out: list[str], ancestors: list[int]) -> None:
+def _normalized_keys(obj: dict, normalize: Callable[[str], str]) -> list[tuple[str, str]]:
+    """(original, normalised) keys ordered by the normalised key, ties by the original
+    (both in UTF-16 code-unit order), as upstream sorts when it has a normaliser."""
+    pairs = [(key, normalize(key)) for key in obj]
+    pairs.sort(key=lambda pair: (_utf16_key(pair[1]), _utf16_key(pair[0])))
+    return pairs
+
+
+def _write(value: object, out: list[str], ancestors: list[int], normalize: Callable[[str], str] | None = None) -> None:
     if value is None:
         out.append("null")
     elif value is True:
@@ -138,7 +148,7 @@ def _write(value: object, out: list[str], ancestors: list[int]) -> None:
     elif value is False:
         out.append("false")
     elif isinstance(value, str):
-        out.append(_quote(value))
+        out.append(_quote(value if normalize is None else normalize(value)))
     elif isinstance(value, int):
         if -_MAX_SAFE <= value <= _MAX_SAFE:
             out.append(str(value))
@@ -162,13 +172,17 @@ def _write(value: object, out: list[str], ancestors: list[int]) -> None:
         ancestors.append(id(value))
         out.append("{")
         first = True
-        for key in _sorted_keys(value):
+        if normalize is None:
+            pairs = [(key, key) for key in _sorted_keys(value)]
+        else:
+            pairs = _normalized_keys(value, normalize)
+        for key, shown in pairs:
             if not first:
                 out.append(",")
             first = False
-            out.append(_quote(key))
+            out.append(_quote(shown))
             out.append(":")
-            _write(value[key], out, ancestors)
+            _write(value[key], out, ancestors, normalize)
         out.append("}")
         ancestors.pop()
     elif isinstance(value, (list, tuple)):
@@ -180,23 +194,31 @@ def _write(value: object, out: list[str], ancestors: list[int]) -> None:
         for i, item in enumerate(value):
             if i:
                 out.append(",")
-            _write(item, out, ancestors)
+            _write(item, out, ancestors, normalize)
         out.append("]")
         ancestors.pop()
     else:
         raise TypeError(f"cannot canonicalise a value of type {type(value).__name__}")
 
 
-def stable_stringify(value: object) -> str:
-    """Upstream's canonical serialisation of a JSON-like value (spec §2.2)."""
+def stable_stringify(value: object, normalize: Callable[[str], str] | None = None) -> str:
+    """Upstream's canonical serialisation of a JSON-like value (spec §2.2).
+
+    ``normalize`` (profile latest, openclaw-latest.md §4.1) is applied to every string value
+    and every object key before it is quoted; keys are then ordered by their normalised form.
+    """
     # Fast path for the most common leaf types.
     if isinstance(value, str):
-        return _quote(value)
+        return _quote(value if normalize is None else normalize(value))
     out: list[str] = []
-    _write(value, out, [])
+    _write(value, out, [], normalize)
     return "".join(out)
 
 
-def digest(value: object) -> str:
-    """Lowercase hex SHA-256 of ``stable_stringify(value)`` in UTF-8."""
-    return hashlib.sha256(stable_stringify(value).encode("utf-8")).hexdigest()
+def sha256_hex(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def digest(value: object, normalize: Callable[[str], str] | None = None) -> str:
+    """Lowercase hex SHA-256 of ``stable_stringify(value, normalize)`` in UTF-8."""
+    return sha256_hex(stable_stringify(value, normalize))

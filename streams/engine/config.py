@@ -1,6 +1,10 @@
 """Runtime config resolution (spec §2.5, §4): defaults, ``posInt`` fallback, clamping and the
 per-agent merge.  Like upstream's runtime it accepts unvalidated input: a wrong-typed value
 falls back to its default instead of failing (``schemas.config.validate`` is the strict gate).
+
+Two profiles (``loopwatch.profile``, globally or per agent): ``configurable-final`` (the
+default) resolves the numeric tuning above; ``latest`` (openclaw-latest.md §2) reads only
+``enabled`` and uses upstream's fixed values.
 """
 
 from __future__ import annotations
@@ -9,10 +13,15 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from schemas.config import CONFIGURABLE_FINAL, LATEST, PROFILES
+
 from .canonical import js_number
 
 __all__ = [
+    "CONFIGURABLE_FINAL",
     "ConfigSet",
+    "LATEST",
+    "PROFILES",
     "DetectorSettings",
     "GuardSettings",
     "Settings",
@@ -20,9 +29,11 @@ __all__ = [
     "pos_int",
     "resolve_detector",
     "resolve_guard",
+    "with_profile",
 ]
 
 _MAX_SAFE = 2**53
+
 
 
 def pos_int(value: Any, default: int) -> int | float:
@@ -64,6 +75,8 @@ class DetectorSettings:
     generic_repeat: bool = True
     known_poll_no_progress: bool = True
     ping_pong: bool = True
+    outcome_warnings: bool = False
+    """Profile latest: the outcome-time churn warning runs (``enabled`` is exactly true)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +112,8 @@ class Settings:
 
     detection: DetectorSettings = DetectorSettings()
     guard: GuardSettings = GuardSettings()
+    latest: bool = False
+    """Profile ``latest`` (else ``configurable-final``): the engine's own code paths."""
     abort_after_critical_blocks: int | None = None
     """loopwatch option: end the run after this many critical blocks (upstream: never)."""
     surface_warnings: bool = False
@@ -140,6 +155,17 @@ def resolve_detector(block: Any) -> DetectorSettings:
     )
 
 
+def resolve_latest(block: Any) -> tuple[DetectorSettings, GuardSettings]:
+    """Profile latest (openclaw-latest.md §2): only ``enabled`` is read, through four
+    different JS tests; everything else is fixed (history 30, warning 10, critical 20,
+    global breaker 30, unknown tool 10, guard window 3, every detector on)."""
+    enabled = _get(block, "enabled")
+    detection = DetectorSettings(
+        enabled=_js_truthy(enabled), records_calls=enabled is not False, outcome_warnings=enabled is True
+    )
+    return detection, GuardSettings(enabled=enabled is not False, window_size=3)
+
+
 def resolve_guard(block: Any) -> GuardSettings:
     return GuardSettings(
         enabled=_get(block, "enabled") is not False,
@@ -172,6 +198,26 @@ def merge_loop_detection(global_block: Any, agent_block: Any) -> Any:
     return merged
 
 
+def merge_loop_detection_latest(global_block: Any, agent_block: Any) -> Any:
+    """Profile latest's per-agent merge: only ``enabled`` survives, the agent's unless it
+    is null or missing (``agent.enabled ?? global.enabled``)."""
+    if not _js_truthy(agent_block):
+        return global_block
+    if not _js_truthy(global_block):
+        return agent_block
+    enabled = _get(agent_block, "enabled")
+    return {"enabled": _get(global_block, "enabled") if enabled is None else enabled}
+
+
+def with_profile(root: Any, profile: str) -> Any:
+    """A config root with ``loopwatch.profile`` (the default profile) set; agents that name
+    their own profile keep it."""
+    root = dict(root) if isinstance(root, dict) else {}
+    options = root.get("loopwatch")
+    root["loopwatch"] = {**(options if isinstance(options, dict) else {}), "profile": profile}
+    return root
+
+
 class ConfigSet:
     """A config root resolved per agent id, memoised (resolution runs once per agent)."""
 
@@ -180,11 +226,25 @@ class ConfigSet:
         self.resolved: dict[str | None, Settings] = {}
         """Settings already resolved, by agent id (read directly on the hot path)."""
 
-    def loop_detection_block(self, agent_id: str | None) -> Any:
+    def loop_detection_block(self, agent_id: str | None, profile: str = CONFIGURABLE_FINAL) -> Any:
         global_block = _get(_get(self.root, "tools"), "loopDetection")
         entry = self._agent_entry(agent_id)
         agent_block = _get(_get(entry, "tools"), "loopDetection")
-        return merge_loop_detection(global_block, agent_block)
+        merge = merge_loop_detection_latest if profile == LATEST else merge_loop_detection
+        return merge(global_block, agent_block)
+
+    def options_for(self, agent_id: str | None) -> dict:
+        """The ``loopwatch`` options: the agent's entry over the root's, key by key."""
+        return {**_spread(_get(self.root, "loopwatch")), **_spread(_get(self._agent_entry(agent_id), "loopwatch"))}
+
+    def uses_latest(self) -> bool:
+        """Whether any agent (or the default) resolves to profile latest."""
+        return any(self.profile_for(agent) == LATEST for agent in (None, *self.agent_ids()))
+
+    def profile_for(self, agent_id: str | None) -> str:
+        """``loopwatch.profile`` (the agent's over the root's); anything else is the default."""
+        profile = self.options_for(agent_id).get("profile")
+        return LATEST if profile == LATEST else CONFIGURABLE_FINAL
 
     def _agent_entry(self, agent_id: str | None) -> Any:
         if agent_id is None:
@@ -201,12 +261,15 @@ class ConfigSet:
         cached = self.resolved.get(agent_id)
         if cached is not None:
             return cached
-        block = self.loop_detection_block(agent_id)
-        options = {**_spread(_get(self.root, "loopwatch")), **_spread(_get(self._agent_entry(agent_id), "loopwatch"))}
+        options = self.options_for(agent_id)
+        latest = self.profile_for(agent_id) == LATEST
+        block = self.loop_detection_block(agent_id, LATEST if latest else CONFIGURABLE_FINAL)
+        detection, guard = resolve_latest(block) if latest else (resolve_detector(block), resolve_guard(block))
         limit = options.get("abortAfterCriticalBlocks")
         settings = Settings(
-            detection=resolve_detector(block),
-            guard=resolve_guard(block),
+            detection=detection,
+            guard=guard,
+            latest=latest,
             abort_after_critical_blocks=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
             surface_warnings=options.get("surfaceWarnings") is True,
         )

@@ -1,8 +1,9 @@
-"""The five rolling-history detectors, in upstream order (spec §2.7–§2.12).
+"""The rolling-history detectors, in upstream order (spec §2.7–§2.12; profile latest:
+openclaw-latest.md §5).
 
-``detect`` sees the run's history *before* the current call is recorded and returns the
-first matching ``Detection`` (or None), exactly as
-upstream's ``detectToolCallLoop``.
+``detect`` (configurable-final) and ``detect_latest`` see the run's history *before* the
+current call is recorded and return the first matching ``Detection`` (or None), exactly as
+upstream's ``detectToolCallLoop`` of each profile.
 """
 
 from __future__ import annotations
@@ -10,12 +11,18 @@ from __future__ import annotations
 import msgspec
 
 from .config import DetectorSettings
-from .state import RunState
+from .state import AWAITING, MUTATION, NO_PROGRESS, NO_PROGRESS_PLAIN, OBSERVED, TERMINAL_FAILURE, VETO, RunState
 
-__all__ = ["Detection", "detect", "ping_pong_key"]
+# A kind with the guard's OBSERVED flag (LatestState.observed): scans look for both forms.
+_OBSERVED_TERMINAL = TERMINAL_FAILURE | OBSERVED
+_OBSERVED_MUTATION = MUTATION | OBSERVED
+_OBSERVED_NO_PROGRESS = NO_PROGRESS_PLAIN | OBSERVED
+
+__all__ = ["ARGUMENT_CHURN", "Detection", "LatestDetection", "detect", "detect_latest", "ping_pong_key", "write_churn"]
 
 CRITICAL = "critical"
 WARNING = "warning"
+ARGUMENT_CHURN = "argument_churn"
 
 
 class Detection(msgspec.Struct, gc=False):
@@ -32,6 +39,10 @@ class Detection(msgspec.Struct, gc=False):
     paired_tool_name: str | None = None
     paired_sig: str | None = None
     unknown_name: str | None = None
+    liveness_signal = None
+    """Profile latest: ``argument_churn`` when the call also continues an argument churn.
+    (A field of ``LatestDetection`` only: configurable-final's detections, built on every
+    warning of a loop, do without the extra field.)"""
 
     @property
     def critical(self) -> bool:
@@ -155,28 +166,33 @@ def _ping_pong(state: RunState, current_sig: str) -> tuple[int, str | None, str 
     return tail + 1, state.tools[-1], last_sig, evidence
 
 
+def _unknown_streak(state: RunState, tool: str) -> tuple[int, str | None]:
+    """Unknown-tool streak (spec §2.9): consecutive at the tail, same called tool, same
+    missing name.  The caller has checked that the newest record has a missing name."""
+    unknowns, tools = state.unknowns, state.tools
+    newest = unknowns[-1]
+    if unknowns.count(newest) == len(unknowns) and tools.count(tool) == len(tools):
+        return len(unknowns), newest  # the whole history is the streak
+    count = 0
+    name = None
+    for i in range(len(unknowns) - 1, -1, -1):
+        current = unknowns[i]
+        if tools[i] != tool or not current:
+            break
+        if name is None:
+            name = current
+        elif current != name:
+            break
+        count += 1
+    return count, name
+
+
 def detect(state: RunState, tool: str, sig: str, known_poll: bool, cfg: DetectorSettings) -> Detection | None:
     """Upstream's ``detectToolCallLoop`` on one run's history (callers check ``enabled``)."""
     sigs = state.sigs
     unknowns = state.unknowns
-    # Unknown-tool streak: consecutive at the tail, same called tool, same missing name.
     if unknowns and unknowns[-1]:
-        tools = state.tools
-        newest = unknowns[-1]
-        if unknowns.count(newest) == len(unknowns) and tools.count(tool) == len(tools):
-            unknown_count, unknown_name = len(unknowns), newest  # the whole history is the streak
-        else:
-            unknown_count = 0
-            unknown_name = None
-            for i in range(len(sigs) - 1, -1, -1):
-                name = unknowns[i]
-                if tools[i] != tool or not name:
-                    break
-                if unknown_name is None:
-                    unknown_name = name
-                elif name != unknown_name:
-                    break
-                unknown_count += 1
+        unknown_count, unknown_name = _unknown_streak(state, tool)
         if unknown_count >= cfg.unknown_tool_threshold:
             return Detection(CRITICAL, "unknown_tool_repeat", unknown_count, tool, sig, unknown_name=unknown_name)
 
@@ -229,4 +245,294 @@ def detect(state: RunState, tool: str, sig: str, known_poll: bool, cfg: Detector
             return Detection(CRITICAL, "generic_repeat", streak, tool, sig, latest)
         if occurrences >= cfg.warning_threshold:
             return Detection(WARNING, "generic_repeat", occurrences, tool, sig, latest)
+    return None
+
+
+# -- profile latest (openclaw-latest.md §5) -----------------------------------------------------
+
+LATEST_WARNING = 10
+LATEST_CRITICAL = 20
+LATEST_GLOBAL = 30
+LATEST_UNKNOWN = 10
+
+
+class LatestDetection(Detection, gc=False):
+    """A finding under profile latest: two reworded critical messages, and argument churn."""
+
+    liveness_signal: str | None = None
+    variant_count: int = 0
+    write_target: str | None = None
+    """Write-mutation churn: the target's hash ("unknown" in the key when None)."""
+    write_mutation: bool = False
+    """Argument churn of the write-mutation kind (else stable-outcome)."""
+
+    @property
+    def message(self) -> str:
+        kind, tool, n = self.detector, self.tool, self.count
+        if kind == ARGUMENT_CHURN:
+            if self.write_mutation:
+                return (f"WARNING: {tool} has changed the same target with {self.variant_count} distinct argument "
+                        "variants and no intervening verification. Continued rewriting is treated as stalled run "
+                        "activity, but this tool call remains allowed. Read or verify the current result before "
+                        "rewriting it again.")
+            return (f"WARNING: {tool} has cycled through {self.variant_count} repeated argument patterns with the "
+                    f"same stable outcome {n} times. Continued churn is treated as stalled run activity, but this "
+                    "tool call remains allowed.")
+        if kind == "global_circuit_breaker":
+            return (f"CRITICAL: {tool} repeated identical no-progress outcomes {n} times. "
+                    "Session execution blocked by global circuit breaker to prevent runaway loops.")
+        if kind == "generic_repeat" and self.level == CRITICAL:
+            return (f"CRITICAL: Called {tool} with identical outcomes {n} times. "
+                    "Session execution blocked to prevent runaway loops.")
+        return Detection.message.fget(self)
+
+    @property
+    def warning_key(self) -> str:
+        if self.detector == ARGUMENT_CHURN:
+            if self.write_mutation:
+                return f"argument-churn:{self.tool}:write-mutation:{self.write_target or 'unknown'}"
+            return f"argument-churn:{self.tool}"
+        return Detection.warning_key.fget(self)
+
+    @property
+    def log(self) -> tuple[str, str] | None:
+        if self.detector == ARGUMENT_CHURN:
+            return "warn", f"Argument churn warning: {self.tool} cycled through stable argument patterns"
+        return Detection.log.fget(self)
+
+
+def _signature_streak(state: RunState, sig: str, kinds: bytearray, occurrences: int) -> tuple[int, str | None]:
+    """The no-progress streak's signature walk (openclaw-latest.md §5.3): identical outcomes
+    of this signature, newest first, pending calls skipped, the detector's own vetoes counted
+    once an outcome anchors them (alone, when none does)."""
+    sigs, results = state.sigs, state.results
+    n = len(sigs)
+    if occurrences == n:
+        outcomes, own_kinds = results, kinds
+        distinct = set(results)
+        distinct.discard(None)
+        if len(distinct) == 1:
+            # A steady loop filling the history: from the oldest outcome (the last anchor) on,
+            # every record counts but a pending one; counted at memchr speed in the kinds.
+            anchor = distinct.pop()
+            oldest = results.index(anchor)
+            return n - oldest - kinds.count(AWAITING, oldest), anchor
+    else:
+        outcomes = [r for s, r in zip(sigs, results) if s == sig]
+        own_kinds = [k for s, k in zip(sigs, kinds) if s == sig] if VETO in kinds else None
+        distinct = set(outcomes)
+        distinct.discard(None)
+        if len(distinct) == 1:
+            anchor = distinct.pop()
+            streak = len(outcomes) - outcomes.count(None)
+            if own_kinds is not None:
+                streak += own_kinds[outcomes.index(anchor):].count(VETO)
+            return streak, anchor
+    if not distinct:
+        return (0 if own_kinds is None else own_kinds.count(VETO)), None  # vetoes alone
+    streak = vetoes = 0
+    anchor = None
+    for i in range(len(outcomes) - 1, -1, -1):
+        if own_kinds is not None and own_kinds[i] == VETO:
+            vetoes += 1
+            continue
+        result = outcomes[i]
+        if result is None:
+            continue
+        if anchor is None:
+            anchor = result
+        elif result != anchor:
+            break
+        streak += vetoes + 1
+        vetoes = 0
+    return streak, anchor
+
+
+def _terminal_streak(state: RunState, sig: str, kinds: bytearray, latest) -> tuple[int, str | None]:
+    """The terminal walk (tool exec): the contiguous tail of exec records, across changing
+    commands, while they are terminal failures with identical results or one failure
+    identity; after passing another command it ends at an older record of this one."""
+    tools, sigs, results = state.tools, state.sigs, state.results
+    streak = vetoes = 0
+    anchor = anchor_identity = None
+    crossed = False
+    for i in range(len(sigs) - 1, -1, -1):
+        if tools[i] != "exec":
+            break
+        kind = kinds[i]
+        if kind == VETO:
+            vetoes += 1
+            continue
+        result = results[i]
+        if result is None:
+            continue
+        if kind & 7 != TERMINAL_FAILURE:
+            break
+        if anchor is None:
+            anchor, anchor_identity = result, latest.digest(i)  # (on exec records: failure identities)
+            crossed = sigs[i] != sig
+            streak = vetoes + 1
+            vetoes = 0
+            continue
+        if sigs[i] != sig:
+            crossed = True
+        elif crossed:
+            break
+        identity = latest.digest(i)
+        if result != anchor and (identity is None or identity != anchor_identity):
+            break
+        streak += vetoes + 1
+        vetoes = 0
+    return (streak, anchor) if anchor is not None else (0, None)
+
+
+def _stable_outcome_churn(state: RunState, tool: str, sig: str, flags: bytearray) -> tuple[int, int]:
+    """(count, variant count) of stable-outcome argument churn (§5.4), else (0, 0): the same
+    tool failing the same way (or no-op writing) while cycling 2+ argument variants, each
+    seen 3+ times, the proposed call continuing one of them."""
+    tools, sigs, results = state.tools, state.sigs, state.results
+    variants: dict[str, list] = {}
+    for i in range(len(sigs) - 1, -1, -1):
+        if tools[i] != tool:
+            break
+        result = results[i]
+        if result is None:
+            continue  # pending, or a veto
+        if not flags[i] & NO_PROGRESS:
+            break
+        variant = variants.get(sigs[i])
+        if variant is None:
+            variants[sigs[i]] = [result, 1]
+        elif variant[0] != result:
+            break
+        else:
+            variant[1] += 1
+    own = variants.get(sig)
+    if own is None or own[1] < 3 or len(variants) < 2:
+        return 0, 0
+    if any(count < 3 or result != own[0] for result, count in variants.values()):
+        return 0, 0
+    return sum(count for _, count in variants.values()), len(variants)
+
+
+def write_churn(state: RunState, sig: str, target: str, skip: int = -1) -> int:
+    """Write-mutation churn (§5.4): distinct args of the consecutive newest writes that
+    changed ``target``, if the proposed ``sig`` is not one of them; else 0.  ``skip`` leaves
+    one record out (the outcome-time check of §6.3 judges a record against the others)."""
+    tools, sigs = state.tools, state.sigs
+    latest = state.latest
+    kinds, digest = latest.flags, latest.digest  # (on write records: the targets)
+    variants: list[str] = []
+    for i in range(len(sigs) - 1, -1, -1):
+        if i == skip:
+            continue
+        if tools[i] != "write" or kinds[i] & 7 != MUTATION or digest(i) != target:
+            break
+        variant = sigs[i]
+        if variant in variants:
+            del variants[variants.index(variant) + 1:]
+            break
+        variants.append(variant)
+    return 0 if sig in variants else len(variants)
+
+
+_CHURN_NEWEST = frozenset((AWAITING, VETO, NO_PROGRESS_PLAIN, _OBSERVED_NO_PROGRESS, MUTATION, _OBSERVED_MUTATION))
+"""The newest record's kinds that let an argument-churn walk get anywhere (_may_churn)."""
+
+
+def _may_churn(state: RunState, tool: str, occurrences: int, target: str | None) -> bool:
+    """Whether argument churn of 10 or more is possible at all, judged from the newest record
+    and two counts, before any walk.  Stable-outcome churn needs the proposed call to continue
+    a variant seen 3+ times, its walk to get past the newest record (same tool; pending,
+    vetoed or no-progress) and 10 no-progress records; write churn needs the newest record
+    to be a write mutation, and 10 of them."""
+    flags = state.latest.flags
+    if not flags:
+        return False
+    newest = flags[-1] & ~OBSERVED
+    if (occurrences >= 3 and (newest == NO_PROGRESS_PLAIN or newest == AWAITING or newest == VETO)
+            and state.tools[-1] == tool
+            and flags.count(NO_PROGRESS_PLAIN) + flags.count(_OBSERVED_NO_PROGRESS) >= LATEST_WARNING):
+        return True
+    return (target is not None and newest == MUTATION
+            and flags.count(MUTATION) + flags.count(_OBSERVED_MUTATION) >= LATEST_WARNING)
+
+
+def _argument_churn(state: RunState, tool: str, sig: str, target: str | None, occurrences: int) -> LatestDetection | None:
+    """Argument churn of 10 or more (every reader compares it with 10), else None.
+    (Upstream computes write churn only when stable-outcome churn is 0; both are never
+    non-zero at once: the first needs the newest record with a result to be a no-progress
+    one, the second a write mutation.)"""
+    latest = state.latest
+    if occurrences >= 3:
+        count, variants = _stable_outcome_churn(state, tool, sig, latest.flags)
+        if count >= LATEST_WARNING:
+            return LatestDetection(WARNING, ARGUMENT_CHURN, count, tool, sig, liveness_signal=ARGUMENT_CHURN,
+                                   variant_count=variants)
+    if target is not None:
+        count = write_churn(state, sig, target)
+        if count >= LATEST_WARNING:
+            return LatestDetection(WARNING, ARGUMENT_CHURN, count, tool, sig, liveness_signal=ARGUMENT_CHURN,
+                                   variant_count=count, write_target=target, write_mutation=True)
+    return None
+
+
+def _liveness(state: RunState, tool: str, sig: str, target: str | None, occurrences: int) -> str | None:
+    if not _may_churn(state, tool, occurrences, target):
+        return None
+    return ARGUMENT_CHURN if _argument_churn(state, tool, sig, target, occurrences) is not None else None
+
+
+def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target: str | None) -> LatestDetection | None:
+    """Upstream's ``detectToolCallLoop`` at 2a627431 (openclaw-latest.md §5.1) on one run's
+    history, whose latest columns are aligned (callers check ``enabled``)."""
+    sigs = state.sigs
+    unknowns = state.unknowns
+    if unknowns and unknowns[-1]:
+        unknown_count, unknown_name = _unknown_streak(state, tool)
+        if unknown_count >= LATEST_UNKNOWN:
+            return LatestDetection(CRITICAL, "unknown_tool_repeat", unknown_count, tool, sig, unknown_name=unknown_name)
+    occurrences = sigs.count(sig)
+    if not occurrences:
+        # Nothing of this signature: only exec's terminal walk (which needs a terminal
+        # failure in the history) and write churn (which needs the newest record to be a
+        # write mutation) look further.
+        flags = state.latest.flags
+        if target is None:
+            if tool != "exec" or (TERMINAL_FAILURE not in flags and _OBSERVED_TERMINAL not in flags):
+                return None
+        elif not flags or flags[-1] & 7 != MUTATION:
+            return None
+    latest = state.latest
+    kinds = latest.flags
+    is_exec = tool == "exec"
+    streak, anchor = _signature_streak(state, sig, kinds, occurrences) if occurrences else (0, None)
+    if is_exec and (TERMINAL_FAILURE in kinds or _OBSERVED_TERMINAL in kinds):
+        terminal, terminal_anchor = _terminal_streak(state, sig, kinds, latest)
+        if terminal > streak:
+            streak, anchor = terminal, terminal_anchor
+    if streak >= LATEST_GLOBAL:
+        return LatestDetection(CRITICAL, "global_circuit_breaker", streak, tool, sig, anchor)
+    if known_poll:
+        if streak >= LATEST_CRITICAL:
+            return LatestDetection(CRITICAL, "known_poll_no_progress", streak, tool, sig, anchor)
+        if streak >= LATEST_WARNING:
+            return LatestDetection(WARNING, "known_poll_no_progress", streak, tool, sig, anchor,
+                                   liveness_signal=_liveness(state, tool, sig, target, occurrences))
+    if occurrences and sigs[-1] != sig:
+        count, paired_tool, paired_sig, evidence = _ping_pong(state, sig)
+        if count >= LATEST_CRITICAL and evidence:
+            return LatestDetection(CRITICAL, "ping_pong", count, tool, sig, None, paired_tool, paired_sig)
+        if count >= LATEST_WARNING:
+            return LatestDetection(WARNING, "ping_pong", count, tool, sig, None, paired_tool, paired_sig,
+                                   liveness_signal=_liveness(state, tool, sig, target, occurrences))
+    if not known_poll and streak >= LATEST_CRITICAL:
+        return LatestDetection(CRITICAL, "generic_repeat", streak, tool, sig, anchor)
+    if ((occurrences >= 3 or target is not None) and kinds and kinds[-1] in _CHURN_NEWEST
+            and _may_churn(state, tool, occurrences, target)):
+        churn = _argument_churn(state, tool, sig, target, occurrences)
+        if churn is not None:
+            return churn
+    if not known_poll and occurrences >= LATEST_WARNING:
+        return LatestDetection(WARNING, "generic_repeat", occurrences, tool, sig, anchor)
     return None

@@ -2,7 +2,8 @@
 
 ``LoopEngine.handle(state, event)`` is the only entry point.  It reproduces upstream's
 before-tool-call wrapper (spec §3) around the detectors, history and post-compaction
-guard, on one run's ``RunState``.  No Kafka, clock or logging happens here: the Faust app,
+guard, on one run's ``RunState``, in the profile its agent's config names: profile latest
+(openclaw-latest.md §6) lives in ``_LatestEngine``, the engine of a config that uses it.  No Kafka, clock or logging happens here: the Faust app,
 ``loopwatch replay``, the conformance runners and the benchmarks all drive this object.
 
 An event the engine rejects raises ``InvalidEvent`` before any state is touched.
@@ -31,8 +32,21 @@ from schemas.verdicts import Decision, RunAborted
 from . import guard as guard_mod
 from . import history
 from .config import ConfigSet, Settings
-from .detectors import Detection, detect
-from .state import CallRecord, GuardWindow, RunState
+from .detectors import Detection, detect, detect_latest, write_churn, LatestDetection, ARGUMENT_CHURN, WARNING
+from .hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
+from .state import (
+    AWAITING,
+    MUTATION,
+    NO_PROGRESS,
+    OBSERVED,
+    PLAIN,
+    TERMINAL_FAILURE,
+    VETO,
+    CallRecord,
+    CompactionRereads,
+    GuardWindow,
+    RunState,
+)
 
 __all__ = ["LogLine", "LoopEngine", "Step", "normalize_run_id", "state_key"]
 
@@ -54,7 +68,9 @@ class Step(msgspec.Struct, gc=False):
     ``decision`` answers a requested call (None for other events); ``abort`` ends the run;
     ``logs`` are upstream's log lines in order.  ``record`` (the history record the outcome
     was attached to or appended as), ``guard`` and ``detection`` expose the intermediate
-    answers conformance checks compare.  ``state`` is the run's new state, None once freed.
+    answers conformance checks compare.  (Under profile latest an outcome can raise a
+    warning too, the write churn of openclaw-latest.md §6.3: then ``detection`` is that
+    warning and ``decision`` its emitted decision.)  ``state`` is the run's new state, None once freed.
 
     The decision, the log lines and the record are built when first read: a worker
     publishes few decisions (gated calls, warnings, blocks), most events need none of them,
@@ -117,6 +133,8 @@ def _decision(
             "level": d.level, "detector": d.detector, "count": d.count, "message": d.message,
             "paired_tool_name": d.paired_tool_name, "warning_key": d.warning_key, **override,
         }
+        if d.liveness_signal is not None:
+            override["liveness_signal"] = d.liveness_signal
     return msgspec.structs.replace(decision, **override) if override else decision
 
 
@@ -164,7 +182,19 @@ def _tool_loop_line(event: ToolCallRequested, d: Detection, action: str) -> str:
 
 
 class LoopEngine:
-    """Loop detection for many runs; holds only configuration, never run state."""
+    """Loop detection for many runs; holds only configuration, never run state.
+
+    A config in which some agent uses profile latest gets a ``_LatestEngine``, whose every
+    event first looks up its agent's profile; any other config keeps configurable-final's
+    paths free of that check (about 1 % of the engine's instructions, docs/benchmarks.md).
+    """
+
+    def __new__(cls, config: ConfigSet | dict | None = None) -> "LoopEngine":
+        if cls is LoopEngine:
+            config = config if isinstance(config, ConfigSet) else ConfigSet(config)
+            if config.uses_latest():
+                cls = _LatestEngine
+        return super().__new__(cls)
 
     def __init__(self, config: ConfigSet | dict | None = None) -> None:
         self.config = config if isinstance(config, ConfigSet) else ConfigSet(config)
@@ -218,6 +248,10 @@ class LoopEngine:
             history.record_call(state, event.tool_name, sig, event.tool_call_id, event.ts_ms, cfg.history_size)
         if detection is None:
             return Step(state, event)
+        return self._warning(state, event, settings, detection)
+
+    def _warning(self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Detection) -> Step:
+        """A warning for a call that runs: emitted or hidden by the bucket rule."""
         emitted = self._warning_bucket(state, detection)
         return Step(
             state=state, request=event, detection=detection, built_logs=None,
@@ -307,6 +341,169 @@ class LoopEngine:
         return Step(state=state, built_logs=logs)
 
 
+class _LatestEngine(LoopEngine):
+    """The engine for a config in which some agent uses profile latest: each event first
+    looks up its agent's profile.  (A config without latest gets ``LoopEngine`` itself,
+    whose configurable-final paths carry no such check: see ``LoopEngine.__new__``.)"""
+
+    # -- profile latest (openclaw-latest.md §6) ---------------------------------------------
+
+    def _requested(self, state: RunState, event: ToolCallRequested) -> Step:
+        settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
+        if not settings.latest:
+            if state.latest is not None:
+                state.latest.checked_by = None  # configurable-final records leave no latest fields
+            return LoopEngine._requested(self, state, event)
+        if state.aborted is not None:
+            return self._after_abort(state, event)
+        if not event.session_key:
+            return Step(state, event)
+        cfg = settings.detection
+        latest = state.latest
+        if latest is None or latest.checked_by is not self:
+            latest = history.latest_columns(state, self)
+        sig = intern(event.args_hash)
+        tool = event.tool_name
+        detection = detect_latest(state, tool, sig, event.known_poll, event.target_hash) if cfg.enabled else None
+        if detection is not None and detection.level == "critical":
+            # The runner completes the vetoed call with the blocked result (loop_veto), which
+            # records the veto (_completed), as upstream's wrapper records its blocked result.
+            return self._block(state, event, settings, detection)
+        if cfg.records_calls:
+            history.append_latest(state, latest, tool, sig, event.tool_call_id, event.ts_ms, event.target_hash)
+        if detection is None:
+            return Step(state, event)
+        return self._warning(state, event, settings, detection)
+
+    def _completed(self, state: RunState, event: ToolCallCompleted) -> Step:
+        """Outcome kinds, no-progress flags and write targets on the record, loop vetoes as
+        records, the outcome-time write-churn warning (§6.3), the guard's re-read
+        instrumentation.  (The uncommon cases are methods of their own, so that the common
+        path's bytecode stays short and contiguous: the interpreter reads it as data.)"""
+        settings = self._settings.get(event.agent_id) or self.config.settings_for(event.agent_id)
+        if not settings.latest:
+            if state.latest is not None:
+                state.latest.checked_by = None
+            return LoopEngine._completed(self, state, event)
+        if not (event.session_key or event.session_id):
+            return Step(state)  # no session to record in
+        if event.loop_veto:
+            return self._veto(state, event)
+        result_hash = event.normalized_result_hash or event.result_hash
+        if not result_hash:
+            return Step(state)  # the tool returned nothing (an outcome kind comes with a hash)
+        latest = state.latest
+        if latest is None or latest.checked_by is not self:
+            latest = history.latest_columns(state, self)
+        result_hash = intern(result_hash)
+        flags = PLAIN if event.outcome_kind is None else _OUTCOME_KINDS[event.outcome_kind]
+        if event.no_progress or event.is_error:
+            flags |= NO_PROGRESS
+        sig = event.args_hash
+        call_id = event.tool_call_id
+        sigs = state.sigs
+        observing = settings.guard.enabled  # the guard keeps every hashed outcome (history.observe)
+        if sigs and latest.flags[-1] == AWAITING and sigs[-1] == sig and (not call_id or state.call_ids[-1] == call_id):
+            # The usual case: the outcome of the call just recorded (record_outcome_latest's
+            # first branch, inlined as LoopEngine._completed inlines configurable-final's),
+            # observed in the same store (history.observe's common case, inlined too).
+            at = len(sigs) - 1
+            state.results[at] = result_hash
+            state.unknowns[at] = event.unknown_tool_name
+            if observing and latest.ring is None:
+                latest.flags[at] = flags | OBSERVED
+                latest.observed += 1
+                observing = False
+            else:
+                latest.flags[at] = flags
+            if event.failure_identity_hash is not None:  # (exec; a pending record has none to clear)
+                latest.digests[latest.first + at] = event.failure_identity_hash
+        else:
+            at = history.record_outcome_latest(
+                state, latest, event.tool_name, sig, call_id, result_hash, event.unknown_tool_name, flags,
+                event.failure_identity_hash, event.target_hash, event.ts_ms,
+            )
+        if state.guard.remaining > 0 or (flags == MUTATION and settings.detection.outcome_warnings):
+            return self._outcome_observed(state, event, settings, latest, at, result_hash, observing)
+        if observing:
+            history.observe(state, latest, at)
+        return Step(state, None, at, _DORMANT)
+
+    def _veto(self, state: RunState, event: ToolCallCompleted) -> Step:
+        """A loop veto (the blocked result of a vetoed call) records a tool-loop-veto (§4.5):
+        no hash, so the guard never sees it."""
+        latest = state.latest
+        if latest is None or latest.checked_by is not self:
+            latest = history.latest_columns(state, self)
+        if AWAITING in latest.flags:
+            at = history.record_outcome_latest(
+                state, latest, event.tool_name, event.args_hash, event.tool_call_id, None, None, VETO, None,
+                event.target_hash, event.ts_ms,
+            )
+        else:  # the vetoed call itself was never recorded: with nothing pending, it is appended
+            sigs, sig = state.sigs, event.args_hash
+            # A loop's signature is usually the newest one already (and interned).
+            sig = sigs[-1] if sigs and sigs[-1] == sig else intern(sig)
+            history.append_latest(state, latest, event.tool_name, sig, event.tool_call_id, event.ts_ms,
+                                  event.target_hash, None, None, VETO)
+            at = len(sigs) - 1
+        return Step(state, None, at)
+
+    def _outcome_observed(
+        self, state: RunState, event: ToolCallCompleted, settings: Settings, latest, at: int, result_hash: str,
+        observing: bool,
+    ) -> Step:
+        """An outcome while the guard is armed, or a write mutation that may raise the
+        outcome-time churn warning (``observing``: the guard still has to keep it)."""
+        tool, sig = event.tool_name, event.args_hash
+        warning = decision = None
+        logs: list[LogLine] = []
+        if latest.flags[at] & 7 == MUTATION and settings.detection.outcome_warnings:
+            warning = self._outcome_churn_warning(state, latest, at)
+        if warning is not None:
+            decision = _decision(event, "warn", warning, True, True)
+            logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {tool}: {warning.message}"))
+            logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, warning, "warn")))
+        verdict, error_line, info_line = guard_mod.observe_latest(
+            state.guard, latest.rereads, settings.guard.enabled, tool, sig, result_hash
+        )
+        if observing:
+            history.observe(state, latest, at)
+        abort = None
+        if info_line is not None:
+            logs.append(LogLine("info", guard_mod.SUBSYSTEM, info_line))
+        if verdict.should_abort:
+            _end_run(state, verdict.detector)
+            abort = _run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
+            logs.append(LogLine("error", guard_mod.SUBSYSTEM, error_line))
+        return Step(state, None, at, verdict, abort=abort, detection=warning, built_logs=tuple(logs),
+                    built_decision=decision)
+
+    def _compaction(self, state: RunState, event: CompactionRetried) -> Step:
+        settings = self.settings_for(event.agent_id)
+        if not settings.latest:
+            return LoopEngine._compaction(self, state, event)
+        latest = history.latest_columns(state, self)
+        line = guard_mod.arm_latest(state.guard, latest.rereads, settings.guard, latest.recent_observations(state.sigs))
+        logs = (LogLine("info", guard_mod.SUBSYSTEM, line),) if line else ()
+        return Step(state=state, built_logs=logs)
+
+    def _outcome_churn_warning(self, state: RunState, latest, at: int) -> Detection | None:
+        """§6.3: a write-mutation record judged against the rest of the run's history;
+        the warning if the bucket rule emits it."""
+        target = latest.digest(at)  # (a write-mutation record: its target)
+        if target is None:
+            return None
+        sig = state.sigs[at]
+        count = write_churn(state, sig, target, skip=at)
+        if count < 10:
+            return None
+        found = LatestDetection(WARNING, ARGUMENT_CHURN, count, "write", sig, variant_count=count,
+                                liveness_signal=ARGUMENT_CHURN, write_target=target, write_mutation=True)
+        return found if self._warning_bucket(state, found) else None
+
+
+
 def _end_run(state: RunState, detector: str) -> None:
     """An abort ends the run.  A run-id scope stays closed (late calls are refused); the
     session's "no run" scope goes on with the next run, which gets a fresh guard and block
@@ -315,3 +512,10 @@ def _end_run(state: RunState, detector: str) -> None:
         state.aborted = detector
     state.guard = GuardWindow()
     state.critical_blocks = 0
+    if state.latest is not None:
+        state.latest.rereads = CompactionRereads()
+        state.latest.forget_observations()
+
+
+_OUTCOME_KINDS = {TERMINAL_EXEC_FAILURE: TERMINAL_FAILURE, WRITE_MUTATION: MUTATION}
+"""Wire outcome kinds to the codes histories hold."""

@@ -9,21 +9,35 @@ values as decoded from JSON.  A missing result (the tool returned ``undefined``)
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Iterable
 
-from .canonical import UNDEFINED, digest, js_number, js_trim, stable_stringify
+from .canonical import UNDEFINED, digest, js_number, js_trim, sha256_hex, stable_stringify
 
 __all__ = [
     "Outcome",
+    "TERMINAL_EXEC_FAILURE",
+    "TOOL_LOOP_VETO",
     "ThrownError",
+    "WRITE_MUTATION",
     "args_hash",
+    "canonicalize_untrusted_envelopes",
+    "failure_shape",
     "hash_outcome",
     "is_known_poll",
     "is_send_call",
     "strip_volatile_send_ids",
     "unknown_tool_name",
+    "write_target_hash",
 ]
+
+# Profile latest's outcome kinds (openclaw-latest.md §3), interned: histories compare them
+# by identity first.
+TERMINAL_EXEC_FAILURE = sys.intern("terminal-exec-failure")
+WRITE_MUTATION = sys.intern("write-mutation")
+TOOL_LOOP_VETO = sys.intern("tool-loop-veto")
+"""A call the detector vetoed (recorded by the engine, never by a runner's outcome)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,16 +50,31 @@ class ThrownError:
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What ``recordToolCallOutcome`` derives from a tool's result or error.
+    """What ``recordToolCallOutcome`` derives from a tool's result or error, for both
+    profiles at once, so that a runner need not know which profile judges it.
 
     ``result_hash`` is None when the outcome produces no hash: the tool returned nothing,
-    or the result is the loop detector's own veto (``loop_veto``).
+    or the result is the loop detector's own veto (``loop_veto``).  It is
+    configurable-final's hash; the other fields are profile latest's
+    (openclaw-latest.md §4): ``normalized_result_hash`` is latest's hash when it differs
+    (untrusted-content ids canonicalised, a write that changed nothing), ``outcome_kind``
+    tags terminal exec failures and write mutations, ``failure_identity_hash`` is a
+    terminal failure's drift-free identity and ``no_progress`` flags errors and no-op writes.
     """
 
     result_hash: str | None
     unknown_tool_name: str | None = None
     loop_veto: bool = False
     is_error: bool = False
+    normalized_result_hash: str | None = None
+    outcome_kind: str | None = None
+    failure_identity_hash: str | None = None
+    no_progress: bool = False
+
+    @property
+    def latest_result_hash(self) -> str | None:
+        """The result hash under profile latest."""
+        return self.normalized_result_hash or self.result_hash
 
 
 def args_hash(tool_name: str, args: Any) -> str:
@@ -166,33 +195,184 @@ def _str_or_none(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _exec_outcome(details: dict, text: str) -> str | None:
+def _exec_hashed(details: dict, text: str) -> Any:
+    """The value the exec rule hashes (spec §5.1), or UNDEFINED when it does not apply."""
     status = details.get("status")
     if not isinstance(status, str) or not status:
-        return None
+        return UNDEFINED
     if status == "running":
-        return digest({"status": status, "tail": _str_or_none(details.get("tail")) or ""})
+        return {"status": status, "tail": _str_or_none(details.get("tail")) or ""}
     if status in ("completed", "failed"):
         exit_code = details.get("exitCode")
         aggregated = details.get("aggregated")
         output = js_trim(aggregated) if isinstance(aggregated, str) else ""
-        return digest({
+        return {
             "status": status,
             "exitCode": exit_code if isinstance(exit_code, (int, float)) and not isinstance(exit_code, bool) else None,
             "timedOut": details.get("timedOut") is True,
             "output": output or text,
-        })
+        }
     if status in ("approval-pending", "approval-unavailable"):
         command = _str_or_none(details.get("command"))
         warning = _str_or_none(details.get("warningText"))
-        return digest({
+        return {
             "status": status,
             "reason": _str_or_none(details.get("reason")),
             "host": _str_or_none(details.get("host")),
             "command": command if command is not None else "",
             "warningText": warning if warning is not None else "",
-        })
-    return None
+        }
+    return UNDEFINED
+
+
+# -- profile latest (openclaw-latest.md §4) -----------------------------------------------------
+
+_ENVELOPE_MARKER = "<<<EXTERNAL_UNTRUSTED_CONTENT id="
+# Upstream's regular expression, verbatim (JS and Python agree on every construct in it).
+_ENVELOPE = re.compile(
+    r'(<<<EXTERNAL_UNTRUSTED_CONTENT id=(\\*)")([a-f0-9]{16})'
+    r'(\2">>>(?:(?!<<<(?:END_)?EXTERNAL_UNTRUSTED_CONTENT)[\s\S])*<<<END_EXTERNAL_UNTRUSTED_CONTENT id=\2")\3(\2">>>)'
+)
+_QUOTE_ESCAPES = re.compile(r'(?<!\\)\\*"')
+_ZERO_ID = "0" * 16
+
+
+def _canonical_envelope(match: re.Match[str]) -> str:
+    k = len(match.group(2))
+    inner = match.group(4)
+    # Only a consistently escaped envelope (k = 2^n - 1 backslashes before every quote, at
+    # any depth of JSON string encoding) is rewritten; anything else keeps its ids.
+    if k & (k + 1):
+        return match.group(0)
+    step = k + 1
+    for quote in _QUOTE_ESCAPES.finditer(inner):
+        if len(quote.group(0)) % step:
+            return match.group(0)
+    return match.group(1) + _ZERO_ID + inner + _ZERO_ID + match.group(5)
+
+
+def canonicalize_untrusted_envelopes(text: str) -> str:
+    """Replace the random ids of well-formed ``EXTERNAL_UNTRUSTED_CONTENT`` envelopes by
+    sixteen zeros (openclaw-latest.md §4.1), so wrapped results that differ only in their
+    ids hash alike."""
+    if _ENVELOPE_MARKER not in text:
+        return text
+    return _ENVELOPE.sub(_canonical_envelope, text)
+
+
+def _digests(value: Any) -> tuple[str, str | None]:
+    """(configurable-final's digest, latest's digest when it differs)."""
+    text = stable_stringify(value)
+    plain = sha256_hex(text)
+    # Every string and key appears in the serialisation, and the marker needs no escaping:
+    # without it, the normaliser changes nothing.
+    if _ENVELOPE_MARKER not in text:
+        return plain, None
+    normalized = stable_stringify(value, canonicalize_untrusted_envelopes)
+    return plain, (None if normalized == text else sha256_hex(normalized))
+
+
+# The failure identity's masks, upstream's JS sources verbatim (§4.2), applied in this order.
+_FAILURE_MASK_SOURCES = (
+    (r"\d{4}-\d{2}-\d{2}[t ]\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?(?:z|[+-]\d{2}:\d{2})?", "giu"),  # ISO timestamps
+    (r"\d{1,2}:\d{2}:\d{2}(?:\.\d{1,6})?", "gu"),  # clock times
+    (r"\b(?:attempt|retry)\b[\s#:=]*\d+", "giu"),  # attempt/retry counters
+    (r"\b\d+(?:\.\d+)?\s?(?:ns|us|ms|seconds?|minutes?|hours?|s)\b", "giu"),  # durations
+    (r"\b(?:pid|ppid)\b[\s#:=]*\d+", "giu"),  # process ids
+)
+
+_JS_SPACE_CHARS = "\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+# With /iu a letter matches what Unicode *simple* case folding maps to it: `s` also matches
+# U+017F and `k` the Kelvin sign, and `\b` counts both as word characters.  (Python's re.I
+# is not the same: it would also match U+0130 for `i`.)
+_FOLDS = {"s": "sS\u017f", "k": "kK\u212a"}
+_JS_WORD_IU = "A-Za-z0-9_\u017f\u212a"
+
+
+def _js_regex(source: str, flags: str) -> re.Pattern[str]:
+    """Translate the small JS regex subset of the masks (escapes \\d \\s \\b \\., classes,
+    groups, quantifiers, literal letters) to Python with JS semantics: `\\d` is ASCII,
+    `\\s` is JS whitespace, letters fold as /iu folds them."""
+    ignore_case = "i" in flags
+    word = _JS_WORD_IU if ignore_case else "A-Za-z0-9_"
+    boundary = f"(?:(?<=[{word}])(?![{word}])|(?<![{word}])(?=[{word}]))"
+
+    def letter(ch: str) -> str:
+        return _FOLDS.get(ch.lower(), ch.lower() + ch.upper()) if ignore_case and ch.isalpha() else ch
+
+    out, in_class, i = [], False, 0
+    while i < len(source):
+        ch = source[i]
+        if ch == "\\":
+            nxt = source[i + 1]
+            i += 2
+            if nxt == "d":
+                out.append("0-9" if in_class else "[0-9]")
+            elif nxt == "s":
+                out.append(_JS_SPACE_CHARS if in_class else f"[{_JS_SPACE_CHARS}]")
+            elif nxt == "b" and not in_class:
+                out.append(boundary)
+            else:
+                out.append("\\" + nxt)
+            continue
+        if ch == "[":
+            in_class = True
+            out.append(ch)
+        elif ch == "]":
+            in_class = False
+            out.append(ch)
+        elif ch.isalpha():
+            folded = letter(ch)
+            out.append(folded if in_class or len(folded) == 1 else f"[{folded}]")
+        else:
+            out.append(ch)
+        i += 1
+    return re.compile("".join(out))
+
+
+_FAILURE_MASKS = tuple(_js_regex(source, flags) for source, flags in _FAILURE_MASK_SOURCES)
+
+
+def failure_shape(output: str) -> str:
+    """A failing command's output with timestamps, clock times, attempt/retry counters,
+    durations and pids masked as ``#`` (openclaw-latest.md §4.2), in upstream's order."""
+    for mask in _FAILURE_MASKS:
+        output = mask.sub("#", output)
+    return output
+
+
+def _terminal_failure_identity(details: dict, text: str) -> str | None:
+    """The failure identity of a terminal exec failure, else None (§4.2)."""
+    status = details.get("status")
+    if status not in ("completed", "failed"):
+        return None
+    exit_code = details.get("exitCode")
+    if isinstance(exit_code, bool) or not isinstance(exit_code, (int, float)) or exit_code == 0:
+        return None
+    if isinstance(exit_code, float) and (exit_code != exit_code or exit_code in (float("inf"), float("-inf"))):
+        return None
+    if details.get("timedOut") is True:
+        return None
+    aggregated = details.get("aggregated")
+    output = (js_trim(aggregated) if isinstance(aggregated, str) else "") or text
+    if not output or output == f"(Command exited with code {js_number(exit_code)})":
+        return None
+    identity = {"status": status, "exitCode": exit_code, "timedOut": False, "output": failure_shape(output)}
+    return digest(identity, canonicalize_untrusted_envelopes)
+
+
+def write_target_hash(tool_name: str, args: Any) -> str | None:
+    """Profile latest's write target (§4.3): SHA-256 of ``{"path": <path>}`` for tool
+    ``write`` with a non-empty string ``path``, used verbatim; else None."""
+    if tool_name != "write" or not isinstance(args, dict):
+        return None
+    path = args.get("path")
+    if not isinstance(path, str) or not path:
+        return None
+    return sha256_hex(stable_stringify({"path": path}))
+
+
+_WRITE_UNCHANGED = digest({"status": "unchanged"})
 
 
 def _or_null(details: dict, key: str) -> Any:
@@ -209,16 +389,23 @@ def hash_outcome(
     returned: bool = True,
     provider_send_tools: Iterable[str] = (),
 ) -> Outcome:
-    """Upstream's ``hashToolOutcome``: the rules of spec §2.3 in order, first match wins.
+    """Upstream's ``hashToolOutcome``: the rules of spec §2.3 in order, first match wins,
+    with profile latest's additions (openclaw-latest.md §4) computed alongside.
 
     Pass ``error=`` for a thrown error (a ``ThrownError`` for an Error object, or any
     JSON value that was thrown), otherwise ``result=``; ``returned=False`` means the tool
     returned ``undefined``.
     """
     if error is not UNDEFINED:
-        return Outcome(f"error:{digest(_error_text(error))}", unknown_tool_name(error), is_error=True)
+        plain, normalized = _digests(_error_text(error))
+        return Outcome(
+            f"error:{plain}", unknown_tool_name(error), is_error=True,
+            normalized_result_hash=None if normalized is None else f"error:{normalized}", no_progress=True,
+        )
     if not isinstance(result, dict):
-        return Outcome(digest(result) if returned else None)
+        if not returned:
+            return Outcome(None)
+        return _hashed(result)
     details = result.get("details")
     if not isinstance(details, dict):
         details = {}
@@ -226,25 +413,44 @@ def hash_outcome(
     if details.get("status") == "blocked" and details.get("deniedReason") == "tool-loop":
         return Outcome(None, loop_veto=True)
     if tool_name == "exec":
-        exec_hash = _exec_outcome(details, text)
-        if exec_hash is not None:
-            return Outcome(exec_hash)
+        hashed = _exec_hashed(details, text)
+        if hashed is not UNDEFINED:
+            plain, normalized = _digests(hashed)
+            identity = _terminal_failure_identity(details, text)
+            return Outcome(
+                plain, normalized_result_hash=normalized,
+                outcome_kind=None if identity is None else TERMINAL_EXEC_FAILURE, failure_identity_hash=identity,
+            )
+    if tool_name == "write":
+        changed = details.get("changed")
+        if changed is False:
+            # Latest: every no-op write hashes alike, whatever its text says.
+            return Outcome(digest({"details": details, "text": text}), normalized_result_hash=_WRITE_UNCHANGED,
+                           no_progress=True)
+        if changed is True:
+            plain, normalized = _digests({"details": details, "text": text})
+            return Outcome(plain, normalized_result_hash=normalized, outcome_kind=WRITE_MUTATION)
     if tool_name == "process" and isinstance(args, dict):
         action = args.get("action")
         status = details["status"] if "status" in details else UNDEFINED
         if action == "poll":
-            return Outcome(digest({
+            return _hashed({
                 "action": action, "status": status,
                 "exitCode": _or_null(details, "exitCode"), "exitSignal": _or_null(details, "exitSignal"),
                 "aggregated": _or_null(details, "aggregated"), "text": text,
-            }))
+            })
         if action == "log":
-            return Outcome(digest({
+            return _hashed({
                 "action": action, "status": status,
                 "totalLines": _or_null(details, "totalLines"), "totalChars": _or_null(details, "totalChars"),
                 "truncated": _or_null(details, "truncated"), "exitCode": _or_null(details, "exitCode"),
                 "exitSignal": _or_null(details, "exitSignal"), "text": text,
-            }))
+            })
     if is_send_call(tool_name, args, provider_send_tools):
-        return Outcome(digest(strip_volatile_send_ids(details)))
-    return Outcome(digest({"details": details, "text": text}))
+        return _hashed(strip_volatile_send_ids(details))
+    return _hashed({"details": details, "text": text})
+
+
+def _hashed(value: Any) -> Outcome:
+    plain, normalized = _digests(value)
+    return Outcome(plain, normalized_result_hash=normalized)

@@ -6,10 +6,22 @@ from dataclasses import dataclass
 from sys import intern
 from typing import Iterable
 
-from .state import CallRecord, RunState
+from .state import AWAITING, OBSERVED, PLAIN, REREAD_MEMORY, CallRecord, LatestState, RunState
 
-__all__ = ["ToolCallStats", "record_call", "record_outcome", "tool_call_stats", "trim"]
+__all__ = [
+    "LATEST_HISTORY_SIZE",
+    "ToolCallStats",
+    "latest_columns",
+    "record_call",
+    "append_latest",
+    "observe",
+    "record_outcome",
+    "record_outcome_latest",
+    "tool_call_stats",
+    "trim",
+]
 
+LATEST_HISTORY_SIZE = 30
 
 
 def trim(state: RunState, size: int | float) -> None:
@@ -84,6 +96,148 @@ def record_outcome(
     if len(sigs) > size:
         trim(state, size)
     return record
+
+
+# -- profile latest (openclaw-latest.md §3) ----------------------------------------------------
+# Own functions rather than branches in the ones above: configurable-final's record path
+# runs for every event and stays as it is.
+
+
+def latest_columns(state: RunState, checker: object = None) -> LatestState:
+    """The state's latest columns, aligned with its history.  A run that configurable-final
+    recorded before (its agent's profile changed) gets them, all absent.  ``checker`` (the
+    engine) is remembered as having checked them."""
+    latest = state.latest
+    n = len(state.sigs)
+    if latest is None or len(latest.flags) != n:
+        flags = bytearray(AWAITING if result is None else PLAIN for result in state.results)
+        if latest is None:
+            latest = state.latest = LatestState(flags)
+        else:
+            latest.flags, latest.digests = flags, {}
+            latest.forget_observations()
+    latest.checked_by = checker
+    return latest
+
+
+def append_latest(
+    state: RunState,
+    latest: LatestState,
+    tool: str,
+    args_hash: str,
+    tool_call_id: str | None,
+    ts_ms: int,
+    target: str | None,
+    result_hash: str | None = None,
+    unknown_tool_name: str | None = None,
+    flags: int = AWAITING,
+    failure_id: str | None = None,
+) -> None:
+    """Append a record and trim the history to 30, oldest first.  Without outcome fields this
+    is upstream's record_call under profile latest: a pending record with its write target."""
+    sigs = state.sigs
+    state.tools.append(tool)
+    sigs.append(args_hash)
+    state.call_ids.append(tool_call_id)
+    state.results.append(result_hash)
+    state.unknowns.append(unknown_tool_name)
+    state.stamps.append(ts_ms)
+    latest.flags.append(flags)
+    if target is not None or failure_id is not None:
+        latest.digests[latest.first + len(sigs) - 1] = target if failure_id is None else failure_id
+    excess = len(sigs) - LATEST_HISTORY_SIZE
+    if excess == 1:  # a full history: drop the oldest
+        if latest.flags[0] & OBSERVED:
+            latest.observed = observed = latest.observed - 1
+            if observed < REREAD_MEMORY:
+                _keep_dropped(latest, sigs[0])
+        del state.tools[0], sigs[0], state.call_ids[0], state.results[0], state.unknowns[0], state.stamps[0]
+        del latest.flags[0]
+        latest.first = first = latest.first + 1
+        if first & 15:
+            return
+    elif excess > 1:
+        for i in range(excess):
+            if latest.flags[i] & OBSERVED:
+                latest.observed -= 1
+                if latest.observed < REREAD_MEMORY:
+                    _keep_dropped(latest, sigs[i])
+        del state.tools[:excess], sigs[:excess], state.call_ids[:excess], state.results[:excess]
+        del state.unknowns[:excess], state.stamps[:excess]
+        del latest.flags[:excess]
+        latest.first = first = latest.first + excess
+    else:
+        return
+    # Every 16 records dropped: housekeeping of the structures that only grow otherwise.
+    digests = latest.digests
+    if len(digests) > LATEST_HISTORY_SIZE:  # stale keys (below first)
+        latest.digests = {k: v for k, v in digests.items() if k >= first}
+    ring = latest.ring
+    if ring is not None and len(ring) > REREAD_MEMORY:  # observations beyond the last 16
+        del ring[:-REREAD_MEMORY]
+
+
+def _keep_dropped(latest: LatestState, sig: str) -> None:
+    """An observed record leaves the history while fewer than 16 observed ones remain: it
+    stays among the guard's last 16 observations."""
+    if latest.ring is None:
+        dropped = latest.dropped
+        dropped.append(sig)
+        if len(dropped) > REREAD_MEMORY:
+            del dropped[0]
+
+
+def observe(state: RunState, latest: LatestState, at: int) -> None:
+    """The post-compaction guard observed record ``at``'s outcome (LatestState.observed)."""
+    flags = latest.flags
+    if latest.ring is None:
+        if at == len(flags) - 1 or not any(f & OBSERVED for f in flags[at + 1:]):
+            flags[at] |= OBSERVED
+            latest.observed += 1
+            return
+        # A newer record was observed first: record order is no longer observation order.
+        latest.ring = latest.recent_observations(state.sigs)
+    latest.ring.append(state.sigs[at])
+
+
+def record_outcome_latest(
+    state: RunState,
+    latest: LatestState,
+    tool: str,
+    args_hash: str,
+    tool_call_id: str | None,
+    result_hash: str | None,
+    unknown_tool_name: str | None,
+    flags: int,
+    failure_id: str | None,
+    target: str | None,
+    ts_ms: int,
+) -> int:
+    """record_outcome under profile latest: a record is pending (AWAITING) while it has
+    neither a result hash nor an outcome kind (a veto record is not pending); a match keeps
+    its write target.  ``flags`` are the outcome's (PLAIN … MUTATION, | NO_PROGRESS).
+    Returns the record's index (after trimming)."""
+    sigs, kinds, call_ids = state.sigs, latest.flags, state.call_ids
+    found = -1
+    n = len(sigs)
+    if n and kinds[-1] == AWAITING and sigs[-1] == args_hash and (not tool_call_id or call_ids[-1] == tool_call_id):
+        found = n - 1  # the usual case: the outcome of the call just recorded
+    elif AWAITING in kinds and args_hash in sigs:
+        for i in range(n - 1, -1, -1):
+            if (kinds[i] == AWAITING and sigs[i] == args_hash and state.tools[i] == tool
+                    and (not tool_call_id or call_ids[i] == tool_call_id)):
+                found = i
+                break
+    if found < 0:
+        append_latest(state, latest, tool, intern(args_hash), tool_call_id, ts_ms, target, result_hash,
+                      unknown_tool_name, flags, failure_id)
+        return len(sigs) - 1
+    state.results[found] = result_hash
+    state.unknowns[found] = unknown_tool_name
+    kinds[found] = flags
+    if failure_id is not None:  # (a pending record has no failure identity to clear)
+        latest.digests[latest.first + found] = failure_id
+    return found
 
 
 @dataclass(frozen=True)

@@ -295,6 +295,13 @@ def fleet() -> dashboard_b.Dashboard:
         "guard armings.",
         [Q(f"sum by (detector) (rate(loopwatch_warnings_suppressed_total[{RATE}])) * 60", "suppressed {{detector}}"),
          Q(f"sum(rate(loopwatch_guard_armings_total[{RATE}])) * 60", "guard armings")]))
+    d = d.with_panel(timeseries(
+        L, "Argument churn per minute (liveness signal)",
+        "Profile latest: decisions flagging a run that cycles through argument variants without "
+        "getting anywhere (livenessSignal argument_churn), by the detector that decided: "
+        "argument_churn warnings, and poll or ping-pong warnings that also churn.",
+        [Q(f"sum by (detector) (rate(loopwatch_liveness_signals_total[{RATE}])) * 60", "{{detector}}")],
+        stack=True, width=24))
 
     d = d.with_row(row("Latency", L))
     d = d.with_panel(timeseries(

@@ -21,6 +21,7 @@ from aiokafka.partitioner import murmur2
 
 from schemas import decode_event, decode_verdict
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested
+from schemas.keys import record_key
 from schemas.verdicts import Decision, RunAborted
 from harness import REPO, collect, produce, reference_verdicts, write_config
 from streams.client import LoopwatchClient
@@ -132,7 +133,8 @@ async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worke
         kind: {"runId": f"{tag}-{kind}", "sessionKey": f"agent:main:{tag}-{kind}", "sessionId": None, "mode": "gate", "calls": calls(kind, 7)}
         for kind in ("generic_repeat", "polling_loop", "ping_pong", "unknown_tool", "send_loop", "post_compaction", "healthy")
     }
-    # A run without a run id: its verdicts are keyed session:<key>|<id>, as the worker keys its state.
+    # A run without a run id: its events and verdicts are keyed session:<key>| (schemas.keys), as the
+    # worker keys its state.
     session_run = {"runId": None, "sessionKey": f"agent:main:{tag}-sess", "sessionId": f"{tag}-sid", "mode": "advisory",
                    "calls": calls("generic_repeat", 8)}
     plan = {"kafka": kafka_plan(lw), "runs": [*gate_runs.values(), session_run]}
@@ -147,18 +149,18 @@ async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worke
         await runner.read("ready")
         # The advisory run has published all its calls: how many warnings and blocks is that?
         published = await runner.read("published")
-        assert published["key"] == f"session:{session_run['sessionKey']}|{session_run['sessionId']}"
-        session_events = [decode_event(r.value) for r in await published_records(lw, {session_run["sessionKey"]})]
+        assert published["key"] == f"session:{session_run['sessionKey']}|"
+        session_events = [decode_event(r.value) for r in await published_records(lw, {published["key"]})]
         await runner.send(f"expect {len(reference_verdicts(session_events, CONFIG))}")
         reports = (await runner.read("runs"))["runs"]
 
         # What the Node runner really published, decoded by the Python schema, in partition order.
-        keys = {r["runId"] for r in gate_runs.values()} | {session_run["sessionKey"]}
+        keys = {r["runId"] for r in gate_runs.values()} | {published["key"]}
         records = await published_records(lw, keys)
         events = [decode_event(r.value) for r in records]
         for record, event in zip(records, events):
-            # keyed by run id (session key without one), on the partition aiokafka gives that key
-            assert record.key.decode() == (event.run_id or event.session_key)
+            # keyed by run id (its state key without one), on the partition aiokafka gives that key
+            assert record.key.decode() == record_key(event)
             assert record.partition == (murmur2(record.key) & 0x7FFFFFFF) % 4
         expected = reference_verdicts(events, CONFIG)
         by_id = {v.verdict_id: plain(v) for v in expected}

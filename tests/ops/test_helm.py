@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from opsutil import CHART, KUBE_VERSION, run
+from opsutil import CHART, KUBE_VERSION, REPO, run
 
 CUSTOM_VALUES = Path(__file__).with_name("values-custom.yaml")
 SECURE_VALUES = Path(__file__).with_name("values-secure.yaml")
@@ -213,7 +214,7 @@ def test_loop_detection_configmap_default(default_manifest: str) -> None:
             "globalCircuitBreakerThreshold": 30,
             "detectors": {"genericRepeat": True, "knownPollNoProgress": True, "pingPong": True}}},
         "agents": {"list": []},
-        "loopwatch": {"abortAfterCriticalBlocks": None, "surfaceWarnings": False},
+        "loopwatch": {"profile": "configurable-final", "abortAfterCriticalBlocks": None, "surfaceWarnings": False},
     }
 
 
@@ -329,7 +330,7 @@ def test_custom_loop_detection_config(custom_manifest: str) -> None:
     assert config["tools"]["loopDetection"]["postCompactionGuard"] == {"windowSize": 12}
     assert [a["id"] for a in config["agents"]["list"]] == ["safe-runner", "research-bot"]
     assert config["agents"]["list"][0]["tools"]["loopDetection"] == {"warningThreshold": 5, "criticalThreshold": 10}
-    assert config["loopwatch"] == {"abortAfterCriticalBlocks": 3, "surfaceWarnings": True}
+    assert config["loopwatch"] == {"profile": "configurable-final", "abortAfterCriticalBlocks": 3, "surfaceWarnings": True}
 
 
 def test_custom_monitoring_objects(custom_manifest: str) -> None:
@@ -396,13 +397,35 @@ def test_dashboard_label_is_configurable(helm: str) -> None:
     (["--set", "detectionConfig.tools.loopDetection.warningThreshold=25"], "warningThreshold"),
     (["--set", "detectionConfig.agents.list[0].id=a",
       "--set", "detectionConfig.agents.list[0].tools.loopDetection.criticalThreshold=40"], "agent a"),
+    (["--set", "detectionConfig.loopwatch.profile=newest"], "profile"),
+    (["--set", "detectionConfig.loopwatch.profile=latest", "--set", "detectionConfig.agents.list[0].id=a",
+      "--set", "detectionConfig.agents.list[0].loopwatch.profile=configurable-final",
+      "--set", "detectionConfig.tools.loopDetection.warningThreshold=25"], "warningThreshold"),
 ], ids=["protocol", "replicas", "bootstrap", "quantity", "unknown-key", "tls-secret", "sasl-secret",
         "sasl-username", "sasl-mechanism", "tls-no-ca", "tls-half-mtls", "signing-secret", "signing-typo",
-        "thresholds", "agent-thresholds"])
+        "thresholds", "agent-thresholds", "profile", "thresholds-read-by-a-final-agent"])
 def test_invalid_values_are_refused(helm: str, args: list[str], message: str) -> None:
     result = template(helm, *args)
     assert result.returncode != 0, f"accepted: {args}"
     assert message in result.stderr, result.stderr
+
+
+def test_profile_latest_ignores_thresholds(helm: str, tmp_path: Path) -> None:
+    """Profile latest reads only `enabled`: misordered (retired) thresholds are accepted, and the
+    rendered config is one `loopwatch config check` accepts, warning about the retired keys."""
+    manifest = render(helm, "--set", "detectionConfig.loopwatch.profile=latest",
+                      "--set", "detectionConfig.tools.loopDetection.warningThreshold=25",
+                      "--set", "detectionConfig.agents.list[0].id=a",
+                      "--set", "detectionConfig.agents.list[0].loopwatch.profile=latest",
+                      "--set", "detectionConfig.agents.list[0].tools.loopDetection.criticalThreshold=3")
+    cm = next(d for d in by_kind(manifest)["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
+    path = tmp_path / "loop-detection.yaml"
+    path.write_text(cm["data"]["loop-detection.yaml"])
+    check = subprocess.run([sys.executable, "-m", "streams.cli", "config", "check", str(path), "--json"],
+                           capture_output=True, text=True, cwd=REPO)
+    assert check.returncode == 0, check.stderr
+    assert json.loads(check.stdout)["a"]["profile"] == "latest"
+    assert "tools.loopDetection.warningThreshold: retired under profile latest" in check.stderr
 
 
 def test_existing_configmap(helm: str) -> None:

@@ -115,11 +115,22 @@ app.kubernetes.io/component: worker
 {{- fail "SASL needs kafka.sasl.username or kafka.sasl.usernameKey (a key of kafka.sasl.existingSecret)" }}
 {{- end }}
 {{- end }}
+{{- /* Thresholds only matter to agents of profile configurable-final: profile latest ignores them. */}}
 {{- $global := (.Values.detectionConfig.tools | default dict).loopDetection | default dict }}
+{{- $rootProfile := (.Values.detectionConfig.loopwatch | default dict).profile | default "configurable-final" }}
+{{- $agents := (.Values.detectionConfig.agents | default dict).list | default list }}
+{{- $globalRead := eq $rootProfile "configurable-final" }}
+{{- range $agent := $agents }}
+{{- if eq (($agent.loopwatch | default dict).profile | default $rootProfile) "configurable-final" }}{{ $globalRead = true }}{{ end }}
+{{- end }}
+{{- if $globalRead }}
 {{- include "loopwatch.validateThresholds" (dict "ld" $global "where" "detectionConfig.tools.loopDetection") }}
-{{- range $agent := (.Values.detectionConfig.agents | default dict).list | default list }}
+{{- end }}
+{{- range $agent := $agents }}
+{{- if eq (($agent.loopwatch | default dict).profile | default $rootProfile) "configurable-final" }}
 {{- $own := ($agent.tools | default dict).loopDetection | default dict }}
 {{- include "loopwatch.validateThresholds" (dict "ld" (merge (deepCopy $own) $global) "where" (printf "agent %s (merged with the global loopDetection)" $agent.id)) }}
+{{- end }}
 {{- end }}
 {{- end }}
 
