@@ -1,7 +1,7 @@
 """Events runners publish on ``tool-calls`` (key: run id, or session key without one).
 
 Events carry hashes, never raw arguments or results: the runner hashes at the edge with
-``streams.engine.hashing`` (byte-compatible with upstream OpenClaw).  Every event has an
+``streams.hashing`` (byte-compatible with upstream OpenClaw).  Every event has an
 ``event_id`` that is unique per event and reused on retries; verdict ids derive from it.
 """
 

@@ -30,7 +30,7 @@ from ..engine.config import (
 )
 from ..engine.detectors import detect
 from ..engine.engine import LoopEngine, normalize_run_id
-from ..engine.hashing import ThrownError, args_hash, hash_outcome, is_known_poll
+from ..hashing import ThrownError, args_hash, hash_outcome, is_known_poll
 from ..engine.state import CompactionRereads, GuardWindow, RunState
 
 

@@ -18,10 +18,10 @@ from typing import Any, Iterator
 
 from ..edge import blocked_result, compaction_event, completed_event, requested_event
 from ..engine import LoopEngine, RunState
-from ..engine.canonical import UNDEFINED
+from ..canonical import UNDEFINED
 from ..engine.config import CONFIGURABLE_FINAL, LATEST, PROFILES, with_profile
 from ..engine.engine import normalize_run_id
-from ..engine.hashing import ThrownError
+from ..hashing import ThrownError
 
 __all__ = [
     "PROFILES", "SessionDriver", "SessionResult", "TraceFileError", "compare_session", "history_digest", "open_jsonl",

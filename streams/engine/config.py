@@ -15,7 +15,7 @@ from typing import Any
 
 from schemas.config import CONFIGURABLE_FINAL, LATEST, PROFILES
 
-from .canonical import js_number
+from streams.canonical import js_number
 
 __all__ = [
     "CONFIGURABLE_FINAL",

@@ -33,7 +33,7 @@ from . import guard as guard_mod
 from . import history
 from .config import ConfigSet, Settings
 from .detectors import Detection, detect, detect_latest, write_churn, LatestDetection, ARGUMENT_CHURN, WARNING
-from .hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
+from streams.hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
 from .state import (
     AWAITING,
     MUTATION,

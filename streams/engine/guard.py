@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .canonical import js_number
+from streams.canonical import js_number
 from .config import GuardSettings
 from .state import CompactionRereads, GuardWindow
 

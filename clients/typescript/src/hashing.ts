@@ -1,6 +1,6 @@
 /**
  * Edge hashing: call signatures and outcome hashes (spec §2.2, §2.3, §5), the same rules as
- * `streams/engine/hashing.py` and upstream's `hashToolOutcome` (tool-loop-detection.ts at the
+ * `streams/hashing.py` and upstream's `hashToolOutcome` (tool-loop-detection.ts at the
  * `configurable-final` profile). Raw arguments and results never leave the runner: only
  * what this module returns is published.
  */
@@ -94,7 +94,7 @@ export function stripVolatileSendIds(value: unknown): unknown {
       continue;
     }
     // Plain assignment, as upstream: a `__proto__` key sets the copy's prototype instead of
-    // adding a key, so it drops out of the hash (streams/engine/hashing.py lists it).
+    // adding a key, so it drops out of the hash (streams/hashing.py lists it).
     stripped[key] = stripVolatileSendIds(nested);
   }
   return stripped;

@@ -1,6 +1,6 @@
 /**
  * The same hash for every case: TypeScript hashing against the project's own Python
- * (`streams/edge.py` over `streams/engine/hashing.py`), on the shared conformance vectors'
+ * (`streams/edge.py` over `streams/hashing.py`), on the shared conformance vectors'
  * arguments and outcomes and on 10,000+ random values of each kind with JavaScript's edge
  * cases. Values cross to Python losslessly (test/support/transport.ts).
  */
