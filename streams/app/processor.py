@@ -41,18 +41,13 @@ from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
 
-from schemas.events import (
-    CompactionRetried,
-    InvalidEvent,
-    RunEnded,
-    ToolCallCompleted,
-    ToolCallRequested,
-    decode_event,
-)
-from schemas.signing import BAD_SIGNATURE, Keyring
+from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, decode_event
+from schemas.names import BAD_SIGNATURE, INVALID_JSON, KEY_MISMATCH, MISSING_KEY, PROCESSING_ERROR, WARNING
+from schemas.signing import Keyring
 from schemas.verdicts import Decision, RunAborted, encode_verdict
 from schemas.keys import record_key
 from streams.engine import LoopEngine, RunState, copy_state, state_key
+from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 
 from . import logs
 from .checkpoint import LiveRun, LiveRuns
@@ -62,13 +57,6 @@ __all__ = ["BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut"
 
 log = logging.getLogger("loopwatch.worker")
 
-EVENT_TYPE_NAMES = {
-    ToolCallRequested: "tool_call.requested",
-    ToolCallCompleted: "tool_call.completed",
-    CompactionRetried: "compaction.retried",
-    RunEnded: "run.ended",
-}
-GUARD_SUBSYSTEM = "agents/post-compaction-guard"
 _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
                "warning": logging.WARNING, "error": logging.ERROR}
 DETAIL_LIMIT = 2048
@@ -143,7 +131,7 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     A missing or empty key is ``missing_key``; any other key is ``key_mismatch``.
     """
     if not key:
-        return "missing_key", "the record has no Kafka key: key every event by its run id (schemas.keys.record_key)"
+        return MISSING_KEY, "the record has no Kafka key: key every event by its run id (schemas.keys.record_key)"
     if key == state_key_bytes:
         return None
     expected = record_key(event).encode("utf-8", "surrogatepass")
@@ -153,7 +141,7 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     if legacy and key == legacy.encode("utf-8", "surrogatepass"):
         return None
     shown = key[:200].decode("utf-8", "replace")
-    return "key_mismatch", (
+    return KEY_MISMATCH, (
         f"Kafka key {shown!r} is not the event's run key {expected.decode('utf-8', 'replace')!r}"
         f" nor its state key {state_key_bytes.decode('utf-8', 'replace')!r}"
     )
@@ -204,7 +192,7 @@ class BatchProcessor:
             value = record.value
             try:
                 if value is None:
-                    raise InvalidEvent("invalid_json", "the record has no value (null)")
+                    raise InvalidEvent(INVALID_JSON, "the record has no value (null)")
                 signer = keyring.verify(record.headers, value) if keyring is not None else None
                 event = decode_event(value)
                 if signer is not None:
@@ -217,7 +205,7 @@ class BatchProcessor:
                 dead.append(DeadLetter(record, exc.reason, _cut(exc.detail)))
                 continue
             except Exception as exc:  # noqa: BLE001 - a bad record must never stop the worker
-                dead.append(DeadLetter(record, "processing_error", _cut(f"decode: {exc!r}")))
+                dead.append(DeadLetter(record, PROCESSING_ERROR, _cut(f"decode: {exc!r}")))
                 self._count_error("decode")
                 log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition, record.offset)
                 continue
@@ -288,10 +276,10 @@ class BatchProcessor:
                 step = engine.handle(state, event, validated=True)
             except Exception as exc:  # noqa: BLE001 - see below
                 failed.add(i)
-                reason = exc.reason if isinstance(exc, InvalidEvent) else "processing_error"
+                reason = exc.reason if isinstance(exc, InvalidEvent) else PROCESSING_ERROR
                 detail = exc.detail if isinstance(exc, InvalidEvent) else f"engine: {exc!r}"
                 result.dead_letters.append(DeadLetter(record, reason, _cut(detail)))
-                if reason == "processing_error":
+                if reason == PROCESSING_ERROR:
                     self._count_error("engine")
                     log.exception("engine failed on %s[%d]@%d", record.topic, record.partition, record.offset)
                 # The engine may have changed the state in place before failing: rebuild it
@@ -331,7 +319,7 @@ class BatchProcessor:
 
     def _collect(self, partition, key, record, event, step, result: BatchResult, counts: "_Counts") -> None:
         etype = type(event)
-        counts.events[EVENT_TYPE_NAMES.get(etype, etype.__name__)] += 1
+        counts.events[EVENT_TYPE_OF[etype]] += 1
         for line in step.logs:
             self._log(line)
             if etype is CompactionRetried and line.subsystem == GUARD_SUBSYSTEM:
@@ -345,7 +333,7 @@ class BatchProcessor:
                 counts.liveness[(decision.liveness_signal, decision.detector)] += 1
             if detection is not None:
                 counts.detections[(detection.detector, detection.level, event.tool_name)] += 1
-                if detection.level == "warning" and not decision.warning_emitted:
+                if detection.level == WARNING and not decision.warning_emitted:
                     counts.suppressed[detection.detector] += 1
             if action != "allow" or event.gate:
                 result.verdicts.append(VerdictOut(partition, key, encode_verdict(decision), decision))

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from schemas.config import validate_loop_detection
 from schemas.events import InvalidEvent
+from schemas.names import MISSING_KEY
 
 from ..client.errors import PostCompactionLoopPersistedError, RunAbortedError
 from ..edge import blocked_result, completed_event, requested_event
@@ -350,7 +351,7 @@ class HookSession:
             outcome = self.engine.handle(self.states.get(key), request)
         except InvalidEvent as exc:
             # A runner with no run id or session key cannot be routed; it fails open.
-            check(exc.reason == "missing_key", f"execute {tool}: event rejected: {exc}")
+            check(exc.reason == MISSING_KEY, f"execute {tool}: event rejected: {exc}")
             blocked = False
         else:
             self.states[key] = outcome.state

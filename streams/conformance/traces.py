@@ -18,6 +18,7 @@ from typing import Any, Iterator
 
 from ..edge import blocked_result, compaction_event, completed_event, requested_event
 from ..engine import LoopEngine, RunState
+from ..engine import guard as guard_mod
 from ..canonical import UNDEFINED
 from ..engine.config import CONFIGURABLE_FINAL, LATEST, PROFILES, with_profile
 from ..engine.engine import normalize_run_id
@@ -190,7 +191,7 @@ class SessionDriver:
         if step.guard is not None:
             g = step.guard
             out["g"] = [g.should_abort, g.armed, g.remaining_attempts, g.detector, g.count, g.tool_name, g.message]
-        gl.extend(f"{line.level}:{line.message}" for line in step.logs if line.subsystem == "agents/post-compaction-guard")
+        gl.extend(f"{line.level}:{line.message}" for line in step.logs if line.subsystem == guard_mod.SUBSYSTEM)
         if step.abort is not None:
             run.aborted = True
 
