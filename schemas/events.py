@@ -17,7 +17,9 @@ from . import names
 MAX_EVENT_BYTES = 64 * 1024
 """Records larger than this are rejected (and dead-lettered by the worker)."""
 
-SUPPORTED_VERSIONS = (1,)
+SCHEMA_VERSION = 1
+"""The ``v`` of every event and verdict this version of loopwatch writes."""
+SUPPORTED_VERSIONS = (SCHEMA_VERSION,)
 """The values of ``v`` this decoder accepts; any other is dead-lettered ``unsupported_version``."""
 
 # Bounds of every field.  Integers stay within JavaScript's safe range (2^53 - 1): a runner in
@@ -60,7 +62,7 @@ OutcomeKind = Literal["terminal-exec-failure", "write-mutation"]
 
 # gc=False: events hold only scalars, so they can never be part of a reference cycle.
 class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True, gc=False):
-    v: Version = 1
+    v: Version = SCHEMA_VERSION
     event_id: Id
     run_id: OptionalKey = None
     session_key: OptionalKey = None

@@ -11,7 +11,17 @@ from typing import Annotated, Literal, Union
 import msgspec
 
 from . import names
-from .events import MAX_ID_LENGTH, MAX_SAFE_INT, MAX_TOOL_NAME_LENGTH, ArgsHash, Id, OptionalKey, TimestampMs, Version
+from .events import (
+    MAX_ID_LENGTH,
+    MAX_SAFE_INT,
+    MAX_TOOL_NAME_LENGTH,
+    SCHEMA_VERSION,
+    ArgsHash,
+    Id,
+    OptionalKey,
+    TimestampMs,
+    Version,
+)
 
 Action = Literal[names.ACTIONS]
 Level = Literal[names.LEVELS]
@@ -29,7 +39,7 @@ WarningKey = Annotated[str, msgspec.Meta(max_length=2048)]
 
 
 class _Verdict(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True, gc=False):
-    v: Version = 1
+    v: Version = SCHEMA_VERSION
     verdict_id: VerdictId
     cause_event_id: Id
     run_id: OptionalKey = None

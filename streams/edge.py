@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallEvent, ToolCallRequested
+from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
 
 from .canonical import UNDEFINED
 from .hashing import Outcome, args_hash, hash_outcome, is_known_poll, write_target_hash

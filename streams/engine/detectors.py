@@ -53,10 +53,6 @@ class Detection(msgspec.Struct, gc=False):
     warning of a loop, do without the extra field.)"""
 
     @property
-    def critical(self) -> bool:
-        return self.level == CRITICAL
-
-    @property
     def message(self) -> str:
         tool, n = self.tool, self.count
         kind = self.detector
