@@ -18,7 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallEvent
 from schemas.keys import record_key
-from streams.engine import LoopEngine, state_key
+from streams.engine import LoopEngine, RunDriver
 
 __all__ = [
     "collect",
@@ -195,23 +195,10 @@ async def collect_verdicts(
 
 
 def reference_verdicts(events: Iterable[ToolCallEvent], config: Any = None) -> list:
-    """What loopwatch publishes for these events, answered by the engine alone: every
-    decision of a gate call, every warn/block, every abort, in event order."""
+    """What loopwatch publishes for these events, answered by the engine alone
+    (``streams.engine.published``), in event order."""
     engine = config if isinstance(config, LoopEngine) else LoopEngine(config)
-    states: dict[str, Any] = {}
-    out = []
-    for event in events:
-        key = state_key(event)
-        step = engine.handle(states.get(key), event)
-        if step.state is None:
-            states.pop(key, None)
-        else:
-            states[key] = step.state
-        if step.decision is not None and (getattr(event, "gate", False) or step.decision.action != "allow"):
-            out.append(step.decision)
-        if step.abort is not None:
-            out.append(step.abort)
-    return out
+    return RunDriver(engine).verdicts(events)
 
 
 def dedupe(records: Iterable[Any]) -> tuple[dict[str, Any], int, int]:

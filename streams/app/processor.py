@@ -12,8 +12,9 @@ One batch (``process``):
    the partition's order, and the engine runs over each run's events one after another;
 3. run the engine on each touched run's state, kept in memory (``checkpoint.LiveRuns``) from
    the first touch until the next checkpoint;
-4. collect what each step publishes (every decision of a
-   ``gate`` call, every warn/block, every abort), engine log lines and metric counts.
+4. collect what each step publishes (the engine's rule, ``Step.published_decision``: the
+   decision of a ``gate`` call, every warn and block; every abort), engine log lines and
+   metric counts.
 
 Before the engine, an event is checked against its run's stored envelope
 (``streams.app.run_store``): an event whose offset is not newer than the state's stamp is
@@ -324,19 +325,28 @@ class BatchProcessor:
             self._log(line)
             if etype is CompactionRetried and line.subsystem == GUARD_SUBSYSTEM:
                 counts.armings += 1
-        decision = step.decision
-        if decision is not None:
-            action = decision.action
+        # What is published is the engine's rule (Step.published_decision); an allow nobody
+        # waits for is counted like any decision, from the step, and never built.
+        decision = step.published_decision
+        if decision is not None or step.request is not None:
             detection = step.detection
-            counts.decisions[(decision.detector or "none", decision.level or "none", action)] += 1
-            if decision.liveness_signal is not None:
-                counts.liveness[(decision.liveness_signal, decision.detector)] += 1
+            if decision is not None:
+                result.verdicts.append(VerdictOut(partition, key, encode_verdict(decision), decision))
+                detector, level, action = decision.detector, decision.level, decision.action
+                liveness, emitted = decision.liveness_signal, decision.warning_emitted
+            else:
+                action, emitted = "allow", step.emitted
+                if detection is None:
+                    detector = level = liveness = None
+                else:
+                    detector, level, liveness = detection.detector, detection.level, detection.liveness_signal
+            counts.decisions[(detector or "none", level or "none", action)] += 1
+            if liveness is not None:
+                counts.liveness[(liveness, detector)] += 1
             if detection is not None:
                 counts.detections[(detection.detector, detection.level, event.tool_name)] += 1
-                if detection.level == WARNING and not decision.warning_emitted:
+                if detection.level == WARNING and not emitted:
                     counts.suppressed[detection.detector] += 1
-            if action != "allow" or event.gate:
-                result.verdicts.append(VerdictOut(partition, key, encode_verdict(decision), decision))
         abort = step.abort
         if abort is not None:
             counts.aborts[abort.detector] += 1

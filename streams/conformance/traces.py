@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..edge import blocked_result, compaction_event, completed_event, requested_event
-from ..engine import LoopEngine, RunState
+from ..engine import LoopEngine, RunDriver, RunState
 from ..engine import guard as guard_mod
 from ..canonical import UNDEFINED
 from ..engine.config import CONFIGURABLE_FINAL, LATEST, PROFILES, with_profile
@@ -114,7 +114,7 @@ class _Run:
 
 @dataclass
 class SessionDriver:
-    """Replays one session through ``LoopEngine.handle`` and produces upstream's step lines."""
+    """Replays one session through the engine (``RunDriver``) and produces upstream's step lines."""
 
     session: dict
     profile: str = CONFIGURABLE_FINAL
@@ -124,6 +124,7 @@ class SessionDriver:
         self.latest = self.profile == LATEST
         cfg = self.session.get("cfg")
         self.engine = LoopEngine(cfg if self.profile == CONFIGURABLE_FINAL else with_profile(cfg, self.profile))
+        self.driver = RunDriver(self.engine)
         self.sid = self.session["id"]
         self.session_key = self.session.get("sessionKey")
         self.send_tools = frozenset((self.session.get("env") or {}).get("provider_send_tools") or ())
@@ -136,7 +137,7 @@ class SessionDriver:
         return {"run_id": run.run_id, "session_key": self.session_key, "agent_id": run.agent_id, "ts_ms": self.seq}
 
     def _handle(self, run: _Run, event) -> Any:
-        step = self.engine.handle(run.state, event)
+        step = self.driver.handle(event)
         run.state = step.state
         return step
 

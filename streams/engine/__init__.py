@@ -1,6 +1,7 @@
 """The sans-I/O detection core (think h11): events in, decisions and log lines out."""
 
 from .config import ConfigSet, DetectorSettings, GuardSettings, Settings
+from .drive import RunDriver, published
 from .engine import LogLine, LoopEngine, Step, normalize_run_id, state_key
 from .state import CallRecord, RunState, copy_state, decode_state, encode_state
 
@@ -11,6 +12,7 @@ __all__ = [
     "GuardSettings",
     "LogLine",
     "LoopEngine",
+    "RunDriver",
     "RunState",
     "Settings",
     "Step",
@@ -18,5 +20,6 @@ __all__ = [
     "decode_state",
     "encode_state",
     "normalize_run_id",
+    "published",
     "state_key",
 ]

@@ -104,6 +104,24 @@ class Step(msgspec.Struct, gc=False):
         return self.built_decision
 
     @property
+    def published_decision(self) -> Decision | None:
+        """The decision loopwatch publishes for this step, or None: the decision of a gated
+        call, and every decision whose action is not ``allow`` (a warning shown, a block).
+
+        The one rule for what goes on ``loop-verdicts`` (with every abort:
+        ``streams.engine.drive.published``).  An allow nobody waits for is not even built."""
+        decision = self.built_decision
+        request = self.request
+        if decision is None:
+            if request is None or (self.action == "allow" and not request.gate):
+                return None
+            decision = self.built_decision = _decision(request, self.action, self.detection, self.emitted, self.notify)
+            return decision
+        if decision.action != "allow" or (request is not None and request.gate):
+            return decision
+        return None
+
+    @property
     def record(self) -> CallRecord | None:
         if self.built_record is None and self.record_at >= 0:
             self.built_record = self.state.record(self.record_at)

@@ -351,6 +351,23 @@ def test_metrics_follow_the_contract():
     assert g("loopwatch_decision_latency_seconds_count") == 21
 
 
+def test_an_allow_nobody_waits_for_is_counted_but_not_published():
+    # The same run as above without gate: the decision counts are the same (10 plain allows,
+    # 9 warnings the bucket rule hid, 1 warning shown, 1 block), but only the warning and the
+    # block are published.
+    registry = CollectorRegistry()
+    p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
+    r = p.process(records(repeat_run(21, gate=False)), Store().read)
+    g = registry.get_sample_value
+    assert g("loopwatch_decisions_total", {"detector": "none", "level": "none", "action": "allow"}) == 10
+    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "allow"}) == 9
+    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "warn"}) == 1
+    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "critical", "action": "block"}) == 1
+    assert g("loopwatch_warnings_suppressed_total", {"detector": "generic_repeat"}) == 9
+    assert g("loopwatch_loop_detections_total", {"detector": "generic_repeat", "level": "warning", "tool": "read"}) == 10
+    assert [decode_verdict(v.value).action for v in r.verdicts] == ["warn", "block"]
+
+
 def test_tool_label_is_capped():
     m = Metrics(CollectorRegistry(), process_metrics=False)
     labels = [m.tool_label(f"tool{i}") for i in range(250)]
