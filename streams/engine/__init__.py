@@ -1,4 +1,9 @@
-"""The sans-I/O detection core (think h11): events in, decisions and log lines out."""
+"""The sans-I/O detection core (think h11): events in, decisions and log lines out.
+
+``LoopEngine.handle(state, event) -> Step`` is the entry point; ``RunDriver`` keeps many runs'
+states over a stream of events, and ``published(step)`` is what loopwatch publishes for a
+step.  The edge hashing the engine shares with runners is ``streams.hashing`` and
+``streams.canonical``, outside this package, so that runners do not load the engine."""
 
 from .config import ConfigSet, DetectorSettings, GuardSettings, Settings
 from .drive import RunDriver, published
