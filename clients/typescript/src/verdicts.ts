@@ -29,6 +29,8 @@ export interface Decision extends VerdictBase {
   warning_emitted: boolean | null;
   /** Whether the runner should show `message` to the model (always for a block). */
   notify_model: boolean;
+  /** Profile latest: `argument_churn` when the call also continues an argument churn. */
+  liveness_signal: "argument_churn" | null;
 }
 
 export interface RunAborted extends VerdictBase {
@@ -93,6 +95,7 @@ export function decodeVerdict(data: Uint8Array | string): Verdict | null {
       warning_key: isString(v.warning_key) ? v.warning_key : null,
       warning_emitted: typeof v.warning_emitted === "boolean" ? v.warning_emitted : null,
       notify_model: v.notify_model === true,
+      liveness_signal: v.liveness_signal === "argument_churn" ? v.liveness_signal : null,
     };
   }
   if (v.type === "loop.run_aborted") {
