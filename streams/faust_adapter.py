@@ -10,20 +10,19 @@ At import the installed versions are checked against the ones this module was wr
 would then fail in ways that look like something else (a worker that is never ready).  A
 version that differs raises ``DependencyVersionError`` with one line saying what to do.
 
-What is here, and why (the measurements are in docs/benchmarks.md, the decision in
-docs/design.md):
+What is here, and why (docs/design.md has the decision, docs/benchmarks.md the
+measurements behind it):
 
 * **aiokafka's log lines** (``unable_to_connect``, ``redact_sasl_bytes``): aiokafka's bootstrap
   says why it could not connect only in a log record; ``streams.broker_access`` reads them.
   This part needs no Faust: the runner client imports this module for it.
 * **Batch delivery** (``BatchingConsumer``, ``BatchingTransport``): Faust's consumer hands
-  records of registered topics to a handler as one list per fetch, acks them as a
+  records of the worker's topic to a handler as one list per fetch, acks them as a
   per-partition watermark and commits in the background; everything else of Faust's
   consumer (group membership, co-partitioning assignor, table recovery, standbys, offset
-  commits) is kept.  Faust delivers each record on its own, at 2,000 to 4,500 records/s on
-  this project's machine; as lists, ~67,000/s.
-* **The consumer on the app's event loop** (``InlineConsumerThread``): Faust runs aiokafka in a
-  thread of its own; the hand-off put decision latency at p50 21 ms / p99 145 ms.
+  commits) is kept.  Faust's per-record path was several times too slow for the worker.
+* **The consumer on the app's event loop** (``InlineConsumerThread``): Faust's consumer thread
+  and its hand-offs were most of the decision latency.
 * **The web server without Faust's views** (``HealthOnlyWeb``, through ``WorkerApp._new_web``).
 * **Direct access to the run table and the producers** (``TableAccess``, ``Producers``): one
   RocksDB ``WriteBatch`` and one record batch per partition per checkpoint instead of a
