@@ -15,6 +15,7 @@
 import { randomBytes } from "node:crypto";
 import { LoopBlocked, LoopwatchInputError, LoopwatchUnavailableError, RunAbortedError } from "./errors.js";
 import {
+  blockedResult,
   compactionEvent,
   completedEvent,
   encodeEvent,
@@ -26,7 +27,7 @@ import {
   type RunFields,
   type ToolCallEvent,
 } from "./events.js";
-import { LOOP_VETO_RESULT, type ToolOutcome } from "./hashing.js";
+import type { ToolOutcome } from "./hashing.js";
 import { KafkaTransport, withDeadline, type KafkaSettings, type VerdictRecord } from "./kafka.js";
 import { decodeVerdict, type Decision, type RunAborted, type Verdict } from "./verdicts.js";
 
@@ -411,7 +412,7 @@ export class RunHandle {
     const deadline = Date.now() + client.timeoutMs;
     const toolCallId = options.toolCallId ?? null;
     if (this.#vetoed.delete(toolCallId)) {
-      outcome = { result: LOOP_VETO_RESULT };
+      outcome = { result: blockedResult(this.blocked.at(-1)?.message ?? "") };
     }
     const event = completedEvent(client.nextEventId(), toolName, args, outcome, {
       ...this.#eventFields(),

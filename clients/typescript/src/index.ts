@@ -1,16 +1,20 @@
-export { stableStringify, digest, isPlainObject } from "./canonical.js";
+export { stableStringify, digest, isPlainObject, sha256Hex, type Normalizer } from "./canonical.js";
 export {
   argsHash,
+  canonicalizeUntrustedEnvelopes,
+  failureShape,
   hashOutcome,
   isKnownPoll,
   isSendCall,
   stripVolatileSendIds,
   unknownToolName,
-  LOOP_VETO_RESULT,
+  writeTargetHash,
   type Outcome,
+  type OutcomeKind,
   type ToolOutcome,
 } from "./hashing.js";
 export {
+  blockedResult,
   compactionEvent,
   completedEvent,
   completedFromOutcome,
