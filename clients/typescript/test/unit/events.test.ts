@@ -162,7 +162,7 @@ test("verdicts: the schema's examples decode; anything else is skipped, not fata
     type: "loop.decision", v: 1, verdict_id: "e1/decision", cause_event_id: "e1", run_id: "r", session_key: "s",
     agent_id: null, ts_ms: 5, tool_call_id: "c1", tool_name: "read", args_hash: `read:${"0".repeat(64)}`,
     action: "block", level: "critical", detector: "generic_repeat", count: 20, message: "CRITICAL: stop",
-    paired_tool_name: null, warning_key: null, warning_emitted: null, notify_model: true,
+    paired_tool_name: null, warning_key: null, warning_emitted: null, notify_model: true, liveness_signal: null,
   };
   const aborted = {
     type: "loop.run_aborted", v: 1, verdict_id: "e2/abort", cause_event_id: "e2", run_id: "r", session_key: "s",
@@ -171,6 +171,10 @@ test("verdicts: the schema's examples decode; anything else is skipped, not fata
   assert.ok(validateVerdict(decision), ajv.errorsText(validateVerdict.errors));
   assert.ok(validateVerdict(aborted), ajv.errorsText(validateVerdict.errors));
   assert.deepEqual(decodeVerdict(JSON.stringify(decision)), decision);
+  // profile latest's warning with its liveness signal
+  const churn = { ...decision, action: "warn", level: "warning", detector: "argument_churn", count: 10, liveness_signal: "argument_churn" };
+  assert.ok(validateVerdict(churn), ajv.errorsText(validateVerdict.errors));
+  assert.deepEqual(decodeVerdict(JSON.stringify(churn)), churn);
   assert.deepEqual(decodeVerdict(Buffer.from(JSON.stringify(aborted))), aborted);
   for (const bad of ["", "not json", "[]", "null", JSON.stringify({ ...decision, action: "explode" }), JSON.stringify({ ...aborted, count: "3" }), JSON.stringify({ type: "loop.other", verdict_id: "x", cause_event_id: "y" })]) {
     assert.equal(decodeVerdict(bad), null, bad);
