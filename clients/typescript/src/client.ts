@@ -10,7 +10,9 @@
  *   blocks collect on the run.
  *
  * Verdicts are de-duplicated by `verdict_id` (delivery is at least once) and matched to runs
- * by their Kafka key, which is the worker's state key for the run.
+ * by their Kafka key, which is the worker's state key for the run. A blocked call is completed
+ * at once with upstream's blocked result (`loop_veto`), as upstream's wrapper records its own
+ * veto; `afterToolCall` for it is then a no-op.
  */
 import { randomBytes } from "node:crypto";
 import { LoopBlocked, LoopwatchInputError, LoopwatchUnavailableError, RunAbortedError } from "./errors.js";
@@ -359,7 +361,8 @@ export class RunHandle {
   async beforeToolCall(toolName: string, args: unknown, options: { toolCallId?: string | null } = {}): Promise<Decision | null> {
     const toolCallId = options.toolCallId ?? null;
     if (this.aborted !== null) {
-      this.#vetoed.add(toolCallId); // refused here: its completion is the loop's own veto too
+      // Refused here, nothing published: the run is over, so its outcome is not either.
+      this.#vetoed.add(toolCallId);
       this.check();
     }
     const client = this.client;
@@ -390,7 +393,11 @@ export class RunHandle {
       this.warnings.push(decision);
     } else if (decision.action === "block") {
       this.blocked.push(decision);
+      // The vetoed call will not run: complete it now with the blocked result, as upstream's
+      // wrapper records its own (profile latest counts it as a veto record; configurable-final
+      // ignores it). A later afterToolCall for it is a no-op.
       this.#vetoed.add(toolCallId);
+      await this.#completeVetoed(toolName, args, toolCallId, decision.message ?? "");
       if (client.raiseOnBlock) {
         throw new LoopBlocked(decision);
       }
@@ -398,9 +405,24 @@ export class RunHandle {
     return decision;
   }
 
+  /** Publish the blocked result of a vetoed call; a failure is logged, the block stands. */
+  async #completeVetoed(toolName: string, args: unknown, toolCallId: string | null, message: string): Promise<void> {
+    const client = this.client;
+    const event = completedEvent(client.nextEventId(), toolName, args, { result: blockedResult(message) }, {
+      ...this.#eventFields(),
+      toolCallId,
+    });
+    try {
+      await this.#publish(event, Date.now() + client.timeoutMs);
+    } catch (err) {
+      client.logger.warn(`the veto of ${toolName} was not published: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
   /**
    * Publish the outcome: `{ result }` (undefined: the tool returned nothing) or `{ error }`
-   * (what it threw). A call this run vetoed is recorded as the loop's own block, never hashed.
+   * (what it threw). A no-op for a call this run vetoed: it was completed when it was blocked
+   * (or, refused because the run was aborted, is not recorded at all).
    */
   async afterToolCall(
     toolName: string,
@@ -412,7 +434,7 @@ export class RunHandle {
     const deadline = Date.now() + client.timeoutMs;
     const toolCallId = options.toolCallId ?? null;
     if (this.#vetoed.delete(toolCallId)) {
-      outcome = { result: blockedResult(this.blocked.at(-1)?.message ?? "") };
+      return;
     }
     const event = completedEvent(client.nextEventId(), toolName, args, outcome, {
       ...this.#eventFields(),

@@ -4,7 +4,8 @@
  * * `before_tool_call` publishes the request; in gate mode a block comes back as OpenClaw's
  *   `{ block: true, blockReason }` with loopwatch's message (the model sees it as the tool
  *   result), and so does every call of a run loopwatch aborted.
- * * `after_tool_call` publishes the outcome (a call loopwatch vetoed as the loop's own block).
+ * * `after_tool_call` publishes the outcome; for a call loopwatch blocked it does nothing (the
+ *   client completed that call with upstream's blocked result when it blocked it).
  * * `after_compaction` publishes `compaction.retried`; `agent_end` publishes `run.ended`.
  * * Warnings with `notify_model` reach the model through tool-result middleware, appended to
  *   the result of the call they concern (advisory verdicts: to the run's next result).
