@@ -12,7 +12,8 @@
  * Verdicts are de-duplicated by `verdict_id` (delivery is at least once) and matched to runs
  * by their Kafka key, which is the worker's state key for the run. A blocked call is completed
  * at once with upstream's blocked result (`loop_veto`), as upstream's wrapper records its own
- * veto; `afterToolCall` for it is then a no-op.
+ * veto; `afterToolCall` for it is then a no-op. With `signingKey`, every event is signed with
+ * the key of its run's agent (`signing.ts`).
  */
 import { randomBytes } from "node:crypto";
 import { LoopBlocked, LoopwatchInputError, LoopwatchUnavailableError, RunAbortedError } from "./errors.js";
@@ -31,6 +32,7 @@ import {
 } from "./events.js";
 import type { ToolOutcome } from "./hashing.js";
 import { KafkaTransport, withDeadline, type KafkaSettings, type VerdictRecord } from "./kafka.js";
+import type { SigningKey } from "./signing.js";
 import { decodeVerdict, type Decision, type RunAborted, type Verdict } from "./verdicts.js";
 
 export interface Logger {
@@ -52,6 +54,12 @@ export interface ClientOptions extends KafkaSettings {
   verdictsTopic?: string;
   /** How long `start()` keeps trying to join and position the verdict reader. */
   startTimeoutMs?: number;
+  /**
+   * Sign every event (for workers that require signed events): the key of the run's agent.
+   * Several keys are for runners serving several agents, one key per agent; a run of an agent
+   * without a key is refused (`LoopwatchInputError`).
+   */
+  signingKey?: SigningKey | readonly SigningKey[];
   logger?: Logger;
 }
 
@@ -83,6 +91,8 @@ export class LoopwatchClient {
 
   readonly #transport: KafkaTransport;
   readonly #startTimeoutMs: number;
+  /** Signing keys by agent id (none: events go unsigned). */
+  readonly #keys = new Map<string, SigningKey>();
   readonly #prefix = randomBytes(6).toString("hex");
   #seq = 0;
   readonly #waiting = new Map<string, Waiter>();
@@ -106,6 +116,14 @@ export class LoopwatchClient {
     this.providerSendTools = new Set(options.providerSendTools ?? []);
     this.logger = options.logger ?? consoleLogger;
     this.#startTimeoutMs = options.startTimeoutMs ?? 30_000;
+    const keys = options.signingKey === undefined ? [] : Array.isArray(options.signingKey) ? options.signingKey : [options.signingKey];
+    for (const key of keys as readonly SigningKey[]) {
+      const other = this.#keys.get(key.agentId);
+      if (other !== undefined) {
+        throw new TypeError(`signingKey: keys ${other.keyId} and ${key.keyId} are both agent ${JSON.stringify(key.agentId)}'s; give one key per agent`);
+      }
+      this.#keys.set(key.agentId, key);
+    }
     this.#transport = new KafkaTransport(
       options,
       { toolCalls: options.toolCallsTopic ?? "tool-calls", verdicts: options.verdictsTopic ?? "loop-verdicts" },
@@ -161,6 +179,12 @@ export class LoopwatchClient {
       agent_id: identity.agentId ?? null,
     };
     eventKey(fields); // refuses a run with no id at all, before anything is published
+    if (this.#keys.size > 0 && !this.#keys.has(fields.agent_id ?? "")) {
+      const keys = [...this.#keys.values()].map((k) => `${k.keyId} of agent ${JSON.stringify(k.agentId)}`).join(", ");
+      throw new LoopwatchInputError(
+        `this client signs with key ${keys}; a run of agent ${JSON.stringify(fields.agent_id)} needs that agent's key`,
+      );
+    }
     const key = stateKey(fields);
     let handle = this.#runs.get(key);
     if (handle === undefined) {
@@ -203,8 +227,9 @@ export class LoopwatchClient {
   async publish(event: ToolCallEvent, deadlineMs: number, after: Promise<void>): Promise<void> {
     const value = encodeEvent(event);
     const key = eventKey(event);
+    const headers = this.#keys.get(event.agent_id ?? "")?.headers(value);
     await this.#ensureStarted(deadlineMs);
-    const send = after.then(() => this.#transport.send(key, value));
+    const send = after.then(() => this.#transport.send(key, value, headers));
     await withDeadline(send, deadlineMs - Date.now(), () => timeoutError(`publishing ${event.type}`, this.timeoutMs));
   }
 

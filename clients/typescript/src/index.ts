@@ -41,3 +41,12 @@ export {
 } from "./errors.js";
 export { LoopwatchClient, RunHandle, type ClientOptions, type Logger, type RunIdentity } from "./client.js";
 export type { KafkaSettings, SaslSettings } from "./kafka.js";
+export {
+  KEY_ID_HEADER,
+  MIN_SECRET_BYTES,
+  SIGNATURE_HEADER,
+  SigningKey,
+  SigningKeyError,
+  loadKeys,
+  parseKeys,
+} from "./signing.js";

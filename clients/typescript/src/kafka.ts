@@ -33,7 +33,14 @@ export interface KafkaSettings {
   connectTimeoutMs?: number;
   /** Time for one request once connected (ms). */
   requestTimeoutMs?: number;
+  /**
+   * The verdict reader's consumer group is this prefix and a random id. The default fits the
+   * runner ACLs of README "Securing Kafka" (groups `runner-*`).
+   */
+  groupIdPrefix?: string;
 }
+
+export const DEFAULT_GROUP_ID_PREFIX = "runner-loopwatch-";
 
 export interface VerdictRecord {
   key: string | null;
@@ -100,7 +107,7 @@ export class KafkaTransport {
     // the verdicts of its own requests from now on and never commits.
     this.#consumer = new Consumer({
       ...common,
-      groupId: `loopwatch-client-${randomUUID()}`,
+      groupId: `${settings.groupIdPrefix ?? DEFAULT_GROUP_ID_PREFIX}${randomUUID()}`,
       autocommit: false,
       sessionTimeout: 30_000,
       heartbeatInterval: 3_000,
@@ -137,9 +144,14 @@ export class KafkaTransport {
     await this.#producer.metadata({ topics: [this.#topics.toolCalls] });
   }
 
-  async send(key: string, value: Buffer): Promise<void> {
+  async send(key: string, value: Buffer, headers?: readonly [string, string][]): Promise<void> {
+    const message = { topic: this.#topics.toolCalls, key: Buffer.from(key, "utf8"), value };
     await this.#producer.send({
-      messages: [{ topic: this.#topics.toolCalls, key: Buffer.from(key, "utf8"), value }],
+      messages: [
+        headers === undefined
+          ? message
+          : { ...message, headers: new Map(headers.map(([name, text]) => [Buffer.from(name, "utf8"), Buffer.from(text, "utf8")])) },
+      ],
     });
   }
 
