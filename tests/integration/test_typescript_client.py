@@ -4,46 +4,30 @@ Node runners (clients/typescript/test/e2e/runner.ts) driven from here.
 What is right comes from the engine alone (``reference_verdicts`` over the records the Node
 runner really published, read back from ``tool-calls`` and decoded by the Python schema),
 and from the Python client watching the same runs. ``make test`` installs the package's npm
-dependencies from its lock file and builds it before pytest runs.
+dependencies from its lock file and builds it before pytest runs. The same runner on the
+secured broker (TLS, SCRAM, signed events): test_secure_kafka.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
-import shutil
 import time
-from collections import Counter
 
-import msgspec
 import pytest
 from aiokafka.partitioner import murmur2
 
 from schemas import decode_event, decode_verdict
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested
-from schemas.keys import record_key, state_key
+from node_runner import NodeRunner, assert_blocked_calls_completed_at_once, node_calls, plain
+from schemas.keys import record_key
 from schemas.verdicts import Decision, RunAborted
-from streams.app.harness import REPO, collect, produce, reference_verdicts, write_config
+from streams.app.harness import collect, produce, reference_verdicts, write_config
 from streams.client import LoopwatchClient
-from streams.scenarios import scenario_calls
 
 pytestmark = pytest.mark.kafka
 
-PACKAGE = REPO / "clients" / "typescript"
-RUNNER = PACKAGE / "dist" / "test" / "e2e" / "runner.js"
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"surfaceWarnings": True}}
-NODE_TIMEOUT_S = 180
-
-
-@pytest.fixture(scope="module")
-def node() -> str:
-    path = shutil.which("node")
-    if path is None:
-        pytest.fail("node (20 or newer) is not installed; the TypeScript client's tests need it")
-    if not RUNNER.exists():
-        pytest.fail(f"{RUNNER.relative_to(REPO)} is not built: run `make ts-client` (make test does)")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -59,73 +43,6 @@ def kafka_plan(lw) -> dict:
     return {"brokers": [lw.broker], "toolCallsTopic": lw.names.tool_calls, "verdictsTopic": lw.names.verdicts}
 
 
-class NodeRunner:
-    """One runner process: a plan in on stdin, JSON lines out."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    @classmethod
-    async def start(cls, node: str, scenario: str, plan: dict) -> "NodeRunner":
-        proc = await asyncio.create_subprocess_exec(
-            node, str(RUNNER), scenario, cwd=str(PACKAGE),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            limit=64 * 1024 * 1024,  # a report is one JSON line
-        )
-        runner = cls(proc)
-        await runner.send(json.dumps(plan))
-        return runner
-
-    async def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        await self.proc.stdin.drain()
-
-    async def read(self, event: str) -> dict:
-        assert self.proc.stdout is not None
-        line = await asyncio.wait_for(self.proc.stdout.readline(), NODE_TIMEOUT_S)
-        if not line:
-            stderr = (await self.proc.stderr.read()).decode() if self.proc.stderr else ""
-            raise AssertionError(f"the Node runner exited ({await self.proc.wait()}) before {event!r}:\n{stderr}")
-        message = json.loads(line)
-        assert message["event"] == event, message
-        return message
-
-    async def finish(self) -> None:
-        code = await asyncio.wait_for(self.proc.wait(), NODE_TIMEOUT_S)
-        stderr = (await self.proc.stderr.read()).decode() if self.proc.stderr else ""
-        assert code == 0, stderr
-
-    def kill(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.kill()
-
-
-def assert_blocked_calls_completed_at_once(events: list, blocked: set[str]) -> int:
-    """Every call blocked in gate mode (``blocked``: its request's event id) is completed with
-    upstream's blocked result (``loop_veto``, no hash) right after its request, and only then:
-    the runner's after-tool-call for it published nothing.  Returns how many were checked."""
-    by_run: dict[str, list] = {}
-    for event in events:
-        by_run.setdefault(state_key(event), []).append(event)
-    checked = 0
-    for run_events in by_run.values():
-        completions = Counter(e.tool_call_id for e in run_events if isinstance(e, ToolCallCompleted))
-        for i, event in enumerate(run_events):
-            if isinstance(event, ToolCallRequested) and event.event_id in blocked:
-                after = run_events[i + 1] if i + 1 < len(run_events) else None
-                assert isinstance(after, ToolCallCompleted) and after.tool_call_id == event.tool_call_id, (event, after)
-                assert after.loop_veto and after.result_hash is None and after.normalized_result_hash is None, after
-                assert completions[event.tool_call_id] == 1, f"{event.tool_call_id} completed {completions[event.tool_call_id]} times"
-                checked += 1
-    return checked
-
-
-def plain(verdict) -> dict:
-    """A verdict, or the Node runner's JSON of one, as a comparable dict."""
-    return verdict if isinstance(verdict, dict) else msgspec.to_builtins(verdict)
-
-
 async def published_records(lw, keys: set[str]) -> list:
     """The records on tool-calls with these Kafka keys, partition by partition in offset order."""
     records = await collect(lw.broker, lw.names.tool_calls, until=lambda _: False, timeout=3.0)
@@ -135,29 +52,17 @@ async def published_records(lw, keys: set[str]) -> list:
 # -- the client: the verdict stream equals the engine's and the Python client's ------------------
 
 
-def calls(kind: str, seed: int, length: int = 24) -> list:
-    out = []
-    for call in scenario_calls(kind, random.Random(f"{seed}:{kind}"), length):
-        if call == "compaction":
-            out.append("compaction")
-        elif call.error is not None:
-            out.append({"tool": call.tool, "args": call.args, "error": call.error})
-        else:
-            out.append({"tool": call.tool, "args": call.args, "result": call.result})
-    return out
-
-
 async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worker, node):
     lw = worker
     tag = f"ts-{int(time.time() * 1000)}"
     gate_runs = {
-        kind: {"runId": f"{tag}-{kind}", "sessionKey": f"agent:main:{tag}-{kind}", "sessionId": None, "mode": "gate", "calls": calls(kind, 7)}
+        kind: {"runId": f"{tag}-{kind}", "sessionKey": f"agent:main:{tag}-{kind}", "sessionId": None, "mode": "gate", "calls": node_calls(kind, 7)}
         for kind in ("generic_repeat", "polling_loop", "ping_pong", "unknown_tool", "send_loop", "post_compaction", "healthy")
     }
     # A run without a run id: its events and verdicts are keyed session:<key>| (schemas.keys), as the
     # worker keys its state.
     session_run = {"runId": None, "sessionKey": f"agent:main:{tag}-sess", "sessionId": f"{tag}-sid", "mode": "advisory",
-                   "calls": calls("generic_repeat", 8)}
+                   "calls": node_calls("generic_repeat", 8)}
     plan = {"kafka": kafka_plan(lw), "runs": [*gate_runs.values(), session_run]}
 
     # The Python client watches the same runs (advisory: it only listens, the Node runner publishes).

@@ -31,7 +31,7 @@ import {
   type ToolCallEvent,
 } from "./events.js";
 import type { ToolOutcome } from "./hashing.js";
-import { KafkaTransport, withDeadline, type KafkaSettings, type VerdictRecord } from "./kafka.js";
+import { describeKafkaError, KafkaTransport, withDeadline, type KafkaSettings, type VerdictRecord } from "./kafka.js";
 import type { SigningKey } from "./signing.js";
 import { decodeVerdict, type Decision, type RunAborted, type Verdict } from "./verdicts.js";
 
@@ -91,6 +91,7 @@ export class LoopwatchClient {
 
   readonly #transport: KafkaTransport;
   readonly #startTimeoutMs: number;
+  readonly #brokers: string;
   /** Signing keys by agent id (none: events go unsigned). */
   readonly #keys = new Map<string, SigningKey>();
   readonly #prefix = randomBytes(6).toString("hex");
@@ -116,6 +117,7 @@ export class LoopwatchClient {
     this.providerSendTools = new Set(options.providerSendTools ?? []);
     this.logger = options.logger ?? consoleLogger;
     this.#startTimeoutMs = options.startTimeoutMs ?? 30_000;
+    this.#brokers = options.brokers.join(",");
     const keys = options.signingKey === undefined ? [] : Array.isArray(options.signingKey) ? options.signingKey : [options.signingKey];
     for (const key of keys as readonly SigningKey[]) {
       const other = this.#keys.get(key.agentId);
@@ -131,7 +133,11 @@ export class LoopwatchClient {
     );
   }
 
-  /** Connect, join and position the verdict reader; at most `startTimeoutMs`. Idempotent. */
+  /**
+   * Connect, join and position the verdict reader; at most `startTimeoutMs`. Idempotent.
+   * Rejects with `LoopwatchUnavailableError`: `BrokerAccessError` at once when the broker
+   * refuses this client for good (credentials, TLS trust, ACLs), with the reason in one line.
+   */
   start(): Promise<void> {
     if (this.#state === "stopped") {
       return Promise.reject(new Error("the client was stopped"));
@@ -150,7 +156,10 @@ export class LoopwatchClient {
           // Allow a later start() to try again.
           this.#starting = null;
           this.#state = "new";
-          throw err;
+          if (err instanceof LoopwatchUnavailableError) {
+            throw err; // the deadline, or BrokerAccessError's one line
+          }
+          throw new LoopwatchUnavailableError(`cannot start on ${this.#brokers}: ${describeKafkaError(err)}`);
         },
       );
     }

@@ -33,6 +33,7 @@ export {
 } from "./events.js";
 export { decodeVerdict, type Decision, type RunAborted, type Verdict } from "./verdicts.js";
 export {
+  BrokerAccessError,
   LoopBlocked,
   LoopwatchInputError,
   LoopwatchUnavailableError,
