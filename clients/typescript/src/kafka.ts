@@ -90,7 +90,11 @@ interface KafkaErrorLike {
   cause?: unknown;
 }
 
-/** Every error in a library error's tree (AggregateErrors' `errors`, `cause`s), outermost first. */
+/**
+ * Every error in a library error's tree, outermost first: the library nests the cause of a
+ * failed connection (a Node TLS error with its `code`, a broker's error with its `apiId`) in
+ * `errors` and `cause`, the tree its own `findBy` searches.
+ */
 function errorTree(error: unknown, out: KafkaErrorLike[] = [], depth = 0): KafkaErrorLike[] {
   if (typeof error !== "object" || error === null || depth > 8) {
     return out;
@@ -117,8 +121,9 @@ export function explainAccess(error: unknown, settings: KafkaSettings): string |
       return `${where}: TLS: the broker's certificate is not trusted (${e.message}); is the CA file the one that signed the brokers' certificates?`;
     }
     if (e.apiId === "SASL_AUTHENTICATION_FAILED") {
+      const how = sasl === undefined ? "SASL" : `SASL ${sasl.mechanism}`;
       const who = sasl?.username !== undefined ? ` as '${sasl.username}'` : "";
-      return `${where}: SASL ${sasl?.mechanism ?? ""} authentication${who} refused: wrong username or password`.replace("SASL  ", "SASL ");
+      return `${where}: ${how} authentication${who} refused: wrong username or password`;
     }
     if (e.apiId === "UNSUPPORTED_SASL_MECHANISM") {
       return `${where}: the broker does not offer SASL mechanism ${sasl?.mechanism}`;
