@@ -43,7 +43,7 @@ test("the README's worked example (computed there with openssl)", () => {
   ]);
 });
 
-test("2,000 random keys and record values: the same headers as schemas.signing", () => {
+test("about 2,000 random keys and record values: the same headers as schemas.signing", () => {
   const fields = { run_id: "r", session_key: "s", session_id: null, agent_id: "main", tsMs: 1 };
   const events = fc.sample(outcomeCase, { numRuns: 1_000, seed: SEED + 10 }).flatMap(({ tool, args, outcome }) => {
     try {
