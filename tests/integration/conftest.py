@@ -5,7 +5,9 @@
   killed (by process group) when the test ends, pass or fail, and topics deleted afterwards;
 * ``lw_module`` (per module): the same, shared by the tests of one module;
 * ``secure_kafka`` (session): the secured broker (``scripts/kafka.sh --secure``: TLS,
-  SCRAM-SHA-512, ACLs), its CA file and its users' passwords.
+  SCRAM-SHA-512, ACLs), its CA file and its users' passwords;
+* ``node`` (session): the Node.js that runs the TypeScript client's end-to-end runner
+  (``node_runner.py``), which ``make ts-client`` builds.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from node_runner import RUNNER
 from harness import REPO, WorkerNames, WorkerProcess, delete_topics
 
 KAFKA_SH = REPO / "scripts" / "kafka.sh"
@@ -166,3 +169,13 @@ def secure_kafka() -> SecureKafka:
     broker = SecureKafka(env["KAFKA_BOOTSTRAP"], Path(env["KAFKA_SSL_CAFILE"]), Path(env["KAFKA_SECRETS_DIR"]))
     broker.start()
     return broker
+
+
+@pytest.fixture(scope="session")
+def node() -> str:
+    path = shutil.which("node")
+    if path is None:
+        pytest.fail("node (20 or newer) is not installed; the TypeScript client's tests need it")
+    if not RUNNER.exists():
+        pytest.fail(f"{RUNNER.relative_to(REPO)} is not built: run `make ts-client` (make test does)")
+    return path

@@ -1,5 +1,6 @@
 """loopwatch on a broker that requires TLS, SCRAM-SHA-512 and ACLs (``scripts/kafka.sh
---secure``), with signed events.
+--secure``), with signed events, and both runner clients: Python's and the TypeScript one
+(a Node runner, ``node_runner.py``).
 
 The worker runs with the environment ``tests/ops/values-secure.yaml`` renders through the
 chart (``kube.ChartPod``: Secrets and mounts made local, the bootstrap servers pointed at
@@ -27,7 +28,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
 
 from kube import ChartPod
+from node_runner import NodeRunner, assert_blocked_calls_completed_at_once, node_calls, plain
 from schemas import decode_event, decode_verdict, encode_event, encode_verdict
+from schemas.events import RunEnded
 from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted
 from harness import (
@@ -394,6 +397,126 @@ async def test_aiokafka_debug_logs_of_a_sasl_plain_exchange_carry_no_password(se
     text = caplog.text
     assert "SaslAuthenticateRequest" in text and "sasl_auth_bytes=<redacted>" in text
     assert kafka.password("admin") not in text
+
+
+# -- the Node runner (clients/typescript) over TLS + SCRAM, signing its events ----------------------
+
+
+def node_kafka(kafka, directory: Path, key: SigningKey | None = None, *, user: str = "runner",
+               password: str | None = None, cafile: Path | None = None) -> tuple[dict, dict]:
+    """The plugin config a Node runner of ``user`` uses on the secured broker (the CA file,
+    SCRAM-SHA-512, the password from the environment, ``key`` in a key file of the workers'
+    format), and that environment."""
+    config: dict = {"brokers": [kafka.bootstrap], "tls": {"caFile": str(cafile or kafka.cafile)},
+                    "sasl": {"mechanism": "SCRAM-SHA-512", "username": user, "passwordEnv": "LW_KAFKA_PASSWORD"}}
+    if key is not None:
+        path = directory / f"{key.key_id}.json"
+        path.write_bytes(key_file(key))
+        config["signing"] = {"keyFile": str(path)}
+    return config, {"LW_KAFKA_PASSWORD": kafka.password(user) if password is None else password}
+
+
+async def run_node(node: str, scenario: str, plan: dict, env: dict, *, expect: int | None = None) -> tuple[list, NodeRunner]:
+    """Drive a Node runner's client scenario to its end; ``expect``: the advisory verdicts to wait for."""
+    runner = await NodeRunner.start(node, scenario, plan, env=env)
+    try:
+        await runner.read("ready")
+        if expect is not None:
+            await runner.read("published")
+            await runner.send(f"expect {expect}")
+        reports = (await runner.read("runs"))["runs"]
+        await runner.send("dups 0")
+        await runner.read("dups")
+        await runner.finish()
+    finally:
+        runner.kill()
+    return reports, runner
+
+
+async def test_node_runner_over_tls_and_scram_signing_its_events_is_blocked_by_loopwatch(secured, node, tmp_path):
+    kafka = secured.kafka
+    key = secured.main_key
+    config, env = node_kafka(kafka, tmp_path, key)
+    tag = f"node-{secured.tag}"
+    runs = [{"runId": f"{tag}-{kind}", "sessionKey": f"agent:main:{tag}-{kind}", "sessionId": None, "mode": "gate",
+             "calls": node_calls(kind, 3)} for kind in ("generic_repeat", "post_compaction")]
+    reports, runner = await run_node(node, "client", {"kafka": config, "runs": runs}, env)
+    loop, compacted = reports
+
+    run_ids = {r["runId"] for r in runs}
+
+    def ended(records):  # the runner ends both runs last
+        return sum(r.key.decode() in run_ids and isinstance(decode_event(r.value), RunEnded) for r in records) == len(run_ids)
+
+    records = [r for r in await secured.read("tool-calls", ended) if r.key.decode() in run_ids]
+    # Every record carries the Node client's signature, the one schemas.signing makes of its bytes.
+    assert records and all(header(r, "loopwatch.key_id") == key.key_id for r in records)
+    assert all(header(r, "loopwatch.signature") == key.signature(r.value) for r in records)
+    events = [decode_event(r.value) for r in records]
+    expected = reference_verdicts(events, secured.engine())
+    # The worker accepted them all and decided as the engine does: the loop is blocked, the loop
+    # surviving the compaction aborts its run, and the blocked calls were completed at once.
+    got = {d["verdict_id"]: d for report in reports for d in report["decisions"]}
+    assert got == {v.verdict_id: plain(v) for v in expected if isinstance(v, Decision)}
+    assert loop["blockedCalls"] and {d["detector"] for d in loop["decisions"] if d["action"] == "block"} == {"generic_repeat"}
+    assert compacted["abortError"]["name"] == "PostCompactionLoopPersistedError"
+    assert compacted["aborted"] == plain(next(v for v in expected if isinstance(v, RunAborted)))
+    blocked = {d["cause_event_id"] for d in got.values() if d["action"] == "block"}
+    assert assert_blocked_calls_completed_at_once(events, blocked) == len(blocked) > 0
+    dead = await secured.read("tool-calls-dlq", lambda rs: False, timeout=2)
+    assert not [r for r in dead if r.key and r.key.decode() in run_ids]
+    # Nothing the runner printed shows its password or its key.
+    printed = "".join(runner.output).encode()
+    for form in encodings(kafka.password("runner").encode()) | encodings(key.secret):
+        assert form not in printed
+
+
+async def test_node_runner_signing_with_another_agents_key_is_dead_lettered(secured, node, tmp_path):
+    """A runner holding billing's key and speaking for agent main (a key file that says so):
+    the worker knows whose key it is and dead-letters every event, none reaches a run."""
+    kafka = secured.kafka
+    forged = SigningKey(BILLING.key_id, "main", BILLING.secret)
+    config, env = node_kafka(kafka, tmp_path, forged)
+    run_id = f"node-forged-{secured.tag}"
+    runs = [{"runId": run_id, "sessionKey": f"agent:main:{run_id}", "sessionId": None, "mode": "advisory",
+             "calls": node_calls("generic_repeat", 4, length=6)}]
+    await run_node(node, "client", {"kafka": config, "runs": runs}, env, expect=0)
+
+    published = 6 * 2 + 1  # six calls, each requested and completed, and the run's end
+    dead = await secured.read("tool-calls-dlq", lambda rs: sum(r.key == run_id.encode() for r in rs) >= published)
+    letters = [r for r in dead if r.key == run_id.encode()]
+    assert len(letters) == published
+    # (the signature matched: the worker named the key's agent, which only its secret proves)
+    assert {(header(r, "loopwatch.reason"), header(r, "loopwatch.detail")) for r in letters} == {
+        ("bad_signature", f"key {BILLING.key_id} belongs to agent 'billing', the event names agent 'main'")}
+    verdicts = await secured.read("loop-verdicts", lambda rs: False, timeout=2)
+    assert not [v for v in by_id(verdicts).values() if v.run_id == run_id]
+
+
+@pytest.mark.parametrize("case", ["wrong-password", "untrusted-certificate", "no-acls"])
+async def test_node_client_refused_by_the_broker_fails_at_once_with_one_line(secured, node, tmp_path, case):
+    kafka = secured.kafka
+    if case == "wrong-password":
+        config, env = node_kafka(kafka, tmp_path, password="not-the-password")
+        reason = "SASL SCRAM-SHA-512 authentication as 'runner' refused: wrong username or password"
+    elif case == "untrusted-certificate":
+        (tmp_path / "other-ca.crt").write_bytes(other_ca(tmp_path))
+        config, env = node_kafka(kafka, tmp_path, cafile=tmp_path / "other-ca.crt")
+        reason = ("TLS: the broker's certificate is not trusted (self-signed certificate in certificate chain);"
+                  " is the CA file the one that signed the brokers' certificates?")
+    else:
+        config, env = node_kafka(kafka, tmp_path, user="outsider")
+        reason = ('not authorized (TOPIC_AUTHORIZATION_FAILED); the runner\'s principal needs the ACLs of README'
+                  ' "Securing Kafka" (groupIdPrefix names the consumer group)')
+    runner = await NodeRunner.start(node, "start", {"kafka": config}, env=env)
+    try:
+        report = await runner.read("start")
+        await runner.finish()
+    finally:
+        runner.kill()
+    # the same line as the Python client's BrokerAccessError (test above): the reason, not the
+    # deadline's "could not reach Kafka" after retrying for 30 s
+    assert (report["ok"], report["name"], report["message"]) == (False, "BrokerAccessError", f"{kafka.bootstrap}: {reason}")
 
 
 # -- no secret anywhere --------------------------------------------------------------------------

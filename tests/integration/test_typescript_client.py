@@ -4,45 +4,30 @@ Node runners (clients/typescript/test/e2e/runner.ts) driven from here.
 What is right comes from the engine alone (``reference_verdicts`` over the records the Node
 runner really published, read back from ``tool-calls`` and decoded by the Python schema),
 and from the Python client watching the same runs. ``make test`` installs the package's npm
-dependencies from its lock file and builds it before pytest runs.
+dependencies from its lock file and builds it before pytest runs. The same runner on the
+secured broker (TLS, SCRAM, signed events): test_secure_kafka.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import random
-import shutil
 import time
 
-import msgspec
 import pytest
 from aiokafka.partitioner import murmur2
 
 from schemas import decode_event, decode_verdict
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested
+from node_runner import NodeRunner, assert_blocked_calls_completed_at_once, node_calls, plain
 from schemas.keys import record_key
 from schemas.verdicts import Decision, RunAborted
-from harness import REPO, collect, produce, reference_verdicts, write_config
+from harness import collect, produce, reference_verdicts, write_config
 from streams.client import LoopwatchClient
-from streams.scenarios import scenario_calls
 
 pytestmark = pytest.mark.kafka
 
-PACKAGE = REPO / "clients" / "typescript"
-RUNNER = PACKAGE / "dist" / "test" / "e2e" / "runner.js"
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"surfaceWarnings": True}}
-NODE_TIMEOUT_S = 180
-
-
-@pytest.fixture(scope="module")
-def node() -> str:
-    path = shutil.which("node")
-    if path is None:
-        pytest.fail("node (20 or newer) is not installed; the TypeScript client's tests need it")
-    if not RUNNER.exists():
-        pytest.fail(f"{RUNNER.relative_to(REPO)} is not built: run `make ts-client` (make test does)")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -58,53 +43,6 @@ def kafka_plan(lw) -> dict:
     return {"brokers": [lw.broker], "toolCallsTopic": lw.names.tool_calls, "verdictsTopic": lw.names.verdicts}
 
 
-class NodeRunner:
-    """One runner process: a plan in on stdin, JSON lines out."""
-
-    def __init__(self, proc: asyncio.subprocess.Process) -> None:
-        self.proc = proc
-
-    @classmethod
-    async def start(cls, node: str, scenario: str, plan: dict) -> "NodeRunner":
-        proc = await asyncio.create_subprocess_exec(
-            node, str(RUNNER), scenario, cwd=str(PACKAGE),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            limit=64 * 1024 * 1024,  # a report is one JSON line
-        )
-        runner = cls(proc)
-        await runner.send(json.dumps(plan))
-        return runner
-
-    async def send(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line.encode() + b"\n")
-        await self.proc.stdin.drain()
-
-    async def read(self, event: str) -> dict:
-        assert self.proc.stdout is not None
-        line = await asyncio.wait_for(self.proc.stdout.readline(), NODE_TIMEOUT_S)
-        if not line:
-            stderr = (await self.proc.stderr.read()).decode() if self.proc.stderr else ""
-            raise AssertionError(f"the Node runner exited ({await self.proc.wait()}) before {event!r}:\n{stderr}")
-        message = json.loads(line)
-        assert message["event"] == event, message
-        return message
-
-    async def finish(self) -> None:
-        code = await asyncio.wait_for(self.proc.wait(), NODE_TIMEOUT_S)
-        stderr = (await self.proc.stderr.read()).decode() if self.proc.stderr else ""
-        assert code == 0, stderr
-
-    def kill(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.kill()
-
-
-def plain(verdict) -> dict:
-    """A verdict, or the Node runner's JSON of one, as a comparable dict."""
-    return verdict if isinstance(verdict, dict) else msgspec.to_builtins(verdict)
-
-
 async def published_records(lw, keys: set[str]) -> list:
     """The records on tool-calls with these Kafka keys, partition by partition in offset order."""
     records = await collect(lw.broker, lw.names.tool_calls, until=lambda _: False, timeout=3.0)
@@ -114,29 +52,17 @@ async def published_records(lw, keys: set[str]) -> list:
 # -- the client: the verdict stream equals the engine's and the Python client's ------------------
 
 
-def calls(kind: str, seed: int, length: int = 24) -> list:
-    out = []
-    for call in scenario_calls(kind, random.Random(f"{seed}:{kind}"), length):
-        if call == "compaction":
-            out.append("compaction")
-        elif call.error is not None:
-            out.append({"tool": call.tool, "args": call.args, "error": call.error})
-        else:
-            out.append({"tool": call.tool, "args": call.args, "result": call.result})
-    return out
-
-
 async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worker, node):
     lw = worker
     tag = f"ts-{int(time.time() * 1000)}"
     gate_runs = {
-        kind: {"runId": f"{tag}-{kind}", "sessionKey": f"agent:main:{tag}-{kind}", "sessionId": None, "mode": "gate", "calls": calls(kind, 7)}
+        kind: {"runId": f"{tag}-{kind}", "sessionKey": f"agent:main:{tag}-{kind}", "sessionId": None, "mode": "gate", "calls": node_calls(kind, 7)}
         for kind in ("generic_repeat", "polling_loop", "ping_pong", "unknown_tool", "send_loop", "post_compaction", "healthy")
     }
     # A run without a run id: its events and verdicts are keyed session:<key>| (schemas.keys), as the
     # worker keys its state.
     session_run = {"runId": None, "sessionKey": f"agent:main:{tag}-sess", "sessionId": f"{tag}-sid", "mode": "advisory",
-                   "calls": calls("generic_repeat", 8)}
+                   "calls": node_calls("generic_repeat", 8)}
     plan = {"kafka": kafka_plan(lw), "runs": [*gate_runs.values(), session_run]}
 
     # The Python client watches the same runs (advisory: it only listens, the Node runner publishes).
@@ -205,9 +131,9 @@ async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worke
         assert by_kind["post_compaction"]["aborted"]["detector"] == "compaction_loop_persisted"
         assert by_kind["post_compaction"]["abortError"]["name"] == "PostCompactionLoopPersistedError"
         assert not any(d["action"] != "allow" for d in by_kind["healthy"]["decisions"])
-        # Vetoed calls were published as the loop's own veto, never hashed.
-        vetoes = [e for e in events if isinstance(e, ToolCallCompleted) and e.loop_veto]
-        assert vetoes and all(e.result_hash is None for e in vetoes)
+        # Blocked calls were completed at once with the blocked result, never hashed, once.
+        gate_blocks = {d["cause_event_id"] for r in reports for d in r["decisions"] if d["action"] == "block"}
+        assert assert_blocked_calls_completed_at_once(events, gate_blocks) == len(gate_blocks) > 0
 
         # Redelivered verdicts are dropped by id: re-publish some, the client must drop each.
         verdict_records = await collect(lw.broker, lw.names.verdicts, until=lambda _: False, timeout=3.0)
@@ -257,6 +183,10 @@ async def test_openclaw_plugin_blocks_a_loop_and_relays_an_abort(worker, node):
         else:
             assert call["modelText"] == ["no new lines"], call
     assert [c["n"] for c in loop if c["blocked"]] == list(range(20, 24))
+    # The plugin's client completed each blocked call when it blocked it; OpenClaw's
+    # after_tool_call for it (with the host's own blocked result) published nothing.
+    blocked = {requests[(plan["loopRun"], f"call_{c['n']}")].event_id for c in loop if c["blocked"]}
+    assert assert_blocked_calls_completed_at_once(events, blocked) == 4
     assert [c["n"] for c in loop if len(c["modelText"]) == 2] == [10]
     assert decisions[requests[(plan["loopRun"], "call_20")].event_id].detector == "generic_repeat"
 
@@ -265,8 +195,95 @@ async def test_openclaw_plugin_blocks_a_loop_and_relays_an_abort(worker, node):
     assert [a.detector for a in aborts] == ["compaction_loop_persisted"]
     assert plain(report["aborted"]) == plain(aborts[0])
     assert report["refused"]["blocked"] and report["refused"]["blockReason"] == aborts[0].message
+    # Refused by the client itself (the run is over): neither its request nor its outcome is published.
+    refused_id = f"call_{report['refused']['n']}"
+    assert not [e for e in events if e.run_id == plan["abortRun"] and getattr(e, "tool_call_id", None) == refused_id
+                and not isinstance(e, RunEnded)]
     assert not any(c["blocked"] for c in report["abort"])
     # agent_end published run.ended: the worker freed the run, the same run id starts afresh.
     assert any(isinstance(e, RunEnded) and e.run_id == plan["abortRun"] for e in events)
     assert not report["afterEnd"]["blocked"]
     assert decisions[requests[(plan["abortRun"], f"call_{report['afterEnd']['n']}")].event_id].action == "allow"
+
+
+# -- profile latest: the Node client's latest fields and veto completions, end to end ------------
+
+LATEST = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"profile": "latest", "surfaceWarnings": True}}
+
+
+def untrusted(text: str, rng: random.Random) -> str:
+    """A web page as web_fetch wraps it: a fresh random envelope id on every call."""
+    envelope_id = f"{rng.getrandbits(64):016x}"
+    return f'<<<EXTERNAL_UNTRUSTED_CONTENT id="{envelope_id}">>>{text}<<<END_EXTERNAL_UNTRUSTED_CONTENT id="{envelope_id}">>>'
+
+
+def failing_tests(n: int, rng: random.Random) -> dict:
+    """One failure whose output drifts: timestamp, attempt, pid and duration change every time."""
+    out = (f"FAILED tests/test_db.py::test_connect - ConnectionRefusedError at 2026-08-{10 + n % 9:02d}T0{n % 10}:1{n % 6}:0{n % 10}"
+           f".{rng.randint(100, 999)}Z (attempt {n + 1}, pid {4000 + n}, took {rng.randint(5, 900)}ms)")
+    return {"content": [{"type": "text", "text": out}],
+            "details": {"status": "failed", "exitCode": 1, "aggregated": out, "durationMs": rng.randint(5, 900)}}
+
+
+async def test_node_client_under_profile_latest_blocks_drifting_loops_and_reaches_the_breaker(lw, node):
+    """Loops only profile latest catches, run by a Node runner: a web fetch whose page comes in
+    a fresh random envelope every time, and a test command failing with drifting output. The
+    client's latest fields make the outcomes identical, and its veto completions make the count
+    climb to the global breaker. Expected values: the worked example of openclaw-latest.md
+    §5.3 (as in test_latest_profile.py), and the engine on the events really published."""
+    config = lw.tmp / "latest.json"
+    write_config(config, LATEST)
+    lw.worker(config=config).start().wait_ready()
+    rng = random.Random(14)
+    tag = f"tsl-{int(time.time() * 1000)}"
+    calls_of = {
+        "fetch": [{"tool": "web_fetch", "args": {"url": "https://status.example.com"},
+                   "result": {"content": [{"type": "text", "text": untrusted("status: degraded", rng)}], "details": {"status": 200}}}
+                  for _ in range(34)],
+        "exec": [{"tool": "exec", "args": {"command": "pytest -x"}, "result": failing_tests(n, rng)} for n in range(34)],
+        "write": [{"tool": "write", "args": {"path": "notes.md", "content": f"draft {n}"},
+                   "result": {"content": [{"type": "text", "text": "written"}], "details": {"changed": True}}} for n in range(12)],
+    }
+    runs = [{"runId": f"{tag}-{kind}", "sessionKey": f"agent:main:{tag}-{kind}", "sessionId": None, "mode": "gate", "calls": calls}
+            for kind, calls in calls_of.items()]
+    runner = await NodeRunner.start(node, "client", {"kafka": kafka_plan(lw), "runs": runs})
+    try:
+        await runner.read("ready")
+        reports = dict(zip(calls_of, (await runner.read("runs"))["runs"]))
+        await runner.send("dups 0")
+        await runner.read("dups")
+        await runner.finish()
+    finally:
+        runner.kill()
+
+    # "After 20 identical outcomes, calls 21-30 are vetoed as generic_repeat with counts 20...29
+    # and call 31 hits the global breaker with 30."
+    for kind in ("fetch", "exec"):
+        got = [(d["action"], d["detector"], d["count"]) for d in reports[kind]["decisions"]]
+        assert got[10] == ("warn", "generic_repeat", 10), kind
+        assert got[20:30] == [("block", "generic_repeat", n) for n in range(20, 30)], kind
+        assert got[30:] == [("block", "global_circuit_breaker", 30)] * 4, kind
+    churn = [(d["action"], d["detector"], d["count"], d["liveness_signal"]) for d in reports["write"]["decisions"]]
+    assert churn[10] == ("warn", "argument_churn", 10, "argument_churn")
+    assert churn[11] == ("allow", "argument_churn", 11, "argument_churn")
+
+    records = await published_records(lw, {r["runId"] for r in runs})
+    events = [decode_event(r.value) for r in records]
+    # Every decision the Node client got is the engine's on the events it published...
+    expected = {v.verdict_id: plain(v) for v in reference_verdicts(events, LATEST)}
+    for report in reports.values():
+        for decision in report["decisions"]:
+            assert expected[decision["verdict_id"]] == plain(decision)
+    # ...the blocked calls were completed at once with the blocked result (what lets the breaker fire)...
+    blocked = {d["cause_event_id"] for r in reports.values() for d in r["decisions"] if d["action"] == "block"}
+    assert assert_blocked_calls_completed_at_once(events, blocked) == 28
+    # ...and it is the latest fields that make these loops: configurable-final, reading only the
+    # plain hashes of the same events, blocks none of them.
+    final = {**LATEST, "loopwatch": {"surfaceWarnings": True}}
+    assert not [v for v in reference_verdicts(events, final) if isinstance(v, Decision) and v.action == "block"]
+    outcomes = [e for e in events if isinstance(e, ToolCallCompleted) and not e.loop_veto]
+    assert {e.tool_name for e in outcomes if e.normalized_result_hash} == {"web_fetch"}
+    assert {(e.tool_name, e.outcome_kind) for e in outcomes} == {
+        ("web_fetch", None), ("exec", "terminal-exec-failure"), ("write", "write-mutation")}
+    assert len({e.failure_identity_hash for e in outcomes if e.tool_name == "exec"}) == 1
+    assert len({e.result_hash for e in outcomes if e.tool_name == "exec"}) == 20  # 20 ran; each looked new to configurable-final

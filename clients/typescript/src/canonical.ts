@@ -1,6 +1,6 @@
 /**
- * Canonical serialisation and digests: upstream OpenClaw's `stableStringify` (profile
- * `configurable-final`, spec §2.2) and the SHA-256 of it.
+ * Canonical serialisation and digests: upstream OpenClaw's `stableStringify` (spec §2.2) and
+ * the SHA-256 of it, with profile `latest`'s optional normaliser (openclaw-latest.md §4.1).
  *
  * This is upstream's algorithm run in the same language, so JavaScript semantics come for
  * free: numbers print as `JSON.stringify` prints them, strings escape as well-formed
@@ -10,17 +10,29 @@
  */
 import { createHash } from "node:crypto";
 
-/** Upstream's `stableStringify`: deterministic, cycle-safe, never throws for JSON-like input. */
-export function stableStringify(value: unknown): string {
-  return stringifyValue(value, new WeakSet());
+/** Rewrites a string before it is quoted (profile latest: envelope ids canonicalised). */
+export type Normalizer = (text: string) => string;
+
+/**
+ * Upstream's `stableStringify`: deterministic, cycle-safe, never throws for JSON-like input.
+ * With `normalize`, every string value and every object key goes through it before it is
+ * quoted, and an object's fields are ordered by their normalised key, ties by the original.
+ */
+export function stableStringify(value: unknown, normalize?: Normalizer): string {
+  return stringifyValue(value, new WeakSet(), normalize);
 }
 
-/** Lowercase hex SHA-256 of `stableStringify(value)`, UTF-8 encoded. */
-export function digest(value: unknown): string {
-  return createHash("sha256").update(stableStringify(value), "utf8").digest("hex");
+/** Lowercase hex SHA-256 of a text, UTF-8 encoded. */
+export function sha256Hex(text: string): string {
+  return createHash("sha256").update(text, "utf8").digest("hex");
 }
 
-function stringifyValue(value: unknown, ancestors: WeakSet<object>): string {
+/** Lowercase hex SHA-256 of `stableStringify(value, normalize)`. */
+export function digest(value: unknown, normalize?: Normalizer): string {
+  return sha256Hex(stableStringify(value, normalize));
+}
+
+function stringifyValue(value: unknown, ancestors: WeakSet<object>, normalize: Normalizer | undefined): string {
   if (value === null || value === undefined) {
     return String(value);
   }
@@ -31,7 +43,7 @@ function stringifyValue(value: unknown, ancestors: WeakSet<object>): string {
     return JSON.stringify(value.toString());
   }
   if (typeof value === "string") {
-    return JSON.stringify(value);
+    return JSON.stringify(normalize === undefined ? value : normalize(value));
   }
   if (typeof value !== "object") {
     // booleans and finite numbers; functions and symbols give undefined, hence "null"
@@ -42,32 +54,45 @@ function stringifyValue(value: unknown, ancestors: WeakSet<object>): string {
   }
   ancestors.add(value);
   try {
-    return stringifyObject(value, ancestors);
+    return stringifyObject(value, ancestors, normalize);
   } finally {
     ancestors.delete(value);
   }
 }
 
-function stringifyObject(value: object, ancestors: WeakSet<object>): string {
+function stringifyObject(value: object, ancestors: WeakSet<object>, normalize: Normalizer | undefined): string {
   if (value instanceof Error) {
-    return stringifyValue({ name: value.name, message: value.message, stack: value.stack }, ancestors);
+    return stringifyValue({ name: value.name, message: value.message, stack: value.stack }, ancestors, normalize);
   }
   if (value instanceof Uint8Array) {
-    return stringifyValue({ type: "Uint8Array", data: Buffer.from(value).toString("base64") }, ancestors);
+    return stringifyValue({ type: "Uint8Array", data: Buffer.from(value).toString("base64") }, ancestors, normalize);
   }
   if (Array.isArray(value)) {
     const entries: string[] = [];
     for (const entry of value) {
-      entries.push(stringifyValue(entry, ancestors));
+      entries.push(stringifyValue(entry, ancestors, normalize));
     }
     return `[${entries.join(",")}]`;
   }
   const record = value as Record<string, unknown>;
   const fields: string[] = [];
-  for (const key of Object.keys(record).sort()) {
-    fields.push(`${JSON.stringify(key)}:${stringifyValue(record[key], ancestors)}`);
+  if (normalize === undefined) {
+    for (const key of Object.keys(record).sort()) {
+      fields.push(`${JSON.stringify(key)}:${stringifyValue(record[key], ancestors, normalize)}`);
+    }
+  } else {
+    const keys = Object.keys(record).map((key) => [key, normalize(key)] as const);
+    keys.sort(([a, shownA], [b, shownB]) => compareUnits(shownA, shownB) || compareUnits(a, b));
+    for (const [key, shown] of keys) {
+      fields.push(`${JSON.stringify(shown)}:${stringifyValue(record[key], ancestors, normalize)}`);
+    }
   }
   return `{${fields.join(",")}}`;
+}
+
+/** UTF-16 code-unit order, as the default sort compares. */
+function compareUnits(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }
 
 /** Upstream's `isPlainObject` (src/infra/plain-object.ts): no arrays, no host objects. */

@@ -10,11 +10,15 @@
  *   blocks collect on the run.
  *
  * Verdicts are de-duplicated by `verdict_id` (delivery is at least once) and matched to runs
- * by their Kafka key, which is the worker's state key for the run.
+ * by their Kafka key, which is the worker's state key for the run. A blocked call is completed
+ * at once with upstream's blocked result (`loop_veto`), as upstream's wrapper records its own
+ * veto; `afterToolCall` for it is then a no-op. With `signingKey`, every event is signed with
+ * the key of its run's agent (`signing.ts`).
  */
 import { randomBytes } from "node:crypto";
 import { LoopBlocked, LoopwatchInputError, LoopwatchUnavailableError, RunAbortedError } from "./errors.js";
 import {
+  blockedResult,
   compactionEvent,
   completedEvent,
   encodeEvent,
@@ -26,8 +30,9 @@ import {
   type RunFields,
   type ToolCallEvent,
 } from "./events.js";
-import { LOOP_VETO_RESULT, type ToolOutcome } from "./hashing.js";
-import { KafkaTransport, withDeadline, type KafkaSettings, type VerdictRecord } from "./kafka.js";
+import type { ToolOutcome } from "./hashing.js";
+import { describeKafkaError, KafkaTransport, withDeadline, type KafkaSettings, type VerdictRecord } from "./kafka.js";
+import type { SigningKey } from "./signing.js";
 import { decodeVerdict, type Decision, type RunAborted, type Verdict } from "./verdicts.js";
 
 export interface Logger {
@@ -49,6 +54,12 @@ export interface ClientOptions extends KafkaSettings {
   verdictsTopic?: string;
   /** How long `start()` keeps trying to join and position the verdict reader. */
   startTimeoutMs?: number;
+  /**
+   * Sign every event (for workers that require signed events): the key of the run's agent.
+   * Several keys are for runners serving several agents, one key per agent; a run of an agent
+   * without a key is refused (`LoopwatchInputError`).
+   */
+  signingKey?: SigningKey | readonly SigningKey[];
   logger?: Logger;
 }
 
@@ -80,6 +91,9 @@ export class LoopwatchClient {
 
   readonly #transport: KafkaTransport;
   readonly #startTimeoutMs: number;
+  readonly #brokers: string;
+  /** Signing keys by agent id (none: events go unsigned). */
+  readonly #keys = new Map<string, SigningKey>();
   readonly #prefix = randomBytes(6).toString("hex");
   #seq = 0;
   readonly #waiting = new Map<string, Waiter>();
@@ -103,6 +117,15 @@ export class LoopwatchClient {
     this.providerSendTools = new Set(options.providerSendTools ?? []);
     this.logger = options.logger ?? consoleLogger;
     this.#startTimeoutMs = options.startTimeoutMs ?? 30_000;
+    this.#brokers = options.brokers.join(",");
+    const keys = options.signingKey === undefined ? [] : Array.isArray(options.signingKey) ? options.signingKey : [options.signingKey];
+    for (const key of keys as readonly SigningKey[]) {
+      const other = this.#keys.get(key.agentId);
+      if (other !== undefined) {
+        throw new TypeError(`signingKey: keys ${other.keyId} and ${key.keyId} are both agent ${JSON.stringify(key.agentId)}'s; give one key per agent`);
+      }
+      this.#keys.set(key.agentId, key);
+    }
     this.#transport = new KafkaTransport(
       options,
       { toolCalls: options.toolCallsTopic ?? "tool-calls", verdicts: options.verdictsTopic ?? "loop-verdicts" },
@@ -110,7 +133,11 @@ export class LoopwatchClient {
     );
   }
 
-  /** Connect, join and position the verdict reader; at most `startTimeoutMs`. Idempotent. */
+  /**
+   * Connect, join and position the verdict reader; at most `startTimeoutMs`. Idempotent.
+   * Rejects with `LoopwatchUnavailableError`: `BrokerAccessError` at once when the broker
+   * refuses this client for good (credentials, TLS trust, ACLs), with the reason in one line.
+   */
   start(): Promise<void> {
     if (this.#state === "stopped") {
       return Promise.reject(new Error("the client was stopped"));
@@ -129,7 +156,10 @@ export class LoopwatchClient {
           // Allow a later start() to try again.
           this.#starting = null;
           this.#state = "new";
-          throw err;
+          if (err instanceof LoopwatchUnavailableError) {
+            throw err; // the deadline, or BrokerAccessError's one line
+          }
+          throw new LoopwatchUnavailableError(`cannot start on ${this.#brokers}: ${describeKafkaError(err)}`);
         },
       );
     }
@@ -158,6 +188,12 @@ export class LoopwatchClient {
       agent_id: identity.agentId ?? null,
     };
     eventKey(fields); // refuses a run with no id at all, before anything is published
+    if (this.#keys.size > 0 && !this.#keys.has(fields.agent_id ?? "")) {
+      const keys = [...this.#keys.values()].map((k) => `${k.keyId} of agent ${JSON.stringify(k.agentId)}`).join(", ");
+      throw new LoopwatchInputError(
+        `this client signs with key ${keys}; a run of agent ${JSON.stringify(fields.agent_id)} needs that agent's key`,
+      );
+    }
     const key = stateKey(fields);
     let handle = this.#runs.get(key);
     if (handle === undefined) {
@@ -200,8 +236,9 @@ export class LoopwatchClient {
   async publish(event: ToolCallEvent, deadlineMs: number, after: Promise<void>): Promise<void> {
     const value = encodeEvent(event);
     const key = eventKey(event);
+    const headers = this.#keys.get(event.agent_id ?? "")?.headers(value);
     await this.#ensureStarted(deadlineMs);
-    const send = after.then(() => this.#transport.send(key, value));
+    const send = after.then(() => this.#transport.send(key, value, headers));
     await withDeadline(send, deadlineMs - Date.now(), () => timeoutError(`publishing ${event.type}`, this.timeoutMs));
   }
 
@@ -358,7 +395,8 @@ export class RunHandle {
   async beforeToolCall(toolName: string, args: unknown, options: { toolCallId?: string | null } = {}): Promise<Decision | null> {
     const toolCallId = options.toolCallId ?? null;
     if (this.aborted !== null) {
-      this.#vetoed.add(toolCallId); // refused here: its completion is the loop's own veto too
+      // Refused here, nothing published: the run is over, so its outcome is not either.
+      this.#vetoed.add(toolCallId);
       this.check();
     }
     const client = this.client;
@@ -389,7 +427,11 @@ export class RunHandle {
       this.warnings.push(decision);
     } else if (decision.action === "block") {
       this.blocked.push(decision);
+      // The vetoed call will not run: complete it now with the blocked result, as upstream's
+      // wrapper records its own (profile latest counts it as a veto record; configurable-final
+      // ignores it). A later afterToolCall for it is a no-op.
       this.#vetoed.add(toolCallId);
+      await this.#completeVetoed(toolName, args, toolCallId, decision.message ?? "");
       if (client.raiseOnBlock) {
         throw new LoopBlocked(decision);
       }
@@ -397,9 +439,24 @@ export class RunHandle {
     return decision;
   }
 
+  /** Publish the blocked result of a vetoed call; a failure is logged, the block stands. */
+  async #completeVetoed(toolName: string, args: unknown, toolCallId: string | null, message: string): Promise<void> {
+    const client = this.client;
+    const event = completedEvent(client.nextEventId(), toolName, args, { result: blockedResult(message) }, {
+      ...this.#eventFields(),
+      toolCallId,
+    });
+    try {
+      await this.#publish(event, Date.now() + client.timeoutMs);
+    } catch (err) {
+      client.logger.warn(`the veto of ${toolName} was not published: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
   /**
    * Publish the outcome: `{ result }` (undefined: the tool returned nothing) or `{ error }`
-   * (what it threw). A call this run vetoed is recorded as the loop's own block, never hashed.
+   * (what it threw). A no-op for a call this run vetoed: it was completed when it was blocked
+   * (or, refused because the run was aborted, is not recorded at all).
    */
   async afterToolCall(
     toolName: string,
@@ -411,7 +468,7 @@ export class RunHandle {
     const deadline = Date.now() + client.timeoutMs;
     const toolCallId = options.toolCallId ?? null;
     if (this.#vetoed.delete(toolCallId)) {
-      outcome = { result: LOOP_VETO_RESULT };
+      return;
     }
     const event = completedEvent(client.nextEventId(), toolName, args, outcome, {
       ...this.#eventFields(),

@@ -55,3 +55,11 @@ export class LoopwatchUnavailableError extends Error {
 export class LoopwatchInputError extends Error {
   override name = "LoopwatchInputError";
 }
+
+/**
+ * The broker refused this client for good: a wrong password, an untrusted certificate, a
+ * SASL mechanism it does not offer, a missing ACL. The message says which, in one line.
+ */
+export class BrokerAccessError extends LoopwatchUnavailableError {
+  override name = "BrokerAccessError";
+}

@@ -4,7 +4,7 @@
  * is for Python). The wire shape is `schemas/jsonschema/tool-calls.event.v1.json`.
  */
 import { LoopwatchInputError } from "./errors.js";
-import { argsHash, hashOutcome, isKnownPoll, type Outcome, type ToolOutcome } from "./hashing.js";
+import { argsHash, hashOutcome, isKnownPoll, writeTargetHash, type Outcome, type OutcomeKind, type ToolOutcome } from "./hashing.js";
 
 /** Records larger than this are dead-lettered by the worker (schemas/events.py). */
 export const MAX_EVENT_BYTES = 64 * 1024;
@@ -31,6 +31,9 @@ interface EventBase extends RunFields {
   ts_ms: number;
 }
 
+// Fields in the order of the Python Structs (schemas/events.py), so that an event encodes to
+// the bytes `schemas.encode_event` gives it.
+
 export interface ToolCallRequested extends EventBase {
   type: "tool_call.requested";
   tool_call_id: string | null;
@@ -38,6 +41,8 @@ export interface ToolCallRequested extends EventBase {
   args_hash: string;
   known_poll: boolean;
   gate: boolean;
+  /** Tool `write`: SHA-256 of `{"path": <path>}` (profile latest's write target). */
+  target_hash: string | null;
 }
 
 export interface ToolCallCompleted extends EventBase {
@@ -49,6 +54,12 @@ export interface ToolCallCompleted extends EventBase {
   is_error: boolean;
   unknown_tool_name: string | null;
   loop_veto: boolean;
+  // profile latest's outcome fields (hashing.Outcome), always filled
+  normalized_result_hash: string | null;
+  outcome_kind: OutcomeKind | null;
+  failure_identity_hash: string | null;
+  no_progress: boolean;
+  target_hash: string | null;
 }
 
 export interface CompactionRetried extends EventBase {
@@ -107,6 +118,7 @@ export function requestedEvent(
     args_hash: hashing("arguments", toolName, () => argsHash(toolName, args)),
     known_poll: isKnownPoll(toolName, args),
     gate: fields.gate,
+    target_hash: writeTargetHash(toolName, args),
   };
 }
 
@@ -119,7 +131,7 @@ export function completedEvent(
 ): ToolCallCompleted {
   const callHash = hashing("arguments", toolName, () => argsHash(toolName, args));
   const hashed = hashing("outcome", toolName, () => hashOutcome(toolName, args, outcome, fields.providerSendTools));
-  return completedFromOutcome(eventId, toolName, callHash, hashed, fields);
+  return completedFromOutcome(eventId, toolName, callHash, hashed, { ...fields, targetHash: writeTargetHash(toolName, args) });
 }
 
 /** The one mapping from an `Outcome` to the event's fields. */
@@ -128,7 +140,7 @@ export function completedFromOutcome(
   toolName: string,
   callHash: string,
   outcome: Outcome,
-  fields: EventFields & { toolCallId: string | null },
+  fields: EventFields & { toolCallId: string | null; targetHash?: string | null },
 ): ToolCallCompleted {
   return {
     type: "tool_call.completed",
@@ -140,6 +152,23 @@ export function completedFromOutcome(
     is_error: outcome.isError,
     unknown_tool_name: outcome.unknownToolName,
     loop_veto: outcome.loopVeto,
+    normalized_result_hash: outcome.normalizedResultHash,
+    outcome_kind: outcome.outcomeKind,
+    failure_identity_hash: outcome.failureIdentityHash,
+    no_progress: outcome.noProgress,
+    target_hash: fields.targetHash ?? null,
+  };
+}
+
+/**
+ * The result a vetoed call gets instead of running: upstream's blocked result (spec §3,
+ * `streams.edge.blocked_result`). A runner completes the call with it at once: it never
+ * hashes (`loop_veto`), and under profile latest it records the veto.
+ */
+export function blockedResult(message: string): { content: { type: "text"; text: string }[]; details: Record<string, string> } {
+  return {
+    content: [{ type: "text", text: message }],
+    details: { status: "blocked", deniedReason: "tool-loop", reason: message },
   };
 }
 

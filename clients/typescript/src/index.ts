@@ -1,16 +1,20 @@
-export { stableStringify, digest, isPlainObject } from "./canonical.js";
+export { stableStringify, digest, isPlainObject, sha256Hex, type Normalizer } from "./canonical.js";
 export {
   argsHash,
+  canonicalizeUntrustedEnvelopes,
+  failureShape,
   hashOutcome,
   isKnownPoll,
   isSendCall,
   stripVolatileSendIds,
   unknownToolName,
-  LOOP_VETO_RESULT,
+  writeTargetHash,
   type Outcome,
+  type OutcomeKind,
   type ToolOutcome,
 } from "./hashing.js";
 export {
+  blockedResult,
   compactionEvent,
   completedEvent,
   completedFromOutcome,
@@ -29,6 +33,7 @@ export {
 } from "./events.js";
 export { decodeVerdict, type Decision, type RunAborted, type Verdict } from "./verdicts.js";
 export {
+  BrokerAccessError,
   LoopBlocked,
   LoopwatchInputError,
   LoopwatchUnavailableError,
@@ -37,3 +42,12 @@ export {
 } from "./errors.js";
 export { LoopwatchClient, RunHandle, type ClientOptions, type Logger, type RunIdentity } from "./client.js";
 export type { KafkaSettings, SaslSettings } from "./kafka.js";
+export {
+  KEY_ID_HEADER,
+  MIN_SECRET_BYTES,
+  SIGNATURE_HEADER,
+  SigningKey,
+  SigningKeyError,
+  loadKeys,
+  parseKeys,
+} from "./signing.js";

@@ -2,9 +2,14 @@
  * The one module that talks to Kafka (through @platformatic/kafka's public API only; why that
  * client is in README.md). It publishes `tool-calls` records and reads `loop-verdicts` from
  * the end of every partition; everything else in the package is Kafka-agnostic.
+ *
+ * A broker that refuses this client for good (a wrong password, an untrusted certificate, a
+ * missing ACL) is told apart from one that is merely unreachable: `start()` fails with
+ * `BrokerAccessError` and one line saying why, as `streams/broker_access.py` does for Python.
  */
 import { once } from "node:events";
 import { randomUUID } from "node:crypto";
+import { BrokerAccessError } from "./errors.js";
 import type { ConnectionOptions as TlsOptions } from "node:tls";
 import {
   Consumer,
@@ -33,7 +38,14 @@ export interface KafkaSettings {
   connectTimeoutMs?: number;
   /** Time for one request once connected (ms). */
   requestTimeoutMs?: number;
+  /**
+   * The verdict reader's consumer group is this prefix and a random id. The default fits the
+   * runner ACLs of README "Securing Kafka" (groups `runner-*`).
+   */
+  groupIdPrefix?: string;
 }
+
+export const DEFAULT_GROUP_ID_PREFIX = "runner-loopwatch-";
 
 export interface VerdictRecord {
   key: string | null;
@@ -63,6 +75,73 @@ export async function withDeadline<T>(work: Promise<T>, ms: number, onTimeout: (
   }
 }
 
+/** Node's codes for a certificate chain it does not trust. */
+const UNTRUSTED_CERTIFICATE = new Set([
+  "SELF_SIGNED_CERT_IN_CHAIN", "DEPTH_ZERO_SELF_SIGNED_CERT", "UNABLE_TO_VERIFY_LEAF_SIGNATURE", "UNABLE_TO_GET_ISSUER_CERT",
+  "UNABLE_TO_GET_ISSUER_CERT_LOCALLY", "CERT_UNTRUSTED", "CERT_HAS_EXPIRED", "CERT_NOT_YET_VALID", "CERT_SIGNATURE_FAILURE",
+  "CERT_REVOKED", "ERR_TLS_CERT_ALTNAME_INVALID",
+]);
+
+interface KafkaErrorLike {
+  message?: string;
+  code?: string;
+  apiId?: string;
+  errors?: unknown[];
+  cause?: unknown;
+}
+
+/**
+ * Every error in a library error's tree, outermost first: the library nests the cause of a
+ * failed connection (a Node TLS error with its `code`, a broker's error with its `apiId`) in
+ * `errors` and `cause`, the tree its own `findBy` searches.
+ */
+function errorTree(error: unknown, out: KafkaErrorLike[] = [], depth = 0): KafkaErrorLike[] {
+  if (typeof error !== "object" || error === null || depth > 8) {
+    return out;
+  }
+  const e = error as KafkaErrorLike;
+  out.push(e);
+  for (const inner of Array.isArray(e.errors) ? e.errors : []) {
+    errorTree(inner, out, depth + 1);
+  }
+  errorTree(e.cause, out, depth + 1);
+  return out;
+}
+
+/**
+ * One line saying why connecting failed for good, prefixed with the broker's address; null
+ * when the failure may pass (refused connection, timeouts, a broker still starting).
+ */
+export function explainAccess(error: unknown, settings: KafkaSettings): string | null {
+  const tree = errorTree(error);
+  const where = tree.map((e) => /Connection to (\S+) failed/.exec(e.message ?? "")?.[1]).find(Boolean) ?? settings.brokers.join(",");
+  const sasl = settings.sasl;
+  for (const e of tree) {
+    if (e.code !== undefined && UNTRUSTED_CERTIFICATE.has(e.code)) {
+      return `${where}: TLS: the broker's certificate is not trusted (${e.message}); is the CA file the one that signed the brokers' certificates?`;
+    }
+    if (e.apiId === "SASL_AUTHENTICATION_FAILED") {
+      const how = sasl === undefined ? "SASL" : `SASL ${sasl.mechanism}`;
+      const who = sasl?.username !== undefined ? ` as '${sasl.username}'` : "";
+      return `${where}: ${how} authentication${who} refused: wrong username or password`;
+    }
+    if (e.apiId === "UNSUPPORTED_SASL_MECHANISM") {
+      return `${where}: the broker does not offer SASL mechanism ${sasl?.mechanism}`;
+    }
+    if (e.apiId !== undefined && e.apiId.endsWith("_AUTHORIZATION_FAILED")) {
+      return `${where}: not authorized (${e.apiId}); the runner's principal needs the ACLs of README "Securing Kafka" (groupIdPrefix names the consumer group)`;
+    }
+  }
+  return null;
+}
+
+/** The innermost messages of a library error, in one line. */
+export function describeKafkaError(error: unknown): string {
+  const leaves = errorTree(error).filter((e) => !Array.isArray(e.errors) && e.cause === undefined);
+  const messages = [...new Set(leaves.map((e) => [e.message, e.apiId].filter(Boolean).join(" ")).filter(Boolean))];
+  return messages.join("; ") || String(error);
+}
+
 function connectionOptions(settings: KafkaSettings) {
   const tls = settings.tls === true ? {} : settings.tls || undefined;
   return {
@@ -88,11 +167,15 @@ export class KafkaTransport {
   readonly #producer: Bytes;
   readonly #consumer: Reader;
   readonly #topics: Topics;
+  readonly #settings: KafkaSettings;
   #stream: MessagesStream<Buffer, Buffer, Buffer, Buffer> | null = null;
+  #probe: Bytes | null = null;
+  #stopped = false;
 
   constructor(settings: KafkaSettings, topics: Topics, private readonly onRecord: (record: VerdictRecord) => void) {
     const common = connectionOptions(settings);
     this.#topics = topics;
+    this.#settings = settings;
     // Java's partitioner (murmur2 & 0x7fffffff): the same partition as the Python client and
     // aiokafka give a run id, so every runner's events of one run meet in one worker.
     this.#producer = new Producer({ ...common, partitioner: compatibilityPartitioner, autocreateTopics: false });
@@ -100,7 +183,7 @@ export class KafkaTransport {
     // the verdicts of its own requests from now on and never commits.
     this.#consumer = new Consumer({
       ...common,
-      groupId: `loopwatch-client-${randomUUID()}`,
+      groupId: `${settings.groupIdPrefix ?? DEFAULT_GROUP_ID_PREFIX}${randomUUID()}`,
       autocommit: false,
       sessionTimeout: 30_000,
       heartbeatInterval: 3_000,
@@ -112,12 +195,21 @@ export class KafkaTransport {
    * verdict for a request published afterwards can be missed.
    */
   async start(): Promise<void> {
-    const stream = await this.#consumer.consume({
-      topics: [this.#topics.verdicts],
-      mode: "latest",
-      autocommit: false,
-      maxWaitTime: 500,
-    });
+    await this.#probeAccess();
+    if (this.#stopped) {
+      throw new Error("the client was stopped while starting");
+    }
+    let stream: MessagesStream<Buffer, Buffer, Buffer, Buffer>;
+    try {
+      stream = await this.#consumer.consume({
+        topics: [this.#topics.verdicts],
+        mode: "latest",
+        autocommit: false,
+        maxWaitTime: 500,
+      });
+    } catch (err) {
+      throw this.#accessError(err) ?? err;
+    }
     this.#stream = stream;
     stream.on("data", (message) => {
       this.onRecord({
@@ -137,14 +229,47 @@ export class KafkaTransport {
     await this.#producer.metadata({ topics: [this.#topics.toolCalls] });
   }
 
-  async send(key: string, value: Buffer): Promise<void> {
+  /**
+   * One metadata request without the library's retries: a refused password or an untrusted
+   * certificate shows at once (the consumer's join would retry for seconds first). Anything
+   * else is left to the join, which keeps trying until `start()`'s deadline.
+   */
+  async #probeAccess(): Promise<void> {
+    const probe: Bytes = new Producer({ ...connectionOptions(this.#settings), retries: 0, autocreateTopics: false });
+    this.#probe = probe;
+    try {
+      await probe.metadata({ topics: [this.#topics.toolCalls] });
+    } catch (err) {
+      const refused = this.#accessError(err);
+      if (refused !== null) {
+        throw refused;
+      }
+    } finally {
+      this.#probe = null;
+      await probe.close().catch(() => undefined);
+    }
+  }
+
+  #accessError(error: unknown): BrokerAccessError | null {
+    const reason = explainAccess(error, this.#settings);
+    return reason === null ? null : new BrokerAccessError(reason);
+  }
+
+  async send(key: string, value: Buffer, headers?: readonly [string, string][]): Promise<void> {
+    const message = { topic: this.#topics.toolCalls, key: Buffer.from(key, "utf8"), value };
     await this.#producer.send({
-      messages: [{ topic: this.#topics.toolCalls, key: Buffer.from(key, "utf8"), value }],
+      messages: [
+        headers === undefined
+          ? message
+          : { ...message, headers: new Map(headers.map(([name, text]) => [Buffer.from(name, "utf8"), Buffer.from(text, "utf8")])) },
+      ],
     });
   }
 
   async stop(): Promise<void> {
+    this.#stopped = true;
     const results = await Promise.allSettled([
+      this.#probe ? this.#probe.close() : Promise.resolve(),
       this.#stream ? this.#stream.close() : Promise.resolve(),
       this.#consumer.close(true),
       this.#producer.close(true),

@@ -1,7 +1,9 @@
 /**
  * Verdicts loopwatch publishes on `loop-verdicts` (`schemas/jsonschema/loop-verdicts.verdict.v1.json`).
  * Keyed by the run's state key; `verdict_id` derives from the causing event, so a redelivery
- * carries the same id and is dropped by it.
+ * carries the same id and is dropped by it. Under profile latest a `tool_call.completed` can
+ * cause a decision too (the write-churn warning upstream attaches to a tool's result); no call
+ * waits for it, so the client applies it to its run as an advisory verdict.
  */
 
 interface VerdictBase {
@@ -29,8 +31,11 @@ export interface Decision extends VerdictBase {
   warning_emitted: boolean | null;
   /** Whether the runner should show `message` to the model (always for a block). */
   notify_model: boolean;
-  /** Profile latest: `argument_churn` when the call also continues an argument churn. */
-  liveness_signal: "argument_churn" | null;
+  /**
+   * Profile latest: `argument_churn` when the run is busy cycling argument variants without
+   * getting anywhere (on argument-churn, poll and ping-pong warnings).
+   */
+  liveness_signal: string | null;
 }
 
 export interface RunAborted extends VerdictBase {
@@ -95,7 +100,7 @@ export function decodeVerdict(data: Uint8Array | string): Verdict | null {
       warning_key: isString(v.warning_key) ? v.warning_key : null,
       warning_emitted: typeof v.warning_emitted === "boolean" ? v.warning_emitted : null,
       notify_model: v.notify_model === true,
-      liveness_signal: v.liveness_signal === "argument_churn" ? v.liveness_signal : null,
+      liveness_signal: isString(v.liveness_signal) ? v.liveness_signal : null,
     };
   }
   if (v.type === "loop.run_aborted") {

@@ -2,18 +2,27 @@
 
 Reads JSON requests, one per line, on stdin and answers each with one JSON line on stdout,
 computed by the project's own Python: ``streams.edge`` (which hashes with
-``streams.hashing``), ``schemas.keys.state_key`` and ``record_key`` and aiokafka's partitioner.
+``streams.hashing``), ``schemas`` (events, keys, signing) and aiokafka's partitioner.
 Values arrive in the transport encoding of test/support/transport.ts, which keeps what
 JSON would lose (-0, NaN, undefined, bigint, shared and cyclic references).
 
 Requests:
   {"op": "args", "tool": t, "args": V}
+      -> the tool_call.requested event streams.edge builds: {"event": {...}, "wire": "<encode_event>"}
   {"op": "outcome", "tool": t, "args": V, "result": V | "error": V, "send_tools": [...]}
       (no "result" and no "error": the tool returned undefined)
+      -> the tool_call.completed event, the same way
   {"op": "cases", "path": FILE}  -> every tool call of the conformance vectors, with answers
+  {"op": "decode", "wire": "<record value>"}  -> {"wire": re-encoded} or {"invalid": reason, "detail": ...}
+  {"op": "sign", "key_id": k, "agent_id": a, "secret": "<hex>", "value": "<hex>"}
+      -> {"headers": [[name, value], ...]} (schemas.signing.SigningKey.headers)
+  {"op": "parse_keys", "data": "<key file text>"}  -> [[key_id, agent_id, "<secret hex>"], ...] or {"error": message}
   {"op": "state_key", "fields": {...}}
   {"op": "record_key", "fields": {...}}
   {"op": "partition", "key": k, "partitions": n}
+
+Every event is built with the same ids and fields (``_FIELDS``, event id "oracle", ts_ms 0), so
+the TypeScript side builds the same event and compares its record value byte for byte.
 """
 
 from __future__ import annotations
@@ -25,7 +34,10 @@ from typing import Any
 
 from aiokafka.partitioner import murmur2
 
-from schemas.events import CompactionRetried
+import msgspec
+
+from schemas.events import CompactionRetried, InvalidEvent, decode_event, encode_event
+from schemas.signing import SigningKey, SigningKeyError, parse_keys
 from streams.conformance.cases import expand_steps, load_cases, materialize, materialize_args
 from streams.edge import completed_event, requested_event
 from schemas.keys import record_key, state_key
@@ -111,9 +123,12 @@ def encode(value: Any) -> Any:
 # -- answers -----------------------------------------------------------------------------------
 
 
+def event_answer(event) -> dict:
+    return {"event": msgspec.to_builtins(event), "wire": encode_event(event).decode("utf-8")}
+
+
 def args_answer(tool: str, args: Any) -> dict:
-    event = requested_event("oracle", tool, args, **_FIELDS)
-    return {"args_hash": event.args_hash, "known_poll": event.known_poll}
+    return event_answer(requested_event("oracle", tool, args, **_FIELDS))
 
 
 def outcome_answer(tool: str, args: Any, outcome: dict, send_tools: list[str]) -> dict:
@@ -124,14 +139,23 @@ def outcome_answer(tool: str, args: Any, outcome: dict, send_tools: list[str]) -
         kwargs["result"] = outcome["result"]
     else:
         kwargs["returned"] = False
-    event = completed_event("oracle", tool, args, **kwargs, **_FIELDS)
-    return {
-        "args_hash": event.args_hash,
-        "result_hash": event.result_hash,
-        "unknown_tool_name": event.unknown_tool_name,
-        "is_error": event.is_error,
-        "loop_veto": event.loop_veto,
-    }
+    return event_answer(completed_event("oracle", tool, args, **kwargs, **_FIELDS))
+
+
+def decode_answer(wire: str) -> dict:
+    """A record value through the worker's own decoder (bounds and consistency rules), and
+    back out through its encoder."""
+    try:
+        return {"wire": encode_event(decode_event(wire.encode("utf-8"))).decode("utf-8")}
+    except InvalidEvent as exc:
+        return {"invalid": exc.reason, "detail": exc.detail}
+
+
+def keys_answer(data: str) -> Any:
+    try:
+        return [[k.key_id, k.agent_id, k.secret.hex()] for k in parse_keys(data, "keys.json")]
+    except SigningKeyError as exc:
+        return {"error": str(exc)}
 
 
 def case_items(path: str) -> list[dict]:
@@ -175,6 +199,13 @@ def answer(request: dict) -> Any:
         return outcome_answer(request["tool"], decode(request["args"]), outcome, request.get("send_tools") or [])
     if op == "cases":
         return case_items(request["path"])
+    if op == "decode":
+        return decode_answer(request["wire"])
+    if op == "sign":
+        key = SigningKey(request["key_id"], request["agent_id"], bytes.fromhex(request["secret"]))
+        return {"headers": [[name, value.decode()] for name, value in key.headers(bytes.fromhex(request["value"]))]}
+    if op == "parse_keys":
+        return keys_answer(request["data"])
     if op == "state_key":
         return state_key(CompactionRetried(event_id="oracle", **request["fields"]))
     if op == "record_key":

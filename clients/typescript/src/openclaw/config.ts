@@ -8,6 +8,7 @@ import { readFileSync } from "node:fs";
 import type { ConnectionOptions as TlsOptions } from "node:tls";
 import type { ClientOptions } from "../client.js";
 import type { SaslSettings } from "../kafka.js";
+import { loadKeys, SigningKeyError, type SigningKey } from "../signing.js";
 
 export class PluginConfigError extends Error {
   override name = "PluginConfigError";
@@ -17,11 +18,12 @@ type Json = Record<string, unknown>;
 
 const TOP_LEVEL = new Set([
   "brokers", "mode", "timeoutMs", "failClosed", "toolCallsTopic", "verdictsTopic",
-  "providerSendTools", "clientId", "connectTimeoutMs", "startTimeoutMs", "tls", "sasl",
+  "providerSendTools", "clientId", "connectTimeoutMs", "startTimeoutMs", "groupIdPrefix", "tls", "sasl", "signing",
 ]);
 const TLS_KEYS = new Set(["enabled", "caFile", "certFile", "keyFile", "servername", "rejectUnauthorized"]);
 const SASL_KEYS = new Set(["mechanism", "username", "password", "passwordEnv", "token", "tokenEnv"]);
 const MECHANISMS = new Set(["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"]);
+const SIGNING_KEYS = new Set(["keyFile", "keyId"]);
 
 function isObject(value: unknown): value is Json {
   return typeof value === "object" && value !== null && !Array.isArray(value);
@@ -127,6 +129,43 @@ function saslSettings(value: unknown, env: NodeJS.ProcessEnv): SaslSettings {
   return sasl;
 }
 
+/**
+ * The keys to sign with: every key of the key file (the workers' format), one per agent, or
+ * only `keyId`'s when the file holds several keys of an agent (a rotation).
+ */
+function signingKeys(value: unknown): SigningKey[] {
+  if (!isObject(value)) {
+    fail("signing", "must be an object");
+  }
+  onlyKeys(value, SIGNING_KEYS, "signing.");
+  const file = string(value.keyFile, "signing.keyFile");
+  let keys: SigningKey[];
+  try {
+    keys = loadKeys(file);
+  } catch (err) {
+    if (err instanceof SigningKeyError) {
+      fail("signing.keyFile", err.message);
+    }
+    throw err;
+  }
+  if (value.keyId !== undefined) {
+    const keyId = string(value.keyId, "signing.keyId");
+    keys = keys.filter((key) => key.keyId === keyId);
+    if (keys.length === 0) {
+      fail("signing.keyId", `${keyId} is not a key of ${file}`);
+    }
+  }
+  const byAgent = new Map<string, SigningKey>();
+  for (const key of keys) {
+    const other = byAgent.get(key.agentId);
+    if (other !== undefined) {
+      fail("signing", `${file} holds keys ${other.keyId} and ${key.keyId} of agent ${JSON.stringify(key.agentId)}: name the one to sign with in signing.keyId`);
+    }
+    byAgent.set(key.agentId, key);
+  }
+  return keys;
+}
+
 /** Client options from the plugin config; throws `PluginConfigError` with one clear line. */
 export function clientOptionsFromConfig(config: unknown, env: NodeJS.ProcessEnv = process.env): ClientOptions {
   if (!isObject(config)) {
@@ -158,10 +197,12 @@ export function clientOptionsFromConfig(config: unknown, env: NodeJS.ProcessEnv 
   if (config.clientId !== undefined) options.clientId = string(config.clientId, "clientId");
   if (config.connectTimeoutMs !== undefined) options.connectTimeoutMs = integer(config.connectTimeoutMs, "connectTimeoutMs", 1);
   if (config.startTimeoutMs !== undefined) options.startTimeoutMs = integer(config.startTimeoutMs, "startTimeoutMs", 1);
+  if (config.groupIdPrefix !== undefined) options.groupIdPrefix = string(config.groupIdPrefix, "groupIdPrefix");
   if (config.tls !== undefined) {
     const tls = tlsOptions(config.tls);
     if (tls !== undefined) options.tls = tls;
   }
   if (config.sasl !== undefined) options.sasl = saslSettings(config.sasl, env);
+  if (config.signing !== undefined) options.signingKey = signingKeys(config.signing);
   return options;
 }

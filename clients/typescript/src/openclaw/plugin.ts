@@ -4,7 +4,8 @@
  * * `before_tool_call` publishes the request; in gate mode a block comes back as OpenClaw's
  *   `{ block: true, blockReason }` with loopwatch's message (the model sees it as the tool
  *   result), and so does every call of a run loopwatch aborted.
- * * `after_tool_call` publishes the outcome (a call loopwatch vetoed as the loop's own block).
+ * * `after_tool_call` publishes the outcome; for a call loopwatch blocked it does nothing (the
+ *   client completed that call with upstream's blocked result when it blocked it).
  * * `after_compaction` publishes `compaction.retried`; `agent_end` publishes `run.ended`.
  * * Warnings with `notify_model` reach the model through tool-result middleware, appended to
  *   the result of the call they concern (advisory verdicts: to the run's next result).
@@ -199,18 +200,39 @@ export function registerLoopwatch(api: OpenClawPluginApi, options?: ClientOption
     }
   }
 
-  function runFor(ids: { runId?: string; sessionKey?: string; sessionId?: string; agentId?: string }): RunHandle | null {
+  /** Agents whose runs the client refuses (a signing client without their key), each logged once. */
+  const refusedAgents = new Set<string | null>();
+
+  /**
+   * The run of a hook's ids; null when nothing scopes the call (upstream does not detect loops
+   * without a session either), the client's refusal when it cannot publish for the run's agent.
+   */
+  function runFor(ids: { runId?: string; sessionKey?: string; sessionId?: string; agentId?: string }): RunHandle | LoopwatchInputError | null {
     if (!ids.runId && !ids.sessionKey && !ids.sessionId) {
-      return null; // nothing scopes the call: upstream does not detect loops without a session either
+      return null;
     }
     ensureStarting();
-    return client.run(identity(ids));
+    try {
+      return client.run(identity(ids));
+    } catch (err) {
+      if (!(err instanceof LoopwatchInputError)) {
+        throw err;
+      }
+      if (!refusedAgents.has(ids.agentId ?? null) && refusedAgents.size < MAX_PENDING_NOTICES) {
+        refusedAgents.add(ids.agentId ?? null);
+        log.warn(`loopwatch: ${err.message}; this agent's tool calls are ${failClosed ? "blocked" : "not watched"}`);
+      }
+      return err;
+    }
   }
 
   const beforeToolCall: HookHandlers["before_tool_call"] = async (event, ctx) => {
     const run = runFor({ ...ctx, runId: event.runId ?? ctx.runId });
     if (run === null) {
       return;
+    }
+    if (run instanceof LoopwatchInputError) {
+      return failClosed ? { block: true, blockReason: `Tool call blocked: ${run.message}` } : undefined;
     }
     const toolCallId = event.toolCallId ?? ctx.toolCallId ?? null;
     try {
@@ -242,7 +264,7 @@ export function registerLoopwatch(api: OpenClawPluginApi, options?: ClientOption
 
   const afterToolCall: HookHandlers["after_tool_call"] = async (event, ctx) => {
     const run = runFor({ ...ctx, runId: event.runId ?? ctx.runId });
-    if (run === null) {
+    if (run === null || run instanceof LoopwatchInputError) {
       return;
     }
     const toolCallId = event.toolCallId ?? ctx.toolCallId ?? null;
@@ -266,7 +288,7 @@ export function registerLoopwatch(api: OpenClawPluginApi, options?: ClientOption
 
   const afterCompaction: HookHandlers["after_compaction"] = async (_event, ctx) => {
     const run = runFor(ctx);
-    if (run === null) {
+    if (run === null || run instanceof LoopwatchInputError) {
       return;
     }
     try {
@@ -278,7 +300,7 @@ export function registerLoopwatch(api: OpenClawPluginApi, options?: ClientOption
 
   const agentEnd: HookHandlers["agent_end"] = async (event, ctx) => {
     const run = runFor({ ...ctx, runId: event.runId ?? ctx.runId });
-    if (run === null) {
+    if (run === null || run instanceof LoopwatchInputError) {
       return;
     }
     try {
@@ -290,7 +312,7 @@ export function registerLoopwatch(api: OpenClawPluginApi, options?: ClientOption
 
   const toolResultMiddleware: ToolResultMiddleware = async (event, ctx) => {
     const run = runFor(ctx);
-    if (run === null) {
+    if (run === null || run instanceof LoopwatchInputError) {
       return;
     }
     const key = callKey(run, event.toolCallId);

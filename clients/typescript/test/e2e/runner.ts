@@ -10,20 +10,23 @@
  *   node runner.js plugin   plan: {kafka, loopRun, abortRun, sessionKey}
  *     Drives the OpenClaw plugin through a fake plugin API object as OpenClaw's runtime
  *     calls it, and reports what the host would see: blocks, and the text the model reads.
+ *   node runner.js start    plan: {kafka}
+ *     Starts a client and reports whether it started, or the error it failed with.
+ *
+ * `kafka` is the plugin's config (openclaw.plugin.json: brokers, topics, tls.caFile,
+ * sasl.passwordEnv, signing.keyFile, ...), read by the plugin's own parser for every scenario.
  */
 import { createInterface } from "node:readline";
 import { LoopwatchClient, type RunHandle } from "../../src/client.js";
 import { LoopBlocked, RunAbortedError } from "../../src/errors.js";
 import type { ToolOutcome } from "../../src/hashing.js";
+import { clientOptionsFromConfig } from "../../src/openclaw/config.js";
 import { registerLoopwatch } from "../../src/openclaw/plugin.js";
 import type { Decision } from "../../src/verdicts.js";
 import { FakeOpenClaw } from "../support/fake-openclaw.js";
 
-interface KafkaPlan {
-  brokers: string[];
-  toolCallsTopic: string;
-  verdictsTopic: string;
-}
+/** The plugin's config: brokers, topics, and for a secured cluster tls, sasl and signing. */
+type KafkaPlan = Record<string, unknown>;
 
 type Call = "compaction" | { tool: string; args: unknown; result?: unknown; error?: unknown };
 
@@ -124,7 +127,7 @@ async function driveRun(run: RunHandle, plan: RunPlan): Promise<RunReport> {
 }
 
 async function clientScenario(plan: { kafka: KafkaPlan; runs: RunPlan[] }): Promise<void> {
-  const common = { ...plan.kafka, timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000 };
+  const common = { ...clientOptionsFromConfig(plan.kafka), timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000 };
   const gate = new LoopwatchClient({ ...common, mode: "gate", clientId: "e2e-gate" });
   const advisory = new LoopwatchClient({ ...common, mode: "advisory", clientId: "e2e-advisory" });
   await Promise.all([gate.start(), advisory.start()]);
@@ -212,6 +215,22 @@ async function pluginScenario(plan: { kafka: KafkaPlan; loopRun: string; abortRu
   await plugin.stop();
 }
 
+// -- start -------------------------------------------------------------------------------------
+
+async function startScenario(plan: { kafka: KafkaPlan }): Promise<void> {
+  const client = new LoopwatchClient({ ...clientOptionsFromConfig(plan.kafka), startTimeoutMs: 30_000 });
+  const began = Date.now();
+  try {
+    await client.start();
+    say({ event: "start", ok: true });
+  } catch (err) {
+    const error = err as Error;
+    say({ event: "start", ok: false, name: error.name, message: error.message, ms: Date.now() - began });
+  } finally {
+    await client.stop();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 async function main(): Promise<void> {
@@ -221,6 +240,8 @@ async function main(): Promise<void> {
     await clientScenario(plan);
   } else if (scenario === "plugin") {
     await pluginScenario(plan);
+  } else if (scenario === "start") {
+    await startScenario(plan);
   } else {
     throw new Error(`unknown scenario ${scenario}`);
   }

@@ -4,7 +4,10 @@
  * and unsafe integers, bigint, undefined (in objects and as array holes), own `__proto__`
  * keys, keys whose UTF-16 order differs from code-point order, deep nesting, shared and
  * cyclic references, Errors and Uint8Arrays, and tool results shaped to reach every
- * outcome rule.
+ * outcome rule, profile latest's included: untrusted-content envelopes with random ids
+ * (well-formed, JSON-escaped 1-3 levels deep, and broken in every way the canonicaliser must
+ * leave alone), failing commands whose output drifts (timestamps, clock times, durations,
+ * pids, attempt counters), and writes that changed their file or not.
  */
 import fc from "fast-check";
 import type { ToolOutcome } from "../../src/hashing.js";
@@ -21,11 +24,52 @@ const TRICKY_CHARS = [
 const codeUnit = fc.integer({ min: 0, max: 0xffff }).map((c) => String.fromCharCode(c));
 const trickyChar = fc.constantFrom(...TRICKY_CHARS);
 
+// -- untrusted-content envelopes (openclaw-latest.md §4.1) --------------------------------------
+
+const START = "<<<EXTERNAL_UNTRUSTED_CONTENT id=";
+const END = "<<<END_EXTERNAL_UNTRUSTED_CONTENT id=";
+const envelopeId = fc.oneof(
+  { weight: 6, arbitrary: fc.stringMatching(/^[a-f0-9]{16}$/) },
+  { weight: 1, arbitrary: fc.constantFrom("0000000000000000", "ABCDEF0123456789", "abc", "", "0123456789abcdef0", "g123456789abcdef") },
+);
+const envelopeBody = fc.oneof(
+  fc.string({ maxLength: 10 }),
+  fc.constantFrom('say "hi"', 'a \\"pre-escaped\\" word', "back\\slash", "", "\n", START, `${END}"`, "<<<END_EXTERNAL_UNTRUSTED_CONTENT"),
+);
+/** One JSON string-encoding level: quotes and backslashes escaped (k -> 2k + 1 before a quote). */
+const jsonLevel = (text: string) => JSON.stringify(text).slice(1, -1);
+
+/** An envelope, escaped `levels` times; `mangle` breaks one escape (the canonicaliser must then leave it). */
+const envelope = fc
+  .tuple(envelopeId, fc.oneof({ weight: 5, arbitrary: fc.constant(null) }, { weight: 1, arbitrary: envelopeId }), envelopeBody,
+    fc.constantFrom(0, 0, 1, 1, 2, 3),
+    fc.constantFrom(null, null, null, null, "slash", "quote", "inner", "even", "cut"))
+  .map(([id, otherEnd, body, levels, mangle]) => {
+    let text = `${START}"${id}">>>${body}${END}"${otherEnd ?? id}">>>`;
+    for (let i = 0; i < levels; i += 1) text = jsonLevel(text);
+    if (mangle === "slash") text = text.replace('"', '\\"');
+    if (mangle === "quote") text = text.replace(/"(?=>>>)/, '\\"');
+    if (mangle === "inner") {
+      // one more backslash before the first quote after the start marker's id
+      const at = text.indexOf('"', text.indexOf(">>>") + 3);
+      text = `${text.slice(0, at)}\\${text.slice(at)}`;
+    }
+    if (mangle === "even") text = text.replace(/\\*"/g, (quote) => `\\${quote}`); // k + 1 backslashes everywhere: 2, 4, 8
+    if (mangle === "cut") text = text.slice(0, text.length - 3);
+    return text;
+  });
+
+/** Text with one or two envelopes in it, or a lone marker. */
+export const envelopeText: fc.Arbitrary<string> = fc
+  .tuple(fc.string({ maxLength: 6 }), fc.array(envelope, { minLength: 1, maxLength: 2 }), fc.string({ maxLength: 6 }))
+  .map(([before, envelopes, after]) => `${before}${envelopes.join(" ")}${after}`);
+
 export const jsString: fc.Arbitrary<string> = fc.oneof(
-  fc.string({ unit: fc.oneof(codeUnit, trickyChar), maxLength: 12 }),
-  fc.string({ unit: "binary", maxLength: 12 }),
-  fc.string({ maxLength: 12 }),
-  fc.constantFrom("", "__proto__", "constructor", "toString", "0", "10", "-1", "1e21", "NaN", "undefined"),
+  { weight: 3, arbitrary: fc.string({ unit: fc.oneof(codeUnit, trickyChar), maxLength: 12 }) },
+  { weight: 3, arbitrary: fc.string({ unit: "binary", maxLength: 12 }) },
+  { weight: 3, arbitrary: fc.string({ maxLength: 12 }) },
+  { weight: 3, arbitrary: fc.constantFrom("", "__proto__", "constructor", "toString", "0", "10", "-1", "1e21", "NaN", "undefined") },
+  { weight: 1, arbitrary: envelopeText },
 );
 
 /** Keys, with the pairs that sort differently by code point and by UTF-16 code unit. */
@@ -268,13 +312,83 @@ const thrown: fc.Arbitrary<unknown> = fc.oneof(
   plainValue,
 );
 
+// -- exec terminal failures with drifting output (openclaw-latest.md §4.2) ---------------------
+
+const pad = (n: number, width: number) => String(n).padStart(width, "0");
+const digits = (max: number) => fc.integer({ min: 0, max });
+const fraction = fc.oneof(fc.constant(""), fc.integer({ min: 1, max: 8 }).chain((n) => fc.stringMatching(new RegExp(`^\\.[0-9]{${n}}$`))));
+
+const driftToken: fc.Arbitrary<string> = fc.oneof(
+  // ISO timestamps (masked whole, zone and fraction included; a bare date is not)
+  fc.tuple(digits(9999), digits(12), digits(31), fc.constantFrom("T", "t", " ", "_"), digits(23), digits(59), digits(61), fraction,
+    fc.constantFrom("", "Z", "z", "+02:00", "-0530", "+2:00"))
+    .map(([y, mo, d, sep, h, mi, s, f, zone]) => `${pad(y, 4)}-${pad(mo, 2)}-${pad(d, 2)}${sep}${pad(h, 2)}:${pad(mi, 2)}:${pad(s, 2)}${f}${zone}`),
+  fc.tuple(digits(99), digits(99), digits(99), fraction).map(([h, m, s, f]) => `${h}:${pad(m, 2)}:${pad(s, 2)}${f}`),
+  // attempt and retry counters
+  fc.tuple(fc.constantFrom("attempt", "Attempt", "RETRY", "retry", "retries", "reattempt"), fc.constantFrom("", " ", "#", " #", ": ", "=", " - "), digits(1000))
+    .map(([word, sep, n]) => `${word}${sep}${n}`),
+  // durations in every unit, Unicode folds included (ſ is s under /iu)
+  fc.tuple(digits(100000), fc.oneof(fc.constant(""), fc.constant(".5"), fc.constant(".25")), fc.constantFrom("", " ", "  "),
+    fc.constantFrom("ns", "us", "µs", "ms", "MS", "s", "S", "sec", "second", "seconds", "minute", "minutes", "hour", "hours", "ſ", "ſeconds", "msx", "h"))
+    .map(([n, f, sep, unit]) => `${n}${f}${sep}${unit}`),
+  // process ids
+  fc.tuple(fc.constantFrom("pid", "PID", "ppid", "Pid", "pidfile", "ſpid"), fc.constantFrom("", " ", "=", ": ", " #"), digits(99999))
+    .map(([word, sep, n]) => `${word}${sep}${n}`),
+  // numbers that stay part of the identity
+  fc.constantFrom("2026-08-10", "errno 13", "exit 2", "line 42", "v1.2.3", "0x1f", "ſ", "\u212a"),
+);
+
+const failureOutput: fc.Arbitrary<string> = fc
+  .tuple(
+    fc.constantFrom("Error: connect ECONNREFUSED", "FAILED tests/test_x.py", "fatal: not a git repository", "Traceback (most recent call last):", ""),
+    fc.array(fc.tuple(driftToken, fc.constantFrom(" ", "\n", ", ", " (", ") ", "")), { maxLength: 5 }),
+    fc.oneof({ weight: 4, arbitrary: fc.constant("") }, { weight: 1, arbitrary: envelopeText }),
+  )
+  .map(([head, tokens, tail]) => `${head}${tokens.map(([t, sep]) => `${sep}${t}`).join("")}${tail}`);
+
+const execExitCode = fc.oneof(
+  { weight: 4, arbitrary: fc.constantFrom(1, 2, 127, -1, 255) },
+  { weight: 2, arbitrary: fc.constantFrom(0, -0, 1.5, NaN, Infinity, -Infinity, "1", null, undefined, true) },
+);
+
+const execFailure = fc
+  .tuple(fc.constantFrom("completed", "failed", "failed", "running"), execExitCode, fc.constantFrom(undefined, false, true, "true"),
+    fc.oneof({ weight: 4, arbitrary: failureOutput }, { weight: 1, arbitrary: fc.constantFrom(undefined, "", "  \n", 5) }),
+    fc.oneof({ weight: 3, arbitrary: failureOutput }, { weight: 1, arbitrary: fc.constant("(footer)") }), digits(100000))
+  .map(([status, exitCode, timedOut, aggregated, text, durationMs]) => ({
+    content: [{ type: "text", text: text === "(footer)" ? `(Command exited with code ${String(exitCode)})` : text }],
+    details: objectFrom([
+      ["status", status], ["exitCode", exitCode], ["timedOut", timedOut], ["aggregated", aggregated],
+      ["durationMs", durationMs], ["pid", durationMs % 9999],
+    ].filter(([, value]) => value !== undefined || durationMs % 3 === 0) as [string, unknown][]),
+  }));
+
+// -- write outcomes and targets (openclaw-latest.md §4.3) ---------------------------------------
+
+const writePath: fc.Arbitrary<unknown> = fc.oneof(
+  { weight: 3, arbitrary: fc.constantFrom("notes.md", "./notes.md", "/tmp/a b.txt", " notes.md", "ſ.txt", "\ud800", "C:\\x.txt", "") },
+  { weight: 2, arbitrary: jsString },
+  { weight: 1, arbitrary: fc.constantFrom(5, null, undefined, ["a"], { p: 1 }) },
+);
+
+export const writeArgs: fc.Arbitrary<unknown> = fc
+  .tuple(writePath, maybe(jsString), fc.boolean())
+  .map(([path, content, withPath]) => objectFrom([...(withPath ? [["path", path] as const] : []), ["content", content]]));
+
+const writeResult = fc
+  .tuple(fc.constantFrom(true, false, true, false, "false", 0, undefined, null), fc.oneof(spaced, fc.constantFrom("No changes", "Wrote 12 bytes")), writePath, fc.boolean())
+  .map(([changed, text, path, detailsObject]) => ({
+    content: [{ type: "text", text }],
+    details: detailsObject ? objectFrom([["changed", changed], ["path", path], ["bytes", 12]]) : [changed],
+  }));
+
 export interface OutcomeCase {
   tool: string;
   args: unknown;
   outcome: ToolOutcome;
 }
 
-export const outcomeCase: fc.Arbitrary<OutcomeCase> = toolName.chain((tool) =>
+const anyOutcome = (tool: string): fc.Arbitrary<OutcomeCase> =>
   fc.tuple(
     argsFor(tool),
     fc.oneof(
@@ -282,7 +396,23 @@ export const outcomeCase: fc.Arbitrary<OutcomeCase> = toolName.chain((tool) =>
       { weight: 2, arbitrary: plainValue.map((result): ToolOutcome => ({ result })) },
       { weight: 3, arbitrary: thrown.filter((e) => e !== undefined).map((error): ToolOutcome => ({ error })) },
     ),
-  ).map(([args, outcome]) => ({ tool, args, outcome })),
+  ).map(([args, outcome]) => ({ tool, args, outcome }));
+
+export const outcomeCase: fc.Arbitrary<OutcomeCase> = fc.oneof(
+  { weight: 8, arbitrary: toolName.chain(anyOutcome) },
+  { weight: 2, arbitrary: fc.tuple(argsFor("exec"), execFailure).map(([args, result]) => ({ tool: "exec", args, outcome: { result } })) },
+  { weight: 2, arbitrary: fc.tuple(writeArgs, writeResult).map(([args, result]) => ({ tool: "write", args, outcome: { result } })) },
+  {
+    weight: 1,
+    arbitrary: fc.tuple(fc.constantFrom("web_fetch", "read", "exec", "write"), envelopeText, envelopeText, jsKey).map(([tool, text, inDetails, key]) => ({
+      tool,
+      args: { url: "https://example.com" },
+      outcome: { result: { content: [{ type: "text", text }], details: objectFrom([[key, inDetails], [inDetails, 1]]) } },
+    })),
+  },
 );
 
-export const argsCase = fc.tuple(toolName, jsValue).map(([tool, args]) => ({ tool, args }));
+export const argsCase = fc.oneof(
+  { weight: 6, arbitrary: fc.tuple(toolName, jsValue).map(([tool, args]) => ({ tool, args })) },
+  { weight: 1, arbitrary: writeArgs.map((args) => ({ tool: "write", args })) },
+);

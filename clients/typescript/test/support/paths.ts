@@ -16,6 +16,12 @@ export const SCHEMA_DIR = join(REPO_ROOT, "schemas", "jsonschema");
  */
 export const CONFORMANCE_CASES = join(REPO_ROOT, "tests", "data", "conformance", "openclaw-cases.json");
 
+/** Profile latest's golden traces: sessions, and upstream's answer for every step (TRACES.md there). */
+export const LATEST_TRACES = {
+  sessions: join(REPO_ROOT, "tests", "data", "conformance", "latest", "sessions.jsonl.gz"),
+  expected: join(REPO_ROOT, "tests", "data", "conformance", "latest", "expected.jsonl.gz"),
+};
+
 export function conformanceCasesPath(): string {
   if (!existsSync(CONFORMANCE_CASES)) {
     throw new Error(`the conformance vectors are missing: expected ${CONFORMANCE_CASES}`);

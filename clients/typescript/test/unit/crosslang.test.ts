@@ -1,14 +1,17 @@
 /**
- * The same hash for every case: TypeScript hashing against the project's own Python
- * (`streams/edge.py` over `streams/hashing.py`), on the shared conformance vectors'
- * arguments and outcomes and on 10,000+ random values of each kind with JavaScript's edge
- * cases. Values cross to Python losslessly (test/support/transport.ts).
+ * The same event for every call: TypeScript's edge hashing and events against the project's
+ * own Python (`streams/edge.py` over `streams/hashing.py`), every field of both
+ * profiles and the record value byte for byte, on the shared conformance vectors' arguments
+ * and outcomes and on 10,000+ random values of each kind with JavaScript's edge cases and
+ * profile latest's (envelopes, drifting failures, writes). The worker's own decoder accepts
+ * every record. Values cross to Python losslessly (test/support/transport.ts).
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
-import { argsHash, hashOutcome, isKnownPoll, type ToolOutcome } from "../../src/hashing.js";
-import { eventKey, stateKey } from "../../src/events.js";
+import type { ToolOutcome } from "../../src/hashing.js";
+import { completedEvent, encodeEvent, eventKey, requestedEvent, stateKey, type EventFields, type ToolCallEvent } from "../../src/events.js";
+import { LoopwatchInputError } from "../../src/errors.js";
 import { argsCase, outcomeCase, SEND_TOOLS } from "../support/arbitraries.js";
 import { conformanceCasesPath } from "../support/paths.js";
 import { askPython } from "../support/python.js";
@@ -18,39 +21,35 @@ import { compatibilityPartitioner } from "@platformatic/kafka";
 const RANDOM_VALUES = 10_000;
 const SEED = Number(process.env.LOOPWATCH_FC_SEED ?? 20261201);
 
-interface PythonOutcome {
-  args_hash: string;
-  result_hash: string | null;
-  unknown_tool_name: string | null;
-  is_error: boolean;
-  loop_veto: boolean;
-}
+/** The oracle builds every event with these ids (test/oracle.py, `_FIELDS`). */
+const ORACLE_FIELDS: EventFields = { run_id: "oracle-run", session_key: "oracle", session_id: null, agent_id: null, tsMs: 0 };
 
-/** Both languages overflow their stack on the same inputs (upstream does too). */
-function orOverflow<T>(compute: () => T): T | { failed: "recursion" } {
+/** An event as both sides give it: its fields, and its record value (the bytes published). */
+type Answer = { event: Record<string, unknown>; wire: string } | { failed: "recursion" };
+
+function answer(build: () => ToolCallEvent): Answer {
+  let event: ToolCallEvent;
   try {
-    return compute();
+    event = build();
   } catch (err) {
-    if (err instanceof RangeError && /call stack/i.test(err.message)) {
+    // Both languages overflow their stack on the same inputs (upstream does too).
+    if (err instanceof LoopwatchInputError && /nested too deeply/.test(err.message)) {
       return { failed: "recursion" };
     }
     throw err;
   }
+  const wire = encodeEvent(event).toString("utf8");
+  return { event: JSON.parse(wire) as Record<string, unknown>, wire };
 }
 
-function tsOutcome(tool: string, args: unknown, outcome: ToolOutcome, sendTools: readonly string[]) {
-  return orOverflow(() => tsOutcomeOf(tool, args, outcome, sendTools));
+function tsRequested(tool: string, args: unknown): Answer {
+  return answer(() => requestedEvent("oracle", tool, args, { ...ORACLE_FIELDS, toolCallId: null, gate: false }));
 }
 
-function tsOutcomeOf(tool: string, args: unknown, outcome: ToolOutcome, sendTools: readonly string[]): PythonOutcome {
-  const hashed = hashOutcome(tool, args, outcome, new Set(sendTools));
-  return {
-    args_hash: argsHash(tool, args),
-    result_hash: hashed.resultHash,
-    unknown_tool_name: hashed.unknownToolName,
-    is_error: hashed.isError,
-    loop_veto: hashed.loopVeto,
-  };
+function tsCompleted(tool: string, args: unknown, outcome: ToolOutcome, sendTools: readonly string[]): Answer {
+  return answer(() =>
+    completedEvent("oracle", tool, args, outcome, { ...ORACLE_FIELDS, toolCallId: null, providerSendTools: new Set(sendTools) }),
+  );
 }
 
 function outcomeRequest(tool: string, args: unknown, outcome: ToolOutcome, sendTools: readonly string[]) {
@@ -71,26 +70,50 @@ function assertSame<T>(got: readonly T[], want: readonly unknown[], describe: (i
   }
 }
 
-test(`${RANDOM_VALUES} random argument values hash the same in TypeScript and Python (seed ${SEED})`, () => {
+/** The worker's decoder accepts every record value this client publishes and re-encodes it to the same bytes. */
+function assertWorkerAccepts(answers: readonly Answer[]): void {
+  const wires = answers.flatMap((a) => ("wire" in a ? [a.wire] : []));
+  const decoded = askPython(wires.map((wire) => ({ op: "decode", wire })));
+  assertSame(decoded, wires.map((wire) => ({ wire })), (i) => wires[i]);
+}
+
+/** What an outcome exercised, so a test can require that its generator reached every rule. */
+function reachedBy(a: Answer): string[] {
+  if ("failed" in a) return ["overflow"];
+  const e = a.event;
+  const out = [e.loop_veto ? "veto" : e.is_error ? (e.unknown_tool_name ? "unknown" : "error") : e.result_hash === null ? "none" : "hash"];
+  if (e.normalized_result_hash !== null) out.push(e.no_progress ? "write-unchanged" : "envelope-canonicalised");
+  if (e.outcome_kind !== null) out.push(String(e.outcome_kind));
+  if (e.target_hash !== null) out.push("target");
+  return out;
+}
+
+test(`${RANDOM_VALUES} random calls: the same tool_call.requested record in TypeScript and Python (seed ${SEED})`, () => {
   const cases = fc.sample(argsCase, { numRuns: RANDOM_VALUES, seed: SEED });
   const python = askPython(cases.map(({ tool, args }) => ({ op: "args", tool, args: encodeValue(args) })));
-  const typescript = cases.map(({ tool, args }) => ({ args_hash: argsHash(tool, args), known_poll: isKnownPoll(tool, args) }));
+  const typescript = cases.map(({ tool, args }) => tsRequested(tool, args));
   assertSame(typescript, python, (i) => ({ tool: cases[i]!.tool, args: encodeValue(cases[i]!.args) }));
+  assertWorkerAccepts(typescript);
+  assert.ok(typescript.some((a) => "event" in a && a.event.target_hash !== null), "no write target was hashed");
 });
 
-test(`${RANDOM_VALUES} random tool outcomes hash the same in TypeScript and Python (seed ${SEED})`, () => {
+test(`${RANDOM_VALUES} random tool outcomes: the same tool_call.completed record in TypeScript and Python (seed ${SEED})`, () => {
   const cases = fc.sample(outcomeCase, { numRuns: RANDOM_VALUES, seed: SEED + 1 });
   const python = askPython(cases.map(({ tool, args, outcome }) => outcomeRequest(tool, args, outcome, SEND_TOOLS)));
-  const typescript = cases.map(({ tool, args, outcome }) => tsOutcome(tool, args, outcome, SEND_TOOLS));
+  const typescript = cases.map(({ tool, args, outcome }) => tsCompleted(tool, args, outcome, SEND_TOOLS));
   assertSame(typescript, python, (i) => outcomeRequest(cases[i]!.tool, cases[i]!.args, cases[i]!.outcome, SEND_TOOLS));
-  // The generator must actually reach the rules it is meant to test.
-  const reached = new Set(typescript.map((t) => ("failed" in t ? "overflow" : t.loop_veto ? "veto" : t.is_error ? (t.unknown_tool_name ? "unknown" : "error") : t.result_hash === null ? "none" : "hash")));
-  assert.deepEqual([...reached].sort(), ["error", "hash", "none", "overflow", "unknown", "veto"]);
+  assertWorkerAccepts(typescript);
+  // The generator must actually reach the rules it is meant to test, profile latest's included.
+  const reached = new Set(typescript.flatMap(reachedBy));
+  assert.deepEqual([...reached].sort(), [
+    "envelope-canonicalised", "error", "hash", "none", "overflow", "target", "terminal-exec-failure", "unknown", "veto",
+    "write-mutation", "write-unchanged",
+  ]);
 });
 
-test("the conformance vectors' arguments and outcomes hash the same in TypeScript and Python", () => {
+test("the conformance vectors' arguments and outcomes: the same records in TypeScript and Python", () => {
   const [items] = askPython([{ op: "cases", path: conformanceCasesPath() }]) as [
-    { case: string; tool: string; args: unknown; result?: unknown; error?: unknown; outcome?: boolean; send_tools: string[]; python: Record<string, unknown> }[],
+    { case: string; tool: string; args: unknown; result?: unknown; error?: unknown; outcome?: boolean; send_tools: string[]; python: Answer }[],
   ];
   assert.ok(items.length > 1_000, `only ${items.length} tool calls in the vectors`);
   let outcomes = 0;
@@ -99,9 +122,9 @@ test("the conformance vectors' arguments and outcomes hash the same in TypeScrip
     if ("error" in item || "result" in item || item.outcome) {
       outcomes += 1;
       const outcome: ToolOutcome = "error" in item ? { error: decodeValue(item.error) } : { result: decodeValue(item.result) };
-      assert.deepStrictEqual(tsOutcome(item.tool, args, outcome, item.send_tools), item.python, `${item.case}: ${item.tool}`);
+      assert.deepStrictEqual(tsCompleted(item.tool, args, outcome, item.send_tools), item.python, `${item.case}: ${item.tool}`);
     } else {
-      assert.deepStrictEqual({ args_hash: argsHash(item.tool, args), known_poll: isKnownPoll(item.tool, args) }, item.python, `${item.case}: ${item.tool}`);
+      assert.deepStrictEqual(tsRequested(item.tool, args), item.python, `${item.case}: ${item.tool}`);
     }
   }
   assert.ok(outcomes > 500, `only ${outcomes} outcomes in the vectors`);

@@ -56,6 +56,26 @@ test("every event type is valid against the schema, for random calls and outcome
   assertValid(runEndedEvent("e5", null, { ...FIELDS, run_id: null, session_id: "s-1" }));
 });
 
+test("every event carries every field the schema defines for its type, and no other", () => {
+  const defs = eventSchema.$defs as Record<string, { properties: Record<string, unknown> }>;
+  const events: [string, ToolCallEvent][] = [
+    ["ToolCallRequested", requestedEvent("e", "write", { path: "a.md" }, { ...FIELDS, toolCallId: "c1", gate: true })],
+    ["ToolCallCompleted", completedEvent("e", "write", { path: "a.md" }, { result: { details: { changed: true } } }, { ...FIELDS, toolCallId: "c1" })],
+    ["CompactionRetried", compactionEvent("e", FIELDS)],
+    ["RunEnded", runEndedEvent("e", null, FIELDS)],
+  ];
+  for (const [def, event] of events) {
+    assert.deepEqual(Object.keys(event).sort(), Object.keys(defs[def]!.properties).sort(), def);
+    assertValid(event);
+  }
+  // profile latest's fields on a write: its target on both events, the mutation on the outcome
+  const [, requested] = events[0]! as [string, { target_hash: string }];
+  const [, completed] = events[1]! as [string, { target_hash: string; outcome_kind: string }];
+  assert.match(requested.target_hash, /^[0-9a-f]{64}$/);
+  assert.equal(completed.target_hash, requested.target_hash);
+  assert.equal(completed.outcome_kind, "write-mutation");
+});
+
 test("the bounds the client enforces are the schema's", () => {
   const defs = eventSchema.$defs as Record<string, { properties: Record<string, { maxLength?: number; anyOf?: { maxLength?: number }[] }> }>;
   const max = (def: string, field: string) => {
@@ -133,8 +153,8 @@ test("a cycle below __proto__ in a send result: upstream and this client overflo
     () => completedEvent("e", "sessions_send", {}, { result: { details } }, { ...FIELDS, toolCallId: null }),
     { name: "LoopwatchInputError", message: /nested too deeply/ },
   );
-  const [python] = askPython([{ op: "outcome", tool: "sessions_send", args: encodeValue({}), result: encodeValue({ details }) }]) as [{ result_hash: string }];
-  assert.match(python.result_hash, /^[0-9a-f]{64}$/);
+  const [python] = askPython([{ op: "outcome", tool: "sessions_send", args: encodeValue({}), result: encodeValue({ details }) }]) as [{ event: { result_hash: string } }];
+  assert.match(python.event.result_hash, /^[0-9a-f]{64}$/);
 });
 
 test("verdicts: the schema's examples decode; anything else is skipped, not fatal", () => {
@@ -144,15 +164,16 @@ test("verdicts: the schema's examples decode; anything else is skipped, not fata
     action: "block", level: "critical", detector: "generic_repeat", count: 20, message: "CRITICAL: stop",
     paired_tool_name: null, warning_key: null, warning_emitted: null, notify_model: true, liveness_signal: null,
   };
-  const churn = { ...decision, action: "warn", level: "warning", detector: "argument_churn", liveness_signal: "argument_churn" };
   const aborted = {
     type: "loop.run_aborted", v: 1, verdict_id: "e2/abort", cause_event_id: "e2", run_id: "r", session_key: "s",
     agent_id: null, ts_ms: 6, detector: "compaction_loop_persisted", count: 3, tool_name: "read", message: "CRITICAL: abort",
   };
   assert.ok(validateVerdict(decision), ajv.errorsText(validateVerdict.errors));
   assert.ok(validateVerdict(aborted), ajv.errorsText(validateVerdict.errors));
-  assert.ok(validateVerdict(churn), ajv.errorsText(validateVerdict.errors));
   assert.deepEqual(decodeVerdict(JSON.stringify(decision)), decision);
+  // profile latest's warning with its liveness signal
+  const churn = { ...decision, action: "warn", level: "warning", detector: "argument_churn", count: 10, liveness_signal: "argument_churn" };
+  assert.ok(validateVerdict(churn), ajv.errorsText(validateVerdict.errors));
   assert.deepEqual(decodeVerdict(JSON.stringify(churn)), churn);
   assert.deepEqual(decodeVerdict(Buffer.from(JSON.stringify(aborted))), aborted);
   for (const bad of ["", "not json", "[]", "null", JSON.stringify({ ...decision, action: "explode" }), JSON.stringify({ ...aborted, count: "3" }), JSON.stringify({ type: "loop.other", verdict_id: "x", cause_event_id: "y" })]) {

@@ -1,11 +1,13 @@
 /**
- * Every outcome rule of spec §2.3 and §5, each against the canonical text written out by hand
- * (its SHA-256 computed here, not by the code under test).
+ * Every outcome rule of spec §2.3 and §5, and profile latest's additions (openclaw-latest.md
+ * §4), each against the canonical text written out by hand (its SHA-256 computed here, not by
+ * the code under test).
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { hashOutcome, isKnownPoll, isSendCall, unknownToolName, LOOP_VETO_RESULT } from "../../src/hashing.js";
+import { argsHash as argsHashOf, failureShape, hashOutcome, isKnownPoll, isSendCall, unknownToolName, writeTargetHash } from "../../src/hashing.js";
+import { blockedResult } from "../../src/events.js";
 import { objectFrom } from "../support/arbitraries.js";
 
 const sha = (text: string) => createHash("sha256").update(text, "utf8").digest("hex");
@@ -22,6 +24,10 @@ test("rule 1: thrown errors hash their text; the unknown tool's name is extracte
     unknownToolName: "exec",
     loopVeto: false,
     isError: true,
+    normalizedResultHash: null,
+    outcomeKind: null,
+    failureIdentityHash: null,
+    noProgress: true, // latest: every error made no progress
   });
   const nameOnly = new Error("");
   nameOnly.name = "TimeoutError";
@@ -63,11 +69,15 @@ test("rule 2: non-object results hash whole; undefined gives no hash", () => {
 });
 
 test("rule 4: the loop's own veto gives no hash; other vetoes hash normally", () => {
-  assert.deepEqual(hashOutcome("read", {}, { result: LOOP_VETO_RESULT }), {
+  assert.deepEqual(hashOutcome("read", {}, { result: blockedResult("CRITICAL: stop") }), {
     resultHash: null,
     unknownToolName: null,
     loopVeto: true,
     isError: false,
+    normalizedResultHash: null,
+    outcomeKind: null,
+    failureIdentityHash: null,
+    noProgress: false,
   });
   const plugin = { content: [{ type: "text", text: "no" }], details: { status: "blocked", deniedReason: "plugin-before-tool-call" } };
   assert.equal(resultHash("read", {}, plugin), sha('{"details":{"deniedReason":"plugin-before-tool-call","status":"blocked"},"text":"no"}'));
@@ -121,4 +131,107 @@ test("rule 8: otherwise details and text, in full", () => {
   const result = { content: [{ type: "text", text: " a " }, { type: "image", text: "b" }, { text: "no type" }, "junk"], details: { durationMs: 5 } };
   assert.equal(resultHash("read", {}, result), sha('{"details":{"durationMs":5},"text":"a \\nb"}'));
   assert.equal(resultHash("read", {}, { details: [1] }), sha('{"details":{},"text":""}'));
+});
+
+// -- profile latest (openclaw-latest.md §4), each against canonical text written out by hand ----
+
+const ID_A = "0123456789abcdef";
+const ID_B = "fedcba9876543210";
+const wrapped = (id: string, body: string) => `<<<EXTERNAL_UNTRUSTED_CONTENT id="${id}">>>${body}<<<END_EXTERNAL_UNTRUSTED_CONTENT id="${id}">>>`;
+const ZEROED = wrapped("0000000000000000", "page");
+
+test("latest §4.1: envelope ids are canonicalised in values, keys, error texts and JSON-escaped text", () => {
+  const result = { content: [{ type: "text", text: wrapped(ID_A, "page") }], details: {} };
+  const outcome = hashOutcome("web_fetch", {}, { result });
+  // configurable-final hashes the text as it is; latest with the ids zeroed
+  assert.equal(outcome.resultHash, sha(`{"details":{},"text":${JSON.stringify(wrapped(ID_A, "page"))}}`));
+  assert.equal(outcome.normalizedResultHash, sha(`{"details":{},"text":${JSON.stringify(ZEROED)}}`));
+  // another id: a different configurable-final hash, the same latest hash
+  const other = hashOutcome("web_fetch", {}, { result: { ...result, content: [{ type: "text", text: wrapped(ID_B, "page") }] } });
+  assert.notEqual(other.resultHash, outcome.resultHash);
+  assert.equal(other.normalizedResultHash, outcome.normalizedResultHash);
+  // in a key, which then sorts by its canonical form (before "a": "<" < "a")
+  const keyed = hashOutcome("read", {}, { result: { details: { a: 1, [wrapped(ID_A, "k")]: 2 } } });
+  assert.equal(keyed.normalizedResultHash, sha(`{"details":{${JSON.stringify(wrapped("0000000000000000", "k"))}:2,"a":1},"text":""}`));
+  // one level of JSON string encoding: the quotes around the ids are \" (k = 1)
+  const escaped = JSON.stringify({ html: wrapped(ID_A, 'say "hi"') });
+  assert.equal(
+    hashOutcome("read", {}, { result: escaped }).normalizedResultHash,
+    sha(JSON.stringify(JSON.stringify({ html: wrapped("0000000000000000", 'say "hi"') }))),
+  );
+  // an error's text too, with its error: prefix
+  const error = hashOutcome("read", {}, { error: new Error(wrapped(ID_A, "page")) });
+  assert.equal(error.normalizedResultHash, `error:${sha(JSON.stringify(ZEROED))}`);
+  assert.equal(error.noProgress, true);
+});
+
+test("latest §4.1: malformed envelopes keep their ids (no normalised hash)", () => {
+  const kept = [
+    wrapped(ID_A.toUpperCase(), "page"), // uppercase id
+    wrapped("abc", "page"), // short id
+    wrapped(ID_A, "page").replace(`id="${ID_A}">>>page`, `id="${ID_B}">>>page`), // start and end ids differ
+    wrapped(ID_A, "<<<EXTERNAL_UNTRUSTED_CONTENT nested"), // another marker in between
+    wrapped(ID_A, "page").replaceAll('"', '\\\\"'), // two backslashes before every quote: k = 2 is no JSON depth
+    JSON.stringify(wrapped(ID_A, 'a "b" c')).replace('\\"b', '\\\\\\\\"b'), // an inner quote escaped once too often
+    wrapped(ID_A, "page").slice(0, -3), // unterminated
+  ];
+  for (const text of kept) {
+    const outcome = hashOutcome("read", {}, { result: text });
+    assert.equal(outcome.resultHash, sha(JSON.stringify(text)), text);
+    assert.equal(outcome.normalizedResultHash, null, text);
+  }
+  // and args are never canonicalised
+  assert.equal(argsHashOf("web_fetch", { q: wrapped(ID_A, "x") }), `web_fetch:${sha(`{"q":${JSON.stringify(wrapped(ID_A, "x"))}}`)}`);
+});
+
+test("latest §4.2: a terminal exec failure carries an identity with the drift masked", () => {
+  const output = (n: number) =>
+    `FAILED at 2026-08-1${n}T10:0${n}:13.5+02:00, retry #${n} after ${n}.5 s (pid=${4000 + n}) [${n}0:00:01] took ${n}ms`;
+  assert.equal(failureShape(output(1)), "FAILED at #, # after # (#) [#] took #");
+  const failed = (n: number) => ({ details: { status: "failed", exitCode: 2, aggregated: output(n), durationMs: n } });
+  const first = hashOutcome("exec", {}, { result: failed(1) });
+  const second = hashOutcome("exec", {}, { result: failed(2) });
+  assert.equal(first.outcomeKind, "terminal-exec-failure");
+  assert.equal(first.failureIdentityHash, sha('{"exitCode":2,"output":"FAILED at #, # after # (#) [#] took #","status":"failed","timedOut":false}'));
+  assert.equal(second.failureIdentityHash, first.failureIdentityHash); // drifting output, one failure
+  assert.notEqual(second.resultHash, first.resultHash); // configurable-final sees progress
+  assert.equal(first.normalizedResultHash, null);
+  // a bare date, an errno, ſ (U+017F folds to s under /iu) and Kelvin K
+  assert.equal(failureShape("on 2026-08-10 errno 13 took 5ſ, 3 \u212Aelvin 12:00:00"), "on 2026-08-10 errno 13 took #, 3 \u212Aelvin #");
+  // not terminal failures: exit 0, timed out, non-numeric or non-finite code, empty output, the bare footer
+  for (const details of [
+    { status: "completed", exitCode: 0, aggregated: "x" },
+    { status: "failed", exitCode: 1, aggregated: "x", timedOut: true },
+    { status: "failed", exitCode: "1", aggregated: "x" },
+    { status: "failed", exitCode: Infinity, aggregated: "x" },
+    { status: "failed", exitCode: 1, aggregated: "  " },
+    { status: "failed", exitCode: 7, aggregated: "(Command exited with code 7)" },
+    { status: "running", exitCode: 1, tail: "x" },
+  ]) {
+    const outcome = hashOutcome("exec", {}, { result: { details } });
+    assert.deepEqual([outcome.outcomeKind, outcome.failureIdentityHash], [null, null], JSON.stringify(details));
+  }
+  // a negative code counts
+  assert.equal(hashOutcome("exec", {}, { result: { details: { status: "failed", exitCode: -1, aggregated: "boom" } } }).outcomeKind, "terminal-exec-failure");
+});
+
+test("latest §4.3: writes that changed nothing hash alike and made no progress; targets hash the path verbatim", () => {
+  const unchanged = (path: string, text: string) => hashOutcome("write", { path }, { result: { content: [{ type: "text", text }], details: { changed: false, path } } });
+  const a = unchanged("a.md", "No changes");
+  const b = unchanged("b.md", "nothing to do");
+  assert.equal(a.resultHash, sha('{"details":{"changed":false,"path":"a.md"},"text":"No changes"}'));
+  assert.equal(a.normalizedResultHash, sha('{"status":"unchanged"}'));
+  assert.equal(b.normalizedResultHash, a.normalizedResultHash);
+  assert.deepEqual([a.noProgress, a.outcomeKind], [true, null]);
+  const changed = hashOutcome("write", { path: "a.md" }, { result: { details: { changed: true } } });
+  assert.deepEqual([changed.resultHash, changed.normalizedResultHash, changed.outcomeKind, changed.noProgress],
+    [sha('{"details":{"changed":true},"text":""}'), null, "write-mutation", false]);
+  // only tool write, only a boolean `changed`
+  assert.equal(hashOutcome("edit", {}, { result: { details: { changed: true } } }).outcomeKind, null);
+  assert.equal(hashOutcome("write", {}, { result: { details: { changed: "false" } } }).noProgress, false);
+  assert.equal(writeTargetHash("write", { path: "./notes.md", content: "x" }), sha('{"path":"./notes.md"}'));
+  assert.notEqual(writeTargetHash("write", { path: "notes.md" }), writeTargetHash("write", { path: "./notes.md" }));
+  for (const [tool, args] of [["write", { path: "" }], ["write", { path: 5 }], ["write", ["notes.md"]], ["write", null], ["edit", { path: "a" }]] as const) {
+    assert.equal(writeTargetHash(tool, args), null, JSON.stringify([tool, args]));
+  }
 });

@@ -8,7 +8,9 @@
  */
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { existsSync, readFileSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import Ajv from "ajv";
@@ -22,6 +24,15 @@ const LIMIT = { timeout: 30_000 };
 const manifest = JSON.parse(readFileSync(join(PACKAGE_ROOT, "openclaw.plugin.json"), "utf8"));
 const packageJson = JSON.parse(readFileSync(join(PACKAGE_ROOT, "package.json"), "utf8"));
 const ajv = new Ajv.default({ strict: false, allErrors: true });
+
+/** A key file in the workers' format holding these (key id, agent id) keys. */
+function keyFile(...keys: [string, string][]): string {
+  const path = join(mkdtempSync(join(tmpdir(), "lw-plugin-keys-")), "keys.json");
+  writeFileSync(path, JSON.stringify(keys.map(([key_id, agent_id]) => ({ key_id, agent_id, secret: randomBytes(32).toString("base64") }))));
+  return path;
+}
+const KEYS = keyFile(["main-1", "main"], ["billing-1", "billing"]);
+const ROTATING = keyFile(["main-1", "main"], ["main-2", "main"]);
 
 test("the manifest is what OpenClaw requires: id, an inline JSON Schema, activation and contracts", () => {
   assert.equal(manifest.id, "loopwatch");
@@ -58,6 +69,9 @@ test("the config parser accepts and refuses what the manifest's schema does", ()
     { brokers: ["a:1"], tls: { servername: "kafka.example", rejectUnauthorized: false } },
     { brokers: ["a:1"], sasl: { mechanism: "SCRAM-SHA-512", username: "u", password: "p" } },
     { brokers: ["a:1"], sasl: { mechanism: "OAUTHBEARER", token: "t" } },
+    { brokers: ["a:1"], groupIdPrefix: "runner-team-a-" },
+    { brokers: ["a:1"], signing: { keyFile: KEYS } },
+    { brokers: ["a:1"], signing: { keyFile: ROTATING, keyId: "main-2" } },
   ];
   const refused = [
     undefined, {}, { brokers: [] }, { brokers: "a:1" }, { brokers: [""] }, { brokers: ["a:1"], mode: "block" },
@@ -65,6 +79,8 @@ test("the config parser accepts and refuses what the manifest's schema does", ()
     { brokers: ["a:1"], failClosed: "yes" }, { brokers: ["a:1"], extra: 1 }, { brokers: ["a:1"], tls: { ca: "x" } },
     { brokers: ["a:1"], sasl: { mechanism: "GSSAPI" } }, { brokers: ["a:1"], sasl: { username: "u" } },
     { brokers: ["a:1"], providerSendTools: [""] },
+    { brokers: ["a:1"], groupIdPrefix: "" }, { brokers: ["a:1"], signing: {} }, { brokers: ["a:1"], signing: { keyFile: "" } },
+    { brokers: ["a:1"], signing: { keyFile: KEYS, secret: "x" } },
   ];
   for (const config of accepted) {
     assert.ok(validate(config), `schema refused ${JSON.stringify(config)}`);
@@ -80,6 +96,42 @@ test("the config parser accepts and refuses what the manifest's schema does", ()
   assert.equal(clientOptionsFromConfig({ brokers: ["a:1"], sasl: { mechanism: "PLAIN", username: "u", passwordEnv: "LW_PW" } }, { LW_PW: "s3cret" }).sasl?.password, "s3cret");
   assert.throws(() => clientOptionsFromConfig({ brokers: ["a:1"], tls: { caFile: "/nonexistent/ca.pem" } }, {}), /tls.caFile cannot be read \(ENOENT\)/);
   assert.throws(() => clientOptionsFromConfig({ brokers: ["a:1"], tls: { certFile: fileOf(import.meta.url) } }, {}), /needs both certFile and keyFile/);
+  // signing keys: the file must load, name the key asked for, and give each agent one key
+  const keys = (config: Record<string, unknown>) => {
+    const key = clientOptionsFromConfig({ brokers: ["a:1"], signing: config }, {}).signingKey;
+    return (Array.isArray(key) ? key : [key]).map((k) => `${k.keyId}/${k.agentId}`);
+  };
+  assert.deepEqual(keys({ keyFile: KEYS }), ["main-1/main", "billing-1/billing"]);
+  assert.deepEqual(keys({ keyFile: ROTATING, keyId: "main-2" }), ["main-2/main"]);
+  assert.throws(() => keys({ keyFile: ROTATING }), {
+    message: `loopwatch plugin config: signing ${ROTATING} holds keys main-1 and main-2 of agent "main": name the one to sign with in signing.keyId`,
+  });
+  assert.throws(() => keys({ keyFile: KEYS, keyId: "main-9" }), { message: `loopwatch plugin config: signing.keyId main-9 is not a key of ${KEYS}` });
+  assert.throws(() => keys({ keyFile: "/nonexistent/keys.json" }), { message: "loopwatch plugin config: signing.keyFile /nonexistent/keys.json: cannot read (ENOENT)" });
+  const broken = join(mkdtempSync(join(tmpdir(), "lw-plugin-keys-")), "keys.json");
+  writeFileSync(broken, JSON.stringify({ key_id: "main-1", agent_id: "main", secret: "c2hvcnQ=" }));
+  assert.throws(() => keys({ keyFile: broken }), { message: `loopwatch plugin config: signing.keyFile ${broken}: key main-1: the secret must be at least 32 bytes` });
+});
+
+test("a plugin signing for some agents leaves other agents' calls alone (or blocks them, failing closed), warning once", LIMIT, async () => {
+  const broker = await refusingBroker();
+  for (const failClosed of [false, true]) {
+    const api = new FakeOpenClaw({ brokers: [broker.address], timeoutMs: 60_000, failClosed, signing: { keyFile: KEYS, keyId: "main-1" } });
+    const plugin = registerLoopwatch(api);
+    const ctx = { runId: "run-9", sessionKey: "agent:ops:9", agentId: "ops", toolName: "read", toolCallId: "c1" };
+    const results = [];
+    for (let n = 0; n < 3; n += 1) {
+      results.push(await api.emit("before_tool_call", { toolName: "read", params: {}, runId: "run-9", toolCallId: `c${n}` }, ctx));
+    }
+    assert.equal(await api.emit("after_tool_call", { toolName: "read", params: {}, toolCallId: "c1", result: {} }, ctx), undefined);
+    const reason = 'this client signs with key main-1 of agent "main"; a run of agent "ops" needs that agent\'s key';
+    assert.deepEqual(results, Array(3).fill(failClosed ? { block: true, blockReason: `Tool call blocked: ${reason}` } : undefined));
+    assert.deepEqual(api.warnings().filter((w) => w.includes("needs that agent's key")), [
+      `loopwatch: ${reason}; this agent's tool calls are ${failClosed ? "blocked" : "not watched"}`,
+    ]);
+    await plugin.stop();
+  }
+  await broker.close();
 });
 
 function fileOf(url: string): string {
