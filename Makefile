@@ -87,10 +87,10 @@ run: install kafka
 	$(LOOPWATCH) demo
 
 bench-core: install
-	$(PY) -m streams.bench.core
+	$(PY) -m bench.core
 
 bench: install kafka
-	$(PY) -m streams.bench.kafka
+	$(PY) -m bench.kafka
 
 clean:
 	rm -rf .pytest_cache .hypothesis build *.egg-info $(TS)/dist

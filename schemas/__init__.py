@@ -11,6 +11,7 @@ JSON Schema for every wire type is exported to ``schemas/jsonschema/`` (``make s
 from .config import ConfigIssue, LoopDetectionConfig, LoopwatchConfig, LoopwatchOptions
 from .events import (
     MAX_EVENT_BYTES,
+    SCHEMA_VERSION,
     SUPPORTED_VERSIONS,
     CompactionRetried,
     InvalidEvent,
@@ -23,8 +24,6 @@ from .events import (
 )
 from .keys import record_key, state_key
 from .verdicts import Decision, RunAborted, Verdict, decode_verdict, encode_verdict
-
-SCHEMA_VERSION = SUPPORTED_VERSIONS[-1]
 
 __all__ = [
     "MAX_EVENT_BYTES",

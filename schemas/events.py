@@ -1,7 +1,7 @@
 """Events runners publish on ``tool-calls`` (key: run id, or session key without one).
 
 Events carry hashes, never raw arguments or results: the runner hashes at the edge with
-``streams.engine.hashing`` (byte-compatible with upstream OpenClaw).  Every event has an
+``streams.hashing`` (byte-compatible with upstream OpenClaw).  Every event has an
 ``event_id`` that is unique per event and reused on retries; verdict ids derive from it.
 """
 
@@ -12,10 +12,14 @@ from typing import Annotated, Literal, Union
 
 import msgspec
 
+from . import names
+
 MAX_EVENT_BYTES = 64 * 1024
 """Records larger than this are rejected (and dead-lettered by the worker)."""
 
-SUPPORTED_VERSIONS = (1,)
+SCHEMA_VERSION = 1
+"""The ``v`` of every event and verdict this version of loopwatch writes."""
+SUPPORTED_VERSIONS = (SCHEMA_VERSION,)
 """The values of ``v`` this decoder accepts; any other is dead-lettered ``unsupported_version``."""
 
 # Bounds of every field.  Integers stay within JavaScript's safe range (2^53 - 1): a runner in
@@ -58,7 +62,7 @@ OutcomeKind = Literal["terminal-exec-failure", "write-mutation"]
 
 # gc=False: events hold only scalars, so they can never be part of a reference cycle.
 class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True, gc=False):
-    v: Version = 1
+    v: Version = SCHEMA_VERSION
     event_id: Id
     run_id: OptionalKey = None
     session_key: OptionalKey = None
@@ -67,7 +71,7 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid
     ts_ms: TimestampMs = 0
 
 
-class ToolCallRequested(_Event, tag="tool_call.requested", kw_only=True):
+class ToolCallRequested(_Event, tag=names.TOOL_CALL_REQUESTED, kw_only=True):
     """A tool call the model asked for, published before the tool runs."""
 
     tool_call_id: OptionalKey = None
@@ -82,7 +86,7 @@ class ToolCallRequested(_Event, tag="tool_call.requested", kw_only=True):
     Read by profile latest (argument churn on one target); optional."""
 
 
-class ToolCallCompleted(_Event, tag="tool_call.completed", kw_only=True):
+class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True):
     """The outcome of a tool call, hashed at the edge (hashing.hash_outcome)."""
 
     tool_call_id: OptionalKey = None
@@ -111,11 +115,11 @@ class ToolCallCompleted(_Event, tag="tool_call.completed", kw_only=True):
     """As on the requested event (tool ``write``)."""
 
 
-class CompactionRetried(_Event, tag="compaction.retried", kw_only=True):
+class CompactionRetried(_Event, tag=names.COMPACTION_RETRIED, kw_only=True):
     """A context compaction followed by a retry: arms the post-compaction guard."""
 
 
-class RunEnded(_Event, tag="run.ended", kw_only=True):
+class RunEnded(_Event, tag=names.RUN_ENDED, kw_only=True):
     """The run finished; its state is freed at once."""
 
     reason: Annotated[str, msgspec.Meta(max_length=MAX_TOOL_NAME_LENGTH)] | None = None
@@ -123,7 +127,8 @@ class RunEnded(_Event, tag="run.ended", kw_only=True):
 
 ToolCallEvent = Union[ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded]
 
-EVENT_TYPES = (ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded)
+EVENT_TYPE_OF = {cls: cls.__struct_config__.tag for cls in (ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded)}
+"""Event class -> its ``type`` (``schemas.names.EVENT_TYPES``)."""
 
 
 MAX_DETAIL_LENGTH = 300
@@ -165,18 +170,18 @@ def decode_event(data: bytes) -> ToolCallEvent:
     ``missing_key`` (no run id, session key or session id).  Nothing else is ever raised.
     """
     if len(data) > MAX_EVENT_BYTES:
-        raise InvalidEvent("oversized", f"record is {len(data)} bytes, the limit is {MAX_EVENT_BYTES}")
+        raise InvalidEvent(names.OVERSIZED, f"record is {len(data)} bytes, the limit is {MAX_EVENT_BYTES}")
     try:
         event = _decoder.decode(data)
     except msgspec.ValidationError as exc:
         raise _invalid(data, str(exc)) from None
     except msgspec.DecodeError as exc:
-        raise InvalidEvent("invalid_json", str(exc)) from None
+        raise InvalidEvent(names.INVALID_JSON, str(exc)) from None
     except RecursionError:
         # msgspec looks ahead for the ``type`` tag when it is not the first key, skipping the
         # values before it; skipping nests recursively and hits Python's recursion limit
         # (about 1,000 levels) long before the 64 KB size limit (30,000 levels fit).
-        raise InvalidEvent("invalid_json", "JSON nested too deeply (maximum recursion depth exceeded)") from None
+        raise InvalidEvent(names.INVALID_JSON, "JSON nested too deeply (maximum recursion depth exceeded)") from None
     check_event(event)
     return event
 
@@ -188,12 +193,12 @@ def _invalid(data: bytes, text: str) -> InvalidEvent:
     if version is not None and not _is_supported(version):
         shown = version.decode("utf-8", "replace")
         return InvalidEvent(
-            "unsupported_version",
+            names.UNSUPPORTED_VERSION,
             f"schema version {shown[:40]} is not supported (supported: {', '.join(map(str, SUPPORTED_VERSIONS))}) - at `$.v`",
         )
     if "missing required field `type`" in text or ("Invalid value" in text and "`$.type`" in text):
-        return InvalidEvent("unknown_type", text)
-    return InvalidEvent("invalid_event", text)
+        return InvalidEvent(names.UNKNOWN_TYPE, text)
+    return InvalidEvent(names.INVALID_EVENT, text)
 
 
 def _version_of(data: bytes) -> bytes | None:
@@ -220,13 +225,13 @@ def check_event(event: ToolCallEvent) -> None:
         n = len(tool)
         if not (args_hash.startswith(tool) and args_hash[n:n + 1] == ":" and _HEX64.match(args_hash, n + 1)):
             raise InvalidEvent(
-                "invalid_event",
+                names.INVALID_EVENT,
                 f"args_hash must be '<tool_name>:<64 lowercase hex>' for tool {event.tool_name!r} - at `$.args_hash`",
             )
         if event.target_hash is not None and tool != "write":
-            raise InvalidEvent("invalid_event", "target_hash is for tool 'write' only - at `$.target_hash`")
+            raise InvalidEvent(names.INVALID_EVENT, "target_hash is for tool 'write' only - at `$.target_hash`")
     if not (event.run_id or event.session_key or event.session_id):
-        raise InvalidEvent("missing_key", "one of run_id, session_key or session_id is required - at `$.run_id`")
+        raise InvalidEvent(names.MISSING_KEY, "one of run_id, session_key or session_id is required - at `$.run_id`")
     if type(event) is ToolCallCompleted and (event.outcome_kind or event.failure_identity_hash or event.normalized_result_hash):
         _check_latest_outcome(event)
 
@@ -234,14 +239,14 @@ def check_event(event: ToolCallEvent) -> None:
 def _check_latest_outcome(event: ToolCallCompleted) -> None:
     if event.result_hash is None:
         field = "outcome_kind" if event.outcome_kind else "normalized_result_hash" if event.normalized_result_hash else "failure_identity_hash"
-        raise InvalidEvent("invalid_event", f"{field} needs a result_hash - at `$.{field}`")
+        raise InvalidEvent(names.INVALID_EVENT, f"{field} needs a result_hash - at `$.{field}`")
     if event.failure_identity_hash is not None and event.outcome_kind != "terminal-exec-failure":
         raise InvalidEvent(
-            "invalid_event", "failure_identity_hash needs outcome_kind 'terminal-exec-failure' - at `$.failure_identity_hash`"
+            names.INVALID_EVENT, "failure_identity_hash needs outcome_kind 'terminal-exec-failure' - at `$.failure_identity_hash`"
         )
     owner = _OUTCOME_KIND_TOOL.get(event.outcome_kind)
     if owner is not None and event.tool_name != owner:
-        raise InvalidEvent("invalid_event", f"outcome_kind {event.outcome_kind!r} is for tool {owner!r} only - at `$.outcome_kind`")
+        raise InvalidEvent(names.INVALID_EVENT, f"outcome_kind {event.outcome_kind!r} is for tool {owner!r} only - at `$.outcome_kind`")
 
 
 _OUTCOME_KIND_TOOL = {"terminal-exec-failure": "exec", "write-mutation": "write"}

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from .events import InvalidEvent, ToolCallEvent
+from .names import BAD_SIGNATURE
 
 __all__ = [
     "KEY_ID_HEADER",
@@ -62,7 +63,6 @@ MIN_SECRET_BYTES = 32
 """HMAC-SHA-256 keys shorter than its output (32 bytes) weaken it (RFC 2104 §3)."""
 _KEY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
 _SIGNATURE = re.compile(r"sha256=[0-9a-f]{64}\Z")
-BAD_SIGNATURE = "bad_signature"
 
 
 class SigningKeyError(ValueError):

@@ -10,10 +10,21 @@ from typing import Annotated, Literal, Union
 
 import msgspec
 
-from .events import MAX_ID_LENGTH, MAX_SAFE_INT, MAX_TOOL_NAME_LENGTH, ArgsHash, Id, OptionalKey, TimestampMs, Version
+from . import names
+from .events import (
+    MAX_ID_LENGTH,
+    MAX_SAFE_INT,
+    MAX_TOOL_NAME_LENGTH,
+    SCHEMA_VERSION,
+    ArgsHash,
+    Id,
+    OptionalKey,
+    TimestampMs,
+    Version,
+)
 
-Action = Literal["allow", "warn", "block"]
-Level = Literal["warning", "critical"]
+Action = Literal[names.ACTIONS]
+Level = Literal[names.LEVELS]
 LivenessSignal = Literal["argument_churn"]
 
 # Bounds.  Every value a verdict carries comes from its event (bounded there) or from the
@@ -28,7 +39,7 @@ WarningKey = Annotated[str, msgspec.Meta(max_length=2048)]
 
 
 class _Verdict(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True, gc=False):
-    v: Version = 1
+    v: Version = SCHEMA_VERSION
     verdict_id: VerdictId
     cause_event_id: Id
     run_id: OptionalKey = None
@@ -38,7 +49,7 @@ class _Verdict(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forb
     """Timestamp of the causing event (the engine has no clock)."""
 
 
-class Decision(_Verdict, tag="loop.decision", kw_only=True):
+class Decision(_Verdict, tag=names.DECISION, kw_only=True):
     """The answer to one requested tool call.
 
     ``action`` is ``block`` for a critical detection (the call must not run), ``warn`` for a
@@ -70,7 +81,7 @@ class Decision(_Verdict, tag="loop.decision", kw_only=True):
     liveness_signal: LivenessSignal | None = None
 
 
-class RunAborted(_Verdict, tag="loop.run_aborted", kw_only=True):
+class RunAborted(_Verdict, tag=names.RUN_ABORTED, kw_only=True):
     """The run must end: the post-compaction guard's ``compaction_loop_persisted``, or the
     optional ``critical_block_limit`` (``loopwatch.abortAfterCriticalBlocks``)."""
 

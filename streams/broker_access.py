@@ -5,11 +5,11 @@ of retrying something that cannot succeed.
 
 aiokafka's bootstrap raises only ``KafkaConnectionError("Unable to bootstrap from [...]")``;
 the cause is in the error line it logs just before (logger ``aiokafka``), with the
-exception as the record's last argument ("Unable connect to "host:port": <error>").
-``broker_access`` reads those records through a logging filter (public logging API, no
-aiokafka internals), keeps the ones it can explain out of the logs, and raises
-``BrokerAccessError`` with the explanation.  Unexplained failures (connection refused,
-timeouts) are logged as before and re-raised unchanged: those may pass.
+exception as the record's last argument.  ``broker_access`` reads those records through a
+logging filter (their format is aiokafka's internal: ``streams.faust_adapter`` parses
+them), keeps the ones it can explain out of the logs, and raises ``BrokerAccessError`` with
+the explanation.  Unexplained failures (connection refused, timeouts) are logged as before
+and re-raised unchanged: those may pass.
 
 ``redact_sasl_exchanges``: at DEBUG, aiokafka logs every request it sends, and a SASL PLAIN
 ``SaslAuthenticateRequest`` carries the password in clear (``\x00user\x00password``); the
@@ -20,17 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import ssl
 from typing import AsyncIterator, Iterable
 
 from aiokafka import errors
 
-__all__ = ["BrokerAccessError", "broker_access", "explain", "redact_sasl_exchanges"]
+from .faust_adapter import AIOKAFKA_CLIENT_LOGGER, AIOKAFKA_CONN_LOGGER, redact_sasl_bytes, unable_to_connect
 
-_AIOKAFKA_CLIENT = "aiokafka"  # the logger aiokafka.client logs to
-_AIOKAFKA_CONN = "aiokafka.conn"  # requests and responses, at DEBUG
-_SASL_BYTES = re.compile(r"(sasl_auth_bytes=)(b'(?:[^'\\]|\\.)*'|b\"(?:[^\"\\]|\\.)*\"|\S+)")
+__all__ = ["BrokerAccessError", "broker_access", "explain", "redact_sasl_exchanges"]
 
 
 class BrokerAccessError(ConnectionError):
@@ -66,13 +63,13 @@ class _Explained(logging.Filter):
         self.reasons: list[tuple[str, str]] = []
 
     def filter(self, record: logging.LogRecord) -> bool:
-        args = record.args if isinstance(record.args, tuple) else ()
-        if len(args) != 3 or not isinstance(args[2], BaseException) or not str(record.msg).startswith("Unable connect"):
+        failure = unable_to_connect(record)
+        if failure is None:
             return True
-        where = f"{args[0]}:{args[1]}"
+        where, error = failure
         if where not in self.hosts:
             return True
-        reason = explain(args[2], username=self.username, mechanism=self.mechanism)
+        reason = explain(error, username=self.username, mechanism=self.mechanism)
         if reason is None:
             return True
         self.reasons.append((where, reason))
@@ -88,7 +85,7 @@ async def broker_access(
     hosts = [h.strip() for h in (bootstrap.split(",") if isinstance(bootstrap, str) else bootstrap) if h.strip()]
     hosts = [h[len("kafka://"):] if h.startswith("kafka://") else h for h in hosts]
     explained = _Explained(hosts, username, mechanism)
-    logger = logging.getLogger(_AIOKAFKA_CLIENT)
+    logger = logging.getLogger(AIOKAFKA_CLIENT_LOGGER)
     logger.addFilter(explained)
     try:
         yield
@@ -106,9 +103,9 @@ class _RedactSasl(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno <= logging.DEBUG:  # only ever called for enabled records
-            text = record.getMessage()
-            if "sasl_auth_bytes=" in text:
-                record.msg = _SASL_BYTES.sub(r"\1<redacted>", text)
+            redacted = redact_sasl_bytes(record.getMessage())
+            if redacted is not None:
+                record.msg = redacted
                 record.args = ()
         return True
 
@@ -118,6 +115,6 @@ _REDACTION = _RedactSasl()
 
 def redact_sasl_exchanges() -> None:
     """Install the SASL redaction on aiokafka's connection logger (once; idempotent)."""
-    logger = logging.getLogger(_AIOKAFKA_CONN)
+    logger = logging.getLogger(AIOKAFKA_CONN_LOGGER)
     if _REDACTION not in logger.filters:
         logger.addFilter(_REDACTION)

@@ -18,7 +18,7 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from .app.harness import stop_group, wait_http_ok
+from .processes import stop_group, wait_http_ok
 from .client import LoopBlocked, LoopwatchClient, RunAbortedError
 from .scenarios import SCENARIOS, scenario_calls
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallEvent, ToolCallRequested
+from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
 
-from .engine.canonical import UNDEFINED
-from .engine.hashing import Outcome, args_hash, hash_outcome, is_known_poll, write_target_hash
+from .canonical import UNDEFINED
+from .hashing import Outcome, args_hash, hash_outcome, is_known_poll, write_target_hash
 
 __all__ = ["UNDEFINED", "blocked_result", "compaction_event", "completed_event", "requested_event", "run_ended_event"]
 

@@ -14,7 +14,7 @@ import msgspec
 from schemas.events import InvalidEvent, decode_event
 from schemas.verdicts import Decision
 
-from .engine import LoopEngine, RunState, Step, state_key
+from .engine import LoopEngine, RunDriver, Step, state_key
 
 
 @dataclass
@@ -48,7 +48,7 @@ class ReplayLine:
 
 
 def replay_lines(lines: Iterator[bytes], engine: LoopEngine) -> Iterator[ReplayLine]:
-    states: dict[str, RunState | None] = {}
+    runs = RunDriver(engine)
     for number, raw in enumerate(lines, start=1):
         raw = raw.strip()
         if not raw:
@@ -59,12 +59,7 @@ def replay_lines(lines: Iterator[bytes], engine: LoopEngine) -> Iterator[ReplayL
             yield ReplayLine(number, None, error=exc)
             continue
         key = state_key(event)
-        step = engine.handle(states.get(key), event, validated=True)
-        if step.state is None:
-            states.pop(key, None)
-        else:
-            states[key] = step.state
-        yield ReplayLine(number, key, step=step)
+        yield ReplayLine(number, key, step=runs.handle(event, key, validated=True))
 
 
 def describe(decision: Decision) -> str:

@@ -107,9 +107,9 @@ def obey(events: Iterator[ToolCallEvent], engine) -> Iterator[ToolCallEvent]:
     with ``run.ended``.  ``engine`` is a ``LoopEngine`` answering as the worker would."""
     from schemas.events import ToolCallCompleted, ToolCallRequested
 
-    from .engine import state_key
+    from .engine import RunDriver, state_key
 
-    states: dict = {}
+    runs = RunDriver(engine)
     blocked: set[tuple[str, str | None]] = set()
     ended: set[str] = set()
     for event in events:
@@ -123,8 +123,7 @@ def obey(events: Iterator[ToolCallEvent], engine) -> Iterator[ToolCallEvent]:
                 tool_call_id=event.tool_call_id, tool_name=event.tool_name, args_hash=event.args_hash,
                 loop_veto=True,
             )
-        step = engine.handle(states.get(key), event)
-        states[key] = step.state
+        step = runs.handle(event, key)
         yield event
         if isinstance(event, ToolCallRequested) and step.decision is not None and step.decision.action == "block":
             blocked.add((key, event.tool_call_id))

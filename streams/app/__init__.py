@@ -1,23 +1,28 @@
 """The loopwatch worker: a Faust app around the detection engine.
 
-``settings``   ``LOOPWATCH_*`` configuration;
-``processor``  the per-batch logic, no I/O (decode, group per run, engine, dead letters);
-``transport``  Faust's consumer with batch delivery;
-``app``        the Faust app: topics, the RocksDB run table, commit pipeline, timers, health;
-``reload``     hot reload of the loop-detection config;
-``metrics``    the Prometheus metrics of docs/metrics.md;
-``logs``       buffered plain logging for ``loopwatch.*``;
-``worker``     ``run_worker(argv)`` (``python -m streams.app.worker``);
-``harness``    worker subprocesses and Kafka helpers for tests and benchmarks.
+``settings``    ``LOOPWATCH_*`` configuration;
+``app``         the wiring: the Faust app, its topics, run table, parts and timers;
+``processor``   the per-batch logic, no I/O (decode, group per run, engine, dead letters);
+``checkpoint``  when and in which order work is made durable (the batch handler too);
+``run_store``   the run table (RocksDB and its changelog) and the state envelope;
+``output``      the verdict and dead-letter producers;
+``expiry``      the idle sweep;
+``health``      readiness, broker reachability, lag, the web pages;
+``topics``      the topics, made sure of before the worker starts;
+``reload``      hot reload of the loop-detection config and the signing keys;
+``metrics``     the Prometheus metrics of docs/metrics.md;
+``logs``        buffered plain logging for ``loopwatch.*``;
+``worker``      ``run_worker(argv)`` (``python -m streams.app.worker``).
 
-Importing this package is cheap; Faust is imported by ``app``/``worker`` only.
+Faust's and aiokafka's internals are touched in ``streams.faust_adapter`` only.  Importing
+this package is cheap; Faust is imported by ``app``/``worker`` only.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Settings", "create_app", "run_worker"]
+__all__ = ["Settings", "build_worker", "run_worker"]
 
 
 def __getattr__(name: str) -> Any:
@@ -25,10 +30,10 @@ def __getattr__(name: str) -> Any:
         from .settings import Settings
 
         return Settings
-    if name == "create_app":
-        from .app import create_app
+    if name == "build_worker":
+        from .app import build_worker
 
-        return create_app
+        return build_worker
     if name == "run_worker":
         from .worker import run_worker
 

@@ -19,7 +19,7 @@ import sys
 import time
 from typing import IO, Callable
 
-__all__ = ["FORMAT", "BufferedHandler", "configure", "flush"]
+__all__ = ["FORMAT", "BufferedHandler", "FailureLog", "configure", "flush"]
 
 FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 
@@ -130,6 +130,26 @@ def direct_writer(logger: logging.Logger) -> "Callable[[int, str], None] | None"
 def flush() -> None:
     for handler in _handlers:
         handler.really_flush()
+
+
+class FailureLog:
+    """A check that may keep failing (a timer's, a probe's): its first failure is logged with
+    its cause, the next ones are not, and the first success after them is logged again."""
+
+    def __init__(self, logger: logging.Logger, what: str) -> None:
+        self.logger = logger
+        self.what = what
+        self.failing = False
+
+    def failed(self, exc: BaseException) -> None:
+        if not self.failing:
+            self.failing = True
+            self.logger.warning("%s failed (%r); logged once until it works again", self.what, exc)
+
+    def ok(self) -> None:
+        if self.failing:
+            self.failing = False
+            self.logger.info("%s works again", self.what)
 
 
 atexit.register(flush)

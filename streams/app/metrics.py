@@ -22,22 +22,24 @@ from prometheus_client import (
     make_wsgi_app,
 )
 
+from schemas.names import (
+    ABORT_DETECTORS,
+    ARGUMENT_CHURN,
+    DEAD_LETTER_REASONS,
+    EVENT_TYPES,
+    KNOWN_POLL_NO_PROGRESS,
+    PING_PONG,
+    WARNING_DETECTORS,
+)
+
 __all__ = ["Metrics", "TOOL_LABEL_CAP", "LATENCY_BUCKETS"]
 
 TOOL_LABEL_CAP = 200
 """``tool`` label values are the first 200 distinct tool names; later ones are ``other``."""
 
-EVENT_TYPES = ("tool_call.requested", "tool_call.completed", "compaction.retried", "run.ended")
-ABORT_DETECTORS = ("compaction_loop_persisted", "critical_block_limit")
-DEAD_LETTER_REASONS = (
-    "invalid_json", "invalid_event", "oversized", "missing_key", "key_mismatch", "unknown_type", "unsupported_version",
-    "bad_signature", "processing_error",
-)
 CONFIG_RELOAD_RESULTS = ("applied", "refused")
 ERROR_STAGES = ("decode", "state_decode", "state_encode", "engine")
-WARNING_DETECTORS = ("generic_repeat", "known_poll_no_progress", "ping_pong", "argument_churn")
-LIVENESS_SIGNALS = (("argument_churn", "known_poll_no_progress"), ("argument_churn", "ping_pong"),
-                    ("argument_churn", "argument_churn"))
+LIVENESS_SIGNALS = ((ARGUMENT_CHURN, KNOWN_POLL_NO_PROGRESS), (ARGUMENT_CHURN, PING_PONG), (ARGUMENT_CHURN, ARGUMENT_CHURN))
 """(signal, detector) pairs a decision can carry (profile latest, openclaw-latest.md §5.1)."""
 
 LATENCY_BUCKETS = (
@@ -148,6 +150,10 @@ class Metrics:
         return "other"
 
     # -- per-batch application ----------------------------------------------------------------
+
+    def count_error(self, stage: str) -> None:
+        """An unexpected error at ``stage`` (one of ``ERROR_STAGES``)."""
+        self.processing_errors.labels(stage).inc()
 
     def add(self, counter: Counter, counts: Mapping[tuple[str, ...] | str, int]) -> None:
         for labels, n in counts.items():

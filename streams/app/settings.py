@@ -171,9 +171,6 @@ class Settings:
             self.ssl_context()  # a CA, certificate or key that does not load fails here, by name
         return self
 
-    def replace(self, **changes: Any) -> "Settings":
-        return dataclasses.replace(self, **changes)._checked()
-
     # -- derived values ----------------------------------------------------------------------
 
     @property
@@ -223,26 +220,6 @@ class Settings:
                     f"{PREFIX}KAFKA_SSL_CERTFILE/KEYFILE: cannot load {files} as a PEM certificate and key ({exc})"
                 ) from None
         return context
-
-    def broker_credentials(self) -> Any:
-        """Faust's ``broker_credentials``: SSLCredentials, SASLCredentials or None (PLAINTEXT).
-
-        The SSL context is built here: ``faust.SSLCredentials()`` without a context cannot
-        build one itself in faust-streaming 0.15 (it passes ``purpose=None`` to
-        ``ssl.create_default_context``).
-        """
-        import faust
-
-        if self.sasl:
-            return faust.SASLCredentials(
-                username=self.sasl_username,
-                password=self.sasl_password,
-                ssl_context=self.ssl_context(),
-                mechanism=self.sasl_mechanism,
-            )
-        if self.tls:
-            return faust.SSLCredentials(self.ssl_context())
-        return None
 
     def kafka_client_options(self) -> dict[str, Any]:
         """The same security settings as keyword arguments for plain aiokafka clients."""

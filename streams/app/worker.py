@@ -79,13 +79,19 @@ def run_worker(argv: list[str] | None = None) -> int:
 
     from schemas.config import ConfigError
     from schemas.signing import SigningKeyError
-    from streams.broker_access import BrokerAccessError, redact_sasl_exchanges
-
-    from . import logs
-    from .app import create_app, ensure_topics
 
     try:
-        app = create_app(settings)
+        from streams.broker_access import BrokerAccessError, redact_sasl_exchanges
+
+        from . import logs
+        from .app import build_worker
+        from .topics import ensure_topics
+    except ImportError as exc:  # streams.faust_adapter.DependencyVersionError among them
+        print(f"loopwatch worker: {exc}", file=sys.stderr)
+        return 2
+
+    try:
+        app = build_worker(settings).app
     except (ConfigError, SigningKeyError) as exc:
         print(f"loopwatch worker: {exc}", file=sys.stderr)
         return 2

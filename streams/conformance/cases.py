@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from schemas.config import validate_loop_detection
 from schemas.events import InvalidEvent
+from schemas.names import MISSING_KEY
 
 from ..client.errors import PostCompactionLoopPersistedError, RunAbortedError
 from ..edge import blocked_result, completed_event, requested_event
@@ -29,8 +30,9 @@ from ..engine.config import (
     resolve_guard,
 )
 from ..engine.detectors import detect
+from ..engine.drive import RunDriver
 from ..engine.engine import LoopEngine, normalize_run_id
-from ..engine.hashing import ThrownError, args_hash, hash_outcome, is_known_poll
+from ..hashing import ThrownError, args_hash, hash_outcome, is_known_poll
 from ..engine.state import CompactionRereads, GuardWindow, RunState
 
 
@@ -326,15 +328,15 @@ def _now_ms() -> int:
 
 
 class HookSession:
-    """The before-tool-call wrapper, driven through ``LoopEngine.handle`` with events built
-    at the edge, exactly as a runner and the Faust app would."""
+    """The before-tool-call wrapper, driven through the engine (``RunDriver``) with events
+    built at the edge, exactly as a runner and the worker would."""
 
     def __init__(self, case: dict) -> None:
         ctx = case["context"]
         self.ctx = ctx
         self.engine = LoopEngine({"tools": {"loopDetection": ctx.get("loop_detection")}})
         self.send_tools = frozenset((case.get("environment") or {}).get("provider_send_tools") or ())
-        self.states: dict[str | None, RunState | None] = {}
+        self.runs = RunDriver(self.engine)
         self.loop_events: list[dict] = []
         self.observations = 0
         self.seq = 0
@@ -344,16 +346,14 @@ class HookSession:
         run_id = step.get("run_id", self.ctx.get("run_id"))
         fields = dict(run_id=run_id, session_key=self.ctx.get("session_key"), agent_id=self.ctx.get("agent_id"), ts_ms=_now_ms())
         tool, args = step["tool"], materialize_args(step.get("args"))
-        key = normalize_run_id(run_id)
         request = requested_event(f"e{self.seq}", tool, args, tool_call_id=step.get("tool_call_id"), **fields)
         try:
-            outcome = self.engine.handle(self.states.get(key), request)
+            outcome = self.runs.handle(request)
         except InvalidEvent as exc:
             # A runner with no run id or session key cannot be routed; it fails open.
-            check(exc.reason == "missing_key", f"execute {tool}: event rejected: {exc}")
+            check(exc.reason == MISSING_KEY, f"execute {tool}: event rejected: {exc}")
             blocked = False
         else:
-            self.states[key] = outcome.state
             blocked = outcome.decision.action == "block"
             if outcome.decision.action in ("warn", "block"):
                 d = outcome.decision
@@ -367,8 +367,7 @@ class HookSession:
                           else {"result": materialize(step.get("result")), "returned": "result" in step})
                 done = completed_event(f"e{self.seq}:done", tool, args, provider_send_tools=self.send_tools,
                                        tool_call_id=step.get("tool_call_id"), **kwargs, **fields)
-                after = self.engine.handle(self.states.get(key), done)
-                self.states[key] = after.state
+                after = self.runs.handle(done)
                 if after.record is not None:
                     self.observations += 1
         expect = step.get("expect")
@@ -411,7 +410,7 @@ class HookSession:
         elif op == "expect_loop_events":
             self.expect_loop_events(step)
         elif op == "expect_history":
-            length = sum(len(s) for s in self.states.values() if s is not None)
+            length = sum(len(s) for s in self.runs.states.values())
             check(length == step["length"], f"history length {length} != {step['length']}")
         elif op == "expect_observations":
             check(self.observations == step["count"], f"observations {self.observations} != {step['count']}")

@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from ..edge import blocked_result, compaction_event, completed_event, requested_event
-from ..engine import LoopEngine, RunState
-from ..engine.canonical import UNDEFINED
+from ..engine import LoopEngine, RunDriver, RunState
+from ..engine import guard as guard_mod
+from ..canonical import UNDEFINED
 from ..engine.config import CONFIGURABLE_FINAL, LATEST, PROFILES, with_profile
 from ..engine.engine import normalize_run_id
-from ..engine.hashing import ThrownError
+from ..hashing import ThrownError
 
 __all__ = [
     "PROFILES", "SessionDriver", "SessionResult", "TraceFileError", "compare_session", "history_digest", "open_jsonl",
@@ -113,7 +114,7 @@ class _Run:
 
 @dataclass
 class SessionDriver:
-    """Replays one session through ``LoopEngine.handle`` and produces upstream's step lines."""
+    """Replays one session through the engine (``RunDriver``) and produces upstream's step lines."""
 
     session: dict
     profile: str = CONFIGURABLE_FINAL
@@ -123,6 +124,7 @@ class SessionDriver:
         self.latest = self.profile == LATEST
         cfg = self.session.get("cfg")
         self.engine = LoopEngine(cfg if self.profile == CONFIGURABLE_FINAL else with_profile(cfg, self.profile))
+        self.driver = RunDriver(self.engine)
         self.sid = self.session["id"]
         self.session_key = self.session.get("sessionKey")
         self.send_tools = frozenset((self.session.get("env") or {}).get("provider_send_tools") or ())
@@ -135,7 +137,7 @@ class SessionDriver:
         return {"run_id": run.run_id, "session_key": self.session_key, "agent_id": run.agent_id, "ts_ms": self.seq}
 
     def _handle(self, run: _Run, event) -> Any:
-        step = self.engine.handle(run.state, event)
+        step = self.driver.handle(event)
         run.state = step.state
         return step
 
@@ -190,7 +192,7 @@ class SessionDriver:
         if step.guard is not None:
             g = step.guard
             out["g"] = [g.should_abort, g.armed, g.remaining_attempts, g.detector, g.count, g.tool_name, g.message]
-        gl.extend(f"{line.level}:{line.message}" for line in step.logs if line.subsystem == "agents/post-compaction-guard")
+        gl.extend(f"{line.level}:{line.message}" for line in step.logs if line.subsystem == guard_mod.SUBSYSTEM)
         if step.abort is not None:
             run.aborted = True
 

@@ -1,6 +1,12 @@
-"""The sans-I/O detection core (think h11): events in, decisions and log lines out."""
+"""The sans-I/O detection core (think h11): events in, decisions and log lines out.
+
+``LoopEngine.handle(state, event) -> Step`` is the entry point; ``RunDriver`` keeps many runs'
+states over a stream of events, and ``published(step)`` is what loopwatch publishes for a
+step.  The edge hashing the engine shares with runners is ``streams.hashing`` and
+``streams.canonical``, outside this package, so that runners do not load the engine."""
 
 from .config import ConfigSet, DetectorSettings, GuardSettings, Settings
+from .drive import RunDriver, published
 from .engine import LogLine, LoopEngine, Step, normalize_run_id, state_key
 from .state import CallRecord, RunState, copy_state, decode_state, encode_state
 
@@ -11,6 +17,7 @@ __all__ = [
     "GuardSettings",
     "LogLine",
     "LoopEngine",
+    "RunDriver",
     "RunState",
     "Settings",
     "Step",
@@ -18,5 +25,6 @@ __all__ = [
     "decode_state",
     "encode_state",
     "normalize_run_id",
+    "published",
     "state_key",
 ]

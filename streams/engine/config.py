@@ -15,8 +15,6 @@ from typing import Any
 
 from schemas.config import CONFIGURABLE_FINAL, LATEST, PROFILES
 
-from .canonical import js_number
-
 __all__ = [
     "CONFIGURABLE_FINAL",
     "ConfigSet",
@@ -100,10 +98,6 @@ class GuardSettings:
 
     enabled: bool = True
     window_size: int | float = 3
-
-    @property
-    def window_text(self) -> str:
-        return js_number(self.window_size)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,17 @@ from __future__ import annotations
 
 import msgspec
 
+from schemas.names import (
+    ARGUMENT_CHURN,
+    CRITICAL,
+    GENERIC_REPEAT,
+    GLOBAL_CIRCUIT_BREAKER,
+    KNOWN_POLL_NO_PROGRESS,
+    PING_PONG,
+    UNKNOWN_TOOL_REPEAT,
+    WARNING,
+)
+
 from .config import DetectorSettings
 from .state import AWAITING, MUTATION, NO_PROGRESS, NO_PROGRESS_PLAIN, OBSERVED, TERMINAL_FAILURE, VETO, RunState
 
@@ -18,11 +29,8 @@ _OBSERVED_TERMINAL = TERMINAL_FAILURE | OBSERVED
 _OBSERVED_MUTATION = MUTATION | OBSERVED
 _OBSERVED_NO_PROGRESS = NO_PROGRESS_PLAIN | OBSERVED
 
-__all__ = ["ARGUMENT_CHURN", "Detection", "LatestDetection", "detect", "detect_latest", "ping_pong_key", "write_churn"]
+__all__ = ["Detection", "LatestDetection", "detect", "detect_latest", "ping_pong_key", "write_churn"]
 
-CRITICAL = "critical"
-WARNING = "warning"
-ARGUMENT_CHURN = "argument_churn"
 
 
 class Detection(msgspec.Struct, gc=False):
@@ -45,27 +53,23 @@ class Detection(msgspec.Struct, gc=False):
     warning of a loop, do without the extra field.)"""
 
     @property
-    def critical(self) -> bool:
-        return self.level == CRITICAL
-
-    @property
     def message(self) -> str:
         tool, n = self.tool, self.count
         kind = self.detector
-        if kind == "unknown_tool_repeat":
+        if kind == UNKNOWN_TOOL_REPEAT:
             return (f"CRITICAL: attempted unavailable tool {self.unknown_name or tool} {n} times. "
                     "Stop retrying that missing tool and answer without it.")
-        if kind == "global_circuit_breaker":
+        if kind == GLOBAL_CIRCUIT_BREAKER:
             return (f"CRITICAL: {tool} has repeated identical no-progress outcomes {n} times. "
                     "Session execution blocked by global circuit breaker to prevent runaway loops.")
-        if kind == "known_poll_no_progress":
+        if kind == KNOWN_POLL_NO_PROGRESS:
             if self.level == CRITICAL:
                 return (f"CRITICAL: Called {tool} with identical arguments and no progress {n} times. "
                         "This appears to be a stuck polling loop. Session execution blocked to prevent resource waste.")
             return (f"WARNING: You have called {tool} {n} times with identical arguments and no progress. "
                     "Stop polling and either (1) increase wait time between checks, or (2) report the task as "
                     "failed if the process is stuck.")
-        if kind == "ping_pong":
+        if kind == PING_PONG:
             if self.level == CRITICAL:
                 return (f"CRITICAL: You are alternating between repeated tool-call patterns ({n} consecutive "
                         "calls) with no progress. This appears to be a stuck ping-pong loop. Session execution "
@@ -81,28 +85,28 @@ class Detection(msgspec.Struct, gc=False):
     @property
     def warning_key(self) -> str:
         kind = self.detector
-        if kind == "unknown_tool_repeat":
+        if kind == UNKNOWN_TOOL_REPEAT:
             return f"unknown-tool:{self.tool}:{self.unknown_name or 'unknown'}"
-        if kind == "ping_pong":
+        if kind == PING_PONG:
             return ping_pong_key(self.sig, self.paired_sig)
-        if kind == "generic_repeat" and self.level == WARNING:
+        if kind == GENERIC_REPEAT and self.level == WARNING:
             return f"generic:{self.tool}:{self.sig}"
-        prefix = {"global_circuit_breaker": "global", "known_poll_no_progress": "poll"}.get(kind, "generic")
+        prefix = {GLOBAL_CIRCUIT_BREAKER: "global", KNOWN_POLL_NO_PROGRESS: "poll"}.get(kind, "generic")
         return f"{prefix}:{self.tool}:{self.sig}:{self.latest or 'none'}"
 
     @property
     def log(self) -> tuple[str, str] | None:
         """The detector's own log line (level, text) on ``agents/loop-detection``."""
         tool, n, kind, critical = self.tool, self.count, self.detector, self.level == CRITICAL
-        if kind == "unknown_tool_repeat":
+        if kind == UNKNOWN_TOOL_REPEAT:
             return None
-        if kind == "global_circuit_breaker":
+        if kind == GLOBAL_CIRCUIT_BREAKER:
             return "error", f"Global circuit breaker triggered: {tool} repeated {n} times with no progress"
-        if kind == "known_poll_no_progress":
+        if kind == KNOWN_POLL_NO_PROGRESS:
             if critical:
                 return "error", f"Critical polling loop detected: {tool} repeated {n} times"
             return "warn", f"Polling loop warning: {tool} repeated {n} times"
-        if kind == "ping_pong":
+        if kind == PING_PONG:
             if critical:
                 return "error", f"Critical ping-pong loop detected: alternating calls count={n} currentTool={tool}"
             return "warn", f"Ping-pong loop warning: alternating calls count={n} currentTool={tool}"
@@ -194,7 +198,7 @@ def detect(state: RunState, tool: str, sig: str, known_poll: bool, cfg: Detector
     if unknowns and unknowns[-1]:
         unknown_count, unknown_name = _unknown_streak(state, tool)
         if unknown_count >= cfg.unknown_tool_threshold:
-            return Detection(CRITICAL, "unknown_tool_repeat", unknown_count, tool, sig, unknown_name=unknown_name)
+            return Detection(CRITICAL, UNKNOWN_TOOL_REPEAT, unknown_count, tool, sig, unknown_name=unknown_name)
 
     # The occurrence count R.  A validated signature begins with its tool's name
     # (schemas.events.check_event), so equal signatures mean equal tools and upstream's
@@ -227,24 +231,24 @@ def detect(state: RunState, tool: str, sig: str, known_poll: bool, cfg: Detector
                 break
             streak += 1
     if streak >= cfg.global_circuit_breaker_threshold:
-        return Detection(CRITICAL, "global_circuit_breaker", streak, tool, sig, latest)
+        return Detection(CRITICAL, GLOBAL_CIRCUIT_BREAKER, streak, tool, sig, latest)
     if known_poll and cfg.known_poll_no_progress:
         if streak >= cfg.critical_threshold:
-            return Detection(CRITICAL, "known_poll_no_progress", streak, tool, sig, latest)
+            return Detection(CRITICAL, KNOWN_POLL_NO_PROGRESS, streak, tool, sig, latest)
         if streak >= cfg.warning_threshold:
-            return Detection(WARNING, "known_poll_no_progress", streak, tool, sig, latest)
+            return Detection(WARNING, KNOWN_POLL_NO_PROGRESS, streak, tool, sig, latest)
     if cfg.ping_pong and sigs[-1] != sig:
         count, paired_tool, paired_sig, evidence = _ping_pong(state, sig)
         if count:
             if count >= cfg.critical_threshold and evidence:
-                return Detection(CRITICAL, "ping_pong", count, tool, sig, None, paired_tool, paired_sig)
+                return Detection(CRITICAL, PING_PONG, count, tool, sig, None, paired_tool, paired_sig)
             if count >= cfg.warning_threshold:
-                return Detection(WARNING, "ping_pong", count, tool, sig, None, paired_tool, paired_sig)
+                return Detection(WARNING, PING_PONG, count, tool, sig, None, paired_tool, paired_sig)
     if not known_poll and cfg.generic_repeat:
         if streak >= cfg.critical_threshold:
-            return Detection(CRITICAL, "generic_repeat", streak, tool, sig, latest)
+            return Detection(CRITICAL, GENERIC_REPEAT, streak, tool, sig, latest)
         if occurrences >= cfg.warning_threshold:
-            return Detection(WARNING, "generic_repeat", occurrences, tool, sig, latest)
+            return Detection(WARNING, GENERIC_REPEAT, occurrences, tool, sig, latest)
     return None
 
 
@@ -278,10 +282,10 @@ class LatestDetection(Detection, gc=False):
             return (f"WARNING: {tool} has cycled through {self.variant_count} repeated argument patterns with the "
                     f"same stable outcome {n} times. Continued churn is treated as stalled run activity, but this "
                     "tool call remains allowed.")
-        if kind == "global_circuit_breaker":
+        if kind == GLOBAL_CIRCUIT_BREAKER:
             return (f"CRITICAL: {tool} repeated identical no-progress outcomes {n} times. "
                     "Session execution blocked by global circuit breaker to prevent runaway loops.")
-        if kind == "generic_repeat" and self.level == CRITICAL:
+        if kind == GENERIC_REPEAT and self.level == CRITICAL:
             return (f"CRITICAL: Called {tool} with identical outcomes {n} times. "
                     "Session execution blocked to prevent runaway loops.")
         return Detection.message.fget(self)
@@ -491,7 +495,7 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
     if unknowns and unknowns[-1]:
         unknown_count, unknown_name = _unknown_streak(state, tool)
         if unknown_count >= LATEST_UNKNOWN:
-            return LatestDetection(CRITICAL, "unknown_tool_repeat", unknown_count, tool, sig, unknown_name=unknown_name)
+            return LatestDetection(CRITICAL, UNKNOWN_TOOL_REPEAT, unknown_count, tool, sig, unknown_name=unknown_name)
     occurrences = sigs.count(sig)
     if not occurrences:
         # Nothing of this signature: only exec's terminal walk (which needs a terminal
@@ -512,27 +516,27 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
         if terminal > streak:
             streak, anchor = terminal, terminal_anchor
     if streak >= LATEST_GLOBAL:
-        return LatestDetection(CRITICAL, "global_circuit_breaker", streak, tool, sig, anchor)
+        return LatestDetection(CRITICAL, GLOBAL_CIRCUIT_BREAKER, streak, tool, sig, anchor)
     if known_poll:
         if streak >= LATEST_CRITICAL:
-            return LatestDetection(CRITICAL, "known_poll_no_progress", streak, tool, sig, anchor)
+            return LatestDetection(CRITICAL, KNOWN_POLL_NO_PROGRESS, streak, tool, sig, anchor)
         if streak >= LATEST_WARNING:
-            return LatestDetection(WARNING, "known_poll_no_progress", streak, tool, sig, anchor,
+            return LatestDetection(WARNING, KNOWN_POLL_NO_PROGRESS, streak, tool, sig, anchor,
                                    liveness_signal=_liveness(state, tool, sig, target, occurrences))
     if occurrences and sigs[-1] != sig:
         count, paired_tool, paired_sig, evidence = _ping_pong(state, sig)
         if count >= LATEST_CRITICAL and evidence:
-            return LatestDetection(CRITICAL, "ping_pong", count, tool, sig, None, paired_tool, paired_sig)
+            return LatestDetection(CRITICAL, PING_PONG, count, tool, sig, None, paired_tool, paired_sig)
         if count >= LATEST_WARNING:
-            return LatestDetection(WARNING, "ping_pong", count, tool, sig, None, paired_tool, paired_sig,
+            return LatestDetection(WARNING, PING_PONG, count, tool, sig, None, paired_tool, paired_sig,
                                    liveness_signal=_liveness(state, tool, sig, target, occurrences))
     if not known_poll and streak >= LATEST_CRITICAL:
-        return LatestDetection(CRITICAL, "generic_repeat", streak, tool, sig, anchor)
+        return LatestDetection(CRITICAL, GENERIC_REPEAT, streak, tool, sig, anchor)
     if ((occurrences >= 3 or target is not None) and kinds and kinds[-1] in _CHURN_NEWEST
             and _may_churn(state, tool, occurrences, target)):
         churn = _argument_churn(state, tool, sig, target, occurrences)
         if churn is not None:
             return churn
     if not known_poll and occurrences >= LATEST_WARNING:
-        return LatestDetection(WARNING, "generic_repeat", occurrences, tool, sig, anchor)
+        return LatestDetection(WARNING, GENERIC_REPEAT, occurrences, tool, sig, anchor)
     return None

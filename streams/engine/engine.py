@@ -27,13 +27,14 @@ from schemas.events import (
     check_event,
 )
 from schemas.keys import normalize_run_id, state_key
+from schemas.names import ARGUMENT_CHURN, CRITICAL, CRITICAL_BLOCK_LIMIT, UNKNOWN_TYPE, WARNING
 from schemas.verdicts import Decision, RunAborted
 
 from . import guard as guard_mod
 from . import history
 from .config import ConfigSet, Settings
-from .detectors import Detection, detect, detect_latest, write_churn, LatestDetection, ARGUMENT_CHURN, WARNING
-from .hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
+from .detectors import Detection, LatestDetection, detect, detect_latest, write_churn
+from streams.hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
 from .state import (
     AWAITING,
     MUTATION,
@@ -52,7 +53,6 @@ __all__ = ["LogLine", "LoopEngine", "Step", "normalize_run_id", "state_key"]
 
 MAX_WARNING_BUCKETS = 256
 _DORMANT = guard_mod.DORMANT
-CRITICAL_BLOCK_LIMIT = "critical_block_limit"
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +102,24 @@ class Step(msgspec.Struct, gc=False):
         if self.built_decision is None and self.request is not None:
             self.built_decision = _decision(self.request, self.action, self.detection, self.emitted, self.notify)
         return self.built_decision
+
+    @property
+    def published_decision(self) -> Decision | None:
+        """The decision loopwatch publishes for this step, or None: the decision of a gated
+        call, and every decision whose action is not ``allow`` (a warning shown, a block).
+
+        The one rule for what goes on ``loop-verdicts`` (with every abort:
+        ``streams.engine.drive.published``).  An allow nobody waits for is not even built."""
+        decision = self.built_decision
+        request = self.request
+        if decision is None:
+            if request is None or (self.action == "allow" and not request.gate):
+                return None
+            decision = self.built_decision = _decision(request, self.action, self.detection, self.emitted, self.notify)
+            return decision
+        if decision.action != "allow" or (request is not None and request.gate):
+            return decision
+        return None
 
     @property
     def record(self) -> CallRecord | None:
@@ -223,7 +241,7 @@ class LoopEngine:
         elif kind is CompactionRetried:
             step = self._compaction(state, event)
         else:
-            raise InvalidEvent("unknown_type", f"unsupported event {kind.__name__}")
+            raise InvalidEvent(UNKNOWN_TYPE, f"unsupported event {kind.__name__}")
         if event.ts_ms > state.last_event_ms:
             state.last_event_ms = event.ts_ms
         return step
@@ -242,7 +260,7 @@ class LoopEngine:
         # identity first.
         sig = intern(event.args_hash)
         detection = detect(state, event.tool_name, sig, event.known_poll, cfg) if cfg.enabled else None
-        if detection is not None and detection.level == "critical":
+        if detection is not None and detection.level == CRITICAL:
             return self._block(state, event, settings, detection)
         if cfg.records_calls:
             history.record_call(state, event.tool_name, sig, event.tool_call_id, event.ts_ms, cfg.history_size)
@@ -278,7 +296,7 @@ class LoopEngine:
     def _after_abort(self, state: RunState, event: ToolCallRequested) -> Step:
         # Upstream's run is over after an abort; a late call of the same run is refused.
         message = f"CRITICAL: this run was aborted by loopwatch ({state.aborted}); no further tool calls are allowed."
-        decision = _decision(event, "block", None, None, True, level="critical", detector=state.aborted, message=message)
+        decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=state.aborted, message=message)
         return Step(state=state, built_decision=decision, request=event, vetoed=True)
 
     def _warning_bucket(self, state: RunState, detection: Detection) -> bool:
@@ -365,7 +383,7 @@ class _LatestEngine(LoopEngine):
         sig = intern(event.args_hash)
         tool = event.tool_name
         detection = detect_latest(state, tool, sig, event.known_poll, event.target_hash) if cfg.enabled else None
-        if detection is not None and detection.level == "critical":
+        if detection is not None and detection.level == CRITICAL:
             # The runner completes the vetoed call with the blocked result (loop_veto), which
             # records the veto (_completed), as upstream's wrapper records its blocked result.
             return self._block(state, event, settings, detection)

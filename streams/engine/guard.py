@@ -9,14 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .canonical import js_number
+from schemas.names import COMPACTION_LOOP_PERSISTED
+from streams.canonical import js_number
+
 from .config import GuardSettings
 from .state import CompactionRereads, GuardWindow
 
-__all__ = ["GuardVerdict", "arm", "arm_latest", "observe", "observe_latest", "COMPACTION_LOOP_PERSISTED"]
+__all__ = ["GuardVerdict", "SUBSYSTEM", "arm", "arm_latest", "observe", "observe_latest"]
 
-COMPACTION_LOOP_PERSISTED = "compaction_loop_persisted"
 SUBSYSTEM = "agents/post-compaction-guard"
+"""The logger upstream's guard logs to (its arming, its abort)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,7 +92,7 @@ class Recorder:
 
 def delete_topics(broker: str, prefix: str) -> None:
     """Best effort: delete this run's topics (app id prefix) from the shared broker."""
-    from streams.app.harness import delete_topics as delete
+    from harness import delete_topics as delete
 
     try:
         asyncio.run(asyncio.wait_for(delete(broker, [prefix]), 30))
@@ -102,7 +102,7 @@ def delete_topics(broker: str, prefix: str) -> None:
 
 def record_demo(duration_s: float, config: Path, settle_s: float = 4.0) -> tuple[list[Snapshot], Phases, dict, float]:
     """Run the worker and the fleet; returns (scrapes, phases, fleet stats, fleet start time)."""
-    from streams.app.harness import WorkerNames, WorkerProcess
+    from harness import WorkerNames, WorkerProcess
     from streams.demo import ensure_broker
 
     from .fleet import drive_fleet

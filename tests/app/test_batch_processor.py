@@ -10,15 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from schemas import MAX_EVENT_BYTES, decode_verdict, encode_event
 from streams.app.metrics import Metrics
-from streams.app.processor import (
-    HEADER_SIZE,
-    BatchProcessor,
-    Record,
-    idle_since_ms,
-    pack_state,
-    unpack_header,
-    unpack_state,
-)
+from streams.app.processor import BatchProcessor, Record
+from streams.app.run_store import HEADER_SIZE, idle_since_ms, pack_state, unpack_header, unpack_state
 from schemas.events import MAX_SAFE_INT
 from schemas.keys import record_key
 from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
@@ -101,11 +94,11 @@ def test_one_write_per_run_per_checkpoint_and_split_batches_agree():
     s1 = Store()
     r = whole.process(records(events), s1.read)
     assert r.events == len(events) and r.runs == 2
-    cp = whole.checkpoint()
+    cp = whole.runs.checkpoint()
     assert set(cp.writes) == {(0, b"run:r1"), (0, b"run:r2")}
     assert cp.created == 2 and cp.deleted == 0
     s1.apply(cp)
-    assert whole.dirty == 0 and whole.checkpoint().writes == {}
+    assert whole.runs.dirty == 0 and whole.runs.checkpoint().writes == {}
     # the same events in batches of 7, checkpointed every other batch, give the same
     # verdicts and the same final states
     split = BatchProcessor(engine())
@@ -116,25 +109,25 @@ def test_one_write_per_run_per_checkpoint_and_split_batches_agree():
         res = split.process(recs[i:i + 7], s2.read)
         got += [v.value for v in res.verdicts]
         if n % 2:
-            s2.apply(split.checkpoint())
-    s2.apply(split.checkpoint())
+            s2.apply(split.runs.checkpoint())
+    s2.apply(split.runs.checkpoint())
     assert got == [v.value for v in r.verdicts]
     for pk in s1:
         assert unpack_state(s1[pk]).state == unpack_state(s2[pk]).state
 
 
 def test_a_run_is_encoded_once_per_checkpoint(monkeypatch):
-    import streams.app.processor as processor_module
+    import streams.app.run_store as run_store
 
     calls = []
-    real = processor_module.pack_state
-    monkeypatch.setattr(processor_module, "pack_state", lambda *a: calls.append(1) or real(*a))
+    real = run_store.pack_state
+    monkeypatch.setattr(run_store, "pack_state", lambda *a: calls.append(1) or real(*a))
     p = BatchProcessor(engine())
     recs = records(repeat_run(10))
     for i in range(0, len(recs), 2):
         p.process(recs[i:i + 2], Store().read)
     assert calls == []
-    assert len(p.checkpoint().writes) == 1 and calls == [1]
+    assert len(p.runs.checkpoint().writes) == 1 and calls == [1]
 
 
 def test_redelivered_events_are_not_applied_twice():
@@ -143,11 +136,11 @@ def test_redelivered_events_are_not_applied_twice():
     p = BatchProcessor(engine())
     store = Store()
     first = p.process(recs[:30], store.read)
-    store.apply(p.checkpoint())
+    store.apply(p.runs.checkpoint())
     # a crash after the checkpoint's state write, before the offset commit: 20..41 come again
     fresh = BatchProcessor(engine())
     again = fresh.process(recs[20:], store.read)
-    store.apply(fresh.checkpoint())
+    store.apply(fresh.runs.checkpoint())
     assert again.skipped == 10
     published = [decode_verdict(v.value) for v in first.verdicts + again.verdicts]
     assert published == reference(events)
@@ -156,7 +149,7 @@ def test_redelivered_events_are_not_applied_twice():
     old = fresh.process(recs[:5], store.read)
     assert old.verdicts == [] and old.skipped == 5
     before = unpack_state(store[(0, b"run:r1")])
-    again_cp = fresh.checkpoint()
+    again_cp = fresh.runs.checkpoint()
     assert set(again_cp.writes) == {(0, b"run:r1")}
     after = unpack_state(again_cp.writes[(0, b"run:r1")])
     assert (after.offset, after.state) == (before.offset, before.state)
@@ -168,7 +161,7 @@ def test_replay_after_a_lost_checkpoint_gives_the_same_verdict_ids_and_content()
     p = BatchProcessor(engine())
     store = Store()
     p.process(recs[:20], store.read)
-    store.apply(p.checkpoint())
+    store.apply(p.runs.checkpoint())
     lost = p.process(recs[20:], store.read)  # verdicts published, then a crash: no checkpoint
     replay = BatchProcessor(engine()).process(recs[20:], store.read)
     assert [v.value for v in replay.verdicts] == [v.value for v in lost.verdicts]
@@ -179,17 +172,17 @@ def test_run_ended_deletes_the_state():
     p = BatchProcessor(engine())
     store = Store()
     p.process(records(events[:6]), store.read)
-    store.apply(p.checkpoint())
+    store.apply(p.runs.checkpoint())
     assert (0, b"run:r1") in store
     p.process(records(events[6:], start=6), store.read)
-    cp = p.checkpoint()
+    cp = p.runs.checkpoint()
     assert cp.writes == {(0, b"run:r1"): None} and cp.deleted == 1
     store.apply(cp)
     assert store == {}
     # a run that starts and ends between two checkpoints never writes
     q = BatchProcessor(engine())
     q.process(records(events), Store().read)
-    cp = q.checkpoint()
+    cp = q.runs.checkpoint()
     assert cp.writes == {} and cp.created == 0 and cp.deleted == 0
 
 
@@ -199,7 +192,7 @@ def test_runs_are_grouped_per_partition():
     recs = records([e1], partition=0) + records([e2], partition=3)
     p = BatchProcessor(engine())
     r = p.process(recs, Store().read)
-    assert set(p.checkpoint().writes) == {(0, b"run:r"), (3, b"run:r")}
+    assert set(p.runs.checkpoint().writes) == {(0, b"run:r"), (3, b"run:r")}
     assert [v.partition for v in r.verdicts] == [0, 3]
 
 
@@ -253,21 +246,21 @@ def test_engine_errors_dead_letter_the_record_and_keep_the_state_clean(checkpoin
     # checkpointed while the failing batch runs, or not)
     first = p.process(recs[:3], store.read)
     if checkpoint == "written":
-        store.apply(p.checkpoint())
+        store.apply(p.runs.checkpoint())
     elif checkpoint == "in_progress":
-        p.begin_checkpoint()
+        p.runs.begin_checkpoint()
     r = p.process(recs[3:], store.read)
     if checkpoint == "in_progress":
-        cp = p.end_checkpoint()
+        cp = p.runs.end_checkpoint()
         # the checkpoint holds the first batch's effect, undamaged by the failing one
         assert unpack_state(cp.writes[(0, b"run:r1")]).offset == 2
         assert unpack_state(cp.writes[(0, b"run:r1")]).state.critical_blocks == 0
         store.apply(cp)
-        p.checkpoint_written()
+        p.runs.checkpoint_written()
     assert [(d.record.offset, d.reason) for d in r.dead_letters] == [(6, "processing_error")]
     assert "boom" in r.dead_letters[0].detail
     assert registry.get_sample_value("loopwatch_processing_errors_total", {"stage": "engine"}) == 1
-    store.apply(p.checkpoint())
+    store.apply(p.runs.checkpoint())
     expected = [e for e in events if e.event_id != "r1-3q"]
     ref_state = None
     eng = engine()
@@ -292,7 +285,7 @@ def test_state_cache_is_only_used_while_the_store_agrees():
     p = BatchProcessor(engine())
     store = Store()
     p.process(recs[:20], store.read)
-    store.apply(p.checkpoint())
+    store.apply(p.runs.checkpoint())
     # someone else (another worker, a sweep) replaced the stored state: the cache must not win
     store[(0, b"run:r1")] = pack_state(RunState(run_id="r1"), 19, 1)
     r = p.process(recs[20:], store.read)
@@ -334,7 +327,7 @@ def test_version_1_envelopes_are_still_read():
     store = Store({(0, b"run:r1"): old})
     later = requested_event("b", "read", {}, run_id="r1", session_key="s", ts_ms=6000)
     p.process(records([later], start=42), store.read)
-    assert len(unpack_state(p.checkpoint().writes[(0, b"run:r1")]).state) == 2
+    assert len(unpack_state(p.runs.checkpoint().writes[(0, b"run:r1")]).state) == 2
 
 
 def test_metrics_follow_the_contract():
@@ -356,6 +349,23 @@ def test_metrics_follow_the_contract():
     assert warn == 1 and suppressed == 9
     p.observe_latency(r.verdicts, now=2.0)
     assert g("loopwatch_decision_latency_seconds_count") == 21
+
+
+def test_an_allow_nobody_waits_for_is_counted_but_not_published():
+    # The same run as above without gate: the decision counts are the same (10 plain allows,
+    # 9 warnings the bucket rule hid, 1 warning shown, 1 block), but only the warning and the
+    # block are published.
+    registry = CollectorRegistry()
+    p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
+    r = p.process(records(repeat_run(21, gate=False)), Store().read)
+    g = registry.get_sample_value
+    assert g("loopwatch_decisions_total", {"detector": "none", "level": "none", "action": "allow"}) == 10
+    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "allow"}) == 9
+    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "warn"}) == 1
+    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "critical", "action": "block"}) == 1
+    assert g("loopwatch_warnings_suppressed_total", {"detector": "generic_repeat"}) == 9
+    assert g("loopwatch_loop_detections_total", {"detector": "generic_repeat", "level": "warning", "tool": "read"}) == 10
+    assert [decode_verdict(v.value).action for v in r.verdicts] == ["warn", "block"]
 
 
 def test_tool_label_is_capped():
@@ -382,23 +392,23 @@ def test_batches_during_an_incremental_checkpoint_do_not_leak_into_it():
     p = BatchProcessor(engine())
     store = Store()
     p.process(recs[:12], store.read)  # r1 calls 0..5 (of 10)
-    p.begin_checkpoint()
-    assert p.is_dirty(0, b"run:r1")
+    p.runs.begin_checkpoint()
+    assert p.runs.is_dirty(0, b"run:r1")
     # a batch arrives before r1 was encoded: r1 is copied first, then changed
     p.process(first[12:] + second, store.read)
-    assert p.encode_some(1)
-    cp = p.end_checkpoint()
+    assert p.runs.encode_some(1)
+    cp = p.runs.end_checkpoint()
     assert set(cp.writes) == {(0, b"run:r1")}
     assert unpack_state(cp.writes[(0, b"run:r1")]).offset == 11
     # until written, reads of r1 come from the checkpoint, not the (stale) store
     p.process([], store.read)
     store.apply(cp)
-    p.checkpoint_written()
-    store.apply(p.checkpoint())
+    p.runs.checkpoint_written()
+    store.apply(p.runs.checkpoint())
     whole = BatchProcessor(engine())
     ref = Store()
     whole.process(recs, ref.read)
-    ref.apply(whole.checkpoint())
+    ref.apply(whole.runs.checkpoint())
     assert store.keys() == ref.keys()
     for pk in ref:
         assert unpack_state(store[pk]).state == unpack_state(ref[pk]).state
@@ -408,27 +418,27 @@ def test_batches_during_an_incremental_checkpoint_do_not_leak_into_it():
 def test_a_batch_copies_a_run_of_the_checkpoint_in_progress_instead_of_encoding_it(monkeypatch):
     # Encoding is the checkpoint task's work: done inside the batches that touched frozen
     # runs, it landed on the decisions made during a checkpoint.
-    import streams.app.processor as processor_module
+    import streams.app.run_store as run_store
 
     calls = []
-    real = processor_module.pack_state
-    monkeypatch.setattr(processor_module, "pack_state", lambda *a: calls.append(a[1]) or real(*a))
+    real = run_store.pack_state
+    monkeypatch.setattr(run_store, "pack_state", lambda *a: calls.append(a[1]) or real(*a))
     recs = records(repeat_run(10) + repeat_run(3, run_id="r2"))
     p = BatchProcessor(engine())
     store = Store()
     p.process(recs[:6] + recs[20:], store.read)  # r1 calls 0..2, all of r2
-    p.begin_checkpoint()
+    p.runs.begin_checkpoint()
     p.process(recs[6:14] + [run_ended_record(recs, "r2")], store.read)  # r1 goes on, r2 ends
     assert calls == []  # nothing encoded by the batch
-    cp = p.end_checkpoint()
+    cp = p.runs.end_checkpoint()
     assert sorted(calls) == [5, 25]  # each run as the checkpoint froze it, once
     assert unpack_state(cp.writes[(0, b"run:r1")]).offset == 5
     assert len(unpack_state(cp.writes[(0, b"run:r1")]).state) == 3
     assert len(unpack_state(cp.writes[(0, b"run:r2")]).state) == 3
     assert cp.created == 2
     store.apply(cp)
-    p.checkpoint_written()
-    cp = p.checkpoint()
+    p.runs.checkpoint_written()
+    cp = p.runs.checkpoint()
     assert cp.writes[(0, b"run:r2")] is None and cp.deleted == 1 and cp.created == 0
     assert unpack_state(cp.writes[(0, b"run:r1")]).offset == 13
     assert len(unpack_state(cp.writes[(0, b"run:r1")]).state) == 7
@@ -444,14 +454,14 @@ def test_a_run_touched_while_its_checkpoint_is_unwritten_reads_the_checkpoint():
     p = BatchProcessor(engine())
     store = Store()
     p.process(recs[:20], store.read)
-    p.begin_checkpoint()
-    p.encode_some(None)
-    cp = p.end_checkpoint()
+    p.runs.begin_checkpoint()
+    p.runs.encode_some(None)
+    cp = p.runs.end_checkpoint()
     # the store does not have cp yet; a batch for the same run must continue from cp
     r = p.process(recs[20:], store.read)
     assert [decode_verdict(v.value) for v in r.verdicts] == reference(events)[10:]
     store.apply(cp)
-    p.checkpoint_written()
+    p.runs.checkpoint_written()
 
 
 # -- the Kafka key -------------------------------------------------------------------------------
@@ -499,7 +509,7 @@ def test_a_record_keyed_otherwise_than_its_run_is_dead_lettered(key, reason):
     event = requested_event("e1", "read", {}, run_id="r1", session_key="s", gate=True)
     r = p.process([keyed(event, key)], Store().read)
     assert [(d.reason, d.record.key) for d in r.dead_letters] == [(reason, key)]
-    assert r.verdicts == [] and p.dirty == 0
+    assert r.verdicts == [] and p.runs.dirty == 0
     assert registry.get_sample_value("loopwatch_dead_letters_total", {"reason": reason}) == 1
 
 
@@ -553,7 +563,7 @@ def test_event_ids_are_remembered_across_checkpoints_and_restarts():
     store = Store()
     p = BatchProcessor(engine())
     first = p.process(recs[:9], store.read)  # ... up to the first copy of poll 3's request
-    store.apply(p.checkpoint())
+    store.apply(p.runs.checkpoint())
     # A new worker (nothing cached), reading only the stored state: poll 3's request comes
     # again in the next batch, and every later duplicate too.
     restarted = BatchProcessor(engine())
@@ -563,13 +573,13 @@ def test_event_ids_are_remembered_across_checkpoints_and_restarts():
 
 
 def test_the_remembered_ids_are_bounded_per_run():
-    from streams.app.processor import SEEN_EVENT_IDS
+    from streams.app.run_store import SEEN_EVENT_IDS
 
     events = repeat_run(SEEN_EVENT_IDS, gate=False)  # 2 x 64 events
     p = BatchProcessor(engine())
     store = Store()
     p.process(records(events), store.read)
-    store.apply(p.checkpoint())
+    store.apply(p.runs.checkpoint())
     envelope = unpack_state(store[(0, b"run:r1")])
     assert len(envelope.seen) == SEEN_EVENT_IDS * 8
     # The oldest ids are forgotten: a very late copy of the first event counts again, a
@@ -583,7 +593,7 @@ def test_an_ended_run_forgets_its_ids_with_its_state():
     p = BatchProcessor(engine())
     store = Store()
     p.process(records(events), store.read)
-    store.apply(p.checkpoint())
+    store.apply(p.runs.checkpoint())
     assert store == {}
 
 
@@ -601,7 +611,7 @@ def test_event_times_far_ahead_of_the_worker_are_clamped_to_its_clock():
     assert [decode_verdict(v.value).ts_ms for v in r.verdicts] == [now_ms, now_ms, now_ms + 60_000, 5, 0]
     assert r.clamped == 2
     assert registry.get_sample_value("loopwatch_event_time_clamped_total") == 2
-    state = unpack_state(p.checkpoint().writes[(0, b"run:r1")]).state
+    state = unpack_state(p.runs.checkpoint().writes[(0, b"run:r1")]).state
     assert state.last_event_ms == now_ms + 60_000
 
 
@@ -611,7 +621,7 @@ def test_a_run_stamped_in_the_far_future_is_idle_by_the_worker_clock():
     p = BatchProcessor(engine(), clock=lambda: 1_000.0, clock_skew_s=None)
     event = requested_event("e", "read", {}, run_id="r1", session_key="s", ts_ms=MAX_SAFE_INT)
     p.process(records([event]), Store().read)
-    value = p.checkpoint().writes[(0, b"run:r1")]
+    value = p.runs.checkpoint().writes[(0, b"run:r1")]
     assert idle_since_ms(value) == 1_000_000
     assert unpack_state(value).state.last_event_ms == MAX_SAFE_INT
 
@@ -628,14 +638,14 @@ def test_an_event_time_beyond_the_schema_is_dead_lettered_and_the_checkpoint_goe
     r = p.process([record] + other, Store().read)
     assert [(d.reason, d.record.offset) for d in r.dead_letters] == [("invalid_event", 0)]
     assert len(r.verdicts) == 1
-    cp = p.checkpoint()  # must not raise
+    cp = p.runs.checkpoint()  # must not raise
     assert (0, b"run:r1") not in cp.writes and (0, b"run:r2") in cp.writes
 
 
 def test_a_state_that_cannot_be_packed_drops_the_run_instead_of_stopping_the_checkpoint(monkeypatch, caplog):
-    import streams.app.processor as processor_module
+    import streams.app.run_store as run_store
 
-    real = processor_module.encode_state
+    real = run_store.encode_state
 
     def encode(state):
         if state.run_id == "bad":
@@ -643,12 +653,12 @@ def test_a_state_that_cannot_be_packed_drops_the_run_instead_of_stopping_the_che
         return real(state)
 
     store = Store({(0, b"run:bad"): pack_state(RunState(run_id="bad"), 0, 1)})
-    monkeypatch.setattr(processor_module, "encode_state", encode)
+    monkeypatch.setattr(run_store, "encode_state", encode)
     registry = CollectorRegistry()
     p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
     events = [requested_event(f"{run}-1", "read", {}, run_id=run, session_key="s") for run in ("bad", "good")]
     p.process(records(events, start=1), store.read)
-    cp = p.checkpoint()  # must not raise
+    cp = p.runs.checkpoint()  # must not raise
     assert cp.writes[(0, b"run:bad")] is None and cp.deleted == 1  # the stored state goes too
     assert unpack_state(cp.writes[(0, b"run:good")]).offset == 2
     assert registry.get_sample_value("loopwatch_processing_errors_total", {"stage": "state_encode"}) == 1
@@ -656,7 +666,7 @@ def test_a_state_that_cannot_be_packed_drops_the_run_instead_of_stopping_the_che
 
 
 def test_a_state_over_the_size_limit_keeps_its_newest_history():
-    from streams.app.processor import MAX_STATE_BYTES
+    from streams.app.run_store import MAX_STATE_BYTES
 
     # historySize 1000 (the config's upper bound) of calls with 512-character ids of 4-byte
     # characters: 2 KiB a record, twice the limit.  Only such hostile ids get there.
@@ -667,7 +677,7 @@ def test_a_state_over_the_size_limit_keeps_its_newest_history():
     registry = CollectorRegistry()
     p = BatchProcessor(LoopEngine(config), Metrics(registry, process_metrics=False))
     p.process(records(events), Store().read)
-    value = p.checkpoint().writes[(0, b"run:r1")]
+    value = p.runs.checkpoint().writes[(0, b"run:r1")]
     assert len(value) <= MAX_STATE_BYTES
     state = unpack_state(value).state
     assert 0 < len(state) < 1000
@@ -679,17 +689,29 @@ def test_a_state_over_the_size_limit_keeps_its_newest_history():
 
 
 def test_dead_letters_larger_than_the_limit_are_cut_with_their_sizes_in_headers():
+    from streams.app.output import dead_letter_record
     from streams.app.processor import DeadLetter
 
     big = Record("tool-calls", 3, 77, b"k" * 10, b"v" * 2_500_000, 1700000000000)
-    key, value, headers = DeadLetter(big, "oversized", "record is 2500000 bytes").to_record(1024)
+    key, value, headers = dead_letter_record(DeadLetter(big, "oversized", "record is 2500000 bytes"), 1024)
     h = dict(headers)
     assert (key, value) == (b"k" * 10, b"v" * 1024)
     assert h["loopwatch.truncated"] == b"value" and h["loopwatch.source.value_bytes"] == b"2500000"
     assert "loopwatch.source.key_bytes" not in h
     assert (h["loopwatch.reason"], h["loopwatch.source.partition"], h["loopwatch.source.offset"]) == (b"oversized", b"3", b"77")
-    key, value, headers = DeadLetter(big, "oversized", "x").to_record(0)  # headers only
+    key, value, headers = dead_letter_record(DeadLetter(big, "oversized", "x"), 0)  # headers only
     assert (key, value, dict(headers)["loopwatch.truncated"]) == (b"", b"", b"key,value")
     small = Record("tool-calls", 0, 1, None, b"{bad", None)
-    key, value, headers = DeadLetter(small, "invalid_json", "x").to_record(1024)
+    key, value, headers = dead_letter_record(DeadLetter(small, "invalid_json", "x"), 1024)
     assert (key, value) == (None, b"{bad") and "loopwatch.truncated" not in dict(headers)
+
+
+def test_the_processor_loads_no_kafka_client():
+    # The per-batch logic (and the checkpoint's runs and the envelope it uses) does no I/O:
+    # importing it loads neither Faust nor aiokafka.
+    import subprocess
+    import sys
+
+    code = "import sys, streams.app.processor; print(sorted({'aiokafka', 'faust', 'mode'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -135,7 +135,7 @@ def test_a_key_of_one_agent_cannot_write_into_a_run_of_another_agent_even_after_
         return store.get((partition, key))
 
     def checkpoint():
-        for pk, value in p.checkpoint().writes.items():
+        for pk, value in p.runs.checkpoint().writes.items():
             if value is None:
                 store.pop(pk, None)
             else:
@@ -169,7 +169,7 @@ def test_without_a_keyring_the_owner_is_recorded_but_not_enforced():
     events = loop_events("r", "main", 2) + other
     result = run(p, signed(events, None))
     assert result.dead_letters == [] and result.events == 8
-    writes = p.checkpoint().writes
-    from streams.app.processor import unpack_state
+    writes = p.runs.checkpoint().writes
+    from streams.app.run_store import unpack_state
     (value,) = writes.values()
     assert unpack_state(value).owner == "main"

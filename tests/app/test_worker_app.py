@@ -1,4 +1,5 @@
-"""The Faust app is wired as documented (no broker needed: nothing is started)."""
+"""The worker is wired as documented, and its checkpoints, output and sweep behave on fake
+producers (no broker needed: nothing is started)."""
 
 import asyncio
 
@@ -10,21 +11,26 @@ from streams.app.settings import Settings
 
 
 @pytest.fixture
-def app(tmp_path):
-    from streams.app.app import create_app
+def worker(tmp_path):
+    from streams.app.app import build_worker
 
     asyncio.set_event_loop(asyncio.new_event_loop())
     settings = Settings(data_dir=tmp_path / "state", partitions=6, app_id="lw-unit")
-    return create_app(settings)
+    return build_worker(settings)
 
 
-def test_rocksdb_store_with_the_rocksdict_driver(app):
+@pytest.fixture
+def app(worker):
+    return worker.app
+
+
+def test_rocksdb_store_with_the_rocksdict_driver(worker):
     # faust-streaming 0.15.3 registers "rocksdb://" only; "rocksdict://" resolves to the
     # rocksdict module itself, not a store class.  The table uses rocksdb:// with the
     # rocksdict driver (python-rocksdb is not installed).
     assert faust.stores.by_url("rocksdb://") is faust.stores.rocksdb.Store
     assert not isinstance(faust.stores.by_url("rocksdict://"), type)
-    table = app.loopwatch.table
+    table = worker.table
     store = table.data
     assert isinstance(store, faust.stores.rocksdb.Store)
     assert store.use_rocksdict
@@ -33,14 +39,15 @@ def test_rocksdb_store_with_the_rocksdict_driver(app):
     assert table.key_serializer == "raw" and table.value_serializer == "raw"
 
 
-def test_topics_partitions_and_handlers(app):
-    lw = app.loopwatch
+def test_topics_partitions_and_handlers(worker, app):
+    lw = worker
     assert (lw.tool_calls.get_topic_name(), lw.verdicts.get_topic_name(), lw.dead_letters.get_topic_name()) == (
         "tool-calls", "loop-verdicts", "tool-calls-dlq",
     )
     assert lw.tool_calls.partitions == lw.verdicts.partitions == 6
-    assert app.batch_handlers == {"tool-calls": lw.handle_batch}
-    assert app.before_wait_empty == lw.checkpoint
+    assert (app.hooks.batch_topic, app.hooks.handle_batch) == ("tool-calls", lw.checkpoints.handle_batch)
+    assert app.hooks.before_wait_empty == lw.checkpoints.checkpoint
+    assert app.hooks.after_stop == lw.output.close
     assert app.conf.web_bind == "127.0.0.1" and app.conf.web_port == 6066
     assert app.conf.consumer_group_instance_id == lw.settings.group_instance_id  # static membership
     assert str(app.conf.canonical_url) == lw.settings.web_url
@@ -50,17 +57,17 @@ def test_topics_partitions_and_handlers(app):
 
 def test_only_the_health_pages_are_served_on_the_web_port(app):
     # Faust's views show a run's raw state (/table/runs/<key>/) and more, to anyone.
-    from streams.app.app import HealthOnlyWeb
+    from streams.faust_adapter import HealthOnlyWeb
 
     web = app.web
     assert isinstance(web, HealthOnlyWeb)  # no built-in blueprint at all (404s: test_worker_reliability)
     assert not any((web.default_blueprints, web.production_blueprints, web.debug_blueprints, web.optional_blueprints))
 
 
-def test_a_batch_keeps_only_undelivered_or_failed_sends_for_the_checkpoint(app):
+def test_a_batch_keeps_only_undelivered_or_failed_sends_for_the_checkpoint(worker):
     # The checkpoint must still see every failed send (it raises its error and acks
     # nothing), while delivered ones are dropped at once instead of piling up until then.
-    lw = app.loopwatch
+    lw = worker.checkpoints
     loop = asyncio.get_event_loop()
     delivered, failed, in_flight, cancelled = (loop.create_future() for _ in range(4))
     delivered.set_result("metadata")
@@ -125,20 +132,17 @@ class FakeBatch:
         return object()
 
 
-_NO_HEADERS = __import__("streams.app.app", fromlist=["_NO_HEADERS"])._NO_HEADERS
+_NO_HEADERS = __import__("streams.app.output", fromlist=["_NO_HEADERS"])._NO_HEADERS
 
 
-def test_decisions_and_state_writes_go_out_on_separate_producers(app):
+def test_decisions_and_state_writes_go_out_on_separate_producers(worker):
     # aiokafka has one produce request in flight per broker: on a shared producer, every
     # decision made during a checkpoint waited behind its changelog records.
     from schemas import decode_verdict, encode_event
     from streams.app.processor import Record
     from streams.edge import requested_event
 
-    lw = app.loopwatch
-    faust_producer, verdict_producer = FakeProducer(), FakeProducer()
-    lw._producer = lambda: faust_producer
-    app.producer._new_producer = lambda: verdict_producer
+    lw, faust_producer, verdict_producer = wired(worker)
     loop = asyncio.get_event_loop()
     event = requested_event("c1", "read", {"path": "/a"}, run_id="r1", session_key="s", gate=True, ts_ms=1)
     loop.run_until_complete(lw._handle([Record("tool-calls", 2, 0, b"r1", encode_event(event), 1)], lambda: None))
@@ -154,12 +158,12 @@ def test_decisions_and_state_writes_go_out_on_separate_producers(app):
     assert (topic, partition) == ("lw-unit-runs-changelog", 2) and len(records) == 1
     assert len(verdict_producer.sent) == 1
 
-    loop.run_until_complete(lw.close())
-    assert verdict_producer.stopped and lw._verdict_producer is None
+    loop.run_until_complete(worker.output.close())
+    assert verdict_producer.stopped and worker.output.verdict_producer is None
 
 
 def test_a_checkpoint_slice_is_bounded_in_time_and_always_progresses():
-    from streams.app.app import _encode_for
+    from streams.app.checkpoint import _encode_for
 
     class Frozen:
         def __init__(self, n):
@@ -175,12 +179,12 @@ def test_a_checkpoint_slice_is_bounded_in_time_and_always_progresses():
     assert _encode_for(some, 60.0) is True and some.left == 0  # all of them within a minute
 
 
-def test_a_checkpoint_pauses_between_slices_only_while_batches_flow(app, monkeypatch):
+def test_a_checkpoint_pauses_between_slices_only_while_batches_flow(worker, monkeypatch):
     # Pauses leave room for the decisions of small batches; when the batch handler itself
     # waits for the checkpoint (too many dirty runs), they would only slow it down.
-    import streams.app.app as app_module
+    import streams.app.checkpoint as app_module
 
-    lw = app.loopwatch
+    lw = worker.checkpoints
     slept = []
 
     async def sleep(seconds):
@@ -189,25 +193,24 @@ def test_a_checkpoint_pauses_between_slices_only_while_batches_flow(app, monkeyp
     monkeypatch.setattr(app_module.asyncio, "sleep", sleep)
     loop = asyncio.get_event_loop()
     lw._last_batch_size = 5
-    loop.run_until_complete(lw._step_aside())
+    loop.run_until_complete(lw.step_aside())
     lw._batches_wait = True
-    loop.run_until_complete(lw._step_aside())
+    loop.run_until_complete(lw.step_aside())
     lw._batches_wait = False
     lw._last_batch_size = app_module.BUSY_BATCH
-    loop.run_until_complete(lw._step_aside())
+    loop.run_until_complete(lw.step_aside())
     assert slept == [app_module.CHECKPOINT_PAUSE_S, 0, 0]
 
 
 # -- failure paths ---------------------------------------------------------------------------------
 
 
-def wired(app, fail=None):
-    """The app's Loopwatch with fake producers: (loopwatch, Faust's producer, the verdicts')."""
-    lw = app.loopwatch
+def wired(worker, fail=None):
+    """The worker's checkpointer with fake producers: (checkpointer, Faust's producer, the verdicts')."""
     faust_producer, verdict_producer = FakeProducer(fail), FakeProducer(fail)
-    lw._producer = lambda: faust_producer
-    app.producer._new_producer = lambda: verdict_producer
-    return lw, faust_producer, verdict_producer
+    worker.store._producer = worker.output._shared = lambda: faust_producer
+    worker.output._new = lambda: verdict_producer
+    return worker.checkpoints, faust_producer, verdict_producer
 
 
 def gated_record(run_id="r1", offset=0, partition=2, value=None):
@@ -220,36 +223,36 @@ def gated_record(run_id="r1", offset=0, partition=2, value=None):
 
 
 @pytest.mark.parametrize("topic", ["loop-verdicts", "tool-calls-dlq", "lw-unit-runs-changelog"])
-def test_a_failed_delivery_fails_the_checkpoint_and_acks_nothing(app, topic):
+def test_a_failed_delivery_fails_the_checkpoint_and_acks_nothing(worker, topic):
     # A verdict or dead letter not delivered, or a state the changelog did not take: the
     # checkpoint raises (the worker stops and redoes the work from the last committed offsets),
     # nothing is acked, and no later batch or checkpoint runs on top of it.
     from aiokafka.errors import KafkaTimeoutError
 
-    lw, _faust, _verdicts = wired(app, fail={topic: [KafkaTimeoutError()]})
+    lw, _faust, _verdicts = wired(worker, fail={topic: [KafkaTimeoutError()]})
     loop = asyncio.get_event_loop()
     acked = []
     batch = [gated_record(), gated_record("bad", 1, value=b"{not json")]
     loop.run_until_complete(lw._handle(batch, lambda: acked.append(True)))
     with pytest.raises(KafkaTimeoutError):
         loop.run_until_complete(lw.checkpoint())
-    assert acked == [] and lw._poisoned is not None and not lw.is_ready()
+    assert acked == [] and lw.failed is not None and not worker.health.is_ready()
     with pytest.raises(RuntimeError, match="restart the worker"):
         loop.run_until_complete(lw._handle([gated_record(offset=2)], lambda: acked.append(True)))
     loop.run_until_complete(lw.checkpoint())  # logs, writes nothing
     assert acked == []
 
 
-def test_a_dead_letter_refused_as_too_large_goes_alone_then_as_headers(app):
+def test_a_dead_letter_refused_as_too_large_goes_alone_then_as_headers(worker):
     from aiokafka.errors import MessageSizeTooLargeError
 
-    lw, faust_producer, _ = wired(app, fail={"tool-calls-dlq": [MessageSizeTooLargeError(), MessageSizeTooLargeError()]})
+    lw, faust_producer, _ = wired(worker, fail={"tool-calls-dlq": [MessageSizeTooLargeError(), MessageSizeTooLargeError()]})
     loop = asyncio.get_event_loop()
     acked = []
     big = gated_record("big", 0, value=b"x" * (3 * 1024 * 1024))
     loop.run_until_complete(lw._handle([big], lambda: acked.append(True)))
     loop.run_until_complete(lw.checkpoint())
-    assert acked == [True] and lw._poisoned is None
+    assert acked == [True] and lw.failed is None
     sends = [records for topic, _p, records in faust_producer.sent if topic == "tool-calls-dlq"]
     assert len(sends) == 3  # with the batch, alone, headers only
     (key, value, headers), = sends[0]
@@ -260,15 +263,15 @@ def test_a_dead_letter_refused_as_too_large_goes_alone_then_as_headers(app):
     assert dict(headers)["loopwatch.reason"] == b"oversized"
 
 
-def test_too_many_dirty_runs_make_the_batch_wait_for_a_checkpoint(app, monkeypatch):
-    import streams.app.app as app_module
+def test_too_many_dirty_runs_make_the_batch_wait_for_a_checkpoint(worker, monkeypatch):
+    import streams.app.checkpoint as app_module
 
     monkeypatch.setattr(app_module, "MAX_DIRTY_RUNS", 3)
-    lw, faust_producer, _ = wired(app)
+    lw, faust_producer, _ = wired(worker)
     loop = asyncio.get_event_loop()
     acked = []
     loop.run_until_complete(lw._handle([gated_record("a"), gated_record("b", 1)], lambda: acked.append(1)))
-    assert acked == [] and lw.processor.dirty == 2  # under the limit: acked by a later checkpoint
+    assert acked == [] and lw.runs.dirty == 2  # under the limit: acked by a later checkpoint
     waited = []
     real = lw.checkpoint
 
@@ -279,46 +282,47 @@ def test_too_many_dirty_runs_make_the_batch_wait_for_a_checkpoint(app, monkeypat
     lw.checkpoint = checkpoint
     loop.run_until_complete(lw._handle([gated_record("c", 2)], lambda: acked.append(2)))
     assert waited == [True]  # the batch handler itself took the checkpoint, pauses off
-    assert acked == [1, 2] and lw.processor.dirty == 0 and not lw._batches_wait
+    assert acked == [1, 2] and lw.runs.dirty == 0 and not lw._batches_wait
     changelog = [records for topic, _p, records in faust_producer.sent if topic.endswith("-changelog")]
     assert sorted(key for records in changelog for key, _value in records) == [b"run:a", b"run:b", b"run:c"]
 
 
-def test_the_sweep_expires_idle_runs_except_on_partitions_with_a_backlog(app, monkeypatch):
+def test_the_sweep_expires_idle_runs_except_on_partitions_with_a_backlog(worker, app, monkeypatch):
     from faust.types import TP
 
-    from streams.app.processor import pack_state
+    from streams.app.run_store import pack_state
     from streams.engine import RunState
 
-    lw, _faust, _ = wired(app)
+    wired(worker)
+    store, expiry = worker.store, worker.expiry
     loop = asyncio.get_event_loop()
-    changelog = lw.changelog_topic
+    changelog = store.changelog_topic
     long_ago = 1_000  # ms since the epoch: idle for decades
     writes = [((p, f"run:{p}".encode()), pack_state(RunState(run_id=str(p)), 0, long_ago)) for p in (0, 1, 2)]
-    loop.run_until_complete(lw._write(writes))
-    monkeypatch.setattr(lw, "is_ready", lambda: True)
+    loop.run_until_complete(store.write(writes))
+    monkeypatch.setattr(expiry, "ready", lambda: True)
     monkeypatch.setattr(app.assignor, "assigned_actives", lambda: {TP(changelog, p) for p in (0, 1, 2)})
-    monkeypatch.setattr(lw, "_has_backlog", lambda partition: partition == 1)
-    assert loop.run_until_complete(lw.sweep()) == 2
-    assert lw._read(1, b"run:1") is not None  # events may wait for it: not expired
-    assert lw._read(0, b"run:0") is None and lw._read(2, b"run:2") is None
-    assert lw._runs_tracked == 1
+    monkeypatch.setattr(expiry, "has_backlog", lambda partition: partition == 1)
+    assert loop.run_until_complete(expiry.sweep()) == 2
+    assert store.read(1, b"run:1") is not None  # events may wait for it: not expired
+    assert store.read(0, b"run:0") is None and store.read(2, b"run:2") is None
+    assert store.runs_tracked == 1
 
 
-def test_a_partition_has_a_backlog_while_more_than_a_batch_is_unprocessed(app, monkeypatch):
+def test_a_partition_has_a_backlog_while_more_than_a_batch_is_unprocessed(worker, app, monkeypatch):
     from faust.types import TP
 
-    lw = app.loopwatch
+    lw = worker.expiry
     consumer = app.consumer
     tp = TP("tool-calls", 0)
     highwater = {tp: 50_000}
     monkeypatch.setattr(consumer, "highwater", lambda tp: highwater.get(tp))
-    assert lw._has_backlog(0)  # nothing read or committed yet
-    consumer._read_offset[tp] = 50_000 - lw.settings.max_batch
-    assert not lw._has_backlog(0)
-    consumer._read_offset[tp] = 50_000 - lw.settings.max_batch - 1
-    assert lw._has_backlog(0)
-    assert lw._has_backlog(3)  # never fetched: assume the worst
+    assert lw.has_backlog(0)  # nothing read or committed yet
+    consumer._read_offset[tp] = 50_000 - worker.settings.max_batch
+    assert not lw.has_backlog(0)
+    consumer._read_offset[tp] = 50_000 - worker.settings.max_batch - 1
+    assert lw.has_backlog(0)
+    assert lw.has_backlog(3)  # never fetched: assume the worst
 
 
 def test_a_revoked_partition_forgets_its_watermark(app):

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import ssl
 from pathlib import Path
@@ -5,6 +6,7 @@ from pathlib import Path
 import faust
 import pytest
 
+from streams.app.app import broker_credentials
 from streams.app.settings import Settings, SettingsError
 
 
@@ -20,7 +22,7 @@ def test_defaults():
     assert (s.partitions, s.replication) == (4, 1)
     assert s.idle_timeout_s == 1800
     assert s.security_protocol == "PLAINTEXT"
-    assert s.broker_credentials() is None
+    assert broker_credentials(s) is None
     assert s.kafka_client_options() == {"security_protocol": "PLAINTEXT"}
 
 
@@ -113,7 +115,7 @@ def test_sasl_plaintext_credentials():
         "LOOPWATCH_KAFKA_SASL_USERNAME": "loopwatch",
         "LOOPWATCH_KAFKA_SASL_PASSWORD": "secret",
     })
-    creds = s.broker_credentials()
+    creds = broker_credentials(s)
     assert isinstance(creds, faust.SASLCredentials)
     assert creds.protocol.value == "SASL_PLAINTEXT"
     assert creds.mechanism.value == "SCRAM-SHA-512"
@@ -135,7 +137,7 @@ def test_ssl_credentials_use_the_ca_file():
     if not ca or not Path(ca).exists():
         pytest.skip("no system CA bundle")
     s = Settings.from_env({"LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "ssl", "LOOPWATCH_KAFKA_SSL_CAFILE": ca})
-    creds = s.broker_credentials()
+    creds = broker_credentials(s)
     assert isinstance(creds, faust.SSLCredentials)
     assert creds.protocol.value == "SSL"
     assert creds.context.verify_mode == ssl.CERT_REQUIRED
@@ -149,7 +151,7 @@ def test_sasl_ssl_credentials_carry_a_context():
         "LOOPWATCH_KAFKA_SASL_USERNAME": "u",
         "LOOPWATCH_KAFKA_SASL_PASSWORD": "p",
     })
-    creds = s.broker_credentials()
+    creds = broker_credentials(s)
     assert creds.protocol.value == "SASL_SSL"
     assert isinstance(creds.ssl_context, ssl.SSLContext)
 
@@ -176,8 +178,8 @@ def test_static_group_membership_id():
     assert pod.group_instance_id.startswith("loopwatch-2-") and len(pod.group_instance_id) == len("loopwatch-2-") + 8
     # ... and another id when the worker's URL changes (Faust refuses an assignment made for
     # another URL, and a static member is handed its old assignment).
-    assert pod.replace(web_port=7000).group_instance_id != pod.group_instance_id
-    assert pod.replace(web_host="0.0.0.0").group_instance_id != pod.group_instance_id
+    assert dataclasses.replace(pod, web_port=7000).group_instance_id != pod.group_instance_id
+    assert dataclasses.replace(pod, web_host="0.0.0.0").group_instance_id != pod.group_instance_id
     for bad in ("", "pod 1", "pod/1", "ü", "x" * 241):
         with pytest.raises(SettingsError, match="LOOPWATCH_INSTANCE_ID"):
             Settings(instance_id=bad)._checked()

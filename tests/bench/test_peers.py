@@ -8,10 +8,10 @@ import msgspec
 import pytest
 
 from schemas import decode_verdict, encode_event
-from streams.app.harness import reference_verdicts
-from streams.bench.kafka import CONFIG, fleet
-from streams.bench.peers.common import EventStep
-from streams.bench.peers.runner import PeerFailed, compare_verdicts, verdict_counts
+from harness import reference_verdicts
+from bench.kafka import CONFIG, fleet
+from bench.peers.common import EventStep
+from bench.peers.runner import PeerFailed, compare_verdicts, verdict_counts
 from schemas.keys import record_key
 
 

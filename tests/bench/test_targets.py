@@ -1,6 +1,6 @@
 """``make bench`` judges issue 3's targets from what it measured (no broker needed)."""
 
-from streams.bench.kafka import target_verdicts
+from bench.kafka import target_verdicts
 
 
 def test_each_target_is_judged_against_its_threshold():
@@ -34,7 +34,7 @@ def test_only_what_was_measured_is_judged():
 
 
 def test_several_rounds_are_judged_on_their_median_p99():
-    from streams.bench.kafka import median_round
+    from bench.kafka import median_round
 
     rounds = [
         {"rate": 2_000.0, "p50": 7.0, "p99": 30.4, "p999": 60.0},

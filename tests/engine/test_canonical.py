@@ -7,8 +7,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.engine.canonical import UNDEFINED, digest, js_number, js_trim, stable_stringify
-from streams.engine.hashing import ThrownError, args_hash, hash_outcome
+from streams.canonical import UNDEFINED, digest, js_number, js_trim, stable_stringify
+from streams.hashing import ThrownError, args_hash, hash_outcome
 
 
 def test_golden_digests_from_the_spec():

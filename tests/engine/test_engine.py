@@ -228,7 +228,7 @@ def test_state_size_at_default_history_is_recorded():
     st.dictionaries(st.text(max_size=5), st.integers(0, 9), max_size=3),
 )
 def test_compact_state_encoding_round_trips_any_history(rows, buckets):
-    from streams.engine.hashing import args_hash
+    from streams.hashing import args_hash
 
     state = RunState(run_id="r", warning_buckets=buckets, last_event_ms=1000)
     for n, (tool, arg, result) in enumerate(rows):

@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.engine.hashing import (
+from streams.hashing import (
     ThrownError,
     hash_outcome,
     is_known_poll,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from schemas.events import InvalidEvent, ToolCallCompleted, decode_event, encode_event
 from streams.edge import completed_event, requested_event
-from streams.engine.hashing import canonicalize_untrusted_envelopes, failure_shape, hash_outcome, write_target_hash
+from streams.hashing import canonicalize_untrusted_envelopes, failure_shape, hash_outcome, write_target_hash
 
 ids = st.text(alphabet="0123456789abcdef", min_size=16, max_size=16)
 # Content between the markers: anything without a marker of its own.

@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from node_runner import RUNNER
-from streams.app.harness import REPO, WorkerNames, WorkerProcess, delete_topics
+from harness import REPO, WorkerNames, WorkerProcess, delete_topics
 
 KAFKA_SH = REPO / "scripts" / "kafka.sh"
 WAIT_FOR_SCRIPT_S = 15 * 60

@@ -18,7 +18,7 @@ from typing import Mapping
 
 import yaml
 
-from streams.app.harness import REPO
+from harness import REPO
 
 sys.path.insert(0, str(REPO / "tests" / "ops"))
 import opsutil  # noqa: E402  (tests/ops: finds helm the way the chart tests do)

@@ -14,7 +14,7 @@ import msgspec
 
 from schemas.events import ToolCallCompleted, ToolCallRequested
 from schemas.keys import state_key
-from streams.app.harness import REPO
+from harness import REPO
 from streams.scenarios import scenario_calls
 
 PACKAGE = REPO / "clients" / "typescript"

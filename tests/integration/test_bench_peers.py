@@ -9,10 +9,10 @@ import asyncio
 
 import pytest
 
-from streams.app.harness import delete_topics, encode_all, reference_verdicts
-from streams.bench.kafka import CONFIG, fleet, peer_throughput
-from streams.bench.peers import PEERS
-from streams.bench.peers.runner import PeerFailed, verdict_counts
+from harness import delete_topics, encode_all, reference_verdicts
+from bench.kafka import CONFIG, fleet, peer_throughput
+from bench.peers import PEERS
+from bench.peers.runner import PeerFailed, verdict_counts
 
 pytestmark = pytest.mark.kafka
 

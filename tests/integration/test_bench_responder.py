@@ -10,8 +10,8 @@ import pytest
 from aiokafka.partitioner import murmur2
 
 from schemas import decode_verdict
-from streams.app.harness import collect, encode_all, produce
-from streams.bench.kafka import PARTITIONS, ResponderProcess, create_topics
+from harness import collect, encode_all, produce
+from bench.kafka import PARTITIONS, ResponderProcess, create_topics
 from streams.edge import completed_event, requested_event
 
 pytestmark = pytest.mark.kafka

@@ -21,7 +21,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from schemas.verdicts import decode_verdict
-from streams.app.harness import REPO, collect, free_port, produce, write_config
+from harness import REPO, collect, free_port, produce, write_config
 from streams.client import (
     LoopBlocked,
     LoopwatchClient,

@@ -34,7 +34,7 @@ import msgspec
 import pytest
 import yaml
 
-from streams.app.harness import REPO, encode_all, free_port, produce, wait_http_ok
+from harness import REPO, encode_all, free_port, produce, wait_http_ok
 from streams.scenarios import run_events
 
 pytestmark = pytest.mark.kafka

@@ -19,7 +19,7 @@ import pytest
 
 from schemas import MAX_EVENT_BYTES, decode_verdict
 from schemas.verdicts import Decision
-from streams.app.harness import (
+from harness import (
     collect, collect_verdicts, committed_offsets, dedupe, encode_all, end_offsets, group_lag, header, produce,
     reference_verdicts, write_config,
 )
@@ -224,7 +224,7 @@ async def test_graceful_stop_mid_stream_loses_and_repeats_nothing(lw):
     assert differing == 0
     assert duplicates == 0, f"{duplicates} verdicts published twice after a graceful stop"
     # Every record is committed once the worker has caught up (acks are per-partition
-    # watermarks, streams.app.transport): nothing would be processed again after a restart.
+    # watermarks, streams.faust_adapter): nothing would be processed again after a restart.
     deadline = time.monotonic() + 30
     while any((lag := await group_lag(lw.broker, lw.names.app_id, lw.names.tool_calls)).values()):
         assert time.monotonic() < deadline, f"offsets not committed up to the end: {lag}"

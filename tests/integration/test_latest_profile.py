@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from streams.client import LoopBlocked, LoopwatchClient
-from streams.app.harness import write_config
+from harness import write_config
 
 pytestmark = pytest.mark.kafka
 

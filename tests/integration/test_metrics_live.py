@@ -24,7 +24,7 @@ import pytest
 
 from schemas import MAX_EVENT_BYTES
 from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
-from streams.app.harness import REPO, encode_all, produce, write_config
+from harness import REPO, encode_all, produce, write_config
 from streams.edge import run_ended_event
 from streams.engine import LoopEngine, state_key
 from streams.ops.scrape import Snapshot, scrape

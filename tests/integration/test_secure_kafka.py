@@ -33,7 +33,7 @@ from schemas import decode_event, decode_verdict, encode_event, encode_verdict
 from schemas.events import RunEnded
 from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted
-from streams.app.harness import (
+from harness import (
     REPO, WorkerNames, WorkerProcess, collect, encode_all, header, produce, reference_verdicts, wait_http_ok,
 )
 from streams.app.reload import load_engine

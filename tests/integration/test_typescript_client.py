@@ -22,7 +22,7 @@ from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested
 from node_runner import NodeRunner, assert_blocked_calls_completed_at_once, node_calls, plain
 from schemas.keys import record_key
 from schemas.verdicts import Decision, RunAborted
-from streams.app.harness import collect, produce, reference_verdicts, write_config
+from harness import collect, produce, reference_verdicts, write_config
 from streams.client import LoopwatchClient
 
 pytestmark = pytest.mark.kafka

@@ -16,7 +16,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from schemas import decode_verdict
-from streams.app.harness import (
+from harness import (
     collect, collect_verdicts, committed_offsets, dedupe, encode_all, group_lag, header, produce,
     reference_verdicts, write_config,
 )
@@ -256,7 +256,7 @@ async def test_a_worker_restarted_on_another_port_rejoins_instead_of_hanging(lw)
     # A static member is handed its previous assignment, and Faust's assignor refuses one
     # made for another URL: with the pod name alone as instance id, a worker restarted with
     # a new web port never became ready.  The URL's digest in the id makes it a new member.
-    from streams.app.harness import free_port
+    from harness import free_port
 
     worker = lw.worker(config=config_file(lw)).start()
     worker.wait_ready(60)

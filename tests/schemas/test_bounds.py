@@ -18,7 +18,7 @@ from schemas.events import (
     decode_event,
 )
 from schemas.verdicts import decode_verdict, encode_verdict
-from streams.app.processor import pack_state, unpack_state
+from streams.app.run_store import pack_state, unpack_state
 from streams.engine import LoopEngine, state_key
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 Reads JSON requests, one per line, on stdin and answers each with one JSON line on stdout,
 computed by the project's own Python: ``streams.edge`` (which hashes with
-``streams.engine.hashing``), ``schemas`` (events, keys, signing) and aiokafka's partitioner.
+``streams.hashing``), ``schemas`` (events, keys, signing) and aiokafka's partitioner.
 Values arrive in the transport encoding of test/support/transport.ts, which keeps what
 JSON would lose (-0, NaN, undefined, bigint, shared and cyclic references).
 
@@ -41,8 +41,8 @@ from schemas.signing import SigningKey, SigningKeyError, parse_keys
 from streams.conformance.cases import expand_steps, load_cases, materialize, materialize_args
 from streams.edge import completed_event, requested_event
 from schemas.keys import record_key, state_key
-from streams.engine.canonical import UNDEFINED
-from streams.engine.hashing import ThrownError
+from streams.canonical import UNDEFINED
+from streams.hashing import ThrownError
 
 _FIELDS = dict(run_id="oracle-run", session_key="oracle")
 _OUTCOME_OPS = frozenset({"record_outcome", "call", "execute"})

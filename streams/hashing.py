@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from schemas.keys import JS_WHITESPACE
+
 from .canonical import UNDEFINED, digest, js_number, js_trim, sha256_hex, stable_stringify
 
 __all__ = [
@@ -158,8 +160,10 @@ def _error_text(error: Any) -> str:
     return stable_stringify(error)
 
 
-# JS `\s` and ASCII-only case folding (JS /i without the u flag).
-_WS = "[" + re.escape("\t\n\x0b\x0c\r \xa0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff") + "\u2000-\u200a]"
+# JavaScript's `\s` (schemas.keys.JS_WHITESPACE): inside a character class, and as one.
+_JS_SPACE = re.escape(JS_WHITESPACE)
+_WS = f"[{_JS_SPACE}]"
+# The unknown-tool patterns: JS `\s` and ASCII-only case folding (JS /i without the u flag).
 _UNKNOWN_TOOL_PATTERNS = (
     re.compile(r"unknown tool(?::|" + _WS + r")+[\"']?([a-z0-9_.-]+)[\"']?", re.IGNORECASE | re.ASCII),
     re.compile(r"tool" + _WS + r"+[\"']?([a-z0-9_.-]+)[\"']?" + _WS + r"+(?:not found|is not available)",
@@ -281,7 +285,6 @@ _FAILURE_MASK_SOURCES = (
     (r"\b(?:pid|ppid)\b[\s#:=]*\d+", "giu"),  # process ids
 )
 
-_JS_SPACE_CHARS = "\t\n\x0b\x0c\r \xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 # With /iu a letter matches what Unicode *simple* case folding maps to it: `s` also matches
 # U+017F and `k` the Kelvin sign, and `\b` counts both as word characters.  (Python's re.I
 # is not the same: it would also match U+0130 for `i`.)
@@ -309,7 +312,7 @@ def _js_regex(source: str, flags: str) -> re.Pattern[str]:
             if nxt == "d":
                 out.append("0-9" if in_class else "[0-9]")
             elif nxt == "s":
-                out.append(_JS_SPACE_CHARS if in_class else f"[{_JS_SPACE_CHARS}]")
+                out.append(_JS_SPACE if in_class else _WS)
             elif nxt == "b" and not in_class:
                 out.append(boundary)
             else:

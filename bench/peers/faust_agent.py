@@ -1,10 +1,10 @@
 """Peer (d2) of ``make bench``: loopwatch's engine in an idiomatic Faust agent.
 
-``python -m streams.bench.peers.faust_agent BROKER SOURCE SINK GROUP EXPECTED CONFIG STATE_DIR RESULT_FILE``
+``python -m bench.peers.faust_agent BROKER SOURCE SINK GROUP EXPECTED CONFIG STATE_DIR RESULT_FILE``
 
 The same Faust (faust-streaming 0.15) as the worker, as its documentation shows an agent
 with a table, and with none of the worker's changes to Faust (no batching transport, no
-inline consumer thread: ``streams/app/transport.py`` is not used):
+inline consumer thread: ``streams/faust_adapter.py`` is not used):
 
 * a ``faust.App`` with a RocksDB store (the ``rocksdict`` driver: ``python-rocksdb`` does not
   build on current Pythons) and at-least-once processing (its default, stated);
@@ -32,7 +32,7 @@ from typing import NoReturn
 
 import faust
 
-from streams.bench.peers.common import EventStep, Progress, load_config, parse_args
+from bench.peers.common import EventStep, Progress, load_config, parse_args
 
 PARTITIONS = 4
 """The source topic's partition count (the bench creates it): the table's changelog must
@@ -77,7 +77,7 @@ def create_app(args) -> faust.App:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    args = parse_args("python -m streams.bench.peers.faust_agent", __doc__.splitlines()[0], argv)
+    args = parse_args("python -m bench.peers.faust_agent", __doc__.splitlines()[0], argv)
     # Runs until SIGTERM, then exits the process (SystemExit) with the worker's status.
     faust.Worker(create_app(args), loglevel="warning", quiet=True, redirect_stdouts=False).execute_from_commandline()
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from schemas.verdicts import RunAborted
-from streams.app.harness import REPO, collect, committed_offsets, dedupe, end_offsets, stop_group
+from harness import REPO, collect, committed_offsets, dedupe, end_offsets, stop_group
 
 from . import PEERS
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from schemas import decode_event, encode_verdict
-from streams.engine import LoopEngine, decode_state, encode_state
+from streams.engine import LoopEngine, decode_state, encode_state, published
 
 __all__ = ["EventStep", "PeerArgs", "Progress", "load_config", "parse_args"]
 
@@ -30,19 +30,12 @@ class EventStep:
     def __call__(self, stored: bytes | None, value: bytes) -> tuple[bytes | None, list[bytes]]:
         """``(new stored state or None to delete it, encoded verdicts to publish)``.
 
-        The verdicts are what loopwatch publishes for the event: the decision of a gate
-        call, every warn or block, every abort (``streams.app.harness.reference_verdicts``
-        states the same rule for the engine run directly).
+        The verdicts are what loopwatch publishes for the event (``streams.engine.published``).
         """
         event = decode_event(value)
         state = None if stored is None else decode_state(stored)
         step = self.engine.handle(state, event, validated=True)
-        out = []
-        decision = step.decision
-        if decision is not None and (decision.action != "allow" or event.gate):
-            out.append(encode_verdict(decision))
-        if step.abort is not None:
-            out.append(encode_verdict(step.abort))
+        out = [encode_verdict(verdict) for verdict in published(step)]
         return (None if step.state is None else encode_state(step.state)), out
 
 

@@ -26,7 +26,7 @@ import sys
 import time
 
 from schemas.events import encode_event, decode_event
-from streams.engine import LoopEngine, encode_state, state_key
+from streams.engine import LoopEngine, RunDriver, encode_state, state_key
 from streams.scenarios import FLEET_MIX, fleet_trace
 
 MIX = FLEET_MIX
@@ -61,31 +61,18 @@ def build_trace(runs: int, calls_per_run: int, seed: int) -> tuple[list, dict[st
     return fleet_trace(runs, calls_per_run, seed=seed, engine=LoopEngine(CONFIG))
 
 
-def feed(handle, states: dict, keys: list, events: list) -> None:
-    """Events through an engine's ``handle``, each run's state kept in ``states`` (the timed loop)."""
-    get = states.get
-    for key, event in zip(keys, events):
-        step = handle(get(key), event, validated=True)
-        if step.state is None:
-            states.pop(key, None)
-        else:
-            states[key] = step.state
-
-
 def timed_pass(events: list, keys: list, profile: str) -> tuple[float, dict]:
     """One pass of one profile over the whole trace: wall seconds, and the final states."""
-    states: dict = {}
-    handle = LoopEngine(config_for(profile)).handle
+    runs = RunDriver(LoopEngine(config_for(profile)))
     start = time.perf_counter()
-    feed(handle, states, keys, events)
-    return time.perf_counter() - start, states
+    runs.apply(events, keys, validated=True)
+    return time.perf_counter() - start, runs.states
 
 
 def interleaved_pass(events: list, keys: list, chunk: int, first: int) -> tuple[dict[str, float], dict[str, dict]]:
     """One pass of both profiles, chunk by chunk, alternating which goes first: CPU seconds
     and final states per profile."""
-    handles = {p: LoopEngine(config_for(p)).handle for p in PROFILES}
-    states: dict[str, dict] = {p: {} for p in PROFILES}
+    runs = {p: RunDriver(LoopEngine(config_for(p))) for p in PROFILES}
     cpu = dict.fromkeys(PROFILES, 0.0)
     clock = time.process_time
     for n, start in enumerate(range(0, len(events), chunk)):
@@ -93,9 +80,9 @@ def interleaved_pass(events: list, keys: list, chunk: int, first: int) -> tuple[
         order = PROFILES if (n + first) % 2 == 0 else PROFILES[::-1]
         for profile in order:
             began = clock()
-            feed(handles[profile], states[profile], part_keys, part_events)
+            runs[profile].apply(part_events, part_keys, validated=True)
             cpu[profile] += clock() - began
-    return cpu, states
+    return cpu, {p: runs[p].states for p in PROFILES}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,14 +130,10 @@ def main(argv: list[str] | None = None) -> int:
     # The same with wire decoding (bytes -> validated event) included, as the worker does.
     sample = events[:200_000]
     wire = [encode_event(e) for e in sample]
-    engine = LoopEngine(config_for(profiles[0]))
-    st: dict = {}
+    runs = RunDriver(LoopEngine(config_for(profiles[0])))
     start = time.perf_counter()
     for raw in wire:
-        event = decode_event(raw)
-        key = state_key(event)
-        step = engine.handle(st.get(key), event, validated=True)
-        st[key] = step.state
+        runs.handle(decode_event(raw), validated=True)
     decode_rate = len(wire) / (time.perf_counter() - start)
 
     print()

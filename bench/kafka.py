@@ -13,13 +13,13 @@ Four measurements, in one run, on the local broker (``scripts/kafka.sh``):
 (c) decision latency: a fresh worker, caught up, gets ``tool_call.requested`` (``gate: true``)
     and ``tool_call.completed`` events at a fixed offered load; latency is taken from just
     before the producer call to the decision's arrival at a consumer in this process.
-(c') the same load, answered by a raw aiokafka responder (``streams.bench.responder``: decode,
+(c') the same load, answered by a raw aiokafka responder (``bench.responder``: decode,
     fixed ``allow`` verdict, no engine, state or checkpoints) right after (c): the latency
     this 2-core machine, the broker and aiokafka give by themselves, so (c) - (c') is what
     loopwatch adds.  On a shared VM both swing with the neighbours; compare them per run.
     (c) and (c') alternate ``--latency-rounds`` times (default 3), and the latency target is
     judged on the median of the rounds' p99.
-(d) peers (``streams.bench.peers``), right after (b) and like it: the same events preloaded
+(d) peers (``bench.peers``), right after (b) and like it: the same events preloaded
     into a fresh topic, drained by the same engine as a user would run it with another
     Python stream processor, each in its own subprocess, timed from its first processed
     record to its last: (d1) a Quix Streams ``Application`` with a keyed stateful function
@@ -54,12 +54,12 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallRequested
-from streams.app.harness import (
+from harness import (
     REPO, WorkerNames, WorkerProcess, delete_topics, encode_all, reference_verdicts, stop_group, wait_for_topic,
     write_config,
 )
-from streams.bench.peers import PEERS
-from streams.bench.peers.runner import PeerFailed, measure_peer
+from bench.peers import PEERS
+from bench.peers.runner import PeerFailed, measure_peer
 from schemas.keys import record_key
 from streams.engine import LoopEngine
 from streams.scenarios import FLEET_MIX, fleet_trace
@@ -281,7 +281,7 @@ async def worker_throughput(
 async def peer_throughput(
     broker: str, name: str, records: list[tuple[bytes, bytes]], expected: list, tmp: Path, *, used: list[str]
 ) -> dict:
-    """Peer ``name`` (``streams.bench.peers.PEERS``) on a fresh topic holding ``records``;
+    """Peer ``name`` (``bench.peers.PEERS``) on a fresh topic holding ``records``;
     ``expected``: the engine's verdicts for them (``reference_verdicts``)."""
     names = WorkerNames(prefix="lwbench")
     used.append(names.app_id)  # Faust's changelog: <app id>-runs-changelog
@@ -298,7 +298,7 @@ async def peer_throughput(
 
 
 class ResponderProcess:
-    """``python -m streams.bench.responder`` (the raw aiokafka responder of (c')) in its own
+    """``python -m bench.responder`` (the raw aiokafka responder of (c')) in its own
     process group, with the parts of ``WorkerProcess``'s interface that ``latency`` uses."""
 
     def __init__(self, broker: str, names: WorkerNames, *, log_dir: Path, label: str = "bench-floor") -> None:
@@ -311,7 +311,7 @@ class ResponderProcess:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "streams.bench.responder", self.broker, self.names.tool_calls,
+                [sys.executable, "-m", "bench.responder", self.broker, self.names.tool_calls,
                  self.names.verdicts, str(self.ready_file)],
                 cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
             )
@@ -665,7 +665,7 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m streams.bench.kafka", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m bench.kafka", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--broker", help="bootstrap servers (default: start scripts/kafka.sh and use it)")
     p.add_argument("--events", type=int, default=200_000)

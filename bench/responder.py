@@ -1,6 +1,6 @@
 """The latency floor of ``make bench``: a raw aiokafka responder with no loopwatch logic.
 
-``python -m streams.bench.responder BROKER SOURCE SINK READY_FILE`` consumes ``SOURCE`` from
+``python -m bench.responder BROKER SOURCE SINK READY_FILE`` consumes ``SOURCE`` from
 its end and answers every gated ``tool_call.requested`` event with a fixed ``allow`` decision
 on ``SINK`` (same partition, one record batch per fetched partition, ``acks=all``): what the
 worker does minus the engine, the state and the checkpoints.  Measured at the same offered
@@ -20,6 +20,8 @@ from schemas import encode_verdict
 from schemas.events import InvalidEvent, ToolCallRequested, decode_event
 from schemas.verdicts import Decision
 
+from harness import wait_for_topic
+
 
 def allow(event: ToolCallRequested) -> bytes:
     return encode_verdict(Decision(
@@ -35,10 +37,7 @@ async def respond(broker: str, source: str, sink: str, ready_file: Path) -> None
     await consumer.start()
     await producer.start()
     try:
-        while not consumer.partitions_for_topic(source):
-            await consumer._client.force_metadata_update()
-            await asyncio.sleep(0.1)
-        partitions = [TopicPartition(source, p) for p in sorted(consumer.partitions_for_topic(source))]
+        partitions = [TopicPartition(source, p) for p in range(await wait_for_topic(broker, source))]
         consumer.assign(partitions)
         await consumer.seek_to_end(*partitions)
         for tp in partitions:
@@ -67,7 +66,7 @@ async def respond(broker: str, source: str, sink: str, ready_file: Path) -> None
 
 def main(argv: list[str]) -> int:
     if len(argv) != 4:
-        print("usage: python -m streams.bench.responder BROKER SOURCE_TOPIC SINK_TOPIC READY_FILE", file=sys.stderr)
+        print("usage: python -m bench.responder BROKER SOURCE_TOPIC SINK_TOPIC READY_FILE", file=sys.stderr)
         return 2
     broker, source, sink, ready = argv
     try:

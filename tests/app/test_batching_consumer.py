@@ -11,7 +11,7 @@ import pytest
 from faust.types import TP
 
 from streams.app.settings import Settings
-from streams.app.transport import BatchingConsumer, InlineConsumerThread
+from streams.faust_adapter import BatchingConsumer, InlineConsumerThread
 
 class Message:  # stands in for the Faust message tracked while batches are open
     acked = False
@@ -23,17 +23,17 @@ P1 = TP("tool-calls", 1)
 
 @pytest.fixture
 def consumer(tmp_path) -> BatchingConsumer:
-    from streams.app.app import create_app
+    from streams.app.app import build_worker
 
     asyncio.set_event_loop(asyncio.new_event_loop())
-    app = create_app(Settings(data_dir=tmp_path / "state", partitions=2, app_id="lw-unit"))
-    return app.consumer
+    worker = build_worker(Settings(data_dir=tmp_path / "state", partitions=2, app_id="lw-unit"))
+    return worker.app.consumer
 
 
 def open_batch(consumer: BatchingConsumer, offsets):
     """What the fetch loop does when it hands a batch over: the ``done`` it passes."""
-    if consumer._sentinel is None:
-        consumer._sentinel = Message()
+    if consumer._batch_message is None:
+        consumer._batch_message = Message()
     consumer._open_batches += 1
     return lambda: consumer._ack_batch(offsets)
 
@@ -71,14 +71,14 @@ def test_nothing_to_commit_at_or_below_the_committed_offset(consumer):
     assert consumer._new_offset(P0) == 121
 
 
-def test_the_sentinel_is_released_with_the_last_open_batch(consumer):
+def test_the_batch_message_is_released_with_the_last_open_batch(consumer):
     first, second = open_batch(consumer, [(P0, 1, 2)]), open_batch(consumer, [(P0, 3, 2)])
-    sentinel = consumer._sentinel
+    sentinel = consumer._batch_message
     consumer._unacked_messages.add(sentinel)
     first()
-    assert consumer._sentinel is sentinel and sentinel in consumer._unacked_messages
+    assert consumer._batch_message is sentinel and sentinel in consumer._unacked_messages
     second()
-    assert consumer._sentinel is None and sentinel not in consumer._unacked_messages and sentinel.acked
+    assert consumer._batch_message is None and sentinel not in consumer._unacked_messages and sentinel.acked
     assert consumer._open_batches == 0
 
 
@@ -114,10 +114,10 @@ def test_commits_run_beside_the_fetch_loop_one_at_a_time(consumer):
         await settle()
         assert started == [True]
         release.set()
-        await consumer._background_commit
+        await consumer._commit_task
         consumer._commit_in_background()
         await settle()
         assert started == [True, True]
-        await consumer._background_commit
+        await consumer._commit_task
 
     loop.run_until_complete(scenario())

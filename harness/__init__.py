@@ -1,0 +1,49 @@
+"""Test and benchmark harness: worker subprocesses and Kafka helpers, shared by ``tests/`` and
+``bench/``.  Not part of the installed package (a wheel holds ``streams`` and ``schemas``
+only): run from the repository (``pytest`` and ``make bench`` put it on the path).
+
+``harness.workers``  worker subprocesses (``WorkerProcess``), unique topic names, ports;
+``harness.kafka``    producing, collecting, offsets, topics, and the engine-alone answers.
+"""
+
+from streams.processes import signal_group, stop_group, wait_http_ok
+
+from .kafka import (
+    collect,
+    collect_verdicts,
+    committed_offsets,
+    dedupe,
+    delete_topics,
+    encode_all,
+    end_offsets,
+    group_lag,
+    header,
+    produce,
+    reference_verdicts,
+    wait_for_topic,
+)
+from .workers import FAST_GROUP_ENV, REPO, WorkerNames, WorkerProcess, free_port, write_config
+
+__all__ = [
+    "FAST_GROUP_ENV",
+    "REPO",
+    "WorkerNames",
+    "WorkerProcess",
+    "collect",
+    "collect_verdicts",
+    "committed_offsets",
+    "dedupe",
+    "delete_topics",
+    "encode_all",
+    "end_offsets",
+    "free_port",
+    "group_lag",
+    "header",
+    "produce",
+    "reference_verdicts",
+    "signal_group",
+    "stop_group",
+    "wait_for_topic",
+    "wait_http_ok",
+    "write_config",
+]

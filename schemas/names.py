@@ -1,0 +1,62 @@
+"""The names on the wire, each defined once: event and verdict types, actions, levels,
+detectors and dead-letter reasons.
+
+The schemas build their tags and literal types from these, the engine names its detectors
+with them, the worker's dead letters and metrics use them (every metric label value listed
+here is exported at zero from the start, ``streams.app.metrics``), and docs/metrics.md
+documents them.
+"""
+
+from __future__ import annotations
+
+# -- event types (``type`` of a tool-calls event) -------------------------------------------------
+
+TOOL_CALL_REQUESTED = "tool_call.requested"
+TOOL_CALL_COMPLETED = "tool_call.completed"
+COMPACTION_RETRIED = "compaction.retried"
+RUN_ENDED = "run.ended"
+EVENT_TYPES = (TOOL_CALL_REQUESTED, TOOL_CALL_COMPLETED, COMPACTION_RETRIED, RUN_ENDED)
+
+# -- verdicts (``type`` on loop-verdicts, a decision's ``action`` and ``level``) ---------------------
+
+DECISION = "loop.decision"
+RUN_ABORTED = "loop.run_aborted"
+
+ACTIONS = ("allow", "warn", "block")
+LEVELS = ("warning", "critical")
+WARNING, CRITICAL = LEVELS
+
+# -- detectors (a decision's or an abort's ``detector``) ----------------------------------------------
+
+GENERIC_REPEAT = "generic_repeat"
+KNOWN_POLL_NO_PROGRESS = "known_poll_no_progress"
+PING_PONG = "ping_pong"
+GLOBAL_CIRCUIT_BREAKER = "global_circuit_breaker"
+UNKNOWN_TOOL_REPEAT = "unknown_tool_repeat"
+ARGUMENT_CHURN = "argument_churn"
+"""Profile latest only; also the name of its liveness signal."""
+COMPACTION_LOOP_PERSISTED = "compaction_loop_persisted"
+"""The post-compaction guard's abort."""
+CRITICAL_BLOCK_LIMIT = "critical_block_limit"
+"""The abort after ``loopwatch.abortAfterCriticalBlocks`` blocks (loopwatch's option)."""
+
+WARNING_DETECTORS = (GENERIC_REPEAT, KNOWN_POLL_NO_PROGRESS, PING_PONG, ARGUMENT_CHURN)
+"""Detectors that can warn."""
+ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT)
+"""Detectors of ``loop.run_aborted``."""
+
+# -- dead-letter reasons (the ``loopwatch.reason`` header on tool-calls-dlq) ------------------------
+
+OVERSIZED = "oversized"
+INVALID_JSON = "invalid_json"
+INVALID_EVENT = "invalid_event"
+UNSUPPORTED_VERSION = "unsupported_version"
+UNKNOWN_TYPE = "unknown_type"
+MISSING_KEY = "missing_key"
+KEY_MISMATCH = "key_mismatch"
+BAD_SIGNATURE = "bad_signature"
+PROCESSING_ERROR = "processing_error"
+DEAD_LETTER_REASONS = (
+    INVALID_JSON, INVALID_EVENT, OVERSIZED, MISSING_KEY, KEY_MISMATCH, UNKNOWN_TYPE, UNSUPPORTED_VERSION,
+    BAD_SIGNATURE, PROCESSING_ERROR,
+)

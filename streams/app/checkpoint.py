@@ -1,0 +1,508 @@
+"""Checkpoints: what makes the worker's work durable, and in which order.
+
+Every rule about durability is here.  The per-batch logic (``streams.app.processor``)
+changes runs in memory; the run store (``streams.app.run_store``) writes them; output
+(``streams.app.output``) publishes verdicts and dead letters; this module decides when
+and in which order.
+
+**A batch** (``Checkpointer.handle_batch``) is processed at once, under the write lock: its
+runs change in memory (``LiveRuns``), its verdicts and dead letters are queued without waiting
+(their delivery futures kept), and its ``done`` (the ack of its records) is kept for the next
+checkpoint.  A batch that fails half-way (its states in memory, its verdicts maybe not
+queued) poisons the worker: no checkpoint may store those states (their events would be
+skipped after a restart, their verdicts never published), so the worker stops and
+everything since the last checkpoint is processed again.
+
+**A checkpoint** (``Checkpointer.checkpoint``; every ``LOOPWATCH_CHECKPOINT_S``, 5 s, sooner
+once ``MAX_DIRTY_RUNS`` runs wait or once the worker has caught up, and always before a
+rebalance or a shutdown proceeds) does, in this order:
+
+1. freeze the runs touched so far (``LiveRuns.begin_checkpoint``), under the write lock: a
+   batch is either wholly in this checkpoint (its states, its deliveries, its acks) or
+   wholly after it;
+2. encode them, once per run, in time slices with the event loop free in between: batches
+   go on, and a batch that touches a frozen run copies its state (``copy_state``) before it
+   changes it rather than encoding it itself;
+3. wait for the delivery of every verdict and dead letter queued before the freeze (an
+   error stops the worker: nothing of this checkpoint is acked);
+4. write the states (RocksDB, then the changelog); until RocksDB has them, reads of those
+   runs are served from the checkpoint itself;
+5. wait until the changelog has them (a state the changelog refused would be gone at the
+   next restore while its records count as done: that error stops the worker too);
+6. ack the batches' records; Faust flushes the producer before it commits acked offsets.
+
+A crash loses at most the work since the last checkpoint, which is redone from the last
+committed offsets with the same verdict ids (consumers drop duplicates by id).  Because a
+state is stored only after the verdicts of every event in it were delivered, an event that
+is skipped on redelivery (``streams.app.processor``: its offset is in the stored state) has
+always had its verdict published.
+
+A run's state is encoded once per checkpoint, not once per event or per batch: the state
+codec is the engine's most expensive call, and with small batches at moderate load it would
+otherwise run per event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+from streams.engine import RunState, copy_state, decode_state
+
+from . import logs
+from .run_store import MAX_STATE_BYTES, owner_of, pack_within_limit, parse_header
+
+if TYPE_CHECKING:
+    from .output import Output
+    from .processor import BatchProcessor
+    from .run_store import RunStore
+
+__all__ = ["Checkpoint", "Checkpointer", "LiveRun", "LiveRuns"]
+
+log = logging.getLogger("loopwatch.worker")
+
+MAX_DIRTY_RUNS = 50_000
+"""A checkpoint is taken early (and waited for) when this many runs wait for one."""
+IDLE_CHECKPOINT_S = 0.5
+"""A checkpoint is taken early once no batch came for this long (the worker caught up)."""
+CHECKPOINT_SLICE_S = 0.0005
+"""How long a checkpoint encodes runs before it yields to the event loop.  In time, not in
+runs: one run's encoding varies several-fold with the machine's load (docs/benchmarks.md,
+session 5)."""
+CHECKPOINT_PAUSE_S = 0.002
+"""A checkpoint's pause after each slice while the worker keeps up: it then takes at most a
+fifth of the event loop, and a checkpoint's encoding spreads over a few times its length."""
+BUSY_BATCH = 256
+"""While batches stay under this many records (the worker keeps up), a checkpoint steps
+aside for ``CHECKPOINT_PAUSE_S`` after each slice; otherwise it only lets the next batch in.
+With ``sleep(0)`` alone, the checkpoint task is back in the ready queue at once and each hop
+of an arriving event (fetch response, fetcher, batch handler, producer) waits behind one
+more slice.  Catching up, latency is the backlog's anyway and the checkpoint must not fall
+behind."""
+
+
+# -- the runs touched since the last checkpoint (in memory, no I/O) --------------------------------
+
+
+@dataclass
+class Checkpoint:
+    writes: dict[tuple[int, bytes], bytes | None] = field(default_factory=dict)
+    """``(partition, key) -> envelope`` to store, or None to delete; one entry per run touched
+    since the previous checkpoint."""
+    created: int = 0
+    """Runs that had no stored state before and have one now."""
+    deleted: int = 0
+    """Runs that had a stored state before and have none now."""
+
+
+class LiveRun:
+    """A run touched since the last checkpoint: the authoritative copy until it is written."""
+
+    __slots__ = ("base", "state", "offset", "applied", "seen", "owner")
+
+    def __init__(
+        self, base: bytes | RunState | None, state: RunState | None, offset: int, seen: bytes = b"",
+        owner: str | None = None,
+    ) -> None:
+        self.base = base
+        """What is stored for the run at the first touch: its envelope, or the state that the
+        checkpoint being taken will store (None: nothing stored)."""
+        self.state = state
+        self.offset = offset
+        """Offset of the last source record applied (-1: none)."""
+        self.applied: list[Any] = []
+        """Events applied since the checkpoint, in order (to rebuild after an engine error)."""
+        self.seen = bytearray(seen)
+        """Digests of the run's last applied event ids, oldest first (``run_store.SEEN_EVENT_IDS``)."""
+        self.owner = owner
+        """The agent id of the run's first applied event (None: not known yet)."""
+
+
+class LiveRuns:
+    """The runs touched since the last checkpoint, and the checkpoint being taken.
+
+    ``touched``: ``(partition, key) -> LiveRun``, the runs changed since the last
+    ``begin_checkpoint`` (the processor changes them in place).  A checkpoint freezes them
+    (``begin_checkpoint``), encodes them (``encode_some``, in slices), hands their writes over
+    (``end_checkpoint``) and serves reads of them until the store has them
+    (``checkpoint_written``).  ``checkpoint()`` does it all at once.
+
+    ``clock``: the wall clock (seconds) of the envelopes' write time; ``metrics``: counts
+    states that could not be stored or read, and trimmed ones.
+    """
+
+    def __init__(self, metrics: Any = None, *, clock: Callable[[], float] = time.time, cache_size: int = 4096) -> None:
+        self.metrics = metrics
+        self.clock = clock
+        self.cache_size = cache_size
+        self.touched: dict[tuple[int, bytes], LiveRun] = {}
+        self._frozen: dict[tuple[int, bytes], LiveRun] | None = None
+        """Runs of the checkpoint being taken, not encoded yet."""
+        self._out: Checkpoint | None = None
+        self._written: dict[tuple[int, bytes], bytes | None] | None = None
+        """The last checkpoint's writes until the store has them."""
+        self._now_ms = 0
+        self._cache: dict[tuple[int, bytes], tuple[int, int, RunState, bytes, str | None]] = {}
+        """The state object this worker last wrote per run (insertion-ordered, LRU-ish):
+        used only while the stored envelope still carries the same offset and time stamp,
+        so a state changed elsewhere (another worker, a deletion) is never used."""
+
+    @property
+    def dirty(self) -> int:
+        """Runs touched since the last checkpoint (begun)."""
+        return len(self.touched)
+
+    def is_dirty(self, partition: int, key: bytes) -> bool:
+        """Touched since the last checkpoint, or part of one not written yet."""
+        pk = (partition, key)
+        return (
+            pk in self.touched
+            or (self._frozen is not None and pk in self._frozen)
+            or (self._out is not None and pk in self._out.writes)
+            or (self._written is not None and pk in self._written)
+        )
+
+    def forget(self, partition: int, key: bytes) -> None:
+        """Drop a clean cached state (its stored value was deleted or replaced elsewhere)."""
+        self._cache.pop((partition, key), None)
+
+    # -- a checkpoint ----------------------------------------------------------------------------
+
+    def checkpoint(self) -> Checkpoint:
+        """Encode every run touched since the last checkpoint, once, in one go (the worker
+        takes it in steps: ``begin_checkpoint`` ...)."""
+        self.begin_checkpoint()
+        self.encode_some(None)
+        out = self.end_checkpoint()
+        self.checkpoint_written()
+        return out
+
+    def begin_checkpoint(self) -> None:
+        """Freeze the runs touched so far as the next checkpoint's content.
+
+        Batches may go on while it is encoded (``encode_some`` in slices): a frozen run that a
+        batch touches is copied first (``copy_state``), before the batch changes it, so the
+        checkpoint holds exactly the effects of the batches processed before
+        ``begin_checkpoint``.
+        """
+        if self._frozen is not None or self._written is not None:
+            raise RuntimeError("a checkpoint is already being taken")
+        self._frozen = self.touched
+        self.touched = {}
+        self._out = Checkpoint()
+        self._now_ms = int(self.clock() * 1000)
+
+    def encode_some(self, n: int | None = 256) -> bool:
+        """Encode up to ``n`` frozen runs (None: all).  True when none is left."""
+        frozen = self._frozen
+        if frozen is None:
+            return True
+        while frozen and (n is None or n > 0):
+            pk, live = frozen.popitem()
+            self._emit(pk, live)
+            if n is not None:
+                n -= 1
+        return not frozen
+
+    def end_checkpoint(self) -> Checkpoint:
+        """The checkpoint's writes; until ``checkpoint_written`` they also serve reads."""
+        self.encode_some(None)
+        out = self._out
+        self._written = out.writes
+        self._frozen = None
+        self._out = None
+        return out
+
+    def checkpoint_written(self) -> None:
+        """The checkpoint's writes are in the store: reads go to the store again."""
+        self._written = None
+
+    def _emit(self, pk: tuple[int, bytes], live: LiveRun) -> bytes | None:
+        out = self._out
+        value = None if live.state is None else self._pack(pk, live)
+        if value is None:
+            if live.base is not None:
+                out.writes[pk] = None
+                out.deleted += 1
+            else:
+                out.writes.pop(pk, None)
+            return None
+        out.writes[pk] = value
+        if live.base is None:
+            out.created += 1
+        cache = self._cache
+        cache[pk] = (live.offset, self._now_ms, live.state, bytes(live.seen), live.owner)
+        if len(cache) > self.cache_size:
+            del cache[next(iter(cache))]
+        return value
+
+    def _pack(self, pk: tuple[int, bytes], live: LiveRun) -> bytes | None:
+        """The run's envelope (``run_store.pack_within_limit``); None when it cannot be stored
+        (the run is then dropped: a state the checkpoint cannot write would stop the worker
+        at every restart)."""
+        state = live.state
+        try:
+            value, trimmed = pack_within_limit(state, live.offset, self._now_ms, live.seen, live.owner)
+        except Exception as exc:  # noqa: BLE001 - one bad state must not stop the worker
+            log.error("cannot store the state of %r on partition %d (%r): the run starts afresh at its next event",
+                      pk[1], pk[0], exc)
+            self.count_error("state_encode")
+            self._cache.pop(pk, None)
+            return None
+        if trimmed is not None:
+            size, records = trimmed
+            log.error("state of %r on partition %d was %d bytes, over the %d-byte limit: kept its newest %d of %d "
+                      "history records", pk[1], pk[0], size, MAX_STATE_BYTES, len(state), records)
+            if self.metrics is not None:
+                self.metrics.states_trimmed.inc()
+        return value
+
+    # -- a run's first touch -----------------------------------------------------------------------
+
+    def load(self, pk: tuple[int, bytes], read: Callable[[int, bytes], bytes | None]) -> LiveRun:
+        """A run's state at its first touch since the last checkpoint (``read``: the store)."""
+        frozen = self._frozen
+        if frozen is not None:
+            live = frozen.get(pk)
+            if live is not None:
+                # Part of the checkpoint being taken.  The checkpoint keeps a copy of the state
+                # as it is and encodes it in its own time; encoding it here, before this batch
+                # changes the state, put most of a checkpoint's encoding into the decisions
+                # made while it ran.
+                self._cache.pop(pk, None)
+                if live.state is None:
+                    del frozen[pk]
+                    self._emit(pk, live)  # a deletion: nothing to encode
+                    return LiveRun(None, None, live.offset)
+                snapshot = copy_state(live.state)
+                frozen[pk] = LiveRun(live.base, snapshot, live.offset, live.seen, live.owner)
+                return LiveRun(snapshot, live.state, live.offset, live.seen, live.owner)
+        partition, key = pk
+        written = self._written if self._written is not None else (self._out.writes if self._out is not None else None)
+        if written is not None and pk in written:
+            stored = written[pk]  # encoded by the checkpoint in progress, not in the store yet
+        else:
+            stored = read(partition, key)
+        cached = self._cache.pop(pk, None)  # becomes the live object (mutated in place)
+        if stored is None:
+            return LiveRun(None, None, -1)
+        try:
+            offset, touched_ms, seen_at, owner_at, state_at = parse_header(stored)
+        except Exception as exc:  # noqa: BLE001
+            log.error("unreadable state for %r on partition %d (%r): starting the run afresh", key, partition, exc)
+            self.count_error("state_decode")
+            return LiveRun(None, None, -1)
+        if cached is not None and cached[0] == offset and cached[1] == touched_ms:
+            return LiveRun(stored, cached[2], offset, cached[3], cached[4])  # the object this worker wrote: no decode
+        state = self.decode(stored, pk)
+        if state is None:
+            return LiveRun(None, None, -1)
+        return LiveRun(stored, state, offset, stored[seen_at:owner_at], owner_of(stored, owner_at, state_at))
+
+    def decode(self, stored: bytes, pk: tuple[int, bytes]) -> RunState | None:
+        """The state in a stored envelope; None (logged, counted) when it cannot be decoded."""
+        try:
+            return decode_state(stored[parse_header(stored)[4]:])
+        except Exception as exc:  # noqa: BLE001
+            log.error("undecodable state for %r on partition %d (%r): starting the run afresh", pk[1], pk[0], exc)
+            self.count_error("state_decode")
+            return None
+
+    def count_error(self, stage: str) -> None:
+        if self.metrics is not None:
+            self.metrics.count_error(stage)
+
+
+# -- the protocol --------------------------------------------------------------------------------
+
+
+def _encode_for(runs: LiveRuns, seconds: float) -> bool:
+    """Encode frozen runs for about ``seconds`` (at least one); True when none is left."""
+    clock = time.perf_counter
+    deadline = clock() + seconds
+    while not runs.encode_some(1):
+        if clock() >= deadline:
+            return False
+    return True
+
+
+def _delivered(future: asyncio.Future) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
+
+
+class Checkpointer:
+    """Batches in, checkpoints out (the module docstring has the rules).
+
+    ``spawn(coro)``: runs a checkpoint in the background (Faust's ``add_future``: stopped with
+    the app); ``group``: the consumer group's state (``ConsumerView``: is a rebalance or a
+    shutdown waiting for the checkpoint?).
+    """
+
+    def __init__(
+        self,
+        processor: BatchProcessor,
+        store: RunStore,
+        output: Output,
+        *,
+        checkpoint_s: float,
+        spawn: Callable[[Any], asyncio.Future],
+        group: Any,
+    ) -> None:
+        self.processor = processor
+        self.runs: LiveRuns = processor.runs
+        self.store = store
+        self.output = output
+        self.checkpoint_s = checkpoint_s
+        self._spawn = spawn
+        self._group = group
+        self.write_lock = asyncio.Lock()
+        """Held while a batch changes runs and while a checkpoint freezes them or takes its
+        writes; the idle sweep deletes under it."""
+        self._checkpoint_lock = asyncio.Lock()
+        self._pending: list[asyncio.Future] = []
+        """Delivery futures of the verdicts and dead letters produced since the last checkpoint
+        and not delivered yet (or failed): the checkpoint waits for them and raises their errors."""
+        self._dones: list[Callable[[], None]] = []
+        """Ack callbacks of the batches processed since the last checkpoint."""
+        self._checkpointed_at = time.monotonic()
+        self._last_batch_at = 0.0
+        self._last_batch_size = 0
+        self.failed: BaseException | None = None
+        """Set when a batch or a checkpoint was interrupted half-way: no more checkpoints."""
+        self._checkpointing: asyncio.Future | None = None
+        self._batches_wait = False
+        """The batch handler waits for the checkpoint (``MAX_DIRTY_RUNS``): no pauses in it."""
+        self.checkpoints = 0
+        self.batches = 0
+        self.records = 0
+        self.verdicts_sent = 0
+        self.dead_lettered = 0
+
+    # -- batches ------------------------------------------------------------------------------------
+
+    async def handle_batch(self, messages: Sequence[Any], done: Callable[[], None]) -> None:
+        """Process one batch and publish its verdicts and dead letters (without waiting for
+        their delivery); the records are acked by the next checkpoint (``done``).
+
+        Shielded: a shutdown cancels the fetch loop, but a batch that was processed must also
+        be registered (its delivery futures and ack) before a checkpoint may include it.
+        """
+        await asyncio.shield(self._handle(messages, done))
+
+    async def _handle(self, messages: Sequence[Any], done: Callable[[], None]) -> None:
+        processor = self.processor
+        async with self.write_lock:
+            if self.failed is not None:
+                raise RuntimeError("an earlier batch or checkpoint failed; restart the worker") from self.failed
+            result = processor.process(messages, self.store.read)
+            try:
+                # Only sends in flight (or failed) wait for the checkpoint.  Kept until then,
+                # thousands of delivered futures (and their record metadata) lived long enough
+                # to reach the GC's oldest generation and make its full collections longer.
+                self._pending = pending = [future for future in self._pending if not _delivered(future)]
+                if result.verdicts:
+                    processor.observe_latency(result.verdicts)
+                    pending += await self.output.send_verdicts(result.verdicts)
+                for letter in result.dead_letters:
+                    pending.append(await self.output.send_dead_letter(letter))
+                self._dones.append(done)
+            except BaseException as exc:
+                self.failed = exc  # see the module docstring: the batch's states must not be stored
+                raise
+        logs.flush()
+        self._last_batch_at = time.monotonic()
+        self._last_batch_size = len(messages)
+        self.batches += 1
+        self.records += len(messages)
+        self.verdicts_sent += len(result.verdicts)
+        self.dead_lettered += len(result.dead_letters)
+        if result.skipped:
+            log.info("skipped %d re-delivered events already applied to their runs", result.skipped)
+        if self.runs.dirty >= MAX_DIRTY_RUNS:
+            self._batches_wait = True  # backpressure: no batch runs until it is done
+            try:
+                await self.checkpoint()
+            finally:
+                self._batches_wait = False
+        elif time.monotonic() - self._checkpointed_at >= self.checkpoint_s:
+            self.checkpoint_soon()
+
+    # -- when ------------------------------------------------------------------------------------
+
+    async def tick(self) -> None:
+        """The checkpoint timer: every ``checkpoint_s``, or sooner once the worker caught up."""
+        now = time.monotonic()
+        if now - self._checkpointed_at >= self.checkpoint_s:
+            self.checkpoint_soon()
+        elif self._dones and now - self._last_batch_at >= IDLE_CHECKPOINT_S:
+            self.checkpoint_soon()  # caught up: a quiet moment costs nothing to use
+
+    def checkpoint_soon(self) -> None:
+        """Start a checkpoint in the background unless one is running."""
+        if self._checkpointing is None or self._checkpointing.done():
+            self._checkpointing = self._spawn(self.checkpoint())
+
+    # -- how ---------------------------------------------------------------------------------------
+
+    async def checkpoint(self) -> None:
+        """Make everything processed so far durable (steps 1-6 of the module docstring)."""
+        async with self._checkpoint_lock:
+            runs = self.runs
+            async with self.write_lock:
+                self._checkpointed_at = time.monotonic()
+                if self.failed is not None:
+                    log.warning("no checkpoint after an interrupted batch or checkpoint (%r): the work "
+                                "since the last one is redone after a restart", self.failed)
+                    return
+                if not self._dones and not runs.dirty:
+                    return
+                pending, self._pending = self._pending, []
+                dones, self._dones = self._dones, []
+                runs.begin_checkpoint()
+            # An error below (a verdict not delivered, a failed write, a cancellation)
+            # propagates and stops the worker: nothing of this checkpoint is acked, so its
+            # records are processed again after a restart.
+            try:
+                while not _encode_for(runs, CHECKPOINT_SLICE_S):
+                    await self.step_aside()
+                waiting = [future for future in pending if not future.done()]
+                if waiting:
+                    await asyncio.gather(*waiting)
+                for future in pending:
+                    future.result()  # raises a delivery error
+                await self.step_aside()
+                async with self.write_lock:
+                    cp = runs.end_checkpoint()
+                # Batches go on while the states are written: until ``checkpoint_written`` the
+                # runs serve reads of these runs themselves, and the next checkpoint waits for
+                # this one (the checkpoint lock).
+                if cp.writes:
+                    sent = await self.store.write(cp.writes.items(), on_stored=runs.checkpoint_written,
+                                                  step_aside=self.step_aside)
+                    await asyncio.gather(*sent)
+                else:
+                    runs.checkpoint_written()
+            except BaseException as exc:
+                self.failed = exc
+                raise
+            for i, done in enumerate(dones, 1):
+                done()
+                if i % 256 == 0:
+                    await self.step_aside()  # thousands of acks: let batches in between
+            self.store.count(cp.created, cp.deleted)
+            self.checkpoints += 1
+
+    async def step_aside(self) -> None:
+        """A checkpoint's yield to the event loop between two slices of its work: a pause
+        while batches are small, none while catching up or when a rebalance or a shutdown
+        waits for the checkpoint (no decisions are being made then), nor when the batch
+        handler itself waits for it (``MAX_DIRTY_RUNS``)."""
+        group = self._group
+        keeping_up = (
+            self._last_batch_size < BUSY_BATCH and not self._batches_wait
+            and not group.rebalancing and not group.stopping
+        )
+        await asyncio.sleep(CHECKPOINT_PAUSE_S if keeping_up else 0)

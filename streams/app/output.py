@@ -1,0 +1,201 @@
+"""Output: verdicts to ``loop-verdicts``, dead letters to ``tool-calls-dlq``, record batches.
+
+Verdicts go out on a producer of their own (``Producers.new``): aiokafka sends one produce
+request at a time per broker, and a checkpoint's changelog records (hundreds of KB of run
+states) would hold every decision produced behind them until the broker acknowledged them.
+Dead letters and the changelog share Faust's producer (``Producers.shared``).  Nothing here
+waits for a delivery: every send returns its delivery future, and the checkpoint
+(``streams.app.checkpoint``) waits for them before it stores the states that depend on them.
+
+Verdicts are co-partitioned with the events that caused them: a verdict goes to its event's
+partition number (mod the topic's partition count, with a warning when the counts differ).
+
+A dead letter carries its record's key and value and headers saying why
+(``loopwatch.reason``, ``loopwatch.detail``) and where it came from.  A key or value larger
+than ``DEAD_LETTER_VALUE_LIMIT`` is cut (``dead_letter_record``); a dead letter the topic
+still refuses as too large goes again on its own, then as its headers alone, rather than
+stopping the worker at every restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:
+    from .processor import DeadLetter, VerdictOut
+
+__all__ = ["DEAD_LETTER_VALUE_LIMIT", "DLQ_MAX_MESSAGE_BYTES", "Output", "dead_letter_record", "send_records"]
+
+log = logging.getLogger("loopwatch.worker")
+
+DLQ_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+"""``max.message.bytes`` of the dead-letter topic when the worker creates it."""
+DEAD_LETTER_VALUE_LIMIT = 1024 * 1024
+"""A dead letter's key and value are cut to this many bytes each (``dead_letter_record``)."""
+_NO_HEADERS: list = []  # aiokafka's batch builder wants a list; never mutated
+
+
+def dead_letter_record(letter: DeadLetter, value_limit: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+    """``(key, value, headers)`` of a dead letter for the dead-letter topic.
+
+    A key or value larger than ``value_limit`` bytes is cut to its first ``value_limit``
+    bytes (``tool-calls`` may accept records larger than the dead-letter topic does, and a
+    dead letter that cannot be delivered would stop the worker); ``loopwatch.truncated``
+    then names what was cut and ``loopwatch.source.{key,value}_bytes`` give the original
+    sizes.
+    """
+    record = letter.record
+    key, value = record.key, record.value
+    headers = [
+        ("loopwatch.reason", letter.reason.encode()),
+        ("loopwatch.detail", letter.detail.encode("utf-8", "replace")),
+        ("loopwatch.source.topic", record.topic.encode()),
+        ("loopwatch.source.partition", str(record.partition).encode()),
+        ("loopwatch.source.offset", str(record.offset).encode()),
+    ]
+    if record.timestamp:
+        headers.append(("loopwatch.source.timestamp_ms", str(int(record.timestamp)).encode()))
+    cut = []
+    if key is not None and len(key) > value_limit:
+        headers.append(("loopwatch.source.key_bytes", str(len(key)).encode()))
+        key = key[:value_limit]
+        cut.append("key")
+    if value is not None and len(value) > value_limit:
+        headers.append(("loopwatch.source.value_bytes", str(len(value)).encode()))
+        value = value[:value_limit]
+        cut.append("value")
+    if cut:
+        headers.append(("loopwatch.truncated", ",".join(cut).encode()))
+    if not key and not value:
+        value = b""  # Kafka needs a key or a value
+    return key, value, headers
+
+
+async def send_records(
+    producer: Any, topic: str, partition: int, items: Iterable[tuple[bytes | None, bytes | None]]
+) -> list[tuple[asyncio.Future, int]]:
+    """Produce records to one partition as few record batches; returns (future, count) per batch."""
+    sent: list[tuple[asyncio.Future, int]] = []
+    batch = producer.create_batch()
+    append = batch.append
+    n = 0
+    for key, value in items:
+        if append(key=key, value=value, timestamp=None, headers=_NO_HEADERS) is None:
+            if n:
+                sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+                batch = producer.create_batch()
+                append = batch.append
+                n = 0
+            if append(key=key, value=value, timestamp=None, headers=_NO_HEADERS) is None:
+                # Larger than a whole batch: the per-record path sizes a batch for it.
+                sent.append((await producer.send(topic, value, key=key, partition=partition), 1))
+                continue
+        n += 1
+    if n:
+        sent.append((await producer.send_batch(batch, topic, partition=partition), n))
+    return sent
+
+
+class Output:
+    """The worker's producers of verdicts and dead letters.
+
+    ``shared_producer()``: the aiokafka producer under Faust's (started with the app);
+    ``new_producer()``: an unstarted one with the same settings, for the verdicts (``start``).
+    """
+
+    def __init__(
+        self,
+        *,
+        verdicts_topic: str,
+        dead_letter_topic: str,
+        partitions: int,
+        shared_producer: Callable[[], Any],
+        new_producer: Callable[[], Any],
+    ) -> None:
+        self.verdicts_topic = verdicts_topic
+        self.dead_letter_topic = dead_letter_topic
+        self.partitions = partitions
+        self._shared = shared_producer
+        self._new = new_producer
+        self.verdict_producer: Any = None
+        """The verdicts' aiokafka producer once started (``start``)."""
+        self._partition_counts: dict[str, int] = {}
+
+    async def start(self) -> Any:
+        """Start the verdict producer (before the first decision; the readiness probe uses
+        its connections too).  Only batches send verdicts, one at a time."""
+        producer = self.verdict_producer
+        if producer is None:
+            producer = self._new()
+            await producer.start()
+            self.verdict_producer = producer
+        return producer
+
+    async def close(self) -> None:
+        """Stop the verdict producer (after the last checkpoint, which waited for its sends)."""
+        producer, self.verdict_producer = self.verdict_producer, None
+        if producer is not None:
+            await producer.stop()
+
+    async def _partition_count(self, topic: str) -> int:
+        """The partition count of an output topic (from the producer's metadata, once)."""
+        n = self._partition_counts.get(topic)
+        if n is None:
+            n = self._partition_counts[topic] = len(await self._shared().partitions_for(topic))
+            if n != self.partitions:
+                log.warning("%s has %d partitions, not %d: verdicts go to source partition mod %d",
+                            topic, n, self.partitions, n)
+        return n
+
+    async def send_verdicts(self, verdicts: list[VerdictOut]) -> list[asyncio.Future]:
+        """Queue verdicts, one record batch per partition; returns their delivery futures."""
+        n_partitions = await self._partition_count(self.verdicts_topic)
+        producer = await self.start()
+        by_partition: dict[int, list[tuple[bytes, bytes]]] = defaultdict(list)
+        for out in verdicts:
+            by_partition[out.partition % n_partitions].append((out.key, out.value))
+        futures = []
+        for partition, items in by_partition.items():
+            for future, _n in await send_records(producer, self.verdicts_topic, partition, items):
+                futures.append(future)
+        return futures
+
+    async def send_dead_letter(self, letter: DeadLetter) -> asyncio.Future:
+        """Queue a dead letter; returns a future of its delivery."""
+        partition = letter.record.partition % await self._partition_count(self.dead_letter_topic)
+        key, value, headers = dead_letter_record(letter, DEAD_LETTER_VALUE_LIMIT)
+        sent = await self._shared().send(self.dead_letter_topic, value, key=key, partition=partition, headers=headers)
+        return asyncio.ensure_future(self._deliver_dead_letter(letter, sent, partition))
+
+    async def _deliver_dead_letter(self, letter: DeadLetter, sent: asyncio.Future, partition: int) -> Any:
+        """Wait for a dead letter's delivery.  When the topic refuses it as too large (its
+        ``max.message.bytes`` set below ``DEAD_LETTER_VALUE_LIMIT`` by someone; the producer
+        may also have put it in one request with others), it goes again on its own, then
+        as its headers alone."""
+        # Imported here, not at the top: the run store imports this module, the processor the
+        # run store, and neither needs a Kafka client.
+        from aiokafka.errors import MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError
+
+        too_large = (MessageSizeTooLargeError, RecordListTooLargeError, RecordTooLargeError)
+        try:
+            return await sent
+        except too_large:
+            pass
+        try:
+            return await self._send_alone(letter, DEAD_LETTER_VALUE_LIMIT, partition)
+        except too_large as exc:
+            record = letter.record
+            log.error("dead letter of %s[%d]@%d refused by %s (%r): sending its headers without key or value",
+                      record.topic, record.partition, record.offset, self.dead_letter_topic, exc)
+        return await self._send_alone(letter, 0, partition)
+
+    async def _send_alone(self, letter: DeadLetter, limit: int, partition: int) -> Any:
+        """Send a dead letter as a record batch of its own and wait for its delivery."""
+        key, value, headers = dead_letter_record(letter, limit)
+        producer = self._shared()
+        batch = producer.create_batch()
+        batch.append(key=key, value=value, timestamp=None, headers=headers)
+        return await (await producer.send_batch(batch, self.dead_letter_topic, partition=partition))

@@ -1,0 +1,307 @@
+"""The run store: the only code that reads and writes the run table (RocksDB and its changelog),
+and the envelope a run's state is stored in.
+
+The table is Faust's ``runs`` table (``rocksdb://`` store, ``rocksdict`` driver), raw bytes
+keys (state keys) and values (the envelope below), with a compacted changelog topic
+``<app id>-runs-changelog``; Faust recovers it on start and on rebalance and keeps standby
+copies on other workers.  Writes bypass ``table[key] = value``, which sends one changelog
+record through Faust's producer buffer per call: here each run touched since the last
+checkpoint is written once per checkpoint, straight to its partition's RocksDB with one
+``WriteBatch``, and its changelog records go out as one Kafka record batch per partition
+(``RunStore.write``).  Recovery, standbys and the persisted changelog offsets stay Faust's.
+
+Table values are an envelope around ``streams.engine.encode_state``::
+
+    byte 0       format version (3)
+    bytes 1-8    offset of the last source record applied to this state (big endian)
+    bytes 9-16   wall-clock ms when this worker last wrote the run (idle expiry)
+    bytes 17-18  n: how many event-id digests follow
+    bytes 19-20  m: the length of the owner's agent id
+    bytes 21-    n x 8 bytes: digests of the run's last ``SEEN_EVENT_IDS`` applied event ids
+    then         m bytes: the agent id (UTF-8) of the run's first applied event (its owner)
+    then         encode_state(RunState)
+
+(Still read: version 2, the same without bytes 19-20 and the owner; version 1, with the
+run's last event time at bytes 17-24 and no digests.)
+
+* The source offset makes re-delivery idempotent: an event whose offset is not newer than
+  its run's stamp is already in the state (``streams.app.processor``).
+* The event-id digests catch a runner's retry (the same event at two offsets): an event whose
+  id is among its run's last ``SEEN_EVENT_IDS`` applied ids is skipped.  Stored with the
+  state, they survive restarts and rebalances and are freed with it.
+* The owner is the agent a run belongs to (the agent id of its first applied event); with
+  signed events another agent's event for the run is dead-lettered.
+* The write time decides idle expiry (``streams.app.expiry``): a runner's clock never does.
+
+A stored envelope is at most ``MAX_STATE_BYTES``: the changelog topic takes records up to
+``CHANGELOG_MAX_MESSAGE_BYTES``, and a state the changelog refuses would be lost on the next
+restore.  ``historySize`` is bounded in the config (``schemas.config``), so only runs with very
+long ids and names reach the limit; ``pack_within_limit`` then drops their oldest history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import struct
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator
+
+from streams.engine import RunState, decode_state, encode_state
+from streams.engine.history import trim as trim_history
+
+from .output import send_records
+
+__all__ = [
+    "CHANGELOG_MAX_MESSAGE_BYTES",
+    "Envelope",
+    "MAX_STATE_BYTES",
+    "RunStore",
+    "SEEN_EVENT_IDS",
+    "event_digest",
+    "idle_since_ms",
+    "pack_state",
+    "pack_within_limit",
+    "unpack_header",
+    "unpack_state",
+]
+
+log = logging.getLogger("loopwatch.worker")
+
+TABLE_NAME = "runs"
+CHANGELOG_MAX_MESSAGE_BYTES = 2 * 1024 * 1024
+"""``max.message.bytes`` of the run table's changelog (set when Faust creates it): twice
+what a stored state may take (``MAX_STATE_BYTES``, 1 MB)."""
+MAX_STATE_BYTES = 1_000_000
+"""Upper bound of a stored envelope: under the broker's default ``message.max.bytes``
+(1,048,588), with room for the key and the record batch around it, so that a changelog
+created before ``CHANGELOG_MAX_MESSAGE_BYTES`` was set takes it too."""
+
+ENVELOPE_VERSION = 3
+_HEADER = struct.Struct(">BqqHH")
+HEADER_SIZE = _HEADER.size
+_HEADER_V2 = struct.Struct(">BqqH")
+_HEADER_V1 = struct.Struct(">Bqqq")
+DIGEST_SIZE = 8
+SEEN_EVENT_IDS = 64
+"""Per run, the ids of this many most recently applied events are remembered (as 8-byte
+digests, 512 bytes a run) to skip an event published again.  A retry follows its original
+within a few events of the same run; a run's events are sequential (each call waits for its
+tool), so 64 covers any retry a runner makes while the run goes on."""
+_SEEN_BYTES = SEEN_EVENT_IDS * DIGEST_SIZE
+
+
+# -- the envelope -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Envelope:
+    offset: int
+    touched_ms: int
+    seen: bytes
+    """Digests of the run's last applied event ids, oldest first (``event_digest``)."""
+    state: RunState | None
+    owner: str | None = None
+    """The agent id of the run's first applied event."""
+
+
+def pack_state(
+    state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray = b"", owner: str | None = None
+) -> bytes:
+    who = owner.encode("utf-8", "surrogatepass") if owner else b""
+    return (
+        _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who))
+        + seen + who + encode_state(state)
+    )
+
+
+def pack_within_limit(
+    state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray, owner: str | None
+) -> tuple[bytes, tuple[int, int] | None]:
+    """``(envelope, None)``, or when the envelope is over ``MAX_STATE_BYTES``: the run's newest
+    history that fits (its oldest records dropped from ``state``, in place; then its warning
+    buckets) as ``(envelope, (the envelope's former size, the history's former length))``.
+    Raises when even an empty history does not fit, or the state cannot be encoded at all."""
+    value = pack_state(state, offset, touched_ms, seen, owner)
+    if len(value) <= MAX_STATE_BYTES:
+        return value, None
+    size = len(value)
+    records = kept = len(state)
+    while len(value) > MAX_STATE_BYTES and kept > 0:
+        kept //= 2
+        trim_history(state, kept)
+        value = pack_state(state, offset, touched_ms, seen, owner)
+    if len(value) > MAX_STATE_BYTES:
+        state.warning_buckets.clear()
+        value = pack_state(state, offset, touched_ms, seen, owner)
+    if len(value) > MAX_STATE_BYTES:
+        raise ValueError(f"{len(value)} bytes even without history and warning buckets")
+    return value, (size, records)
+
+
+def parse_header(value: bytes) -> tuple[int, int, int, int, int]:
+    """``(offset, touched_ms, where the digests start, where the owner starts, where the
+    state starts)``."""
+    version = value[0] if value else None
+    if version == ENVELOPE_VERSION:
+        _version, offset, touched_ms, n, m = _HEADER.unpack_from(value)
+        owner_at = HEADER_SIZE + n * DIGEST_SIZE
+        return offset, touched_ms, HEADER_SIZE, owner_at, owner_at + m
+    if version == 2:
+        _version, offset, touched_ms, n = _HEADER_V2.unpack_from(value)
+        state_at = _HEADER_V2.size + n * DIGEST_SIZE
+        return offset, touched_ms, _HEADER_V2.size, state_at, state_at
+    if version == 1:
+        _version, offset, touched_ms, _last_event_ms = _HEADER_V1.unpack_from(value)
+        return offset, touched_ms, _HEADER_V1.size, _HEADER_V1.size, _HEADER_V1.size
+    raise ValueError(f"unknown state envelope version {version}")
+
+
+def owner_of(value: bytes, owner_at: int, state_at: int) -> str | None:
+    return value[owner_at:state_at].decode("utf-8", "surrogatepass") if state_at > owner_at else None
+
+
+def unpack_header(value: bytes) -> tuple[int, int]:
+    """``(offset, touched_ms)`` of a stored envelope, without decoding the state."""
+    offset, touched_ms, _seen_at, _owner_at, _state_at = parse_header(value)
+    return offset, touched_ms
+
+
+def unpack_state(value: bytes) -> Envelope:
+    """The whole envelope, state decoded."""
+    offset, touched_ms, seen_at, owner_at, state_at = parse_header(value)
+    return Envelope(
+        offset, touched_ms, bytes(value[seen_at:owner_at]), decode_state(value[state_at:]),
+        owner_of(value, owner_at, state_at),
+    )
+
+
+def idle_since_ms(value: bytes) -> int:
+    """When this worker last wrote the run, by its own clock (a runner's clock never counts:
+    a run stamped in the far future must still expire)."""
+    return unpack_header(value)[1]
+
+
+def event_digest(event_id: str) -> bytes:
+    """The 8 bytes an event id is remembered by (a collision within one run's last 64 ids
+    is a 1 in 2^58 chance)."""
+    return hashlib.blake2b(event_id.encode("utf-8", "surrogatepass"), digest_size=DIGEST_SIZE).digest()
+
+
+def seen_before(seen: bytearray, digest: bytes) -> bool:
+    at = seen.find(digest)
+    while at >= 0:
+        if at % DIGEST_SIZE == 0:
+            return True
+        at = seen.find(digest, at + 1)
+    return False
+
+
+def remember(seen: bytearray, digest: bytes) -> None:
+    seen += digest
+    if len(seen) > _SEEN_BYTES:
+        del seen[:DIGEST_SIZE]
+
+
+# -- the store ----------------------------------------------------------------------------------
+
+
+class RunStore:
+    """Reads and writes of the run table.
+
+    ``table``: the table's partitions (``streams.faust_adapter.TableAccess``); ``producer()``:
+    the aiokafka producer its changelog records go out on.  ``runs_tracked`` is how many runs
+    this worker holds: set by each idle sweep (``streams.app.expiry``), moved by each
+    checkpoint in between.
+    """
+
+    def __init__(self, table: Any, producer: Callable[[], Any]) -> None:
+        self.changelog_topic: str = table.changelog_topic
+        self._table = table
+        self._db = table.db
+        self._producer = producer
+        self.runs_tracked = 0
+
+    def read(self, partition: int, key: bytes) -> bytes | None:
+        """A run's stored envelope, or None."""
+        return self._db(partition).get(key)
+
+    async def write(
+        self,
+        writes: Iterable[tuple[tuple[int, bytes], bytes | None]],
+        on_stored: Callable[[], None] | None = None,
+        step_aside: Callable[[], Any] | None = None,
+    ) -> list[asyncio.Future]:
+        """Store envelopes (None: delete) in RocksDB, then queue their changelog records;
+        returns the futures of their delivery.
+
+        ``on_stored`` is called once every RocksDB write is done; ``step_aside()`` is awaited
+        after each partition's RocksDB write and after each partition's changelog sends (a
+        checkpoint lets batches in between; the sweep, which writes under the write lock,
+        passes none).
+        """
+        import rocksdict
+
+        by_partition: dict[int, list[tuple[bytes, bytes | None]]] = defaultdict(list)
+        for (partition, key), value in writes:
+            by_partition[partition].append((key, value))
+        for partition, items in by_partition.items():
+            wb = rocksdict.WriteBatch(raw_mode=True)
+            for key, value in items:
+                if value is None:
+                    wb.delete(key)
+                else:
+                    wb.put(key, value)
+            self._db(partition).write(wb)
+            if step_aside is not None:
+                await step_aside()  # until on_stored the checkpoint serves reads of these runs
+        if on_stored is not None:
+            on_stored()  # every RocksDB write is done: reads go to the store from now on
+        changelog = self.changelog_topic
+        sent = []
+        for partition, items in by_partition.items():
+            for future, n in await send_records(self._producer(), changelog, partition, items):
+                future.add_done_callback(self._persisted_callback(partition, n))
+                sent.append(future)
+            if step_aside is not None:
+                await step_aside()
+        return sent
+
+    def _persisted_callback(self, partition: int, n: int) -> Callable[[asyncio.Future], None]:
+        def on_sent(future: asyncio.Future) -> None:
+            if future.cancelled():
+                return
+            exc = future.exception()
+            if exc is not None:
+                # A checkpoint raises it (and stops the worker); a sweep's tombstones only
+                # log it: the local store is then ahead of the changelog, and a restore
+                # brings the expired runs back until the next sweep expires them again.
+                log.error("%d changelog records for %s[%d] not written: %r", n, self.changelog_topic, partition, exc)
+                return
+            self._table.set_persisted_offset(partition, future.result().offset + n - 1)
+
+        return on_sent
+
+    # -- scans (the idle sweep) --------------------------------------------------------------------
+
+    def open_partitions(self) -> list[int]:
+        """Partitions whose database is open on this worker (active or standby)."""
+        return self._table.open_partitions()
+
+    def partition_db(self, partition: int) -> Any:
+        """An open partition's database, as a handle: a rebalance that closes or reopens the
+        partition gives another one (compare with ``is``); None when it is not open."""
+        return self._table.open_db(partition)
+
+    def items(self, db: Any) -> Iterator[tuple[bytes, bytes]]:
+        """Every run of a partition's database: ``(state key, envelope)``."""
+        offset_key = self._table.offset_key
+        for key, value in db.items():
+            if key != offset_key:
+                yield key, value
+
+    def count(self, created: int, deleted: int) -> None:
+        """A checkpoint stored ``created`` runs that had no state and deleted ``deleted``."""
+        self.runs_tracked = max(0, self.runs_tracked + created - deleted)

@@ -1,0 +1,77 @@
+"""The worker's topics: ``tool-calls`` (consumed), ``loop-verdicts`` and the dead-letter
+topic (produced), made sure of before the worker starts (``ensure_topics``)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from streams.broker_access import BrokerAccessError, broker_access
+
+from .output import DLQ_MAX_MESSAGE_BYTES
+from .settings import Settings
+
+__all__ = ["ensure_topics"]
+
+log = logging.getLogger("loopwatch.worker")
+
+
+async def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
+    """Create ``tool-calls``, ``loop-verdicts`` and the dead-letter topic when missing.
+
+    Faust declares them too, but only just before it subscribes, and the consumer's metadata
+    may not show a brand-new topic yet: the first assignment then misses ``tool-calls``
+    ("Ignoring missing topic") until a second rebalance.  Creating them before the worker
+    starts avoids that.  Returns the topics created.
+
+    This is also the worker's first connection, so it fails the start (``BrokerAccessError``,
+    one line) when the broker refuses the credentials or its certificate is not trusted, or
+    when a topic is missing and the worker may not create it.  Other errors are logged, not
+    raised (an unreachable broker may come up; Faust declares the topics again).
+    """
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+    from aiokafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
+
+    wanted = {
+        settings.tool_calls_topic: {},
+        settings.verdicts_topic: {},
+        settings.dead_letter_topic: {"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
+    }
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=settings.broker_hosts, request_timeout_ms=int(timeout * 1000),
+        **settings.kafka_client_options(),
+    )
+    created: list[str] = []
+    try:
+        async with broker_access(settings.broker_hosts, username=settings.sasl_username, mechanism=settings.sasl_mechanism):
+            await asyncio.wait_for(admin.start(), timeout)
+        existing = set(await admin.list_topics())  # those this principal may describe
+        missing = [name for name in wanted if name not in existing]
+        for name in missing:
+            response = await admin.create_topics(
+                [NewTopic(name, settings.partitions, settings.replication, topic_configs=wanted[name])]
+            )
+            for entry in response.topic_errors:  # (topic, error_code[, error_message])
+                code, message = entry[1], entry[2] if len(entry) > 2 else ""
+                if code == TopicAuthorizationFailedError.errno:
+                    who = f"user {settings.sasl_username!r}" if settings.sasl_username else "this worker"
+                    raise BrokerAccessError(
+                        f"topic {name} does not exist (or may not be described) and {who} may not create it:"
+                        " create it first and grant the ACLs (README, Securing Kafka)"
+                    )
+                if code == 0:
+                    created.append(name)
+                elif code != TopicAlreadyExistsError.errno:
+                    log.warning("could not create topic %s (error %d: %s); Faust will declare it", name, code, message)
+        if created:
+            log.info("created topics %s (%d partitions)", ", ".join(created), settings.partitions)
+    except BrokerAccessError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - Faust declares them again
+        log.warning("could not check/create topics before start (%r); Faust will declare them", exc)
+    finally:
+        try:
+            await admin.close()
+        except Exception:  # noqa: BLE001
+            pass
+    return created

@@ -1,0 +1,88 @@
+"""Driving the engine over many runs, and what loopwatch publishes for a step.
+
+``LoopEngine.handle`` takes one run's state and one event.  Every driver that is not the
+worker keeps its runs' states the same way: by the event's state key, dropped when a run
+ends.  ``RunDriver`` is that, once: ``loopwatch replay``, the conformance hook cases, the
+scenarios' obedient runner, the test harness's reference answers and the benchmarks use it.
+(The worker keeps its states in RocksDB and ``streams.app.checkpoint.LiveRuns`` instead.)
+
+``published`` is what goes on ``loop-verdicts`` for a step, for the worker and every
+reference answer alike: ``Step.published_decision`` (the decision of a gated call, every
+warning the bucket rule lets through, every block), then the abort, if any.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Iterator
+
+from schemas.events import ToolCallEvent
+from schemas.keys import state_key
+from schemas.verdicts import Verdict
+
+from .engine import LoopEngine, Step
+from .state import RunState
+
+__all__ = ["RunDriver", "published"]
+
+
+def published(step: Step) -> list[Verdict]:
+    """Every verdict loopwatch publishes for the step, in order: its decision
+    (``Step.published_decision``), then its abort."""
+    out: list[Verdict] = []
+    decision = step.published_decision
+    if decision is not None:
+        out.append(decision)
+    if step.abort is not None:
+        out.append(step.abort)
+    return out
+
+
+class RunDriver:
+    """The engine over a stream of events of many runs, each run's state kept by its state
+    key (``schemas.keys.state_key``) and dropped when the run ends.
+
+    Like the engine, it has no I/O and no clock.  A ``Step`` describes its run as of that
+    event: read it before the run's next event is handled.
+    """
+
+    def __init__(self, engine: LoopEngine) -> None:
+        self.engine = engine
+        self.states: dict[str, RunState] = {}
+        """State key -> the run's state."""
+
+    def handle(self, event: ToolCallEvent, key: str | None = None, *, validated: bool = False) -> Step:
+        """Apply one event to its run (``key``: its state key, when the caller has it)."""
+        if key is None:
+            key = state_key(event)
+        step = self.engine.handle(self.states.get(key), event, validated=validated)
+        if step.state is None:
+            self.states.pop(key, None)
+        else:
+            self.states[key] = step.state
+        return step
+
+    def steps(self, events: Iterable[ToolCallEvent], *, validated: bool = False) -> Iterator[tuple[ToolCallEvent, Step]]:
+        """``(event, step)`` for each event, lazily."""
+        handle = self.handle
+        for event in events:
+            yield event, handle(event, validated=validated)
+
+    def apply(self, events: Iterable[ToolCallEvent], keys: Iterable[str], *, validated: bool = False) -> None:
+        """Apply every event (its state key beside it), keeping nothing but the states: the
+        engine's own throughput, with no per-event cost of the driver's (``bench/core.py``)."""
+        handle = self.engine.handle
+        states = self.states
+        get = states.get
+        for key, event in zip(keys, events):
+            step = handle(get(key), event, validated=validated)
+            if step.state is None:
+                states.pop(key, None)
+            else:
+                states[key] = step.state
+
+    def verdicts(self, events: Iterable[ToolCallEvent], *, validated: bool = False) -> list[Verdict]:
+        """What loopwatch publishes for these events, in order (``published``)."""
+        out: list[Verdict] = []
+        for _event, step in self.steps(events, validated=validated):
+            out.extend(published(step))
+        return out

@@ -1,0 +1,228 @@
+"""The adapter to Faust's, mode's and aiokafka's internals (``streams.faust_adapter``).
+
+Every private name it uses exists, with the shape it relies on, in the installed versions;
+the list of those names is complete; nothing else in the project touches a dependency's
+private name; the version check fails in one line; aiokafka's log line that
+``streams.broker_access`` reads is still the one aiokafka logs.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import importlib
+import inspect
+import logging
+import re
+import socket
+from pathlib import Path
+
+import pytest
+
+from streams import faust_adapter
+from streams.faust_adapter import OWN_NAMES, PRIVATE_NAMES, DependencyVersionError, check_versions
+
+REPO = Path(__file__).resolve().parents[2]
+ADAPTER = REPO / "streams" / "faust_adapter.py"
+DEPENDENCIES = ("faust", "mode", "aiokafka")
+
+
+def resolve(path: str):
+    module, _, name = path.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    """Live objects of each owner in PRIVATE_NAMES (their attributes are set in __init__)."""
+    from streams.app.app import build_worker
+    from streams.app.settings import Settings
+
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    worker = build_worker(Settings(data_dir=tmp_path_factory.mktemp("state"), app_id="lw-adapter"))
+    consumer = worker.app.consumer
+    return [worker.app, consumer, consumer._thread, worker.table.data, worker.app.producer]
+
+
+@pytest.mark.parametrize("private", PRIVATE_NAMES, ids=lambda p: f"{p.owner.split(':')[1]}.{p.name}")
+def test_every_private_name_still_has_its_shape(private, live):
+    owner = resolve(private.owner)
+    if private.kind == "attribute":
+        objects = [obj for obj in live if isinstance(obj, owner)]
+        assert objects, f"no live {private.owner} to check {private.name} on"
+        for obj in objects:
+            assert isinstance(getattr(obj, private.name), resolve(private.type_name)), private
+        return
+    member = inspect.getattr_static(owner, private.name)
+    assert inspect.isfunction(member), f"{private.owner}.{private.name} is not a method any more"
+    assert inspect.iscoroutinefunction(member) == (private.kind == "async method"), private
+    assert tuple(inspect.signature(member).parameters) == private.params, private
+
+
+def _adapter_names() -> tuple[set[str], set[str]]:
+    """(private names the adapter uses on any object or overrides in its mixins, private
+    attributes its own helper classes set on themselves)."""
+    tree = ast.parse(ADAPTER.read_text())
+    used: set[str] = set()
+    helpers: set[str] = set()
+    for cls in [node for node in tree.body if isinstance(node, ast.ClassDef)]:
+        mixin = cls.name.startswith("_")
+        for node in ast.walk(cls):
+            if mixin and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _private(node.name):
+                used.add(node.name)
+            if not mixin and isinstance(node, ast.Assign):
+                for target in node.targets:
+                    if isinstance(target, ast.Attribute) and _is_self(target.value) and _private(target.attr):
+                        helpers.add(target.attr)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            used.add(node.attr)
+    return used, helpers
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _is_self(node: ast.AST) -> bool:
+    return isinstance(node, ast.Name) and node.id == "self"
+
+
+def test_the_list_of_private_names_is_complete_and_current():
+    used, helpers = _adapter_names()
+    listed = {p.name for p in PRIVATE_NAMES}
+    assert used - listed - OWN_NAMES - helpers == set(), "private names used but not in PRIVATE_NAMES or OWN_NAMES"
+    assert listed - used == set(), "PRIVATE_NAMES lists names the adapter no longer uses"
+    assert OWN_NAMES - used == set(), "OWN_NAMES lists names the adapter no longer uses"
+
+
+def test_the_adapters_own_names_are_not_fausts():
+    # A private name of Faust's or mode's with the same name as one the adapter adds to
+    # their objects would be silently replaced: none of their sources may use one.
+    used = {name: [] for name in OWN_NAMES}
+    for package in ("faust", "mode"):
+        root = Path(importlib.import_module(package).__file__).parent
+        for path in root.rglob("*.py"):
+            text = path.read_text(errors="replace")
+            for name in OWN_NAMES:
+                if re.search(rf"\b{name}\b", text):
+                    used[name].append(str(path))
+    assert {name: paths for name, paths in used.items() if paths} == {}
+
+
+def test_a_version_it_was_not_written_for_fails_in_one_line():
+    check_versions()  # the installed ones
+    installed = {"faust-streaming": "0.15.3", "mode-streaming": "0.7.1", "aiokafka": "0.15.0"}
+    with pytest.raises(DependencyVersionError) as error:
+        check_versions(installed.__getitem__)
+    message = str(error.value)
+    assert "\n" not in message
+    assert message.startswith("aiokafka 0.15.0 is installed, but streams/faust_adapter.py was written for 0.14.0")
+
+
+def test_pyproject_pins_the_versions_the_adapter_was_written_for():
+    import tomllib
+
+    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    for package, versions in faust_adapter.WRITTEN_FOR.items():
+        pinned = [d for d in dependencies if re.match(rf"{re.escape(package)}\s*==", d)]
+        assert pinned == [f"{package}=={versions[0]}"], (package, pinned)
+
+
+async def test_aiokafka_still_logs_why_its_bootstrap_failed(caplog):
+    # The record streams.broker_access explains: a closed port gives ConnectionRefusedError.
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import KafkaConnectionError
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends
+    producer = AIOKafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=2000)
+    with caplog.at_level(logging.ERROR, logger=faust_adapter.AIOKAFKA_CLIENT_LOGGER):
+        with pytest.raises(KafkaConnectionError):
+            await producer.start()
+    await producer.stop()
+    parsed = [faust_adapter.unable_to_connect(r) for r in caplog.records]
+    assert [(where, type(error)) for where, error in filter(None, parsed)] == [(f"127.0.0.1:{port}", ConnectionRefusedError)]
+
+
+def test_sasl_bytes_are_redacted_in_the_request_line_aiokafka_logs():
+    from aiokafka.protocol.admin import SaslAuthenticateRequest_v0
+
+    request = SaslAuthenticateRequest_v0(sasl_auth_bytes=b"\x00user\x00secret")
+    record = logging.LogRecord(faust_adapter.AIOKAFKA_CONN_LOGGER, logging.DEBUG, "conn.py", 1,
+                               "Request to %s:%d %d: %s", ("127.0.0.1", 9092, 7, request), None)
+    line = record.getMessage()  # as aiokafka.conn logs each request
+    assert "secret" in line
+    redacted = faust_adapter.redact_sasl_bytes(line)
+    assert redacted is not None and "secret" not in redacted and "sasl_auth_bytes=<redacted>" in redacted
+    assert faust_adapter.redact_sasl_bytes("Sending request MetadataRequest_v1(topics=[])") is None
+
+
+# -- nothing else touches a dependency's private name ------------------------------------------
+
+PROJECT_CODE = ("streams", "schemas", "harness", "bench")
+
+
+def _project_modules():
+    for top in PROJECT_CODE:
+        for path in sorted((REPO / top).rglob("*.py")):
+            if path != ADAPTER:
+                yield path
+
+
+def _own_private_names(tree: ast.Module) -> set[str]:
+    """Private names a module defines itself: functions, classes, class attributes, and
+    attributes it sets on its own objects."""
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            own.add(node.target.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) and _is_self(node.value):
+            own.add(node.attr)
+    return {name for name in own if _private(name)}
+
+
+def _dependency_bases(tree: ast.Module) -> list[str]:
+    """Classes of the module derived from a class of Faust, mode or aiokafka."""
+    imported: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = node.module
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                imported[alias.asname or alias.name.split(".")[0]] = alias.name
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for base in node.bases:
+                root = base
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                if isinstance(root, ast.Name) and imported.get(root.id, "").split(".")[0] in DEPENDENCIES:
+                    found.append(f"{node.name}({ast.unparse(base)})")
+    return found
+
+
+def test_no_other_module_touches_a_dependencys_private_name():
+    offenders = []
+    for path in _project_modules():
+        tree = ast.parse(path.read_text())
+        own = _own_private_names(tree)
+        where = path.relative_to(REPO)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and _private(node.attr) and node.attr not in own:
+                offenders.append(f"{where}:{node.lineno}: .{node.attr}")
+        offenders += [f"{where}: class {base}" for base in _dependency_bases(tree)]
+    assert offenders == []
+
+
+def test_the_checks_above_see_a_private_name_and_a_subclass():
+    tree = ast.parse("import faust\nclass A(faust.App):\n    pass\ndef f(store):\n    return store._dbs\n")
+    assert _dependency_bases(tree) == ["A(faust.App)"]
+    assert "_dbs" not in _own_private_names(tree)

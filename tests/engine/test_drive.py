@@ -1,0 +1,88 @@
+"""Driving the engine over many runs (``RunDriver``) and what a step publishes
+(``Step.published_decision``, ``published``), against hand-worked runs."""
+
+from schemas.verdicts import Decision, RunAborted
+from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
+from streams.engine import LoopEngine, RunDriver, published
+
+ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
+SAME = "same"
+
+
+def loop(run_id: str, n: int, *, gate: bool, start: int = 0):
+    """``n`` identical reads of one run, each completed with the same result (upstream's
+    generic repeat: calls 10-19 warn, once per bucket, and the 21st identical call blocks)."""
+    fields = dict(run_id=run_id, session_key=f"s-{run_id}", agent_id="main")
+    for i in range(start, start + n):
+        yield requested_event(f"{run_id}-{i}q", "read", {"p": 1}, tool_call_id=f"c{i}", gate=gate, **fields)
+        yield completed_event(f"{run_id}-{i}c", "read", {"p": 1}, result=SAME, tool_call_id=f"c{i}", **fields)
+
+
+def test_what_each_step_publishes():
+    runs = RunDriver(LoopEngine(ENABLED))
+    shown = []
+    for event, step in runs.steps(loop("r", 21, gate=False)):
+        shown.append([(type(v).__name__, getattr(v, "action", None)) for v in published(step)])
+    requests = shown[0::2]
+    assert shown[1::2] == [[]] * 21  # completions publish nothing
+    assert requests[:10] == [[]] * 10  # allows nobody waits for
+    assert requests[10] == [("Decision", "warn")]  # call 11: the warning the bucket rule shows
+    assert requests[11:20] == [[]] * 9  # the same warning, hidden by the bucket rule (action allow)
+    assert requests[20] == [("Decision", "block")]
+
+
+def test_a_gated_call_gets_every_decision():
+    runs = RunDriver(LoopEngine(ENABLED))
+    actions = [[v.action for v in published(step)] for event, step in runs.steps(loop("r", 21, gate=True))][0::2]
+    assert actions == [["allow"]] * 10 + [["warn"]] + [["allow"]] * 9 + [["block"]]
+
+
+def test_a_block_that_ends_the_run_publishes_the_decision_then_the_abort():
+    root = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"abortAfterCriticalBlocks": 1}}
+    steps = [step for _event, step in RunDriver(LoopEngine(root)).steps(loop("r", 21, gate=False))]
+    verdicts = published(steps[40])  # the 21st request
+    assert [type(v) for v in verdicts] == [Decision, RunAborted]
+    assert (verdicts[0].action, verdicts[1].detector) == ("block", "critical_block_limit")
+    assert verdicts[1].verdict_id == f"{verdicts[0].cause_event_id}/abort"
+
+
+def test_a_loop_that_survives_a_compaction_publishes_its_abort():
+    runs = RunDriver(LoopEngine(ENABLED))
+    fields = dict(run_id="r", session_key="s", agent_id="main")
+    runs.handle(compaction_event("arm", **fields))
+    out = []
+    for i in range(3):  # the guard's window: three identical outcomes
+        runs.handle(requested_event(f"q{i}", "gateway", {"a": 1}, tool_call_id=f"c{i}", **fields))
+        out.append(published(runs.handle(completed_event(f"c{i}", "gateway", {"a": 1}, result=SAME,
+                                                         tool_call_id=f"c{i}", **fields))))
+    assert out[:2] == [[], []]
+    assert [(type(v), v.detector) for v in out[2]] == [(RunAborted, "compaction_loop_persisted")]
+
+
+def test_runs_keep_their_own_state_and_lose_it_when_they_end():
+    runs = RunDriver(LoopEngine(ENABLED))
+    a, b = list(loop("a", 12, gate=False)), list(loop("b", 3, gate=False))
+    for event in a[:12] + b + a[12:]:  # b in the middle of a
+        runs.handle(event)
+    assert set(runs.states) == {"run:a", "run:b"}
+    assert (len(runs.states["run:a"]), len(runs.states["run:b"])) == (12, 3)
+    runs.handle(run_ended_event("end-b", run_id="b", session_key="s-b"))
+    assert set(runs.states) == {"run:a"}
+
+
+def test_apply_keeps_the_same_states_as_handle():
+    events = [*loop("a", 25, gate=False), *loop("b", 5, gate=True)]
+    one, bulk = RunDriver(LoopEngine(ENABLED)), RunDriver(LoopEngine(ENABLED))
+    for event in events:
+        one.handle(event)
+    bulk.apply(events, [f"run:{e.run_id}" for e in events])
+    assert bulk.states == one.states
+
+
+def test_verdicts_are_what_the_steps_publish_in_order():
+    events = [*loop("a", 21, gate=False), *loop("b", 2, gate=True)]
+    expected = []
+    for event, step in RunDriver(LoopEngine(ENABLED)).steps(events):
+        expected += published(step)
+    assert RunDriver(LoopEngine(ENABLED)).verdicts(events) == expected
+    assert [v.action for v in expected] == ["warn", "block", "allow", "allow"]
