@@ -40,6 +40,7 @@ import asyncio
 import gc
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -113,6 +114,19 @@ def cpu_model() -> str:
 def process_cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def process_peak_rss_mib(pid: int) -> float:
+    """The process's peak resident set so far (``VmHWM``), MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise BenchFailed(f"/proc/{pid}/status has no VmHWM line")
+
+
+def cpu_steal_jiffies() -> int:
+    """CPU time the hypervisor gave to other guests, all cores (``steal`` of /proc/stat)."""
+    return int(Path("/proc/stat").read_text().split("\n", 1)[0].split()[8])
 
 
 def bootstrap() -> str:
@@ -203,8 +217,11 @@ async def raw_passthrough(broker: str, source: str, sink: str, n: int, *, batche
 
 
 async def worker_throughput(
-    broker: str, records: list[tuple[bytes, bytes]], tmp: Path, *, max_batch: int | None, used: list[str]
+    broker: str, records: list[tuple[bytes, bytes]], tmp: Path, *, max_batch: int | None, used: list[str],
+    profile_to: Path | None = None,
 ) -> dict:
+    """(b).  ``profile_to``: record the worker with py-spy (``--format raw``, folded stacks)
+    from its first processed record to its last, into this file."""
     names = WorkerNames(prefix="lwbench")
     used.append(names.app_id)
     await create_topics(broker, [names.tool_calls])
@@ -218,6 +235,7 @@ async def worker_throughput(
     n = len(records)
     admin = AIOKafkaAdminClient(bootstrap_servers=broker)
     await admin.start()
+    profiler = None
     worker.start()
     try:
         first = None
@@ -243,11 +261,16 @@ async def worker_throughput(
                 if first is None and done > 0:
                     first = (time.perf_counter(), done)
                     cpu0 = process_cpu_seconds(worker.pid)
+                    if profile_to is not None:
+                        profiler = start_profiler(worker.pid, profile_to)
                 elif first is not None and done > first[1]:
                     rate = (done - first[1]) / (time.perf_counter() - first[0])
                 if done >= n:
                     processed_at = time.perf_counter()
                     cpu = process_cpu_seconds(worker.pid) - cpu0
+                    if profiler is not None:
+                        stop_profiler(profiler)
+                        profiler = None
                 continue
             # Durable: every offset committed (states checkpointed, verdicts delivered).
             offsets = await admin.list_consumer_group_offsets(names.app_id)
@@ -263,6 +286,8 @@ async def worker_throughput(
                 return {
                     "rate": counted / elapsed,
                     "durable_rate": counted / (durable_at - first[0]),
+                    # Read once every offset is committed: the peak includes the checkpoints.
+                    "peak_rss_mib": process_peak_rss_mib(worker.pid),
                     "elapsed": elapsed,
                     "events": n,
                     "cpu_us": cpu / counted * 1e6,
@@ -271,8 +296,32 @@ async def worker_throughput(
                     "names": names,
                 }
     finally:
+        if profiler is not None:
+            stop_profiler(profiler)
         worker.stop()
         await admin.close()
+
+
+def start_profiler(pid: int, out: Path) -> subprocess.Popen:
+    """py-spy (from PyPI, ``pip install py-spy``) sampling ``pid`` without pausing it."""
+    spy = Path(sys.executable).with_name("py-spy")
+    if not spy.exists():
+        raise BenchFailed(f"--profile-worker needs py-spy beside {sys.executable}: pip install py-spy")
+    return subprocess.Popen(
+        [str(spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "250", "--nonblocking",
+         "--output", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True,
+    )
+
+
+def stop_profiler(profiler: subprocess.Popen) -> None:
+    """Stop py-spy as Ctrl-C would: it writes its file on the way out."""
+    profiler.send_signal(signal.SIGINT)
+    try:
+        profiler.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        profiler.kill()
+        profiler.wait()
 
 
 # -- (d) peers: the same workload in Quix Streams and in a plain Faust agent -----------------------
@@ -528,6 +577,8 @@ async def run(args: argparse.Namespace) -> int:
     broker = args.broker or bootstrap()
     tmp = Path(tempfile.mkdtemp(prefix="lwbench-"))
     load = os.getloadavg()
+    steal0 = cpu_steal_jiffies()
+    print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC")
     print(f"machine: {cpu_model()}, {os.cpu_count()} cores (nproc), Python {platform.python_version()}, "
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"broker:  {broker} (scripts/kafka.sh), {PARTITIONS} partitions per topic")
@@ -552,11 +603,14 @@ async def run(args: argparse.Namespace) -> int:
             results["raw_batched"] = await raw_passthrough(broker, src, sink2, n, batched=True, group=f"lwbench-{names.tag}-raw2")
             print(f"(a') raw aiokafka pass-through, record batches:    {results['raw_batched']:>9,.0f} events/s")
         if not args.skip_worker:
-            b = await worker_throughput(broker, records, tmp, max_batch=args.max_batch, used=used)
+            b = await worker_throughput(broker, records, tmp, max_batch=args.max_batch, used=used,
+                                        profile_to=args.profile_worker)
             results["worker"] = b
             print(f"(b)  loopwatch worker end to end:                  {b['rate']:>9,.0f} events/s "
                   f"({b['events']:,} events in {b['elapsed']:.1f} s; {b['cpu_us']:.0f} µs CPU/event, {b['cpu_cores']:.2f} cores); "
-                  f"{b['durable_rate']:,.0f} events/s to all offsets committed")
+                  f"{b['durable_rate']:,.0f} events/s to all offsets committed; peak RSS {b['peak_rss_mib']:.0f} MiB")
+            if args.profile_worker:
+                print(f"     py-spy profile of (b): {args.profile_worker} (python -m bench.profile {args.profile_worker})")
         if args.peer:
             expected = reference_verdicts(events, CONFIG)
             for name in sorted(set(args.peer), key=list(PEERS).index):
@@ -617,6 +671,7 @@ async def run(args: argparse.Namespace) -> int:
         b = results["worker"]
         print(f"| (b) loopwatch worker end to end ({b['events']:,} events, {args.runs:,} runs, {args.mix} mix) | {b['rate']:,.0f} events/s "
               f"processed ({b['cpu_us']:.0f} µs CPU/event); {b['durable_rate']:,.0f} events/s until every offset is committed |")
+        print(f"| (b) the worker's peak RSS | {b['peak_rss_mib']:,.0f} MiB |")
         if "raw" in results:
             print(f"| ratio (b)/(a) | {b['rate'] / results['raw']:.2f} |")
             print(f"| ratio (b)/(a') | {b['rate'] / results['raw_batched']:.2f} |")
@@ -653,7 +708,9 @@ async def run(args: argparse.Namespace) -> int:
         print("\ntargets:")
         for line in verdicts:
             print(f"  {line}")
-    print(f"\nlogs: {tmp}")
+    print(f"\nended: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; CPU steal during the run: "
+          f"{cpu_steal_jiffies() - steal0:,} jiffies")
+    print(f"logs: {tmp}")
     return 0
 
 
@@ -680,6 +737,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="(c) and (c') alternate this many times; the targets are judged on the median p99 (default 3)")
     p.add_argument("--latency-samples", type=Path, metavar="CSV",
                    help="write every decision's latency of (c) here (with several rounds: CSV-r1, CSV-r2, ...)")
+    p.add_argument("--profile-worker", type=Path, metavar="FILE",
+                   help="record the worker during (b) with py-spy into FILE (folded stacks; python -m bench.profile FILE)")
     p.add_argument("--skip-raw", action="store_true")
     p.add_argument("--skip-worker", action="store_true")
     p.add_argument("--skip-latency", action="store_true")

@@ -1,0 +1,122 @@
+"""Where the worker's time goes: a py-spy profile of (b) broken down by what the worker does.
+
+``python -m bench.kafka --profile-worker FILE`` records the worker with py-spy (``--format
+raw``: one line per distinct stack, ``frame;frame;... count``) from its first processed
+record to its last.  This module reads such a file and puts every sample in one part of
+the worker (``PARTS``), by the first rule that matches any frame of its stack: the specific
+parts come first (signing, dedupe, logging...), so that a sample of ``kafka_key_problem``
+called from the batch processor counts as the key check, not as the processor, and a
+socket write under aiokafka's producer counts as producing, not as the event loop.
+
+    python -m bench.profile FILE [--cpu-us 22] [--frames 40]
+
+``--cpu-us``: the worker's CPU time per event in the same run (printed by ``make bench``);
+each part is then also shown in µs per event (its share of the samples times that).
+``--frames``: also list the frames with the largest inclusive share (to look inside a part).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections import Counter
+from pathlib import Path
+
+__all__ = ["PARTS", "breakdown", "part_of", "read_stacks"]
+
+# (part, pattern on one frame as py-spy writes it: "function (file:line)"), first match wins.
+PARTS: list[tuple[str, str]] = [
+    ("signing (issue 20)", r"\(schemas/signing\.py"),
+    ("dedupe: event-id digests (issue 13)", r"^(event_digest|seen_before|remember) \(streams/app/run_store"),
+    ("Kafka key check (issue 13)", r"^(kafka_key_problem|record_key) "),
+    ("logging", r"\(streams/app/logs\.py|^BatchProcessor\._log |\(logging/|^Step\.logs |^_request_logs "
+                r"|^_tool_loop_line |^Detection\.message "),
+    ("metrics", r"\(prometheus_client/|^BatchProcessor\._account |^BatchProcessor\.observe_latency "
+                r"|\(streams/app/metrics\.py|\(socketserver\.py|\(wsgiref/"),
+    ("verdicts built and encoded", r"^encode_verdict |^Step\.published_decision |\(schemas/verdicts\.py"),
+    ("verdicts produced (queued in record batches)", r"^Output\.send_verdicts "),
+    ("state load (read, decode, copy)", r"^LiveRuns\.(load|decode) |^decode_state|^copy_state"),
+    ("state store (encode, RocksDB, changelog)", r"^Checkpointer\.checkpoint |^LiveRuns\.|^encode_state|^pack_"
+                                                 r"|\(streams/app/run_store\.py|^RunStore\.|rocksdict"),
+    ("decode events", r"^decode_event |^check_event |\(schemas/events\.py"),
+    ("engine", r"\(streams/engine/"),
+    ("aiokafka producer (sender, both producers)", r"\(aiokafka/producer/"),
+    ("consume: Faust fetch loop, aiokafka fetcher, acks", r"\(aiokafka/consumer/|\(faust/transport/"
+                                                          r"|\(streams/faust_adapter\.py"),
+    ("batch processor's own loop (group, clamp, bookkeeping)", r"\(streams/app/(processor|checkpoint)\.py"),
+    ("timers, health, expiry, config reload", r"\(streams/app/(app|health|expiry|reload|topics)\.py|\(faust/app/"),
+    ("asyncio, sockets (reads), aiokafka connections, the rest", r""),
+]
+_COMPILED = [(part, re.compile(pattern)) for part, pattern in PARTS]
+
+
+def read_stacks(path: Path) -> Counter:
+    """``{stack (tuple of frames, outermost first): samples}`` from a py-spy raw file."""
+    stacks: Counter = Counter()
+    for line in path.read_text(errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        stacks[tuple(stack.split(";"))] += int(count)
+    return stacks
+
+
+def part_of(stack: tuple[str, ...]) -> str:
+    for part, pattern in _COMPILED:
+        if any(pattern.search(frame) for frame in stack):
+            return part
+    return PARTS[-1][0]
+
+
+def breakdown(stacks: Counter) -> Counter:
+    parts: Counter = Counter()
+    for stack, n in stacks.items():
+        parts[part_of(stack)] += n
+    return parts
+
+
+def _frame_name(frame: str) -> str:
+    return re.sub(r":\d+\)$", ")", frame)  # one entry per function, not per line
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("file", type=Path, help="py-spy --format raw output (make bench --profile-worker FILE)")
+    p.add_argument("--cpu-us", type=float, help="the worker's µs CPU/event in the same run")
+    p.add_argument("--frames", type=int, default=0, help="also list this many frames by inclusive share")
+    args = p.parse_args(argv)
+    try:
+        stacks = read_stacks(args.file)
+    except OSError as exc:
+        print(f"bench.profile: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
+        return 1
+    total = sum(stacks.values())
+    if not total:
+        print(f"bench.profile: {args.file} holds no samples (is it py-spy's --format raw output?)", file=sys.stderr)
+        return 1
+    print(f"{total:,} samples in {args.file}")
+    print()
+    print("| part of the worker | share of samples |" + (" µs per event |" if args.cpu_us else ""))
+    print("|---|---|" + ("---|" if args.cpu_us else ""))
+    parts = breakdown(stacks)
+    for part, _pattern in PARTS:
+        n = parts.get(part, 0)
+        line = f"| {part} | {n / total * 100:.1f} % |"
+        if args.cpu_us:
+            line += f" {n / total * args.cpu_us:.1f} |"
+        print(line)
+    if args.frames:
+        inclusive: Counter = Counter()
+        for stack, n in stacks.items():
+            for frame in {_frame_name(f) for f in stack}:
+                inclusive[frame] += n
+        print()
+        for frame, n in inclusive.most_common(args.frames):
+            print(f"{n / total * 100:5.1f} %  {frame}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
