@@ -58,8 +58,9 @@ __all__ = ["BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut"
 
 log = logging.getLogger("loopwatch.worker")
 
-_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
-               "warning": logging.WARNING, "error": logging.ERROR}
+KEY_MEMO_SIZE = 100_000
+"""The state keys and key checks of this many distinct (Kafka key, run) pairs are remembered
+(the memo is emptied when it grows beyond)."""
 DETAIL_LIMIT = 2048
 """Dead-letter detail strings are cut to this many characters."""
 
@@ -178,15 +179,18 @@ class BatchProcessor:
         self.clock = clock
         self.clock_skew_ms = None if clock_skew_s is None else int(clock_skew_s * 1000)
         self.runs = LiveRuns(metrics, clock=clock, cache_size=cache_size)
-        self._loggers: dict[str, tuple[logging.Logger, Any]] = {}
+        self._keys: dict[tuple[Any, ...], tuple[bytes, tuple[str, str] | None]] = {}
+        """``(Kafka key, run_id, session_key, session_id) -> (state key, key problem)``."""
 
     def process(self, records: Iterable[Record], read: Callable[[int, bytes], bytes | None]) -> BatchResult:
         """Process one batch.  ``read(partition, key)`` returns a run's stored envelope or None."""
         engine, keyring = self.engine, self.keyring
-        self._loggers.clear()  # re-checks the logging set-up once per batch (logs.direct_writer)
         result = BatchResult()
         dead = result.dead_letters
-        groups: dict[tuple[int, bytes], list[tuple[Record, Any]]] = {}
+        groups: dict[tuple[int, bytes], list[tuple[Record, Any, Any]]] = {}
+        keys = self._keys
+        if len(keys) > KEY_MEMO_SIZE:
+            keys.clear()
         now_ms = int(self.clock() * 1000)
         latest_ms = None if self.clock_skew_ms is None else now_ms + self.clock_skew_ms
         for record in records:
@@ -198,8 +202,14 @@ class BatchProcessor:
                 event = decode_event(value)
                 if signer is not None:
                     signer.check_agent(event)
-                key = state_key(event).encode("utf-8", "surrogatepass")
-                problem = kafka_key_problem(record.key, event, key)
+                # The state key and the Kafka key check depend on these four values only, and
+                # a run's events share them: both are worked out once per run, not per event.
+                memo = (record.key, event.run_id, event.session_key, event.session_id)
+                known = keys.get(memo)
+                if known is None:
+                    key = state_key(event).encode("utf-8", "surrogatepass")
+                    known = keys[memo] = (key, kafka_key_problem(record.key, event, key))
+                key, problem = known
                 if problem is not None:
                     raise InvalidEvent(*problem)
             except InvalidEvent as exc:
@@ -210,15 +220,19 @@ class BatchProcessor:
                 self._count_error("decode")
                 log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition, record.offset)
                 continue
+            # Kept to rebuild the run after an engine error: the record's value (the decoded
+            # event is a third larger, and a busy worker holds seconds of events), or the
+            # event itself when it is not what the value decodes to.
+            replay = value
             if latest_ms is not None and event.ts_ms > latest_ms:
                 # A runner's clock far ahead (or a hostile ts_ms): the event counts as
                 # happening now.  Past times are left alone (replays, backlogs, ts_ms 0).
-                event = msgspec.structs.replace(event, ts_ms=now_ms)
+                event = replay = msgspec.structs.replace(event, ts_ms=now_ms)
                 result.clamped += 1
             group = groups.get((record.partition, key))
             if group is None:
                 groups[(record.partition, key)] = group = []
-            group.append((record, event))
+            group.append((record, event, replay))
 
         counts = _Counts()
         runs = self.runs
@@ -229,6 +243,8 @@ class BatchProcessor:
                 live = touched[pk] = runs.load(pk, read)
             self._run_group(engine, pk, live, items, result, counts)
         result.runs = len(groups)
+        if counts.lines:
+            logs.log_many("loopwatch.", counts.lines)
         self._account(result, counts)
         return result
 
@@ -239,44 +255,51 @@ class BatchProcessor:
         engine: LoopEngine,
         pk: tuple[int, bytes],
         live: LiveRun,
-        items: list[tuple[Any, Any]],
+        items: list[tuple[Any, Any, Any]],
         result: BatchResult,
         counts: "_Counts",
     ) -> None:
-        fresh = [item for item in items if item[0].offset > live.offset]
-        if len(fresh) < len(items):
-            # Already in the stored state (a redelivery).  The run stays dirty even when
-            # nothing is new: the checkpoint re-writes it, so the changelog holds it even if
-            # a crash lost its first changelog send (local store ahead of the changelog).
+        """Apply a run's events of this batch, in order, and collect what each step publishes
+        (the engine's rule, ``Step.published_decision``), its log lines and its counts.
+
+        Each step is read right after its event: the run's next event changes the state a
+        step describes.  This loop runs once per event, so it is written flat (no call per
+        event beyond the engine's, the dedupe's and the verdict's encoding)."""
+        if items[0][0].offset <= live.offset:
+            # Already in the stored state (a redelivery; offsets rise within a group, so
+            # only a group whose first record is old holds any).  The run stays dirty even
+            # when nothing is new: the checkpoint re-writes it, so the changelog holds it
+            # even if a crash lost its first changelog send (local store ahead of the changelog).
+            fresh = [item for item in items if item[0].offset > live.offset]
             result.skipped += len(items) - len(fresh)
             if not fresh:
                 return
+            items = fresh
+        partition, key = pk
         state = live.state
         seen = live.seen
-        failed: set[int] = set()
-        outputs: list[tuple[Any, Any, Any]] = []
-        i = 0
-        while i < len(fresh):
-            record, event = fresh[i]
+        applied = live.applied
+        verdicts = result.verdicts
+        lines = counts.lines
+        decisions = counts.decisions
+        check_owner = self.keyring is not None
+        handle = engine.handle
+        types = counts.types
+        for record, event, replay in items:
             digest = event_digest(event.event_id)
             if seen_before(seen, digest):
-                failed.add(i)  # not applied: not part of a rebuild either
-                result.duplicates += 1
-                i += 1
+                result.duplicates += 1  # not applied: not part of a rebuild either
                 continue
             owner = live.owner
-            if owner is not None and event.agent_id != owner and self.keyring is not None:
-                failed.add(i)
+            if check_owner and owner is not None and event.agent_id != owner:
                 result.dead_letters.append(DeadLetter(record, BAD_SIGNATURE, _cut(
-                    f"run {pk[1].decode('utf-8', 'replace')} belongs to agent {owner!r}; "
+                    f"run {key.decode('utf-8', 'replace')} belongs to agent {owner!r}; "
                     f"the event (signed by a key of agent {event.agent_id!r}) may not change it"
                 )))
-                i += 1
                 continue
             try:
-                step = engine.handle(state, event, validated=True)
+                step = handle(state, event, validated=True)
             except Exception as exc:  # noqa: BLE001 - see below
-                failed.add(i)
                 reason = exc.reason if isinstance(exc, InvalidEvent) else PROCESSING_ERROR
                 detail = exc.detail if isinstance(exc, InvalidEvent) else f"engine: {exc!r}"
                 result.dead_letters.append(DeadLetter(record, reason, _cut(detail)))
@@ -285,8 +308,7 @@ class BatchProcessor:
                     log.exception("engine failed on %s[%d]@%d", record.topic, record.partition, record.offset)
                 # The engine may have changed the state in place before failing: rebuild it
                 # from the stored state and every event applied since (their verdicts are out).
-                state = self._rebuild(engine, live, [e for j, (_r, e) in enumerate(fresh[:i]) if j not in failed])
-                i += 1
+                state = self._rebuild(engine, live)
                 continue
             state = step.state
             if state is None:
@@ -296,76 +318,61 @@ class BatchProcessor:
                 remember(seen, digest)
                 if owner is None:
                     live.owner = event.agent_id
-            outputs.append((record, event, step))
-            i += 1
-        for record, event, step in outputs:
-            self._collect(pk[0], pk[1], record, event, step, result, counts)
-        result.events += len(outputs)
-        live.state = state
-        live.offset = fresh[-1][0].offset
-        live.applied.extend(event for _record, event, _step in outputs)
+            applied.append(replay)
+            types[type(event)] += 1
+            result.events += 1
 
-    def _rebuild(self, engine: LoopEngine, live: LiveRun, more: list[Any]) -> RunState | None:
+            # What the step publishes, logs and counts.
+            step_lines = step.logs
+            if step_lines:
+                lines += step_lines
+                if type(event) is CompactionRetried:
+                    counts.armings += sum(1 for line in step_lines if line.subsystem == GUARD_SUBSYSTEM)
+            decision = step.published_decision
+            request = step.request
+            if decision is not None or request is not None:
+                detection = step.detection
+                if decision is not None:
+                    verdicts.append(VerdictOut(partition, key, encode_verdict(decision), decision))
+                    detector, level, action = decision.detector, decision.level, decision.action
+                    liveness, emitted = decision.liveness_signal, decision.warning_emitted
+                else:
+                    action, emitted = "allow", step.emitted
+                    if detection is None:
+                        detector = level = liveness = None
+                    else:
+                        detector, level, liveness = detection.detector, detection.level, detection.liveness_signal
+                if detector is None and action == "allow":
+                    counts.allows += 1  # the common decision, counted without a key
+                else:
+                    decisions[(detector or "none", level or "none", action)] += 1
+                if liveness is not None:
+                    counts.liveness[(liveness, detector)] += 1
+                if detection is not None:
+                    counts.detections[(detection.detector, detection.level, event.tool_name)] += 1
+                    if detection.level == WARNING and not emitted:
+                        counts.suppressed[detection.detector] += 1
+            abort = step.abort
+            if abort is not None:
+                counts.aborts[abort.detector] += 1
+                verdicts.append(VerdictOut(partition, key, encode_verdict(abort), abort))
+        live.state = state
+        live.offset = items[-1][0].offset
+
+    def _rebuild(self, engine: LoopEngine, live: LiveRun) -> RunState | None:
+        """The run's state from its stored state and the events applied since (``live.applied``)."""
         base = live.base
         if isinstance(base, RunState):
             state = copy_state(base)  # the checkpoint being taken encodes base meanwhile
         else:
             state = self.runs.decode(base, (0, b"?")) if base is not None else None
-        for event in live.applied + more:
+        for replay in live.applied:
             try:
+                event = decode_event(replay) if type(replay) is bytes else replay
                 state = engine.handle(state, event, validated=True).state
             except Exception:  # noqa: BLE001 - failed the first time too: skip it again
                 pass
         return state
-
-    def _collect(self, partition, key, record, event, step, result: BatchResult, counts: "_Counts") -> None:
-        etype = type(event)
-        counts.events[EVENT_TYPE_OF[etype]] += 1
-        for line in step.logs:
-            self._log(line)
-            if etype is CompactionRetried and line.subsystem == GUARD_SUBSYSTEM:
-                counts.armings += 1
-        # What is published is the engine's rule (Step.published_decision); an allow nobody
-        # waits for is counted like any decision, from the step, and never built.
-        decision = step.published_decision
-        if decision is not None or step.request is not None:
-            detection = step.detection
-            if decision is not None:
-                result.verdicts.append(VerdictOut(partition, key, encode_verdict(decision), decision))
-                detector, level, action = decision.detector, decision.level, decision.action
-                liveness, emitted = decision.liveness_signal, decision.warning_emitted
-            else:
-                action, emitted = "allow", step.emitted
-                if detection is None:
-                    detector = level = liveness = None
-                else:
-                    detector, level, liveness = detection.detector, detection.level, detection.liveness_signal
-            counts.decisions[(detector or "none", level or "none", action)] += 1
-            if liveness is not None:
-                counts.liveness[(liveness, detector)] += 1
-            if detection is not None:
-                counts.detections[(detection.detector, detection.level, event.tool_name)] += 1
-                if detection.level == WARNING and not emitted:
-                    counts.suppressed[detection.detector] += 1
-        abort = step.abort
-        if abort is not None:
-            counts.aborts[abort.detector] += 1
-            result.verdicts.append(VerdictOut(partition, key, encode_verdict(abort), abort))
-
-    def _log(self, line) -> None:
-        entry = self._loggers.get(line.subsystem)
-        if entry is None:
-            logger = logging.getLogger(f"loopwatch.{line.subsystem}")
-            entry = self._loggers[line.subsystem] = (logger, logs.direct_writer(logger))
-        logger, write = entry
-        level = _LOG_LEVELS.get(line.level, logging.INFO)
-        if logger.isEnabledFor(level):
-            if write is not None:
-                write(level, line.message)
-            else:
-                # makeRecord + handle: Logger.log without its per-record stack walk
-                # (findCaller); levels, filters and handlers apply as usual.
-                logger.handle(logger.makeRecord(logger.name, level, "(engine)", 0, line.message, None, None))
 
     # -- metrics --------------------------------------------------------------------------------
 
@@ -377,7 +384,9 @@ class BatchProcessor:
         m = self.metrics
         if m is None:
             return
-        m.add(m.events_consumed, counts.events)
+        m.add(m.events_consumed, {EVENT_TYPE_OF[kind]: n for kind, n in counts.types.items()})
+        if counts.allows:
+            counts.decisions[("none", "none", "allow")] += counts.allows
         m.add(m.decisions, counts.decisions)
         if counts.detections:
             tools: dict[tuple[str, str, str], int] = defaultdict(int)
@@ -405,24 +414,32 @@ class BatchProcessor:
         if m is None:
             return
         now_ms = (self.clock() if now is None else now) * 1000.0
-        observe = m.decision_latency.observe
+        latencies = []
         for out in verdicts:
             verdict = out.verdict
-            if verdict.ts_ms > 0 and isinstance(verdict, Decision):
-                observe(max(0.0, now_ms - verdict.ts_ms) / 1000.0)
+            if verdict.ts_ms > 0 and type(verdict) is Decision:
+                latencies.append(max(0.0, now_ms - verdict.ts_ms) / 1000.0)
+        m.decision_latency.observe_many(latencies)
 
 
 class _Counts:
-    __slots__ = ("events", "decisions", "detections", "suppressed", "aborts", "armings", "liveness")
+    """What one batch adds to the metrics and the log, gathered as plain values and added once."""
+
+    __slots__ = ("types", "allows", "decisions", "detections", "suppressed", "aborts", "armings", "liveness", "lines")
 
     def __init__(self) -> None:
-        self.events: dict[str, int] = defaultdict(int)
+        self.types: dict[type, int] = defaultdict(int)
+        """Applied events by class."""
+        self.allows = 0
+        """Decisions ``allow`` without a detection (the usual one)."""
         self.decisions: dict[tuple[str, str, str], int] = defaultdict(int)
         self.detections: dict[tuple[str, str, str], int] = defaultdict(int)
         self.suppressed: dict[str, int] = defaultdict(int)
         self.aborts: dict[str, int] = defaultdict(int)
         self.armings = 0
         self.liveness: dict[tuple[str, str], int] = defaultdict(int)
+        self.lines: list[Any] = []
+        """The engine's log lines, in order (``LogLine``), written after the batch (``logs.log_many``)."""
 
 
 def _cut(text: str) -> str:
