@@ -10,8 +10,13 @@ socket write under aiokafka's producer counts as producing, not as the event loo
 
     python -m bench.profile FILE [--cpu-us 22] [--frames 40]
 
+py-spy records with ``--idle``: the samples in which the event loop waits in ``select``
+for a socket or a timer are counted apart (``IDLE``), as the share of the event loop's time
+it had nothing to do; the parts are shares of the other (busy) samples.  Samples of other
+threads waiting on a lock or a queue (``WAITING``) are left out.
+
 ``--cpu-us``: the worker's CPU time per event in the same run (printed by ``make bench``);
-each part is then also shown in µs per event (its share of the samples times that).
+each part is then also shown in µs per event (its share of the busy samples times that).
 ``--frames``: also list the frames with the largest inclusive share (to look inside a part).
 """
 
@@ -49,6 +54,10 @@ PARTS: list[tuple[str, str]] = [
     ("asyncio, sockets (reads), aiokafka connections, the rest", r""),
 ]
 _COMPILED = [(part, re.compile(pattern)) for part, pattern in PARTS]
+IDLE = re.compile(r"^\w*Selector\.select \(selectors\.py")
+"""The event loop's wait for sockets and timers (a frame of the sample)."""
+WAITING = re.compile(r"^(wait|_wait_for_tstate_lock|get) \((threading|queue)\.py")
+"""Another thread blocked on a lock or a queue (the sample's innermost frame)."""
 
 
 def read_stacks(path: Path) -> Counter:
@@ -69,11 +78,18 @@ def part_of(stack: tuple[str, ...]) -> str:
     return PARTS[-1][0]
 
 
-def breakdown(stacks: Counter) -> Counter:
+def breakdown(stacks: Counter) -> tuple[Counter, int, int]:
+    """``(busy samples by part, idle samples, other threads' waiting samples)``."""
     parts: Counter = Counter()
+    idle = waiting = 0
     for stack, n in stacks.items():
-        parts[part_of(stack)] += n
-    return parts
+        if WAITING.search(stack[-1]):
+            waiting += n
+        elif any(IDLE.search(frame) for frame in stack):
+            idle += n
+        else:
+            parts[part_of(stack)] += n
+    return parts, idle, waiting
 
 
 def _frame_name(frame: str) -> str:
@@ -92,15 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"bench.profile: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return 1
-    total = sum(stacks.values())
+    parts, idle, waiting = breakdown(stacks)
+    total = sum(parts.values())
     if not total:
-        print(f"bench.profile: {args.file} holds no samples (is it py-spy's --format raw output?)", file=sys.stderr)
+        print(f"bench.profile: {args.file} holds no busy samples (is it py-spy's --format raw output?)", file=sys.stderr)
         return 1
-    print(f"{total:,} samples in {args.file}")
+    print(f"{total + idle + waiting:,} samples in {args.file}: {total:,} busy; the event loop idle (waiting in "
+          f"select) in {idle:,}, {idle / (total + idle) * 100:.0f} % of its samples; {waiting:,} of other threads waiting")
     print()
-    print("| part of the worker | share of samples |" + (" µs per event |" if args.cpu_us else ""))
+    print("| part of the worker | share of busy samples |" + (" µs per event |" if args.cpu_us else ""))
     print("|---|---|" + ("---|" if args.cpu_us else ""))
-    parts = breakdown(stacks)
     for part, _pattern in PARTS:
         n = parts.get(part, 0)
         line = f"| {part} | {n / total * 100:.1f} % |"
@@ -110,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.frames:
         inclusive: Counter = Counter()
         for stack, n in stacks.items():
+            if WAITING.search(stack[-1]) or any(IDLE.search(frame) for frame in stack):
+                continue
             for frame in {_frame_name(f) for f in stack}:
                 inclusive[frame] += n
         print()
