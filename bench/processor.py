@@ -11,9 +11,8 @@ encoding every ``--checkpoint-every`` records, with the worker's logging (info, 
     python -m bench.processor [--events 200000] [--runs 2000] [--batch 2000] [--passes 3]
 
 It prints one line per pass: events/s and µs of CPU (``time.process_time``) per event.
-To compare two builds, run this file of one checkout with the other on ``PYTHONPATH``,
-alternating (docs/benchmarks.md, session 7):
-``PYTHONPATH=<checkout> python <this checkout>/bench/processor.py``.
+To compare builds, copy this file into a checkout of each and run it there, alternating
+(docs/benchmarks.md, session 7).
 """
 
 from __future__ import annotations
