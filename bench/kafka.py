@@ -533,14 +533,8 @@ def target_verdicts(results: dict) -> list[str]:
     The latency target is set at 2,000 events/s; at another ``--rate`` it is not judged.  It
     needs (c) and (c') in the same run: ``results["latency_share"]`` (``p99_share``).
     """
-    lines = []
+    lines = _rate_lines(results, TARGET_EVENTS_S, "(a')", TARGET_RATIO_BATCHED)
     b = results.get("worker")
-    if b:
-        lines.append(f"(b) >= {TARGET_EVENTS_S:,.0f} events/s per worker: {b['rate']:,.0f}, "
-                     f"{_verdict(b['rate'] >= TARGET_EVENTS_S)}")
-        if "raw_batched" in results:
-            ratio = b["rate"] / results["raw_batched"]
-            lines.append(f"(b)/(a') >= {TARGET_RATIO_BATCHED}: {ratio:.2f}, {_verdict(ratio >= TARGET_RATIO_BATCHED)}")
     c = results.get("latency")
     share = results.get("latency_share")
     if c and c["rate"] == TARGET_RATE and share is not None:
@@ -561,14 +555,7 @@ def target_verdicts(results: dict) -> list[str]:
 def issue3_lines(results: dict) -> list[str]:
     """Issue 3's targets, judged the same way, printed as information under ``targets:``.
     With (c') measured, its p99 is shown too: it is what this machine gives a raw responder."""
-    lines = []
-    b = results.get("worker")
-    if b:
-        lines.append(f"(b) >= {ISSUE3_EVENTS_S:,.0f} events/s per worker: {b['rate']:,.0f}, "
-                     f"{_verdict(b['rate'] >= ISSUE3_EVENTS_S)}")
-        if "raw" in results:
-            ratio = b["rate"] / results["raw"]
-            lines.append(f"(b)/(a) >= {ISSUE3_RATIO}: {ratio:.2f}, {_verdict(ratio >= ISSUE3_RATIO)}")
+    lines = _rate_lines(results, ISSUE3_EVENTS_S, "(a)", ISSUE3_RATIO)
     c = results.get("latency")
     if c and c["rate"] == TARGET_RATE:
         measured = f"{c['p99']:.1f} ms" + (f" (median of {c['rounds']} rounds)" if c.get("rounds", 1) > 1 else "")
@@ -576,6 +563,20 @@ def issue3_lines(results: dict) -> list[str]:
         if "floor" in results:
             line += f" (the raw responder (c'): {results['floor']['p99']:.1f} ms)"
         lines.append(line)
+    return lines
+
+
+def _rate_lines(results: dict, min_rate: float, against: str, min_ratio: float) -> list[str]:
+    """(b) judged against ``min_rate``, and its ratio to the pass-through ``against`` ("(a)"
+    or "(a')", when measured) against ``min_ratio``."""
+    b = results.get("worker")
+    if not b:
+        return []
+    lines = [f"(b) >= {min_rate:,.0f} events/s per worker: {b['rate']:,.0f}, {_verdict(b['rate'] >= min_rate)}"]
+    raw = results.get({"(a)": "raw", "(a')": "raw_batched"}[against])
+    if raw:
+        ratio = b["rate"] / raw
+        lines.append(f"(b)/{against} >= {min_ratio}: {ratio:.2f}, {_verdict(ratio >= min_ratio)}")
     return lines
 
 
