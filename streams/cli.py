@@ -117,7 +117,8 @@ def _config_check(args: argparse.Namespace) -> int:
             "profile": config.profile_for(agent),
             **s.detection.as_dict(),
             "postCompactionGuard": {"enabled": s.guard.enabled, "windowSize": s.guard.window_size},
-            "loopwatch": {"abortAfterCriticalBlocks": s.abort_after_critical_blocks, "surfaceWarnings": s.surface_warnings},
+            "loopwatch": {"abortAfterCriticalBlocks": s.abort_after_critical_blocks, "surfaceWarnings": s.surface_warnings,
+                          "mode": config.mode_for(agent)},
         }
     if args.json:
         print(json.dumps(effective, indent=2))
