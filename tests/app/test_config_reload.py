@@ -125,9 +125,9 @@ def test_an_empty_document_is_refused_on_reload_and_the_running_config_stays(tmp
     assert [r.message for r in caplog.records if "refused new config" in r.message][0].count("\n") == 0
     assert "holds no configuration" in caplog.text
     sample = metrics.registry.get_sample_value
-    assert sample("loopwatch_config_reloads_total", {"result": "refused"}) == 1
-    assert sample("loopwatch_config_reloads_total", {"result": "applied"}) == 0
-    assert sample("loopwatch_config_file_refused") == 1
+    assert sample("loopwatch_config_reloads_total", {"result": "refused", "config": "live"}) == 1
+    assert sample("loopwatch_config_reloads_total", {"result": "applied", "config": "live"}) == 0
+    assert sample("loopwatch_config_file_refused", {"config": "live"}) == 1
 
 
 def test_reloads_and_refusals_are_counted_and_the_refused_flag_clears(tmp_path):
@@ -138,22 +138,22 @@ def test_reloads_and_refusals_are_counted_and_the_refused_flag_clears(tmp_path):
     watcher = ConfigWatcher(path, lambda e: None, metrics)
     watcher.load_initial()
     sample = metrics.registry.get_sample_value
-    assert sample("loopwatch_config_file_refused") == 0
+    assert sample("loopwatch_config_file_refused", {"config": "live"}) == 0
 
     write_text(path, "")
     watcher.poll()
-    assert sample("loopwatch_config_file_refused") == 1
+    assert sample("loopwatch_config_file_refused", {"config": "live"}) == 1
     write(path, good)  # the content in force again: nothing to apply, nothing refused
     assert watcher.poll() is False
-    assert sample("loopwatch_config_file_refused") == 0
+    assert sample("loopwatch_config_file_refused", {"config": "live"}) == 0
 
     write_text(path, "{oops")
     watcher.poll()
     write(path, {"tools": {"loopDetection": {"enabled": True, "criticalThreshold": 12}}})
     assert watcher.poll() is True
-    assert sample("loopwatch_config_reloads_total", {"result": "refused"}) == 2
-    assert sample("loopwatch_config_reloads_total", {"result": "applied"}) == 1
-    assert sample("loopwatch_config_file_refused") == 0
+    assert sample("loopwatch_config_reloads_total", {"result": "refused", "config": "live"}) == 2
+    assert sample("loopwatch_config_reloads_total", {"result": "applied", "config": "live"}) == 1
+    assert sample("loopwatch_config_file_refused", {"config": "live"}) == 0
 
 
 def test_an_unreadable_new_file_is_refused(tmp_path):
@@ -165,7 +165,7 @@ def test_an_unreadable_new_file_is_refused(tmp_path):
     path.write_bytes(b"\xff\xfe{}")  # not UTF-8
     bump(path)
     assert watcher.poll() is False
-    assert metrics.registry.get_sample_value("loopwatch_config_file_refused") == 1
+    assert metrics.registry.get_sample_value("loopwatch_config_file_refused", {"config": "live"}) == 1
 
 
 @pytest.mark.parametrize("content", [b"", b"null", b"\xff\xfe{}"])
