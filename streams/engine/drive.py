@@ -62,6 +62,8 @@ def outcome(step: Step) -> int:
     bucket rule hid, nothing)."""
     if step.abort is not None:
         return ABORT
+    if step.action == "allow" and step.built_decision is None:
+        return NONE  # most steps: no decision but an allow was made (the backtest ranks every step)
     decision = step.published_decision
     if decision is None:
         return NONE
