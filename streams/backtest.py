@@ -55,7 +55,12 @@ EXAMPLES = 20
 
 
 class BacktestError(Exception):
-    """Input the backtest cannot use: the message is one line for the user."""
+    """Input the backtest cannot use: the message is one line for the user; ``code`` the exit
+    status (2: bad input, 1: nothing to compare)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 # -- sources -------------------------------------------------------------------------------------
@@ -244,7 +249,7 @@ class KafkaRange:
             raise
         if not bounds:
             await consumer.stop()
-            raise BacktestError(f"the range holds no events: {self.describe()}")
+            raise BacktestError(f"the range holds no events: {self.describe()}", code=1)
         return consumer, bounds
 
     async def _fetch(self, consumer: Any, bounds: dict) -> list:

@@ -140,7 +140,7 @@ def _backtest(args: argparse.Namespace) -> int:
         backtest.run(source.records(), keyed=source.keyed, progress=progress)
         progress.done(backtest.records)
     except BacktestError as exc:
-        return fail(str(exc))
+        return fail(str(exc), exc.code)
     if args.agent:
         missing = [a for a in args.agent if a not in backtest.agents_seen]
         if missing:

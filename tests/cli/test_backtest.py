@@ -1,25 +1,9 @@
 """``loopwatch backtest`` over files (issue 16): a hand-worked small fleet, a generated fleet
 against the engine driven directly, and bad input.
 
-The hand-worked fleet (``hand_fleet``), under the baseline (upstream's defaults: warning 10,
-critical 20) and the candidate (warning 5, critical 8), by spec §2.7/§2.10 (an identical call
-counts the identical calls with identical results before it; a warning is shown only when
-count // 10 reaches a new high; a blocked call is not recorded, and neither is the loop's own
-veto that completes it) and §4 (after a compaction, three identical outcomes end the run):
-
-* run ``a`` (agent main): 10 identical reads, then ``run.ended completed``.  Baseline: counts
-  0-9, nothing.  Candidate: the 9th call sees 8 and is blocked; the runner (which followed the
-  baseline) completed it with its result, so the 10th sees 9: blocked.  Outcome none -> block,
-  first disagreement at call 9's request; 2 candidate blocks in a run that ended normally.
-* run ``b`` (agent main): 21 identical reads, the 21st completed as a veto, then ``run.ended
-  failed``.  Baseline: warning at call 11 (count 10), block at call 21 (count 20).  Candidate:
-  calls 9-21 blocked (13; counts 8 and up; its warnings, counts 5-7, are hidden: count // 10
-  is 0).  Outcome block under both; they disagree first at call 9.
-* run ``c`` (agent cron): 5 different reads, ``run.ended completed``: nothing under either.
-* run ``d`` (agent main): a compaction, then 3 identical gateway calls with identical results:
-  aborted at the third outcome under both (window 3), then ``run.ended aborted``.
-* four records the worker would dead-letter (not JSON, schema version 2, no run id, session
-  key or session id, over 64 KiB), and one retried event (run a's call 3, again).
+The hand-worked fleet is ``harness.fleets.hand_worked_fleet`` (its docstring works it out),
+with one record of each kind the worker dead-letters (``BAD_RECORDS``); a generated fleet is
+checked against ``harness.fleets.reference_report``, the engine driven directly.
 """
 
 from __future__ import annotations
@@ -28,20 +12,25 @@ import gzip
 import json
 import subprocess
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
+from harness.fleets import BAD_RECORDS, BASELINE, CANDIDATE, hand_worked_fleet, reference_report
 from schemas import encode_event
-from streams.edge import blocked_result, compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import LoopEngine, RunDriver, published
+from streams.engine import LoopEngine
 from streams.scenarios import fleet_trace
 
 REPO = Path(__file__).resolve().parents[2]
-BASELINE = {"tools": {"loopDetection": {"enabled": True}}}
-CANDIDATE = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
-SAME = {"content": [{"type": "text", "text": "same"}]}
+
+
+def hand_fleet() -> list[bytes]:
+    """The hand-worked fleet's lines: the retry after the first 30 events, two bad records
+    after it and two at the end."""
+    events, retry = hand_worked_fleet()
+    lines = [encode_event(e) for e in events]
+    bad = list(BAD_RECORDS.values())
+    return lines[:30] + [encode_event(retry)] + bad[:2] + lines[30:] + bad[2:]
 
 
 def loopwatch(*args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -56,55 +45,6 @@ def one_line_error(proc: subprocess.CompletedProcess[str], code: int, *needles: 
     for needle in needles:
         assert needle in err, err
     return err
-
-
-def reads(run_id: str, n: int, *, agent: str = "main", veto_from: int | None = None, distinct: bool = False):
-    fields = dict(run_id=run_id, session_key=f"agent:{agent}:{run_id}", agent_id=agent)
-    out = []
-    for i in range(1, n + 1):
-        args = {"path": f"/f{i}" if distinct else "/same"}
-        out.append(requested_event(f"{run_id}:{i}", "read", args, tool_call_id=f"c{i}", ts_ms=1_700_000_000_000 + i * 1000,
-                                   **fields))
-        if veto_from is not None and i >= veto_from:
-            out.append(completed_event(f"{run_id}:{i}:done", "read", args, tool_call_id=f"c{i}", result=blocked_result("no"),
-                                       ts_ms=1_700_000_000_000 + i * 1000 + 1, **fields))
-        else:
-            out.append(completed_event(f"{run_id}:{i}:done", "read", args, tool_call_id=f"c{i}", result=SAME,
-                                       ts_ms=1_700_000_000_000 + i * 1000 + 1, **fields))
-    return out
-
-
-def ended(run_id: str, reason: str, agent: str = "main"):
-    return run_ended_event(f"{run_id}:end", reason=reason, run_id=run_id, session_key=f"agent:{agent}:{run_id}",
-                           agent_id=agent, ts_ms=1_700_000_100_000)
-
-
-def hand_fleet() -> list[bytes]:
-    """The lines of the hand-worked fleet (module docstring), runs interleaved."""
-    a = reads("a", 10) + [ended("a", "completed")]
-    b = reads("b", 21, veto_from=21) + [ended("b", "failed")]
-    c = reads("c", 5, agent="cron", distinct=True) + [ended("c", "completed", agent="cron")]
-    fields = dict(run_id="d", session_key="agent:main:d", agent_id="main")
-    d = [compaction_event("d:compaction", ts_ms=1_700_000_000_500, **fields)]
-    for i in range(1, 4):
-        d.append(requested_event(f"d:{i}", "gateway", {"op": "x"}, tool_call_id=f"g{i}", ts_ms=1_700_000_000_600 + i, **fields))
-        d.append(completed_event(f"d:{i}:done", "gateway", {"op": "x"}, tool_call_id=f"g{i}", result=SAME,
-                                 ts_ms=1_700_000_000_600 + i, **fields))
-    d.append(ended("d", "aborted"))
-    lines = []
-    streams = [a, b, c, d]
-    while any(streams):  # round robin: every run's events in order, runs interleaved
-        for s in streams:
-            if s:
-                lines.append(encode_event(s.pop(0)))
-    retry = encode_event(reads("a", 3)[5])  # a's 3rd completion, published again
-    bad = [
-        b"{not json",
-        json.dumps({"type": "run.ended", "v": 2, "event_id": "v2", "run_id": "x"}).encode(),
-        json.dumps({"type": "run.ended", "event_id": "nokey"}).encode(),
-        b'{"type": "run.ended", "event_id": "big", "run_id": "big", "reason": "' + b"x" * 70_000 + b'"}',
-    ]
-    return lines[:30] + [retry] + bad[:2] + lines[30:] + bad[2:]
 
 
 @pytest.fixture
@@ -182,28 +122,6 @@ def test_only_the_agents_asked_for(tmp_path, configs):
 
 
 # -- a generated fleet against the engine driven directly --------------------------------------
-
-
-def reference_report(events, baseline, candidate) -> dict:
-    """Runs warned/blocked/aborted per (agent, detector, tool) and each run's strongest verdict,
-    per config, from the engine driven directly and counted here."""
-    out = {}
-    for name, config in (("baseline", baseline), ("candidate", candidate)):
-        rows: dict = defaultdict(lambda: {"warned": set(), "blocked": set(), "aborted": set()})
-        strongest: dict = {}
-        rank = {"warn": 1, "block": 2, "abort": 3}
-        driver = RunDriver(LoopEngine(config))
-        for event in events:
-            for verdict in published(driver.handle(event)):
-                action = getattr(verdict, "action", "abort")
-                if action == "allow":
-                    continue
-                run = verdict.run_id
-                rows[(verdict.agent_id, verdict.detector, verdict.tool_name)][
-                    {"warn": "warned", "block": "blocked", "abort": "aborted"}[action]].add(run)
-                strongest[run] = max(strongest.get(run, 0), rank[action])
-        out[name] = ({k: {kind: len(v) for kind, v in row.items()} for k, row in rows.items()}, strongest)
-    return out
 
 
 def test_a_generated_fleet_matches_the_engine_driven_directly(tmp_path, configs):
