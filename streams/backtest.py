@@ -18,6 +18,13 @@ The report (``Report``) compares what the two configs publish (``streams.engine.
   ``NORMAL_END_REASONS``): the likely false positives of each config;
 * verdicts per minute of event time, for ``--plot``.
 
+An agent whose settings the candidate leaves as they are (``LoopEngine.settings_for`` equal
+under both) is judged once: until a run gets an event of an agent whose settings differ, its
+candidate state would be its baseline state, step for step, so the candidate reuses the
+baseline's steps; at that event the candidate takes a copy of the run's state and goes on
+with its own (``_Side``).  Trying a change for one agent of many costs little more than one
+config's run.
+
 Not reproduced: the worker's clock (a far-future ``ts_ms`` is clamped to the worker's clock
 when it is processed; here event times are taken as they are) and signatures (no keys).
 """
@@ -38,7 +45,7 @@ from schemas.names import OUTCOMES, PROCESSING_ERROR
 
 from .app.processor import check_record
 from .app.run_store import event_digest, remember, seen_before
-from .engine import LoopEngine, RunDriver, outcome, published
+from .engine import LoopEngine, RunDriver, copy_state, outcome
 from .engine.drive import ABORT, BLOCK, NONE, WARN
 
 __all__ = ["Backtest", "BacktestError", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "render_table"]
@@ -296,11 +303,10 @@ def _one_line(exc: BaseException) -> str:
 class RunRecord:
     """One run that got a verdict under either config (other runs are only counted)."""
 
+    key: bytes
     agent: str
     outcome: list[int] = field(default_factory=lambda: [NONE, NONE])
     """The run's strongest verdict so far, per config (baseline, candidate)."""
-    blocks: list[list[tuple[str, str]]] = field(default_factory=lambda: [[], []])
-    """(detector, tool) of each block, per config."""
     first: dict | None = None
     """The first event where the configs disagree."""
     ended: str | None = None
@@ -308,29 +314,22 @@ class RunRecord:
 
 
 class _Side:
-    """One config's engine and what it published."""
+    """One config's engine, and every warning, block and abort it published, as
+    ``(run, action, detector, tool, minute of event time)`` (counted for the report at the end:
+    appending is all a verdict costs while the records stream by)."""
 
     def __init__(self, engine: LoopEngine) -> None:
         self.driver = RunDriver(engine)
-        self.runs: dict[tuple[str, str, str], list[set]] = defaultdict(lambda: [set(), set(), set()])
-        """(agent, detector, tool) -> the runs it warned, blocked, aborted."""
-        self.verdicts = Counter()
-        """warn, block, abort -> how many were published."""
-        self.per_minute: Counter = Counter()
-        """Minute of event time -> warnings, blocks and aborts published."""
-        self.false_positives: Counter = Counter()
-        """(agent, detector, tool) -> blocks in runs that later ended normally."""
+        self.verdicts: list[tuple[RunRecord, str, str, str, int]] = []
 
-    def tally(self, run: RunRecord, agent: str, event: Any, step: Any) -> None:
-        """Count what a step with a verdict published."""
-        for verdict in published(step):
-            action = getattr(verdict, "action", "abort")
-            if action == "allow":
-                continue
-            self.verdicts[action] += 1
-            self.per_minute[event.ts_ms // 60_000] += 1
-            kind = 0 if action == "warn" else 1 if action == "block" else 2
-            self.runs[(agent, verdict.detector or "none", verdict.tool_name)][kind].add(run)
+    def note(self, run: RunRecord, step: Any, minute: int) -> None:
+        """What a step with a verdict published."""
+        decision = step.published_decision
+        if decision is not None and decision.action != "allow":
+            self.verdicts.append((run, decision.action, decision.detector or "none", decision.tool_name, minute))
+        abort = step.abort
+        if abort is not None:
+            self.verdicts.append((run, "abort", abort.detector, abort.tool_name, minute))
 
 
 class Backtest:
@@ -353,13 +352,17 @@ class Backtest:
         the key begins another run, as the worker starts it afresh)."""
         self.judged: dict[bytes, RunRecord] = {}
         """Open runs that got a verdict under either config."""
-        self.finished: list[tuple[bytes, RunRecord]] = []
+        self.finished: list[RunRecord] = []
         """Ended runs that got a verdict under either config."""
         self.agents_seen: set[str | None] = set()
         self.ended: Counter = Counter()
         """run.ended reasons."""
         self._open: dict[bytes, bytearray] = {}
         """Open runs: their last applied event ids (``run_store.remember``)."""
+        self._same: dict[str | None, bool] = {}
+        """Agent -> whether both configs give it the same settings."""
+        self._apart: set[bytes] = set()
+        """Open runs with a candidate state of their own (module docstring)."""
         self.first_ms: int | None = None
         self.last_ms: int | None = None
 
@@ -368,6 +371,7 @@ class Backtest:
         base, cand = self.sides
         base_handle, cand_handle = base.driver.handle, cand.driver.handle
         dead, open_runs, agents, agents_seen = self.dead, self._open, self.agents, self.agents_seen
+        same, apart = self._same, self._apart
         events = n = 0
         for record in records:
             n += 1
@@ -394,9 +398,17 @@ class Backtest:
             if seen_before(seen, digest):
                 self.duplicates += 1
                 continue
+            alike = same.get(agent)
+            if alike is None:
+                alike = same[agent] = self._alike(agent)
             try:
-                bstep = base_handle(event, key, validated=True)
-                cstep = cand_handle(event, key, validated=True)
+                if alike and key not in apart:
+                    bstep = cstep = base_handle(event, key, validated=True)
+                else:
+                    if key not in apart:
+                        self._part(key)
+                    bstep = base_handle(event, key, validated=True)
+                    cstep = cand_handle(event, key, validated=True)
             except InvalidEvent as exc:
                 dead[exc.reason] += 1
                 continue
@@ -409,6 +421,7 @@ class Backtest:
                 self._verdicts(key, record, event, bstep, cstep, b, c)
             if type(event) is RunEnded:
                 del open_runs[key]
+                apart.discard(key)
                 self._ended(key, event)
             else:
                 remember(seen, digest)
@@ -420,19 +433,33 @@ class Backtest:
         if progress is not None:
             progress(n)
 
+    def _alike(self, agent: str | None) -> bool:
+        base, cand = (side.driver.engine for side in self.sides)
+        return type(base) is type(cand) and base.settings_for(agent) == cand.settings_for(agent)
+
+    def _part(self, key: bytes) -> None:
+        """The run's first event of an agent the configs set differently: the candidate's
+        state so far is the baseline's (a copy: from here on they differ)."""
+        self._apart.add(key)
+        state = self.sides[0].driver.states.get(key)
+        if state is not None:
+            self.sides[1].driver.states[key] = copy_state(state)
+
     def _verdicts(self, key: bytes, record: Any, event: Any, bstep: Any, cstep: Any, b: int, c: int) -> None:
-        agent = event.agent_id or NO_AGENT
         run = self.judged.get(key)
         if run is None:
-            run = self.judged[key] = RunRecord(agent)
-        for i, (side, step, rank) in enumerate(((self.sides[0], bstep, b), (self.sides[1], cstep, c))):
-            if rank:
-                side.tally(run, agent, event, step)
-                if rank > run.outcome[i]:
-                    run.outcome[i] = rank
-                decision = step.published_decision
-                if decision is not None and decision.action == "block":
-                    run.blocks[i].append((decision.detector or "none", decision.tool_name))
+            run = self.judged[key] = RunRecord(key, event.agent_id or NO_AGENT)
+        minute = event.ts_ms // 60_000
+        outcome = run.outcome
+        base, cand = self.sides
+        if b:
+            base.note(run, bstep, minute)
+            if b > outcome[0]:
+                outcome[0] = b
+        if c:
+            cand.note(run, cstep, minute)
+            if c > outcome[1]:
+                outcome[1] = c
         if b != c and run.first is None:
             run.first = {
                 "event_id": event.event_id, "at": _where(record), "ts_ms": event.ts_ms,
@@ -444,14 +471,9 @@ class Backtest:
         reason = event.reason or ""
         self.ended[reason] += 1
         run = self.judged.pop(key, None)
-        if run is None:
-            return
-        run.ended = reason
-        self.finished.append((key, run))
-        if reason in self.normal_reasons:
-            for side, blocks in zip(self.sides, run.blocks):
-                for detector, tool in blocks:
-                    side.false_positives[(run.agent, detector, tool)] += 1
+        if run is not None:
+            run.ended = reason
+            self.finished.append(run)
 
     def report(self) -> "Report":
         return Report.of(self)
@@ -475,35 +497,49 @@ class Report:
 
     @classmethod
     def of(cls, bt: Backtest) -> "Report":
+        normal = bt.normal_reasons
+        rows: dict[tuple[str, str, str], dict[str, list[set]]] = defaultdict(
+            lambda: {name: [set(), set(), set()] for name in SIDES})
+        kinds = {"warn": 0, "block": 1, "abort": 2}
+        counts = {name: Counter() for name in SIDES}
+        per_minute = (Counter(), Counter())
+        false_positives: dict[str, dict] = {}
+        for i, (name, side) in enumerate(zip(SIDES, bt.sides)):
+            blocked: Counter = Counter()
+            blocked_runs: list[str] = []
+            for run, action, detector, tool, minute in side.verdicts:
+                rows[(run.agent, detector, tool)][name][kinds[action]].add(run)
+                counts[name][action] += 1
+                per_minute[i][minute] += 1
+                if action == "block" and run.ended in normal:
+                    if not blocked_runs or blocked_runs[-1] is not run:
+                        blocked_runs.append(run)
+                    blocked[(run.agent, detector, tool)] += 1
+            false_positives[name] = {
+                "blocks": sum(blocked.values()),
+                "runs": sorted({_run_name(run) for run in blocked_runs}),
+                "by": [{"agent": a, "detector": d, "tool": t, "blocks": n}
+                       for (a, d, t), n in sorted(blocked.items(), key=lambda kv: (-kv[1], kv[0]))],
+            }
         table = []
-        keys = set(bt.sides[0].runs) | set(bt.sides[1].runs)
-        for agent, detector, tool in sorted(keys, key=lambda k: tuple(map(str, k))):
+        for (agent, detector, tool), sides in sorted(rows.items(), key=lambda kv: tuple(map(str, kv[0]))):
             row = {"agent": agent, "detector": detector, "tool": tool}
-            for name, side in zip(SIDES, bt.sides):
-                warned, blocked, aborted = side.runs.get((agent, detector, tool), (set(), set(), set()))
-                row[name] = {"warned": len(warned), "blocked": len(blocked), "aborted": len(aborted)}
+            for name in SIDES:
+                warned, blocked_, aborted = sides[name]
+                row[name] = {"warned": len(warned), "blocked": len(blocked_), "aborted": len(aborted)}
             table.append(row)
-        judged = bt.finished + list(bt.judged.items())
+        judged = bt.finished + list(bt.judged.values())
         outcomes = {name: Counter({"none": bt.runs - len(judged)}) for name in SIDES}
         changed, disagreeing = [], 0
-        fp_runs: dict[str, list[str]] = {name: [] for name in SIDES}
-        for key, run in judged:
-            name_of_run = key.decode("utf-8", "replace")
+        for run in judged:
             for i, name in enumerate(SIDES):
                 outcomes[name][OUTCOMES[run.outcome[i]]] += 1
-                if run.blocks[i] and run.ended in bt.normal_reasons:
-                    fp_runs[name].append(name_of_run)
             disagreeing += run.first is not None
             if run.outcome[0] != run.outcome[1]:
                 changed.append({
-                    "run": name_of_run, "agent": run.agent, BASELINE: OUTCOMES[run.outcome[0]],
+                    "run": _run_name(run), "agent": run.agent, BASELINE: OUTCOMES[run.outcome[0]],
                     CANDIDATE: OUTCOMES[run.outcome[1]], "ended": run.ended, "first_disagreement": run.first,
                 })
-        false_positives = {}
-        for name, side in zip(SIDES, bt.sides):
-            by = [{"agent": a, "detector": d, "tool": t, "blocks": n}
-                  for (a, d, t), n in sorted(side.false_positives.items(), key=lambda kv: (-kv[1], kv[0]))]
-            false_positives[name] = {"blocks": sum(side.false_positives.values()), "runs": fp_runs[name], "by": by}
         data = {
             "records": bt.records,
             "events": bt.events,
@@ -512,16 +548,19 @@ class Report:
             "other_agents": bt.other_agents,
             "dead_letters": dict(sorted(bt.dead.items())),
             "time_range_ms": [bt.first_ms, bt.last_ms],
-            "verdicts": {name: {k: side.verdicts[k] for k in ("warn", "block", "abort")}
-                         for name, side in zip(SIDES, bt.sides)},
+            "verdicts": {name: {k: counts[name][k] for k in ("warn", "block", "abort")} for name in SIDES},
             "outcomes": {name: {k: outcomes[name][k] for k in OUTCOMES} for name in SIDES},
             "by_agent_detector_tool": table,
             "changed_runs": changed,
             "runs_disagreeing": disagreeing,
             "likely_false_positives": false_positives,
-            "normal_end_reasons": sorted(bt.normal_reasons),
+            "normal_end_reasons": sorted(normal),
         }
-        return cls(data, (bt.sides[0].per_minute, bt.sides[1].per_minute))
+        return cls(data, per_minute)
+
+
+def _run_name(run: RunRecord) -> str:
+    return run.key.decode("utf-8", "replace")
 
 
 # -- output ----------------------------------------------------------------------------------------

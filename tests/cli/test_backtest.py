@@ -18,7 +18,7 @@ import pytest
 
 from harness.fleets import BAD_RECORDS, BASELINE, CANDIDATE, hand_worked_fleet, reference_report
 from schemas import encode_event
-from streams.engine import LoopEngine
+from streams.engine import LoopEngine, RunDriver
 from streams.scenarios import fleet_trace
 
 REPO = Path(__file__).resolve().parents[2]
@@ -204,3 +204,41 @@ def test_a_plot_without_a_writable_place(tmp_path, configs):
     path = write_lines(tmp_path / "fleet.jsonl", hand_fleet())
     one_line_error(loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1],
                              "--plot", tmp_path / "no" / "such" / "dir.png"), 2, "cannot write")
+
+
+def test_agents_the_candidate_leaves_alone_are_judged_once_and_the_same(tmp_path):
+    # The candidate changes agent main only: cron's runs reuse the baseline's steps, and a run
+    # whose events move from cron to main takes its own candidate state at main's first event.
+    import msgspec
+
+    from streams.backtest import Backtest, FileSource
+
+    main, _ = fleet_trace(60, 15, seed=3, engine=LoopEngine(BASELINE), end=True, run_prefix="m")
+    cron, _ = fleet_trace(60, 15, seed=4, engine=LoopEngine(BASELINE), end=True, run_prefix="c")
+    cron = [msgspec.structs.replace(e, agent_id="cron") for e in cron]
+    mixed = [e for e in fleet_trace(1, 30, seed=5, mix={"generic_repeat": 1.0}, run_prefix="x",
+                                    engine=LoopEngine(BASELINE))[0]]
+    mixed = [msgspec.structs.replace(e, agent_id="cron" if i < 12 else "main") for i, e in enumerate(mixed)]
+    events = [e for trio in zip(main, cron) for e in trio] + mixed
+    candidate = {**BASELINE, "agents": {"list": [
+        {"id": "main", "tools": {"loopDetection": {"warningThreshold": 5, "criticalThreshold": 8}}}]}}
+    path = write_lines(tmp_path / "two-agents.jsonl", [encode_event(e) for e in events])
+    backtest = Backtest(LoopEngine(BASELINE), LoopEngine(candidate))
+    backtest.run(FileSource([path]).records(), keyed=False)
+    report = backtest.report().data
+    expected = reference_report(events, BASELINE, candidate)
+    for name in ("baseline", "candidate"):
+        got = {(r["agent"], r["detector"], r["tool"]): r[name] for r in report["by_agent_detector_tool"]
+               if any(r[name].values())}
+        assert got == expected[name][0], name
+    base, cand = expected["baseline"][1], expected["candidate"][1]
+    assert {r["run"] for r in report["changed_runs"]} == {f"run:{r}" for r in set(base) | set(cand)
+                                                          if base.get(r, 0) != cand.get(r, 0)}
+    assert all(r["agent"] == "main" for r in report["changed_runs"])
+    # Only the run that moved from cron to main (still open) has a candidate state of its own,
+    # and it is the state the candidate reaches when it judges the run from its start.
+    assert set(backtest.sides[1].driver.states) == {b"run:x-00000"}
+    directly = RunDriver(LoopEngine(candidate))
+    for event in events:
+        directly.handle(event)
+    assert backtest.sides[1].driver.states[b"run:x-00000"] == directly.states["run:x-00000"]
