@@ -242,3 +242,42 @@ def test_agents_the_candidate_leaves_alone_are_judged_once_and_the_same(tmp_path
     for event in events:
         directly.handle(event)
     assert backtest.sides[1].driver.states[b"run:x-00000"] == directly.states["run:x-00000"]
+
+
+def test_the_progress_line_reports_records_rate_and_eta(tmp_path, monkeypatch):
+    # A clock that moves 10 s per reading: every progress call past the first couple of
+    # seconds prints a line (a file, not a terminal: one line each, not rewritten in place).
+    import io
+    import re
+
+    import streams.backtest as backtest_module
+    from streams.backtest import Backtest, FileSource, Progress
+
+    events, _ = fleet_trace(400, 50, seed=11, engine=LoopEngine(BASELINE), end=True)
+    path = write_lines(tmp_path / "fleet.jsonl", [encode_event(e) for e in events])
+    ticks = iter(range(0, 10**6, 10))
+    monkeypatch.setattr(backtest_module.time, "monotonic", lambda: float(next(ticks)))
+    out, source = io.StringIO(), FileSource([path])
+    progress = Progress(out, source.progress)
+    backtest = Backtest(LoopEngine(BASELINE), LoopEngine(CANDIDATE))
+    backtest.run(source.records(), keyed=False, progress=progress)
+    progress.done(backtest.records)
+    lines = out.getvalue().splitlines()
+    calls = len(events) // 0x4000 + 1  # every 16,384 records, and once at the end
+    assert len(lines) == calls + 1, lines
+    shown = [re.fullmatch(r"backtest: ([\d,]+) records read, ([\d,]+)/s, (\d+)%, ETA (\d+) s", line) for line in lines[:-1]]
+    assert all(shown), lines
+    read = [int(m[1].replace(",", "")) for m in shown]
+    assert read == [0x4000 * i for i in range(1, calls)] + [len(events)]
+    # the n-th line is read at 10 n s of the clock: the rate is records over elapsed seconds
+    assert [int(m[2].replace(",", "")) for m in shown] == [round(n / (10 * i)) for i, n in enumerate(read, 1)]
+    shares = [int(m[3]) for m in shown]
+    assert shares == sorted(shares) and shares[-1] == 100 and int(shown[-1][4]) == 0
+    assert lines[-1] == f"backtest: {len(events):,} records read in {10 * (calls + 1):.1f} s, " \
+                        f"{len(events) / (10 * (calls + 1)):,.0f}/s"
+
+
+def test_no_progress_line_on_short_work(tmp_path, configs):
+    path = write_lines(tmp_path / "fleet.jsonl", hand_fleet())
+    proc = loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1])
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
