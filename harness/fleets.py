@@ -16,7 +16,7 @@ from schemas.events import ToolCallEvent
 from streams.edge import blocked_result, compaction_event, completed_event, requested_event, run_ended_event
 from streams.engine import LoopEngine, RunDriver, published
 
-__all__ = ["BAD_RECORDS", "BASELINE", "CANDIDATE", "hand_worked_fleet", "reference_report"]
+__all__ = ["BAD_RECORDS", "BASELINE", "CANDIDATE", "assert_matches_reference", "hand_worked_fleet", "reference_report"]
 
 BASELINE = {"tools": {"loopDetection": {"enabled": True}}}
 CANDIDATE = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
@@ -119,3 +119,21 @@ def reference_report(events: Iterable[ToolCallEvent], baseline: Any, candidate: 
                 strongest[run] = max(strongest.get(run, 0), rank[action])
         out[name] = ({k: {kind: len(v) for kind, v in row.items()} for k, row in rows.items()}, strongest)
     return out
+
+
+def assert_matches_reference(report: dict, events: Iterable[ToolCallEvent], baseline: Any, candidate: Any) -> dict:
+    """Check a backtest report (its ``--json`` form) against ``reference_report``: the runs
+    warned, blocked and aborted per (agent, detector, tool) under each config, and the runs
+    whose outcome changes with both outcomes.  Returns those runs (run -> (baseline,
+    candidate))."""
+    expected = reference_report(events, baseline, candidate)
+    for name in ("baseline", "candidate"):
+        got = {(r["agent"], r["detector"], r["tool"]): r[name] for r in report["by_agent_detector_tool"]
+               if any(r[name].values())}
+        assert got == expected[name][0], name
+    names = ("none", "warn", "block", "abort")
+    base, cand = expected["baseline"][1], expected["candidate"][1]
+    changed = {f"run:{run}": (names[base.get(run, 0)], names[cand.get(run, 0)]) for run in set(base) | set(cand)
+               if base.get(run, 0) != cand.get(run, 0)}
+    assert {r["run"]: (r["baseline"], r["candidate"]) for r in report["changed_runs"]} == changed
+    return changed

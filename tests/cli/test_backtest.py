@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from harness.fleets import BAD_RECORDS, BASELINE, CANDIDATE, hand_worked_fleet, reference_report
+from harness.cli import loopwatch, one_line_error
+from harness.fleets import BAD_RECORDS, BASELINE, CANDIDATE, assert_matches_reference, hand_worked_fleet
 from schemas import encode_event
 from streams.engine import LoopEngine, RunDriver
 from streams.scenarios import fleet_trace
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def hand_fleet() -> list[bytes]:
@@ -31,20 +28,6 @@ def hand_fleet() -> list[bytes]:
     lines = [encode_event(e) for e in events]
     bad = list(BAD_RECORDS.values())
     return lines[:30] + [encode_event(retry)] + bad[:2] + lines[30:] + bad[2:]
-
-
-def loopwatch(*args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, timeout=timeout)
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    err = proc.stderr.strip()
-    assert "Traceback" not in proc.stderr and err.count("\n") == 0, proc.stderr
-    for needle in needles:
-        assert needle in err, err
-    return err
 
 
 @pytest.fixture
@@ -132,16 +115,7 @@ def test_a_generated_fleet_matches_the_engine_driven_directly(tmp_path, configs)
     proc = loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1], "--json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
-    expected = reference_report(events, BASELINE, CANDIDATE)
-    for name in ("baseline", "candidate"):
-        got = {(r["agent"], r["detector"], r["tool"]): r[name] for r in report["by_agent_detector_tool"]
-               if any(r[name].values())}
-        assert got == expected[name][0], name
-    names = ("none", "warn", "block", "abort")
-    base, cand = expected["baseline"][1], expected["candidate"][1]
-    changed = {f"run:{run}": (names[base.get(run, 0)], names[cand.get(run, 0)]) for run in set(base) | set(cand)
-               if base.get(run, 0) != cand.get(run, 0)}
-    assert {r["run"]: (r["baseline"], r["candidate"]) for r in report["changed_runs"]} == changed
+    changed = assert_matches_reference(report, events, BASELINE, CANDIDATE)
     assert changed, "the candidate should change some outcomes of this fleet"
     assert report["runs"] == 300 and report["events"] == len(events) and report["dead_letters"] == {}
 
@@ -226,14 +200,7 @@ def test_agents_the_candidate_leaves_alone_are_judged_once_and_the_same(tmp_path
     backtest = Backtest(LoopEngine(BASELINE), LoopEngine(candidate))
     backtest.run(FileSource([path]).records(), keyed=False)
     report = backtest.report().data
-    expected = reference_report(events, BASELINE, candidate)
-    for name in ("baseline", "candidate"):
-        got = {(r["agent"], r["detector"], r["tool"]): r[name] for r in report["by_agent_detector_tool"]
-               if any(r[name].values())}
-        assert got == expected[name][0], name
-    base, cand = expected["baseline"][1], expected["candidate"][1]
-    assert {r["run"] for r in report["changed_runs"]} == {f"run:{r}" for r in set(base) | set(cand)
-                                                          if base.get(r, 0) != cand.get(r, 0)}
+    assert assert_matches_reference(report, events, BASELINE, candidate)
     assert all(r["agent"] == "main" for r in report["changed_runs"])
     # Only the run that moved from cron to main (still open) has a candidate state of its own,
     # and it is the state the candidate reaches when it judges the run from its start.

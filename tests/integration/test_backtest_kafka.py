@@ -20,7 +20,8 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from harness import REPO, encode_all, produce, wait_for_topic
-from harness.fleets import BAD_RECORDS, BASELINE, CANDIDATE, hand_worked_fleet, reference_report
+from harness.cli import one_line_error
+from harness.fleets import BAD_RECORDS, BASELINE, CANDIDATE, assert_matches_reference, hand_worked_fleet
 from schemas import encode_event
 from streams.edge import run_ended_event
 from streams.engine import LoopEngine
@@ -56,14 +57,6 @@ def report_of(proc: subprocess.CompletedProcess[str]) -> dict:
     return json.loads(proc.stdout)
 
 
-def one_line_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> None:
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    err = proc.stderr.strip()
-    assert "Traceback" not in proc.stderr and err.count("\n") == 0, proc.stderr
-    for needle in needles:
-        assert needle in err, err
-
-
 async def test_a_hand_worked_fleet_read_from_the_topic(lw):
     events, retry = hand_worked_fleet()
     records = encode_all(events[:30]) + encode_all([retry]) + encode_all(events[30:])
@@ -92,16 +85,7 @@ async def test_a_generated_fleet_matches_the_engine_driven_directly(lw):
     events, _kinds = fleet_trace(200, 15, seed=5, engine=LoopEngine(BASELINE), end=True, run_prefix=lw.names.tag)
     await fleet_topic(lw, encode_all(events))
     report = report_of(backtest(lw, "--topic", lw.names.tool_calls, "--json"))
-    expected = reference_report(events, BASELINE, CANDIDATE)
-    for name in ("baseline", "candidate"):
-        got = {(r["agent"], r["detector"], r["tool"]): r[name] for r in report["by_agent_detector_tool"]
-               if any(r[name].values())}
-        assert got == expected[name][0], name
-    names = ("none", "warn", "block", "abort")
-    base, cand = expected["baseline"][1], expected["candidate"][1]
-    changed = {f"run:{run}": (names[base.get(run, 0)], names[cand.get(run, 0)]) for run in set(base) | set(cand)
-               if base.get(run, 0) != cand.get(run, 0)}
-    assert changed and {r["run"]: (r["baseline"], r["candidate"]) for r in report["changed_runs"]} == changed
+    assert assert_matches_reference(report, events, BASELINE, CANDIDATE)
     assert (report["events"], report["runs"], report["dead_letters"]) == (len(events), 200, {})
 
 
