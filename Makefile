@@ -94,7 +94,7 @@ bench: install kafka
 
 # loopwatch backtest over a generated fleet file, on one core (issue 16).
 bench-backtest: install
-	$(PY) -m bench.backtest
+	$(PY) -m bench.backtest $(BENCH_ARGS)
 
 clean:
 	rm -rf .pytest_cache .hypothesis build *.egg-info $(TS)/dist
