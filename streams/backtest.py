@@ -199,6 +199,24 @@ class KafkaRange:
         finally:
             loop.close()
 
+    async def _partitions(self) -> set[int]:
+        """The topic's partitions, asked of the broker: a consumer that has just started may not
+        know the topic yet, and only its client's private methods would ask (an admin client's
+        public ``describe_topics`` does).  Empty when the topic does not exist."""
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.broker, request_timeout_ms=int(self.timeout_s * 1000),
+                                    **self.client_options)
+        await asyncio.wait_for(admin.start(), self.timeout_s)
+        try:
+            described = await admin.describe_topics([self.topic])
+        finally:
+            await admin.close()
+        info = described[0] if described else {}
+        if info.get("error_code", 1) != 0:
+            return set()
+        return {p["partition"] for p in info.get("partitions", ())}
+
     async def _open(self) -> tuple[Any, dict]:
         from aiokafka import AIOKafkaConsumer, TopicPartition
         from aiokafka.errors import KafkaError
@@ -226,10 +244,7 @@ class KafkaRange:
         finally:
             aiokafka_log.setLevel(level)
         try:
-            partitions = consumer.partitions_for_topic(self.topic)
-            if not partitions:
-                await consumer._client.force_metadata_update()  # noqa: SLF001 - a fresh client may not know it yet
-                partitions = consumer.partitions_for_topic(self.topic)
+            partitions = consumer.partitions_for_topic(self.topic) or await self._partitions()
             if not partitions:
                 raise BacktestError(f"topic {self.topic} does not exist on {self.broker}")
             tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
