@@ -19,6 +19,11 @@ Four measurements, in one run, on the local broker (``scripts/kafka.sh``):
     loopwatch adds.  On a shared VM both swing with the neighbours; compare them per run.
     (c) and (c') alternate ``--latency-rounds`` times (default 3), and the latency target is
     judged on the median of the rounds' p99.
+(b'') with ``--candidate``: (b) with a candidate config loaded beside the live one
+    (``LOOPWATCH_CANDIDATE_CONFIG``: stricter thresholds for every agent, so every event runs
+    through both engines and every run stores both states), alternating with (b) itself,
+    ``--candidate-rounds`` pairs, each on a fresh topic: (b), (b''), (b), (b''), ...  Judged on
+    the median of the pairs' ratios (b'')/(b) (issue 16's target: at least 0.5).
 (d) peers (``bench.peers``), right after (b) and like it: the same events preloaded
     into a fresh topic, drained by the same engine as a user would run it with another
     Python stream processor, each in its own subprocess, timed from its first processed
@@ -66,6 +71,8 @@ from streams.engine import LoopEngine
 from streams.scenarios import FLEET_MIX, fleet_trace
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+CANDIDATE = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
+"""(b'')'s candidate config: it differs from CONFIG for every agent."""
 MIX = FLEET_MIX
 PARTITIONS = 4
 
@@ -85,6 +92,8 @@ TARGET_RATIO_BATCHED = 0.35
 TARGET_SHARE_MS = 3.0
 TARGET_RATE = 2_000.0
 BASELINE_PEAK_RSS_MIB = 291.0
+TARGET_CANDIDATE_SHARE = 0.5
+"""Issue 16: (b'')/(b), a worker with a candidate config against the same worker without."""
 # Issue 3's targets, still printed as information: (b) per worker, (b)/(a), (c)'s p99.
 ISSUE3_EVENTS_S = 20_000.0
 ISSUE3_RATIO = 0.5
@@ -232,20 +241,28 @@ async def raw_passthrough(broker: str, source: str, sink: str, n: int, *, batche
 
 async def worker_throughput(
     broker: str, records: list[tuple[bytes, bytes]], tmp: Path, *, max_batch: int | None, used: list[str],
-    profile_to: Path | None = None,
+    candidate: bool = False, profile_to: Path | None = None,
 ) -> dict:
-    """(b).  ``profile_to``: record the worker with py-spy (``--format raw``, folded stacks)
-    from its first processed record to its last, into this file."""
+    """(b), or with ``candidate`` (b''): the same worker with ``CANDIDATE`` loaded beside ``CONFIG``.
+    ``profile_to``: record the worker with py-spy (``--format raw``, folded stacks) from its
+    first processed record to its last, into this file."""
     names = WorkerNames(prefix="lwbench")
     used.append(names.app_id)
-    await create_topics(broker, [names.tool_calls])
+    await create_topics(broker, [names.tool_calls, names.shadow_verdicts] if candidate else [names.tool_calls])
     produce_rate = await preload(broker, names.tool_calls, records)
     config = tmp / "loop-detection.json"
     write_config(config, CONFIG)
     env = {"LOOPWATCH_PARTITIONS": str(PARTITIONS)}
     if max_batch:
         env["LOOPWATCH_MAX_BATCH"] = str(max_batch)
-    worker = WorkerProcess(broker, names, data_dir=tmp / "worker-b", config=config, env=env, label="bench-b", log_dir=tmp)
+    label = "bench-b"
+    if candidate:
+        candidate_config = tmp / "candidate.json"
+        write_config(candidate_config, CANDIDATE)
+        env["LOOPWATCH_CANDIDATE_CONFIG"] = str(candidate_config)
+        label = "bench-b-candidate"
+    worker = WorkerProcess(broker, names, data_dir=tmp / f"worker-b-{names.tag}", config=config, env=env, label=label,
+                           log_dir=tmp)
     n = len(records)
     admin = AIOKafkaAdminClient(bootstrap_servers=broker)
     await admin.start()
@@ -549,6 +566,12 @@ def target_verdicts(results: dict) -> list[str]:
         if b:
             ratio = b["rate"] / d["rate"]
             lines.append(f"loopwatch ahead of {PEERS[name].label}: {_verdict(ratio > 1)} ({ratio:.2f}×)")
+    pairs = results.get("candidate_pairs")
+    if pairs:
+        share = statistics.median(cand["rate"] / plain["rate"] for plain, cand in pairs)
+        lines.append(f"(b'')/(b) >= {TARGET_CANDIDATE_SHARE} with a candidate config: {share:.2f}"
+                     + (f" (median of {len(pairs)} pairs)" if len(pairs) > 1 else "")
+                     + f", {_verdict(share >= TARGET_CANDIDATE_SHARE)}")
     return lines
 
 
@@ -664,6 +687,19 @@ async def run(args: argparse.Namespace) -> int:
                   f"waited for a core {b['runqueue_share'] * 100:.0f} % of the time); {b['durable_rate']:,.0f} events/s to all offsets committed; peak RSS {b['peak_rss_mib']:.0f} MiB")
             if args.profile_worker:
                 print(f"     py-spy profile of (b): {args.profile_worker} (python -m bench.profile {args.profile_worker})")
+        if args.candidate:
+            # (b) and (b'') in turn, so that the shared machine's swings hit both alike.
+            for i in range(args.candidate_rounds):
+                plain = results["worker"] if i == 0 and "worker" in results else await worker_throughput(
+                    broker, records, tmp, max_batch=args.max_batch, used=used)
+                if i > 0 or "worker" not in results:
+                    print(f"(b)  pair {i + 1}, without a candidate:              {plain['rate']:>9,.0f} events/s "
+                          f"({plain['cpu_us']:.0f} µs CPU/event)")
+                cand = await worker_throughput(broker, records, tmp, max_batch=args.max_batch, used=used, candidate=True)
+                results.setdefault("candidate_pairs", []).append((plain, cand))
+                print(f"(b'') pair {i + 1}, with a candidate config:           {cand['rate']:>9,.0f} events/s "
+                      f"({cand['cpu_us']:.0f} µs CPU/event, {cand['cpu_cores']:.2f} cores); "
+                      f"(b'')/(b) {cand['rate'] / plain['rate']:.2f}")
         if args.peer:
             expected = reference_verdicts(events, CONFIG)
             for name in sorted(set(args.peer), key=list(PEERS).index):
@@ -731,6 +767,9 @@ async def run(args: argparse.Namespace) -> int:
         if "raw" in results:
             print(f"| ratio (b)/(a) | {b['rate'] / results['raw']:.2f} |")
             print(f"| ratio (b)/(a') | {b['rate'] / results['raw_batched']:.2f} |")
+    for i, (plain, cand) in enumerate(results.get("candidate_pairs", []), 1):
+        print(f"| pair {i}: (b) without / (b'') with a candidate config | {plain['rate']:,.0f} / {cand['rate']:,.0f} "
+              f"events/s ({plain['cpu_us']:.0f} / {cand['cpu_us']:.0f} µs CPU/event); ratio {cand['rate'] / plain['rate']:.2f} |")
     for name, d in results.get("peers", {}).items():
         peer = PEERS[name]
         print(f"| ({peer.tag}) {peer.label} {d['version']} peer ({peer.shape}), same workload and engine | "
@@ -796,6 +835,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="write every decision's latency of (c) here (with several rounds: CSV-r1, CSV-r2, ...)")
     p.add_argument("--profile-worker", type=Path, metavar="FILE",
                    help="record the worker during (b) with py-spy into FILE (folded stacks; python -m bench.profile FILE)")
+    p.add_argument("--candidate", action="store_true",
+                   help="(b''): (b) with a candidate config loaded, alternating with (b) (issue 16)")
+    p.add_argument("--candidate-rounds", type=_positive_int, default=2,
+                   help="with --candidate: pairs of (b) and (b'') (default 2)")
     p.add_argument("--skip-raw", action="store_true")
     p.add_argument("--skip-worker", action="store_true")
     p.add_argument("--skip-latency", action="store_true")

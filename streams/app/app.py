@@ -8,7 +8,7 @@ Nothing here does work; each part has its own module (docs/design.md has the pic
 ``output``      the verdict and dead-letter producers;
 ``expiry``      the idle sweep;
 ``health``      readiness, broker reachability, lag, ``/healthz`` and ``/readyz``;
-``reload``      hot reload of the config file and the signing keys;
+``reload``      hot reload of the config files (live and candidate) and the signing keys;
 ``streams.faust_adapter``  every touch of Faust's and aiokafka's internals.
 
 Faust provides the consumer group (assignment, co-partitioning of ``tool-calls`` with the
@@ -23,6 +23,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from schemas.names import CANDIDATE, LIVE
 from streams import faust_adapter
 
 from . import logs
@@ -132,6 +133,11 @@ class Worker:
     health: Health
     config: ConfigWatcher
     keys: KeyringWatcher | None
+    candidate: ConfigWatcher | None = None
+
+    def uses_shadow_topic(self) -> bool:
+        """A candidate config, or an agent in shadow mode under the live config."""
+        return self.candidate is not None or self.processor.engine.config.uses_shadow()
 
 
 def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = None) -> Worker:
@@ -169,21 +175,31 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     producers = faust_adapter.Producers(app)
 
     def use_engine(engine: Any) -> None:  # a new config: the next batch runs on it
-        processor.engine = engine
+        processor.use_config(engine, config.sha256)
+
+    def use_candidate(engine: Any) -> None:  # a new candidate config: likewise
+        processor.use_candidate(engine, candidate.sha256)
 
     def use_keyring(keyring: Any) -> None:  # new signing keys: the next batch checks with them
         processor.keyring = keyring
 
-    config = ConfigWatcher(settings.config, use_engine, metrics)
+    config = ConfigWatcher(settings.config, use_engine, metrics, name=LIVE)
+    candidate = None
+    if settings.candidate_config is not None:
+        candidate = ConfigWatcher(settings.candidate_config, use_candidate, metrics, name=CANDIDATE)
     keys = None if settings.signing_keys is None else KeyringWatcher(settings.signing_keys, use_keyring)
     processor = BatchProcessor(
         config.load_initial(), metrics, clock_skew_s=settings.clock_skew_s,
         keyring=None if keys is None else keys.load_initial(),
     )
+    processor.use_config(processor.engine, config.sha256)
+    if candidate is not None:
+        processor.use_candidate(candidate.load_initial(), candidate.sha256)
     store = RunStore(faust_adapter.TableAccess(table), producers.shared)
     output = Output(
         verdicts_topic=settings.verdicts_topic, dead_letter_topic=settings.dead_letter_topic,
         partitions=settings.partitions, shared_producer=producers.shared, new_producer=producers.new,
+        shadow_topic=settings.shadow_verdicts_topic, metrics=metrics,
     )
     checkpoints = Checkpointer(processor, store, output, checkpoint_s=settings.checkpoint_s,
                                spawn=app.add_future, group=group)
@@ -207,7 +223,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     metrics.runs_tracked.set_function(lambda: float(store.runs_tracked))
 
     worker = Worker(app, settings, metrics, tool_calls, verdicts, dead_letters, table, processor, store, output,
-                    checkpoints, expiry, health, config, keys)
+                    checkpoints, expiry, health, config, keys, candidate)
     _schedule(worker)
     return worker
 
@@ -224,6 +240,8 @@ def _schedule(worker: Worker) -> None:
         for topic in (worker.verdicts, worker.dead_letters):
             await topic.maybe_declare()
         await worker.output.start()  # before the first decision, and for the broker probe
+        if worker.uses_shadow_topic():
+            await worker.output.find_shadow_topic()  # (created before the start: worker.py)
         if settings.metrics_port and not metrics_served:
             metrics_served = True
             worker.metrics.serve(settings.metrics_port, settings.web_host)
@@ -231,8 +249,17 @@ def _schedule(worker: Worker) -> None:
 
     async def poll_files() -> None:
         worker.config.poll()
+        if worker.candidate is not None:
+            worker.candidate.poll()
         if worker.keys is not None:
             worker.keys.poll()
+        if worker.output.shadow_partitions is None and worker.uses_shadow_topic():
+            # Shadow mode came with a reload (or the topic was missing at start): make sure of
+            # the topic here, where waiting delays no decision.
+            from .topics import ensure_topics
+
+            await ensure_topics(settings, only_shadow=True)
+            await worker.output.find_shadow_topic()
 
     async def every_second() -> None:
         nonlocal gc_frozen

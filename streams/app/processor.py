@@ -16,6 +16,17 @@ One batch (``process``):
    decision of a ``gate`` call, every warn and block; every abort), engine log lines and
    metric counts.
 
+Shadow: the verdicts of an agent in shadow mode (``loopwatch.mode: shadow``) go to the shadow
+topic (``BatchResult.shadow``), and its runner gets ``streams.engine.shadow_answer`` on
+``loop-verdicts`` (an ``allow`` for a gated call).  A candidate config
+(``use_candidate``) runs on every event the live config applied, on the run's candidate state
+(``LiveRun.candidate``, stored with the live one); its verdicts go to the shadow topic
+(``BatchResult.candidate``) and nothing of it reaches ``loop-verdicts`` or the dead letters.
+When a run ends (``run.ended``) that the candidate saw from its first event, a difference in
+the run's outcome (``streams.engine.outcome``) is counted
+(``loopwatch_candidate_outcome_changes_total``).  Without shadow agents and without a
+candidate, none of this runs.
+
 Before the engine, an event is checked against its run's stored envelope
 (``streams.app.run_store``): an event whose offset is not newer than the state's stamp is
 already in it (a redelivery after a crash) and is skipped; one whose id is among the run's
@@ -42,19 +53,24 @@ from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
 
-from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, decode_event
-from schemas.names import BAD_SIGNATURE, INVALID_JSON, KEY_MISMATCH, MISSING_KEY, PROCESSING_ERROR, WARNING
+from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, ToolCallEvent, decode_event
+from schemas.names import (
+    BAD_SIGNATURE, CANDIDATE, ENFORCE, INVALID_JSON, KEY_MISMATCH, LIVE, MISSING_KEY, OUTCOMES, PROCESSING_ERROR,
+    WARNING,
+)
 from schemas.signing import Keyring
 from schemas.verdicts import Decision, RunAborted, encode_verdict
 from schemas.keys import record_key
-from streams.engine import LoopEngine, RunState, copy_state, state_key
+from streams.engine import LoopEngine, RunState, copy_state, outcome, shadow_answer, state_key
 from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 
 from . import logs
 from .checkpoint import LiveRun, LiveRuns
-from .run_store import event_digest, remember, seen_before
+from .run_store import COMPARED_FROM_START, compare, compared_outcomes, event_digest, remember, seen_before
 
-__all__ = ["BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "kafka_key_problem"]
+__all__ = [
+    "BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "check_record", "kafka_key_problem",
+]
 
 log = logging.getLogger("loopwatch.worker")
 
@@ -102,7 +118,14 @@ class DeadLetter:
 @dataclass
 class BatchResult:
     verdicts: list[VerdictOut] = field(default_factory=list)
+    """For ``loop-verdicts``."""
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    shadow: list[VerdictOut] = field(default_factory=list)
+    """For the shadow topic, from the live config (agents in shadow mode)."""
+    candidate: list[VerdictOut] = field(default_factory=list)
+    """For the shadow topic, from the candidate config."""
+    sha256: dict[str, str] = field(default_factory=dict)
+    """The configs the batch ran on: config (live, candidate) -> its tag on the shadow topic."""
     skipped: int = 0
     """Events not applied again because their run's state already holds them (re-delivery)."""
     duplicates: int = 0
@@ -149,6 +172,38 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     )
 
 
+def check_record(
+    record: Any, keyring: Keyring | None = None, *, keyed: bool = True, memo: dict[tuple[Any, ...], Any] | None = None,
+) -> tuple[ToolCallEvent, bytes]:
+    """The event in a ``tool-calls`` record and its state key (UTF-8), as the worker takes it;
+    ``InvalidEvent`` (the dead letter's reason and detail) when the worker would dead-letter
+    it: no value, a bad signature (with a ``keyring``), not a valid event
+    (``schemas.decode_event``: JSON, bounds, version, type), a Kafka key that does not fit
+    (``kafka_key_problem``; not checked when ``keyed`` is false: a record read from a file
+    has none).  ``loopwatch backtest`` counts what this refuses.
+
+    ``memo``: a dict kept between calls (the worker's), in which the state key and the key
+    check are remembered: they depend on four values only, which a run's events share, so
+    they are worked out once per run, not per event."""
+    value = record.value
+    if value is None:
+        raise InvalidEvent(INVALID_JSON, "the record has no value (null)")
+    signer = keyring.verify(record.headers, value) if keyring is not None else None
+    event = decode_event(value)
+    if signer is not None:
+        signer.check_agent(event)
+    known = None if memo is None else memo.get((record.key, event.run_id, event.session_key, event.session_id))
+    if known is None:
+        key = state_key(event).encode("utf-8", "surrogatepass")
+        known = (key, kafka_key_problem(record.key, event, key) if keyed else None)
+        if memo is not None:
+            memo[(record.key, event.run_id, event.session_key, event.session_id)] = known
+    key, problem = known
+    if problem is not None:
+        raise InvalidEvent(*problem)
+    return event, key
+
+
 # -- the processor ----------------------------------------------------------------------------
 
 
@@ -172,6 +227,12 @@ class BatchProcessor:
         clock_skew_s: float | None = 300.0,
     ) -> None:
         self.engine = engine
+        self.candidate: LoopEngine | None = None
+        """The candidate config's engine (``use_candidate``), swapped like ``engine``."""
+        self.sha256: dict[str, str] = {LIVE: "defaults"}
+        """Config (live, candidate) -> the SHA-256 tag of its file (``ConfigWatcher.sha256``):
+        what its verdicts are tagged with on the shadow topic.  Replaced, never changed in
+        place: a batch's result keeps the tags it ran on."""
         self.keyring = keyring
         """With a keyring, only events signed by their agent's key are applied (schemas.signing);
         swapped like ``engine`` when the key files change."""
@@ -180,12 +241,25 @@ class BatchProcessor:
         self.clock_skew_ms = None if clock_skew_s is None else int(clock_skew_s * 1000)
         self.runs = LiveRuns(metrics, clock=clock, cache_size=cache_size)
         self._keys: dict[tuple[Any, ...], tuple[bytes, tuple[str, str] | None]] = {}
-        """``(Kafka key, run_id, session_key, session_id) -> (state key, key problem)``."""
+        """``check_record``'s memo: ``(Kafka key, run_id, session_key, session_id) -> (state key, key problem)``."""
+
+    def use_config(self, engine: LoopEngine, sha256: str) -> None:
+        """Run the live config ``engine`` (tagged ``sha256``) from the next batch on."""
+        self.engine = engine
+        self.sha256 = {**self.sha256, LIVE: sha256}
+
+    def use_candidate(self, engine: LoopEngine | None, sha256: str = "defaults") -> None:
+        """Run a candidate config beside the live one from the next batch on (None: none).
+        Whether the worker has one is fixed at its start: the run store keeps the candidate's
+        states only while it does (``LiveRuns.with_candidate``)."""
+        self.candidate = engine
+        self.runs.with_candidate = engine is not None
+        self.sha256 = {**self.sha256, CANDIDATE: sha256}
 
     def process(self, records: Iterable[Record], read: Callable[[int, bytes], bytes | None]) -> BatchResult:
         """Process one batch.  ``read(partition, key)`` returns a run's stored envelope or None."""
         engine, keyring = self.engine, self.keyring
-        result = BatchResult()
+        result = BatchResult(sha256=self.sha256)
         dead = result.dead_letters
         groups: dict[tuple[int, bytes], list[tuple[Record, Any, Any]]] = {}
         keys = self._keys
@@ -194,24 +268,8 @@ class BatchProcessor:
         now_ms = int(self.clock() * 1000)
         latest_ms = None if self.clock_skew_ms is None else now_ms + self.clock_skew_ms
         for record in records:
-            value = record.value
             try:
-                if value is None:
-                    raise InvalidEvent(INVALID_JSON, "the record has no value (null)")
-                signer = keyring.verify(record.headers, value) if keyring is not None else None
-                event = decode_event(value)
-                if signer is not None:
-                    signer.check_agent(event)
-                # The state key and the Kafka key check depend on these four values only, and
-                # a run's events share them: both are worked out once per run, not per event.
-                memo = (record.key, event.run_id, event.session_key, event.session_id)
-                known = keys.get(memo)
-                if known is None:
-                    key = state_key(event).encode("utf-8", "surrogatepass")
-                    known = keys[memo] = (key, kafka_key_problem(record.key, event, key))
-                key, problem = known
-                if problem is not None:
-                    raise InvalidEvent(*problem)
+                event, key = check_record(record, keyring, memo=keys)
             except InvalidEvent as exc:
                 dead.append(DeadLetter(record, exc.reason, _cut(exc.detail)))
                 continue
@@ -223,7 +281,7 @@ class BatchProcessor:
             # Kept to rebuild the run after an engine error: the record's value (the decoded
             # event is a third larger, and a busy worker holds seconds of events), or the
             # event itself when it is not what the value decodes to.
-            replay = value
+            replay = record.value
             if latest_ms is not None and event.ts_ms > latest_ms:
                 # A runner's clock far ahead (or a hostile ts_ms): the event counts as
                 # happening now.  Past times are left alone (replays, backlogs, ts_ms 0).
@@ -235,17 +293,23 @@ class BatchProcessor:
             group.append((record, event, replay))
 
         counts = _Counts()
+        tallies = {(LIVE, ENFORCE): counts}
+        shadow = _Shadow(engine.config, LIVE, tallies) if engine.config.uses_shadow() else None
+        candidate = self.candidate
+        judged = None if candidate is None else _Shadow(candidate.config, CANDIDATE, tallies)
         runs = self.runs
         touched = runs.touched
         for pk, items in groups.items():
             live = touched.get(pk)
             if live is None:
                 live = touched[pk] = runs.load(pk, read)
-            self._run_group(engine, pk, live, items, result, counts)
+            applied = self._run_group(engine, pk, live, items, result, counts, shadow, judged is not None)
+            if applied:
+                self._run_candidate(candidate, pk, live, applied, result, judged)
         result.runs = len(groups)
         if counts.lines:
             logs.log_many("loopwatch.", counts.lines)
-        self._account(result, counts)
+        self._account(result, tallies, counts)
         return result
 
     # -- one run's events ---------------------------------------------------------------------
@@ -258,13 +322,17 @@ class BatchProcessor:
         items: list[tuple[Any, Any, Any]],
         result: BatchResult,
         counts: "_Counts",
-    ) -> None:
+        shadow: "_Shadow | None",
+        with_steps: bool = False,
+    ) -> list[tuple[Any, Any, Any]] | None:
         """Apply a run's events of this batch, in order, and collect what each step publishes
         (the engine's rule, ``Step.published_decision``), its log lines and its counts.
+        ``with_steps`` (a candidate config runs too): returns ``(record, event, step)`` of
+        each event applied; else None.
 
         Each step is read right after its event: the run's next event changes the state a
         step describes.  This loop runs once per event, so it is written flat (no call per
-        event beyond the engine's, the dedupe's and the verdict's encoding)."""
+        event beyond the engine's, the dedupe's, the collection's and the verdict's encoding)."""
         if items[0][0].offset <= live.offset:
             # Already in the stored state (a redelivery; offsets rise within a group, so
             # only a group whose first record is old holds any).  The run stays dirty even
@@ -273,18 +341,17 @@ class BatchProcessor:
             fresh = [item for item in items if item[0].offset > live.offset]
             result.skipped += len(items) - len(fresh)
             if not fresh:
-                return
+                return None
             items = fresh
         partition, key = pk
         state = live.state
         seen = live.seen
         applied = live.applied
         verdicts = result.verdicts
-        lines = counts.lines
-        decisions = counts.decisions
         check_owner = self.keyring is not None
         handle = engine.handle
-        types = counts.types
+        collect = self._collect
+        steps: list[tuple[Any, Any, Any]] | None = [] if with_steps else None
         for record, event, replay in items:
             digest = event_digest(event.event_id)
             if seen_before(seen, digest):
@@ -319,45 +386,16 @@ class BatchProcessor:
                 if owner is None:
                     live.owner = event.agent_id
             applied.append(replay)
-            types[type(event)] += 1
             result.events += 1
-
-            # What the step publishes, logs and counts.
-            step_lines = step.logs
-            if step_lines:
-                lines += step_lines
-                if type(event) is CompactionRetried:
-                    counts.armings += sum(1 for line in step_lines if line.subsystem == GUARD_SUBSYSTEM)
-            decision = step.published_decision
-            request = step.request
-            if decision is not None or request is not None:
-                detection = step.detection
-                if decision is not None:
-                    verdicts.append(VerdictOut(partition, key, encode_verdict(decision), decision))
-                    detector, level, action = decision.detector, decision.level, decision.action
-                    liveness, emitted = decision.liveness_signal, decision.warning_emitted
-                else:
-                    action, emitted = "allow", step.emitted
-                    if detection is None:
-                        detector = level = liveness = None
-                    else:
-                        detector, level, liveness = detection.detector, detection.level, detection.liveness_signal
-                if detector is None and action == "allow":
-                    counts.allows += 1  # the common decision, counted without a key
-                else:
-                    decisions[(detector or "none", level or "none", action)] += 1
-                if liveness is not None:
-                    counts.liveness[(liveness, detector)] += 1
-                if detection is not None:
-                    counts.detections[(detection.detector, detection.level, event.tool_name)] += 1
-                    if detection.level == WARNING and not emitted:
-                        counts.suppressed[detection.detector] += 1
-            abort = step.abort
-            if abort is not None:
-                counts.aborts[abort.detector] += 1
-                verdicts.append(VerdictOut(partition, key, encode_verdict(abort), abort))
+            if shadow is None:
+                collect(partition, key, event, step, verdicts, counts)
+            else:
+                self._collect_moded(partition, key, event, step, result, counts, shadow)
+            if steps is not None:
+                steps.append((record, event, step))
         live.state = state
         live.offset = items[-1][0].offset
+        return steps
 
     def _rebuild(self, engine: LoopEngine, live: LiveRun) -> RunState | None:
         """The run's state from its stored state and the events applied since (``live.applied``)."""
@@ -374,30 +412,116 @@ class BatchProcessor:
                 pass
         return state
 
+    def _collect(self, partition, key, event, step, out: list[VerdictOut], counts: "_Counts", live: bool = True) -> None:
+        """Count a step and put what it publishes in ``out``; ``live``: a step of the live
+        config (its event and log lines count; a candidate's are neither counted nor logged)."""
+        if live:
+            counts.types[type(event)] += 1
+            step_lines = step.logs
+            if step_lines:
+                counts.lines += step_lines
+                if type(event) is CompactionRetried:
+                    counts.armings += sum(1 for line in step_lines if line.subsystem == GUARD_SUBSYSTEM)
+        # What is published is the engine's rule (Step.published_decision); an allow nobody
+        # waits for is counted like any decision, from the step, and never built.
+        decision = step.published_decision
+        if decision is not None or step.request is not None:
+            detection = step.detection
+            if decision is not None:
+                out.append(VerdictOut(partition, key, encode_verdict(decision), decision))
+                detector, level, action = decision.detector, decision.level, decision.action
+                liveness, emitted = decision.liveness_signal, decision.warning_emitted
+            else:
+                action, emitted = "allow", step.emitted
+                if detection is None:
+                    detector = level = liveness = None
+                else:
+                    detector, level, liveness = detection.detector, detection.level, detection.liveness_signal
+            if detector is None and action == "allow":
+                counts.allows += 1  # the common decision, counted without a key
+            else:
+                counts.decisions[(detector or "none", level or "none", action)] += 1
+            if liveness is not None:
+                counts.liveness[(liveness, detector)] += 1
+            if detection is not None:
+                counts.detections[(detection.detector, detection.level, event.tool_name)] += 1
+                if detection.level == WARNING and not emitted:
+                    counts.suppressed[detection.detector] += 1
+        abort = step.abort
+        if abort is not None:
+            counts.aborts[abort.detector] += 1
+            out.append(VerdictOut(partition, key, encode_verdict(abort), abort))
+
+    def _collect_moded(self, partition, key, event, step, result: BatchResult, counts: "_Counts", shadow: "_Shadow") -> None:
+        """``_collect`` when the live config has agents in shadow mode: theirs go to the shadow
+        topic, and their runners get ``shadow_answer`` on ``loop-verdicts``."""
+        tally = shadow.tally_for(event.agent_id)
+        if tally is None:
+            self._collect(partition, key, event, step, result.verdicts, counts)
+            return
+        self._collect(partition, key, event, step, result.shadow, tally)
+        answer = shadow_answer(step)
+        if answer is not None:
+            result.verdicts.append(VerdictOut(partition, key, encode_verdict(answer), answer))
+
+    # -- the candidate config ----------------------------------------------------------------------
+
+    def _run_candidate(self, engine: LoopEngine, pk, live: LiveRun, applied, result: BatchResult, judged: "_Shadow") -> None:
+        """The candidate on the events the live config applied to a run, on the run's
+        candidate state; compares the run's outcomes when it ends."""
+        partition, key = pk
+        state, compared = live.candidate, live.compared
+        changes = judged.tallies[(LIVE, ENFORCE)].changes
+        for record, event, step in applied:
+            try:
+                judged_step = engine.handle(state, event, validated=True)
+            except Exception:  # noqa: BLE001 - the candidate never affects the live run
+                self._count_error(CANDIDATE)
+                log.exception("the candidate config's engine failed on %s[%d]@%d: the candidate starts the run "
+                              "afresh", record.topic, record.partition, record.offset)
+                state, compared = None, 0
+                continue
+            state = judged_step.state
+            if compared & COMPARED_FROM_START:
+                compared = compare(compared, outcome(step), outcome(judged_step))
+            self._collect(partition, key, event, judged_step, result.candidate, judged.tally_for(event.agent_id),
+                          live=False)
+            if state is None:  # the run ended under both configs
+                if compared & COMPARED_FROM_START:
+                    was, would = compared_outcomes(compared)
+                    if was != would:
+                        changes[(OUTCOMES[was], OUTCOMES[would])] += 1
+                compared = COMPARED_FROM_START  # a later event of the key starts afresh in both
+        live.candidate, live.compared = state, compared
+
     # -- metrics --------------------------------------------------------------------------------
 
     def _count_error(self, stage: str) -> None:
         if self.metrics is not None:
             self.metrics.count_error(stage)
 
-    def _account(self, result: BatchResult, counts: "_Counts") -> None:
+    def _account(self, result: BatchResult, tallies: dict[tuple[str, str], "_Counts"], counts: "_Counts") -> None:
+        """Add a batch's counts to the metrics: ``tallies`` by (config, mode), the metrics'
+        labels; ``counts``, the live enforce ones, also hold the run-level counts."""
         m = self.metrics
         if m is None:
             return
-        m.add(m.events_consumed, {EVENT_TYPE_OF[kind]: n for kind, n in counts.types.items()})
-        if counts.allows:
-            counts.decisions[("none", "none", "allow")] += counts.allows
-        m.add(m.decisions, counts.decisions)
-        if counts.detections:
-            tools: dict[tuple[str, str, str], int] = defaultdict(int)
-            for (detector, level, tool), n in counts.detections.items():
-                tools[(detector, level, m.tool_label(tool))] += n
-            m.add(m.loop_detections, tools)
-        m.add(m.warnings_suppressed, counts.suppressed)
-        m.add(m.liveness_signals, counts.liveness)
-        m.add(m.run_aborts, counts.aborts)
-        if counts.armings:
-            m.guard_armings.inc(counts.armings)
+        for labels, tally in tallies.items():
+            m.add(m.events_consumed, {EVENT_TYPE_OF[kind]: n for kind, n in tally.types.items()})
+            if tally.allows:
+                tally.decisions[("none", "none", "allow")] += tally.allows
+            m.add(m.decisions, {k + labels: n for k, n in tally.decisions.items()})
+            if tally.detections:
+                tools: dict[tuple[str, ...], int] = defaultdict(int)
+                for (detector, level, tool), n in tally.detections.items():
+                    tools[(detector, level, m.tool_label(tool)) + labels] += n
+                m.add(m.loop_detections, tools)
+            m.add(m.warnings_suppressed, {(k,) + labels: n for k, n in tally.suppressed.items()})
+            m.add(m.liveness_signals, {k + labels: n for k, n in tally.liveness.items()})
+            m.add(m.run_aborts, {(k,) + labels: n for k, n in tally.aborts.items()})
+            if tally.armings:
+                m.guard_armings.inc(tally.armings)
+        m.add(m.candidate_outcome_changes, counts.changes)
         if result.duplicates:
             m.duplicate_events.inc(result.duplicates)
         if result.clamped:
@@ -422,12 +546,37 @@ class BatchProcessor:
         m.decision_latency.observe_many(latencies)
 
 
+class _Shadow:
+    """Where the steps of one config go when shadow is in play: the ``_Counts`` of an agent's
+    mode under ``config`` (``tag``: live or candidate), made on first use in ``tallies``.
+    For the live config, an agent in enforce mode has none (``tally_for``: None): its steps
+    take the ordinary path."""
+
+    __slots__ = ("config", "tag", "tallies")
+
+    def __init__(self, config: Any, tag: str, tallies: dict[tuple[str, str], "_Counts"]) -> None:
+        self.config = config
+        self.tag = tag
+        self.tallies = tallies
+
+    def tally_for(self, agent_id: str | None) -> "_Counts | None":
+        mode = self.config.mode_for(agent_id)
+        if mode == ENFORCE and self.tag == LIVE:
+            return None
+        labels = (self.tag, mode)
+        tally = self.tallies.get(labels)
+        if tally is None:
+            # One list of log lines per batch, in the order of its events, whatever their tally.
+            tally = self.tallies[labels] = _Counts(lines=self.tallies[(LIVE, ENFORCE)].lines)
+        return tally
+
+
 class _Counts:
     """What one batch adds to the metrics and the log, gathered as plain values and added once."""
 
-    __slots__ = ("types", "allows", "decisions", "detections", "suppressed", "aborts", "armings", "liveness", "lines")
+    __slots__ = ("types", "allows", "decisions", "detections", "suppressed", "aborts", "armings", "liveness", "lines", "changes")
 
-    def __init__(self) -> None:
+    def __init__(self, lines: list[Any] | None = None) -> None:
         self.types: dict[type, int] = defaultdict(int)
         """Applied events by class."""
         self.allows = 0
@@ -438,8 +587,10 @@ class _Counts:
         self.aborts: dict[str, int] = defaultdict(int)
         self.armings = 0
         self.liveness: dict[tuple[str, str], int] = defaultdict(int)
-        self.lines: list[Any] = []
+        self.lines: list[Any] = [] if lines is None else lines
         """The engine's log lines, in order (``LogLine``), written after the batch (``logs.log_many``)."""
+        self.changes: dict[tuple[str, str], int] = defaultdict(int)
+        """Runs ended whose outcome differs, by (live outcome, candidate outcome)."""
 
 
 def _cut(text: str) -> str:

@@ -48,7 +48,7 @@ from .state import (
     RunState,
 )
 
-__all__ = ["LogLine", "LoopEngine", "Step", "normalize_run_id", "state_key"]
+__all__ = ["LogLine", "LoopEngine", "Step", "allow_decision", "normalize_run_id", "state_key"]
 
 MAX_WARNING_BUCKETS = 256
 _DORMANT = guard_mod.DORMANT
@@ -155,6 +155,11 @@ def _decision(
         if d.liveness_signal is not None:
             override["liveness_signal"] = d.liveness_signal
     return msgspec.structs.replace(decision, **override) if override else decision
+
+
+def allow_decision(event: ToolCallRequested) -> Decision:
+    """A plain ``allow`` for a requested call, as the engine decides one without detection."""
+    return _decision(event, "allow", None, None, False)
 
 
 def _run_aborted(event: ToolCallEvent, detector: str, count: int, tool_name: str, message: str) -> RunAborted:

@@ -115,3 +115,12 @@ def test_loopwatch_is_judged_ahead_of_each_peer_only_when_faster():
     ]
     # Without (b) there is nothing to compare the peers with.
     assert target_verdicts({"peers": {"quix": {"rate": 10_000.0}}}) == []
+
+
+def test_a_candidate_config_is_judged_on_the_median_of_its_pairs():
+    pairs = [({"rate": 20_000.0}, {"rate": 11_000.0}), ({"rate": 22_000.0}, {"rate": 10_000.0}),
+             ({"rate": 18_000.0}, {"rate": 9_500.0})]
+    assert target_verdicts({"candidate_pairs": pairs}) == [
+        "(b'')/(b) >= 0.5 with a candidate config: 0.53 (median of 3 pairs), met",  # 0.55, 0.45, 0.53
+    ]
+    assert target_verdicts({"candidate_pairs": pairs[1:2]}) == ["(b'')/(b) >= 0.5 with a candidate config: 0.45, NOT MET"]
