@@ -11,9 +11,10 @@ socket write under aiokafka's producer counts as producing, not as the event loo
     python -m bench.profile FILE [--cpu-us 22] [--frames 40]
 
 py-spy records with ``--idle``: the samples in which the event loop waits in ``select``
-for a socket or a timer are counted apart (``IDLE``), as the share of the event loop's time
-it had nothing to do; the parts are shares of the other (busy) samples.  Samples of other
-threads waiting on a lock or a queue (``WAITING``) are left out.
+for a socket or a timer are counted apart, as the share of the event loop's time it had
+nothing to do; the parts are shares of the other (busy) samples.  Samples of other threads
+waiting (on a lock, a queue, or in their own ``select``, as the metrics server's) are left
+out.
 
 ``--cpu-us``: the worker's CPU time per event in the same run (printed by ``make bench``);
 each part is then also shown in µs per event (its share of the busy samples times that).
@@ -54,8 +55,10 @@ PARTS: list[tuple[str, str]] = [
     ("asyncio, sockets (reads), aiokafka connections, the rest", r""),
 ]
 _COMPILED = [(part, re.compile(pattern)) for part, pattern in PARTS]
-IDLE = re.compile(r"^\w*Selector\.select \(selectors\.py")
-"""The event loop's wait for sockets and timers (a frame of the sample)."""
+SELECT = re.compile(r"^\w*Selector\.select \(selectors\.py")
+EVENT_LOOP = re.compile(r"^BaseEventLoop\._run_once \(asyncio/")
+"""A sample in ``select`` under the event loop is the loop's wait for sockets and timers
+(idle); in ``select`` elsewhere, another thread's (the metrics server's ``serve_forever``)."""
 WAITING = re.compile(r"^(wait|_wait_for_tstate_lock|get) \((threading|queue)\.py")
 """Another thread blocked on a lock or a queue (the sample's innermost frame)."""
 
@@ -83,13 +86,24 @@ def breakdown(stacks: Counter) -> tuple[Counter, int, int]:
     parts: Counter = Counter()
     idle = waiting = 0
     for stack, n in stacks.items():
-        if WAITING.search(stack[-1]):
-            waiting += n
-        elif any(IDLE.search(frame) for frame in stack):
+        kind = _waiting(stack)
+        if kind == "idle":
             idle += n
+        elif kind == "waiting":
+            waiting += n
         else:
             parts[part_of(stack)] += n
     return parts, idle, waiting
+
+
+def _waiting(stack: tuple[str, ...]) -> str | None:
+    """Whether a sample waits: "idle" (the event loop in select), "waiting" (another thread
+    blocked), or None (busy)."""
+    if WAITING.search(stack[-1]):
+        return "waiting"
+    if any(SELECT.search(frame) for frame in stack):
+        return "idle" if any(EVENT_LOOP.search(frame) for frame in stack) else "waiting"
+    return None
 
 
 def _frame_name(frame: str) -> str:
@@ -127,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.frames:
         inclusive: Counter = Counter()
         for stack, n in stacks.items():
-            if WAITING.search(stack[-1]) or any(IDLE.search(frame) for frame in stack):
+            if _waiting(stack) is not None:
                 continue
             for frame in {_frame_name(f) for f in stack}:
                 inclusive[frame] += n
