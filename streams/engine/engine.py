@@ -156,6 +156,13 @@ def _decision(
     return msgspec.structs.replace(decision, **override) if override else decision
 
 
+def refused_after_abort(state: RunState, event: ToolCallRequested, detector: str) -> Step:
+    """The block of a late call of a run that loopwatch aborted (``detector``)."""
+    message = f"CRITICAL: this run was aborted by loopwatch ({detector}); no further tool calls are allowed."
+    decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=detector, message=message)
+    return Step(state=state, built_decision=decision, request=event, vetoed=True)
+
+
 def _run_aborted(event: ToolCallEvent, detector: str, count: int, tool_name: str, message: str) -> RunAborted:
     # A verdict's id derives from its event's id, so a redelivered event yields the same id.
     return RunAborted(
@@ -207,10 +214,19 @@ class LoopEngine:
     paths free of that check (about 1 % of the engine's instructions, docs/benchmarks.md).
     """
 
+    key_of = staticmethod(state_key)
+    """The key a run's state lives under, for an event (``streams.engine.extensions`` keys by
+    session under ``loopwatch.scope: session``)."""
+
     def __new__(cls, config: ConfigSet | dict | None = None) -> "LoopEngine":
         if cls is LoopEngine:
             config = config if isinstance(config, ConfigSet) else ConfigSet(config)
-            if config.uses_latest():
+            latest = config.uses_latest()
+            if config.uses_extensions():  # loopwatch's own options (issue 17): their own classes
+                from .extensions import engine_class
+
+                cls = engine_class(latest)
+            elif latest:
                 cls = _LatestEngine
         return super().__new__(cls)
 
@@ -295,9 +311,7 @@ class LoopEngine:
 
     def _after_abort(self, state: RunState, event: ToolCallRequested) -> Step:
         # Upstream's run is over after an abort; a late call of the same run is refused.
-        message = f"CRITICAL: this run was aborted by loopwatch ({state.aborted}); no further tool calls are allowed."
-        decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=state.aborted, message=message)
-        return Step(state=state, built_decision=decision, request=event, vetoed=True)
+        return refused_after_abort(state, event, state.aborted)
 
     def _warning_bucket(self, state: RunState, detection: Detection) -> bool:
         """Upstream's bucket rule: a warning is emitted when count // 10 reaches a new high
