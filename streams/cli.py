@@ -117,13 +117,21 @@ def _config_check(args: argparse.Namespace) -> int:
             "profile": config.profile_for(agent),
             **s.detection.as_dict(),
             "postCompactionGuard": {"enabled": s.guard.enabled, "windowSize": s.guard.window_size},
-            "loopwatch": {"abortAfterCriticalBlocks": s.abort_after_critical_blocks, "surfaceWarnings": s.surface_warnings},
+            "loopwatch": {
+                "abortAfterCriticalBlocks": s.abort_after_critical_blocks, "surfaceWarnings": s.surface_warnings,
+                "detectors": {"cycle": s.cycle},
+            },
         }
+    fleet = {  # root only: how the whole fleet's events are keyed and repartitioned
+        "scope": config.scope,
+        "fleetIncidents": config.fleet_incidents.as_dict() if config.fleet_incidents else {"enabled": False},
+        "agentRings": config.agent_rings.as_dict() if config.agent_rings else {"enabled": False},
+    }
     if args.json:
-        print(json.dumps(effective, indent=2))
+        print(json.dumps({**effective, "(fleet)": fleet}, indent=2))
     else:
         print(f"{args.file}: valid")
-        for name, values in effective.items():
+        for name, values in {**effective, "(fleet)": fleet}.items():
             print(f"\n[{name}]")
             for key, value in values.items():
                 print(f"  {key}: {json.dumps(value)}")
