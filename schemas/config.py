@@ -58,9 +58,8 @@ MAX_FLEET_COUNT = 1_000
 agent digests per tool and outcome, so the bound is the size of a window's value."""
 MAX_WINDOW_SECONDS = 86_400
 """Every ``*Seconds`` option: at most a day."""
-MAX_RING_ROUNDS = 40
-"""``agentRings`` thresholds, in rounds: a trace keeps its last ``streams.engine.fleet.TRACE_SENDS``
-(128) sends, so a ring of three agents is seen for at most 42 rounds."""
+MAX_RING_ROUNDS = 1_000
+"""``agentRings`` thresholds, in rounds."""
 FLEET_INCIDENT_DEFAULTS = {"minRuns": 20, "minAgents": 3, "windowSeconds": 300, "hopSeconds": 60, "quietSeconds": 300}
 AGENT_RING_DEFAULTS = {"warningThreshold": 3, "criticalThreshold": 5, "windowSeconds": 3600}
 FleetCount = Annotated[int, msgspec.Meta(gt=0, le=MAX_FLEET_COUNT)]

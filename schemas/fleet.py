@@ -122,10 +122,11 @@ class FleetOutcome(msgspec.Struct, frozen=True, array_like=True, tag="o", gc=Fal
 
 
 class FleetTick(msgspec.Struct, frozen=True, array_like=True, tag="t", gc=False):
-    """Lets the owner of ``tool_name``'s partition look at its open incident when no outcome
-    comes (resolution after a quiet window needs no event); key ``tool:<name>``."""
+    """Lets the owner of a tool's partition look at the tool's open incident when no outcome
+    comes (resolution after a quiet window needs no event); key ``tool:<name>``.  Carries the
+    incident as announced, so that one whose state is gone (nobody owns it) is still resolved."""
 
-    tool_name: ToolName
+    incident: IncidentOpened
 
 
 class FleetSend(msgspec.Struct, frozen=True, array_like=True, tag="s", gc=False):
@@ -170,7 +171,7 @@ class RingNotice(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     trace_id: Id
     ring_id: Digest16
     level: Literal[names.LEVELS]
-    rounds: Annotated[int, msgspec.Meta(ge=1, le=1_000)]
+    rounds: Annotated[int, msgspec.Meta(ge=1, le=MAX_SAFE_INT)]
     hops: Annotated[list[RingHop], msgspec.Meta(min_length=3, max_length=MAX_RING_MEMBERS)]
     updated_ms: TimestampMs
 

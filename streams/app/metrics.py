@@ -7,6 +7,7 @@ per batch, so a 5,000-record batch costs a handful of ``inc`` calls, not 5,000.
 from __future__ import annotations
 
 import threading
+from collections import defaultdict
 from socketserver import ThreadingMixIn
 from typing import Mapping
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -28,6 +29,7 @@ from schemas.names import (
     DEAD_LETTER_REASONS,
     EVENT_TYPES,
     KNOWN_POLL_NO_PROGRESS,
+    LEVELS,
     PING_PONG,
     WARNING_DETECTORS,
 )
@@ -120,6 +122,34 @@ class Metrics:
             "loopwatch_config_file_refused", "1 while the config file on disk is one this worker refused",
             registry=registry,
         )
+        # Issue 17's options (each series exists only while its option is on: ``enable_fleet``).
+        self.events_forwarded = Counter(
+            "loopwatch_events_forwarded", "tool-calls records repartitioned by session (loopwatch.scope: session)",
+            registry=registry,
+        )
+        self.fleet_records = Counter(
+            "loopwatch_fleet_records", "records sent to the fleet topology: failing outcomes by tool, sends by trace",
+            ["kind"], registry=registry,
+        )
+        self.fleet_incidents_open = Gauge(
+            "loopwatch_fleet_incidents_open", "open fleet incidents by tool, as this worker's view holds them "
+            "(every worker holds the same view: aggregate with max)", ["tool"], registry=registry,
+        )
+        self.fleet_incidents_opened = Counter(
+            "loopwatch_fleet_incidents_opened", "fleet incidents opened (by the worker owning the tool)", ["tool"],
+            registry=registry,
+        )
+        self.fleet_incidents_resolved = Counter(
+            "loopwatch_fleet_incidents_resolved", "fleet incidents resolved (by the worker owning the tool)", ["tool"],
+            registry=registry,
+        )
+        self.fleet_incident_decisions = Counter(
+            "loopwatch_fleet_incident_decisions", "decisions that carried an open fleet incident", registry=registry,
+        )
+        self.agent_rings = Counter(
+            "loopwatch_agent_rings", "agent-ring notices published (a ring reaching a level or a new round)", ["level"],
+            registry=registry,
+        )
         self._tools: set[str] = set()
         # Export every known label value at 0 from the start: a series that first appears at
         # 1 hides that first increase from rate()/increase(), so a single abort or dead letter
@@ -136,6 +166,31 @@ class Metrics:
                 counter.labels(value)
         for signal, detector in LIVENESS_SIGNALS:
             self.liveness_signals.labels(signal, detector)
+        self._open_labels: set[str] = set()
+
+    def enable_fleet(self, *, session: bool, incidents: bool, rings: bool) -> None:
+        """Export the series of the options in force at zero (see above: a first increase
+        from nothing is invisible to ``increase()``)."""
+        if session:
+            self.events_forwarded.inc(0)
+        if incidents:
+            self.fleet_records.labels("outcome")
+            self.fleet_incident_decisions.inc(0)
+        if rings:
+            self.fleet_records.labels("send")
+            for level in LEVELS:
+                self.agent_rings.labels(level)
+
+    def set_open_incidents(self, tools: list[str]) -> None:
+        """``loopwatch_fleet_incidents_open``: the open incidents by (bounded) tool label."""
+        counts: dict[str, int] = defaultdict(int)
+        for tool in tools:
+            counts[self.tool_label(tool)] += 1
+        for label in self._open_labels - set(counts):
+            self.fleet_incidents_open.labels(label).set(0)
+        for label, n in counts.items():
+            self.fleet_incidents_open.labels(label).set(n)
+        self._open_labels |= set(counts)
 
     # -- label hygiene ------------------------------------------------------------------------
 

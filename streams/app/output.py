@@ -27,7 +27,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable
 if TYPE_CHECKING:
     from .processor import DeadLetter, VerdictOut
 
-__all__ = ["DEAD_LETTER_VALUE_LIMIT", "DLQ_MAX_MESSAGE_BYTES", "Output", "dead_letter_record", "send_records"]
+__all__ = [
+    "DEAD_LETTER_VALUE_LIMIT", "DLQ_MAX_MESSAGE_BYTES", "Output", "dead_letter_record", "partition_for", "send_records",
+]
 
 log = logging.getLogger("loopwatch.worker")
 
@@ -99,6 +101,37 @@ async def send_records(
     return sent
 
 
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner (murmur2, as aiokafka's and the Java
+    client's) gives a key: where a record keyed ``key`` is co-partitioned with the run table."""
+    from aiokafka.partitioner import murmur2
+
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+async def _send_keyed(
+    producer: Any, topic: str, partitions: int, items: Iterable[tuple[bytes, bytes, list]]
+) -> list[asyncio.Future]:
+    """Produce ``(key, value, headers)`` records to the partitions their keys give, as one
+    record batch per partition (a record larger than a batch on its own)."""
+    by_partition: dict[int, list[tuple[bytes, bytes, list]]] = defaultdict(list)
+    for item in items:
+        by_partition[partition_for(item[0], partitions)].append(item)
+    futures = []
+    for partition, records in by_partition.items():
+        batch = producer.create_batch()
+        for key, value, headers in records:
+            if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                if batch.record_count():
+                    futures.append(await producer.send_batch(batch, topic, partition=partition))
+                    batch = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                    futures.append(await producer.send(topic, value, key=key, partition=partition, headers=headers))
+        if batch.record_count():
+            futures.append(await producer.send_batch(batch, topic, partition=partition))
+    return futures
+
+
 class Output:
     """The worker's producers of verdicts and dead letters.
 
@@ -114,9 +147,15 @@ class Output:
         partitions: int,
         shared_producer: Callable[[], Any],
         new_producer: Callable[[], Any],
+        sessions_topic: str | None = None,
+        fleet_topic: str | None = None,
     ) -> None:
         self.verdicts_topic = verdicts_topic
         self.dead_letter_topic = dead_letter_topic
+        self.sessions_topic = sessions_topic
+        """Under session scope, the repartition topic (``<app id>-sessions``)."""
+        self.fleet_topic = fleet_topic
+        """With fleet incidents or agent rings, the fleet topology's input (``<app id>-fleet``)."""
         self.partitions = partitions
         self._shared = shared_producer
         self._new = new_producer
@@ -162,6 +201,19 @@ class Output:
             for future, _n in await send_records(producer, self.verdicts_topic, partition, items):
                 futures.append(future)
         return futures
+
+    async def send_forwards(self, records: list[tuple[bytes, bytes, list]]) -> list[asyncio.Future]:
+        """Repartition records under session scope (``streams.app.processor``): to the
+        repartition topic, by their new key, headers (signatures) kept.  On the verdicts'
+        producer: a forwarded event's decision waits for this hop."""
+        topic = self.sessions_topic
+        return await _send_keyed(await self.start(), topic, await self._partition_count(topic), records)
+
+    async def send_fleet(self, records: list[tuple[bytes, bytes]]) -> list[asyncio.Future]:
+        """The fleet topology's input records (``<app id>-fleet``), by key (tool or trace)."""
+        topic = self.fleet_topic
+        return await _send_keyed(self._shared(), topic, await self._partition_count(topic),
+                                 [(key, value, _NO_HEADERS) for key, value in records])
 
     async def send_dead_letter(self, letter: DeadLetter) -> asyncio.Future:
         """Queue a dead letter; returns a future of its delivery."""

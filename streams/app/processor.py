@@ -30,6 +30,20 @@ Records are checked before they reach the engine: the Kafka key must be one of t
 event time further ahead of the worker's clock than ``clock_skew_ms`` is clamped to the
 worker's clock (``loopwatch_event_time_clamped_total``).  Idle expiry never reads event
 times: a runner's clock cannot keep a run alive.
+
+Issue 17's options add, each only when on:
+
+* ``loopwatch.scope: session``: a session's runs arrive on the partitions of their run ids
+  (runners key by run id, and keep doing so), but the session's state lives on one
+  partition.  So every ``tool-calls`` record is first forwarded, unchanged (headers too), to
+  the worker's repartition topic ``<app id>-sessions`` under its session's key
+  (``schemas.keys.session_scope_key``; ``BatchResult.forwards``), and only records of that
+  topic reach the engine.  All of a state's events then come from one topic, so its stamp
+  (the offset of its last record) compares like with like.  Verdicts stay keyed by the run
+  (``state_key``), so runners route them as before.
+* ``loopwatch.fleetIncidents``, ``loopwatch.agentRings``: a completed call that failed or made
+  no progress, and a completed send of a trace, also become a record for the fleet topology
+  (``BatchResult.fleet``, keyed by ``tool:<name>`` or ``trace:<id>``; ``streams.app.fleet``).
 """
 
 from __future__ import annotations
@@ -42,19 +56,24 @@ from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
 
-from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, decode_event
+from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, ToolCallCompleted, decode_event
+from schemas.fleet import encode_fleet_record
 from schemas.names import BAD_SIGNATURE, INVALID_JSON, KEY_MISMATCH, MISSING_KEY, PROCESSING_ERROR, WARNING
 from schemas.signing import Keyring
 from schemas.verdicts import Decision, RunAborted, encode_verdict
-from schemas.keys import record_key
+from schemas.keys import record_key, session_scope_key
 from streams.engine import LoopEngine, RunState, copy_state, state_key
+from streams.engine.extensions import FleetStep
+from streams.engine.fleet import fleet_outcome, fleet_send
 from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 
 from . import logs
 from .checkpoint import LiveRun, LiveRuns
 from .run_store import event_digest, remember, seen_before
 
-__all__ = ["BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "kafka_key_problem"]
+__all__ = [
+    "BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "forwarded_key_problem", "kafka_key_problem",
+]
 
 log = logging.getLogger("loopwatch.worker")
 
@@ -112,6 +131,15 @@ class BatchResult:
     """Valid events applied."""
     runs: int = 0
     """Runs this batch touched."""
+    forwards: list[tuple[bytes, bytes, list]] = field(default_factory=list)
+    """Under session scope: ``tool-calls`` records to repartition, as (session key, value,
+    headers)."""
+    fleet: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """Records for the fleet topology, as (key, value)."""
+    fleet_kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """How many of them are failing outcomes (``outcome``) and sends (``send``)."""
+    incident_decisions: int = 0
+    """Decisions that carried an open fleet incident."""
 
 
 def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
@@ -179,6 +207,8 @@ class BatchProcessor:
         self.clock_skew_ms = None if clock_skew_s is None else int(clock_skew_s * 1000)
         self.runs = LiveRuns(metrics, clock=clock, cache_size=cache_size)
         self._loggers: dict[str, tuple[logging.Logger, Any]] = {}
+        self.sessions_topic: str | None = None
+        """Under session scope, the repartition topic: only its records reach the engine."""
 
     def process(self, records: Iterable[Record], read: Callable[[int, bytes], bytes | None]) -> BatchResult:
         """Process one batch.  ``read(partition, key)`` returns a run's stored envelope or None."""
@@ -189,6 +219,11 @@ class BatchProcessor:
         groups: dict[tuple[int, bytes], list[tuple[Record, Any]]] = {}
         now_ms = int(self.clock() * 1000)
         latest_ms = None if self.clock_skew_ms is None else now_ms + self.clock_skew_ms
+        key_of = engine.key_of
+        session = key_of is session_scope_key
+        key_problem = forwarded_key_problem if session else kafka_key_problem
+        if session:
+            records = self._forward(records, result)
         for record in records:
             value = record.value
             try:
@@ -198,8 +233,8 @@ class BatchProcessor:
                 event = decode_event(value)
                 if signer is not None:
                     signer.check_agent(event)
-                key = state_key(event).encode("utf-8", "surrogatepass")
-                problem = kafka_key_problem(record.key, event, key)
+                key = key_of(event).encode("utf-8", "surrogatepass")
+                problem = key_problem(record.key, event, key)
                 if problem is not None:
                     raise InvalidEvent(*problem)
             except InvalidEvent as exc:
@@ -227,10 +262,33 @@ class BatchProcessor:
             live = touched.get(pk)
             if live is None:
                 live = touched[pk] = runs.load(pk, read)
-            self._run_group(engine, pk, live, items, result, counts)
+            self._run_group(engine, pk, live, items, result, counts, session)
         result.runs = len(groups)
         self._account(result, counts)
         return result
+
+    def _forward(self, records: Iterable[Record], result: BatchResult) -> list[Record]:
+        """Under session scope: the ``tool-calls`` records go to ``BatchResult.forwards`` under
+        their session's key; the records of the repartition topic are returned, for the engine.
+        A record whose run fields cannot be read is not forwarded: processed here, it becomes
+        the dead letter it is (invalid JSON, ...)."""
+        own = self.sessions_topic
+        kept = []
+        for record in records:
+            if record.topic == own or record.value is None:
+                kept.append(record)
+                continue
+            try:
+                fields = _RUN_FIELDS.decode(record.value)
+            except (msgspec.MsgspecError, RecursionError, ValueError):
+                kept.append(record)
+                continue
+            if not (fields.run_id or fields.session_key or fields.session_id):
+                kept.append(record)  # missing_key, below
+                continue
+            key = session_scope_key(fields).encode("utf-8", "surrogatepass")
+            result.forwards.append((key, record.value, list(record.headers or ())))
+        return kept
 
     # -- one run's events ---------------------------------------------------------------------
 
@@ -242,6 +300,7 @@ class BatchProcessor:
         items: list[tuple[Any, Any]],
         result: BatchResult,
         counts: "_Counts",
+        session: bool = False,
     ) -> None:
         fresh = [item for item in items if item[0].offset > live.offset]
         if len(fresh) < len(items):
@@ -298,12 +357,40 @@ class BatchProcessor:
                     live.owner = event.agent_id
             outputs.append((record, event, step))
             i += 1
-        for record, event, step in outputs:
-            self._collect(pk[0], pk[1], record, event, step, result, counts)
+        if session:  # verdicts keyed by the run, whose runner routes them by its key
+            for record, event, step in outputs:
+                self._collect(pk[0], state_key(event).encode("utf-8", "surrogatepass"), record, event, step, result,
+                              counts)
+        else:
+            for record, event, step in outputs:
+                self._collect(pk[0], pk[1], record, event, step, result, counts)
+        if engine.fleet_records:
+            self._fleet_records(engine, outputs, result)
         result.events += len(outputs)
         live.state = state
         live.offset = fresh[-1][0].offset
         live.applied.extend(event for _record, event, _step in outputs)
+
+    @staticmethod
+    def _fleet_records(engine: LoopEngine, outputs: list[tuple[Any, Any, Any]], result: BatchResult) -> None:
+        """What the fleet topology hears of a run's completed calls (``streams.app.fleet``),
+        and how many of its decisions carried an incident."""
+        incidents, rings = engine.incidents_on, engine.rings_on
+        for _record, event, step in outputs:
+            if type(event) is not ToolCallCompleted:
+                if type(step) is FleetStep:
+                    result.incident_decisions += 1
+                continue
+            outcome = fleet_outcome(event) if incidents else None
+            if outcome is not None:
+                result.fleet.append((f"tool:{event.tool_name}".encode("utf-8", "surrogatepass"),
+                                     encode_fleet_record(outcome)))
+                result.fleet_kinds["outcome"] += 1
+            send = fleet_send(event) if rings else None
+            if send is not None:
+                result.fleet.append((f"trace:{event.trace_id}".encode("utf-8", "surrogatepass"),
+                                     encode_fleet_record(send)))
+                result.fleet_kinds["send"] += 1
 
     def _rebuild(self, engine: LoopEngine, live: LiveRun, more: list[Any]) -> RunState | None:
         base = live.base
@@ -391,6 +478,12 @@ class BatchProcessor:
             m.guard_armings.inc(counts.armings)
         if result.duplicates:
             m.duplicate_events.inc(result.duplicates)
+        if result.forwards:
+            m.events_forwarded.inc(len(result.forwards))
+        if result.fleet:
+            m.add(m.fleet_records, result.fleet_kinds)
+        if result.incident_decisions:
+            m.fleet_incident_decisions.inc(result.incident_decisions)
         if result.clamped:
             m.event_time_clamped.inc(result.clamped)
         if result.dead_letters:
@@ -410,6 +503,27 @@ class BatchProcessor:
             verdict = out.verdict
             if verdict.ts_ms > 0 and isinstance(verdict, Decision):
                 observe(max(0.0, now_ms - verdict.ts_ms) / 1000.0)
+
+
+class _RunFields(msgspec.Struct):
+    """The fields of an event that say which session it belongs to (anything else ignored)."""
+
+    run_id: str | None = None
+    session_key: str | None = None
+    session_id: str | None = None
+
+
+_RUN_FIELDS = msgspec.json.Decoder(_RunFields)
+
+
+def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
+    """``kafka_key_problem`` under session scope, for the records of the repartition topic:
+    the worker forwarded each under its state key."""
+    if key == state_key_bytes:
+        return None
+    shown = (key or b"")[:200].decode("utf-8", "replace")
+    return KEY_MISMATCH, (f"Kafka key {shown!r} of a forwarded record is not its state key "
+                          f"{state_key_bytes.decode('utf-8', 'replace')!r}")
 
 
 class _Counts:

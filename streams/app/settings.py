@@ -53,6 +53,8 @@ class Settings:
     tool_calls_topic: str = "tool-calls"
     verdicts_topic: str = "loop-verdicts"
     dead_letter_topic: str = "tool-calls-dlq"
+    incidents_topic: str = "loop-incidents"
+    """Where fleet incidents are published (``loopwatch.fleetIncidents``; compacted, key: tool)."""
     partitions: int = 4
     replication: int = 1
     idle_timeout_s: float = 1800.0
@@ -129,10 +131,10 @@ class Settings:
             raise SettingsError(
                 f"{PREFIX}INSTANCE_ID={self.instance_id!r}: use 1 to 240 ASCII letters, digits, '.', '_' or '-'"
             )
-        topics = [self.tool_calls_topic, self.verdicts_topic, self.dead_letter_topic]
-        if len(set(topics)) != 3 or not all(topics):
+        topics = [self.tool_calls_topic, self.verdicts_topic, self.dead_letter_topic, self.incidents_topic]
+        if len(set(topics)) != 4 or not all(topics):
             raise SettingsError(
-                f"the tool-calls, verdicts and dead-letter topics must be three distinct names, got {topics}"
+                f"the tool-calls, verdicts, dead-letter and incidents topics must be four distinct names, got {topics}"
             )
         if self.security_protocol not in _SECURITY_PROTOCOLS:
             raise SettingsError(
@@ -250,6 +252,10 @@ class Settings:
         once); and two workers on one host, which need different ports, never share an id."""
         digest = hashlib.sha256(self.web_url.encode()).hexdigest()[:8]
         return f"{self.instance_id}-{digest}"
+
+    def internal_topic(self, name: str) -> str:
+        """A topic of the worker's own (``<app id>-<name>``: its ACLs are the app id's prefix)."""
+        return f"{self.app_id}-{name}"
 
     @property
     def sweep_interval_s(self) -> float:

@@ -1,5 +1,6 @@
 """The worker's topics: ``tool-calls`` (consumed), ``loop-verdicts`` and the dead-letter
-topic (produced), made sure of before the worker starts (``ensure_topics``)."""
+topic (produced), and those of the fleet-wide options (``loop-incidents``, the worker's
+repartition and ring topics), made sure of before the worker starts (``ensure_topics``)."""
 
 from __future__ import annotations
 
@@ -16,8 +17,10 @@ __all__ = ["ensure_topics"]
 log = logging.getLogger("loopwatch.worker")
 
 
-async def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
-    """Create ``tool-calls``, ``loop-verdicts`` and the dead-letter topic when missing.
+async def ensure_topics(settings: Settings, extra: dict[str, dict[str, str]] | None = None,
+                        timeout: float = 30.0) -> list[str]:
+    """Create ``tool-calls``, ``loop-verdicts`` and the dead-letter topic when missing, and the
+    topics of issue 17's options (``extra``: name -> topic configs; ``Worker.extra_topics``).
 
     Faust declares them too, but only just before it subscribes, and the consumer's metadata
     may not show a brand-new topic yet: the first assignment then misses ``tool-calls``
@@ -36,6 +39,7 @@ async def ensure_topics(settings: Settings, timeout: float = 30.0) -> list[str]:
         settings.tool_calls_topic: {},
         settings.verdicts_topic: {},
         settings.dead_letter_topic: {"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
+        **(extra or {}),
     }
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.broker_hosts, request_timeout_ms=int(timeout * 1000),

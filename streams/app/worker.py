@@ -91,7 +91,8 @@ def run_worker(argv: list[str] | None = None) -> int:
         return 2
 
     try:
-        app = build_worker(settings).app
+        built = build_worker(settings)
+        app = built.app
     except (ConfigError, SigningKeyError) as exc:
         print(f"loopwatch worker: {exc}", file=sys.stderr)
         return 2
@@ -109,7 +110,7 @@ def run_worker(argv: list[str] | None = None) -> int:
     logs.configure(args.logfile)
     redact_sasl_exchanges()
     try:
-        loop.run_until_complete(ensure_topics(settings))
+        loop.run_until_complete(ensure_topics(settings, built.extra_topics()))
     except BrokerAccessError as exc:
         # Refused credentials or an untrusted certificate do not get better by retrying.
         print(f"loopwatch worker: cannot use the Kafka cluster: {exc}", file=sys.stderr)

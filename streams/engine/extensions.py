@@ -75,8 +75,9 @@ class _Extensions:
         self.session_scope = options.scope == SESSION_SCOPE
         if self.session_scope:
             self.key_of = session_scope_key
-        self.rings = options.agent_rings is not None
-        self.incidents = options.fleet_incidents is not None
+        self.rings_on = options.agent_rings is not None
+        self.incidents_on = options.fleet_incidents is not None
+        self.fleet_records = self.rings_on or self.incidents_on
         self.fleet: FleetView | None = None
         """The fleet topology's findings (set by whoever drives the engine: the worker's mirror,
         ``FleetSimulator`` in a replay); None: no rings or incidents are known."""
@@ -116,19 +117,19 @@ class _Extensions:
                 found = detect_cycle(state, event.tool_name, intern(event.args_hash), cfg.warning_threshold,
                                      cfg.critical_threshold)
             fleet = self.fleet
-            if self.rings and fleet is not None and event.trace_id and event.target:
+            if self.rings_on and fleet is not None and event.trace_id and event.target:
                 notice = fleet.ring_for(event.trace_id, event.session_key, event.agent_id, event.target)
                 if notice is not None and (found is None or (notice.level == CRITICAL and found.level != CRITICAL)):
                     found = RingDetection(notice.level, event.tool_name, notice)
         if found is None:
             step = super()._requested(state, event)
         elif found.level == CRITICAL and not self._upstream_blocks(state, event, settings):
-            step = self._block(state, event, settings, found)
+            step = self.block(state, event, settings, found)
         else:
             step = super()._requested(state, event)
             if step.detection is None and not step.vetoed and found.level == WARNING:
                 self._warn(state, step, settings, found)
-        if self.incidents and self.fleet is not None:
+        if self.incidents_on and self.fleet is not None:
             incident = self.fleet.incidents.get(event.tool_name)
             if incident is not None:
                 return _annotated(step, incident)
@@ -148,9 +149,9 @@ class _Extensions:
         """An extension's warning on a call upstream let through silently (already recorded)."""
         if isinstance(found, RingDetection):
             # A ring's warning is emitted at each new round: its bucket is the round count.
-            emitted = self._warning_bucket(state, SimpleNamespace(warning_key=found.warning_key, count=found.count * 10))
+            emitted = self.warning_bucket(state, SimpleNamespace(warning_key=found.warning_key, count=found.count * 10))
         else:
-            emitted = self._warning_bucket(state, found)
+            emitted = self.warning_bucket(state, found)
         step.detection = found
         step.action = "warn" if emitted else "allow"
         step.emitted = emitted

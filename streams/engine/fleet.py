@@ -12,8 +12,9 @@ tool or by trace: ``streams.app.fleet`` on Faust's windowed tables, ``FleetSimul
   whether it reached them; ``open_or_refresh`` and ``resolve_if_quiet`` move a tool's
   incident.  Windows hop: ``window_starts`` and ``earliest_start`` are Faust's
   ``HoppingWindow`` arithmetic (``ranges`` and ``earliest``), which the worker's table uses.
-* **rings**: ``find_ring`` over a trace's last sends; ``observe_send`` keeps a trace's sends
-  and says when to publish (or withdraw) a ``RingNotice``.
+* **rings**: ``observe_send`` keeps each hop of a trace with its outcome's streak, looks for
+  a ring through the hop that just sent (``find_ring``) and says when to publish (or
+  withdraw) a ``RingNotice``.
 
 Nothing here reads a clock: times come in as arguments (the worker's clock in the worker,
 the events' times in a replay).
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple, Sequence
+from typing import Any, Iterable, NamedTuple
 
 from schemas.events import ToolCallCompleted
 from schemas.fleet import (
@@ -45,7 +46,7 @@ __all__ = [
     "FleetSimulator",
     "FleetView",
     "IncidentState",
-    "TRACE_SENDS",
+    "TRACE_HOPS",
     "TraceSends",
     "WITHDRAWN",
     "count_outcome",
@@ -63,9 +64,6 @@ __all__ = [
     "window_starts",
 ]
 
-TRACE_SENDS = 128
-"""A trace's last sends kept for the ring detector: rings of up to ``MAX_RING_MEMBERS`` (32)
-agents, seen for 128 / (their size) rounds."""
 
 
 def digest16(text: str) -> str:
@@ -146,7 +144,7 @@ class IncidentState:
 
     @classmethod
     def from_json(cls, value: Any) -> "IncidentState | None":
-        return cls(**value) if isinstance(value, dict) else None
+        return cls(**value) if isinstance(value, dict) and value else None
 
 
 def incident_message(tool: str, runs: int, agents: int, window_s: int, error: bool, incident_id: str) -> str:
@@ -198,13 +196,12 @@ def resolve_if_quiet(
 # -- rings ------------------------------------------------------------------------------------------
 
 
-class Send(NamedTuple):
-    """One send of a trace, as the ring detector compares them."""
+class Hop(NamedTuple):
+    """A sender (its session key and agent id, as its events carry them) and its target."""
 
     session_key: str | None
     agent_id: str | None
     target: str
-    outcome: str
 
 
 def fleet_send(event: ToolCallCompleted) -> FleetSend | None:
@@ -216,62 +213,105 @@ def fleet_send(event: ToolCallCompleted) -> FleetSend | None:
     return FleetSend(event.trace_id, event.session_key, event.agent_id, event.target, outcome)
 
 
-def _receives(send: Send, target: str) -> bool:
-    """Whether ``target`` names the sender of ``send`` (by its session key or its agent id)."""
-    return target == send.session_key or target == send.agent_id
+@dataclass
+class TraceSends:
+    """The fleet topology's state of one trace: each hop's latest outcome and how many of its
+    sends in a row had it (its streak), and the ring last published.
+
+    Hops, not the order of sends: the sends of a ring's agents come from runs on different
+    partitions and may be seen in any order within a round (the per-run topology forwards a
+    batch's records run by run); a hop's streak only counts its own sends."""
+
+    hops: dict[Hop, list] = field(default_factory=dict)
+    """hop -> [outcome, streak, when it last sent (the trace's send count then)]."""
+    sent: int = 0
+    published: tuple[str, str, int] | None = None
+    """(ring id, level, rounds) of the notice in force, None when none is."""
+    published_hops: frozenset[Hop] = frozenset()
+
+    def as_json(self) -> list:
+        return [[[*hop, *entry] for hop, entry in self.hops.items()], self.sent,
+                list(self.published) if self.published else None, [list(h) for h in self.published_hops]]
+
+    @classmethod
+    def from_json(cls, value: Any) -> "TraceSends":
+        if not isinstance(value, list) or len(value) != 4:
+            return cls()
+        hops = {Hop(*row[:3]): list(row[3:]) for row in value[0]}
+        return cls(hops, value[1], tuple(value[2]) if value[2] else None, frozenset(Hop(*h) for h in value[3]))
+
+    def record(self, hop: Hop, outcome: str) -> None:
+        self.sent += 1
+        entry = self.hops.get(hop)
+        if entry is not None and entry[0] == outcome:
+            entry[1] += 1
+            entry[2] = self.sent
+        else:
+            self.hops.pop(hop, None)  # (re-inserted: the dict stays in order of last use)
+            self.hops[hop] = [outcome, 1, self.sent]
+            while len(self.hops) > TRACE_HOPS:
+                del self.hops[next(iter(self.hops))]  # the hop that sent longest ago
 
 
-def find_ring(sends: Sequence[Send]) -> tuple[list[Send], int] | None:
-    """The ring the newest sends go round, and how many full rounds of identical sends (the
-    same hops, the same outcomes) it made; None without a ring of at least two rounds.
-
-    A ring of L agents: the last L sends come from L distinct senders, each sending to the
-    next one's sender and the last to the first's; the rounds are the longest tail in which
-    every send repeats the send L before it exactly."""
-    n = len(sends)
-    for length in range(3, min(MAX_RING_MEMBERS, n // 2) + 1):
-        i = n - 1
-        while i >= length and sends[i] == sends[i - length]:
-            i -= 1
-        rounds = (n - 1 - i + length) // length
-        if rounds < 2:
-            continue
-        hops = list(sends[n - length:])
-        senders = {(s.session_key, s.agent_id) for s in hops}
-        if len(senders) != length:
-            continue
-        if all(_receives(hops[(k + 1) % length], hops[k].target) for k in range(length)):
-            return hops, rounds
-    return None
+TRACE_HOPS = 128
+"""Hops kept per trace (the least recently used go first)."""
+RING_SEARCH_STEPS = 10_000
+"""Hops a ring search may try (a trace whose agents all message each other has many paths)."""
 
 
-def _canonical(hops: list[Send]) -> list[Send]:
+def _senders(hops: dict[Hop, list], name: str) -> list[Hop]:
+    return [hop for hop in hops if name == hop.session_key or name == hop.agent_id]
+
+
+def find_ring(trace: TraceSends, start: Hop) -> tuple[list[Hop], int] | None:
+    """The ring through hop ``start`` whose hops repeated their outcome the most times, and
+    that number (its rounds: the smallest streak on the ring); None without a ring.
+
+    A ring: at least 3 (at most ``MAX_RING_MEMBERS``) distinct senders, each sending to the
+    next one and the last to the first (a target names a sender by its session key or agent
+    id).  The search walks the trace's hops from ``start``'s target back to ``start``'s
+    sender, depth first."""
+    hops = trace.hops
+    origin = (start.session_key, start.agent_id)
+    best: tuple[list[Hop], int] | None = None
+    budget = [RING_SEARCH_STEPS]
+
+    def walk(path: list[Hop], seen: set, rounds: int) -> None:
+        nonlocal best
+        target = path[-1].target
+        if len(path) >= 3 and target in origin:
+            if best is None or rounds > best[1]:
+                best = (list(path), rounds)
+            return
+        if len(path) >= MAX_RING_MEMBERS or (best is not None and rounds <= best[1]):
+            return
+        for hop in _senders(hops, target):
+            sender = (hop.session_key, hop.agent_id)
+            if sender in seen:  # (the origin among them: a ring of two is ping-pong)
+                continue
+            budget[0] -= 1
+            if budget[0] < 0:
+                return
+            seen.add(sender)
+            path.append(hop)
+            walk(path, seen, min(rounds, hops[hop][1]))
+            path.pop()
+            seen.discard(sender)
+
+    if start in hops:
+        walk([start], {origin}, hops[start][1])
+    return best
+
+
+def _canonical(hops: list[Hop]) -> list[Hop]:
     """The ring's hops from its smallest one on, so that a ring has one id however it is entered."""
     keys = [(h.session_key or "", h.agent_id or "", h.target) for h in hops]
     start = keys.index(min(keys))
     return hops[start:] + hops[:start]
 
 
-def ring_id(trace_id: str, hops: Iterable[Send]) -> str:
+def ring_id(trace_id: str, hops: Iterable[Hop]) -> str:
     return digest16("\n".join([trace_id, *(f"{h.session_key or ''}\t{h.agent_id or ''}\t{h.target}" for h in hops)]))
-
-
-@dataclass
-class TraceSends:
-    """The fleet topology's state of one trace: its last sends and the ring last published."""
-
-    sends: list[Send] = field(default_factory=list)
-    published: tuple[str, str, int] | None = None
-    """(ring id, level, rounds) of the notice in force, None when none is."""
-
-    def as_json(self) -> list:
-        return [[list(s) for s in self.sends], list(self.published) if self.published else None]
-
-    @classmethod
-    def from_json(cls, value: Any) -> "TraceSends":
-        if not isinstance(value, list) or len(value) != 2:
-            return cls()
-        return cls([Send(*s) for s in value[0]], tuple(value[1]) if value[1] else None)
 
 
 WITHDRAWN = object()
@@ -281,34 +321,33 @@ WITHDRAWN = object()
 def observe_send(
     trace: TraceSends, record: FleetSend, now_ms: int, settings: AgentRingSettings
 ) -> RingNotice | object | None:
-    """Add a send to its trace; a ``RingNotice`` to publish when a ring reaches a level or a
-    new round, ``WITHDRAWN`` when the ring in force is broken, else None."""
-    trace.sends.append(Send(record.session_key, record.agent_id, record.target, record.outcome))
-    if len(trace.sends) > TRACE_SENDS:
-        del trace.sends[: len(trace.sends) - TRACE_SENDS]
-    found = find_ring(trace.sends)
+    """Add a send to its trace; a ``RingNotice`` to publish when a ring through its hop reaches
+    a level or a new round, ``WITHDRAWN`` when the ring in force lost this hop's streak, else
+    None."""
+    hop = Hop(record.session_key, record.agent_id, record.target)
+    trace.record(hop, record.outcome)
+    found = find_ring(trace, hop)
     level = None
     if found is not None:
-        hops, rounds = found
+        ring, rounds = found
         if rounds >= settings.critical_rounds:
             level = CRITICAL
         elif rounds >= settings.warning_rounds:
             level = WARNING
     if level is None:
-        if trace.published is None:
+        if trace.published is None or hop not in trace.published_hops:
             return None
-        trace.published = None
+        trace.published, trace.published_hops = None, frozenset()
         return WITHDRAWN
-    hops = _canonical(hops)
-    rid = ring_id(record.trace_id, hops)
+    ring = _canonical(ring)
+    rid = ring_id(record.trace_id, ring)
     if trace.published == (rid, level, rounds):
         return None
-    trace.published = (rid, level, rounds)
+    trace.published, trace.published_hops = (rid, level, rounds), frozenset(ring)
     return RingNotice(
         trace_id=record.trace_id, ring_id=rid, level=level, rounds=rounds,
-        hops=[RingHop(h.session_key, h.agent_id, h.target) for h in hops], updated_ms=now_ms,
+        hops=[RingHop(h.session_key, h.agent_id, h.target) for h in ring], updated_ms=now_ms,
     )
-
 
 
 def ring_members(notice: RingNotice) -> list[str]:
