@@ -72,9 +72,10 @@ class _Incident(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", for
     """The outcome the runs shared: a result hash (``error:`` + 64 hex for errors), or a
     failure identity (profile latest's drift-free hash of a failing command)."""
     runs: Count
-    """Distinct runs that had it within one window when the incident opened (at least ``minRuns``)."""
+    """Distinct runs that had it within one window when the incident opened: ``minRuns`` (a
+    window counts no further)."""
     agents: Count
-    """Distinct agents among them (at least ``minAgents``)."""
+    """Distinct agents among them: ``minAgents`` (idem)."""
     window_s: Seconds
     opened_ms: TimestampMs
     """The worker's clock when the incident opened."""

@@ -70,14 +70,18 @@ def _replay(args: argparse.Namespace) -> int:
     from .engine import LoopEngine
     from .replay import print_summary, run_replay
 
-    from .engine.config import with_profile
+    from .engine.config import with_profile, with_scope
 
     try:
         root = _load_root(args.config)
     except ConfigError as exc:
         print(f"loopwatch replay: {exc}", file=sys.stderr)
         return 2
-    engine = LoopEngine(with_profile(root, args.profile) if args.profile else root)
+    if args.profile:
+        root = with_profile(root, args.profile)
+    if args.scope:
+        root = with_scope(root, args.scope)
+    engine = LoopEngine(root)
     try:
         summary = run_replay(Path(args.trace), engine, as_json=args.json, verbose=args.verbose, out=sys.stdout)
     except OSError as exc:
@@ -178,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true", help="also print allow decisions")
     p.add_argument("--profile", choices=("configurable-final", "latest"),
                    help="the default profile (loopwatch.profile); agents that name their own keep it")
+    p.add_argument("--scope", choices=("run", "session"),
+                   help="one history per run or per session key (loopwatch.scope)")
     p.set_defaults(func=_replay)
 
     p = sub.add_parser("config", help="configuration tools")

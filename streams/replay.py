@@ -146,12 +146,13 @@ def run_replay(path: Path, engine: LoopEngine, *, as_json: bool, verbose: bool, 
                     summary.detectors[f"{d.level}/{d.detector}"] += 1
             if step.abort is not None:
                 summary.aborts[step.abort.detector] += 1
+            shown = d is not None and (verbose or d.action != "allow" or d.detector or d.incident_id)
             if as_json:
                 for verdict in (d, step.abort):
-                    if verdict is not None and (verdict is step.abort or verbose or d.action != "allow" or d.detector):
+                    if verdict is not None and (verdict is step.abort or shown):
                         out.write(msgspec.json.encode(verdict).decode() + "\n")
             else:
-                if d is not None and (verbose or d.action != "allow" or d.detector):
+                if shown:
                     out.write(f"line {item.line}: {describe(d)}\n")
                 if step.abort is not None:
                     a = step.abort

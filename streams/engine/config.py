@@ -38,6 +38,7 @@ __all__ = [
     "resolve_detector",
     "resolve_guard",
     "with_profile",
+    "with_scope",
 ]
 
 _MAX_SAFE = 2**53
@@ -243,13 +244,22 @@ def merge_loop_detection_latest(global_block: Any, agent_block: Any) -> Any:
     return {"enabled": _get(global_block, "enabled") if enabled is None else enabled}
 
 
+def _with_option(root: Any, key: str, value: Any) -> Any:
+    root = dict(root) if isinstance(root, dict) else {}
+    options = root.get("loopwatch")
+    root["loopwatch"] = {**(options if isinstance(options, dict) else {}), key: value}
+    return root
+
+
 def with_profile(root: Any, profile: str) -> Any:
     """A config root with ``loopwatch.profile`` (the default profile) set; agents that name
     their own profile keep it."""
-    root = dict(root) if isinstance(root, dict) else {}
-    options = root.get("loopwatch")
-    root["loopwatch"] = {**(options if isinstance(options, dict) else {}), "profile": profile}
-    return root
+    return _with_option(root, "profile", profile)
+
+
+def with_scope(root: Any, scope: str) -> Any:
+    """A config root with ``loopwatch.scope`` set."""
+    return _with_option(root, "scope", scope)
 
 
 def _fleet_incidents(block: Any) -> FleetIncidentSettings | None:

@@ -149,9 +149,9 @@ class IncidentState:
 
 def incident_message(tool: str, runs: int, agents: int, window_s: int, error: bool, incident_id: str) -> str:
     what = "error" if error else "no-progress outcome"
-    return (f"WARNING: tool {tool} is failing across the fleet: the same {what} in {runs} runs of {agents} agents "
-            f"within {window_s} s (incident {incident_id}). Stop retrying {tool}: report that it is failing and "
-            "continue without it if you can.")
+    return (f"WARNING: tool {tool} is failing across the fleet: the same {what} in at least {runs} runs of "
+            f"{agents} or more agents within {window_s} s (incident {incident_id}). Stop retrying {tool}: report that "
+            "it is failing and continue without it if you can.")
 
 
 def _notice(state: IncidentState, settings: FleetIncidentSettings, resolved_ms: int | None = None) -> Incident:
