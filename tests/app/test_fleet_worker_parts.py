@@ -1,0 +1,151 @@
+"""Issue 17's parts of the worker without Kafka: the processor's repartition by session and
+its records for the fleet topology, the fleet mirror, the metrics, and the refusal of a
+reload that changes the topology."""
+
+from __future__ import annotations
+
+import json
+
+import msgspec
+from prometheus_client import CollectorRegistry
+
+from schemas import decode_verdict, encode_event
+from schemas.fleet import FleetOutcome, FleetSend, decode_fleet_record, encode_incident, encode_ring_notice
+from schemas.keys import record_key
+from schemas.names import KEY_MISMATCH
+from streams.app.app import _topology_change
+from streams.app.fleet import FleetMirror
+from streams.app.metrics import Metrics
+from streams.app.processor import BatchProcessor, Record
+from streams.app.reload import ConfigWatcher
+from streams.app.settings import Settings
+from streams.edge import completed_event, requested_event
+from streams.engine import LoopEngine, RunDriver
+from streams.engine.fleet import FleetView
+from streams.replay import fleet_simulator
+from streams.scenarios import agent_ring, session_loop, tool_outage
+
+ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
+SESSION = {**ENABLED, "loopwatch": {"scope": "session"}}
+FLEET = {**ENABLED, "loopwatch": {"fleetIncidents": {"enabled": True}, "agentRings": {"enabled": True}}}
+
+
+def tool_calls(events, partition=0):
+    return [Record("tool-calls", partition, i, record_key(e).encode(), encode_event(e), 1.0,
+                   [("loopwatch.key_id", b"k1")]) for i, e in enumerate(events)]
+
+
+def no_store(partition, key):
+    return None
+
+
+def processor(config):
+    p = BatchProcessor(LoopEngine(config), Metrics(CollectorRegistry(), process_metrics=False))
+    p.sessions_topic = "lw-sessions" if "scope" in config.get("loopwatch", {}) else None
+    return p
+
+
+def test_session_scope_forwards_every_tool_calls_record_under_its_sessions_key():
+    events = session_loop(gate=True)
+    p = processor(SESSION)
+    result = p.process(tool_calls(events), no_store)
+    assert result.verdicts == [] and result.events == 0  # nothing reaches the engine from tool-calls
+    assert len(result.forwards) == len(events)
+    assert {key for key, _v, _h in result.forwards} == {b"scope:session:agent:main:support-42|"}
+    assert [value for _k, value, _h in result.forwards] == [encode_event(e) for e in events]  # unchanged, in order
+    assert all(headers == [("loopwatch.key_id", b"k1")] for _k, _v, headers in result.forwards)
+    assert p.metrics.events_forwarded._value.get() == len(events)
+
+
+def test_session_scope_forwarded_records_reach_the_engine_and_verdicts_stay_the_runs():
+    events = session_loop(gate=True)
+    p = processor(SESSION)
+    forwards = p.process(tool_calls(events), no_store).forwards
+    records = [Record("lw-sessions", 2, i, key, value, 1.0) for i, (key, value, _h) in enumerate(forwards)]
+    result = p.process(records, no_store)
+    got = [decode_verdict(v.value) for v in result.verdicts]
+    want = RunDriver(LoopEngine(SESSION)).verdicts(events)  # the engine under session scope
+    assert got == want and any(v.action == "block" for v in got)
+    assert all(v.key == f"run:{v.verdict.run_id}".encode() and v.partition == 2 for v in result.verdicts)
+
+
+def test_a_record_on_the_repartition_topic_under_another_key_is_a_key_mismatch():
+    event = requested_event("e", "read", {}, run_id="r1", session_key="s1")
+    result = processor(SESSION).process([Record("lw-sessions", 0, 0, b"run:r1", encode_event(event))], no_store)
+    assert [(d.reason, d.detail) for d in result.dead_letters] == [
+        (KEY_MISMATCH, "Kafka key 'run:r1' of a forwarded record is not its state key 'scope:session:s1|'")]
+
+
+def test_a_record_that_cannot_be_forwarded_is_dead_lettered_where_it_is():
+    result = processor(SESSION).process([Record("tool-calls", 0, 0, b"k", b"{not json")], no_store)
+    assert result.forwards == [] and [d.reason for d in result.dead_letters] == ["invalid_json"]
+
+
+def test_failing_outcomes_and_sends_go_to_the_fleet_topology():
+    events = tool_outage(runs=3, agents=2) + tool_outage("read", runs=2, failing=False, run_prefix="ok") + agent_ring(
+        rounds=1)
+    result = processor(FLEET).process(tool_calls(events), no_store)
+    outcomes = [(k, decode_fleet_record(v)) for k, v in result.fleet if k.startswith(b"tool:")]
+    sends = [(k, decode_fleet_record(v)) for k, v in result.fleet if k.startswith(b"trace:")]
+    assert len(outcomes) == 6 and {k for k, _ in outcomes} == {b"tool:web_search"}
+    assert all(type(o) is FleetOutcome and o.error for _, o in outcomes)
+    assert len({o.run for _, o in outcomes}) == 3 and len({o.agent for _, o in outcomes}) == 2
+    assert len(sends) == 3 and {k for k, _ in sends} == {b"trace:trace-standup"}
+    assert all(type(s) is FleetSend for _, s in sends)
+    assert dict(result.fleet_kinds) == {"outcome": 6, "send": 3}
+
+
+def test_without_the_options_the_processor_sends_nothing_more():
+    events = tool_outage(runs=3) + agent_ring(rounds=1)
+    result = BatchProcessor(LoopEngine(ENABLED)).process(tool_calls(events), no_store)
+    assert result.fleet == [] and result.forwards == [] and result.incident_decisions == 0
+
+
+def test_decisions_during_an_incident_are_published_and_counted():
+    engine = LoopEngine({**ENABLED, "loopwatch": {"fleetIncidents": {"enabled": True}}})
+    simulator = fleet_simulator(engine)
+    for event in tool_outage(runs=30):
+        simulator.observe(event)
+    assert "web_search" in engine.fleet.incidents
+    p = BatchProcessor(engine, Metrics(CollectorRegistry(), process_metrics=False))
+    result = p.process(tool_calls(tool_outage(runs=1, run_prefix="next")), no_store)
+    assert result.incident_decisions == 2 and len(result.verdicts) == 2  # not gated, still published
+    assert all(decode_verdict(v.value).incident_id for v in result.verdicts)
+
+
+def test_the_mirror_applies_incidents_rings_and_tombstones():
+    engine = LoopEngine(FLEET)
+    simulator = fleet_simulator(engine)
+    published = []
+    for event in tool_outage(runs=30) + agent_ring(rounds=4) + tool_outage(
+            "read", runs=1, failing=False, run_prefix="later", start_ms=1_700_000_000_000 + 400_000):
+        published += simulator.observe(event)
+    metrics = Metrics(CollectorRegistry(), process_metrics=False)
+    view = FleetView()
+    mirror = FleetMirror(Settings(), ["incidents", "rings"], view, metrics, "incidents")
+    opened = published[0]
+    mirror.apply("incidents", b"web_search", encode_incident(opened))
+    ring = next(p for p in published if hasattr(p, "ring_id"))
+    mirror.apply("rings", b"trace-standup", encode_ring_notice(ring))
+    assert view.incidents == {"web_search": opened} and view.rings["trace-standup"][0] == ring
+    metrics.set_open_incidents(list(view.incidents))
+    assert metrics.fleet_incidents_open.labels("web_search")._value.get() == 1
+    mirror.apply("rings", b"trace-standup", None)
+    mirror.apply("incidents", b"web_search", encode_incident(published[-1]))  # resolved
+    mirror.apply("incidents", b"web_search", b"{not json")  # logged, skipped
+    assert view.incidents == {} and view.rings == {}
+    metrics.set_open_incidents(list(view.incidents))
+    assert metrics.fleet_incidents_open.labels("web_search")._value.get() == 0
+
+
+def test_a_reload_that_changes_the_topology_is_refused(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(FLEET))
+    applied = []
+    initial = LoopEngine(FLEET).config.topology()
+    watcher = ConfigWatcher(path, applied.append, check=lambda engine: _topology_change(initial, engine))
+    watcher.load_initial()
+    path.write_text(json.dumps({**FLEET, "tools": {"loopDetection": {"enabled": True, "warningThreshold": 5}}}))
+    assert watcher.poll() and len(applied) == 1  # a threshold: applied
+    path.write_text(json.dumps(SESSION))
+    assert not watcher.poll() and watcher.rejections == 1 and len(applied) == 1
