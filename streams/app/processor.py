@@ -271,11 +271,22 @@ class BatchProcessor:
         """Under session scope: the ``tool-calls`` records go to ``BatchResult.forwards`` under
         their session's key; the records of the repartition topic are returned, for the engine.
         A record whose run fields cannot be read is not forwarded: processed here, it becomes
-        the dead letter it is (invalid JSON, ...)."""
+        the dead letter it is (invalid JSON, ...).
+
+        A fetch lists its records partition by partition, and a session's runs are on several
+        partitions: forwarded in the order of their Kafka timestamps (stable), the runs of a
+        session reach its state in about the order they were published.  (Runs of one
+        session that overlap in time interleave in no order Kafka defines.)"""
         own = self.sessions_topic
         kept = []
+        foreign = [record for record in records if record.topic != own]
+        if foreign:
+            foreign.sort(key=_timestamp)
         for record in records:
-            if record.topic == own or record.value is None:
+            if record.topic == own:
+                kept.append(record)
+        for record in foreign:
+            if record.value is None:
                 kept.append(record)
                 continue
             try:
@@ -514,6 +525,10 @@ class _RunFields(msgspec.Struct):
 
 
 _RUN_FIELDS = msgspec.json.Decoder(_RunFields)
+
+
+def _timestamp(record: Any) -> int:
+    return record.timestamp or 0
 
 
 def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
