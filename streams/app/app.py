@@ -209,7 +209,6 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
         fleet = FleetTopology(app, settings, incidents, rings, view, metrics)
         mirror = FleetMirror(settings, [t.get_topic_name() for t in fleet.output_topics], view, metrics,
                              None if fleet.incidents_topic is None else fleet.incidents_topic.get_topic_name())
-    metrics.enable_fleet(session=sessions is not None, incidents=incidents is not None, rings=rings is not None)
     store = RunStore(faust_adapter.TableAccess(table), producers.shared)
     output = Output(
         verdicts_topic=settings.verdicts_topic, dead_letter_topic=settings.dead_letter_topic,

@@ -40,6 +40,7 @@ TOOL_LABEL_CAP = 200
 """``tool`` label values are the first 200 distinct tool names; later ones are ``other``."""
 
 CONFIG_RELOAD_RESULTS = ("applied", "refused")
+FLEET_RECORD_KINDS = ("outcome", "send")
 ERROR_STAGES = ("decode", "state_decode", "state_encode", "engine")
 LIVENESS_SIGNALS = ((ARGUMENT_CHURN, KNOWN_POLL_NO_PROGRESS), (ARGUMENT_CHURN, PING_PONG), (ARGUMENT_CHURN, ARGUMENT_CHURN))
 """(signal, detector) pairs a decision can carry (profile latest, openclaw-latest.md §5.1)."""
@@ -122,7 +123,8 @@ class Metrics:
             "loopwatch_config_file_refused", "1 while the config file on disk is one this worker refused",
             registry=registry,
         )
-        # Issue 17's options (each series exists only while its option is on: ``enable_fleet``).
+        # Issue 17's options: declared (and their known label values at 0) on every worker;
+        # they move only where the config turns the option on.
         self.events_forwarded = Counter(
             "loopwatch_events_forwarded", "tool-calls records repartitioned by session (loopwatch.scope: session)",
             registry=registry,
@@ -166,20 +168,11 @@ class Metrics:
                 counter.labels(value)
         for signal, detector in LIVENESS_SIGNALS:
             self.liveness_signals.labels(signal, detector)
+        for kind in FLEET_RECORD_KINDS:
+            self.fleet_records.labels(kind)
+        for level in LEVELS:
+            self.agent_rings.labels(level)
         self._open_labels: set[str] = set()
-
-    def enable_fleet(self, *, session: bool, incidents: bool, rings: bool) -> None:
-        """Export the series of the options in force at zero (see above: a first increase
-        from nothing is invisible to ``increase()``)."""
-        if session:
-            self.events_forwarded.inc(0)
-        if incidents:
-            self.fleet_records.labels("outcome")
-            self.fleet_incident_decisions.inc(0)
-        if rings:
-            self.fleet_records.labels("send")
-            for level in LEVELS:
-                self.agent_rings.labels(level)
 
     def set_open_incidents(self, tools: list[str]) -> None:
         """``loopwatch_fleet_incidents_open``: the open incidents by (bounded) tool label."""
