@@ -138,6 +138,8 @@ class FleetSend(msgspec.Struct, frozen=True, array_like=True, tag="s", gc=False)
     agent_id: Id | None
     target: Id
     outcome: Fingerprint
+    count: Annotated[int, msgspec.Meta(ge=1, le=MAX_SAFE_INT)] = 1
+    """How many such sends in a row (a run's identical sends of one batch go as one record)."""
 
 
 FleetRecord = Union[FleetOutcome, FleetTick, FleetSend]

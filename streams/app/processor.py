@@ -57,7 +57,7 @@ from typing import Any, Callable, Iterable, Sequence
 import msgspec
 
 from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, ToolCallCompleted, decode_event
-from schemas.fleet import encode_fleet_record
+from schemas.fleet import FleetSend, encode_fleet_record
 from schemas.names import BAD_SIGNATURE, INVALID_JSON, KEY_MISMATCH, MISSING_KEY, PROCESSING_ERROR, WARNING
 from schemas.signing import Keyring
 from schemas.verdicts import Decision, RunAborted, encode_verdict
@@ -384,24 +384,42 @@ class BatchProcessor:
 
     @staticmethod
     def _fleet_records(engine: LoopEngine, outputs: list[tuple[Any, Any, Any]], result: BatchResult) -> None:
-        """What the fleet topology hears of a run's completed calls (``streams.app.fleet``),
-        and how many of its decisions carried an incident."""
+        """What the fleet topology hears of a run's completed calls in this batch
+        (``streams.app.fleet``), and how many of its decisions carried an incident.
+
+        A run's repeats within a batch say nothing more to the fleet topology: a window counts
+        distinct runs, so a run's outcome is sent once per batch; a hop's streak counts
+        identical sends in a row, so consecutive identical sends go as one, with their count."""
         incidents, rings = engine.incidents_on, engine.rings_on
+        outcomes: set[tuple[str, str]] = set()
+        last_send: FleetSend | None = None
+        repeats = 0
+
+        def flush() -> None:
+            if last_send is not None:
+                send = last_send if repeats == 1 else msgspec.structs.replace(last_send, count=repeats)
+                result.fleet.append((f"trace:{send.trace_id}".encode("utf-8", "surrogatepass"), encode_fleet_record(send)))
+                result.fleet_kinds["send"] += 1
+
         for _record, event, step in outputs:
             if type(event) is not ToolCallCompleted:
                 if type(step) is FleetStep:
                     result.incident_decisions += 1
                 continue
             outcome = fleet_outcome(event) if incidents else None
-            if outcome is not None:
+            if outcome is not None and (outcome.tool_name, outcome.fingerprint) not in outcomes:
+                outcomes.add((outcome.tool_name, outcome.fingerprint))
                 result.fleet.append((f"tool:{event.tool_name}".encode("utf-8", "surrogatepass"),
                                      encode_fleet_record(outcome)))
                 result.fleet_kinds["outcome"] += 1
             send = fleet_send(event) if rings else None
             if send is not None:
-                result.fleet.append((f"trace:{event.trace_id}".encode("utf-8", "surrogatepass"),
-                                     encode_fleet_record(send)))
-                result.fleet_kinds["send"] += 1
+                if send == last_send:
+                    repeats += 1
+                else:
+                    flush()
+                    last_send, repeats = send, 1
+        flush()
 
     def _rebuild(self, engine: LoopEngine, live: LiveRun, more: list[Any]) -> RunState | None:
         base = live.base

@@ -240,15 +240,16 @@ class TraceSends:
         hops = {Hop(*row[:3]): list(row[3:]) for row in value[0]}
         return cls(hops, value[1], tuple(value[2]) if value[2] else None, frozenset(Hop(*h) for h in value[3]))
 
-    def record(self, hop: Hop, outcome: str) -> None:
-        self.sent += 1
+    def record(self, hop: Hop, outcome: str, count: int = 1) -> None:
+        """``count`` sends of ``hop`` in a row with ``outcome``."""
+        self.sent += count
         entry = self.hops.get(hop)
         if entry is not None and entry[0] == outcome:
-            entry[1] += 1
+            entry[1] += count
             entry[2] = self.sent
         else:
             self.hops.pop(hop, None)  # (re-inserted: the dict stays in order of last use)
-            self.hops[hop] = [outcome, 1, self.sent]
+            self.hops[hop] = [outcome, count, self.sent]
             while len(self.hops) > TRACE_HOPS:
                 del self.hops[next(iter(self.hops))]  # the hop that sent longest ago
 
@@ -325,7 +326,7 @@ def observe_send(
     a level or a new round, ``WITHDRAWN`` when the ring in force lost this hop's streak, else
     None."""
     hop = Hop(record.session_key, record.agent_id, record.target)
-    trace.record(hop, record.outcome)
+    trace.record(hop, record.outcome, record.count)
     found = find_ring(trace, hop)
     level = None
     if found is not None:

@@ -87,12 +87,29 @@ def test_failing_outcomes_and_sends_go_to_the_fleet_topology():
     result = processor(FLEET).process(tool_calls(events), no_store)
     outcomes = [(k, decode_fleet_record(v)) for k, v in result.fleet if k.startswith(b"tool:")]
     sends = [(k, decode_fleet_record(v)) for k, v in result.fleet if k.startswith(b"trace:")]
-    assert len(outcomes) == 6 and {k for k, _ in outcomes} == {b"tool:web_search"}
+    # Each run failed twice the same way: once per run and batch is all a window counts.
+    assert len(outcomes) == 3 and {k for k, _ in outcomes} == {b"tool:web_search"}
     assert all(type(o) is FleetOutcome and o.error for _, o in outcomes)
     assert len({o.run for _, o in outcomes}) == 3 and len({o.agent for _, o in outcomes}) == 2
     assert len(sends) == 3 and {k for k, _ in sends} == {b"trace:trace-standup"}
-    assert all(type(s) is FleetSend for _, s in sends)
-    assert dict(result.fleet_kinds) == {"outcome": 6, "send": 3}
+    assert all(type(s) is FleetSend and s.count == 1 for _, s in sends)
+    assert dict(result.fleet_kinds) == {"outcome": 3, "send": 3}
+
+
+def test_a_runs_identical_sends_in_a_batch_go_as_one_record_with_their_count():
+    ring = agent_ring(rounds=4)  # agent 0's run: 4 identical sends to agent 1
+    own = [e for e in ring if e.session_key == "agent:ring-0:trace-standup"]
+    result = processor(FLEET).process(tool_calls(own), no_store)
+    (key, value), = result.fleet
+    send = decode_fleet_record(value)
+    assert (key, send.target, send.count) == (b"trace:trace-standup", "agent:ring-1:trace-standup", 4)
+    # ... and the fleet topology counts them as the four sends they are.
+    from streams.engine.config import AgentRingSettings
+    from streams.engine.fleet import Hop, TraceSends, observe_send
+
+    trace = TraceSends()
+    observe_send(trace, send, 0, AgentRingSettings())
+    assert trace.hops[Hop(send.session_key, send.agent_id, send.target)][1] == 4
 
 
 def test_without_the_options_the_processor_sends_nothing_more():
