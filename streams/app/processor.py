@@ -391,7 +391,7 @@ class BatchProcessor:
         distinct runs, so a run's outcome is sent once per batch; a hop's streak counts
         identical sends in a row, so consecutive identical sends go as one, with their count."""
         incidents, rings = engine.incidents_on, engine.rings_on
-        outcomes: set[tuple[str, str]] = set()
+        outcomes: set[tuple[str, str, str]] = set()
         last_send: FleetSend | None = None
         repeats = 0
 
@@ -407,8 +407,8 @@ class BatchProcessor:
                     result.incident_decisions += 1
                 continue
             outcome = fleet_outcome(event) if incidents else None
-            if outcome is not None and (outcome.tool_name, outcome.fingerprint) not in outcomes:
-                outcomes.add((outcome.tool_name, outcome.fingerprint))
+            if outcome is not None and (seen := (outcome.run, outcome.tool_name, outcome.fingerprint)) not in outcomes:
+                outcomes.add(seen)  # (by run: under session scope a state holds several runs)
                 result.fleet.append((f"tool:{event.tool_name}".encode("utf-8", "surrogatepass"),
                                      encode_fleet_record(outcome)))
                 result.fleet_kinds["outcome"] += 1

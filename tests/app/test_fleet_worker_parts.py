@@ -96,6 +96,16 @@ def test_failing_outcomes_and_sends_go_to_the_fleet_topology():
     assert dict(result.fleet_kinds) == {"outcome": 3, "send": 3}
 
 
+def test_under_session_scope_each_run_of_a_session_counts_for_the_fleet_topology():
+    """Three runs of one session fail the same way in one batch: the window counts three runs."""
+    events = [msgspec.structs.replace(e, session_key="agent:main:one-session") for e in tool_outage(runs=3, agents=1)]
+    p = processor({**ENABLED, "loopwatch": {"scope": "session", "fleetIncidents": {"enabled": True}}})
+    forwards = p.process(tool_calls(events), no_store).forwards
+    result = p.process([Record("lw-sessions", 0, i, k, v) for i, (k, v, _h) in enumerate(forwards)], no_store)
+    outcomes = [decode_fleet_record(v) for _k, v in result.fleet]
+    assert len(outcomes) == 3 and len({o.run for o in outcomes}) == 3
+
+
 def test_a_runs_identical_sends_in_a_batch_go_as_one_record_with_their_count():
     ring = agent_ring(rounds=4)  # agent 0's run: 4 identical sends to agent 1
     own = [e for e in ring if e.session_key == "agent:ring-0:trace-standup"]
