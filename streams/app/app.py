@@ -203,6 +203,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
         sessions = app.topic(settings.internal_topic("sessions"), **declared, **raw)
         app.topics.add(sessions)
         processor.sessions_topic = sessions.get_topic_name()
+        processor.partitions = settings.partitions
         batch_topics.add(processor.sessions_topic)
     fleet = mirror = None
     if incidents is not None or rings is not None:

@@ -56,7 +56,7 @@ def dead_letter_record(letter: DeadLetter, value_limit: int) -> tuple[bytes | No
         ("loopwatch.detail", letter.detail.encode("utf-8", "replace")),
         ("loopwatch.source.topic", record.topic.encode()),
         ("loopwatch.source.partition", str(record.partition).encode()),
-        ("loopwatch.source.offset", str(record.offset).encode()),
+        ("loopwatch.source.offset", str(source_offset(record)).encode()),
     ]
     if record.timestamp:
         headers.append(("loopwatch.source.timestamp_ms", str(int(record.timestamp)).encode()))
@@ -74,6 +74,12 @@ def dead_letter_record(letter: DeadLetter, value_limit: int) -> tuple[bytes | No
     if not key and not value:
         value = b""  # Kafka needs a key or a value
     return key, value, headers
+
+
+def source_offset(record: Any) -> int:
+    """A record's offset in its topic (a forwarded record's ``offset`` is moved: ``Record.source_offset``)."""
+    moved = getattr(record, "source_offset", None)
+    return record.offset if moved is None else moved
 
 
 async def send_records(
@@ -241,7 +247,7 @@ class Output:
         except too_large as exc:
             record = letter.record
             log.error("dead letter of %s[%d]@%d refused by %s (%r): sending its headers without key or value",
-                      record.topic, record.partition, record.offset, self.dead_letter_topic, exc)
+                      record.topic, record.partition, source_offset(record), self.dead_letter_topic, exc)
         return await self._send_alone(letter, 0, partition)
 
     async def _send_alone(self, letter: DeadLetter, limit: int, partition: int) -> Any:

@@ -34,12 +34,13 @@ times: a runner's clock cannot keep a run alive.
 Issue 17's options add, each only when on:
 
 * ``loopwatch.scope: session``: a session's runs arrive on the partitions of their run ids
-  (runners key by run id, and keep doing so), but the session's state lives on one
-  partition.  So every ``tool-calls`` record is first forwarded, unchanged (headers too), to
-  the worker's repartition topic ``<app id>-sessions`` under its session's key
-  (``schemas.keys.session_scope_key``; ``BatchResult.forwards``), and only records of that
-  topic reach the engine.  All of a state's events then come from one topic, so its stamp
-  (the offset of its last record) compares like with like.  Verdicts stay keyed by the run
+  (runners that key by run id), but the session's state lives on one partition.  So such a
+  ``tool-calls`` record is first forwarded, unchanged (headers too), to the worker's
+  repartition topic ``<app id>-sessions`` under its session's key
+  (``schemas.keys.session_scope_key``; ``BatchResult.forwards``), and processed from there.
+  A record its runner keyed by session already is on its session's partition: processed at
+  once.  A state's stamp (the offset of its last record) compares only with offsets of the
+  topic it came from (``FORWARDED_OFFSETS``).  Verdicts stay keyed by the run
   (``state_key``), so runners route them as before.
 * ``loopwatch.fleetIncidents``, ``loopwatch.agentRings``: a completed call that failed or made
   no progress, and a completed send of a trace, also become a record for the fleet topology
@@ -69,6 +70,7 @@ from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 
 from . import logs
 from .checkpoint import LiveRun, LiveRuns
+from .output import partition_for, source_offset
 from .run_store import event_digest, remember, seen_before
 
 __all__ = [
@@ -81,6 +83,9 @@ _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WAR
                "warning": logging.WARNING, "error": logging.ERROR}
 DETAIL_LIMIT = 2048
 """Dead-letter detail strings are cut to this many characters."""
+FORWARDED_OFFSETS = 1 << 61
+"""Under session scope, records of the repartition topic are stamped on states as their offset
+plus this: an offset space of their own (Kafka's offsets stay far below it)."""
 
 
 # -- records in, results out --------------------------------------------------------------------
@@ -99,6 +104,8 @@ class Record:
     timestamp: int | None = None
     """Kafka record timestamp, ms (aiokafka's convention)."""
     headers: Sequence[tuple[str, bytes]] = ()
+    source_offset: int | None = None
+    """The offset in its topic when ``offset`` is not (a forwarded record's, ``FORWARDED_OFFSETS``)."""
 
 
 @dataclass(slots=True)
@@ -155,7 +162,10 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     * the key the README gave before ``record_key``: the event's ``run_id`` exactly as
       published, or without one its ``session_key``, else its ``session_id``;
     * the event's state key, ``state_key``: ``run:<run id>``, ``session:<session key>|`` or
-      ``session:|<session id>`` (the form verdicts are keyed by).
+      ``session:|<session id>`` (the form verdicts are keyed by);
+    * its session's key, ``session_scope_key`` (``scope:session:<session key>|``): runners that
+      key by session, for ``loopwatch.scope: session`` (a run's events share their session
+      key, so under run scope too they land on one partition).
 
     A missing or empty key is ``missing_key``; any other key is ``key_mismatch``.
     """
@@ -169,6 +179,8 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     legacy = event.run_id or event.session_key or event.session_id
     if legacy and key == legacy.encode("utf-8", "surrogatepass"):
         return None
+    if key == session_scope_key(event).encode("utf-8", "surrogatepass"):
+        return None  # a runner keying by session (schemas.keys.session_scope_key): its runs stay whole
     shown = key[:200].decode("utf-8", "replace")
     return KEY_MISMATCH, (
         f"Kafka key {shown!r} is not the event's run key {expected.decode('utf-8', 'replace')!r}"
@@ -208,7 +220,10 @@ class BatchProcessor:
         self.runs = LiveRuns(metrics, clock=clock, cache_size=cache_size)
         self._loggers: dict[str, tuple[logging.Logger, Any]] = {}
         self.sessions_topic: str | None = None
-        """Under session scope, the repartition topic: only its records reach the engine."""
+        """Under session scope, the repartition topic (``_forward``)."""
+        self.partitions = 1
+        """Partitions of ``tool-calls`` (and of the repartition topic): where a key belongs."""
+        self._partitions_of: dict[bytes, int] = {}
 
     def process(self, records: Iterable[Record], read: Callable[[int, bytes], bytes | None]) -> BatchResult:
         """Process one batch.  ``read(partition, key)`` returns a run's stored envelope or None."""
@@ -243,7 +258,7 @@ class BatchProcessor:
             except Exception as exc:  # noqa: BLE001 - a bad record must never stop the worker
                 dead.append(DeadLetter(record, PROCESSING_ERROR, _cut(f"decode: {exc!r}")))
                 self._count_error("decode")
-                log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition, record.offset)
+                log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition, source_offset(record))
                 continue
             if latest_ms is not None and event.ts_ms > latest_ms:
                 # A runner's clock far ahead (or a hostile ts_ms): the event counts as
@@ -268,23 +283,39 @@ class BatchProcessor:
         return result
 
     def _forward(self, records: Iterable[Record], result: BatchResult) -> list[Record]:
-        """Under session scope: the ``tool-calls`` records go to ``BatchResult.forwards`` under
-        their session's key; the records of the repartition topic are returned, for the engine.
-        A record whose run fields cannot be read is not forwarded: processed here, it becomes
-        the dead letter it is (invalid JSON, ...).
+        """Under session scope: which records reach the engine here, and which are forwarded
+        to the repartition topic first (``BatchResult.forwards``, under their session's key).
+
+        A ``tool-calls`` record keyed by a session (``session_scope_key``, a runner that keys so)
+        on the partition that key gives is processed at once (if the key is not its event's,
+        the key check after decoding dead-letters it); any other is forwarded.  A
+        record whose run fields cannot be read is not forwarded: processed here, it becomes
+        the dead letter it is (invalid JSON, ...).  The repartition topic's records reach the
+        engine with their offsets moved to a space of their own (``FORWARDED_OFFSETS``): a
+        state fed from both topics (runners of one session keying differently) compares
+        offsets only within a topic (``_run_group``).
 
         A fetch lists its records partition by partition, and a session's runs are on several
         partitions: forwarded in the order of their Kafka timestamps (stable), the runs of a
         session reach its state in about the order they were published.  (Runs of one
         session that overlap in time interleave in no order Kafka defines.)"""
         own = self.sessions_topic
+        partition_of = self._partition_of
         kept = []
-        foreign = [record for record in records if record.topic != own]
-        if foreign:
-            foreign.sort(key=_timestamp)
+        foreign = []
         for record in records:
+            key = record.key
             if record.topic == own:
+                kept.append(Record(own, record.partition, record.offset + FORWARDED_OFFSETS, key, record.value,
+                                   record.timestamp, record.headers, record.offset))
+            elif key is not None and key.startswith(b"scope:") and partition_of(key) == record.partition:
+                # Keyed by session by its runner, on that key's partition: its state is here (the
+                # key check after decoding makes sure the key is its event's).
                 kept.append(record)
+            else:
+                foreign.append(record)
+        if len(foreign) > 1:
+            foreign.sort(key=_timestamp)
         for record in foreign:
             if record.value is None:
                 kept.append(record)
@@ -301,6 +332,16 @@ class BatchProcessor:
             result.forwards.append((key, record.value, list(record.headers or ())))
         return kept
 
+    def _partition_of(self, key: bytes) -> int:
+        """``output.partition_for`` of a session's key, remembered (murmur2 in Python, per record)."""
+        cache = self._partitions_of
+        partition = cache.get(key)
+        if partition is None:
+            if len(cache) >= 100_000:
+                cache.clear()
+            partition = cache[key] = partition_for(key, self.partitions)
+        return partition
+
     # -- one run's events ---------------------------------------------------------------------
 
     def _run_group(
@@ -313,7 +354,13 @@ class BatchProcessor:
         counts: "_Counts",
         session: bool = False,
     ) -> None:
-        fresh = [item for item in items if item[0].offset > live.offset]
+        if session and live.offset >= 0:
+            # A state's stamp compares with offsets of its own topic only (see _forward).
+            forwarded = live.offset >= FORWARDED_OFFSETS
+            fresh = [item for item in items
+                     if (item[0].offset >= FORWARDED_OFFSETS) != forwarded or item[0].offset > live.offset]
+        else:
+            fresh = [item for item in items if item[0].offset > live.offset]
         if len(fresh) < len(items):
             # Already in the stored state (a redelivery).  The run stays dirty even when
             # nothing is new: the checkpoint re-writes it, so the changelog holds it even if
@@ -352,7 +399,7 @@ class BatchProcessor:
                 result.dead_letters.append(DeadLetter(record, reason, _cut(detail)))
                 if reason == PROCESSING_ERROR:
                     self._count_error("engine")
-                    log.exception("engine failed on %s[%d]@%d", record.topic, record.partition, record.offset)
+                    log.exception("engine failed on %s[%d]@%d", record.topic, record.partition, source_offset(record))
                 # The engine may have changed the state in place before failing: rebuild it
                 # from the stored state and every event applied since (their verdicts are out).
                 state = self._rebuild(engine, live, [e for j, (_r, e) in enumerate(fresh[:i]) if j not in failed])

@@ -46,7 +46,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 
 from schemas.events import ToolCallEvent, encode_event
-from schemas.keys import record_key, state_key
+from schemas.keys import record_key, session_scope_key, state_key
 from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted, decode_verdict
 
@@ -74,6 +74,7 @@ class LoopwatchClient:
         delivery_timeout: float = 10.0,
         start_timeout: float = 30.0,
         signing_key: SigningKey | None = None,
+        key_by_session: bool = False,
         **kafka_options: Any,
     ) -> None:
         if mode not in ("gate", "advisory"):
@@ -89,6 +90,10 @@ class LoopwatchClient:
         self.delivery_timeout = delivery_timeout
         self.start_timeout = start_timeout
         self.signing_key = signing_key
+        self.key_by_session = key_by_session
+        """Publish a run's events under its session's key (``schemas.keys.session_scope_key``):
+        for workers with ``loopwatch.scope: session``, whose repartition hop it saves (the
+        worker accepts the key under either scope)."""
         redact_sasl_exchanges()  # aiokafka's DEBUG log would show a SASL PLAIN password
         self._access = dict(username=kafka_options.get("sasl_plain_username"), mechanism=kafka_options.get("sasl_mechanism"))
         # aiokafka's request timeout is also how long an undelivered batch is kept (40 s by
@@ -206,8 +211,9 @@ class LoopwatchClient:
         value = encode_event(event)
         headers = None if self.signing_key is None else self.signing_key.headers(value)
         try:
+            key = session_scope_key(event) if self.key_by_session and event.session_key else record_key(event)
             await self._producer.send_and_wait(
-                self.tool_calls_topic, value, key=record_key(event).encode("utf-8", "surrogatepass"), headers=headers
+                self.tool_calls_topic, value, key=key.encode("utf-8", "surrogatepass"), headers=headers
             )
         except (KafkaError, OSError) as exc:
             self.undelivered += 1

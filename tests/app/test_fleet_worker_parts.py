@@ -176,3 +176,64 @@ def test_a_reload_that_changes_the_topology_is_refused(tmp_path):
     assert watcher.poll() and len(applied) == 1  # a threshold: applied
     path.write_text(json.dumps(SESSION))
     assert not watcher.poll() and watcher.rejections == 1 and len(applied) == 1
+
+
+def session_keyed(events, partitions=4):
+    """Records as a runner keying by session publishes them: on the partition their key gives."""
+    from schemas.keys import session_scope_key
+    from streams.app.output import partition_for
+
+    out = []
+    for i, e in enumerate(events):
+        key = session_scope_key(e).encode()
+        out.append(Record("tool-calls", partition_for(key, partitions), i, key, encode_event(e)))
+    return out
+
+
+def test_session_keyed_records_on_their_partition_skip_the_repartition():
+    events = session_loop(gate=True)
+    p = processor(SESSION)
+    p.partitions = 4
+    records = session_keyed(events)
+    direct = p.process(records, no_store)
+    assert direct.forwards == [] and direct.events == len(events)
+    assert [decode_verdict(v.value) for v in direct.verdicts] == RunDriver(LoopEngine(SESSION)).verdicts(events)
+    moved = [Record(r.topic, (r.partition + 1) % 4, r.offset, r.key, r.value) for r in records]
+    assert len(processor(SESSION).process(moved, no_store).forwards) == len(events)  # elsewhere: forwarded
+
+
+def test_under_run_scope_a_session_key_is_accepted():
+    events = session_loop(gate=True)
+    result = BatchProcessor(LoopEngine(ENABLED)).process(session_keyed(events), no_store)
+    assert result.dead_letters == [] and result.events == len(events)
+
+
+def test_a_state_fed_from_both_topics_compares_offsets_within_each():
+    """A session whose runners key differently: its state gets records of tool-calls (direct)
+    and of the repartition topic (forwarded), whose offsets are not comparable.  None is
+    skipped as a redelivery, and a true redelivery of either is."""
+    from streams.app.checkpoint import LiveRuns
+
+    events = session_loop(gate=True)[:8]
+    p = processor(SESSION)
+    p.partitions = 4
+    direct = session_keyed(events[:4])  # offsets 0..3 on tool-calls
+    stored: dict = {}
+
+    def read(partition, key):
+        return stored.get((partition, key))
+
+    def checkpoint():
+        cp = p.runs.checkpoint()
+        for pk, value in cp.writes.items():
+            stored[pk] = value
+
+    assert p.process(direct, read).events == 4
+    checkpoint()
+    key, partition = direct[0].key, direct[0].partition
+    forwarded = [Record("lw-sessions", partition, 1, key, encode_event(e)) for e in events[4:]]  # offsets 1..4
+    assert p.process(forwarded, read).events == 4  # not "older" than the state's tool-calls offset 3
+    checkpoint()
+    assert p.process(forwarded, read).skipped == 4  # their redelivery is
+    again = p.process([Record("tool-calls", partition, 3, key, encode_event(events[3]))], read)
+    assert again.events == 0 and again.duplicates == 1  # another topic's: caught by its event id

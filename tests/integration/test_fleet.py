@@ -10,11 +10,14 @@ from __future__ import annotations
 import asyncio
 import time
 
+import msgspec
 import pytest
 
 from harness import collect, collect_verdicts, dedupe, encode_all, produce, reference_verdicts, write_config
 from schemas import decode_verdict
 from schemas.fleet import IncidentOpened, IncidentResolved, decode_incident
+from schemas.keys import session_scope_key
+from streams.client import LoopwatchClient
 from streams.edge import completed_event, requested_event
 from streams.scenarios import agent_ring, run_events, session_loop, tool_outage
 
@@ -105,6 +108,43 @@ async def test_a_loop_split_over_three_runs_of_a_session_is_blocked(fleet_worker
     assert next(f for f in found if f[1] == "block") == (20, "block", 20, "agent:main:e2e-session/run-3")
     assert decisions == [v for v in reference_verdicts(events, CONFIG)]  # the engine, under session scope
     assert worker.metric("loopwatch_events_forwarded_total") >= len(events)
+
+
+async def test_a_session_keyed_by_its_runner_is_processed_where_it_lands(fleet_worker):
+    """Published under the session's key (``session_scope_key``), a session's three runs go
+    out at once, all on one partition in order: the worker processes them without forwarding."""
+    lw, worker = fleet_worker
+    events = [msgspec.structs.replace(e, event_id=f"keyed-{e.event_id}")  # (ids of their own on the topics)
+              for e in session_loop("agent:main:e2e-keyed", gate=True, start_ms=now_ms())]
+    forwarded = worker.metric("loopwatch_events_forwarded_total")
+    keyed = [(session_scope_key(e).encode(), value) for e, (_k, value) in zip(events, encode_all(events))]
+    await produce(lw.broker, lw.names.tool_calls, keyed)
+    ids = [f"{e.event_id}/decision" for e in events if getattr(e, "gate", False)]
+    by_id, _, _ = dedupe(await collect_verdicts(lw.broker, lw.names.verdicts, ids, timeout=90))
+    assert [by_id[i] for i in ids] == reference_verdicts(events, CONFIG)
+    assert [(d.action, d.count) for d in (by_id[ids[10]], by_id[ids[20]])] == [("warn", 10), ("block", 20)]
+    assert worker.metric("loopwatch_events_forwarded_total") == forwarded
+
+
+async def test_a_client_keying_by_session_is_warned_and_blocked_across_its_runs(fleet_worker):
+    lw, worker = fleet_worker
+    forwarded = worker.metric("loopwatch_events_forwarded_total")
+    decisions = []
+    async with LoopwatchClient(lw.broker, tool_calls_topic=lw.names.tool_calls, verdicts_topic=lw.names.verdicts,
+                               mode="gate", raise_on_block=False, timeout=10.0, key_by_session=True) as client:
+        for r in range(3):  # 3 runs of 8 identical reads, one session
+            run = client.run(f"e2e-client-run-{r}", session_key="agent:main:e2e-client", agent_id="main")
+            for n in range(8):
+                decision = await run.before_tool_call("read", {"path": "/same"}, tool_call_id=f"c{r}-{n}")
+                if decision.action != "block":
+                    await run.after_tool_call("read", {"path": "/same"}, tool_call_id=f"c{r}-{n}",
+                                              result={"content": [{"type": "text", "text": "same page"}]})
+                decisions.append(decision)
+    # The spec's defaults (warningThreshold 10, criticalThreshold 20) over the session's history.
+    assert [d.action for d in decisions[:10]] == ["allow"] * 10
+    assert (decisions[10].action, decisions[10].count) == ("warn", 10)
+    assert [(d.action, d.count) for d in decisions[20:]] == [("block", 20)] * 4
+    assert worker.metric("loopwatch_events_forwarded_total") == forwarded
 
 
 async def test_a_cycle_of_three_calls_is_warned_then_blocked(fleet_worker):
