@@ -9,7 +9,7 @@ CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
 
 .PHONY: install ops-tools test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
-        kafka-status run bench-core bench schemas conformance clean ts-client
+        kafka-status run bench-core bench bench-backtest schemas conformance clean ts-client
 
 install: $(STAMP)
 
@@ -90,7 +90,11 @@ bench-core: install
 	$(PY) -m bench.core
 
 bench: install kafka
-	$(PY) -m bench.kafka
+	$(PY) -m bench.kafka $(BENCH_ARGS)
+
+# loopwatch backtest over a generated fleet file, on one core (issue 16).
+bench-backtest: install
+	$(PY) -m bench.backtest $(BENCH_ARGS)
 
 clean:
 	rm -rf .pytest_cache .hypothesis build *.egg-info $(TS)/dist

@@ -19,6 +19,11 @@ Four measurements, in one run, on the local broker (``scripts/kafka.sh``):
     loopwatch adds.  On a shared VM both swing with the neighbours; compare them per run.
     (c) and (c') alternate ``--latency-rounds`` times (default 3), and the latency target is
     judged on the median of the rounds' p99.
+(b'') with ``--candidate``: (b) with a candidate config loaded beside the live one
+    (``LOOPWATCH_CANDIDATE_CONFIG``: stricter thresholds for every agent, so every event runs
+    through both engines and every run stores both states), alternating with (b) itself,
+    ``--candidate-rounds`` pairs, each on a fresh topic: (b), (b''), (b), (b''), ...  Judged on
+    the median of the pairs' ratios (b'')/(b) (issue 16's target: at least 0.5).
 (e) with ``--options-rounds N`` (issue 17): (b) again, in turn with the default config and
     with all four of loopwatch's fleet options on (``OPTIONS_CONFIG``: session scope, the
     cycle detector, agent rings, fleet incidents), N times each in one run, on one workload
@@ -80,6 +85,8 @@ OPTIONS_CONFIG = {
 """(e): every option of issue 17 on, at its defaults."""
 TARGET_OPTIONS_RATIO = 0.7
 """(e): with all four options, at least 0.7 of the default configuration's rate."""
+CANDIDATE = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
+"""(b'')'s candidate config: it differs from CONFIG for every agent."""
 MIX = FLEET_MIX
 PARTITIONS = 4
 
@@ -95,6 +102,8 @@ TARGET_EVENTS_S = 20_000.0
 TARGET_RATIO = 0.5
 TARGET_P99_MS = 20.0
 TARGET_RATE = 2_000.0
+TARGET_CANDIDATE_SHARE = 0.5
+"""Issue 16: (b'')/(b), a worker with a candidate config against the same worker without."""
 
 
 class BenchFailed(Exception):
@@ -232,17 +241,25 @@ async def raw_passthrough(broker: str, source: str, sink: str, n: int, *, batche
 async def worker_throughput(
     broker: str, records: list[tuple[bytes, bytes]], tmp: Path, *, max_batch: int | None, used: list[str],
     config_root: dict = CONFIG,
+    candidate: bool = False,
 ) -> dict:
+    """(b), or with ``candidate`` (b''): the same worker with ``CANDIDATE`` loaded beside ``CONFIG``."""
     names = WorkerNames(prefix="lwbench")
     used.append(names.app_id)
-    await create_topics(broker, [names.tool_calls])
+    await create_topics(broker, [names.tool_calls, names.shadow_verdicts] if candidate else [names.tool_calls])
     produce_rate = await preload(broker, names.tool_calls, records)
     config = tmp / f"loop-detection-{names.tag}.json"
     write_config(config, config_root)
     env = {"LOOPWATCH_PARTITIONS": str(PARTITIONS)}
     if max_batch:
         env["LOOPWATCH_MAX_BATCH"] = str(max_batch)
-    worker = WorkerProcess(broker, names, data_dir=tmp / f"worker-b-{names.tag}", config=config, env=env, label="bench-b",
+    label = "bench-b"
+    if candidate:
+        candidate_config = tmp / "candidate.json"
+        write_config(candidate_config, CANDIDATE)
+        env["LOOPWATCH_CANDIDATE_CONFIG"] = str(candidate_config)
+        label = "bench-b-candidate"
+    worker = WorkerProcess(broker, names, data_dir=tmp / f"worker-b-{names.tag}", config=config, env=env, label=label,
                            log_dir=tmp)
     n = len(records)
     admin = AIOKafkaAdminClient(bootstrap_servers=broker)
@@ -511,6 +528,12 @@ def target_verdicts(results: dict) -> list[str]:
         ratio = results["options_run_keyed_ratio"]
         lines.append(f"(e) the same, runners keying by run (the repartition hop): {ratio:.2f}, "
                      f"{verdict(ratio >= TARGET_OPTIONS_RATIO)}")
+    pairs = results.get("candidate_pairs")
+    if pairs:
+        share = statistics.median(cand["rate"] / plain["rate"] for plain, cand in pairs)
+        lines.append(f"(b'')/(b) >= {TARGET_CANDIDATE_SHARE} with a candidate config: {share:.2f}"
+                     + (f" (median of {len(pairs)} pairs)" if len(pairs) > 1 else "")
+                     + f", {verdict(share >= TARGET_CANDIDATE_SHARE)}")
     c = results.get("latency")
     if c and c["rate"] == TARGET_RATE:
         measured = f"{c['p99']:.1f} ms" + (f" (median of {c['rounds']} rounds)" if c.get("rounds", 1) > 1 else "")
@@ -613,6 +636,19 @@ async def run(args: argparse.Namespace) -> int:
                     print(f"(e)  round {i + 1}/{args.options_rounds}, {label + ':':<19}          {e['rate']:>9,.0f} events/s "
                           f"({e['cpu_us']:.0f} µs CPU/event, {e['cpu_cores']:.2f} cores)")
             traced = by_session = by_run = None
+        if args.candidate:
+            # (b) and (b'') in turn, so that the shared machine's swings hit both alike.
+            for i in range(args.candidate_rounds):
+                plain = results["worker"] if i == 0 and "worker" in results else await worker_throughput(
+                    broker, records, tmp, max_batch=args.max_batch, used=used)
+                if i > 0 or "worker" not in results:
+                    print(f"(b)  pair {i + 1}, without a candidate:              {plain['rate']:>9,.0f} events/s "
+                          f"({plain['cpu_us']:.0f} µs CPU/event)")
+                cand = await worker_throughput(broker, records, tmp, max_batch=args.max_batch, used=used, candidate=True)
+                results.setdefault("candidate_pairs", []).append((plain, cand))
+                print(f"(b'') pair {i + 1}, with a candidate config:           {cand['rate']:>9,.0f} events/s "
+                      f"({cand['cpu_us']:.0f} µs CPU/event, {cand['cpu_cores']:.2f} cores); "
+                      f"(b'')/(b) {cand['rate'] / plain['rate']:.2f}")
         if args.peer:
             expected = reference_verdicts(events, CONFIG)
             for name in sorted(set(args.peer), key=list(PEERS).index):
@@ -676,6 +712,9 @@ async def run(args: argparse.Namespace) -> int:
         if "raw" in results:
             print(f"| ratio (b)/(a) | {b['rate'] / results['raw']:.2f} |")
             print(f"| ratio (b)/(a') | {b['rate'] / results['raw_batched']:.2f} |")
+    for i, (plain, cand) in enumerate(results.get("candidate_pairs", []), 1):
+        print(f"| pair {i}: (b) without / (b'') with a candidate config | {plain['rate']:,.0f} / {cand['rate']:,.0f} "
+              f"events/s ({plain['cpu_us']:.0f} / {cand['cpu_us']:.0f} µs CPU/event); ratio {cand['rate'] / plain['rate']:.2f} |")
     for name, d in results.get("peers", {}).items():
         peer = PEERS[name]
         print(f"| ({peer.tag}) {peer.label} {d['version']} peer ({peer.shape}), same workload and engine | "
@@ -748,6 +787,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="(c) and (c') alternate this many times; the targets are judged on the median p99 (default 3)")
     p.add_argument("--latency-samples", type=Path, metavar="CSV",
                    help="write every decision's latency of (c) here (with several rounds: CSV-r1, CSV-r2, ...)")
+    p.add_argument("--candidate", action="store_true",
+                   help="(b''): (b) with a candidate config loaded, alternating with (b) (issue 16)")
+    p.add_argument("--candidate-rounds", type=_positive_int, default=2,
+                   help="with --candidate: pairs of (b) and (b'') (default 2)")
     p.add_argument("--skip-raw", action="store_true")
     p.add_argument("--skip-worker", action="store_true")
     p.add_argument("--skip-latency", action="store_true")

@@ -3,7 +3,9 @@
 only): run from the repository (``pytest`` and ``make bench`` put it on the path).
 
 ``harness.workers``  worker subprocesses (``WorkerProcess``), unique topic names, ports;
-``harness.kafka``    producing, collecting, offsets, topics, and the engine-alone answers.
+``harness.kafka``    producing, collecting, offsets, topics, and the engine-alone answers;
+``harness.fleets``   the backtest's fleets (hand-worked, generated) and their reference;
+``harness.cli``      the ``loopwatch`` command as a subprocess, and its one-line errors.
 """
 
 from streams.processes import signal_group, stop_group, wait_http_ok

@@ -59,6 +59,10 @@ class WorkerNames:
         return f"{self.prefix}-{self.tag}-incidents"
 
     @property
+    def shadow_verdicts(self) -> str:
+        return f"{self.prefix}-{self.tag}-verdicts-shadow"
+
+    @property
     def changelog(self) -> str:
         return f"{self.app_id}-runs-changelog"
 
@@ -69,6 +73,7 @@ class WorkerNames:
             "LOOPWATCH_VERDICTS_TOPIC": self.verdicts,
             "LOOPWATCH_DEAD_LETTER_TOPIC": self.dead_letters,
             "LOOPWATCH_INCIDENTS_TOPIC": self.incidents,
+            "LOOPWATCH_SHADOW_VERDICTS_TOPIC": self.shadow_verdicts,
         }
 
 

@@ -21,6 +21,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from .names import MODES
+
 MAX_HISTORY_SIZE = 1000
 """loopwatch's upper bound on ``historySize`` (upstream has none).  A run's stored state must
 fit one changelog record (``streams.app.processor.MAX_STATE_BYTES``, 1 MB); 1000 records
@@ -42,6 +44,7 @@ PositiveInt = Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT_SETTING)]
 HistorySize = Annotated[int, msgspec.Meta(gt=0, le=MAX_HISTORY_SIZE)]
 AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_AGENT_ID_LENGTH)]
 Profile = Literal["configurable-final", "latest"]
+Mode = Literal[MODES]
 CONFIGURABLE_FINAL = "configurable-final"
 LATEST = "latest"
 PROFILES = (CONFIGURABLE_FINAL, LATEST)
@@ -142,6 +145,11 @@ class AgentLoopwatchOptions(msgspec.Struct, forbid_unknown_fields=True, omit_def
     surfaceWarnings: bool | None = None
     """Set ``notify_model`` on emitted warnings so runners show them to the model.
     Upstream only logs warnings (#120449)."""
+    mode: Mode | None = None
+    """``enforce`` (the default): verdicts go to ``loop-verdicts``.  ``shadow``: detection runs
+    exactly as in enforce mode, but verdicts go only to the shadow topic
+    (``loop-verdicts-shadow``); a gated call gets an ``allow`` on ``loop-verdicts``, so its
+    runner is never blocked, warned or aborted."""
     detectors: LoopwatchDetectors | None = None
     """loopwatch's own detectors (``cycle``), per agent like upstream's."""
 
@@ -313,7 +321,7 @@ def validate_loop_detection_latest(block: Any, path: str = "tools.loopDetection"
     return issues, warnings
 
 
-_AGENT_OPTIONS = ("profile", "abortAfterCriticalBlocks", "surfaceWarnings", "detectors")
+_AGENT_OPTIONS = ("profile", "abortAfterCriticalBlocks", "surfaceWarnings", "mode", "detectors")
 _ROOT_OPTIONS = (*_AGENT_OPTIONS, "scope", "fleetIncidents", "agentRings")
 """``scope``, ``fleetIncidents`` and ``agentRings`` decide how the whole fleet's events are
 keyed and repartitioned: one setting for every agent, at the root."""
@@ -395,6 +403,11 @@ def _validate_options(options: Any, path: str, issues: list[ConfigIssue], *, roo
     limit = options.get("abortAfterCriticalBlocks")
     if limit is not None:
         _check_positive_int(limit, f"{path}.abortAfterCriticalBlocks", issues)
+    mode = options.get("mode")
+    if mode is not None and mode not in MODES:
+        issues.append(ConfigIssue(
+            f"{path}.mode", f"Invalid option: expected one of {' | '.join(repr(m) for m in MODES)}", "invalid_value"
+        ))
     warn = options.get("surfaceWarnings")
     if warn is not None and not isinstance(warn, bool):
         issues.append(ConfigIssue(f"{path}.surfaceWarnings", f"Invalid input: expected boolean, received {_type_name(warn)}", "invalid_type"))

@@ -69,3 +69,23 @@ DEAD_LETTER_REASONS = (
     INVALID_JSON, INVALID_EVENT, OVERSIZED, MISSING_KEY, KEY_MISMATCH, UNKNOWN_TYPE, UNSUPPORTED_VERSION,
     BAD_SIGNATURE, PROCESSING_ERROR,
 )
+
+# -- shadow mode and the candidate config (``loopwatch.mode``, ``LOOPWATCH_CANDIDATE_CONFIG``) -------
+
+ENFORCE = "enforce"
+SHADOW = "shadow"
+MODES = (ENFORCE, SHADOW)
+"""``loopwatch.mode``: an agent's verdicts go to ``loop-verdicts`` (enforce, the default) or only
+to the shadow topic (its runners' gated calls get an ``allow``); the metrics' ``mode`` label."""
+LIVE = "live"
+CANDIDATE = "candidate"
+CONFIGS = (LIVE, CANDIDATE)
+"""Which config a verdict on the shadow topic came from (its ``loopwatch.config`` header); the
+metrics' ``config`` label."""
+CONFIG_HEADER = "loopwatch.config"
+CONFIG_SHA256_HEADER = "loopwatch.config_sha256"
+"""The shadow topic's record headers: the config (``CONFIGS``) and the first 16 hex digits of the
+SHA-256 of its file's content (``defaults`` without a file)."""
+OUTCOMES = ("none", "warn", "block", "abort")
+"""A run's outcome under one config, weakest first: the strongest verdict it got (a published
+warning, a block, an abort).  ``streams.engine.drive.outcome`` ranks a step by this tuple."""

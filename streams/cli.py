@@ -98,6 +98,75 @@ def _replay(args: argparse.Namespace) -> int:
     return 0
 
 
+def _backtest(args: argparse.Namespace) -> int:
+    from schemas.config import ConfigError
+
+    from .backtest import Backtest, BacktestError, FileSource, KafkaRange, Progress, parse_time, plot, render_table
+    from .engine import LoopEngine
+
+    def fail(message: str, code: int = 2) -> int:
+        print(f"loopwatch backtest: {message}", file=sys.stderr)
+        return code
+
+    if args.files and args.broker:
+        return fail("give files or --broker/--topic, not both")
+    if not args.files and not args.broker:
+        return fail("give JSONL files of tool-calls events, or --broker and --topic")
+    if args.broker and not args.topic:
+        return fail("--broker needs --topic")
+    if args.files and (args.topic or args.from_offset is not None or args.to_offset is not None or args.since or args.until):
+        return fail("--topic, --from-offset, --to-offset, --since and --until read a topic: they need --broker")
+    engines = {}
+    for name in ("baseline", "candidate"):
+        try:
+            engines[name] = LoopEngine(_load_root(getattr(args, name)))
+        except ConfigError as exc:
+            return fail(f"--{name}: {exc}")
+    try:
+        if args.files:
+            source = FileSource([Path(f) for f in args.files])
+        else:
+            from .app.settings import Settings, SettingsError
+
+            try:
+                options = Settings.from_env(broker=args.broker).kafka_client_options()
+            except SettingsError as exc:
+                return fail(str(exc))
+            source = KafkaRange(
+                args.broker, args.topic, start=args.from_offset, end=args.to_offset,
+                since_ms=parse_time(args.since) if args.since else None,
+                until_ms=parse_time(args.until) if args.until else None,
+                timeout_s=args.timeout, client_options=options,
+            )
+        backtest = Backtest(engines["baseline"], engines["candidate"], agents=args.agent,
+                            normal_reasons=args.normal_end or ("completed",))
+        progress = Progress(sys.stderr, source.progress)
+        backtest.run(source.records(), keyed=source.keyed, progress=progress)
+        progress.done(backtest.records)
+    except BacktestError as exc:
+        return fail(str(exc), exc.code)
+    if args.agent:
+        missing = [a for a in args.agent if a not in backtest.agents_seen]
+        if missing:
+            seen = ", ".join(sorted(str(a) for a in backtest.agents_seen)[:10]) or "none"
+            return fail(f"unknown agent {', '.join(map(repr, missing))}: no event of it in the input (agents seen: {seen})", 1)
+    report = backtest.report()
+    if args.plot:
+        try:
+            plot(report, Path(args.plot), baseline=args.baseline, candidate=args.candidate)
+        except BacktestError as exc:
+            return fail(str(exc))
+    if args.json:
+        print(json.dumps(report.data, indent=2))
+    else:
+        render_table(report, sys.stdout)
+    if backtest.events == 0:
+        refused = sum(backtest.dead.values())
+        what = f"all {refused:,} records were refused" if refused else "it holds no events"
+        return fail(f"nothing to compare: {what}", 1)
+    return 0
+
+
 def _config_check(args: argparse.Namespace) -> int:
     from schemas.config import ConfigError, load_config_file, warnings
 
@@ -123,7 +192,7 @@ def _config_check(args: argparse.Namespace) -> int:
             "postCompactionGuard": {"enabled": s.guard.enabled, "windowSize": s.guard.window_size},
             "loopwatch": {
                 "abortAfterCriticalBlocks": s.abort_after_critical_blocks, "surfaceWarnings": s.surface_warnings,
-                "detectors": {"cycle": s.cycle},
+                "mode": config.mode_for(agent), "detectors": {"cycle": s.cycle},
             },
         }
     fleet = {  # root only: how the whole fleet's events are keyed and repartitioned
@@ -185,6 +254,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--scope", choices=("run", "session"),
                    help="one history per run or per session key (loopwatch.scope)")
     p.set_defaults(func=_replay)
+
+    p = sub.add_parser(
+        "backtest", help="compare a candidate config with a baseline over recorded events (files or a topic range)",
+        description="Run a baseline and a candidate loop-detection config over the same recorded tool-calls "
+                    "events, each with fresh state, and report what each would have warned, blocked and aborted.",
+    )
+    p.add_argument("files", nargs="*", help="JSONL files of tool-calls events (.gz: gzip), in order")
+    p.add_argument("--baseline", required=True, metavar="CONFIG", help="the config in force (JSON5 or YAML)")
+    p.add_argument("--candidate", required=True, metavar="CONFIG", help="the config to try")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("--plot", metavar="PNG", help="write would-fire per minute, baseline against candidate")
+    p.add_argument("--broker", help="read a tool-calls topic instead of files (bootstrap servers; TLS/SASL from "
+                                    "the worker's LOOPWATCH_KAFKA_* variables)")
+    p.add_argument("--topic", help="the topic to read (with --broker)")
+    p.add_argument("--from-offset", type=int, metavar="N", help="first offset of every partition (default: the beginning)")
+    p.add_argument("--to-offset", type=int, metavar="N", help="end offset of every partition, exclusive (default: the end)")
+    p.add_argument("--since", metavar="TIME", help="from this record time: ISO 8601, epoch ms, or 30m/2h/7d ago")
+    p.add_argument("--until", metavar="TIME", help="up to this record time, exclusive (same forms)")
+    p.add_argument("--timeout", type=float, default=15.0, metavar="S", help="seconds to wait for the broker (default 15)")
+    p.add_argument("--agent", action="append", metavar="ID", help="only this agent's events (repeat for several)")
+    p.add_argument("--normal-end", action="append", metavar="REASON",
+                   help="a run.ended reason of a run that finished normally (default: completed; repeat for several)")
+    p.set_defaults(func=_backtest)
 
     p = sub.add_parser("config", help="configuration tools")
     config_sub = p.add_subparsers(dest="config_command", required=True)

@@ -8,7 +8,7 @@ Nothing here does work; each part has its own module (docs/design.md has the pic
 ``output``      the verdict and dead-letter producers;
 ``expiry``      the idle sweep;
 ``health``      readiness, broker reachability, lag, ``/healthz`` and ``/readyz``;
-``reload``      hot reload of the config file and the signing keys;
+``reload``      hot reload of the config files (live and candidate) and the signing keys;
 ``fleet``       the fleet topology (issue 17: fleet incidents, agent rings) and every
                 worker's mirror of what it finds;
 ``streams.faust_adapter``  every touch of Faust's and aiokafka's internals.
@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.config import SESSION_SCOPE
+from schemas.names import CANDIDATE, LIVE
 from streams import faust_adapter
 from streams.engine.fleet import FleetView
 
@@ -129,10 +130,15 @@ class Worker:
     health: Health
     config: ConfigWatcher
     keys: KeyringWatcher | None
+    candidate: ConfigWatcher | None = None
     fleet: FleetTopology | None = None
     mirror: FleetMirror | None = None
     sessions: Any = None
     """Under session scope, the repartition topic."""
+
+    def uses_shadow_topic(self) -> bool:
+        """A candidate config, or an agent in shadow mode under the live config."""
+        return self.candidate is not None or self.processor.engine.config.uses_shadow()
 
     def extra_topics(self) -> dict[str, dict[str, str]]:
         """The topics issue 17's options add, by name, with their configs (``topics.ensure_topics``)."""
@@ -183,12 +189,22 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
 
     def use_engine(engine: Any) -> None:  # a new config: the next batch runs on it
         engine.fleet = view
-        processor.engine = engine
+        processor.use_config(engine, config.sha256)
+
+    def use_candidate(engine: Any) -> None:  # a new candidate config: likewise
+        engine.fleet = view
+        processor.use_candidate(engine, candidate.sha256)
 
     def use_keyring(keyring: Any) -> None:  # new signing keys: the next batch checks with them
         processor.keyring = keyring
 
-    config = ConfigWatcher(settings.config, use_engine, metrics, check=lambda engine: _topology_change(topology, engine))
+    config = ConfigWatcher(settings.config, use_engine, metrics, check=lambda engine: _topology_change(topology, engine),
+                           name=LIVE)
+    candidate = None
+    if settings.candidate_config is not None:
+        # (A candidate's fleet-wide options are not applied: it runs on the live config's
+        # topology, grouped by the live config's state keys.)
+        candidate = ConfigWatcher(settings.candidate_config, use_candidate, metrics, name=CANDIDATE)
     keys = None if settings.signing_keys is None else KeyringWatcher(settings.signing_keys, use_keyring)
     engine = config.load_initial()
     engine.fleet = view
@@ -197,6 +213,11 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     processor = BatchProcessor(
         engine, metrics, clock_skew_s=settings.clock_skew_s, keyring=None if keys is None else keys.load_initial(),
     )
+    processor.use_config(processor.engine, config.sha256)
+    if candidate is not None:
+        candidate_engine = candidate.load_initial()
+        candidate_engine.fleet = view
+        processor.use_candidate(candidate_engine, candidate.sha256)
     batch_topics = {settings.tool_calls_topic}
     sessions = None
     if scope == SESSION_SCOPE:  # issue 17: the repartition by session key (streams.app.processor)
@@ -215,6 +236,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
         verdicts_topic=settings.verdicts_topic, dead_letter_topic=settings.dead_letter_topic,
         partitions=settings.partitions, shared_producer=producers.shared, new_producer=producers.new,
         sessions_topic=processor.sessions_topic, fleet_topic=None if fleet is None else fleet.topic.get_topic_name(),
+        shadow_topic=settings.shadow_verdicts_topic, metrics=metrics,
     )
     checkpoints = Checkpointer(processor, store, output, checkpoint_s=settings.checkpoint_s,
                                spawn=app.add_future, group=group)
@@ -239,7 +261,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     metrics.runs_tracked.set_function(lambda: float(store.runs_tracked))
 
     worker = Worker(app, settings, metrics, tool_calls, verdicts, dead_letters, table, processor, store, output,
-                    checkpoints, expiry, health, config, keys, fleet, mirror, sessions)
+                    checkpoints, expiry, health, config, keys, candidate, fleet, mirror, sessions)
     _schedule(worker)
     return worker
 
@@ -268,6 +290,8 @@ def _schedule(worker: Worker) -> None:
         if worker.mirror is not None:  # after its topics exist
             worker.mirror.start()
         await worker.output.start()  # before the first decision, and for the broker probe
+        if worker.uses_shadow_topic():
+            await worker.output.find_shadow_topic()  # (created before the start: worker.py)
         if settings.metrics_port and not metrics_served:
             metrics_served = True
             worker.metrics.serve(settings.metrics_port, settings.web_host)
@@ -275,8 +299,17 @@ def _schedule(worker: Worker) -> None:
 
     async def poll_files() -> None:
         worker.config.poll()
+        if worker.candidate is not None:
+            worker.candidate.poll()
         if worker.keys is not None:
             worker.keys.poll()
+        if worker.output.shadow_partitions is None and worker.uses_shadow_topic():
+            # Shadow mode came with a reload (or the topic was missing at start): make sure of
+            # the topic here, where waiting delays no decision.
+            from .topics import ensure_topics
+
+            await ensure_topics(settings, only_shadow=True)
+            await worker.output.find_shadow_topic()
 
     async def every_second() -> None:
         nonlocal gc_frozen

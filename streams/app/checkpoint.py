@@ -50,10 +50,11 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+from schemas.names import CANDIDATE, LIVE
 from streams.engine import RunState, copy_state, decode_state
 
 from . import logs
-from .run_store import MAX_STATE_BYTES, owner_of, pack_within_limit, parse_header
+from .run_store import COMPARED_FROM_START, MAX_STATE_BYTES, candidate_section, owner_of, pack_within_limit, parse_header
 
 if TYPE_CHECKING:
     from .output import Output
@@ -101,11 +102,11 @@ class Checkpoint:
 class LiveRun:
     """A run touched since the last checkpoint: the authoritative copy until it is written."""
 
-    __slots__ = ("base", "state", "offset", "applied", "seen", "owner")
+    __slots__ = ("base", "state", "offset", "applied", "seen", "owner", "candidate", "compared")
 
     def __init__(
         self, base: bytes | RunState | None, state: RunState | None, offset: int, seen: bytes = b"",
-        owner: str | None = None,
+        owner: str | None = None, candidate: RunState | None = None, compared: int = COMPARED_FROM_START,
     ) -> None:
         self.base = base
         """What is stored for the run at the first touch: its envelope, or the state that the
@@ -119,6 +120,10 @@ class LiveRun:
         """Digests of the run's last applied event ids, oldest first (``run_store.SEEN_EVENT_IDS``)."""
         self.owner = owner
         """The agent id of the run's first applied event (None: not known yet)."""
+        self.candidate = candidate
+        """The candidate config's state of the run (only with a candidate: ``LiveRuns.with_candidate``)."""
+        self.compared = compared
+        """The comparison of the run's outcomes under both configs (``run_store.COMPARED_FROM_START``)."""
 
 
 class LiveRuns:
@@ -138,6 +143,9 @@ class LiveRuns:
         self.metrics = metrics
         self.clock = clock
         self.cache_size = cache_size
+        self.with_candidate = False
+        """A candidate config is loaded: its states are read and written with the runs'
+        (a version 4 envelope).  Without one they are neither decoded nor stored."""
         self.touched: dict[tuple[int, bytes], LiveRun] = {}
         self._frozen: dict[tuple[int, bytes], LiveRun] | None = None
         """Runs of the checkpoint being taken, not encoded yet."""
@@ -145,7 +153,7 @@ class LiveRuns:
         self._written: dict[tuple[int, bytes], bytes | None] | None = None
         """The last checkpoint's writes until the store has them."""
         self._now_ms = 0
-        self._cache: dict[tuple[int, bytes], tuple[int, int, RunState, bytes, str | None]] = {}
+        self._cache: dict[tuple[int, bytes], tuple[int, int, RunState, bytes, str | None, RunState | None, int]] = {}
         """The state object this worker last wrote per run (insertion-ordered, LRU-ish):
         used only while the stored envelope still carries the same offset and time stamp,
         so a state changed elsewhere (another worker, a deletion) is never used."""
@@ -234,7 +242,7 @@ class LiveRuns:
         if live.base is None:
             out.created += 1
         cache = self._cache
-        cache[pk] = (live.offset, self._now_ms, live.state, bytes(live.seen), live.owner)
+        cache[pk] = (live.offset, self._now_ms, live.state, bytes(live.seen), live.owner, live.candidate, live.compared)
         if len(cache) > self.cache_size:
             del cache[next(iter(cache))]
         return value
@@ -244,8 +252,9 @@ class LiveRuns:
         (the run is then dropped: a state the checkpoint cannot write would stop the worker
         at every restart)."""
         state = live.state
+        candidate, compared = (live.candidate, live.compared) if self.with_candidate else (None, None)
         try:
-            value, trimmed = pack_within_limit(state, live.offset, self._now_ms, live.seen, live.owner)
+            value, trimmed = pack_within_limit(state, live.offset, self._now_ms, live.seen, live.owner, candidate, compared)
         except Exception as exc:  # noqa: BLE001 - one bad state must not stop the worker
             log.error("cannot store the state of %r on partition %d (%r): the run starts afresh at its next event",
                       pk[1], pk[0], exc)
@@ -278,8 +287,10 @@ class LiveRuns:
                     self._emit(pk, live)  # a deletion: nothing to encode
                     return LiveRun(None, None, live.offset)
                 snapshot = copy_state(live.state)
-                frozen[pk] = LiveRun(live.base, snapshot, live.offset, live.seen, live.owner)
-                return LiveRun(snapshot, live.state, live.offset, live.seen, live.owner)
+                candidate = live.candidate
+                frozen[pk] = LiveRun(live.base, snapshot, live.offset, live.seen, live.owner,
+                                     None if candidate is None else copy_state(candidate), live.compared)
+                return LiveRun(snapshot, live.state, live.offset, live.seen, live.owner, candidate, live.compared)
         partition, key = pk
         written = self._written if self._written is not None else (self._out.writes if self._out is not None else None)
         if written is not None and pk in written:
@@ -296,11 +307,30 @@ class LiveRuns:
             self.count_error("state_decode")
             return LiveRun(None, None, -1)
         if cached is not None and cached[0] == offset and cached[1] == touched_ms:
-            return LiveRun(stored, cached[2], offset, cached[3], cached[4])  # the object this worker wrote: no decode
+            # The objects this worker wrote: no decode.
+            return LiveRun(stored, cached[2], offset, cached[3], cached[4], cached[5], cached[6])
         state = self.decode(stored, pk)
         if state is None:
             return LiveRun(None, None, -1)
-        return LiveRun(stored, state, offset, stored[seen_at:owner_at], owner_of(stored, owner_at, state_at))
+        live = LiveRun(stored, state, offset, stored[seen_at:owner_at], owner_of(stored, owner_at, state_at))
+        if self.with_candidate:
+            self._load_candidate(live, stored, pk)
+        return live
+
+    def _load_candidate(self, live: LiveRun, stored: bytes, pk: tuple[int, bytes]) -> None:
+        """The candidate's state of a stored run; a run stored without one (the candidate was
+        loaded after it began) is judged by the candidate from here on, but not compared."""
+        live.compared = 0
+        try:
+            section = candidate_section(stored)
+            if section is not None:
+                live.compared, encoded = section
+                live.candidate = decode_state(encoded) if encoded else None
+        except Exception as exc:  # noqa: BLE001 - the live state is fine: only the candidate starts afresh
+            log.error("undecodable candidate state for %r on partition %d (%r): the candidate starts the run afresh",
+                      pk[1], pk[0], exc)
+            self.count_error("state_decode")
+            live.compared, live.candidate = 0, None
 
     def decode(self, stored: bytes, pk: tuple[int, bytes]) -> RunState | None:
         """The state in a stored envelope; None (logged, counted) when it cannot be decoded."""
@@ -412,6 +442,10 @@ class Checkpointer:
                     pending += await self.output.send_fleet(result.fleet)
                 for letter in result.dead_letters:
                     pending.append(await self.output.send_dead_letter(letter))
+                # Last, and not awaited: shadow verdicts never delay a decision (output.py).
+                for config, shadow in ((LIVE, result.shadow), (CANDIDATE, result.candidate)):
+                    if shadow:
+                        pending.append(self.output.send_shadow(shadow, config, result.sha256.get(config, "defaults")))
                 self._dones.append(done)
             except BaseException as exc:
                 self.failed = exc  # see the module docstring: the batch's states must not be stored

@@ -26,10 +26,14 @@ from prometheus_client import (
 from schemas.names import (
     ABORT_DETECTORS,
     ARGUMENT_CHURN,
+    CANDIDATE,
+    CONFIGS,
     DEAD_LETTER_REASONS,
     EVENT_TYPES,
     KNOWN_POLL_NO_PROGRESS,
     LEVELS,
+    MODES,
+    OUTCOMES,
     PING_PONG,
     WARNING_DETECTORS,
 )
@@ -41,7 +45,10 @@ TOOL_LABEL_CAP = 200
 
 CONFIG_RELOAD_RESULTS = ("applied", "refused")
 FLEET_RECORD_KINDS = ("outcome", "send")
-ERROR_STAGES = ("decode", "state_decode", "state_encode", "engine")
+ERROR_STAGES = ("decode", "state_decode", "state_encode", "engine", CANDIDATE)
+VERDICT_LABELS = ["config", "mode"]
+"""The labels every verdict metric ends with: which config decided (``live``, ``candidate``)
+and in which mode (``enforce``, ``shadow``) that config runs the agent."""
 LIVENESS_SIGNALS = ((ARGUMENT_CHURN, KNOWN_POLL_NO_PROGRESS), (ARGUMENT_CHURN, PING_PONG), (ARGUMENT_CHURN, ARGUMENT_CHURN))
 """(signal, detector) pairs a decision can carry (profile latest, openclaw-latest.md §5.1)."""
 
@@ -64,22 +71,31 @@ class Metrics:
         )
         self.decisions = Counter(
             "loopwatch_decisions", "decisions made for requested calls (and, under profile latest, write-churn "
-            "warnings raised by an outcome)", ["detector", "level", "action"],
+            "warnings raised by an outcome)", ["detector", "level", "action", *VERDICT_LABELS],
             registry=registry,
         )
         self.liveness_signals = Counter(
             "loopwatch_liveness_signals", "decisions flagging stalled run activity (profile latest's livenessSignal)",
-            ["signal", "detector"], registry=registry,
+            ["signal", "detector", *VERDICT_LABELS], registry=registry,
         )
         self.loop_detections = Counter(
             "loopwatch_loop_detections", "detections (emitted or bucket-suppressed) by tool",
-            ["detector", "level", "tool"], registry=registry,
+            ["detector", "level", "tool", *VERDICT_LABELS], registry=registry,
         )
         self.warnings_suppressed = Counter(
-            "loopwatch_warnings_suppressed", "warnings hidden by upstream's warning-bucket rule", ["detector"],
-            registry=registry,
+            "loopwatch_warnings_suppressed", "warnings hidden by upstream's warning-bucket rule",
+            ["detector", *VERDICT_LABELS], registry=registry,
         )
-        self.run_aborts = Counter("loopwatch_run_aborts", "run aborts published", ["detector"], registry=registry)
+        self.run_aborts = Counter("loopwatch_run_aborts", "run aborts published", ["detector", *VERDICT_LABELS],
+                                  registry=registry)
+        self.candidate_outcome_changes = Counter(
+            "loopwatch_candidate_outcome_changes", "runs ended (run.ended) whose outcome under the candidate config "
+            "differs from the live config's, by each one's outcome", ["live", "candidate"], registry=registry,
+        )
+        self.shadow_verdicts_lost = Counter(
+            "loopwatch_shadow_verdicts_lost", "verdicts for the shadow topic not delivered (the topic missing or "
+            "refusing them); the worker goes on", ["config"], registry=registry,
+        )
         self.runs_tracked = Gauge("loopwatch_runs_tracked", "runs with state on this worker", registry=registry)
         self.guard_armings = Counter(
             "loopwatch_guard_armings", "post-compaction guard armings", registry=registry
@@ -117,11 +133,11 @@ class Metrics:
         )
         self.config_reloads = Counter(
             "loopwatch_config_reloads", "config file changes applied or refused (the running config stays)",
-            ["result"], registry=registry,
+            ["result", "config"], registry=registry,
         )
         self.config_file_refused = Gauge(
             "loopwatch_config_file_refused", "1 while the config file on disk is one this worker refused",
-            registry=registry,
+            ["config"], registry=registry,
         )
         # Issue 17's options: declared (and their known label values at 0) on every worker;
         # they move only where the config turns the option on.
@@ -158,16 +174,26 @@ class Metrics:
         # would never raise its alert, and a healthy worker's error panel would show no data.
         for counter, values in (
             (self.events_consumed, EVENT_TYPES),
-            (self.run_aborts, ABORT_DETECTORS),
             (self.dead_letters, DEAD_LETTER_REASONS),
             (self.processing_errors, ERROR_STAGES),
-            (self.warnings_suppressed, WARNING_DETECTORS),
-            (self.config_reloads, CONFIG_RELOAD_RESULTS),
+            (self.shadow_verdicts_lost, CONFIGS),
         ):
             for value in values:
                 counter.labels(value)
-        for signal, detector in LIVENESS_SIGNALS:
-            self.liveness_signals.labels(signal, detector)
+        for config in CONFIGS:
+            for mode in MODES:
+                for detector in ABORT_DETECTORS:
+                    self.run_aborts.labels(detector, config, mode)
+                for detector in WARNING_DETECTORS:
+                    self.warnings_suppressed.labels(detector, config, mode)
+                for signal, detector in LIVENESS_SIGNALS:
+                    self.liveness_signals.labels(signal, detector, config, mode)
+            for result in CONFIG_RELOAD_RESULTS:
+                self.config_reloads.labels(result, config)
+        for live in OUTCOMES:
+            for candidate in OUTCOMES:
+                if live != candidate:
+                    self.candidate_outcome_changes.labels(live, candidate)
         for kind in FLEET_RECORD_KINDS:
             self.fleet_records.labels(kind)
         for level in LEVELS:

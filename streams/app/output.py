@@ -1,4 +1,5 @@
-"""Output: verdicts to ``loop-verdicts``, dead letters to ``tool-calls-dlq``, record batches.
+"""Output: verdicts to ``loop-verdicts``, dead letters to ``tool-calls-dlq``, shadow verdicts to
+``loop-verdicts-shadow``, record batches.
 
 Verdicts go out on a producer of their own (``Producers.new``): aiokafka sends one produce
 request at a time per broker, and a checkpoint's changelog records (hundreds of KB of run
@@ -9,6 +10,14 @@ waits for a delivery: every send returns its delivery future, and the checkpoint
 
 Verdicts are co-partitioned with the events that caused them: a verdict goes to its event's
 partition number (mod the topic's partition count, with a warning when the counts differ).
+
+Shadow verdicts (agents in shadow mode, the candidate config) go on the shared producer too,
+never ahead of or beside a runner's decision, each record tagged with the config it came from
+(headers ``loopwatch.config``, ``loopwatch.config_sha256``).  Nothing about them may stop the
+worker or delay a decision: ``send_shadow`` is started after a batch's verdicts and dead
+letters and not awaited by the batch; a shadow topic that is missing or refuses them loses
+them, counted (``loopwatch_shadow_verdicts_lost_total``) and logged, and the worker goes on.
+The checkpoint still waits for their delivery, so a crash loses none of them.
 
 A dead letter carries its record's key and value and headers saying why
 (``loopwatch.reason``, ``loopwatch.detail``) and where it came from.  A key or value larger
@@ -23,6 +32,10 @@ import asyncio
 import logging
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from schemas.names import CONFIG_HEADER, CONFIG_SHA256_HEADER
+
+from .logs import FailureLog
 
 if TYPE_CHECKING:
     from .processor import DeadLetter, VerdictOut
@@ -83,23 +96,25 @@ def source_offset(record: Any) -> int:
 
 
 async def send_records(
-    producer: Any, topic: str, partition: int, items: Iterable[tuple[bytes | None, bytes | None]]
+    producer: Any, topic: str, partition: int, items: Iterable[tuple[bytes | None, bytes | None]],
+    headers: list[tuple[str, bytes]] = _NO_HEADERS,
 ) -> list[tuple[asyncio.Future, int]]:
-    """Produce records to one partition as few record batches; returns (future, count) per batch."""
+    """Produce records to one partition as few record batches, each record with ``headers``;
+    returns (future, count) per batch."""
     sent: list[tuple[asyncio.Future, int]] = []
     batch = producer.create_batch()
     append = batch.append
     n = 0
     for key, value in items:
-        if append(key=key, value=value, timestamp=None, headers=_NO_HEADERS) is None:
+        if append(key=key, value=value, timestamp=None, headers=headers) is None:
             if n:
                 sent.append((await producer.send_batch(batch, topic, partition=partition), n))
                 batch = producer.create_batch()
                 append = batch.append
                 n = 0
-            if append(key=key, value=value, timestamp=None, headers=_NO_HEADERS) is None:
+            if append(key=key, value=value, timestamp=None, headers=headers) is None:
                 # Larger than a whole batch: the per-record path sizes a batch for it.
-                sent.append((await producer.send(topic, value, key=key, partition=partition), 1))
+                sent.append((await producer.send(topic, value, key=key, partition=partition, headers=headers), 1))
                 continue
         n += 1
     if n:
@@ -155,6 +170,8 @@ class Output:
         new_producer: Callable[[], Any],
         sessions_topic: str | None = None,
         fleet_topic: str | None = None,
+        shadow_topic: str = "loop-verdicts-shadow",
+        metrics: Any = None,
     ) -> None:
         self.verdicts_topic = verdicts_topic
         self.dead_letter_topic = dead_letter_topic
@@ -162,6 +179,12 @@ class Output:
         """Under session scope, the repartition topic (``<app id>-sessions``)."""
         self.fleet_topic = fleet_topic
         """With fleet incidents or agent rings, the fleet topology's input (``<app id>-fleet``)."""
+        self.shadow_topic = shadow_topic
+        self.metrics = metrics
+        self.shadow_partitions: int | None = None
+        """The shadow topic's partition count once known (``find_shadow_topic``); until then
+        shadow verdicts are lost (counted)."""
+        self._shadow_failures = FailureLog(log, f"publishing shadow verdicts to {shadow_topic}")
         self.partitions = partitions
         self._shared = shared_producer
         self._new = new_producer
@@ -220,6 +243,53 @@ class Output:
         topic = self.fleet_topic
         return await _send_keyed(self._shared(), topic, await self._partition_count(topic),
                                  [(key, value, _NO_HEADERS) for key, value in records])
+    async def find_shadow_topic(self, timeout: float = 10.0) -> bool:
+        """Look the shadow topic up (its partition count), at most ``timeout`` seconds; True once
+        it is known.  Called where waiting harms no decision: at start and after a config
+        reload, never by a batch."""
+        if self.shadow_partitions is not None:
+            return True
+        try:
+            partitions = await asyncio.wait_for(self._shared().partitions_for(self.shadow_topic), timeout)
+        except Exception as exc:  # noqa: BLE001 - missing, not allowed, no broker: shadow verdicts wait
+            self._shadow_failures.failed(exc)
+            return False
+        if not partitions:
+            return False
+        self.shadow_partitions = len(partitions)
+        self._shadow_failures.ok()
+        return True
+
+    def send_shadow(self, verdicts: list[VerdictOut], config: str, sha256: str) -> asyncio.Future:
+        """Queue verdicts for the shadow topic, tagged with their config, in the background;
+        a future of their delivery that never raises (what is not delivered is counted lost)."""
+        return asyncio.ensure_future(self._send_shadow(verdicts, config, sha256))
+
+    async def _send_shadow(self, verdicts: list[VerdictOut], config: str, sha256: str) -> None:
+        n_partitions = self.shadow_partitions
+        lost = len(verdicts)
+        try:
+            if n_partitions is None:
+                raise RuntimeError(f"topic {self.shadow_topic} not found (create it: README, Changing thresholds safely)")
+            headers = [(CONFIG_HEADER, config.encode()), (CONFIG_SHA256_HEADER, sha256.encode())]
+            by_partition: dict[int, list[tuple[bytes, bytes]]] = defaultdict(list)
+            for out in verdicts:
+                by_partition[out.partition % n_partitions].append((out.key, out.value))
+            sent = []
+            for partition, items in by_partition.items():
+                sent += await send_records(self._shared(), self.shadow_topic, partition, items, headers)
+            results = await asyncio.gather(*(future for future, _n in sent), return_exceptions=True)
+            lost = sum(n for (_future, n), got in zip(sent, results) if isinstance(got, BaseException))
+            failure = next((got for got in results if isinstance(got, BaseException)), None)
+            if failure is not None:
+                raise failure
+            self._shadow_failures.ok()
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # noqa: BLE001 - shadow output never stops the worker
+            self._shadow_failures.failed(exc)
+            if self.metrics is not None and lost:
+                self.metrics.shadow_verdicts_lost.labels(config).inc(lost)
 
     async def send_dead_letter(self, letter: DeadLetter) -> asyncio.Future:
         """Queue a dead letter; returns a future of its delivery."""

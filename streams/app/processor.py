@@ -16,6 +16,17 @@ One batch (``process``):
    decision of a ``gate`` call, every warn and block; every abort), engine log lines and
    metric counts.
 
+Shadow: the verdicts of an agent in shadow mode (``loopwatch.mode: shadow``) go to the shadow
+topic (``BatchResult.shadow``), and its runner gets ``streams.engine.shadow_answer`` on
+``loop-verdicts`` (an ``allow`` for a gated call).  A candidate config
+(``use_candidate``) runs on every event the live config applied, on the run's candidate state
+(``LiveRun.candidate``, stored with the live one); its verdicts go to the shadow topic
+(``BatchResult.candidate``) and nothing of it reaches ``loop-verdicts`` or the dead letters.
+When a run ends (``run.ended``) that the candidate saw from its first event, a difference in
+the run's outcome (``streams.engine.outcome``) is counted
+(``loopwatch_candidate_outcome_changes_total``).  Without shadow agents and without a
+candidate, none of this runs.
+
 Before the engine, an event is checked against its run's stored envelope
 (``streams.app.run_store``): an event whose offset is not newer than the state's stamp is
 already in it (a redelivery after a crash) and is skipped; one whose id is among the run's
@@ -57,13 +68,16 @@ from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
 
-from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, ToolCallCompleted, decode_event
+from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, ToolCallCompleted, ToolCallEvent, decode_event
 from schemas.fleet import FleetSend, encode_fleet_record
-from schemas.names import BAD_SIGNATURE, INVALID_JSON, KEY_MISMATCH, MISSING_KEY, PROCESSING_ERROR, WARNING
+from schemas.names import (
+    BAD_SIGNATURE, CANDIDATE, ENFORCE, INVALID_JSON, KEY_MISMATCH, LIVE, MISSING_KEY, OUTCOMES, PROCESSING_ERROR,
+    WARNING,
+)
 from schemas.signing import Keyring
 from schemas.verdicts import Decision, RunAborted, encode_verdict
 from schemas.keys import record_key, session_scope_key
-from streams.engine import LoopEngine, RunState, copy_state, state_key
+from streams.engine import LoopEngine, RunState, copy_state, outcome, shadow_answer, state_key
 from streams.engine.extensions import FleetStep
 from streams.engine.fleet import fleet_outcome, fleet_send
 from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
@@ -71,10 +85,11 @@ from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 from . import logs
 from .checkpoint import LiveRun, LiveRuns
 from .output import partition_for, source_offset
-from .run_store import event_digest, remember, seen_before
+from .run_store import COMPARED_FROM_START, compare, compared_outcomes, event_digest, remember, seen_before
 
 __all__ = [
-    "BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "forwarded_key_problem", "kafka_key_problem",
+    "BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "check_record", "forwarded_key_problem",
+    "kafka_key_problem",
 ]
 
 log = logging.getLogger("loopwatch.worker")
@@ -127,7 +142,14 @@ class DeadLetter:
 @dataclass
 class BatchResult:
     verdicts: list[VerdictOut] = field(default_factory=list)
+    """For ``loop-verdicts``."""
     dead_letters: list[DeadLetter] = field(default_factory=list)
+    shadow: list[VerdictOut] = field(default_factory=list)
+    """For the shadow topic, from the live config (agents in shadow mode)."""
+    candidate: list[VerdictOut] = field(default_factory=list)
+    """For the shadow topic, from the candidate config."""
+    sha256: dict[str, str] = field(default_factory=dict)
+    """The configs the batch ran on: config (live, candidate) -> its tag on the shadow topic."""
     skipped: int = 0
     """Events not applied again because their run's state already holds them (re-delivery)."""
     duplicates: int = 0
@@ -188,6 +210,32 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     )
 
 
+def check_record(
+    record: Any, keyring: Keyring | None = None, *, keyed: bool = True, key_of: Callable[[Any], str] = state_key,
+    key_problem: Callable[[bytes | None, Any, bytes], tuple[str, str] | None] = kafka_key_problem,
+) -> tuple[ToolCallEvent, bytes]:
+    """The event in a ``tool-calls`` record and its state key (UTF-8), as the worker takes it;
+    ``InvalidEvent`` (the dead letter's reason and detail) when the worker would dead-letter
+    it: no value, a bad signature (with a ``keyring``), not a valid event
+    (``schemas.decode_event``: JSON, bounds, version, type), a Kafka key that does not fit
+    (``kafka_key_problem``; not checked when ``keyed`` is false: a record read from a file
+    has none).  ``loopwatch backtest`` counts what this refuses.  Under session scope the
+    worker passes the engine's ``key_of`` and ``forwarded_key_problem``."""
+    value = record.value
+    if value is None:
+        raise InvalidEvent(INVALID_JSON, "the record has no value (null)")
+    signer = keyring.verify(record.headers, value) if keyring is not None else None
+    event = decode_event(value)
+    if signer is not None:
+        signer.check_agent(event)
+    key = key_of(event).encode("utf-8", "surrogatepass")
+    if keyed:
+        problem = key_problem(record.key, event, key)
+        if problem is not None:
+            raise InvalidEvent(*problem)
+    return event, key
+
+
 # -- the processor ----------------------------------------------------------------------------
 
 
@@ -211,6 +259,12 @@ class BatchProcessor:
         clock_skew_s: float | None = 300.0,
     ) -> None:
         self.engine = engine
+        self.candidate: LoopEngine | None = None
+        """The candidate config's engine (``use_candidate``), swapped like ``engine``."""
+        self.sha256: dict[str, str] = {LIVE: "defaults"}
+        """Config (live, candidate) -> the SHA-256 tag of its file (``ConfigWatcher.sha256``):
+        what its verdicts are tagged with on the shadow topic.  Replaced, never changed in
+        place: a batch's result keeps the tags it ran on."""
         self.keyring = keyring
         """With a keyring, only events signed by their agent's key are applied (schemas.signing);
         swapped like ``engine`` when the key files change."""
@@ -225,11 +279,24 @@ class BatchProcessor:
         """Partitions of ``tool-calls`` (and of the repartition topic): where a key belongs."""
         self._partitions_of: dict[bytes, int] = {}
 
+    def use_config(self, engine: LoopEngine, sha256: str) -> None:
+        """Run the live config ``engine`` (tagged ``sha256``) from the next batch on."""
+        self.engine = engine
+        self.sha256 = {**self.sha256, LIVE: sha256}
+
+    def use_candidate(self, engine: LoopEngine | None, sha256: str = "defaults") -> None:
+        """Run a candidate config beside the live one from the next batch on (None: none).
+        Whether the worker has one is fixed at its start: the run store keeps the candidate's
+        states only while it does (``LiveRuns.with_candidate``)."""
+        self.candidate = engine
+        self.runs.with_candidate = engine is not None
+        self.sha256 = {**self.sha256, CANDIDATE: sha256}
+
     def process(self, records: Iterable[Record], read: Callable[[int, bytes], bytes | None]) -> BatchResult:
         """Process one batch.  ``read(partition, key)`` returns a run's stored envelope or None."""
         engine, keyring = self.engine, self.keyring
         self._loggers.clear()  # re-checks the logging set-up once per batch (logs.direct_writer)
-        result = BatchResult()
+        result = BatchResult(sha256=self.sha256)
         dead = result.dead_letters
         groups: dict[tuple[int, bytes], list[tuple[Record, Any]]] = {}
         now_ms = int(self.clock() * 1000)
@@ -240,18 +307,8 @@ class BatchProcessor:
         if session:
             records = self._forward(records, result)
         for record in records:
-            value = record.value
             try:
-                if value is None:
-                    raise InvalidEvent(INVALID_JSON, "the record has no value (null)")
-                signer = keyring.verify(record.headers, value) if keyring is not None else None
-                event = decode_event(value)
-                if signer is not None:
-                    signer.check_agent(event)
-                key = key_of(event).encode("utf-8", "surrogatepass")
-                problem = key_problem(record.key, event, key)
-                if problem is not None:
-                    raise InvalidEvent(*problem)
+                event, key = check_record(record, keyring, key_of=key_of, key_problem=key_problem)
             except InvalidEvent as exc:
                 dead.append(DeadLetter(record, exc.reason, _cut(exc.detail)))
                 continue
@@ -271,15 +328,21 @@ class BatchProcessor:
             group.append((record, event))
 
         counts = _Counts()
+        tallies = {(LIVE, ENFORCE): counts}
+        shadow = _Shadow(engine.config, LIVE, tallies) if engine.config.uses_shadow() else None
+        candidate = self.candidate
+        judged = None if candidate is None else _Shadow(candidate.config, CANDIDATE, tallies)
         runs = self.runs
         touched = runs.touched
         for pk, items in groups.items():
             live = touched.get(pk)
             if live is None:
                 live = touched[pk] = runs.load(pk, read)
-            self._run_group(engine, pk, live, items, result, counts, session)
+            applied = self._run_group(engine, pk, live, items, result, counts, shadow, session)
+            if judged is not None and applied:
+                self._run_candidate(candidate, pk, live, applied, result, judged)
         result.runs = len(groups)
-        self._account(result, counts)
+        self._account(result, tallies, counts)
         return result
 
     def _forward(self, records: Iterable[Record], result: BatchResult) -> list[Record]:
@@ -352,8 +415,10 @@ class BatchProcessor:
         items: list[tuple[Any, Any]],
         result: BatchResult,
         counts: "_Counts",
+        shadow: "_Shadow | None",
         session: bool = False,
-    ) -> None:
+    ) -> list[tuple[Any, Any, Any]]:
+        """Apply a run's events; returns ``(record, event, step)`` of each one applied."""
         if session and live.offset >= 0:
             # A state's stamp compares with offsets of its own topic only (see _forward).
             forwarded = live.offset >= FORWARDED_OFFSETS
@@ -367,7 +432,7 @@ class BatchProcessor:
             # a crash lost its first changelog send (local store ahead of the changelog).
             result.skipped += len(items) - len(fresh)
             if not fresh:
-                return
+                return []
         state = live.state
         seen = live.seen
         failed: set[int] = set()
@@ -415,19 +480,18 @@ class BatchProcessor:
                     live.owner = event.agent_id
             outputs.append((record, event, step))
             i += 1
-        if session:  # verdicts keyed by the run, whose runner routes them by its key
+        if shadow is None and not session:
             for record, event, step in outputs:
-                self._collect(pk[0], state_key(event).encode("utf-8", "surrogatepass"), record, event, step, result,
-                              counts)
+                self._collect(pk[0], pk[1], event, step, result.verdicts, counts)
         else:
-            for record, event, step in outputs:
-                self._collect(pk[0], pk[1], record, event, step, result, counts)
+            self._collect_moded(pk, outputs, result, counts, shadow, by_run=session)
         if engine.fleet_records:
             self._fleet_records(engine, outputs, result)
         result.events += len(outputs)
         live.state = state
         live.offset = fresh[-1][0].offset
         live.applied.extend(event for _record, event, _step in outputs)
+        return outputs
 
     @staticmethod
     def _fleet_records(engine: LoopEngine, outputs: list[tuple[Any, Any, Any]], result: BatchResult) -> None:
@@ -481,20 +545,23 @@ class BatchProcessor:
                 pass
         return state
 
-    def _collect(self, partition, key, record, event, step, result: BatchResult, counts: "_Counts") -> None:
-        etype = type(event)
-        counts.events[EVENT_TYPE_OF[etype]] += 1
-        for line in step.logs:
-            self._log(line)
-            if etype is CompactionRetried and line.subsystem == GUARD_SUBSYSTEM:
-                counts.armings += 1
+    def _collect(self, partition, key, event, step, out: list[VerdictOut], counts: "_Counts", live: bool = True) -> None:
+        """Count a step and put what it publishes in ``out``; ``live``: a step of the live
+        config (its event and log lines count; a candidate's are neither counted nor logged)."""
+        if live:
+            etype = type(event)
+            counts.events[EVENT_TYPE_OF[etype]] += 1
+            for line in step.logs:
+                self._log(line)
+                if etype is CompactionRetried and line.subsystem == GUARD_SUBSYSTEM:
+                    counts.armings += 1
         # What is published is the engine's rule (Step.published_decision); an allow nobody
         # waits for is counted like any decision, from the step, and never built.
         decision = step.published_decision
         if decision is not None or step.request is not None:
             detection = step.detection
             if decision is not None:
-                result.verdicts.append(VerdictOut(partition, key, encode_verdict(decision), decision))
+                out.append(VerdictOut(partition, key, encode_verdict(decision), decision))
                 detector, level, action = decision.detector, decision.level, decision.action
                 liveness, emitted = decision.liveness_signal, decision.warning_emitted
             else:
@@ -513,7 +580,56 @@ class BatchProcessor:
         abort = step.abort
         if abort is not None:
             counts.aborts[abort.detector] += 1
-            result.verdicts.append(VerdictOut(partition, key, encode_verdict(abort), abort))
+            out.append(VerdictOut(partition, key, encode_verdict(abort), abort))
+
+    def _collect_moded(self, pk, outputs, result: BatchResult, counts: "_Counts", shadow: "_Shadow | None",
+                       by_run: bool = False) -> None:
+        """``_collect`` when the live config has agents in shadow mode: theirs go to the shadow
+        topic, and their runners get ``shadow_answer`` on ``loop-verdicts``.  ``by_run``
+        (session scope): verdicts are keyed by their run (``state_key``), whose runner routes
+        them by that key, not by the session's state key."""
+        partition, key = pk
+        for _record, event, step in outputs:
+            if by_run:
+                key = state_key(event).encode("utf-8", "surrogatepass")
+            tally = None if shadow is None else shadow.tally_for(event.agent_id)
+            if tally is None:
+                self._collect(partition, key, event, step, result.verdicts, counts)
+                continue
+            self._collect(partition, key, event, step, result.shadow, tally)
+            answer = shadow_answer(step)
+            if answer is not None:
+                result.verdicts.append(VerdictOut(partition, key, encode_verdict(answer), answer))
+
+    # -- the candidate config ----------------------------------------------------------------------
+
+    def _run_candidate(self, engine: LoopEngine, pk, live: LiveRun, applied, result: BatchResult, judged: "_Shadow") -> None:
+        """The candidate on the events the live config applied to a run, on the run's
+        candidate state; compares the run's outcomes when it ends."""
+        partition, key = pk
+        state, compared = live.candidate, live.compared
+        changes = judged.tallies[(LIVE, ENFORCE)].changes
+        for record, event, step in applied:
+            try:
+                judged_step = engine.handle(state, event, validated=True)
+            except Exception:  # noqa: BLE001 - the candidate never affects the live run
+                self._count_error(CANDIDATE)
+                log.exception("the candidate config's engine failed on %s[%d]@%d: the candidate starts the run "
+                              "afresh", record.topic, record.partition, source_offset(record))
+                state, compared = None, 0
+                continue
+            state = judged_step.state
+            if compared & COMPARED_FROM_START:
+                compared = compare(compared, outcome(step), outcome(judged_step))
+            self._collect(partition, key, event, judged_step, result.candidate, judged.tally_for(event.agent_id),
+                          live=False)
+            if state is None:  # the run ended under both configs
+                if compared & COMPARED_FROM_START:
+                    was, would = compared_outcomes(compared)
+                    if was != would:
+                        changes[(OUTCOMES[was], OUTCOMES[would])] += 1
+                compared = COMPARED_FROM_START  # a later event of the key starts afresh in both
+        live.candidate, live.compared = state, compared
 
     def _log(self, line) -> None:
         entry = self._loggers.get(line.subsystem)
@@ -536,22 +652,26 @@ class BatchProcessor:
         if self.metrics is not None:
             self.metrics.count_error(stage)
 
-    def _account(self, result: BatchResult, counts: "_Counts") -> None:
+    def _account(self, result: BatchResult, tallies: dict[tuple[str, str], "_Counts"], counts: "_Counts") -> None:
+        """Add a batch's counts to the metrics: ``tallies`` by (config, mode), the metrics'
+        labels; ``counts``, the live enforce ones, also hold the run-level counts."""
         m = self.metrics
         if m is None:
             return
-        m.add(m.events_consumed, counts.events)
-        m.add(m.decisions, counts.decisions)
-        if counts.detections:
-            tools: dict[tuple[str, str, str], int] = defaultdict(int)
-            for (detector, level, tool), n in counts.detections.items():
-                tools[(detector, level, m.tool_label(tool))] += n
-            m.add(m.loop_detections, tools)
-        m.add(m.warnings_suppressed, counts.suppressed)
-        m.add(m.liveness_signals, counts.liveness)
-        m.add(m.run_aborts, counts.aborts)
-        if counts.armings:
-            m.guard_armings.inc(counts.armings)
+        for labels, tally in tallies.items():
+            m.add(m.events_consumed, tally.events)
+            m.add(m.decisions, {k + labels: n for k, n in tally.decisions.items()})
+            if tally.detections:
+                tools: dict[tuple[str, ...], int] = defaultdict(int)
+                for (detector, level, tool), n in tally.detections.items():
+                    tools[(detector, level, m.tool_label(tool)) + labels] += n
+                m.add(m.loop_detections, tools)
+            m.add(m.warnings_suppressed, {(k,) + labels: n for k, n in tally.suppressed.items()})
+            m.add(m.liveness_signals, {k + labels: n for k, n in tally.liveness.items()})
+            m.add(m.run_aborts, {(k,) + labels: n for k, n in tally.aborts.items()})
+            if tally.armings:
+                m.guard_armings.inc(tally.armings)
+        m.add(m.candidate_outcome_changes, counts.changes)
         if result.duplicates:
             m.duplicate_events.inc(result.duplicates)
         if result.forwards:
@@ -604,10 +724,32 @@ def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes)
     shown = (key or b"")[:200].decode("utf-8", "replace")
     return KEY_MISMATCH, (f"Kafka key {shown!r} of a forwarded record is not its state key "
                           f"{state_key_bytes.decode('utf-8', 'replace')!r}")
+class _Shadow:
+    """Where the steps of one config go when shadow is in play: the ``_Counts`` of an agent's
+    mode under ``config`` (``tag``: live or candidate), made on first use in ``tallies``.
+    For the live config, an agent in enforce mode has none (``tally_for``: None): its steps
+    take the ordinary path."""
+
+    __slots__ = ("config", "tag", "tallies")
+
+    def __init__(self, config: Any, tag: str, tallies: dict[tuple[str, str], "_Counts"]) -> None:
+        self.config = config
+        self.tag = tag
+        self.tallies = tallies
+
+    def tally_for(self, agent_id: str | None) -> "_Counts | None":
+        mode = self.config.mode_for(agent_id)
+        if mode == ENFORCE and self.tag == LIVE:
+            return None
+        labels = (self.tag, mode)
+        tally = self.tallies.get(labels)
+        if tally is None:
+            tally = self.tallies[labels] = _Counts()
+        return tally
 
 
 class _Counts:
-    __slots__ = ("events", "decisions", "detections", "suppressed", "aborts", "armings", "liveness")
+    __slots__ = ("events", "decisions", "detections", "suppressed", "aborts", "armings", "liveness", "changes")
 
     def __init__(self) -> None:
         self.events: dict[str, int] = defaultdict(int)
@@ -617,6 +759,8 @@ class _Counts:
         self.aborts: dict[str, int] = defaultdict(int)
         self.armings = 0
         self.liveness: dict[tuple[str, str], int] = defaultdict(int)
+        self.changes: dict[tuple[str, str], int] = defaultdict(int)
+        """Runs ended whose outcome differs, by (live outcome, candidate outcome)."""
 
 
 def _cut(text: str) -> str:

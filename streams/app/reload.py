@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from schemas.config import ConfigError, load_config_bytes, read_config_file, warnings
+from schemas.names import LIVE
 from schemas.signing import Keyring, SigningKeyError, keys_of, read_key_files
 from streams.engine import LoopEngine
 
@@ -56,7 +57,8 @@ def engine_for(data: bytes, path: Path) -> LoopEngine:
 
 
 class ConfigWatcher:
-    """``check(engine)``: why a valid new config cannot be applied to the running worker (its
+    """One config file: the live one, or the candidate (``name``, the metrics' ``config`` label).
+    ``check(engine)``: why a valid new config cannot be applied to the running worker (its
     fleet-wide options changed, ``streams.app.app``), or None; such a config is refused too."""
 
     def __init__(
@@ -65,17 +67,27 @@ class ConfigWatcher:
         on_change: Callable[[LoopEngine], Any],
         metrics: Metrics | None = None,
         check: Callable[[LoopEngine], str | None] | None = None,
+        *,
+        name: str = LIVE,
     ) -> None:
         self.path = path
         self.on_change = on_change
         self.metrics = metrics
         self.check = check
+        self.name = name
         self._stat: tuple[int, int, int] | None = None
         self._digest: str | None = None
         self._rejected: str | None = None
         self._missing_logged = False
         self.reloads = 0
         self.rejections = 0
+        self._set_refused(False)
+
+    @property
+    def sha256(self) -> str:
+        """The first 16 hex digits of the SHA-256 of the config in force (``defaults``
+        without a file): what the shadow topic tags its verdicts with."""
+        return self._digest[:16] if self._digest else "defaults"
 
     def load_initial(self) -> LoopEngine:
         """Load the file at start; a bad file is fatal here (there is no old config to keep)."""
@@ -85,7 +97,7 @@ class ConfigWatcher:
         data = read_config_file(self.path)
         engine = engine_for(data, self.path)
         self._digest = hashlib.sha256(data).hexdigest()
-        log.info("loop-detection config loaded from %s", self.path)
+        log.info("%s loop-detection config loaded from %s", self.name, self.path)
         return engine
 
     def _stat_of(self) -> tuple[int, int, int] | None:
@@ -131,10 +143,10 @@ class ConfigWatcher:
         self._rejected = None
         self.reloads += 1
         if self.metrics is not None:
-            self.metrics.config_reloads.labels("applied").inc()
+            self.metrics.config_reloads.labels("applied", self.name).inc()
         self._set_refused(False)
         self.on_change(engine)
-        log.info("loop-detection config reloaded from %s", self.path)
+        log.info("%s loop-detection config reloaded from %s", self.name, self.path)
         return True
 
     def _refuse(self, digest: str | None, exc: Exception) -> None:
@@ -146,7 +158,7 @@ class ConfigWatcher:
         self._rejected = digest
         self.rejections += 1
         if self.metrics is not None:
-            self.metrics.config_reloads.labels("refused").inc()
+            self.metrics.config_reloads.labels("refused", self.name).inc()
         if isinstance(exc, ConfigError):
             log.error("refused new config: %s; keeping the running configuration", exc)
         else:
@@ -154,7 +166,7 @@ class ConfigWatcher:
 
     def _set_refused(self, refused: bool) -> None:
         if self.metrics is not None:
-            self.metrics.config_file_refused.set(1 if refused else 0)
+            self.metrics.config_file_refused.labels(self.name).set(1 if refused else 0)
 
 
 class KeyringWatcher:

@@ -21,7 +21,25 @@ Table values are an envelope around ``streams.engine.encode_state``::
     then         m bytes: the agent id (UTF-8) of the run's first applied event (its owner)
     then         encode_state(RunState)
 
-(Still read: version 2, the same without bytes 19-20 and the owner; version 1, with the
+With a candidate config loaded (``LOOPWATCH_CANDIDATE_CONFIG``) the envelope is version 4:
+the same, with the candidate's state of the run in a section of its own before the digests::
+
+    bytes 1-20   as version 3
+    bytes 21-24  k: the length of the candidate section
+    bytes 25-    k bytes: the candidate section, then the digests, the owner and the live
+                 state as in version 3
+    the section  byte 0: the comparison of the run's outcomes (``COMPARED_FROM_START``: the
+                 candidate saw the run from its first event; bits 0-1: the rank of its
+                 strongest outcome under the live config, bits 2-3: under the candidate,
+                 ``streams.engine.drive.outcome``), then encode_state(the candidate's state),
+                 or nothing when the candidate has none
+
+One envelope per run keeps one checkpoint protocol for both configs: the two states are
+written, recovered, expired and deduplicated together, at the same source offset.  Without a
+candidate the worker writes version 3 and skips the section of a version 4 (the candidate's
+state is dropped at the run's next write).
+
+(Still read: version 2, the same as 3 without bytes 19-20 and the owner; version 1, with the
 run's last event time at bytes 17-24 and no digests.)
 
 * The source offset makes re-delivery idempotent: an event whose offset is not newer than
@@ -56,10 +74,14 @@ from .output import send_records
 
 __all__ = [
     "CHANGELOG_MAX_MESSAGE_BYTES",
+    "COMPARED_FROM_START",
     "Envelope",
     "MAX_STATE_BYTES",
     "RunStore",
     "SEEN_EVENT_IDS",
+    "candidate_section",
+    "compare",
+    "compared_outcomes",
     "event_digest",
     "idle_since_ms",
     "pack_state",
@@ -82,6 +104,22 @@ created before ``CHANGELOG_MAX_MESSAGE_BYTES`` was set takes it too."""
 ENVELOPE_VERSION = 3
 _HEADER = struct.Struct(">BqqHH")
 HEADER_SIZE = _HEADER.size
+CANDIDATE_ENVELOPE_VERSION = 4
+_HEADER_V4 = struct.Struct(">BqqHHI")
+COMPARED_FROM_START = 0x80
+"""The candidate section's comparison byte: the candidate saw the run from its first event,
+so the two outcomes compare (bits 0-1 live, 2-3 candidate)."""
+
+
+def compare(compared: int, live: int, candidate: int) -> int:
+    """A comparison byte that saw the run from its start, with one more step's outcome rank
+    under each config (``streams.engine.outcome``): the strongest so far of each."""
+    return COMPARED_FROM_START | max(compared & 3, live) | max(compared >> 2 & 3, candidate) << 2
+
+
+def compared_outcomes(compared: int) -> tuple[int, int]:
+    """The (live, candidate) outcome ranks in a comparison byte."""
+    return compared & 3, compared >> 2 & 3
 _HEADER_V2 = struct.Struct(">BqqH")
 _HEADER_V1 = struct.Struct(">Bqqq")
 DIGEST_SIZE = 8
@@ -105,37 +143,59 @@ class Envelope:
     state: RunState | None
     owner: str | None = None
     """The agent id of the run's first applied event."""
+    candidate: RunState | None = None
+    """The candidate config's state of the run (version 4)."""
+    compared: int | None = None
+    """The candidate section's comparison byte; None: no candidate section (version 3)."""
 
 
 def pack_state(
-    state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray = b"", owner: str | None = None
+    state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray = b"", owner: str | None = None,
+    candidate: RunState | None = None, compared: int | None = None,
 ) -> bytes:
+    """The envelope: version 3, or version 4 with a candidate section when ``compared`` is
+    not None (``candidate``: the candidate's state, None when it has none)."""
     who = owner.encode("utf-8", "surrogatepass") if owner else b""
+    if compared is None:
+        return (
+            _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who))
+            + seen + who + encode_state(state)
+        )
+    section = bytes((compared,)) + (b"" if candidate is None else encode_state(candidate))
     return (
-        _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who))
-        + seen + who + encode_state(state)
+        _HEADER_V4.pack(CANDIDATE_ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who), len(section))
+        + section + seen + who + encode_state(state)
     )
 
 
 def pack_within_limit(
-    state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray, owner: str | None
+    state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray, owner: str | None,
+    candidate: RunState | None = None, compared: int | None = None,
 ) -> tuple[bytes, tuple[int, int] | None]:
     """``(envelope, None)``, or when the envelope is over ``MAX_STATE_BYTES``: the run's newest
-    history that fits (its oldest records dropped from ``state``, in place; then its warning
-    buckets) as ``(envelope, (the envelope's former size, the history's former length))``.
-    Raises when even an empty history does not fit, or the state cannot be encoded at all."""
-    value = pack_state(state, offset, touched_ms, seen, owner)
+    history that fits (its oldest records dropped from ``state`` and ``candidate``, in place;
+    then their warning buckets) as ``(envelope, (the envelope's former size, the history's
+    former length))``.  Raises when even empty histories do not fit, or a state cannot be
+    encoded at all."""
+    states = (state,) if candidate is None else (state, candidate)
+
+    def pack() -> bytes:
+        return pack_state(state, offset, touched_ms, seen, owner, candidate, compared)
+
+    value = pack()
     if len(value) <= MAX_STATE_BYTES:
         return value, None
     size = len(value)
-    records = kept = len(state)
+    records = kept = max(len(s) for s in states)
     while len(value) > MAX_STATE_BYTES and kept > 0:
         kept //= 2
-        trim_history(state, kept)
-        value = pack_state(state, offset, touched_ms, seen, owner)
+        for s in states:
+            trim_history(s, kept)
+        value = pack()
     if len(value) > MAX_STATE_BYTES:
-        state.warning_buckets.clear()
-        value = pack_state(state, offset, touched_ms, seen, owner)
+        for s in states:
+            s.warning_buckets.clear()
+        value = pack()
     if len(value) > MAX_STATE_BYTES:
         raise ValueError(f"{len(value)} bytes even without history and warning buckets")
     return value, (size, records)
@@ -149,6 +209,11 @@ def parse_header(value: bytes) -> tuple[int, int, int, int, int]:
         _version, offset, touched_ms, n, m = _HEADER.unpack_from(value)
         owner_at = HEADER_SIZE + n * DIGEST_SIZE
         return offset, touched_ms, HEADER_SIZE, owner_at, owner_at + m
+    if version == CANDIDATE_ENVELOPE_VERSION:
+        _version, offset, touched_ms, n, m, k = _HEADER_V4.unpack_from(value)
+        seen_at = _HEADER_V4.size + k
+        owner_at = seen_at + n * DIGEST_SIZE
+        return offset, touched_ms, seen_at, owner_at, owner_at + m
     if version == 2:
         _version, offset, touched_ms, n = _HEADER_V2.unpack_from(value)
         state_at = _HEADER_V2.size + n * DIGEST_SIZE
@@ -157,6 +222,18 @@ def parse_header(value: bytes) -> tuple[int, int, int, int, int]:
         _version, offset, touched_ms, _last_event_ms = _HEADER_V1.unpack_from(value)
         return offset, touched_ms, _HEADER_V1.size, _HEADER_V1.size, _HEADER_V1.size
     raise ValueError(f"unknown state envelope version {version}")
+
+
+def candidate_section(value: bytes) -> tuple[int, bytes] | None:
+    """A version 4 envelope's candidate section as ``(comparison byte, the candidate's
+    encoded state or b"")``; None for an envelope without one."""
+    if not value or value[0] != CANDIDATE_ENVELOPE_VERSION:
+        return None
+    at = _HEADER_V4.size
+    k = _HEADER_V4.unpack_from(value)[5]
+    if k < 1:
+        raise ValueError("a version 4 envelope with an empty candidate section")
+    return value[at], value[at + 1:at + k]
 
 
 def owner_of(value: bytes, owner_at: int, state_at: int) -> str | None:
@@ -172,9 +249,14 @@ def unpack_header(value: bytes) -> tuple[int, int]:
 def unpack_state(value: bytes) -> Envelope:
     """The whole envelope, state decoded."""
     offset, touched_ms, seen_at, owner_at, state_at = parse_header(value)
+    section = candidate_section(value)
+    compared = candidate = None
+    if section is not None:
+        compared, encoded = section
+        candidate = decode_state(encoded) if encoded else None
     return Envelope(
         offset, touched_ms, bytes(value[seen_at:owner_at]), decode_state(value[state_at:]),
-        owner_of(value, owner_at, state_at),
+        owner_of(value, owner_at, state_at), candidate, compared,
     )
 
 

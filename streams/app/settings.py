@@ -44,6 +44,10 @@ class Settings:
     """Faust app id: the consumer group and the prefix of the changelog topic."""
     config: Path | None = None
     """The loop-detection config file (JSON5/YAML); None runs upstream's defaults (detection off)."""
+    candidate_config: Path | None = None
+    """A second config file evaluated beside the live one on the same events, with its own
+    per-run state; its verdicts go only to the shadow topic (README, Changing thresholds
+    safely).  Hot-reloaded like the live one.  None: no candidate."""
     data_dir: Path = Path(".loopwatch-state")
     """Where RocksDB keeps the run table (one directory per worker)."""
     web_host: str = "127.0.0.1"
@@ -55,6 +59,8 @@ class Settings:
     dead_letter_topic: str = "tool-calls-dlq"
     incidents_topic: str = "loop-incidents"
     """Where fleet incidents are published (``loopwatch.fleetIncidents``; compacted, key: tool)."""
+    shadow_verdicts_topic: str = "loop-verdicts-shadow"
+    """Verdicts of agents in shadow mode and of the candidate config (never read by runners)."""
     partitions: int = 4
     replication: int = 1
     idle_timeout_s: float = 1800.0
@@ -131,10 +137,12 @@ class Settings:
             raise SettingsError(
                 f"{PREFIX}INSTANCE_ID={self.instance_id!r}: use 1 to 240 ASCII letters, digits, '.', '_' or '-'"
             )
-        topics = [self.tool_calls_topic, self.verdicts_topic, self.dead_letter_topic, self.incidents_topic]
-        if len(set(topics)) != 4 or not all(topics):
+        topics = [self.tool_calls_topic, self.verdicts_topic, self.dead_letter_topic, self.incidents_topic,
+                  self.shadow_verdicts_topic]
+        if len(set(topics)) != 5 or not all(topics):
             raise SettingsError(
-                f"the tool-calls, verdicts, dead-letter and incidents topics must be four distinct names, got {topics}"
+                "the tool-calls, verdicts, dead-letter, incidents and shadow verdicts topics must be five distinct "
+                f"names, got {topics}"
             )
         if self.security_protocol not in _SECURITY_PROTOCOLS:
             raise SettingsError(

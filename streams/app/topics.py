@@ -1,6 +1,7 @@
 """The worker's topics: ``tool-calls`` (consumed), ``loop-verdicts`` and the dead-letter
-topic (produced), and those of the fleet-wide options (``loop-incidents``, the worker's
-repartition and ring topics), made sure of before the worker starts (``ensure_topics``)."""
+topic (produced), those of the fleet-wide options (``loop-incidents``, the worker's
+repartition and ring topics), made sure of before the worker starts (``ensure_topics``); the
+shadow topic when shadow mode or a candidate config needs it."""
 
 from __future__ import annotations
 
@@ -18,9 +19,12 @@ log = logging.getLogger("loopwatch.worker")
 
 
 async def ensure_topics(settings: Settings, extra: dict[str, dict[str, str]] | None = None,
-                        timeout: float = 30.0) -> list[str]:
+                        timeout: float = 30.0, *, shadow: bool = False, only_shadow: bool = False) -> list[str]:
     """Create ``tool-calls``, ``loop-verdicts`` and the dead-letter topic when missing, and the
-    topics of issue 17's options (``extra``: name -> topic configs; ``Worker.extra_topics``).
+    topics of issue 17's options (``extra``: name -> topic configs; ``Worker.extra_topics``);
+    with ``shadow`` also the shadow topic (``only_shadow``: that one alone), which is never
+    fatal: a worker that may not create it runs, and loses its shadow verdicts (counted) until
+    it exists.
 
     Faust declares them too, but only just before it subscribes, and the consumer's metadata
     may not show a brand-new topic yet: the first assignment then misses ``tool-calls``
@@ -35,12 +39,14 @@ async def ensure_topics(settings: Settings, extra: dict[str, dict[str, str]] | N
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 
-    wanted = {
+    wanted = {} if only_shadow else {
         settings.tool_calls_topic: {},
         settings.verdicts_topic: {},
         settings.dead_letter_topic: {"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
         **(extra or {}),
     }
+    if shadow or only_shadow:
+        wanted[settings.shadow_verdicts_topic] = {}
     admin = AIOKafkaAdminClient(
         bootstrap_servers=settings.broker_hosts, request_timeout_ms=int(timeout * 1000),
         **settings.kafka_client_options(),
@@ -57,6 +63,10 @@ async def ensure_topics(settings: Settings, extra: dict[str, dict[str, str]] | N
             )
             for entry in response.topic_errors:  # (topic, error_code[, error_message])
                 code, message = entry[1], entry[2] if len(entry) > 2 else ""
+                if code == TopicAuthorizationFailedError.errno and name == settings.shadow_verdicts_topic:
+                    log.warning("topic %s does not exist and this worker may not create it: shadow verdicts are "
+                                "lost until it exists (README, Changing thresholds safely)", name)
+                    continue
                 if code == TopicAuthorizationFailedError.errno:
                     who = f"user {settings.sasl_username!r}" if settings.sasl_username else "this worker"
                     raise BrokerAccessError(

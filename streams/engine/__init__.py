@@ -6,8 +6,8 @@ step.  The edge hashing the engine shares with runners is ``streams.hashing`` an
 ``streams.canonical``, outside this package, so that runners do not load the engine."""
 
 from .config import ConfigSet, DetectorSettings, GuardSettings, Settings
-from .drive import RunDriver, published
-from .engine import LogLine, LoopEngine, Step, normalize_run_id, state_key
+from .drive import RunDriver, outcome, published, shadow_answer
+from .engine import LogLine, LoopEngine, Step, allow_decision, normalize_run_id, state_key
 from .state import CallRecord, RunState, copy_state, decode_state, encode_state
 
 __all__ = [
@@ -21,10 +21,13 @@ __all__ = [
     "RunState",
     "Settings",
     "Step",
+    "allow_decision",
     "copy_state",
     "decode_state",
     "encode_state",
     "normalize_run_id",
+    "outcome",
     "published",
+    "shadow_answer",
     "state_key",
 ]

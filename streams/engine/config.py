@@ -22,6 +22,7 @@ from schemas.config import (
     RUN_SCOPE,
     SESSION_SCOPE,
 )
+from schemas.names import ENFORCE, SHADOW
 
 __all__ = [
     "CONFIGURABLE_FINAL",
@@ -293,6 +294,8 @@ class ConfigSet:
         self.root = root if isinstance(root, dict) else {}
         self.resolved: dict[str | None, Settings] = {}
         """Settings already resolved, by agent id (read directly on the hot path)."""
+        self.modes: dict[str | None, str] = {}
+        """``loopwatch.mode`` already resolved, by agent id."""
         options = _get(self.root, "loopwatch")
         self.scope: str = SESSION_SCOPE if _get(options, "scope") == SESSION_SCOPE else RUN_SCOPE
         """``loopwatch.scope`` (root only): ``run`` (the default) or ``session``."""
@@ -328,6 +331,20 @@ class ConfigSet:
     def uses_latest(self) -> bool:
         """Whether any agent (or the default) resolves to profile latest."""
         return any(self.profile_for(agent) == LATEST for agent in (None, *self.agent_ids()))
+
+    def mode_for(self, agent_id: str | None) -> str:
+        """``loopwatch.mode`` (the agent's over the root's): ``shadow``, else ``enforce``.
+
+        Not an engine setting: detection is the same in both modes; the worker decides where
+        the verdicts go (``streams.app.processor``)."""
+        mode = self.modes.get(agent_id)
+        if mode is None:
+            mode = self.modes[agent_id] = SHADOW if self.options_for(agent_id).get("mode") == SHADOW else ENFORCE
+        return mode
+
+    def uses_shadow(self) -> bool:
+        """Whether any agent (or the default) runs in shadow mode."""
+        return any(self.mode_for(agent) == SHADOW for agent in (None, *self.agent_ids()))
 
     def profile_for(self, agent_id: str | None) -> str:
         """``loopwatch.profile`` (the agent's over the root's); anything else is the default."""

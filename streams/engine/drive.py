@@ -8,7 +8,13 @@ scenarios' obedient runner, the test harness's reference answers and the benchma
 
 ``published`` is what goes on ``loop-verdicts`` for a step, for the worker and every
 reference answer alike: ``Step.published_decision`` (the decision of a gated call, every
-warning the bucket rule lets through, every block), then the abort, if any.
+warning the bucket rule lets through, every block), then the abort, if any.  For an agent in
+shadow mode (``loopwatch.mode: shadow``) those go to the shadow topic instead, and its runner
+gets ``shadow_answer`` on ``loop-verdicts``: an ``allow`` for a gated call, which it waits for.
+
+``outcome`` ranks what a step published (``schemas.names.OUTCOMES``: none, warn, block,
+abort); a run's outcome under a config is the highest rank of its steps.  The worker's
+candidate config and ``loopwatch backtest`` compare configs by it.
 """
 
 from __future__ import annotations
@@ -16,12 +22,15 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 from schemas.events import ToolCallEvent
-from schemas.verdicts import Verdict
+from schemas.verdicts import Decision, Verdict
 
-from .engine import LoopEngine, Step
+from .engine import LoopEngine, Step, allow_decision
 from .state import RunState
 
-__all__ = ["RunDriver", "published"]
+__all__ = ["ABORT", "BLOCK", "NONE", "RunDriver", "WARN", "outcome", "published", "shadow_answer"]
+
+NONE, WARN, BLOCK, ABORT = range(4)
+"""Outcome ranks, indexes of ``schemas.names.OUTCOMES``."""
 
 
 def published(step: Step) -> list[Verdict]:
@@ -34,6 +43,31 @@ def published(step: Step) -> list[Verdict]:
     if step.abort is not None:
         out.append(step.abort)
     return out
+
+
+def shadow_answer(step: Step) -> Decision | None:
+    """What a runner of an agent in shadow mode gets on ``loop-verdicts`` for the step: an
+    ``allow`` for a gated call (the runner waits for a decision), nothing otherwise.  Never a
+    warning, a block or an abort: whatever detection decides goes to the shadow topic."""
+    request = step.request
+    if request is None or not request.gate:
+        return None
+    return allow_decision(request)
+
+
+def outcome(step: Step) -> int:
+    """The rank of what the step publishes (``published``): ``ABORT`` with an abort, else
+    ``BLOCK`` or ``WARN`` by its decision's action, else ``NONE`` (an allow, a warning the
+    bucket rule hid, nothing)."""
+    if step.abort is not None:
+        return ABORT
+    if step.action == "allow" and step.built_decision is None:
+        return NONE  # most steps: no decision but an allow was made (the backtest ranks every step)
+    decision = step.published_decision
+    if decision is None:
+        return NONE
+    action = decision.action
+    return BLOCK if action == "block" else WARN if action == "warn" else NONE
 
 
 class RunDriver:

@@ -49,7 +49,7 @@ from .state import (
     RunState,
 )
 
-__all__ = ["LogLine", "LoopEngine", "Step", "normalize_run_id", "state_key"]
+__all__ = ["LogLine", "LoopEngine", "Step", "allow_decision", "normalize_run_id", "state_key"]
 
 MAX_WARNING_BUCKETS = 256
 _DORMANT = guard_mod.DORMANT
@@ -161,6 +161,9 @@ def refused_after_abort(state: RunState, event: ToolCallRequested, detector: str
     message = f"CRITICAL: this run was aborted by loopwatch ({detector}); no further tool calls are allowed."
     decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=detector, message=message)
     return Step(state=state, built_decision=decision, request=event, vetoed=True)
+def allow_decision(event: ToolCallRequested) -> Decision:
+    """A plain ``allow`` for a requested call, as the engine decides one without detection."""
+    return _decision(event, "allow", None, None, False)
 
 
 def _run_aborted(event: ToolCallEvent, detector: str, count: int, tool_name: str, message: str) -> RunAborted:

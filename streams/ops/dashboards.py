@@ -41,6 +41,9 @@ README_URL = "https://github.com/loopwatch/loopwatch/blob/main/README.md"
 # Every panel queries the Prometheus data source picked in the `datasource` variable.
 DATASOURCE = dashboard_m.DataSourceRef(type_val="prometheus", uid="${datasource}")
 RATE = "$__rate_interval"
+ENFORCED = 'config="live", mode="enforce"'
+"""The verdicts runners were given: the live config's, for agents in enforce mode (docs/metrics.md).
+Every other panel of verdicts counts only these; the shadow row shows the rest."""
 LATENCY_OBJECTIVE_S = 0.05  # keep in line with LoopwatchDecisionLatencyHigh
 
 # Threshold colour steps; the first step's value is null (= from -infinity).
@@ -232,12 +235,12 @@ def fleet() -> dashboard_b.Dashboard:
     d = d.with_row(row("Overview", L))
     for panel in (
         stat(L, "Blocked calls / min", "Tool calls blocked per minute, whole fleet (LoopwatchLoopStorm fires above 30 for 10m).",
-             Q("sum(rate(loopwatch_decisions_total{action=\"block\"}[5m])) * 60"),
+             Q(f"sum(rate(loopwatch_decisions_total{{action=\"block\", {ENFORCED}}}[5m])) * 60"),
              unit="short", thresholds=_steps((None, GREEN), (10, YELLOW), (30, RED)), decimals=1),
         stat(L, "Loops detected / min", "Loop detections per minute (all detectors, levels and tools).",
-             Q("sum(rate(loopwatch_loop_detections_total[5m])) * 60"), decimals=1),
+             Q(f"sum(rate(loopwatch_loop_detections_total{{{ENFORCED}}}[5m])) * 60"), decimals=1),
         stat(L, "Run aborts (range)", "Agent runs aborted by loopwatch in the selected time range.",
-             Q("sum(increase(loopwatch_run_aborts_total[$__range]))"),
+             Q(f"sum(increase(loopwatch_run_aborts_total{{{ENFORCED}}}[$__range]))"),
              thresholds=_steps((None, GREEN), (1, YELLOW)), decimals=0),
         stat(L, "p99 decision latency", "99th percentile of event timestamp -> verdict over 5m (objective 50 ms).",
              Q("histogram_quantile(0.99, sum by (le) (rate(loopwatch_decision_latency_seconds_bucket[5m])))"),
@@ -254,12 +257,12 @@ def fleet() -> dashboard_b.Dashboard:
     d = d.with_panel(timeseries(
         L, "Loops per minute by detector",
         "Loop detections per minute by detector (emitted or suppressed by the warning bucket).",
-        [Q(f"sum by (detector) (rate(loopwatch_loop_detections_total[{RATE}])) * 60", "{{detector}}")],
+        [Q(f"sum by (detector) (rate(loopwatch_loop_detections_total{{{ENFORCED}}}[{RATE}])) * 60", "{{detector}}")],
         stack=True))
     d = d.with_panel(timeseries(
         L, "Blocked calls per minute by detector",
         "Requested tool calls that got a block verdict, per minute, by the detector that blocked them.",
-        [Q(f"sum by (detector) (rate(loopwatch_decisions_total{{action=\"block\"}}[{RATE}])) * 60", "{{detector}}")],
+        [Q(f"sum by (detector) (rate(loopwatch_decisions_total{{action=\"block\", {ENFORCED}}}[{RATE}])) * 60", "{{detector}}")],
         stack=True, thresholds=_steps((None, GREEN), (30, RED))))
     d = d.with_panel(bargauge_b.Panel()
         .id(L.id())
@@ -267,7 +270,7 @@ def fleet() -> dashboard_b.Dashboard:
         .description("The 10 tools with the most loop detections in the selected range. `other` "
                      "collects tools beyond the first 200 distinct names a worker saw.")
         .datasource(DATASOURCE)
-        .targets(_targets([Q("topk(10, sum by (tool) (increase(loopwatch_loop_detections_total[$__range])))",
+        .targets(_targets([Q(f"topk(10, sum by (tool) (increase(loopwatch_loop_detections_total{{{ENFORCED}}}[$__range])))",
                              "{{tool}}")], instant=True))
         .unit("short")
         .decimals(0)
@@ -281,26 +284,26 @@ def fleet() -> dashboard_b.Dashboard:
     d = d.with_panel(timeseries(
         L, "Decisions per second by action",
         "All verdicts for requested calls: allow, warn and block.",
-        [Q(f"sum by (action) (rate(loopwatch_decisions_total[{RATE}]))", "{{action}}")],
+        [Q(f"sum by (action) (rate(loopwatch_decisions_total{{{ENFORCED}}}[{RATE}]))", "{{action}}")],
         unit="ops", stack=True))
     d = d.with_panel(timeseries(
         L, "Run aborts by detector",
         "Agent runs aborted per 5 minutes: compaction_loop_persisted (loop survived a compaction) "
         "or critical_block_limit (loopwatch.abortAfterCriticalBlocks reached).",
-        [Q("sum by (detector) (increase(loopwatch_run_aborts_total[5m]))", "{{detector}}")],
+        [Q(f"sum by (detector) (increase(loopwatch_run_aborts_total{{{ENFORCED}}}[5m]))", "{{detector}}")],
         bars=True))
     d = d.with_panel(timeseries(
         L, "Warnings suppressed and guard armings per minute",
         "Warnings hidden by upstream's warning-bucket rule, by detector, and post-compaction "
         "guard armings.",
-        [Q(f"sum by (detector) (rate(loopwatch_warnings_suppressed_total[{RATE}])) * 60", "suppressed {{detector}}"),
+        [Q(f"sum by (detector) (rate(loopwatch_warnings_suppressed_total{{{ENFORCED}}}[{RATE}])) * 60", "suppressed {{detector}}"),
          Q(f"sum(rate(loopwatch_guard_armings_total[{RATE}])) * 60", "guard armings")]))
     d = d.with_panel(timeseries(
         L, "Argument churn per minute (liveness signal)",
         "Profile latest: decisions flagging a run that cycles through argument variants without "
         "getting anywhere (livenessSignal argument_churn), by the detector that decided: "
         "argument_churn warnings, and poll or ping-pong warnings that also churn.",
-        [Q(f"sum by (detector) (rate(loopwatch_liveness_signals_total[{RATE}])) * 60", "{{detector}}")],
+        [Q(f"sum by (detector) (rate(loopwatch_liveness_signals_total{{{ENFORCED}}}[{RATE}])) * 60", "{{detector}}")],
         stack=True, width=24))
 
     d = d.with_row(row("Fleet-wide (loopwatch.fleetIncidents, agentRings, scope)", L))
@@ -366,6 +369,8 @@ def fleet() -> dashboard_b.Dashboard:
          Q(f"sum(rate(loopwatch_state_trimmed_total[{RATE}])) * 60", "states trimmed")],
         width=8))
 
+    d = shadow_row(d, L)
+
     d = d.with_row(row("Workers", L))
     d = d.with_panel(timeseries(
         L, "Worker ready",
@@ -389,13 +394,54 @@ def fleet() -> dashboard_b.Dashboard:
         L, "Config reloads and refusals",
         "Changes of the loop-detection config file per 10 minutes: applied, or refused (empty, "
         "unparsable, not UTF-8, invalid) while the running config stays. See LoopwatchConfigRefused.",
-        [Q("sum by (result) (increase(loopwatch_config_reloads_total[10m]))", "{{result}}")],
+        [Q("sum by (config, result) (increase(loopwatch_config_reloads_total[10m]))", "{{config}} {{result}}")],
         bars=True))
     d = d.with_panel(timeseries(
         L, "Config file refused",
         "1 while the config file on disk is one the worker refused: it runs its previous config.",
-        [Q("loopwatch_config_file_refused", "{{instance}}")], max_val=1,
+        [Q("loopwatch_config_file_refused", "{{config}} {{instance}}")], max_val=1,
         thresholds=_steps((None, GREEN), (1, RED))))
+    return d
+
+
+def shadow_row(d: dashboard_b.Dashboard, L: Layout) -> dashboard_b.Dashboard:
+    """What runners were not told: the candidate config against the live one, and the agents in
+    shadow mode.  Live means the live config in either mode (what it decides), so the two
+    configs compare on the same stream."""
+    d = d.with_row(row("Shadow: candidate config against live, agents in shadow mode", L))
+    for action, title in (("warn", "Warnings"), ("block", "Blocks")):
+        d = d.with_panel(timeseries(
+            L, f"{title} per minute by detector: live vs candidate",
+            f"{title} per minute the live config and the candidate config (LOOPWATCH_CANDIDATE_CONFIG) decide on "
+            "the same events, by detector. Only the live config's, for agents in enforce mode, reached runners.",
+            [Q(f"sum by (config, detector) (rate(loopwatch_decisions_total{{action=\"{action}\"}}[{RATE}])) * 60",
+               "{{config}} {{detector}}")], width=8))
+    d = d.with_panel(timeseries(
+        L, "Aborts per minute by detector: live vs candidate",
+        "Run aborts per minute under the live config and under the candidate config, by detector.",
+        [Q(f"sum by (config, detector) (rate(loopwatch_run_aborts_total[{RATE}])) * 60", "{{config}} {{detector}}")],
+        width=8))
+    d = d.with_panel(timeseries(
+        L, "Runs whose outcome would differ",
+        "Runs ended per 10 minutes whose outcome (strongest verdict: none, warn, block, abort) under the candidate "
+        "config differs from the live config's, as live -> candidate. Only runs the candidate saw from their "
+        "first event count.",
+        [Q("sum by (live, candidate) (increase(loopwatch_candidate_outcome_changes_total[10m]))",
+           "{{live}} -> {{candidate}}")], width=12, bars=True))
+    d = d.with_panel(timeseries(
+        L, "Agents in shadow mode: would-fire per minute",
+        "Warnings, blocks and aborts the live config decided for agents in loopwatch.mode shadow: published to "
+        "the shadow topic only, their runners got an allow.",
+        [Q(f"sum by (action) (rate(loopwatch_decisions_total{{config=\"live\", mode=\"shadow\", action!=\"allow\"}}"
+           f"[{RATE}])) * 60", "{{action}}"),
+         Q(f"sum(rate(loopwatch_run_aborts_total{{config=\"live\", mode=\"shadow\"}}[{RATE}])) * 60", "abort")],
+        width=12))
+    d = d.with_panel(timeseries(
+        L, "Shadow verdicts lost",
+        "Verdicts for the shadow topic not delivered per 10 minutes (the topic missing, or this worker not "
+        "allowed to write it). Runners are never affected; the comparison is incomplete.",
+        [Q("sum by (config) (increase(loopwatch_shadow_verdicts_lost_total[10m]))", "{{config}}")],
+        width=24, bars=True))
     return d
 
 
@@ -403,7 +449,7 @@ def fleet() -> dashboard_b.Dashboard:
 # Detector & tool drill-down
 # --------------------------------------------------------------------------------------------
 
-DETECTION_SELECTOR = 'detector=~"$detector", tool=~"$tool"'
+DETECTION_SELECTOR = f'detector=~"$detector", tool=~"$tool", {ENFORCED}'
 
 
 def drilldown() -> dashboard_b.Dashboard:
@@ -459,10 +505,10 @@ def drilldown() -> dashboard_b.Dashboard:
              thresholds=_steps((None, GREEN), (1, YELLOW)), width=6, decimals=0),
         stat(L, "Share of all detections", "Selection's share of all loop detections in the range.",
              Q(f"sum(increase(loopwatch_loop_detections_total{{{DETECTION_SELECTOR}}}[$__range])) "
-               "/ sum(increase(loopwatch_loop_detections_total[$__range]))"),
+               f"/ sum(increase(loopwatch_loop_detections_total{{{ENFORCED}}}[$__range]))"),
              unit="percentunit", width=6),
         stat(L, "Blocks / min (selected detectors)", "Block verdicts per minute from the selected detectors (decisions carry no tool label).",
-             Q('sum(rate(loopwatch_decisions_total{detector=~"$detector", action="block"}[5m])) * 60'),
+             Q(f'sum(rate(loopwatch_decisions_total{{detector=~"$detector", action="block", {ENFORCED}}}[5m])) * 60'),
              width=6, decimals=1),
     ):
         d = d.with_panel(panel)
@@ -485,7 +531,7 @@ def drilldown() -> dashboard_b.Dashboard:
     d = d.with_panel(timeseries(
         L, "Decisions per minute by action (selected detectors)",
         "Verdicts made by the selected detectors: warn vs block.",
-        [Q(f"sum by (action) (rate(loopwatch_decisions_total{{detector=~\"$detector\", action!=\"allow\"}}[{RATE}])) * 60",
+        [Q(f"sum by (action) (rate(loopwatch_decisions_total{{detector=~\"$detector\", action!=\"allow\", {ENFORCED}}}[{RATE}])) * 60",
            "{{action}}")],
         stack=True))
 
@@ -508,7 +554,7 @@ def drilldown() -> dashboard_b.Dashboard:
         L, "Warnings suppressed per minute (selected detectors)",
         "Warnings hidden by the warning-bucket rule; high values mean runs keep looping just "
         "below the critical threshold.",
-        [Q(f"sum by (detector) (rate(loopwatch_warnings_suppressed_total{{detector=~\"$detector\"}}[{RATE}])) * 60",
+        [Q(f"sum by (detector) (rate(loopwatch_warnings_suppressed_total{{detector=~\"$detector\", {ENFORCED}}}[{RATE}])) * 60",
            "{{detector}}")], height=10))
     return d
 

@@ -18,6 +18,7 @@ from streams.edge import compaction_event, completed_event, requested_event, run
 from streams.engine import LoopEngine, RunState, encode_state, state_key
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+LIVE_ENFORCE = {"config": "live", "mode": "enforce"}
 
 
 def engine() -> LoopEngine:
@@ -303,7 +304,7 @@ def test_envelope_round_trip():
     assert len(value) == HEADER_SIZE + 16 + len("agent-\u00e9".encode()) + len(encode_state(st))
     assert unpack_state(pack_state(st, 41, 7000)).owner is None
     with pytest.raises(ValueError):
-        unpack_header(b"\x04" + value[1:])
+        unpack_header(b"\x05" + value[1:])  # (4: the envelope with a candidate section)
 
 
 def test_version_2_envelopes_are_still_read():
@@ -340,12 +341,12 @@ def test_metrics_follow_the_contract():
     assert g("loopwatch_events_consumed_total", {"type": "tool_call.requested"}) == 21
     assert g("loopwatch_events_consumed_total", {"type": "tool_call.completed"}) == 21
     assert g("loopwatch_events_consumed_total", {"type": "compaction.retried"}) == 1
-    assert g("loopwatch_decisions_total", {"detector": "none", "level": "none", "action": "allow"}) == 10
-    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "critical", "action": "block"}) == 1
-    assert g("loopwatch_loop_detections_total", {"detector": "generic_repeat", "level": "critical", "tool": "read"}) == 1
+    assert g("loopwatch_decisions_total", {"detector": "none", "level": "none", "action": "allow", **LIVE_ENFORCE}) == 10
+    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "critical", "action": "block", **LIVE_ENFORCE}) == 1
+    assert g("loopwatch_loop_detections_total", {"detector": "generic_repeat", "level": "critical", "tool": "read", **LIVE_ENFORCE}) == 1
     assert g("loopwatch_guard_armings_total") == 1
-    warn = g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "warn"})
-    suppressed = g("loopwatch_warnings_suppressed_total", {"detector": "generic_repeat"})
+    warn = g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "warn", **LIVE_ENFORCE})
+    suppressed = g("loopwatch_warnings_suppressed_total", {"detector": "generic_repeat", **LIVE_ENFORCE})
     assert warn == 1 and suppressed == 9
     p.observe_latency(r.verdicts, now=2.0)
     assert g("loopwatch_decision_latency_seconds_count") == 21
@@ -359,12 +360,12 @@ def test_an_allow_nobody_waits_for_is_counted_but_not_published():
     p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
     r = p.process(records(repeat_run(21, gate=False)), Store().read)
     g = registry.get_sample_value
-    assert g("loopwatch_decisions_total", {"detector": "none", "level": "none", "action": "allow"}) == 10
-    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "allow"}) == 9
-    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "warn"}) == 1
-    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "critical", "action": "block"}) == 1
-    assert g("loopwatch_warnings_suppressed_total", {"detector": "generic_repeat"}) == 9
-    assert g("loopwatch_loop_detections_total", {"detector": "generic_repeat", "level": "warning", "tool": "read"}) == 10
+    assert g("loopwatch_decisions_total", {"detector": "none", "level": "none", "action": "allow", **LIVE_ENFORCE}) == 10
+    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "allow", **LIVE_ENFORCE}) == 9
+    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "warn", **LIVE_ENFORCE}) == 1
+    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "critical", "action": "block", **LIVE_ENFORCE}) == 1
+    assert g("loopwatch_warnings_suppressed_total", {"detector": "generic_repeat", **LIVE_ENFORCE}) == 9
+    assert g("loopwatch_loop_detections_total", {"detector": "generic_repeat", "level": "warning", "tool": "read", **LIVE_ENFORCE}) == 10
     assert [decode_verdict(v.value).action for v in r.verdicts] == ["warn", "block"]
 
 

@@ -125,9 +125,9 @@ def test_an_empty_document_is_refused_on_reload_and_the_running_config_stays(tmp
     assert [r.message for r in caplog.records if "refused new config" in r.message][0].count("\n") == 0
     assert "holds no configuration" in caplog.text
     sample = metrics.registry.get_sample_value
-    assert sample("loopwatch_config_reloads_total", {"result": "refused"}) == 1
-    assert sample("loopwatch_config_reloads_total", {"result": "applied"}) == 0
-    assert sample("loopwatch_config_file_refused") == 1
+    assert sample("loopwatch_config_reloads_total", {"result": "refused", "config": "live"}) == 1
+    assert sample("loopwatch_config_reloads_total", {"result": "applied", "config": "live"}) == 0
+    assert sample("loopwatch_config_file_refused", {"config": "live"}) == 1
 
 
 def test_reloads_and_refusals_are_counted_and_the_refused_flag_clears(tmp_path):
@@ -138,22 +138,22 @@ def test_reloads_and_refusals_are_counted_and_the_refused_flag_clears(tmp_path):
     watcher = ConfigWatcher(path, lambda e: None, metrics)
     watcher.load_initial()
     sample = metrics.registry.get_sample_value
-    assert sample("loopwatch_config_file_refused") == 0
+    assert sample("loopwatch_config_file_refused", {"config": "live"}) == 0
 
     write_text(path, "")
     watcher.poll()
-    assert sample("loopwatch_config_file_refused") == 1
+    assert sample("loopwatch_config_file_refused", {"config": "live"}) == 1
     write(path, good)  # the content in force again: nothing to apply, nothing refused
     assert watcher.poll() is False
-    assert sample("loopwatch_config_file_refused") == 0
+    assert sample("loopwatch_config_file_refused", {"config": "live"}) == 0
 
     write_text(path, "{oops")
     watcher.poll()
     write(path, {"tools": {"loopDetection": {"enabled": True, "criticalThreshold": 12}}})
     assert watcher.poll() is True
-    assert sample("loopwatch_config_reloads_total", {"result": "refused"}) == 2
-    assert sample("loopwatch_config_reloads_total", {"result": "applied"}) == 1
-    assert sample("loopwatch_config_file_refused") == 0
+    assert sample("loopwatch_config_reloads_total", {"result": "refused", "config": "live"}) == 2
+    assert sample("loopwatch_config_reloads_total", {"result": "applied", "config": "live"}) == 1
+    assert sample("loopwatch_config_file_refused", {"config": "live"}) == 0
 
 
 def test_an_unreadable_new_file_is_refused(tmp_path):
@@ -165,7 +165,7 @@ def test_an_unreadable_new_file_is_refused(tmp_path):
     path.write_bytes(b"\xff\xfe{}")  # not UTF-8
     bump(path)
     assert watcher.poll() is False
-    assert metrics.registry.get_sample_value("loopwatch_config_file_refused") == 1
+    assert metrics.registry.get_sample_value("loopwatch_config_file_refused", {"config": "live"}) == 1
 
 
 @pytest.mark.parametrize("content", [b"", b"null", b"\xff\xfe{}"])
@@ -189,3 +189,36 @@ def write_text(path, text):
 def bump(path):
     st = os.stat(path)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+
+
+def test_a_candidate_config_reloads_on_its_own_and_tags_its_verdicts_with_the_new_file(tmp_path):
+    # The worker wires a second ConfigWatcher (name "candidate") to BatchProcessor.use_candidate.
+    from schemas.names import CANDIDATE, LIVE
+    from streams.app.processor import BatchProcessor
+
+    live_path, cand_path = tmp_path / "live.json", tmp_path / "candidate.json"
+    write(live_path, {"tools": {"loopDetection": {"enabled": True}}})
+    write(cand_path, {"tools": {"loopDetection": {"enabled": True, "criticalThreshold": 15}}})
+    metrics = Metrics(CollectorRegistry())
+    live = ConfigWatcher(live_path, lambda e: None, metrics)
+    processor = BatchProcessor(live.load_initial(), metrics)
+    processor.use_config(processor.engine, live.sha256)
+    candidate = ConfigWatcher(cand_path, lambda e: processor.use_candidate(e, candidate.sha256), metrics, name=CANDIDATE)
+    processor.use_candidate(candidate.load_initial(), candidate.sha256)
+    first_tag = processor.sha256[CANDIDATE]
+    assert processor.candidate.settings_for(None).detection.critical_threshold == 15
+
+    write(cand_path, {"tools": {"loopDetection": {"enabled": True, "criticalThreshold": 12}}})
+    assert live.poll() is False and candidate.poll() is True
+    assert processor.candidate.settings_for(None).detection.critical_threshold == 12
+    assert processor.engine.settings_for(None).detection.critical_threshold == 20  # the live one stays
+    assert processor.sha256[CANDIDATE] != first_tag and processor.sha256[LIVE] == live.sha256
+    sample = metrics.registry.get_sample_value
+    assert sample("loopwatch_config_reloads_total", {"result": "applied", "config": "candidate"}) == 1
+    assert sample("loopwatch_config_reloads_total", {"result": "applied", "config": "live"}) == 0
+
+    write_text(cand_path, "")  # refused: the candidate in force stays, and only it is flagged
+    assert candidate.poll() is False
+    assert processor.candidate.settings_for(None).detection.critical_threshold == 12
+    assert sample("loopwatch_config_file_refused", {"config": "candidate"}) == 1
+    assert sample("loopwatch_config_file_refused", {"config": "live"}) == 0

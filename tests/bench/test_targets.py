@@ -79,3 +79,10 @@ def test_the_options_workload_puts_its_sends_in_traces():
     sends = [e for e in events if getattr(e, "tool_name", None) == "message"]
     assert sends and all(e.trace_id.startswith("trace-") and e.target == "slack:#ops" for e in sends)
     assert all(not getattr(e, "trace_id", None) for e in events if getattr(e, "tool_name", None) != "message")
+def test_a_candidate_config_is_judged_on_the_median_of_its_pairs():
+    pairs = [({"rate": 20_000.0}, {"rate": 11_000.0}), ({"rate": 22_000.0}, {"rate": 10_000.0}),
+             ({"rate": 18_000.0}, {"rate": 9_500.0})]
+    assert target_verdicts({"candidate_pairs": pairs}) == [
+        "(b'')/(b) >= 0.5 with a candidate config: 0.53 (median of 3 pairs), met",  # 0.55, 0.45, 0.53
+    ]
+    assert target_verdicts({"candidate_pairs": pairs[1:2]}) == ["(b'')/(b) >= 0.5 with a candidate config: 0.45, NOT MET"]

@@ -5,31 +5,16 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from harness.cli import loopwatch, one_line_error
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 TRACES = REPO / "tests" / "data" / "conformance" / "traces"
 NOT_UTF8 = "tools:\n  loopDetection:\n    enabled: true  # caf\xe9\n".encode("latin-1")
-
-
-def loopwatch(*args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "streams.cli", *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=timeout
-    )
-
-
-def one_line_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:
-    assert proc.returncode == code, (proc.returncode, proc.stdout, proc.stderr)
-    err = proc.stderr.strip()
-    assert "Traceback" not in proc.stderr and err.count("\n") == 0, proc.stderr
-    for needle in needles:
-        assert needle in err, err
-    return err
 
 
 # -- config files: not UTF-8, empty ----------------------------------------------------------

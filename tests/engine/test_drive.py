@@ -1,9 +1,11 @@
 """Driving the engine over many runs (``RunDriver``) and what a step publishes
 (``Step.published_decision``, ``published``), against hand-worked runs."""
 
+from schemas.config import validate
 from schemas.verdicts import Decision, RunAborted
 from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import LoopEngine, RunDriver, published
+from streams.engine import ConfigSet, LoopEngine, RunDriver, outcome, published, shadow_answer
+from streams.engine.drive import ABORT, BLOCK, NONE, WARN
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 SAME = "same"
@@ -86,3 +88,44 @@ def test_verdicts_are_what_the_steps_publish_in_order():
         expected += published(step)
     assert RunDriver(LoopEngine(ENABLED)).verdicts(events) == expected
     assert [v.action for v in expected] == ["warn", "block", "allow", "allow"]
+
+
+# -- outcomes and shadow mode ---------------------------------------------------------------
+
+
+def test_outcome_ranks_what_each_step_publishes():
+    steps = [step for _event, step in RunDriver(LoopEngine(ENABLED)).steps(loop("r", 21, gate=True))]
+    # Gated: every request publishes a decision; only the shown warning and the block count.
+    assert [outcome(s) for s in steps[0::2]] == [NONE] * 10 + [WARN] + [NONE] * 9 + [BLOCK]
+    assert {outcome(s) for s in steps[1::2]} == {NONE}
+    root = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"abortAfterCriticalBlocks": 1}}
+    ending = [step for _event, step in RunDriver(LoopEngine(root)).steps(loop("r", 21, gate=False))]
+    assert outcome(ending[40]) == ABORT  # the block that ends the run: the abort outranks it
+
+
+def test_a_shadow_runner_gets_an_allow_for_a_gated_call_and_nothing_else():
+    steps = [step for _event, step in RunDriver(LoopEngine(ENABLED)).steps(loop("r", 21, gate=True))]
+    answers = [shadow_answer(s) for s in steps]
+    assert answers[1::2] == [None] * 21  # completions
+    for step, answer in zip(steps[0::2], answers[0::2]):
+        assert (answer.action, answer.detector, answer.level, answer.message, answer.notify_model) == (
+            "allow", None, None, None, False)
+        assert answer.verdict_id == step.published_decision.verdict_id  # the id the runner waits for
+    assert steps[40].published_decision.action == "block"  # what the shadow topic gets instead
+    ungated = [step for _event, step in RunDriver(LoopEngine(ENABLED)).steps(loop("u", 21, gate=False))]
+    assert [shadow_answer(s) for s in ungated] == [None] * 42
+
+
+def test_mode_is_the_agents_over_the_roots_and_enforce_by_default():
+    root = {
+        "loopwatch": {"mode": "shadow"},
+        "agents": {"list": [{"id": "live", "loopwatch": {"mode": "enforce"}}, {"id": "other"}]},
+    }
+    config = ConfigSet(root)
+    assert [config.mode_for(a) for a in (None, "live", "other", "unlisted")] == ["shadow", "enforce", "shadow", "shadow"]
+    assert config.uses_shadow()
+    assert not ConfigSet({"agents": {"list": [{"id": "a"}]}}).uses_shadow()
+    assert ConfigSet({"agents": {"list": [{"id": "a", "loopwatch": {"mode": "shadow"}}]}}).mode_for("a") == "shadow"
+    assert validate(root) == []
+    [issue] = validate({"agents": {"list": [{"id": "a", "loopwatch": {"mode": "dry-run"}}]}})
+    assert str(issue) == "agents.list[0].loopwatch.mode: Invalid option: expected one of 'enforce' | 'shadow'"

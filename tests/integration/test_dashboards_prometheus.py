@@ -10,6 +10,11 @@ Grafana's variables substituted the way Grafana would (built-in intervals; query
 resolved through Prometheus like Grafana's ``label_values``; ``All`` as the variable's
 ``allValue``): each must parse and return data.  The same queries with concrete variable
 values must parse too, and the alert rules must be loaded and evaluate without errors.
+
+The worker runs the example config with one agent in shadow mode (``trial``, which a probe
+drives into a block and an abort) and a candidate config (stricter thresholds, ping-pong
+off, runs ended at their second block), so that the shadow row of the fleet dashboard has
+something to show.
 """
 
 from __future__ import annotations
@@ -42,6 +47,12 @@ pytestmark = pytest.mark.kafka
 DASHBOARDS = REPO / "helm" / "loopwatch" / "dashboards"
 RULES = REPO / "helm" / "loopwatch" / "files" / "alerts.rules.yml"
 CONFIG = REPO / "examples" / "loop-detection.yaml"
+SHADOW_AGENT = {"id": "trial", "loopwatch": {"mode": "shadow"}}
+CANDIDATE = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8,
+                                         "detectors": {"pingPong": False}}},
+             "loopwatch": {"abortAfterCriticalBlocks": 2}}
+"""Blocks loops earlier than the live config, and ends a run at its second block: the fleet's
+looping runs, blocked under the live config, are aborted under this one."""
 TRAFFIC_S = 35.0
 SCRAPE_S = 1
 # Grafana's built-in interval variables, as a ~1000 px wide panel would get them with a 1 s
@@ -227,6 +238,7 @@ class Stack:
     traffic_end: float
     stats: dict
     first_abort: dict
+    worker: Any = None
 
     def __repr__(self) -> str:
         return f"Stack(prometheus on :{self.prometheus.port})"
@@ -280,6 +292,27 @@ def first_abort_probe(lw, prometheus: Prometheus) -> dict:
     }
 
 
+def shadow_probe(lw) -> None:
+    """Runs of the shadow agent: a loop blocked at its 21st call, a loop that survives a
+    compaction (aborted); on the shadow topic only."""
+    tag = lw.names.tag
+    now = int(time.time() * 1000)
+    events = [msgspec.structs.replace(e, ts_ms=now)
+              for kind, length in (("generic_repeat", 25), ("post_compaction", 12))
+              for e in run_events(kind, f"{tag}-trial-{kind}", agent_id="trial", gate=True, length=length, end=True)]
+    asyncio.run(produce(lw.broker, lw.names.tool_calls, encode_all(events)))
+
+
+def configs(tmp: Path) -> tuple[Path, Path]:
+    """The example config with the shadow agent added, and the candidate config."""
+    root = yaml.safe_load(CONFIG.read_text())
+    root["agents"]["list"].append(SHADOW_AGENT)
+    live, candidate = tmp / "live.yaml", tmp / "candidate.json"
+    live.write_text(yaml.safe_dump(root))
+    candidate.write_text(json.dumps(CANDIDATE))
+    return live, candidate
+
+
 def wait_for(check, what: str, timeout: float = 30.0, interval: float = 0.5):
     deadline = time.monotonic() + timeout
     while True:
@@ -299,7 +332,8 @@ def stack(lw_module) -> Stack:
         if os.environ.get("CI"):
             pytest.fail(message)
         pytest.skip(message)
-    worker = lw_module.worker(config=CONFIG).start()
+    live, candidate = configs(lw_module.tmp)
+    worker = lw_module.worker(config=live, env={"LOOPWATCH_CANDIDATE_CONFIG": str(candidate)}).start()
     prom_dir = lw_module.tmp / "prometheus"
     prom_dir.mkdir()
     prometheus = Prometheus(binary, prom_dir, worker.metrics_port).start()
@@ -313,6 +347,7 @@ def stack(lw_module) -> Stack:
 
         wait_for(scraped, "Prometheus to scrape a ready worker")
         first_abort = first_abort_probe(lw_module, prometheus)
+        shadow_probe(lw_module)
         started = time.time()
         stats = asyncio.run(drive(lw_module, lw_module.names.tag))
         ended = time.time()
@@ -327,7 +362,7 @@ def stack(lw_module) -> Stack:
         print(f"\nfleet: {runs} runs in {ended - started:.1f}s; "
               f"{sum(stats[k]['blocks'] for k in stats['started'])} blocks, "
               f"{sum(stats[k]['aborts'] for k in stats['started'])} aborts")
-        yield Stack(prometheus, started, ended, stats, first_abort)
+        yield Stack(prometheus, started, ended, stats, first_abort, worker)
     except BaseException:
         print(f"\n----- prometheus log -----\n{prometheus.log_tail()}")
         raise
@@ -483,3 +518,23 @@ def test_panel_query_returns_data(stack: Stack, target: Target) -> None:
         concrete = substitute(target.expr, variable_values(stack, dashboard, concrete=True))
         r = prom.query(concrete)
         assert r.get("status") == "success", f"{target}\n  as sent: {concrete}\n  error: {r.get('error')}"
+
+
+def test_the_shadow_row_shows_what_runners_were_not_told(stack: Stack) -> None:
+    """The candidate's verdicts, the shadow agent's, and runs whose outcome the candidate
+    changes reach Prometheus; the enforce-only panels leave them out."""
+    prom = stack.prometheus
+
+    def total(expr: str) -> float:
+        r = prom.query(f"sum({expr})")
+        assert r.get("status") == "success", r
+        return sum(float(x["value"][1]) for x in r["data"]["result"])
+
+    assert total('loopwatch_decisions_total{config="candidate", action="block"}') > 0
+    shadow_blocks = total('loopwatch_decisions_total{config="live", mode="shadow", action="block"}')
+    assert shadow_blocks >= 5  # calls 21-25 of the shadow agent's loop
+    assert total('loopwatch_run_aborts_total{config="live", mode="shadow"}') == 1
+    assert total('loopwatch_candidate_outcome_changes_total{live="block", candidate="abort"}') > 0
+    enforced = total('loopwatch_decisions_total{config="live", mode="enforce", action="block"}')
+    assert enforced + shadow_blocks == total('loopwatch_decisions_total{config="live", action="block"}')
+    assert total("loopwatch_shadow_verdicts_lost_total") == 0

@@ -188,6 +188,7 @@ def test_worker_env_contract(default_manifest: str) -> None:
         "LOOPWATCH_VERDICTS_TOPIC": "loop-verdicts",
         "LOOPWATCH_DEAD_LETTER_TOPIC": "tool-calls-dlq",
         "LOOPWATCH_INCIDENTS_TOPIC": "loop-incidents",
+        "LOOPWATCH_SHADOW_VERDICTS_TOPIC": "loop-verdicts-shadow",
         "LOOPWATCH_PARTITIONS": "6",
         "LOOPWATCH_REPLICATION": "3",
         "LOOPWATCH_IDLE_TIMEOUT_S": "1800",
@@ -457,6 +458,35 @@ def test_existing_configmap(helm: str) -> None:
     (sts,) = by_kind(manifest)["StatefulSet"]
     volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
     assert volumes["config"]["configMap"]["name"] == "team-thresholds"
+
+
+def test_no_candidate_config_by_default(default_manifest: str) -> None:
+    assert "LOOPWATCH_CANDIDATE_CONFIG" not in env(default_manifest)
+    (sts,) = by_kind(default_manifest)["StatefulSet"]
+    assert "candidate-config" not in {v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]}
+
+
+def test_candidate_config_from_a_configmap(helm: str, kubeconform: str, k8s_schema_root: Path) -> None:
+    manifest = render(helm, "--set", "detectionConfig.candidateConfigMap=try-stricter",
+                      "--set", "kafka.topics.shadowVerdicts=lv-shadow")
+    kubeconform_check(kubeconform, k8s_schema_root, manifest)
+    e = env(manifest)
+    assert e["LOOPWATCH_CANDIDATE_CONFIG"]["value"] == "/etc/loopwatch-candidate/candidate.yaml"
+    assert e["LOOPWATCH_SHADOW_VERDICTS_TOPIC"]["value"] == "lv-shadow"
+    (sts,) = by_kind(manifest)["StatefulSet"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["candidate-config"]["configMap"] == {
+        "name": "try-stricter", "items": [{"key": "candidate.yaml", "path": "candidate.yaml"}]}
+    mounts = {m["name"]: m for m in container(manifest)["volumeMounts"]}
+    assert mounts["candidate-config"] == {"name": "candidate-config", "mountPath": "/etc/loopwatch-candidate",
+                                          "readOnly": True}
+    # The worker takes the file as its candidate, beside the live config.
+    from streams.app.settings import Settings
+
+    pod_env = {k: v.get("value", f"{RELEASE}-loopwatch-0") for k, v in e.items()}
+    settings = Settings.from_env(pod_env)
+    assert str(settings.candidate_config) == "/etc/loopwatch-candidate/candidate.yaml"
+    assert settings.shadow_verdicts_topic == "lv-shadow"
 
 
 def test_persistence_disabled_uses_emptydir(helm: str, kubeconform: str, k8s_schema_root: Path) -> None:

@@ -1,0 +1,706 @@
+"""``loopwatch backtest``: a baseline config and a candidate config over the same recorded events.
+
+Each config gets its own engine and fresh state (``streams.engine.RunDriver``), and every
+record goes through the worker's own checks first (``streams.app.processor.check_record``):
+what it refuses is counted by the reason the worker would dead-letter it with, and an event
+whose id its run already applied (a runner's retry) is skipped as the worker skips it
+(``streams.app.run_store``'s per-run event-id digests).  Records come from JSONL files (plain
+or gzip: one ``tool-calls`` event a line, no Kafka key, so the key check is not made) or from
+a range of a ``tool-calls`` topic (``KafkaRange``), checked with their keys.
+
+The report (``Report``) compares what the two configs publish (``streams.engine.published``):
+
+* per agent, detector and tool, the runs each config warned, blocked and aborted;
+* each run's outcome (``streams.engine.outcome``: its strongest verdict, none < warn < block
+  < abort) under each config, the runs whose outcome changes, and for each the first event
+  where the two configs disagree (the first step whose outcome ranks differ);
+* blocks in runs that later ended normally (``run.ended`` with a reason in
+  ``NORMAL_END_REASONS``): the likely false positives of each config;
+* verdicts per minute of event time, for ``--plot``.
+
+An agent whose settings the candidate leaves as they are (``LoopEngine.settings_for`` equal
+under both) is judged once: until a run gets an event of an agent whose settings differ, its
+candidate state would be its baseline state, step for step, so the candidate reuses the
+baseline's steps; at that event the candidate takes a copy of the run's state and goes on
+with its own (``_Side``).  Trying a change for one agent of many costs little more than one
+config's run.
+
+Not reproduced: the worker's clock (a far-future ``ts_ms`` is clamped to the worker's clock
+when it is processed; here event times are taken as they are) and signatures (no keys).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import logging
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Callable, Iterable, Iterator
+
+from schemas.events import EVENT_TYPE_OF, InvalidEvent, RunEnded
+from schemas.names import OUTCOMES, PROCESSING_ERROR
+
+from .app.processor import check_record
+from .app.run_store import event_digest, remember, seen_before
+from .engine import LoopEngine, RunDriver, copy_state, outcome
+from .engine.drive import ABORT, BLOCK, NONE, WARN
+
+__all__ = ["Backtest", "BacktestError", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "render_table"]
+
+NORMAL_END_REASONS = ("completed",)
+"""``run.ended`` reasons of a run that finished its work (the clients' ``completed``; the
+OpenClaw plugin sends ``failed`` for an unsuccessful end, and a runner ends an aborted run
+with ``aborted``)."""
+BASELINE, CANDIDATE = "baseline", "candidate"
+SIDES = (BASELINE, CANDIDATE)
+NO_AGENT = "(none)"
+EXAMPLES = 20
+"""Runs listed per list in the terminal table (``--json`` lists them all)."""
+
+
+class BacktestError(Exception):
+    """Input the backtest cannot use: the message is one line for the user; ``code`` the exit
+    status (2: bad input, 1: nothing to compare)."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# -- sources -------------------------------------------------------------------------------------
+
+
+class _Line:
+    """A line of a file as the worker's record check reads a record (no key, no headers)."""
+
+    __slots__ = ("value", "topic", "partition", "offset")
+    key = None
+    headers = ()
+
+    def __init__(self, path: str) -> None:
+        self.topic = path
+        self.partition = 0
+        self.offset = 0
+        self.value = b""
+
+
+class FileSource:
+    """JSONL files of ``tool-calls`` events (``.gz``: gzip), one event a line, in order."""
+
+    keyed = False
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+        self.total = 0
+        for path in paths:
+            try:
+                self.total += path.stat().st_size
+            except OSError as exc:
+                raise BacktestError(f"cannot read {path}: {exc.strerror or exc}") from None
+            if path.is_dir():
+                raise BacktestError(f"cannot read {path}: is a directory")
+        self._done = 0
+        self._raw: Any = None
+
+    def progress(self) -> float | None:
+        """The share of the input read (by bytes on disk)."""
+        if not self.total:
+            return None
+        at = self._raw.tell() if self._raw is not None and not self._raw.closed else 0
+        return min(1.0, (self._done + at) / self.total)
+
+    def records(self) -> Iterator[_Line]:
+        for path in self.paths:
+            line = _Line(str(path))
+            try:
+                raw = open(path, "rb")
+            except OSError as exc:
+                raise BacktestError(f"cannot read {path}: {exc.strerror or exc}") from None
+            self._raw = raw
+            with raw:
+                fh = gzip.GzipFile(fileobj=raw) if _is_gzip(raw) else raw
+                try:
+                    for number, value in enumerate(fh, 1):
+                        if value.strip():
+                            line.offset, line.value = number, value
+                            yield line
+                except (OSError, EOFError, gzip.BadGzipFile) as exc:
+                    raise BacktestError(f"cannot read {path}: {exc}") from None
+            self._done += self.total and path.stat().st_size
+
+
+def _is_gzip(fh: IO[bytes]) -> bool:
+    magic = fh.read(2)
+    fh.seek(0)
+    return magic == b"\x1f\x8b"
+
+
+def parse_time(text: str, now: float | None = None) -> int:
+    """Epoch milliseconds of ``--since``/``--until``: an ISO 8601 time (UTC unless it says
+    otherwise), epoch milliseconds, or a duration ago (``90s``, ``30m``, ``2h``, ``7d``)."""
+    from datetime import datetime, timezone
+
+    text = text.strip()
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    if text[:-1].isdigit() and text[-1:] in units:
+        return int(((time.time() if now is None else now) - int(text[:-1]) * units[text[-1]]) * 1000)
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise BacktestError(
+            f"cannot read the time {text!r}: use ISO 8601 (2026-12-01T10:00:00Z), epoch milliseconds, or 30m/2h/7d ago"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass
+class KafkaRange:
+    """A range of a topic's records, the same on every partition: from ``start`` (an offset)
+    or ``since_ms`` (the first record at or after that time) or the beginning, to ``end``
+    (exclusive) or ``until_ms`` (the first record at or after it, exclusive) or the end offsets
+    when the backtest begins."""
+
+    broker: str
+    topic: str
+    start: int | None = None
+    end: int | None = None
+    since_ms: int | None = None
+    until_ms: int | None = None
+    timeout_s: float = 15.0
+    client_options: dict = field(default_factory=dict)
+    keyed = True
+
+    def __post_init__(self) -> None:
+        self.total = 0
+        self.read = 0
+
+    def progress(self) -> float | None:
+        return min(1.0, self.read / self.total) if self.total else None
+
+    def records(self) -> Iterator[Any]:
+        """The range's records, fetched on a loop of their own (the backtest is synchronous)."""
+        loop = asyncio.new_event_loop()
+        try:
+            consumer, bounds = loop.run_until_complete(self._open())
+            try:
+                while bounds:
+                    for record in loop.run_until_complete(self._fetch(consumer, bounds)):
+                        self.read += 1
+                        yield record
+            finally:
+                loop.run_until_complete(consumer.stop())
+        finally:
+            loop.close()
+
+    async def _partitions(self) -> set[int]:
+        """The topic's partitions, asked of the broker: a consumer that has just started may not
+        know the topic yet, and only its client's private methods would ask (an admin client's
+        public ``describe_topics`` does).  Empty when the topic does not exist."""
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.broker, request_timeout_ms=int(self.timeout_s * 1000),
+                                    **self.client_options)
+        await asyncio.wait_for(admin.start(), self.timeout_s)
+        try:
+            described = await admin.describe_topics([self.topic])
+        finally:
+            await admin.close()
+        info = described[0] if described else {}
+        if info.get("error_code", 1) != 0:
+            return set()
+        return {p["partition"] for p in info.get("partitions", ())}
+
+    async def _open(self) -> tuple[Any, dict]:
+        from aiokafka import AIOKafkaConsumer, TopicPartition
+        from aiokafka.errors import KafkaError
+
+        from .broker_access import BrokerAccessError, broker_access
+
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.broker, enable_auto_commit=False, auto_offset_reset="earliest",
+            request_timeout_ms=int(self.timeout_s * 1000), max_partition_fetch_bytes=4 * 1024 * 1024,
+            fetch_max_bytes=16 * 1024 * 1024, **self.client_options,
+        )
+        aiokafka_log = logging.getLogger("aiokafka")
+        level = aiokafka_log.level
+        aiokafka_log.setLevel(logging.CRITICAL)  # its connection errors: the one line below says it
+        try:
+            async with broker_access(self.broker, username=self.client_options.get("sasl_plain_username"),
+                                     mechanism=self.client_options.get("sasl_mechanism")):
+                await asyncio.wait_for(consumer.start(), self.timeout_s)
+        except BrokerAccessError as exc:
+            await consumer.stop()
+            raise BacktestError(f"cannot use the broker: {exc}") from None
+        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            await consumer.stop()
+            raise BacktestError(f"cannot reach the broker at {self.broker}: {_one_line(exc) or 'timed out'}") from None
+        finally:
+            aiokafka_log.setLevel(level)
+        try:
+            partitions = consumer.partitions_for_topic(self.topic) or await self._partitions()
+            if not partitions:
+                raise BacktestError(f"topic {self.topic} does not exist on {self.broker}")
+            tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+            consumer.assign(tps)
+            first = await consumer.beginning_offsets(tps)
+            last = await consumer.end_offsets(tps)
+            starts, ends = dict(first), dict(last)
+            if self.since_ms is not None:
+                found = await consumer.offsets_for_times({tp: self.since_ms for tp in tps})
+                starts = {tp: last[tp] if found[tp] is None else found[tp].offset for tp in tps}
+            if self.until_ms is not None:
+                found = await consumer.offsets_for_times({tp: self.until_ms for tp in tps})
+                ends = {tp: last[tp] if found[tp] is None else found[tp].offset for tp in tps}
+            if self.start is not None:
+                starts = {tp: max(first[tp], self.start) for tp in tps}
+            if self.end is not None:
+                ends = {tp: min(last[tp], self.end) for tp in tps}
+            bounds = {tp: ends[tp] for tp in tps if starts[tp] < ends[tp]}
+            self.total = sum(ends[tp] - starts[tp] for tp in bounds)
+            for tp in bounds:
+                consumer.seek(tp, starts[tp])
+        except BaseException:
+            await consumer.stop()
+            raise
+        if not bounds:
+            await consumer.stop()
+            raise BacktestError(f"the range holds no events: {self.describe()}", code=1)
+        return consumer, bounds
+
+    async def _fetch(self, consumer: Any, bounds: dict) -> list:
+        fetched = await consumer.getmany(*bounds, timeout_ms=1000, max_records=10_000)
+        out = []
+        for tp, records in fetched.items():
+            end = bounds.get(tp)
+            if end is None:
+                continue
+            for record in records:
+                if record.offset >= end:
+                    break
+                out.append(record)
+            if (records and records[-1].offset + 1 >= end) or await consumer.position(tp) >= end:
+                del bounds[tp]
+                consumer.pause(tp)
+        return out
+
+    def describe(self) -> str:
+        parts = [f"topic {self.topic}"]
+        if self.start is not None or self.end is not None:
+            parts.append(f"offsets {self.start if self.start is not None else 'beginning'} to "
+                         f"{self.end if self.end is not None else 'end'}")
+        if self.since_ms is not None or self.until_ms is not None:
+            parts.append(f"times {_iso(self.since_ms) if self.since_ms is not None else 'beginning'} to "
+                         f"{_iso(self.until_ms) if self.until_ms is not None else 'now'}")
+        return ", ".join(parts)
+
+
+def _iso(ms: int) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+# -- the comparison ------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class RunRecord:
+    """One run that got a verdict under either config (other runs are only counted)."""
+
+    key: bytes
+    agent: str
+    outcome: list[int] = field(default_factory=lambda: [NONE, NONE])
+    """The run's strongest verdict so far, per config (baseline, candidate)."""
+    first: dict | None = None
+    """The first event where the configs disagree."""
+    ended: str | None = None
+    """The reason of the run's ``run.ended`` (None: not ended in the input)."""
+
+
+class _Side:
+    """One config's engine, and every warning, block and abort it published, as
+    ``(run, action, detector, tool, minute of event time)`` (counted for the report at the end:
+    appending is all a verdict costs while the records stream by)."""
+
+    def __init__(self, engine: LoopEngine) -> None:
+        self.driver = RunDriver(engine)
+        self.verdicts: list[tuple[RunRecord, str, str, str, int]] = []
+
+    def note(self, run: RunRecord, step: Any, minute: int) -> None:
+        """What a step with a verdict published."""
+        decision = step.published_decision
+        if decision is not None and decision.action != "allow":
+            self.verdicts.append((run, decision.action, decision.detector or "none", decision.tool_name, minute))
+        abort = step.abort
+        if abort is not None:
+            self.verdicts.append((run, "abort", abort.detector, abort.tool_name, minute))
+
+
+class Backtest:
+    """Feed records (``run``), then read the ``report``."""
+
+    def __init__(
+        self, baseline: LoopEngine, candidate: LoopEngine, *, agents: Iterable[str] | None = None,
+        normal_reasons: Iterable[str] = NORMAL_END_REASONS,
+    ) -> None:
+        self.sides = (_Side(baseline), _Side(candidate))
+        self.agents = None if agents is None else set(agents)
+        self.normal_reasons = frozenset(normal_reasons)
+        self.records = 0
+        self.events = 0
+        self.duplicates = 0
+        self.other_agents = 0
+        self.dead: Counter = Counter()
+        self.runs = 0
+        """Runs in the input: a state key's events up to its ``run.ended`` (a later event of
+        the key begins another run, as the worker starts it afresh)."""
+        self.judged: dict[bytes, RunRecord] = {}
+        """Open runs that got a verdict under either config."""
+        self.finished: list[RunRecord] = []
+        """Ended runs that got a verdict under either config."""
+        self.agents_seen: set[str | None] = set()
+        self.ended: Counter = Counter()
+        """run.ended reasons."""
+        self._open: dict[bytes, bytearray] = {}
+        """Open runs: their last applied event ids (``run_store.remember``)."""
+        self._same: dict[str | None, bool] = {}
+        """Agent -> whether both configs give it the same settings."""
+        self._apart: set[bytes] = set()
+        """Open runs with a candidate state of their own (module docstring)."""
+        self.first_ms: int | None = None
+        self.last_ms: int | None = None
+
+    def run(self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None = None) -> None:
+        """Every record through the worker's checks and both configs, in order."""
+        base, cand = self.sides
+        base_handle, cand_handle = base.driver.handle, cand.driver.handle
+        dead, open_runs, agents, agents_seen = self.dead, self._open, self.agents, self.agents_seen
+        same, apart = self._same, self._apart
+        events = n = 0
+        for record in records:
+            n += 1
+            if progress is not None and n & 0x3FFF == 0:
+                progress(n)
+            try:
+                event, key = check_record(record, keyed=keyed)
+            except InvalidEvent as exc:
+                dead[exc.reason] += 1
+                continue
+            except Exception:  # noqa: BLE001 - the worker dead-letters what it cannot decode
+                dead[PROCESSING_ERROR] += 1
+                continue
+            agent = event.agent_id
+            agents_seen.add(agent)
+            if agents is not None and agent not in agents:
+                self.other_agents += 1
+                continue
+            seen = open_runs.get(key)
+            if seen is None:
+                seen = open_runs[key] = bytearray()
+                self.runs += 1
+            digest = event_digest(event.event_id)
+            if seen_before(seen, digest):
+                self.duplicates += 1
+                continue
+            alike = same.get(agent)
+            if alike is None:
+                alike = same[agent] = self._alike(agent)
+            try:
+                if alike and key not in apart:
+                    bstep = cstep = base_handle(event, key, validated=True)
+                else:
+                    if key not in apart:
+                        self._part(key)
+                    bstep = base_handle(event, key, validated=True)
+                    cstep = cand_handle(event, key, validated=True)
+            except InvalidEvent as exc:
+                dead[exc.reason] += 1
+                continue
+            except Exception:  # noqa: BLE001 - an engine failure is the worker's processing_error
+                dead[PROCESSING_ERROR] += 1
+                continue
+            events += 1
+            b, c = outcome(bstep), outcome(cstep)
+            if b or c:
+                self._verdicts(key, record, event, bstep, cstep, b, c)
+            if type(event) is RunEnded:
+                del open_runs[key]
+                apart.discard(key)
+                self._ended(key, event)
+            else:
+                remember(seen, digest)
+            if self.first_ms is None:
+                self.first_ms = event.ts_ms
+            self.last_ms = event.ts_ms
+        self.records += n
+        self.events += events
+        if progress is not None:
+            progress(n)
+
+    def _alike(self, agent: str | None) -> bool:
+        base, cand = (side.driver.engine for side in self.sides)
+        return type(base) is type(cand) and base.settings_for(agent) == cand.settings_for(agent)
+
+    def _part(self, key: bytes) -> None:
+        """The run's first event of an agent the configs set differently: the candidate's
+        state so far is the baseline's (a copy: from here on they differ)."""
+        self._apart.add(key)
+        state = self.sides[0].driver.states.get(key)
+        if state is not None:
+            self.sides[1].driver.states[key] = copy_state(state)
+
+    def _verdicts(self, key: bytes, record: Any, event: Any, bstep: Any, cstep: Any, b: int, c: int) -> None:
+        run = self.judged.get(key)
+        if run is None:
+            run = self.judged[key] = RunRecord(key, event.agent_id or NO_AGENT)
+        minute = event.ts_ms // 60_000
+        outcome = run.outcome
+        base, cand = self.sides
+        if b:
+            base.note(run, bstep, minute)
+            if b > outcome[0]:
+                outcome[0] = b
+        if c:
+            cand.note(run, cstep, minute)
+            if c > outcome[1]:
+                outcome[1] = c
+        if b != c and run.first is None:
+            run.first = {
+                "event_id": event.event_id, "at": _where(record), "ts_ms": event.ts_ms,
+                "type": EVENT_TYPE_OF[type(event)],
+                "tool": getattr(event, "tool_name", None), BASELINE: OUTCOMES[b], CANDIDATE: OUTCOMES[c],
+            }
+
+    def _ended(self, key: bytes, event: RunEnded) -> None:
+        reason = event.reason or ""
+        self.ended[reason] += 1
+        run = self.judged.pop(key, None)
+        if run is not None:
+            run.ended = reason
+            self.finished.append(run)
+
+    def report(self) -> "Report":
+        return Report.of(self)
+
+
+def _where(record: Any) -> str:
+    if isinstance(record, _Line):
+        return f"{record.topic}:{record.offset}"
+    return f"{record.topic}[{record.partition}]@{record.offset}"
+
+
+# -- the report ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """What ``loopwatch backtest`` prints (``data``: its ``--json``)."""
+
+    data: dict
+    per_minute: tuple[Counter, Counter]
+
+    @classmethod
+    def of(cls, bt: Backtest) -> "Report":
+        normal = bt.normal_reasons
+        rows: dict[tuple[str, str, str], dict[str, list[set]]] = defaultdict(
+            lambda: {name: [set(), set(), set()] for name in SIDES})
+        kinds = {"warn": 0, "block": 1, "abort": 2}
+        counts = {name: Counter() for name in SIDES}
+        per_minute = (Counter(), Counter())
+        false_positives: dict[str, dict] = {}
+        for i, (name, side) in enumerate(zip(SIDES, bt.sides)):
+            blocked: Counter = Counter()
+            blocked_runs: list[str] = []
+            for run, action, detector, tool, minute in side.verdicts:
+                rows[(run.agent, detector, tool)][name][kinds[action]].add(run)
+                counts[name][action] += 1
+                per_minute[i][minute] += 1
+                if action == "block" and run.ended in normal:
+                    if not blocked_runs or blocked_runs[-1] is not run:
+                        blocked_runs.append(run)
+                    blocked[(run.agent, detector, tool)] += 1
+            false_positives[name] = {
+                "blocks": sum(blocked.values()),
+                "runs": sorted({_run_name(run) for run in blocked_runs}),
+                "by": [{"agent": a, "detector": d, "tool": t, "blocks": n}
+                       for (a, d, t), n in sorted(blocked.items(), key=lambda kv: (-kv[1], kv[0]))],
+            }
+        table = []
+        for (agent, detector, tool), sides in sorted(rows.items(), key=lambda kv: tuple(map(str, kv[0]))):
+            row = {"agent": agent, "detector": detector, "tool": tool}
+            for name in SIDES:
+                warned, blocked_, aborted = sides[name]
+                row[name] = {"warned": len(warned), "blocked": len(blocked_), "aborted": len(aborted)}
+            table.append(row)
+        judged = bt.finished + list(bt.judged.values())
+        outcomes = {name: Counter({"none": bt.runs - len(judged)}) for name in SIDES}
+        changed, disagreeing = [], 0
+        for run in judged:
+            for i, name in enumerate(SIDES):
+                outcomes[name][OUTCOMES[run.outcome[i]]] += 1
+            disagreeing += run.first is not None
+            if run.outcome[0] != run.outcome[1]:
+                changed.append({
+                    "run": _run_name(run), "agent": run.agent, BASELINE: OUTCOMES[run.outcome[0]],
+                    CANDIDATE: OUTCOMES[run.outcome[1]], "ended": run.ended, "first_disagreement": run.first,
+                })
+        data = {
+            "records": bt.records,
+            "events": bt.events,
+            "runs": bt.runs,
+            "duplicates": bt.duplicates,
+            "other_agents": bt.other_agents,
+            "dead_letters": dict(sorted(bt.dead.items())),
+            "time_range_ms": [bt.first_ms, bt.last_ms],
+            "verdicts": {name: {k: counts[name][k] for k in ("warn", "block", "abort")} for name in SIDES},
+            "outcomes": {name: {k: outcomes[name][k] for k in OUTCOMES} for name in SIDES},
+            "by_agent_detector_tool": table,
+            "changed_runs": changed,
+            "runs_disagreeing": disagreeing,
+            "likely_false_positives": false_positives,
+            "normal_end_reasons": sorted(normal),
+        }
+        return cls(data, per_minute)
+
+
+def _run_name(run: RunRecord) -> str:
+    return run.key.decode("utf-8", "replace")
+
+
+# -- output ----------------------------------------------------------------------------------------
+
+
+def render_table(report: Report, out: IO[str], *, examples: int = EXAMPLES) -> None:
+    """The report as a terminal table."""
+    d = report.data
+    w = out.write
+    span = ""
+    if d["time_range_ms"][0]:
+        span = f", event times {_iso(min(d['time_range_ms']))} to {_iso(max(d['time_range_ms']))}"
+    w(f"{d['events']:,} events of {d['runs']:,} runs ({d['records']:,} records{span})\n")
+    skipped = [f"{d['duplicates']:,} duplicates skipped (a run's event id seen again, as the worker skips them)"]
+    if d["other_agents"]:
+        skipped.append(f"{d['other_agents']:,} events of other agents")
+    dead = d["dead_letters"]
+    skipped.append(f"{sum(dead.values()):,} dead-letter-worthy records"
+                   + (" (" + ", ".join(f"{k} {v:,}" for k, v in dead.items()) + ")" if dead else ""))
+    w("; ".join(skipped) + "\n\n")
+
+    w(f"{'':<24}{'baseline':>12}{'candidate':>12}{'change':>10}\n")
+    for kind in ("warn", "block", "abort"):
+        b, c = d["verdicts"][BASELINE][kind], d["verdicts"][CANDIDATE][kind]
+        w(f"{kind + ' verdicts':<24}{b:>12,}{c:>12,}{c - b:>+10,}\n")
+    for kind in OUTCOMES:
+        b, c = d["outcomes"][BASELINE][kind], d["outcomes"][CANDIDATE][kind]
+        w(f"{'runs, outcome ' + kind:<24}{b:>12,}{c:>12,}{c - b:>+10,}\n")
+
+    rows = d["by_agent_detector_tool"]
+    if rows:
+        names = [(r["agent"], r["detector"], r["tool"]) for r in rows]
+        aw = max(5, *(len(n[0]) for n in names))
+        dw = max(8, *(len(n[1]) for n in names))
+        tw = max(4, *(len(n[2]) for n in names))
+        w(f"\nruns warned, blocked and aborted, baseline -> candidate\n")
+        w(f"{'agent':<{aw}}  {'detector':<{dw}}  {'tool':<{tw}}  {'warned':>15}  {'blocked':>15}  {'aborted':>15}\n")
+        for r in rows:
+            cells = "  ".join(f"{r[BASELINE][k]:>6,} -> {r[CANDIDATE][k]:<6,}" for k in ("warned", "blocked", "aborted"))
+            w(f"{r['agent']:<{aw}}  {r['detector']:<{dw}}  {r['tool']:<{tw}}  {cells}\n")
+
+    changed = d["changed_runs"]
+    w(f"\nruns whose outcome changes: {len(changed):,} (verdicts differ somewhere in {d['runs_disagreeing']:,} runs)\n")
+    for run in changed[:examples]:
+        first = run["first_disagreement"]
+        w(f"  {run['run']}  agent {run['agent']}: {run[BASELINE]} -> {run[CANDIDATE]}"
+          + (f"; first disagreement at {first['at']} ({first['type']} {first['tool'] or ''} event {first['event_id']}):"
+             f" baseline {first[BASELINE]}, candidate {first[CANDIDATE]}" if first else "") + "\n")
+    if len(changed) > examples:
+        w(f"  ... {len(changed) - examples:,} more (--json lists them all)\n")
+
+    fp = d["likely_false_positives"]
+    reasons = "/".join(d["normal_end_reasons"])
+    w(f"\nlikely false positives: blocks in runs that later ended normally (run.ended {reasons})\n")
+    for name in SIDES:
+        w(f"  {name}: {fp[name]['blocks']:,} blocks in {len(fp[name]['runs']):,} runs\n")
+        for row in fp[name]["by"][:examples]:
+            w(f"    {row['agent']} {row['detector']} {row['tool']}: {row['blocks']:,}\n")
+
+
+def plot(report: Report, path: Path, *, baseline: str, candidate: str) -> None:
+    """Would-fire per minute (warnings, blocks and aborts published), baseline and candidate."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise BacktestError("--plot needs matplotlib: pip install 'loopwatch[ops]'") from None
+    matplotlib.use("Agg")
+    from datetime import datetime, timezone
+
+    import matplotlib.pyplot as plt
+
+    base, cand = report.per_minute
+    minutes = sorted(set(base) | set(cand))
+    fig, ax = plt.subplots(figsize=(11, 4.5), dpi=100)
+    if minutes:
+        span = range(minutes[0], minutes[-1] + 1)
+        x = [datetime.fromtimestamp(m * 60, timezone.utc) for m in span]
+        ax.plot(x, [base[m] for m in span], label=f"baseline ({baseline})", color="#1f77b4")
+        ax.plot(x, [cand[m] for m in span], label=f"candidate ({candidate})", color="#d62728")
+    ax.set_title("loopwatch backtest: would-fire per minute (warnings, blocks, aborts)")
+    ax.set_xlabel("event time (UTC)")
+    ax.set_ylabel("verdicts per minute")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    try:
+        fig.savefig(path, format="png")
+    except OSError as exc:
+        raise BacktestError(f"cannot write {path}: {exc.strerror or exc}") from None
+    finally:
+        plt.close(fig)
+
+
+class Progress:
+    """A progress line on ``out`` (records read, rate, ETA) once the work takes longer than
+    ``after_s``; rewritten in place on a terminal, a line every ``every_s`` elsewhere."""
+
+    def __init__(self, out: IO[str], share: Callable[[], float | None], *, after_s: float = 2.0) -> None:
+        self.out = out
+        self.share = share
+        self.after_s = after_s
+        self.started = time.monotonic()
+        self.tty = hasattr(out, "isatty") and out.isatty()
+        self.every_s = 0.5 if self.tty else 5.0
+        self.shown_at: float | None = None
+
+    def __call__(self, n: int) -> None:
+        now = time.monotonic()
+        elapsed = now - self.started
+        if elapsed < self.after_s or (self.shown_at is not None and now - self.shown_at < self.every_s):
+            return
+        self.shown_at = now
+        rate = n / elapsed
+        line = f"backtest: {n:,} records read, {rate:,.0f}/s"
+        share = self.share()
+        if share:
+            line += f", {share:.0%}, ETA {max(0.0, elapsed / share - elapsed):.0f} s"
+        self.out.write(("\r" + line + "   ") if self.tty else line + "\n")
+        self.out.flush()
+
+    def done(self, n: int) -> None:
+        if self.shown_at is not None:
+            elapsed = time.monotonic() - self.started
+            line = f"backtest: {n:,} records read in {elapsed:.1f} s, {n / elapsed:,.0f}/s"
+            self.out.write(("\r" + line + "   \n") if self.tty else line + "\n")
+            self.out.flush()
