@@ -99,7 +99,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _backtest(args: argparse.Namespace) -> int:
-    from schemas.config import ConfigError
+    from schemas.config import RUN_SCOPE, ConfigError
 
     from .backtest import Backtest, BacktestError, FileSource, KafkaRange, Progress, parse_time, plot, render_table
     from .engine import LoopEngine
@@ -122,6 +122,14 @@ def _backtest(args: argparse.Namespace) -> int:
             engines[name] = LoopEngine(_load_root(getattr(args, name)))
         except ConfigError as exc:
             return fail(f"--{name}: {exc}")
+        config = engines[name].config
+        if config.scope != RUN_SCOPE:
+            # The backtest runs each run id's events from fresh state, as its report counts runs.
+            return fail(f"--{name}: loopwatch.scope: session is not backtested (loopwatch replay --scope session "
+                        "runs a session's history)")
+        if config.fleet_incidents is not None or config.agent_rings is not None:
+            print(f"loopwatch backtest: --{name}: fleetIncidents and agentRings need the fleet topology and are not "
+                  "backtested (loopwatch replay runs them)", file=sys.stderr)
     try:
         if args.files:
             source = FileSource([Path(f) for f in args.files])

@@ -237,3 +237,18 @@ def test_a_state_fed_from_both_topics_compares_offsets_within_each():
     assert p.process(forwarded, read).skipped == 4  # their redelivery is
     again = p.process([Record("tool-calls", partition, 3, key, encode_event(events[3]))], read)
     assert again.events == 0 and again.duplicates == 1  # another topic's: caught by its event id
+
+
+def test_under_session_scope_a_shadow_agents_verdicts_stay_keyed_by_run():
+    """Session scope with an agent in shadow mode (issue 16): its verdicts go to the shadow
+    topic and its runner gets an allow, each keyed by the run, as under run scope."""
+    events = session_loop(gate=True)
+    p = processor({**ENABLED, "loopwatch": {"scope": "session", "mode": "shadow"}})
+    forwards = p.process(tool_calls(events), no_store).forwards
+    result = p.process([Record("lw-sessions", 1, i, k, v) for i, (k, v, _h) in enumerate(forwards)], no_store)
+    shadow = [decode_verdict(v.value) for v in result.shadow]
+    assert shadow == RunDriver(LoopEngine(SESSION)).verdicts(events)  # what enforce mode would publish
+    assert any(v.action == "block" for v in shadow)
+    answers = [decode_verdict(v.value) for v in result.verdicts]
+    assert len(answers) == sum(1 for e in events if getattr(e, "gate", False)) and {a.action for a in answers} == {"allow"}
+    assert all(v.key == f"run:{v.verdict.run_id}".encode() for v in result.shadow + result.verdicts)
