@@ -312,15 +312,18 @@ def fleet() -> dashboard_b.Dashboard:
         "Tools failing the same way in many runs of several agents (loopwatch.fleetIncidents), as every "
         "worker's view holds them (max over workers). Details on the loop-incidents topic; see "
         "LoopwatchToolOutage.",
-        [Q("max by (tool) (loopwatch_fleet_incidents_open)", "{{tool}}")],
+        # (A tool's series exists from its first incident on: "none" at 0 until then, so that
+        # the panel shows no incidents rather than no data.)
+        [Q('max by (tool) (loopwatch_fleet_incidents_open) or on() label_replace(vector(0), "tool", "none", "", "")',
+           "{{tool}}")],
         width=8, stack=True, thresholds=_steps((None, GREEN), (1, RED))))
     d = d.with_panel(timeseries(
         L, "Fleet incidents and agent rings per 10 minutes",
         "Incidents opened and resolved (by the worker owning the tool), decisions that told a run its "
         "tool is failing across the fleet, and agent-ring notices by level (a ring reaching a level, "
         "or a new round at it).",
-        [Q("sum(increase(loopwatch_fleet_incidents_opened_total[10m]))", "incidents opened"),
-         Q("sum(increase(loopwatch_fleet_incidents_resolved_total[10m]))", "incidents resolved"),
+        [Q("sum(increase(loopwatch_fleet_incidents_opened_total[10m])) or vector(0)", "incidents opened"),
+         Q("sum(increase(loopwatch_fleet_incidents_resolved_total[10m])) or vector(0)", "incidents resolved"),
          Q("sum(increase(loopwatch_fleet_incident_decisions_total[10m]))", "decisions carrying an incident"),
          Q("sum by (level) (increase(loopwatch_agent_rings_total[10m]))", "ring notices ({{level}})")],
         width=8, bars=True))
