@@ -41,6 +41,21 @@ Records are checked before they reach the engine: the Kafka key must be one of t
 event time further ahead of the worker's clock than ``clock_skew_ms`` is clamped to the
 worker's clock (``loopwatch_event_time_clamped_total``).  Idle expiry never reads event
 times: a runner's clock cannot keep a run alive.
+
+Issue 17's options add, each only when on:
+
+* ``loopwatch.scope: session``: a session's runs arrive on the partitions of their run ids
+  (runners that key by run id), but the session's state lives on one partition.  So such a
+  ``tool-calls`` record is first forwarded, unchanged (headers too), to the worker's
+  repartition topic ``<app id>-sessions`` under its session's key
+  (``schemas.keys.session_scope_key``; ``BatchResult.forwards``), and processed from there.
+  A record its runner keyed by session already is on its session's partition: processed at
+  once.  A state's stamp (the offset of its last record) compares only with offsets of the
+  topic it came from (``FORWARDED_OFFSETS``).  Verdicts stay keyed by the run
+  (``state_key``), so runners route them as before.
+* ``loopwatch.fleetIncidents``, ``loopwatch.agentRings``: a completed call that failed or made
+  no progress, and a completed send of a trace, also become a record for the fleet topology
+  (``BatchResult.fleet``, keyed by ``tool:<name>`` or ``trace:<id>``; ``streams.app.fleet``).
 """
 
 from __future__ import annotations
@@ -53,23 +68,28 @@ from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
 
-from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, ToolCallEvent, decode_event
+from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, ToolCallCompleted, ToolCallEvent, decode_event
+from schemas.fleet import FleetSend, encode_fleet_record
 from schemas.names import (
     BAD_SIGNATURE, CANDIDATE, ENFORCE, INVALID_JSON, KEY_MISMATCH, LIVE, MISSING_KEY, OUTCOMES, PROCESSING_ERROR,
     WARNING,
 )
 from schemas.signing import Keyring
 from schemas.verdicts import Decision, RunAborted, encode_verdict
-from schemas.keys import record_key
+from schemas.keys import record_key, session_scope_key
 from streams.engine import LoopEngine, RunState, copy_state, outcome, shadow_answer, state_key
+from streams.engine.extensions import FleetStep
+from streams.engine.fleet import fleet_outcome, fleet_send
 from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 
 from . import logs
 from .checkpoint import LiveRun, LiveRuns
+from .output import partition_for, source_offset
 from .run_store import COMPARED_FROM_START, compare, compared_outcomes, event_digest, remember, seen_before
 
 __all__ = [
-    "BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "check_record", "kafka_key_problem",
+    "BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "check_record", "forwarded_key_problem",
+    "kafka_key_problem",
 ]
 
 log = logging.getLogger("loopwatch.worker")
@@ -78,6 +98,9 @@ _LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WAR
                "warning": logging.WARNING, "error": logging.ERROR}
 DETAIL_LIMIT = 2048
 """Dead-letter detail strings are cut to this many characters."""
+FORWARDED_OFFSETS = 1 << 61
+"""Under session scope, records of the repartition topic are stamped on states as their offset
+plus this: an offset space of their own (Kafka's offsets stay far below it)."""
 
 
 # -- records in, results out --------------------------------------------------------------------
@@ -96,6 +119,8 @@ class Record:
     timestamp: int | None = None
     """Kafka record timestamp, ms (aiokafka's convention)."""
     headers: Sequence[tuple[str, bytes]] = ()
+    source_offset: int | None = None
+    """The offset in its topic when ``offset`` is not (a forwarded record's, ``FORWARDED_OFFSETS``)."""
 
 
 @dataclass(slots=True)
@@ -135,6 +160,15 @@ class BatchResult:
     """Valid events applied."""
     runs: int = 0
     """Runs this batch touched."""
+    forwards: list[tuple[bytes, bytes, list]] = field(default_factory=list)
+    """Under session scope: ``tool-calls`` records to repartition, as (session key, value,
+    headers)."""
+    fleet: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """Records for the fleet topology, as (key, value)."""
+    fleet_kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """How many of them are failing outcomes (``outcome``) and sends (``send``)."""
+    incident_decisions: int = 0
+    """Decisions that carried an open fleet incident."""
 
 
 def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
@@ -150,7 +184,10 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     * the key the README gave before ``record_key``: the event's ``run_id`` exactly as
       published, or without one its ``session_key``, else its ``session_id``;
     * the event's state key, ``state_key``: ``run:<run id>``, ``session:<session key>|`` or
-      ``session:|<session id>`` (the form verdicts are keyed by).
+      ``session:|<session id>`` (the form verdicts are keyed by);
+    * its session's key, ``session_scope_key`` (``scope:session:<session key>|``): runners that
+      key by session, for ``loopwatch.scope: session`` (a run's events share their session
+      key, so under run scope too they land on one partition).
 
     A missing or empty key is ``missing_key``; any other key is ``key_mismatch``.
     """
@@ -164,6 +201,8 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     legacy = event.run_id or event.session_key or event.session_id
     if legacy and key == legacy.encode("utf-8", "surrogatepass"):
         return None
+    if key == session_scope_key(event).encode("utf-8", "surrogatepass"):
+        return None  # a runner keying by session (schemas.keys.session_scope_key): its runs stay whole
     shown = key[:200].decode("utf-8", "replace")
     return KEY_MISMATCH, (
         f"Kafka key {shown!r} is not the event's run key {expected.decode('utf-8', 'replace')!r}"
@@ -171,13 +210,17 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     )
 
 
-def check_record(record: Any, keyring: Keyring | None = None, *, keyed: bool = True) -> tuple[ToolCallEvent, bytes]:
+def check_record(
+    record: Any, keyring: Keyring | None = None, *, keyed: bool = True, key_of: Callable[[Any], str] = state_key,
+    key_problem: Callable[[bytes | None, Any, bytes], tuple[str, str] | None] = kafka_key_problem,
+) -> tuple[ToolCallEvent, bytes]:
     """The event in a ``tool-calls`` record and its state key (UTF-8), as the worker takes it;
     ``InvalidEvent`` (the dead letter's reason and detail) when the worker would dead-letter
     it: no value, a bad signature (with a ``keyring``), not a valid event
     (``schemas.decode_event``: JSON, bounds, version, type), a Kafka key that does not fit
     (``kafka_key_problem``; not checked when ``keyed`` is false: a record read from a file
-    has none).  ``loopwatch backtest`` counts what this refuses."""
+    has none).  ``loopwatch backtest`` counts what this refuses.  Under session scope the
+    worker passes the engine's ``key_of`` and ``forwarded_key_problem``."""
     value = record.value
     if value is None:
         raise InvalidEvent(INVALID_JSON, "the record has no value (null)")
@@ -185,9 +228,9 @@ def check_record(record: Any, keyring: Keyring | None = None, *, keyed: bool = T
     event = decode_event(value)
     if signer is not None:
         signer.check_agent(event)
-    key = state_key(event).encode("utf-8", "surrogatepass")
+    key = key_of(event).encode("utf-8", "surrogatepass")
     if keyed:
-        problem = kafka_key_problem(record.key, event, key)
+        problem = key_problem(record.key, event, key)
         if problem is not None:
             raise InvalidEvent(*problem)
     return event, key
@@ -230,6 +273,11 @@ class BatchProcessor:
         self.clock_skew_ms = None if clock_skew_s is None else int(clock_skew_s * 1000)
         self.runs = LiveRuns(metrics, clock=clock, cache_size=cache_size)
         self._loggers: dict[str, tuple[logging.Logger, Any]] = {}
+        self.sessions_topic: str | None = None
+        """Under session scope, the repartition topic (``_forward``)."""
+        self.partitions = 1
+        """Partitions of ``tool-calls`` (and of the repartition topic): where a key belongs."""
+        self._partitions_of: dict[bytes, int] = {}
 
     def use_config(self, engine: LoopEngine, sha256: str) -> None:
         """Run the live config ``engine`` (tagged ``sha256``) from the next batch on."""
@@ -253,16 +301,21 @@ class BatchProcessor:
         groups: dict[tuple[int, bytes], list[tuple[Record, Any]]] = {}
         now_ms = int(self.clock() * 1000)
         latest_ms = None if self.clock_skew_ms is None else now_ms + self.clock_skew_ms
+        key_of = engine.key_of
+        session = key_of is session_scope_key
+        key_problem = forwarded_key_problem if session else kafka_key_problem
+        if session:
+            records = self._forward(records, result)
         for record in records:
             try:
-                event, key = check_record(record, keyring)
+                event, key = check_record(record, keyring, key_of=key_of, key_problem=key_problem)
             except InvalidEvent as exc:
                 dead.append(DeadLetter(record, exc.reason, _cut(exc.detail)))
                 continue
             except Exception as exc:  # noqa: BLE001 - a bad record must never stop the worker
                 dead.append(DeadLetter(record, PROCESSING_ERROR, _cut(f"decode: {exc!r}")))
                 self._count_error("decode")
-                log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition, record.offset)
+                log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition, source_offset(record))
                 continue
             if latest_ms is not None and event.ts_ms > latest_ms:
                 # A runner's clock far ahead (or a hostile ts_ms): the event counts as
@@ -285,12 +338,72 @@ class BatchProcessor:
             live = touched.get(pk)
             if live is None:
                 live = touched[pk] = runs.load(pk, read)
-            applied = self._run_group(engine, pk, live, items, result, counts, shadow)
+            applied = self._run_group(engine, pk, live, items, result, counts, shadow, session)
             if judged is not None and applied:
                 self._run_candidate(candidate, pk, live, applied, result, judged)
         result.runs = len(groups)
         self._account(result, tallies, counts)
         return result
+
+    def _forward(self, records: Iterable[Record], result: BatchResult) -> list[Record]:
+        """Under session scope: which records reach the engine here, and which are forwarded
+        to the repartition topic first (``BatchResult.forwards``, under their session's key).
+
+        A ``tool-calls`` record keyed by a session (``session_scope_key``, a runner that keys so)
+        on the partition that key gives is processed at once (if the key is not its event's,
+        the key check after decoding dead-letters it); any other is forwarded.  A
+        record whose run fields cannot be read is not forwarded: processed here, it becomes
+        the dead letter it is (invalid JSON, ...).  The repartition topic's records reach the
+        engine with their offsets moved to a space of their own (``FORWARDED_OFFSETS``): a
+        state fed from both topics (runners of one session keying differently) compares
+        offsets only within a topic (``_run_group``).
+
+        A fetch lists its records partition by partition, and a session's runs are on several
+        partitions: forwarded in the order of their Kafka timestamps (stable), the runs of a
+        session reach its state in about the order they were published.  (Runs of one
+        session that overlap in time interleave in no order Kafka defines.)"""
+        own = self.sessions_topic
+        partition_of = self._partition_of
+        kept = []
+        foreign = []
+        for record in records:
+            key = record.key
+            if record.topic == own:
+                kept.append(Record(own, record.partition, record.offset + FORWARDED_OFFSETS, key, record.value,
+                                   record.timestamp, record.headers, record.offset))
+            elif key is not None and key.startswith(b"scope:") and partition_of(key) == record.partition:
+                # Keyed by session by its runner, on that key's partition: its state is here (the
+                # key check after decoding makes sure the key is its event's).
+                kept.append(record)
+            else:
+                foreign.append(record)
+        if len(foreign) > 1:
+            foreign.sort(key=_timestamp)
+        for record in foreign:
+            if record.value is None:
+                kept.append(record)
+                continue
+            try:
+                fields = _RUN_FIELDS.decode(record.value)
+            except (msgspec.MsgspecError, RecursionError, ValueError):
+                kept.append(record)
+                continue
+            if not (fields.run_id or fields.session_key or fields.session_id):
+                kept.append(record)  # missing_key, below
+                continue
+            key = session_scope_key(fields).encode("utf-8", "surrogatepass")
+            result.forwards.append((key, record.value, list(record.headers or ())))
+        return kept
+
+    def _partition_of(self, key: bytes) -> int:
+        """``output.partition_for`` of a session's key, remembered (murmur2 in Python, per record)."""
+        cache = self._partitions_of
+        partition = cache.get(key)
+        if partition is None:
+            if len(cache) >= 100_000:
+                cache.clear()
+            partition = cache[key] = partition_for(key, self.partitions)
+        return partition
 
     # -- one run's events ---------------------------------------------------------------------
 
@@ -303,9 +416,16 @@ class BatchProcessor:
         result: BatchResult,
         counts: "_Counts",
         shadow: "_Shadow | None",
+        session: bool = False,
     ) -> list[tuple[Any, Any, Any]]:
         """Apply a run's events; returns ``(record, event, step)`` of each one applied."""
-        fresh = [item for item in items if item[0].offset > live.offset]
+        if session and live.offset >= 0:
+            # A state's stamp compares with offsets of its own topic only (see _forward).
+            forwarded = live.offset >= FORWARDED_OFFSETS
+            fresh = [item for item in items
+                     if (item[0].offset >= FORWARDED_OFFSETS) != forwarded or item[0].offset > live.offset]
+        else:
+            fresh = [item for item in items if item[0].offset > live.offset]
         if len(fresh) < len(items):
             # Already in the stored state (a redelivery).  The run stays dirty even when
             # nothing is new: the checkpoint re-writes it, so the changelog holds it even if
@@ -344,7 +464,7 @@ class BatchProcessor:
                 result.dead_letters.append(DeadLetter(record, reason, _cut(detail)))
                 if reason == PROCESSING_ERROR:
                     self._count_error("engine")
-                    log.exception("engine failed on %s[%d]@%d", record.topic, record.partition, record.offset)
+                    log.exception("engine failed on %s[%d]@%d", record.topic, record.partition, source_offset(record))
                 # The engine may have changed the state in place before failing: rebuild it
                 # from the stored state and every event applied since (their verdicts are out).
                 state = self._rebuild(engine, live, [e for j, (_r, e) in enumerate(fresh[:i]) if j not in failed])
@@ -360,16 +480,57 @@ class BatchProcessor:
                     live.owner = event.agent_id
             outputs.append((record, event, step))
             i += 1
-        if shadow is None:
+        if shadow is None and not session:
             for record, event, step in outputs:
                 self._collect(pk[0], pk[1], event, step, result.verdicts, counts)
         else:
-            self._collect_moded(pk, outputs, result, counts, shadow)
+            self._collect_moded(pk, outputs, result, counts, shadow, by_run=session)
+        if engine.fleet_records:
+            self._fleet_records(engine, outputs, result)
         result.events += len(outputs)
         live.state = state
         live.offset = fresh[-1][0].offset
         live.applied.extend(event for _record, event, _step in outputs)
         return outputs
+
+    @staticmethod
+    def _fleet_records(engine: LoopEngine, outputs: list[tuple[Any, Any, Any]], result: BatchResult) -> None:
+        """What the fleet topology hears of a run's completed calls in this batch
+        (``streams.app.fleet``), and how many of its decisions carried an incident.
+
+        A run's repeats within a batch say nothing more to the fleet topology: a window counts
+        distinct runs, so a run's outcome is sent once per batch; a hop's streak counts
+        identical sends in a row, so consecutive identical sends go as one, with their count."""
+        incidents, rings = engine.incidents_on, engine.rings_on
+        outcomes: set[tuple[str, str, str]] = set()
+        last_send: FleetSend | None = None
+        repeats = 0
+
+        def flush() -> None:
+            if last_send is not None:
+                send = last_send if repeats == 1 else msgspec.structs.replace(last_send, count=repeats)
+                result.fleet.append((f"trace:{send.trace_id}".encode("utf-8", "surrogatepass"), encode_fleet_record(send)))
+                result.fleet_kinds["send"] += 1
+
+        for _record, event, step in outputs:
+            if type(event) is not ToolCallCompleted:
+                if type(step) is FleetStep:
+                    result.incident_decisions += 1
+                continue
+            outcome = fleet_outcome(event) if incidents else None
+            if outcome is not None and (seen := (outcome.run, outcome.tool_name, outcome.fingerprint)) not in outcomes:
+                outcomes.add(seen)  # (by run: under session scope a state holds several runs)
+                result.fleet.append((f"tool:{event.tool_name}".encode("utf-8", "surrogatepass"),
+                                     encode_fleet_record(outcome)))
+                result.fleet_kinds["outcome"] += 1
+            send = fleet_send(event) if rings else None
+            if send is not None:
+                if send == last_send:
+                    repeats += 1
+                else:
+                    flush()
+                    last_send, repeats = send, 1
+        flush()
 
     def _rebuild(self, engine: LoopEngine, live: LiveRun, more: list[Any]) -> RunState | None:
         base = live.base
@@ -421,12 +582,17 @@ class BatchProcessor:
             counts.aborts[abort.detector] += 1
             out.append(VerdictOut(partition, key, encode_verdict(abort), abort))
 
-    def _collect_moded(self, pk, outputs, result: BatchResult, counts: "_Counts", shadow: "_Shadow") -> None:
+    def _collect_moded(self, pk, outputs, result: BatchResult, counts: "_Counts", shadow: "_Shadow | None",
+                       by_run: bool = False) -> None:
         """``_collect`` when the live config has agents in shadow mode: theirs go to the shadow
-        topic, and their runners get ``shadow_answer`` on ``loop-verdicts``."""
+        topic, and their runners get ``shadow_answer`` on ``loop-verdicts``.  ``by_run``
+        (session scope): verdicts are keyed by their run (``state_key``), whose runner routes
+        them by that key, not by the session's state key."""
         partition, key = pk
         for _record, event, step in outputs:
-            tally = shadow.tally_for(event.agent_id)
+            if by_run:
+                key = state_key(event).encode("utf-8", "surrogatepass")
+            tally = None if shadow is None else shadow.tally_for(event.agent_id)
             if tally is None:
                 self._collect(partition, key, event, step, result.verdicts, counts)
                 continue
@@ -449,7 +615,7 @@ class BatchProcessor:
             except Exception:  # noqa: BLE001 - the candidate never affects the live run
                 self._count_error(CANDIDATE)
                 log.exception("the candidate config's engine failed on %s[%d]@%d: the candidate starts the run "
-                              "afresh", record.topic, record.partition, record.offset)
+                              "afresh", record.topic, record.partition, source_offset(record))
                 state, compared = None, 0
                 continue
             state = judged_step.state
@@ -508,6 +674,12 @@ class BatchProcessor:
         m.add(m.candidate_outcome_changes, counts.changes)
         if result.duplicates:
             m.duplicate_events.inc(result.duplicates)
+        if result.forwards:
+            m.events_forwarded.inc(len(result.forwards))
+        if result.fleet:
+            m.add(m.fleet_records, result.fleet_kinds)
+        if result.incident_decisions:
+            m.fleet_incident_decisions.inc(result.incident_decisions)
         if result.clamped:
             m.event_time_clamped.inc(result.clamped)
         if result.dead_letters:
@@ -529,6 +701,29 @@ class BatchProcessor:
                 observe(max(0.0, now_ms - verdict.ts_ms) / 1000.0)
 
 
+class _RunFields(msgspec.Struct):
+    """The fields of an event that say which session it belongs to (anything else ignored)."""
+
+    run_id: str | None = None
+    session_key: str | None = None
+    session_id: str | None = None
+
+
+_RUN_FIELDS = msgspec.json.Decoder(_RunFields)
+
+
+def _timestamp(record: Any) -> int:
+    return record.timestamp or 0
+
+
+def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
+    """``kafka_key_problem`` under session scope, for the records of the repartition topic:
+    the worker forwarded each under its state key."""
+    if key == state_key_bytes:
+        return None
+    shown = (key or b"")[:200].decode("utf-8", "replace")
+    return KEY_MISMATCH, (f"Kafka key {shown!r} of a forwarded record is not its state key "
+                          f"{state_key_bytes.decode('utf-8', 'replace')!r}")
 class _Shadow:
     """Where the steps of one config go when shadow is in play: the ``_Counts`` of an agent's
     mode under ``config`` (``tag``: live or candidate), made on first use in ``tallies``.
