@@ -24,6 +24,13 @@ Four measurements, in one run, on the local broker (``scripts/kafka.sh``):
     through both engines and every run stores both states), alternating with (b) itself,
     ``--candidate-rounds`` pairs, each on a fresh topic: (b), (b''), (b), (b''), ...  Judged on
     the median of the pairs' ratios (b'')/(b) (issue 16's target: at least 0.5).
+(e) with ``--options-rounds N`` (issue 17): (b) again, in turn with the default config and
+    with all four of loopwatch's fleet options on (``OPTIONS_CONFIG``: session scope, the
+    cycle detector, agent rings, fleet incidents), N times each in one run, on one workload
+    whose sends carry a trace (``with_traces``, ignored by the default config), keyed by
+    session as runners do for session scope, and the options once more on the same events
+    keyed by run (each record forwarded to the repartition topic first); the ratios to the
+    default of each round and their medians.
 (d) peers (``bench.peers``), right after (b) and like it: the same events preloaded
     into a fresh topic, drained by the same engine as a user would run it with another
     Python stream processor, each in its own subprocess, timed from its first processed
@@ -59,18 +66,26 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from schemas import decode_verdict, encode_event
-from schemas.events import ToolCallRequested
+from schemas.events import RunEnded, ToolCallRequested
 from harness import (
     REPO, WorkerNames, WorkerProcess, delete_topics, encode_all, reference_verdicts, stop_group, wait_for_topic,
     write_config,
 )
 from bench.peers import PEERS
 from bench.peers.runner import PeerFailed, measure_peer
-from schemas.keys import record_key
+from schemas.keys import record_key, session_scope_key
 from streams.engine import LoopEngine
 from streams.scenarios import FLEET_MIX, fleet_trace
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+OPTIONS_CONFIG = {
+    **CONFIG,
+    "loopwatch": {"scope": "session", "detectors": {"cycle": True}, "fleetIncidents": {"enabled": True},
+                  "agentRings": {"enabled": True}},
+}
+"""(e): every option of issue 17 on, at its defaults."""
+TARGET_OPTIONS_RATIO = 0.7
+"""(e): with all four options, at least 0.7 of the default configuration's rate."""
 CANDIDATE = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
 """(b'')'s candidate config: it differs from CONFIG for every agent."""
 MIX = FLEET_MIX
@@ -113,6 +128,18 @@ def fleet(
     events, _ = fleet_trace(runs, calls, seed=seed, mix=mix, run_prefix=f"bench-{seed}", gate=gate,
                             start_ms=start_ms, end=True, engine=LoopEngine(CONFIG))
     return events
+
+
+def with_traces(events: list, traces: int = 50) -> list:
+    """The workload's sends (tool ``message``) as part of ``traces`` conversations, to their
+    channel: what ``loopwatch.agentRings`` reads (the default config ignores both fields)."""
+    out = []
+    for event in events:
+        if getattr(event, "tool_name", None) == "message" and not isinstance(event, RunEnded):
+            trace = f"trace-{int(event.run_id.rsplit('-', 1)[1]) % traces}"
+            event = msgspec.structs.replace(event, trace_id=trace, target="slack:#ops")
+        out.append(event)
+    return out
 
 
 # -- machine -------------------------------------------------------------------------------------
@@ -241,6 +268,7 @@ async def raw_passthrough(broker: str, source: str, sink: str, n: int, *, batche
 
 async def worker_throughput(
     broker: str, records: list[tuple[bytes, bytes]], tmp: Path, *, max_batch: int | None, used: list[str],
+    config_root: dict = CONFIG,
     candidate: bool = False, profile_to: Path | None = None,
 ) -> dict:
     """(b), or with ``candidate`` (b''): the same worker with ``CANDIDATE`` loaded beside ``CONFIG``.
@@ -250,8 +278,8 @@ async def worker_throughput(
     used.append(names.app_id)
     await create_topics(broker, [names.tool_calls, names.shadow_verdicts] if candidate else [names.tool_calls])
     produce_rate = await preload(broker, names.tool_calls, records)
-    config = tmp / "loop-detection.json"
-    write_config(config, CONFIG)
+    config = tmp / f"loop-detection-{names.tag}.json"
+    write_config(config, config_root)
     env = {"LOOPWATCH_PARTITIONS": str(PARTITIONS)}
     if max_batch:
         env["LOOPWATCH_MAX_BATCH"] = str(max_batch)
@@ -566,6 +594,14 @@ def target_verdicts(results: dict) -> list[str]:
         if b:
             ratio = b["rate"] / d["rate"]
             lines.append(f"loopwatch ahead of {PEERS[name].label}: {_verdict(ratio > 1)} ({ratio:.2f}×)")
+    if "options_ratio" in results:
+        ratio = results["options_ratio"]
+        lines.append(f"(e) all four options >= {TARGET_OPTIONS_RATIO} of the default config: {ratio:.2f}, "
+                     f"{_verdict(ratio >= TARGET_OPTIONS_RATIO)}")
+    if "options_run_keyed_ratio" in results:
+        ratio = results["options_run_keyed_ratio"]
+        lines.append(f"(e) the same, runners keying by run (the repartition hop): {ratio:.2f}, "
+                     f"{_verdict(ratio >= TARGET_OPTIONS_RATIO)}")
     pairs = results.get("candidate_pairs")
     if pairs:
         share = statistics.median(cand["rate"] / plain["rate"] for plain, cand in pairs)
@@ -687,6 +723,25 @@ async def run(args: argparse.Namespace) -> int:
                   f"waited for a core {b['runqueue_share'] * 100:.0f} % of the time); {b['durable_rate']:,.0f} events/s to all offsets committed; peak RSS {b['peak_rss_mib']:.0f} MiB")
             if args.profile_worker:
                 print(f"     py-spy profile of (b): {args.profile_worker} (python -m bench.profile {args.profile_worker})")
+        if args.options_rounds:
+            # The default config on records keyed by session (schemas.keys.session_scope_key), as
+            # runners key them for session scope (the worker accepts that key under either scope);
+            # the options on the same records, and on records keyed by run (each forwarded to the
+            # repartition topic first).
+            traced = with_traces(events)
+            by_session = [(session_scope_key(e).encode("utf-8", "surrogatepass"), encode_event(e)) for e in traced]
+            by_run = encode_all(traced)
+            variants = [("default", CONFIG, by_session), ("options", OPTIONS_CONFIG, by_session),
+                        ("options-run-keyed", OPTIONS_CONFIG, by_run)]
+            for i in range(args.options_rounds):
+                # Rotating which goes first, so that none always runs on a warmer machine.
+                for label, root, keyed in variants[i % 3:] + variants[:i % 3]:
+                    e = await worker_throughput(broker, keyed, tmp, max_batch=args.max_batch, used=used,
+                                                config_root=root)
+                    results.setdefault("options_rounds", {}).setdefault(label, []).append(e)
+                    print(f"(e)  round {i + 1}/{args.options_rounds}, {label + ':':<19}          {e['rate']:>9,.0f} events/s "
+                          f"({e['cpu_us']:.0f} µs CPU/event, {e['cpu_cores']:.2f} cores)")
+            traced = by_session = by_run = None
         if args.candidate:
             # (b) and (b'') in turn, so that the shared machine's swings hit both alike.
             for i in range(args.candidate_rounds):
@@ -777,6 +832,18 @@ async def run(args: argparse.Namespace) -> int:
               f"until every offset is committed; verdicts = the engine's ({describe_counts(d['verdicts'])}) |")
         if "worker" in results:
             print(f"| ratio (b)/({peer.tag}) | {results['worker']['rate'] / d['rate']:.2f} |")
+    if "options_rounds" in results:
+        rounds = results["options_rounds"]
+        for i, (a, b, c) in enumerate(zip(rounds["default"], rounds["options"], rounds["options-run-keyed"])):
+            print(f"| (e) round {i + 1}: default config / all four options on (session scope, cycle, rings, incidents), "
+                  f"keyed by session / the same keyed by run | {a['rate']:,.0f} / {b['rate']:,.0f} / {c['rate']:,.0f} events/s "
+                  f"({a['cpu_us']:.0f} / {b['cpu_us']:.0f} / {c['cpu_us']:.0f} µs CPU/event); "
+                  f"ratios {b['rate'] / a['rate']:.2f}, {c['rate'] / a['rate']:.2f} |")
+        results["options_ratio"] = statistics.median(b["rate"] / a["rate"] for a, b in zip(rounds["default"], rounds["options"]))
+        results["options_run_keyed_ratio"] = statistics.median(
+            c["rate"] / a["rate"] for a, c in zip(rounds["default"], rounds["options-run-keyed"]))
+        print(f"| (e) options / default, median of {len(rounds['default'])} rounds | {results['options_ratio']:.2f} "
+              f"(keyed by run: {results['options_run_keyed_ratio']:.2f}) |")
     floors = results.get("floor_rounds", [])
     for i, c in enumerate(results.get("latency_rounds", [])):
         tag = f", round {i + 1}" if args.latency_rounds > 1 else ""
@@ -846,6 +913,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--peer", action="append", choices=sorted(PEERS),
                    help="run only this peer of (d) (repeat for several; default: all of them)")
     p.add_argument("--skip-peers", action="store_true", help="no (d): the workload in Quix Streams and in a Faust agent")
+    p.add_argument("--options-rounds", type=int, default=0, metavar="N",
+                   help="(e): (b) with the default config and with all four fleet options on (records keyed by session, "
+                        "then by run), in turn, N times each")
     args = p.parse_args(argv)
     args.peer = [] if args.skip_peers else (args.peer or list(PEERS))
     try:

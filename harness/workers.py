@@ -55,6 +55,10 @@ class WorkerNames:
         return f"{self.prefix}-{self.tag}-dlq"
 
     @property
+    def incidents(self) -> str:
+        return f"{self.prefix}-{self.tag}-incidents"
+
+    @property
     def shadow_verdicts(self) -> str:
         return f"{self.prefix}-{self.tag}-verdicts-shadow"
 
@@ -68,6 +72,7 @@ class WorkerNames:
             "LOOPWATCH_TOOL_CALLS_TOPIC": self.tool_calls,
             "LOOPWATCH_VERDICTS_TOPIC": self.verdicts,
             "LOOPWATCH_DEAD_LETTER_TOPIC": self.dead_letters,
+            "LOOPWATCH_INCIDENTS_TOPIC": self.incidents,
             "LOOPWATCH_SHADOW_VERDICTS_TOPIC": self.shadow_verdicts,
         }
 

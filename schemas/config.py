@@ -49,6 +49,25 @@ CONFIGURABLE_FINAL = "configurable-final"
 LATEST = "latest"
 PROFILES = (CONFIGURABLE_FINAL, LATEST)
 """``loopwatch.profile`` values; the first is the default."""
+Scope = Literal["run", "session"]
+RUN_SCOPE = "run"
+SESSION_SCOPE = "session"
+SCOPES = (RUN_SCOPE, SESSION_SCOPE)
+"""``loopwatch.scope`` values; the first is the default."""
+
+# loopwatch's fleet-wide options (issue 17): bounds and defaults.
+MAX_FLEET_COUNT = 1_000
+"""``fleetIncidents.minRuns`` and ``minAgents``: an open window keeps up to this many run and
+agent digests per tool and outcome, so the bound is the size of a window's value."""
+MAX_WINDOW_SECONDS = 86_400
+"""Every ``*Seconds`` option: at most a day."""
+MAX_RING_ROUNDS = 1_000
+"""``agentRings`` thresholds, in rounds."""
+FLEET_INCIDENT_DEFAULTS = {"minRuns": 20, "minAgents": 3, "windowSeconds": 300, "hopSeconds": 60, "quietSeconds": 300}
+AGENT_RING_DEFAULTS = {"warningThreshold": 3, "criticalThreshold": 5, "windowSeconds": 3600}
+FleetCount = Annotated[int, msgspec.Meta(gt=0, le=MAX_FLEET_COUNT)]
+WindowSeconds = Annotated[int, msgspec.Meta(gt=0, le=MAX_WINDOW_SECONDS)]
+RingRounds = Annotated[int, msgspec.Meta(gt=0, le=MAX_RING_ROUNDS)]
 
 
 class DetectorToggles(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -75,8 +94,46 @@ class LoopDetectionConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defau
     postCompactionGuard: PostCompactionGuardConfig | None = None
 
 
-class LoopwatchOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    """Behaviour beyond upstream; every option is off by default (upstream behaviour)."""
+class LoopwatchDetectors(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """loopwatch's own detectors, each off unless true."""
+
+    cycle: bool | None = None
+    """Cycles of 3 to 5 calls repeated with identical outcomes (read, edit, test, ...), which
+    no upstream detector catches (#64500, #117637).  Warns at ``warningThreshold`` calls,
+    blocks at ``criticalThreshold``; ping-pong (a cycle of 2) stays upstream's."""
+
+
+class FleetIncidentsConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``loopwatch.fleetIncidents`` (root only): a tool failing the same way across the fleet."""
+
+    enabled: bool | None = None
+    minRuns: FleetCount | None = None
+    """Distinct runs with the same error (or no-progress outcome) of one tool within a window (20)."""
+    minAgents: FleetCount | None = None
+    """... of at least this many distinct agents (3)."""
+    windowSeconds: WindowSeconds | None = None
+    """The hopping window's size (300)."""
+    hopSeconds: WindowSeconds | None = None
+    """How often a new window starts (60); at most ``windowSeconds``."""
+    quietSeconds: WindowSeconds | None = None
+    """An open incident is resolved once its tool has not met the thresholds for this long (300)."""
+
+
+class AgentRingsConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``loopwatch.agentRings`` (root only): agents messaging each other in a ring."""
+
+    enabled: bool | None = None
+    warningThreshold: RingRounds | None = None
+    """Rounds of the same hops with identical outcomes before the ring's sends are warned (3)."""
+    criticalThreshold: RingRounds | None = None
+    """... and blocked (5); above ``warningThreshold``."""
+    windowSeconds: WindowSeconds | None = None
+    """A trace's sends are kept this long (3600) and a ring nobody continues is forgotten after it."""
+
+
+class AgentLoopwatchOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """Behaviour beyond upstream; every option is off by default (upstream behaviour).  Per
+    agent (``agents.list[].loopwatch``) over the root's, key by key."""
 
     profile: Profile | None = None
     """Which upstream loopwatch reproduces: ``configurable-final`` (the default: OpenClaw
@@ -93,6 +150,22 @@ class LoopwatchOptions(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
     exactly as in enforce mode, but verdicts go only to the shadow topic
     (``loop-verdicts-shadow``); a gated call gets an ``allow`` on ``loop-verdicts``, so its
     runner is never blocked, warned or aborted."""
+    detectors: LoopwatchDetectors | None = None
+    """loopwatch's own detectors (``cycle``), per agent like upstream's."""
+
+
+class LoopwatchOptions(AgentLoopwatchOptions, forbid_unknown_fields=True, omit_defaults=True):
+    """The root ``loopwatch`` block: the per-agent options' defaults, and the options that
+    decide how the whole fleet's events are keyed and repartitioned (root only)."""
+
+    scope: Scope | None = None
+    """Root only.  ``run`` (the default): one history per run id.  ``session``: one history per
+    session key, across the runs of the session (a compaction or a restart that starts a new
+    run no longer starts the streak over, #126545)."""
+    fleetIncidents: FleetIncidentsConfig | None = None
+    """Root only: fleet incidents on ``loop-incidents`` (off unless ``enabled``)."""
+    agentRings: AgentRingsConfig | None = None
+    """Root only: the agent-ring detector (off unless ``enabled``)."""
 
 
 class AgentTools(msgspec.Struct):
@@ -102,7 +175,7 @@ class AgentTools(msgspec.Struct):
 class AgentEntry(msgspec.Struct):
     id: AgentId
     tools: AgentTools | None = None
-    loopwatch: LoopwatchOptions | None = None
+    loopwatch: AgentLoopwatchOptions | None = None
 
 
 class AgentsSection(msgspec.Struct):
@@ -248,11 +321,80 @@ def validate_loop_detection_latest(block: Any, path: str = "tools.loopDetection"
     return issues, warnings
 
 
-def _validate_options(options: Any, path: str, issues: list[ConfigIssue]) -> None:
+_AGENT_OPTIONS = ("profile", "abortAfterCriticalBlocks", "surfaceWarnings", "mode", "detectors")
+_ROOT_OPTIONS = (*_AGENT_OPTIONS, "scope", "fleetIncidents", "agentRings")
+"""``scope``, ``fleetIncidents`` and ``agentRings`` decide how the whole fleet's events are
+keyed and repartitioned: one setting for every agent, at the root."""
+
+
+def _check_bool(value: Any, path: str, issues: list[ConfigIssue]) -> None:
+    if value is not None and not isinstance(value, bool):
+        issues.append(ConfigIssue(path, f"Invalid input: expected boolean, received {_type_name(value)}", "invalid_type"))
+
+
+def _check_block_of(
+    block: Any, path: str, issues: list[ConfigIssue], ints: dict[str, int], bools: tuple[str, ...] = ("enabled",)
+) -> dict | None:
+    """An options object with boolean and bounded positive integer keys; the block if it has
+    no issue of its own (for the cross-key checks), else None."""
+    if not isinstance(block, dict):
+        issues.append(ConfigIssue(path, f"Invalid input: expected object, received {_type_name(block)}", "invalid_type"))
+        return None
+    before = len(issues)
+    _check_strict(block, (*bools, *ints), path, issues)
+    for key in bools:
+        _check_bool(block.get(key), f"{path}.{key}", issues)
+    for key, maximum in ints.items():
+        if key in block:
+            _check_positive_int(block[key], f"{path}.{key}", issues, maximum)
+    return block if len(issues) == before else None
+
+
+def _validate_fleet_options(options: dict, path: str, issues: list[ConfigIssue]) -> None:
+    if "scope" in options and options["scope"] not in SCOPES:
+        issues.append(ConfigIssue(
+            f"{path}.scope", f"Invalid option: expected one of {' | '.join(repr(s) for s in SCOPES)}", "invalid_value"
+        ))
+    if "fleetIncidents" in options:
+        where = f"{path}.fleetIncidents"
+        block = _check_block_of(options["fleetIncidents"], where, issues, {
+            "minRuns": MAX_FLEET_COUNT, "minAgents": MAX_FLEET_COUNT, "windowSeconds": MAX_WINDOW_SECONDS,
+            "hopSeconds": MAX_WINDOW_SECONDS, "quietSeconds": MAX_WINDOW_SECONDS,
+        })
+        if block is not None:
+            merged = {**FLEET_INCIDENT_DEFAULTS, **block}
+            if merged["minAgents"] > merged["minRuns"]:
+                issues.append(ConfigIssue(f"{where}.minAgents", f"{where}.minAgents must not exceed minRuns.", "custom"))
+            if merged["hopSeconds"] > merged["windowSeconds"]:
+                issues.append(ConfigIssue(f"{where}.hopSeconds", f"{where}.hopSeconds must not exceed windowSeconds.", "custom"))
+    if "agentRings" in options:
+        where = f"{path}.agentRings"
+        block = _check_block_of(options["agentRings"], where, issues, {
+            "warningThreshold": MAX_RING_ROUNDS, "criticalThreshold": MAX_RING_ROUNDS, "windowSeconds": MAX_WINDOW_SECONDS,
+        })
+        if block is not None:
+            merged = {**AGENT_RING_DEFAULTS, **block}
+            if merged["warningThreshold"] >= merged["criticalThreshold"]:
+                issues.append(ConfigIssue(
+                    f"{where}.criticalThreshold", f"{where}.warningThreshold must be lower than criticalThreshold.", "custom"
+                ))
+
+
+def _validate_options(options: Any, path: str, issues: list[ConfigIssue], *, root: bool = False) -> None:
     if not isinstance(options, dict):
         issues.append(ConfigIssue(path, f"Invalid input: expected object, received {_type_name(options)}", "invalid_type"))
         return
-    _check_strict(options, ("profile", "abortAfterCriticalBlocks", "surfaceWarnings", "mode"), path, issues)
+    if not root:
+        for key in _ROOT_OPTIONS[len(_AGENT_OPTIONS):]:
+            if key in options:
+                issues.append(ConfigIssue(
+                    f"{path}.{key}", f"{key} applies to the whole fleet: set it in the root loopwatch block", "root_only"
+                ))
+    _check_strict(options, _ROOT_OPTIONS, path, issues)
+    if root:
+        _validate_fleet_options(options, path, issues)
+    if "detectors" in options:
+        _check_block_of(options["detectors"], f"{path}.detectors", issues, {}, bools=("cycle",))
     profile = options.get("profile")
     if profile is not None and profile not in PROFILES:
         issues.append(ConfigIssue(
@@ -328,7 +470,7 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
         elif "loopDetection" in tools:
             _check_block(tools["loopDetection"], "tools.loopDetection", global_latest_only, issues, notes)
     if "loopwatch" in root:
-        _validate_options(root["loopwatch"], "loopwatch", issues)
+        _validate_options(root["loopwatch"], "loopwatch", issues, root=True)
     if agents is not None:
         if not isinstance(agents, dict) or not isinstance(entries, (list, type(None))):
             issues.append(ConfigIssue("agents.list", "Invalid input: expected array", "invalid_type"))

@@ -57,6 +57,14 @@ Digest = Annotated[
     str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$", max_length=HASH_LENGTH, description="64 lowercase hex (SHA-256)")
 ]
 OutcomeKind = Literal["terminal-exec-failure", "write-mutation"]
+Unset = msgspec.UnsetType
+UNSET = msgspec.UNSET
+TraceId = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH, description="a conversation or task shared by agents")
+]
+Target = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH, description="the session key or agent id a message goes to")
+]
 
 
 # gc=False: events hold only scalars, so they can never be part of a reference cycle.
@@ -83,6 +91,13 @@ class ToolCallRequested(_Event, tag=names.TOOL_CALL_REQUESTED, kw_only=True):
     target_hash: Digest | None = None
     """Tool ``write`` only: SHA-256 of ``{"path": <path>}`` (hashing.write_target_hash).
     Read by profile latest (argument churn on one target); optional."""
+    # loopwatch's agent rings (issue 17), both optional and left out of the record when unset
+    # (so every event without them encodes exactly as before).
+    trace_id: TraceId | Unset = UNSET
+    """The conversation or task this call belongs to, shared by the agents that message each
+    other in it (``loopwatch.agentRings``)."""
+    target: Target | Unset = UNSET
+    """On a send tool: the session key or agent id the message goes to (an id, never content)."""
 
 
 class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True):
@@ -112,6 +127,10 @@ class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True):
     """The outcome made no progress: an error, or a ``write`` that changed nothing."""
     target_hash: Digest | None = None
     """As on the requested event (tool ``write``)."""
+    trace_id: TraceId | Unset = UNSET
+    """As on the requested event."""
+    target: Target | Unset = UNSET
+    """As on the requested event."""
 
 
 class CompactionRetried(_Event, tag=names.COMPACTION_RETRIED, kw_only=True):

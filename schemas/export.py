@@ -9,12 +9,14 @@ import msgspec
 
 from .config import LoopwatchConfig
 from .events import ToolCallEvent
+from .fleet import Incident
 from .verdicts import Verdict
 
 SCHEMAS = {
     "tool-calls.event.v1.json": ToolCallEvent,
     "loop-verdicts.verdict.v1.json": Verdict,
     "config.v1.json": LoopwatchConfig,
+    "loop-incidents.incident.v1.json": Incident,
 }
 
 

@@ -14,13 +14,16 @@ run id belongs to its session's "no run" scope, named the way upstream names the
 
 The ``|`` keeps the two session forms apart, so a session key never names the same scope as an
 equal session id.
+
+Under ``loopwatch.scope: session`` (issue 17) one state holds every run of a session
+(``session_scope_key``); verdicts stay keyed by ``state_key``, so runners route them as before.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-__all__ = ["JS_WHITESPACE", "normalize_run_id", "record_key", "state_key"]
+__all__ = ["JS_WHITESPACE", "normalize_run_id", "record_key", "session_scope_key", "state_key"]
 
 # ECMAScript String.prototype.trim() whitespace: note U+FEFF is included and U+0085 and
 # U+001C..U+001F are not, unlike Python's str.strip().
@@ -56,3 +59,16 @@ def record_key(event: _Keyed) -> str:
     """The Kafka key a runner publishes an event under on ``tool-calls``: the run id, or for
     an event without one, its state key.  Every event of a run lands on one partition."""
     return normalize_run_id(event.run_id) or state_key(event)
+
+
+def session_scope_key(event: _Keyed) -> str:
+    """The key a state lives under with ``loopwatch.scope: session``: one state per session key,
+    across the session's runs (``scope:session:<session key>|``); an event without a session key
+    keeps its own scope (``scope:`` + ``state_key``).
+
+    Prefixed so that states of the two scopes never share a key: a state stamps the offsets of
+    the topic that fed it, and under session scope that is the worker's repartition topic,
+    not ``tool-calls`` (a worker restarted with the other scope starts fresh histories)."""
+    if event.session_key:
+        return f"scope:session:{event.session_key}|"
+    return "scope:" + state_key(event)

@@ -39,11 +39,20 @@ COMPACTION_LOOP_PERSISTED = "compaction_loop_persisted"
 """The post-compaction guard's abort."""
 CRITICAL_BLOCK_LIMIT = "critical_block_limit"
 """The abort after ``loopwatch.abortAfterCriticalBlocks`` blocks (loopwatch's option)."""
+CYCLE = "cycle"
+"""loopwatch's opt-in detector of cycles of 3 to 5 calls (``loopwatch.detectors.cycle``)."""
+AGENT_RING = "agent_ring"
+"""loopwatch's opt-in detector of agents messaging each other in a ring (``loopwatch.agentRings``)."""
 
-WARNING_DETECTORS = (GENERIC_REPEAT, KNOWN_POLL_NO_PROGRESS, PING_PONG, ARGUMENT_CHURN)
+WARNING_DETECTORS = (GENERIC_REPEAT, KNOWN_POLL_NO_PROGRESS, PING_PONG, ARGUMENT_CHURN, CYCLE, AGENT_RING)
 """Detectors that can warn."""
 ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT)
 """Detectors of ``loop.run_aborted``."""
+
+# -- fleet incidents (``type`` on loop-incidents) ----------------------------------------------------
+
+INCIDENT_OPENED = "fleet.incident_opened"
+INCIDENT_RESOLVED = "fleet.incident_resolved"
 
 # -- dead-letter reasons (the ``loopwatch.reason`` header on tool-calls-dlq) ------------------------
 

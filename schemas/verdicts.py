@@ -16,10 +16,12 @@ from .events import (
     MAX_SAFE_INT,
     MAX_TOOL_NAME_LENGTH,
     SCHEMA_VERSION,
+    UNSET,
     ArgsHash,
     Id,
     OptionalKey,
     TimestampMs,
+    Unset,
     Version,
 )
 
@@ -36,6 +38,7 @@ Detector = Annotated[str, msgspec.Meta(max_length=64, description="generic_repea
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)]
 Message = Annotated[str, msgspec.Meta(max_length=4096)]
 WarningKey = Annotated[str, msgspec.Meta(max_length=2048)]
+IncidentId = Annotated[str, msgspec.Meta(min_length=1, max_length=64, description="the fleet incident (loop-incidents)")]
 
 
 class _Verdict(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True, gc=False):
@@ -59,6 +62,12 @@ class Decision(_Verdict, tag=names.DECISION, kw_only=True):
     ``message`` to the model: always for a block (upstream's blocked result); for warnings
     only with the ``surfaceWarnings`` option (upstream never shows them, #120449).
 
+    With ``loopwatch.fleetIncidents``, a call of a tool with an open fleet incident gets a
+    decision whatever its action (also when not gated): it carries ``incident_id``, its
+    ``message`` starts with the incident's (the tool is failing across the fleet) and
+    ``notify_model`` is true.  loopwatch's own detectors ``cycle`` and ``agent_ring`` are
+    opt-in (``loopwatch.detectors.cycle``, ``loopwatch.agentRings``).
+
     Profile latest adds detector ``argument_churn`` (warnings only) and ``liveness_signal``:
     ``argument_churn`` when the call also continues an argument churn, i.e. the run is busy
     without getting anywhere.  Its write-churn warning can also answer a
@@ -79,6 +88,8 @@ class Decision(_Verdict, tag=names.DECISION, kw_only=True):
     warning_emitted: bool | None = None
     notify_model: bool = False
     liveness_signal: LivenessSignal | None = None
+    incident_id: IncidentId | Unset = UNSET
+    """Left out of the record unless the tool has an open fleet incident."""
 
 
 class RunAborted(_Verdict, tag=names.RUN_ABORTED, kw_only=True):

@@ -70,14 +70,18 @@ def _replay(args: argparse.Namespace) -> int:
     from .engine import LoopEngine
     from .replay import print_summary, run_replay
 
-    from .engine.config import with_profile
+    from .engine.config import with_profile, with_scope
 
     try:
         root = _load_root(args.config)
     except ConfigError as exc:
         print(f"loopwatch replay: {exc}", file=sys.stderr)
         return 2
-    engine = LoopEngine(with_profile(root, args.profile) if args.profile else root)
+    if args.profile:
+        root = with_profile(root, args.profile)
+    if args.scope:
+        root = with_scope(root, args.scope)
+    engine = LoopEngine(root)
     try:
         summary = run_replay(Path(args.trace), engine, as_json=args.json, verbose=args.verbose, out=sys.stdout)
     except OSError as exc:
@@ -95,7 +99,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _backtest(args: argparse.Namespace) -> int:
-    from schemas.config import ConfigError
+    from schemas.config import RUN_SCOPE, ConfigError
 
     from .backtest import Backtest, BacktestError, FileSource, KafkaRange, Progress, parse_time, plot, render_table
     from .engine import LoopEngine
@@ -118,6 +122,14 @@ def _backtest(args: argparse.Namespace) -> int:
             engines[name] = LoopEngine(_load_root(getattr(args, name)))
         except ConfigError as exc:
             return fail(f"--{name}: {exc}")
+        config = engines[name].config
+        if config.scope != RUN_SCOPE:
+            # The backtest runs each run id's events from fresh state, as its report counts runs.
+            return fail(f"--{name}: loopwatch.scope: session is not backtested (loopwatch replay --scope session "
+                        "runs a session's history)")
+        if config.fleet_incidents is not None or config.agent_rings is not None:
+            print(f"loopwatch backtest: --{name}: fleetIncidents and agentRings need the fleet topology and are not "
+                  "backtested (loopwatch replay runs them)", file=sys.stderr)
     try:
         if args.files:
             source = FileSource([Path(f) for f in args.files])
@@ -186,14 +198,21 @@ def _config_check(args: argparse.Namespace) -> int:
             "profile": config.profile_for(agent),
             **s.detection.as_dict(),
             "postCompactionGuard": {"enabled": s.guard.enabled, "windowSize": s.guard.window_size},
-            "loopwatch": {"abortAfterCriticalBlocks": s.abort_after_critical_blocks, "surfaceWarnings": s.surface_warnings,
-                          "mode": config.mode_for(agent)},
+            "loopwatch": {
+                "abortAfterCriticalBlocks": s.abort_after_critical_blocks, "surfaceWarnings": s.surface_warnings,
+                "mode": config.mode_for(agent), "detectors": {"cycle": s.cycle},
+            },
         }
+    fleet = {  # root only: how the whole fleet's events are keyed and repartitioned
+        "scope": config.scope,
+        "fleetIncidents": config.fleet_incidents.as_dict() if config.fleet_incidents else {"enabled": False},
+        "agentRings": config.agent_rings.as_dict() if config.agent_rings else {"enabled": False},
+    }
     if args.json:
-        print(json.dumps(effective, indent=2))
+        print(json.dumps({**effective, "(fleet)": fleet}, indent=2))
     else:
         print(f"{args.file}: valid")
-        for name, values in effective.items():
+        for name, values in {**effective, "(fleet)": fleet}.items():
             print(f"\n[{name}]")
             for key, value in values.items():
                 print(f"  {key}: {json.dumps(value)}")
@@ -240,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--verbose", "-v", action="store_true", help="also print allow decisions")
     p.add_argument("--profile", choices=("configurable-final", "latest"),
                    help="the default profile (loopwatch.profile); agents that name their own keep it")
+    p.add_argument("--scope", choices=("run", "session"),
+                   help="one history per run or per session key (loopwatch.scope)")
     p.set_defaults(func=_replay)
 
     p = sub.add_parser(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
+from schemas.events import UNSET, CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
 
 from .canonical import UNDEFINED
 from .hashing import Outcome, args_hash, hash_outcome, is_known_poll, write_target_hash
@@ -40,7 +40,11 @@ def requested_event(
     agent_id: str | None = None,
     gate: bool = False,
     ts_ms: int = 0,
+    trace_id: str | None = None,
+    target: str | None = None,
 ) -> ToolCallRequested:
+    """``trace_id`` and ``target`` (agent rings, optional): the conversation the call belongs
+    to and, on a send, the session key or agent id the message goes to."""
     return ToolCallRequested(
         event_id=event_id,
         run_id=run_id,
@@ -54,6 +58,8 @@ def requested_event(
         known_poll=is_known_poll(tool_name, args),
         gate=gate,
         target_hash=write_target_hash(tool_name, args),
+        trace_id=trace_id or UNSET,
+        target=target or UNSET,
     )
 
 
@@ -72,6 +78,8 @@ def completed_event(
     session_id: str | None = None,
     agent_id: str | None = None,
     ts_ms: int = 0,
+    trace_id: str | None = None,
+    target: str | None = None,
 ) -> ToolCallCompleted:
     outcome = hash_outcome(
         tool_name, args, result=result, error=error, returned=returned, provider_send_tools=provider_send_tools
@@ -79,7 +87,7 @@ def completed_event(
     return completed_from_outcome(
         event_id, tool_name, args_hash(tool_name, args), outcome, target_hash=write_target_hash(tool_name, args),
         tool_call_id=tool_call_id, run_id=run_id, session_key=session_key,
-        session_id=session_id, agent_id=agent_id, ts_ms=ts_ms,
+        session_id=session_id, agent_id=agent_id, ts_ms=ts_ms, trace_id=trace_id or UNSET, target=target or UNSET,
     )
 
 

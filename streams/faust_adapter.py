@@ -217,8 +217,9 @@ safe (the handler may return before that, e.g. to overlap the next batch)."""
 class WorkerHooks:
     """What the worker gives its Faust app (``WorkerApp.attach``)."""
 
-    batch_topic: str
-    """The topic whose records go to ``handle_batch`` as lists (the others: Faust's per-record path)."""
+    batch_topics: frozenset[str]
+    """The topics whose records go to ``handle_batch`` as lists (the others: Faust's per-record
+    path): ``tool-calls``, and under session scope the worker's repartition topic."""
     handle_batch: BatchHandler
     before_wait_empty: Callable[[], Awaitable[None]]
     """Awaited before Faust waits for in-flight records (before a rebalance and on shutdown):
@@ -317,7 +318,7 @@ class _BatchingConsumer:
         read_offset = self._read_offset
         acks_enabled_for = self.app.topics.acks_enabled_for
         hooks = self.app.hooks
-        batch_topic, handler = (hooks.batch_topic, hooks.handle_batch) if hooks is not None else (None, None)
+        batch_topics, handler = (hooks.batch_topics, hooks.handle_batch) if hooks is not None else ((), None)
         unacked = self._unacked_messages
         flow_control = self.app.flow_control
         to_message = self._to_message
@@ -359,7 +360,7 @@ class _BatchingConsumer:
                         tp_records = [r for r in tp_records if r.offset >= r_offset]
                         if not tp_records:
                             continue
-                    if tp.topic == batch_topic:
+                    if tp.topic in batch_topics:
                         # aiokafka's records go to the handler as they are: a Faust message
                         # per record (and a Faust ack per record) cost ~12 % of the worker.
                         # No gaps are recorded: a batch's ack is a watermark that covers the
@@ -393,8 +394,7 @@ class _BatchingConsumer:
                             offsets = [entry for entry in offsets if entry[0] in assignment]
                             batch = [r for r in batch if TP(r.topic, r.partition) in assignment]
                 if batch:
-                    if not acks_enabled_for(batch_topic):
-                        offsets = []
+                    offsets = [entry for entry in offsets if acks_enabled_for(entry[0].topic)]
                     # While a batch is not acked, one tracked Faust message keeps Faust's
                     # rebalance (wait_empty) waiting; ``done`` acks the batch.
                     if self._batch_message is None:
@@ -502,7 +502,7 @@ class _WorkerApp:
     hooks: WorkerHooks | None = None
 
     def attach(self, hooks: WorkerHooks) -> None:
-        """Deliver ``hooks.batch_topic`` in batches to ``hooks.handle_batch`` (call before the
+        """Deliver ``hooks.batch_topics`` in batches to ``hooks.handle_batch`` (call before the
         app starts: the consumer takes the hooks when Faust creates it)."""
         self.hooks = hooks
 

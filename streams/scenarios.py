@@ -14,7 +14,9 @@ from schemas.events import ToolCallEvent
 
 from .edge import compaction_event, completed_event, requested_event, run_ended_event
 
-SCENARIOS = ("healthy", "polling_loop", "ping_pong", "generic_repeat", "unknown_tool", "post_compaction", "send_loop")
+SCENARIOS = (
+    "healthy", "polling_loop", "ping_pong", "generic_repeat", "unknown_tool", "post_compaction", "send_loop", "cycle_loop",
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,15 @@ def scenario_calls(kind: str, rng: random.Random, length: int) -> Iterator[Call 
         for i in range(length):
             yield Call("message", {"action": "send", "target": "slack:#ops", "text": "deploy finished?"},
                        _text(f"sent {i}", ok=True, channel="slack", messageId=f"m{i}", ts=1700000000 + i))
+    elif kind == "cycle_loop":  # read, edit, test, read, ... and the test keeps failing the same way
+        cycle = (
+            Call("read", {"path": "/src/app.py"}, _text("def main(): ...", ok=True)),
+            Call("edit", {"path": "/src/app.py", "old": "x = 1", "new": "x = 2"}, _text("no change", ok=True)),
+            Call("exec", {"command": "pytest tests/test_app.py"},
+                 _text("1 failed", status="completed", exitCode=1, aggregated="1 failed")),
+        )
+        for i in range(length):
+            yield cycle[i % 3]
     else:
         raise ValueError(f"unknown scenario {kind!r}")
 
@@ -113,7 +124,7 @@ def obey(events: Iterator[ToolCallEvent], engine) -> Iterator[ToolCallEvent]:
     blocked: set[tuple[str, str | None]] = set()
     ended: set[str] = set()
     for event in events:
-        key = state_key(event)
+        key = state_key(event)  # the run's (under session scope the driver keys its state by session)
         if key in ended:
             continue
         if isinstance(event, ToolCallCompleted) and (key, event.tool_call_id) in blocked:
@@ -123,7 +134,7 @@ def obey(events: Iterator[ToolCallEvent], engine) -> Iterator[ToolCallEvent]:
                 tool_call_id=event.tool_call_id, tool_name=event.tool_name, args_hash=event.args_hash,
                 loop_veto=True,
             )
-        step = runs.handle(event, key)
+        step = runs.handle(event)
         yield event
         if isinstance(event, ToolCallRequested) and step.decision is not None and step.decision.action == "block":
             blocked.add((key, event.tool_call_id))
@@ -186,3 +197,80 @@ def fleet_trace(
     engine = engine or LoopEngine({"tools": {"loopDetection": {"enabled": True}}})
     kind_of = {f"run:{name}": kind for name, kind in zip(names, kinds)}
     return list(obey(interleaved(), engine)), kind_of
+
+
+# -- fleet-wide scenarios (issue 17): what no single run shows ---------------------------------------
+
+
+def _at(event_ms: int, i: int) -> int:
+    return event_ms + 100 * i
+
+
+def session_loop(session_key: str = "agent:main:support-42", *, runs: int = 3, calls_per_run: int = 8,
+                 gate: bool = False, start_ms: int = 1_700_000_000_000) -> list[ToolCallEvent]:
+    """One session whose loop outlives its runs: the same read with the same result,
+    ``calls_per_run`` times in each of ``runs`` runs (a compaction or a restart starts the
+    next run, upstream #126545).  No run loops long enough on its own."""
+    events: list[ToolCallEvent] = []
+    n = 0
+    for r in range(runs):
+        common = {"run_id": f"{session_key}/run-{r + 1}", "session_key": session_key, "agent_id": "main"}
+        for _ in range(calls_per_run):
+            call = f"call_{n}"
+            args = {"path": "/var/log/app/errors.log"}
+            events.append(requested_event(f"sess-{n}:req", "read", args, tool_call_id=call, gate=gate,
+                                          ts_ms=_at(start_ms, 2 * n), **common))
+            events.append(completed_event(f"sess-{n}:done", "read", args, tool_call_id=call,
+                                          result=_text("ERROR connection refused", ok=True),
+                                          ts_ms=_at(start_ms, 2 * n + 1), **common))
+            n += 1
+        events.append(run_ended_event(f"sess-run-{r + 1}:end", reason="compacted", ts_ms=_at(start_ms, 2 * n),
+                                      **common))
+    return events
+
+
+def agent_ring(trace_id: str = "trace-standup", *, agents: int = 3, rounds: int = 6, gate: bool = False,
+               start_ms: int = 1_700_000_000_000) -> list[ToolCallEvent]:
+    """Agents messaging each other in a ring (upstream #37842): agent i sends agent i+1 the
+    same message and gets the same answer, round after round, each in its own run."""
+    events: list[ToolCallEvent] = []
+    names = [f"agent:ring-{i}:{trace_id}" for i in range(agents)]
+    n = 0
+    for rnd in range(rounds):
+        for i in range(agents):
+            target = names[(i + 1) % agents]
+            common = {"run_id": f"{names[i]}/run", "session_key": names[i], "agent_id": f"ring-{i}",
+                      "trace_id": trace_id}
+            args = {"sessionKey": target, "message": "Any update on the stand-up notes?"}
+            result = _text("Not yet, I will ask the next agent.", status="ok")
+            call = f"call_{n}"
+            events.append(requested_event(f"{trace_id}-{n}:req", "sessions_send", args, tool_call_id=call, gate=gate,
+                                          target=target, ts_ms=_at(start_ms, 2 * n), **common))
+            events.append(completed_event(f"{trace_id}-{n}:done", "sessions_send", args, tool_call_id=call,
+                                          result=result, target=target, ts_ms=_at(start_ms, 2 * n + 1), **common))
+            n += 1
+    return events
+
+
+def tool_outage(tool: str = "web_search", *, runs: int = 30, agents: int = 5, calls_per_run: int = 2,
+                failing: bool = True, gate: bool = False, run_prefix: str = "outage",
+                start_ms: int = 1_700_000_000_000) -> list[ToolCallEvent]:
+    """``runs`` runs of ``agents`` agents calling one tool within a minute; with ``failing``
+    every call returns the same error (the tool's backend is down), else a result of its own."""
+    events: list[ToolCallEvent] = []
+    n = 0
+    for r in range(runs):
+        agent = f"agent-{r % agents}"
+        common = {"run_id": f"{run_prefix}-{r:03d}", "session_key": f"agent:{agent}:{run_prefix}-{r:03d}",
+                  "agent_id": agent}
+        for c in range(calls_per_run):
+            args = {"query": f"question {r}.{c}"}
+            outcome = ({"error": "503 Service Unavailable: upstream search backend down"} if failing
+                       else {"result": _text(f"results for {r}.{c}", ok=True)})
+            call = f"call_{c}"
+            events.append(requested_event(f"{common['run_id']}:{c}:req", tool, args, tool_call_id=call, gate=gate,
+                                          ts_ms=_at(start_ms, 2 * n), **common))
+            events.append(completed_event(f"{common['run_id']}:{c}:done", tool, args, tool_call_id=call,
+                                          ts_ms=_at(start_ms, 2 * n + 1), **outcome, **common))
+            n += 1
+    return events

@@ -9,7 +9,13 @@ Nothing here does work; each part has its own module (docs/design.md has the pic
 ``expiry``      the idle sweep;
 ``health``      readiness, broker reachability, lag, ``/healthz`` and ``/readyz``;
 ``reload``      hot reload of the config files (live and candidate) and the signing keys;
+``fleet``       the fleet topology (issue 17: fleet incidents, agent rings) and every
+                worker's mirror of what it finds;
 ``streams.faust_adapter``  every touch of Faust's and aiokafka's internals.
+
+The config's fleet-wide options (``loopwatch.scope``, ``fleetIncidents``, ``agentRings``:
+``ConfigSet.topology``) decide the topics, tables and agents built here, at start; a reload
+that changes them is refused (restart the workers to apply it).
 
 Faust provides the consumer group (assignment, co-partitioning of ``tool-calls`` with the
 run table's changelog), the table's recovery and standbys, the worker process, the web
@@ -23,12 +29,15 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from schemas.config import SESSION_SCOPE
 from schemas.names import CANDIDATE, LIVE
 from streams import faust_adapter
+from streams.engine.fleet import FleetView
 
 from . import logs
 from .checkpoint import Checkpointer
 from .expiry import Expiry
+from .fleet import TICK_S, FleetMirror, FleetTopology
 from .health import BROKER_PROBE_S, Health
 from .metrics import Metrics
 from .output import DLQ_MAX_MESSAGE_BYTES, Output
@@ -134,10 +143,25 @@ class Worker:
     config: ConfigWatcher
     keys: KeyringWatcher | None
     candidate: ConfigWatcher | None = None
+    fleet: FleetTopology | None = None
+    mirror: FleetMirror | None = None
+    sessions: Any = None
+    """Under session scope, the repartition topic."""
 
     def uses_shadow_topic(self) -> bool:
         """A candidate config, or an agent in shadow mode under the live config."""
         return self.candidate is not None or self.processor.engine.config.uses_shadow()
+
+    def extra_topics(self) -> dict[str, dict[str, str]]:
+        """The topics issue 17's options add, by name, with their configs (``topics.ensure_topics``)."""
+        out: dict[str, dict[str, str]] = {}
+        if self.sessions is not None:
+            out[self.sessions.get_topic_name()] = {}
+        if self.fleet is not None:
+            out[self.fleet.topic.get_topic_name()] = {}
+            for topic in self.fleet.output_topics:
+                out[topic.get_topic_name()] = {"cleanup.policy": "compact"}
+        return out
 
 
 def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = None) -> Worker:
@@ -173,32 +197,57 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     # The parts.
     group = faust_adapter.ConsumerView(app)
     producers = faust_adapter.Producers(app)
+    view = FleetView()
 
     def use_engine(engine: Any) -> None:  # a new config: the next batch runs on it
+        engine.fleet = view
         processor.use_config(engine, config.sha256)
 
     def use_candidate(engine: Any) -> None:  # a new candidate config: likewise
+        engine.fleet = view
         processor.use_candidate(engine, candidate.sha256)
 
     def use_keyring(keyring: Any) -> None:  # new signing keys: the next batch checks with them
         processor.keyring = keyring
 
-    config = ConfigWatcher(settings.config, use_engine, metrics, name=LIVE)
+    config = ConfigWatcher(settings.config, use_engine, metrics, check=lambda engine: _topology_change(topology, engine),
+                           name=LIVE)
     candidate = None
     if settings.candidate_config is not None:
+        # (A candidate's fleet-wide options are not applied: it runs on the live config's
+        # topology, grouped by the live config's state keys.)
         candidate = ConfigWatcher(settings.candidate_config, use_candidate, metrics, name=CANDIDATE)
     keys = None if settings.signing_keys is None else KeyringWatcher(settings.signing_keys, use_keyring)
+    engine = config.load_initial()
+    engine.fleet = view
+    topology = engine.config.topology()
+    scope, incidents, rings = topology
     processor = BatchProcessor(
-        config.load_initial(), metrics, clock_skew_s=settings.clock_skew_s,
-        keyring=None if keys is None else keys.load_initial(),
+        engine, metrics, clock_skew_s=settings.clock_skew_s, keyring=None if keys is None else keys.load_initial(),
     )
     processor.use_config(processor.engine, config.sha256)
     if candidate is not None:
-        processor.use_candidate(candidate.load_initial(), candidate.sha256)
+        candidate_engine = candidate.load_initial()
+        candidate_engine.fleet = view
+        processor.use_candidate(candidate_engine, candidate.sha256)
+    batch_topics = {settings.tool_calls_topic}
+    sessions = None
+    if scope == SESSION_SCOPE:  # issue 17: the repartition by session key (streams.app.processor)
+        sessions = app.topic(settings.internal_topic("sessions"), **declared, **raw)
+        app.topics.add(sessions)
+        processor.sessions_topic = sessions.get_topic_name()
+        processor.partitions = settings.partitions
+        batch_topics.add(processor.sessions_topic)
+    fleet = mirror = None
+    if incidents is not None or rings is not None:
+        fleet = FleetTopology(app, settings, incidents, rings, view, metrics)
+        mirror = FleetMirror(settings, [t.get_topic_name() for t in fleet.output_topics], view, metrics,
+                             None if fleet.incidents_topic is None else fleet.incidents_topic.get_topic_name())
     store = RunStore(faust_adapter.TableAccess(table), producers.shared)
     output = Output(
         verdicts_topic=settings.verdicts_topic, dead_letter_topic=settings.dead_letter_topic,
         partitions=settings.partitions, shared_producer=producers.shared, new_producer=producers.new,
+        sessions_topic=processor.sessions_topic, fleet_topic=None if fleet is None else fleet.topic.get_topic_name(),
         shadow_topic=settings.shadow_verdicts_topic, metrics=metrics,
     )
     checkpoints = Checkpointer(processor, store, output, checkpoint_s=settings.checkpoint_s,
@@ -207,11 +256,12 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
                     broker_unreachable_s=settings.broker_unreachable_s)
     expiry = Expiry(
         store, processor.runs, write_lock=checkpoints.write_lock, group=group, ready=health.is_ready,
-        tool_calls_topic=settings.tool_calls_topic, idle_timeout_s=settings.idle_timeout_s,
+        # the topic the states are fed from (a session's backlog in tool-calls is on other partitions)
+        tool_calls_topic=processor.sessions_topic or settings.tool_calls_topic, idle_timeout_s=settings.idle_timeout_s,
         max_batch=settings.max_batch,
     )
     app.attach(faust_adapter.WorkerHooks(
-        batch_topic=settings.tool_calls_topic,
+        batch_topics=frozenset(batch_topics),
         handle_batch=checkpoints.handle_batch,
         before_wait_empty=checkpoints.checkpoint,  # rebalances and shutdown checkpoint first
         after_stop=output.close,
@@ -223,9 +273,17 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     metrics.runs_tracked.set_function(lambda: float(store.runs_tracked))
 
     worker = Worker(app, settings, metrics, tool_calls, verdicts, dead_letters, table, processor, store, output,
-                    checkpoints, expiry, health, config, keys, candidate)
+                    checkpoints, expiry, health, config, keys, candidate, fleet, mirror, sessions)
     _schedule(worker)
     return worker
+
+
+def _topology_change(topology: tuple, engine: Any) -> str | None:
+    """Why a reloaded config cannot be applied to a running worker, or None."""
+    if engine.config.topology() == topology:
+        return None
+    return ("loopwatch.scope, loopwatch.fleetIncidents or loopwatch.agentRings changed: they decide the worker's "
+            "topics and tables, so restart the workers to apply them")
 
 
 def _schedule(worker: Worker) -> None:
@@ -237,8 +295,13 @@ def _schedule(worker: Worker) -> None:
     async def on_start() -> None:
         nonlocal metrics_served
         gc.set_threshold(*GC_THRESHOLDS)
-        for topic in (worker.verdicts, worker.dead_letters):
+        declared = [worker.verdicts, worker.dead_letters]
+        if worker.fleet is not None:
+            declared += worker.fleet.output_topics
+        for topic in declared:
             await topic.maybe_declare()
+        if worker.mirror is not None:  # after its topics exist
+            worker.mirror.start()
         await worker.output.start()  # before the first decision, and for the broker probe
         if worker.uses_shadow_topic():
             await worker.output.find_shadow_topic()  # (created before the start: worker.py)
@@ -284,5 +347,7 @@ def _schedule(worker: Worker) -> None:
     app.timer(0.5, name="loopwatch.flush_logs")(flush_logs)
     app.timer(min(0.25, settings.checkpoint_s), name="loopwatch.checkpoint")(worker.checkpoints.tick)
     app.timer(BROKER_PROBE_S, name="loopwatch.broker_probe")(health.probe_broker)
+    if worker.fleet is not None:
+        app.timer(TICK_S, name="loopwatch.fleet_tick")(worker.fleet.tick)
     for path, handler in health.pages().items():
         app.page(path)(handler)

@@ -434,9 +434,13 @@ class Checkpointer:
                 # thousands of delivered futures (and their record metadata) lived long enough
                 # to reach the GC's oldest generation and make its full collections longer.
                 self._pending = pending = [future for future in self._pending if not _delivered(future)]
+                if result.forwards:  # under session scope, before they count as done (issue 17)
+                    pending += await self.output.send_forwards(result.forwards)
                 if result.verdicts:
                     processor.observe_latency(result.verdicts)
                     pending += await self.output.send_verdicts(result.verdicts)
+                if result.fleet:
+                    pending += await self.output.send_fleet(result.fleet)
                 for letter in result.dead_letters:
                     pending.append(await self.output.send_dead_letter(letter))
                 # Last, and not awaited: shadow verdicts never delay a decision (output.py).

@@ -10,6 +10,7 @@ import math
 import threading
 from bisect import bisect_left
 from collections import Counter as Tally
+from collections import defaultdict
 from functools import partial
 from itertools import accumulate
 from socketserver import ThreadingMixIn
@@ -36,6 +37,7 @@ from schemas.names import (
     DEAD_LETTER_REASONS,
     EVENT_TYPES,
     KNOWN_POLL_NO_PROGRESS,
+    LEVELS,
     MODES,
     OUTCOMES,
     PING_PONG,
@@ -48,6 +50,7 @@ TOOL_LABEL_CAP = 200
 """``tool`` label values are the first 200 distinct tool names; later ones are ``other``."""
 
 CONFIG_RELOAD_RESULTS = ("applied", "refused")
+FLEET_RECORD_KINDS = ("outcome", "send")
 ERROR_STAGES = ("decode", "state_decode", "state_encode", "engine", CANDIDATE)
 VERDICT_LABELS = ["config", "mode"]
 """The labels every verdict metric ends with: which config decided (``live``, ``candidate``)
@@ -142,6 +145,35 @@ class Metrics:
             "loopwatch_config_file_refused", "1 while the config file on disk is one this worker refused",
             ["config"], registry=registry,
         )
+        # Issue 17's options: declared (and their known label values at 0) on every worker;
+        # they move only where the config turns the option on.
+        self.events_forwarded = Counter(
+            "loopwatch_events_forwarded", "tool-calls records repartitioned by session (loopwatch.scope: session)",
+            registry=registry,
+        )
+        self.fleet_records = Counter(
+            "loopwatch_fleet_records", "records sent to the fleet topology: failing outcomes by tool, sends by trace",
+            ["kind"], registry=registry,
+        )
+        self.fleet_incidents_open = Gauge(
+            "loopwatch_fleet_incidents_open", "open fleet incidents by tool, as this worker's view holds them "
+            "(every worker holds the same view: aggregate with max)", ["tool"], registry=registry,
+        )
+        self.fleet_incidents_opened = Counter(
+            "loopwatch_fleet_incidents_opened", "fleet incidents opened (by the worker owning the tool)", ["tool"],
+            registry=registry,
+        )
+        self.fleet_incidents_resolved = Counter(
+            "loopwatch_fleet_incidents_resolved", "fleet incidents resolved (by the worker owning the tool)", ["tool"],
+            registry=registry,
+        )
+        self.fleet_incident_decisions = Counter(
+            "loopwatch_fleet_incident_decisions", "decisions that carried an open fleet incident", registry=registry,
+        )
+        self.agent_rings = Counter(
+            "loopwatch_agent_rings", "agent-ring notices published (a ring reaching a level or a new round)", ["level"],
+            registry=registry,
+        )
         self._tools: set[str] = set()
         # Export every known label value at 0 from the start: a series that first appears at
         # 1 hides that first increase from rate()/increase(), so a single abort or dead letter
@@ -168,6 +200,22 @@ class Metrics:
             for candidate in OUTCOMES:
                 if live != candidate:
                     self.candidate_outcome_changes.labels(live, candidate)
+        for kind in FLEET_RECORD_KINDS:
+            self.fleet_records.labels(kind)
+        for level in LEVELS:
+            self.agent_rings.labels(level)
+        self._open_labels: set[str] = set()
+
+    def set_open_incidents(self, tools: list[str]) -> None:
+        """``loopwatch_fleet_incidents_open``: the open incidents by (bounded) tool label."""
+        counts: dict[str, int] = defaultdict(int)
+        for tool in tools:
+            counts[self.tool_label(tool)] += 1
+        for label in self._open_labels - set(counts):
+            self.fleet_incidents_open.labels(label).set(0)
+        for label, n in counts.items():
+            self.fleet_incidents_open.labels(label).set(n)
+        self._open_labels |= set(counts)
 
     # -- label hygiene ------------------------------------------------------------------------
 

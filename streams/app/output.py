@@ -40,7 +40,9 @@ from .logs import FailureLog
 if TYPE_CHECKING:
     from .processor import DeadLetter, VerdictOut
 
-__all__ = ["DEAD_LETTER_VALUE_LIMIT", "DLQ_MAX_MESSAGE_BYTES", "Output", "dead_letter_record", "send_records"]
+__all__ = [
+    "DEAD_LETTER_VALUE_LIMIT", "DLQ_MAX_MESSAGE_BYTES", "Output", "dead_letter_record", "partition_for", "send_records",
+]
 
 log = logging.getLogger("loopwatch.worker")
 
@@ -67,7 +69,7 @@ def dead_letter_record(letter: DeadLetter, value_limit: int) -> tuple[bytes | No
         ("loopwatch.detail", letter.detail.encode("utf-8", "replace")),
         ("loopwatch.source.topic", record.topic.encode()),
         ("loopwatch.source.partition", str(record.partition).encode()),
-        ("loopwatch.source.offset", str(record.offset).encode()),
+        ("loopwatch.source.offset", str(source_offset(record)).encode()),
     ]
     if record.timestamp:
         headers.append(("loopwatch.source.timestamp_ms", str(int(record.timestamp)).encode()))
@@ -85,6 +87,12 @@ def dead_letter_record(letter: DeadLetter, value_limit: int) -> tuple[bytes | No
     if not key and not value:
         value = b""  # Kafka needs a key or a value
     return key, value, headers
+
+
+def source_offset(record: Any) -> int:
+    """A record's offset in its topic (a forwarded record's ``offset`` is moved: ``Record.source_offset``)."""
+    moved = getattr(record, "source_offset", None)
+    return record.offset if moved is None else moved
 
 
 async def send_records(
@@ -114,6 +122,37 @@ async def send_records(
     return sent
 
 
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner (murmur2, as aiokafka's and the Java
+    client's) gives a key: where a record keyed ``key`` is co-partitioned with the run table."""
+    from aiokafka.partitioner import murmur2
+
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+async def _send_keyed(
+    producer: Any, topic: str, partitions: int, items: Iterable[tuple[bytes, bytes, list]]
+) -> list[asyncio.Future]:
+    """Produce ``(key, value, headers)`` records to the partitions their keys give, as one
+    record batch per partition (a record larger than a batch on its own)."""
+    by_partition: dict[int, list[tuple[bytes, bytes, list]]] = defaultdict(list)
+    for item in items:
+        by_partition[partition_for(item[0], partitions)].append(item)
+    futures = []
+    for partition, records in by_partition.items():
+        batch = producer.create_batch()
+        for key, value, headers in records:
+            if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                if batch.record_count():
+                    futures.append(await producer.send_batch(batch, topic, partition=partition))
+                    batch = producer.create_batch()
+                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
+                    futures.append(await producer.send(topic, value, key=key, partition=partition, headers=headers))
+        if batch.record_count():
+            futures.append(await producer.send_batch(batch, topic, partition=partition))
+    return futures
+
+
 class Output:
     """The worker's producers of verdicts and dead letters.
 
@@ -129,11 +168,17 @@ class Output:
         partitions: int,
         shared_producer: Callable[[], Any],
         new_producer: Callable[[], Any],
+        sessions_topic: str | None = None,
+        fleet_topic: str | None = None,
         shadow_topic: str = "loop-verdicts-shadow",
         metrics: Any = None,
     ) -> None:
         self.verdicts_topic = verdicts_topic
         self.dead_letter_topic = dead_letter_topic
+        self.sessions_topic = sessions_topic
+        """Under session scope, the repartition topic (``<app id>-sessions``)."""
+        self.fleet_topic = fleet_topic
+        """With fleet incidents or agent rings, the fleet topology's input (``<app id>-fleet``)."""
         self.shadow_topic = shadow_topic
         self.metrics = metrics
         self.shadow_partitions: int | None = None
@@ -186,6 +231,18 @@ class Output:
                 futures.append(future)
         return futures
 
+    async def send_forwards(self, records: list[tuple[bytes, bytes, list]]) -> list[asyncio.Future]:
+        """Repartition records under session scope (``streams.app.processor``): to the
+        repartition topic, by their new key, headers (signatures) kept.  On the verdicts'
+        producer: a forwarded event's decision waits for this hop."""
+        topic = self.sessions_topic
+        return await _send_keyed(await self.start(), topic, await self._partition_count(topic), records)
+
+    async def send_fleet(self, records: list[tuple[bytes, bytes]]) -> list[asyncio.Future]:
+        """The fleet topology's input records (``<app id>-fleet``), by key (tool or trace)."""
+        topic = self.fleet_topic
+        return await _send_keyed(self._shared(), topic, await self._partition_count(topic),
+                                 [(key, value, _NO_HEADERS) for key, value in records])
     async def find_shadow_topic(self, timeout: float = 10.0) -> bool:
         """Look the shadow topic up (its partition count), at most ``timeout`` seconds; True once
         it is known.  Called where waiting harms no decision: at start and after a config
@@ -260,7 +317,7 @@ class Output:
         except too_large as exc:
             record = letter.record
             log.error("dead letter of %s[%d]@%d refused by %s (%r): sending its headers without key or value",
-                      record.topic, record.partition, record.offset, self.dead_letter_topic, exc)
+                      record.topic, record.partition, source_offset(record), self.dead_letter_topic, exc)
         return await self._send_alone(letter, 0, partition)
 
     async def _send_alone(self, letter: DeadLetter, limit: int, partition: int) -> Any:

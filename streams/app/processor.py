@@ -41,6 +41,21 @@ Records are checked before they reach the engine: the Kafka key must be one of t
 event time further ahead of the worker's clock than ``clock_skew_ms`` is clamped to the
 worker's clock (``loopwatch_event_time_clamped_total``).  Idle expiry never reads event
 times: a runner's clock cannot keep a run alive.
+
+Issue 17's options add, each only when on:
+
+* ``loopwatch.scope: session``: a session's runs arrive on the partitions of their run ids
+  (runners that key by run id), but the session's state lives on one partition.  So such a
+  ``tool-calls`` record is first forwarded, unchanged (headers too), to the worker's
+  repartition topic ``<app id>-sessions`` under its session's key
+  (``schemas.keys.session_scope_key``; ``BatchResult.forwards``), and processed from there.
+  A record its runner keyed by session already is on its session's partition: processed at
+  once.  A state's stamp (the offset of its last record) compares only with offsets of the
+  topic it came from (``FORWARDED_OFFSETS``).  Verdicts stay keyed by the run
+  (``state_key``), so runners route them as before.
+* ``loopwatch.fleetIncidents``, ``loopwatch.agentRings``: a completed call that failed or made
+  no progress, and a completed send of a trace, also become a record for the fleet topology
+  (``BatchResult.fleet``, keyed by ``tool:<name>`` or ``trace:<id>``; ``streams.app.fleet``).
 """
 
 from __future__ import annotations
@@ -53,23 +68,28 @@ from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
 
-from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, ToolCallEvent, decode_event
+from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, ToolCallCompleted, ToolCallEvent, decode_event
+from schemas.fleet import FleetSend, encode_fleet_record
 from schemas.names import (
     BAD_SIGNATURE, CANDIDATE, ENFORCE, INVALID_JSON, KEY_MISMATCH, LIVE, MISSING_KEY, OUTCOMES, PROCESSING_ERROR,
     WARNING,
 )
 from schemas.signing import Keyring
 from schemas.verdicts import Decision, RunAborted, encode_verdict
-from schemas.keys import record_key
+from schemas.keys import record_key, session_scope_key
 from streams.engine import LoopEngine, RunState, copy_state, outcome, shadow_answer, state_key
+from streams.engine.extensions import FleetStep
+from streams.engine.fleet import fleet_outcome, fleet_send
 from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 
 from . import logs
 from .checkpoint import LiveRun, LiveRuns
+from .output import partition_for, source_offset
 from .run_store import COMPARED_FROM_START, compare, compared_outcomes, event_digest, remember, seen_before
 
 __all__ = [
-    "BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "check_record", "kafka_key_problem",
+    "BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "check_record", "forwarded_key_problem",
+    "kafka_key_problem",
 ]
 
 log = logging.getLogger("loopwatch.worker")
@@ -79,6 +99,9 @@ KEY_MEMO_SIZE = 100_000
 (the memo is emptied when it grows beyond)."""
 DETAIL_LIMIT = 2048
 """Dead-letter detail strings are cut to this many characters."""
+FORWARDED_OFFSETS = 1 << 61
+"""Under session scope, records of the repartition topic are stamped on states as their offset
+plus this: an offset space of their own (Kafka's offsets stay far below it)."""
 
 
 # -- records in, results out --------------------------------------------------------------------
@@ -97,6 +120,8 @@ class Record:
     timestamp: int | None = None
     """Kafka record timestamp, ms (aiokafka's convention)."""
     headers: Sequence[tuple[str, bytes]] = ()
+    source_offset: int | None = None
+    """The offset in its topic when ``offset`` is not (a forwarded record's, ``FORWARDED_OFFSETS``)."""
 
 
 @dataclass(slots=True)
@@ -136,6 +161,15 @@ class BatchResult:
     """Valid events applied."""
     runs: int = 0
     """Runs this batch touched."""
+    forwards: list[tuple[bytes, bytes, list]] = field(default_factory=list)
+    """Under session scope: ``tool-calls`` records to repartition, as (session key, value,
+    headers)."""
+    fleet: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """Records for the fleet topology, as (key, value)."""
+    fleet_kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    """How many of them are failing outcomes (``outcome``) and sends (``send``)."""
+    incident_decisions: int = 0
+    """Decisions that carried an open fleet incident."""
 
 
 def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
@@ -151,7 +185,10 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     * the key the README gave before ``record_key``: the event's ``run_id`` exactly as
       published, or without one its ``session_key``, else its ``session_id``;
     * the event's state key, ``state_key``: ``run:<run id>``, ``session:<session key>|`` or
-      ``session:|<session id>`` (the form verdicts are keyed by).
+      ``session:|<session id>`` (the form verdicts are keyed by);
+    * its session's key, ``session_scope_key`` (``scope:session:<session key>|``): runners that
+      key by session, for ``loopwatch.scope: session`` (a run's events share their session
+      key, so under run scope too they land on one partition).
 
     A missing or empty key is ``missing_key``; any other key is ``key_mismatch``.
     """
@@ -165,6 +202,8 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     legacy = event.run_id or event.session_key or event.session_id
     if legacy and key == legacy.encode("utf-8", "surrogatepass"):
         return None
+    if key == session_scope_key(event).encode("utf-8", "surrogatepass"):
+        return None  # a runner keying by session (schemas.keys.session_scope_key): its runs stay whole
     shown = key[:200].decode("utf-8", "replace")
     return KEY_MISMATCH, (
         f"Kafka key {shown!r} is not the event's run key {expected.decode('utf-8', 'replace')!r}"
@@ -173,18 +212,22 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
 
 
 def check_record(
-    record: Any, keyring: Keyring | None = None, *, keyed: bool = True, memo: dict[tuple[Any, ...], Any] | None = None,
+    record: Any, keyring: Keyring | None = None, *, keyed: bool = True, key_of: Callable[[Any], str] = state_key,
+    key_problem: Callable[[bytes | None, Any, bytes], tuple[str, str] | None] = kafka_key_problem,
+    memo: dict[tuple[Any, ...], Any] | None = None,
 ) -> tuple[ToolCallEvent, bytes]:
     """The event in a ``tool-calls`` record and its state key (UTF-8), as the worker takes it;
     ``InvalidEvent`` (the dead letter's reason and detail) when the worker would dead-letter
     it: no value, a bad signature (with a ``keyring``), not a valid event
     (``schemas.decode_event``: JSON, bounds, version, type), a Kafka key that does not fit
     (``kafka_key_problem``; not checked when ``keyed`` is false: a record read from a file
-    has none).  ``loopwatch backtest`` counts what this refuses.
+    has none).  ``loopwatch backtest`` counts what this refuses.  Under session scope the
+    worker passes the engine's ``key_of`` and ``forwarded_key_problem``.
 
     ``memo``: a dict kept between calls (the worker's), in which the state key and the key
     check are remembered: they depend on four values only, which a run's events share, so
-    they are worked out once per run, not per event."""
+    they are worked out once per run, not per event (the caller empties it when ``key_of``
+    changes)."""
     value = record.value
     if value is None:
         raise InvalidEvent(INVALID_JSON, "the record has no value (null)")
@@ -194,8 +237,8 @@ def check_record(
         signer.check_agent(event)
     known = None if memo is None else memo.get((record.key, event.run_id, event.session_key, event.session_id))
     if known is None:
-        key = state_key(event).encode("utf-8", "surrogatepass")
-        known = (key, kafka_key_problem(record.key, event, key) if keyed else None)
+        key = key_of(event).encode("utf-8", "surrogatepass")
+        known = (key, key_problem(record.key, event, key) if keyed else None)
         if memo is not None:
             memo[(record.key, event.run_id, event.session_key, event.session_id)] = known
     key, problem = known
@@ -242,6 +285,13 @@ class BatchProcessor:
         self.runs = LiveRuns(metrics, clock=clock, cache_size=cache_size)
         self._keys: dict[tuple[Any, ...], tuple[bytes, tuple[str, str] | None]] = {}
         """``check_record``'s memo: ``(Kafka key, run_id, session_key, session_id) -> (state key, key problem)``."""
+        self._keys_of: Callable[[Any], str] | None = None
+        """The ``key_of`` the memo was filled with (emptied when a config changes the scope)."""
+        self.sessions_topic: str | None = None
+        """Under session scope, the repartition topic (``_forward``)."""
+        self.partitions = 1
+        """Partitions of ``tool-calls`` (and of the repartition topic): where a key belongs."""
+        self._partitions_of: dict[bytes, int] = {}
 
     def use_config(self, engine: LoopEngine, sha256: str) -> None:
         """Run the live config ``engine`` (tagged ``sha256``) from the next batch on."""
@@ -267,16 +317,24 @@ class BatchProcessor:
             keys.clear()
         now_ms = int(self.clock() * 1000)
         latest_ms = None if self.clock_skew_ms is None else now_ms + self.clock_skew_ms
+        key_of = engine.key_of
+        if key_of is not self._keys_of:
+            keys.clear()
+            self._keys_of = key_of
+        session = key_of is session_scope_key
+        key_problem = forwarded_key_problem if session else kafka_key_problem
+        if session:
+            records = self._forward(records, result)
         for record in records:
             try:
-                event, key = check_record(record, keyring, memo=keys)
+                event, key = check_record(record, keyring, key_of=key_of, key_problem=key_problem, memo=keys)
             except InvalidEvent as exc:
                 dead.append(DeadLetter(record, exc.reason, _cut(exc.detail)))
                 continue
             except Exception as exc:  # noqa: BLE001 - a bad record must never stop the worker
                 dead.append(DeadLetter(record, PROCESSING_ERROR, _cut(f"decode: {exc!r}")))
                 self._count_error("decode")
-                log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition, record.offset)
+                log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition, source_offset(record))
                 continue
             # Kept to rebuild the run after an engine error: the record's value (the decoded
             # event is a third larger, and a busy worker holds seconds of events), or the
@@ -297,20 +355,82 @@ class BatchProcessor:
         shadow = _Shadow(engine.config, LIVE, tallies) if engine.config.uses_shadow() else None
         candidate = self.candidate
         judged = None if candidate is None else _Shadow(candidate.config, CANDIDATE, tallies)
+        # A run's (record, event, step) of the batch are kept only for who reads them after.
+        with_steps = judged is not None or bool(engine.fleet_records)
         runs = self.runs
         touched = runs.touched
         for pk, items in groups.items():
             live = touched.get(pk)
             if live is None:
                 live = touched[pk] = runs.load(pk, read)
-            applied = self._run_group(engine, pk, live, items, result, counts, shadow, judged is not None)
-            if applied:
+            applied = self._run_group(engine, pk, live, items, result, counts, shadow, session, with_steps)
+            if judged is not None and applied:
                 self._run_candidate(candidate, pk, live, applied, result, judged)
         result.runs = len(groups)
         if counts.lines:
             logs.log_many("loopwatch.", counts.lines)
         self._account(result, tallies, counts)
         return result
+
+    def _forward(self, records: Iterable[Record], result: BatchResult) -> list[Record]:
+        """Under session scope: which records reach the engine here, and which are forwarded
+        to the repartition topic first (``BatchResult.forwards``, under their session's key).
+
+        A ``tool-calls`` record keyed by a session (``session_scope_key``, a runner that keys so)
+        on the partition that key gives is processed at once (if the key is not its event's,
+        the key check after decoding dead-letters it); any other is forwarded.  A
+        record whose run fields cannot be read is not forwarded: processed here, it becomes
+        the dead letter it is (invalid JSON, ...).  The repartition topic's records reach the
+        engine with their offsets moved to a space of their own (``FORWARDED_OFFSETS``): a
+        state fed from both topics (runners of one session keying differently) compares
+        offsets only within a topic (``_run_group``).
+
+        A fetch lists its records partition by partition, and a session's runs are on several
+        partitions: forwarded in the order of their Kafka timestamps (stable), the runs of a
+        session reach its state in about the order they were published.  (Runs of one
+        session that overlap in time interleave in no order Kafka defines.)"""
+        own = self.sessions_topic
+        partition_of = self._partition_of
+        kept = []
+        foreign = []
+        for record in records:
+            key = record.key
+            if record.topic == own:
+                kept.append(Record(own, record.partition, record.offset + FORWARDED_OFFSETS, key, record.value,
+                                   record.timestamp, record.headers, record.offset))
+            elif key is not None and key.startswith(b"scope:") and partition_of(key) == record.partition:
+                # Keyed by session by its runner, on that key's partition: its state is here (the
+                # key check after decoding makes sure the key is its event's).
+                kept.append(record)
+            else:
+                foreign.append(record)
+        if len(foreign) > 1:
+            foreign.sort(key=_timestamp)
+        for record in foreign:
+            if record.value is None:
+                kept.append(record)
+                continue
+            try:
+                fields = _RUN_FIELDS.decode(record.value)
+            except (msgspec.MsgspecError, RecursionError, ValueError):
+                kept.append(record)
+                continue
+            if not (fields.run_id or fields.session_key or fields.session_id):
+                kept.append(record)  # missing_key, below
+                continue
+            key = session_scope_key(fields).encode("utf-8", "surrogatepass")
+            result.forwards.append((key, record.value, list(record.headers or ())))
+        return kept
+
+    def _partition_of(self, key: bytes) -> int:
+        """``output.partition_for`` of a session's key, remembered (murmur2 in Python, per record)."""
+        cache = self._partitions_of
+        partition = cache.get(key)
+        if partition is None:
+            if len(cache) >= 100_000:
+                cache.clear()
+            partition = cache[key] = partition_for(key, self.partitions)
+        return partition
 
     # -- one run's events ---------------------------------------------------------------------
 
@@ -323,22 +443,32 @@ class BatchProcessor:
         result: BatchResult,
         counts: "_Counts",
         shadow: "_Shadow | None",
+        session: bool = False,
         with_steps: bool = False,
     ) -> list[tuple[Any, Any, Any]] | None:
         """Apply a run's events of this batch, in order, and collect what each step publishes
         (the engine's rule, ``Step.published_decision``), its log lines and its counts.
-        ``with_steps`` (a candidate config runs too): returns ``(record, event, step)`` of
-        each event applied; else None.
+        ``with_steps`` (a candidate config or the fleet topology reads them): returns
+        ``(record, event, step)`` of each event applied; else None.  ``session``: session
+        scope (offsets of two topics; verdicts keyed by their run).
 
         Each step is read right after its event: the run's next event changes the state a
         step describes.  This loop runs once per event, so it is written flat (no call per
         event beyond the engine's, the dedupe's, the collection's and the verdict's encoding)."""
-        if items[0][0].offset <= live.offset:
-            # Already in the stored state (a redelivery; offsets rise within a group, so
-            # only a group whose first record is old holds any).  The run stays dirty even
+        if session and live.offset >= 0:
+            # A state's stamp compares with offsets of its own topic only (see _forward).
+            forwarded = live.offset >= FORWARDED_OFFSETS
+            fresh = [item for item in items
+                     if (item[0].offset >= FORWARDED_OFFSETS) != forwarded or item[0].offset > live.offset]
+        elif items[0][0].offset <= live.offset:
+            # Offsets rise within a group, so only a group whose first record is old holds any.
+            fresh = [item for item in items if item[0].offset > live.offset]
+        else:
+            fresh = items
+        if len(fresh) < len(items):
+            # Already in the stored state (a redelivery).  The run stays dirty even
             # when nothing is new: the checkpoint re-writes it, so the changelog holds it
             # even if a crash lost its first changelog send (local store ahead of the changelog).
-            fresh = [item for item in items if item[0].offset > live.offset]
             result.skipped += len(items) - len(fresh)
             if not fresh:
                 return None
@@ -372,7 +502,7 @@ class BatchProcessor:
                 result.dead_letters.append(DeadLetter(record, reason, _cut(detail)))
                 if reason == PROCESSING_ERROR:
                     self._count_error("engine")
-                    log.exception("engine failed on %s[%d]@%d", record.topic, record.partition, record.offset)
+                    log.exception("engine failed on %s[%d]@%d", record.topic, record.partition, source_offset(record))
                 # The engine may have changed the state in place before failing: rebuild it
                 # from the stored state and every event applied since (their verdicts are out).
                 state = self._rebuild(engine, live)
@@ -387,15 +517,56 @@ class BatchProcessor:
                     live.owner = event.agent_id
             applied.append(replay)
             result.events += 1
-            if shadow is None:
+            if shadow is None and not session:
                 collect(partition, key, event, step, verdicts, counts)
             else:
-                self._collect_moded(partition, key, event, step, result, counts, shadow)
+                self._collect_moded(partition, key, event, step, result, counts, shadow, by_run=session)
             if steps is not None:
                 steps.append((record, event, step))
+        if steps and engine.fleet_records:
+            self._fleet_records(engine, steps, result)
         live.state = state
         live.offset = items[-1][0].offset
         return steps
+
+    @staticmethod
+    def _fleet_records(engine: LoopEngine, outputs: list[tuple[Any, Any, Any]], result: BatchResult) -> None:
+        """What the fleet topology hears of a run's completed calls in this batch
+        (``streams.app.fleet``), and how many of its decisions carried an incident.
+
+        A run's repeats within a batch say nothing more to the fleet topology: a window counts
+        distinct runs, so a run's outcome is sent once per batch; a hop's streak counts
+        identical sends in a row, so consecutive identical sends go as one, with their count."""
+        incidents, rings = engine.incidents_on, engine.rings_on
+        outcomes: set[tuple[str, str, str]] = set()
+        last_send: FleetSend | None = None
+        repeats = 0
+
+        def flush() -> None:
+            if last_send is not None:
+                send = last_send if repeats == 1 else msgspec.structs.replace(last_send, count=repeats)
+                result.fleet.append((f"trace:{send.trace_id}".encode("utf-8", "surrogatepass"), encode_fleet_record(send)))
+                result.fleet_kinds["send"] += 1
+
+        for _record, event, step in outputs:
+            if type(event) is not ToolCallCompleted:
+                if type(step) is FleetStep:
+                    result.incident_decisions += 1
+                continue
+            outcome = fleet_outcome(event) if incidents else None
+            if outcome is not None and (seen := (outcome.run, outcome.tool_name, outcome.fingerprint)) not in outcomes:
+                outcomes.add(seen)  # (by run: under session scope a state holds several runs)
+                result.fleet.append((f"tool:{event.tool_name}".encode("utf-8", "surrogatepass"),
+                                     encode_fleet_record(outcome)))
+                result.fleet_kinds["outcome"] += 1
+            send = fleet_send(event) if rings else None
+            if send is not None:
+                if send == last_send:
+                    repeats += 1
+                else:
+                    flush()
+                    last_send, repeats = send, 1
+        flush()
 
     def _rebuild(self, engine: LoopEngine, live: LiveRun) -> RunState | None:
         """The run's state from its stored state and the events applied since (``live.applied``)."""
@@ -452,10 +623,15 @@ class BatchProcessor:
             counts.aborts[abort.detector] += 1
             out.append(VerdictOut(partition, key, encode_verdict(abort), abort))
 
-    def _collect_moded(self, partition, key, event, step, result: BatchResult, counts: "_Counts", shadow: "_Shadow") -> None:
+    def _collect_moded(self, partition, key, event, step, result: BatchResult, counts: "_Counts",
+                       shadow: "_Shadow | None", by_run: bool = False) -> None:
         """``_collect`` when the live config has agents in shadow mode: theirs go to the shadow
-        topic, and their runners get ``shadow_answer`` on ``loop-verdicts``."""
-        tally = shadow.tally_for(event.agent_id)
+        topic, and their runners get ``shadow_answer`` on ``loop-verdicts``.  ``by_run``
+        (session scope): verdicts are keyed by their run (``state_key``), whose runner routes
+        them by that key, not by the session's state key."""
+        if by_run:
+            key = state_key(event).encode("utf-8", "surrogatepass")
+        tally = None if shadow is None else shadow.tally_for(event.agent_id)
         if tally is None:
             self._collect(partition, key, event, step, result.verdicts, counts)
             return
@@ -478,7 +654,7 @@ class BatchProcessor:
             except Exception:  # noqa: BLE001 - the candidate never affects the live run
                 self._count_error(CANDIDATE)
                 log.exception("the candidate config's engine failed on %s[%d]@%d: the candidate starts the run "
-                              "afresh", record.topic, record.partition, record.offset)
+                              "afresh", record.topic, record.partition, source_offset(record))
                 state, compared = None, 0
                 continue
             state = judged_step.state
@@ -524,6 +700,12 @@ class BatchProcessor:
         m.add(m.candidate_outcome_changes, counts.changes)
         if result.duplicates:
             m.duplicate_events.inc(result.duplicates)
+        if result.forwards:
+            m.events_forwarded.inc(len(result.forwards))
+        if result.fleet:
+            m.add(m.fleet_records, result.fleet_kinds)
+        if result.incident_decisions:
+            m.fleet_incident_decisions.inc(result.incident_decisions)
         if result.clamped:
             m.event_time_clamped.inc(result.clamped)
         if result.dead_letters:
@@ -544,6 +726,31 @@ class BatchProcessor:
             if verdict.ts_ms > 0 and type(verdict) is Decision:
                 latencies.append(max(0.0, now_ms - verdict.ts_ms) / 1000.0)
         m.decision_latency.observe_many(latencies)
+
+
+class _RunFields(msgspec.Struct):
+    """The fields of an event that say which session it belongs to (anything else ignored)."""
+
+    run_id: str | None = None
+    session_key: str | None = None
+    session_id: str | None = None
+
+
+_RUN_FIELDS = msgspec.json.Decoder(_RunFields)
+
+
+def _timestamp(record: Any) -> int:
+    return record.timestamp or 0
+
+
+def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
+    """``kafka_key_problem`` under session scope, for the records of the repartition topic:
+    the worker forwarded each under its state key."""
+    if key == state_key_bytes:
+        return None
+    shown = (key or b"")[:200].decode("utf-8", "replace")
+    return KEY_MISMATCH, (f"Kafka key {shown!r} of a forwarded record is not its state key "
+                          f"{state_key_bytes.decode('utf-8', 'replace')!r}")
 
 
 class _Shadow:

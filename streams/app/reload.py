@@ -57,15 +57,23 @@ def engine_for(data: bytes, path: Path) -> LoopEngine:
 
 
 class ConfigWatcher:
-    """One config file: the live one, or the candidate (``name``, the metrics' ``config`` label)."""
+    """One config file: the live one, or the candidate (``name``, the metrics' ``config`` label).
+    ``check(engine)``: why a valid new config cannot be applied to the running worker (its
+    fleet-wide options changed, ``streams.app.app``), or None; such a config is refused too."""
 
     def __init__(
-        self, path: Path | None, on_change: Callable[[LoopEngine], Any], metrics: Metrics | None = None,
-        *, name: str = LIVE,
+        self,
+        path: Path | None,
+        on_change: Callable[[LoopEngine], Any],
+        metrics: Metrics | None = None,
+        check: Callable[[LoopEngine], str | None] | None = None,
+        *,
+        name: str = LIVE,
     ) -> None:
         self.path = path
         self.on_change = on_change
         self.metrics = metrics
+        self.check = check
         self.name = name
         self._stat: tuple[int, int, int] | None = None
         self._digest: str | None = None
@@ -125,6 +133,9 @@ class ConfigWatcher:
             return False
         try:
             engine = engine_for(data, self.path)
+            reason = self.check(engine) if self.check is not None else None
+            if reason is not None:
+                raise ConfigError(f"{self.path}: {reason}")
         except Exception as exc:  # noqa: BLE001 - a reload must never take the worker down
             self._refuse(digest, exc)
             return False

@@ -57,6 +57,8 @@ class Settings:
     tool_calls_topic: str = "tool-calls"
     verdicts_topic: str = "loop-verdicts"
     dead_letter_topic: str = "tool-calls-dlq"
+    incidents_topic: str = "loop-incidents"
+    """Where fleet incidents are published (``loopwatch.fleetIncidents``; compacted, key: tool)."""
     shadow_verdicts_topic: str = "loop-verdicts-shadow"
     """Verdicts of agents in shadow mode and of the candidate config (never read by runners)."""
     partitions: int = 4
@@ -135,10 +137,12 @@ class Settings:
             raise SettingsError(
                 f"{PREFIX}INSTANCE_ID={self.instance_id!r}: use 1 to 240 ASCII letters, digits, '.', '_' or '-'"
             )
-        topics = [self.tool_calls_topic, self.verdicts_topic, self.dead_letter_topic, self.shadow_verdicts_topic]
-        if len(set(topics)) != 4 or not all(topics):
+        topics = [self.tool_calls_topic, self.verdicts_topic, self.dead_letter_topic, self.incidents_topic,
+                  self.shadow_verdicts_topic]
+        if len(set(topics)) != 5 or not all(topics):
             raise SettingsError(
-                f"the tool-calls, verdicts, dead-letter and shadow verdicts topics must be four distinct names, got {topics}"
+                "the tool-calls, verdicts, dead-letter, incidents and shadow verdicts topics must be five distinct "
+                f"names, got {topics}"
             )
         if self.security_protocol not in _SECURITY_PROTOCOLS:
             raise SettingsError(
@@ -256,6 +260,10 @@ class Settings:
         once); and two workers on one host, which need different ports, never share an id."""
         digest = hashlib.sha256(self.web_url.encode()).hexdigest()[:8]
         return f"{self.instance_id}-{digest}"
+
+    def internal_topic(self, name: str) -> str:
+        """A topic of the worker's own (``<app id>-<name>``: its ACLs are the app id's prefix)."""
+        return f"{self.app_id}-{name}"
 
     @property
     def sweep_interval_s(self) -> float:

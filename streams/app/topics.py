@@ -1,6 +1,7 @@
 """The worker's topics: ``tool-calls`` (consumed), ``loop-verdicts`` and the dead-letter
-topic (produced), made sure of before the worker starts (``ensure_topics``); the shadow
-topic when shadow mode or a candidate config needs it."""
+topic (produced), those of the fleet-wide options (``loop-incidents``, the worker's
+repartition and ring topics), made sure of before the worker starts (``ensure_topics``); the
+shadow topic when shadow mode or a candidate config needs it."""
 
 from __future__ import annotations
 
@@ -17,12 +18,13 @@ __all__ = ["ensure_topics"]
 log = logging.getLogger("loopwatch.worker")
 
 
-async def ensure_topics(settings: Settings, timeout: float = 30.0, *, shadow: bool = False,
-                        only_shadow: bool = False) -> list[str]:
-    """Create ``tool-calls``, ``loop-verdicts`` and the dead-letter topic when missing; with
-    ``shadow`` also the shadow topic (``only_shadow``: that one alone), which is never fatal:
-    a worker that may not create it runs, and loses its shadow verdicts (counted) until it
-    exists.
+async def ensure_topics(settings: Settings, extra: dict[str, dict[str, str]] | None = None,
+                        timeout: float = 30.0, *, shadow: bool = False, only_shadow: bool = False) -> list[str]:
+    """Create ``tool-calls``, ``loop-verdicts`` and the dead-letter topic when missing, and the
+    topics of issue 17's options (``extra``: name -> topic configs; ``Worker.extra_topics``);
+    with ``shadow`` also the shadow topic (``only_shadow``: that one alone), which is never
+    fatal: a worker that may not create it runs, and loses its shadow verdicts (counted) until
+    it exists.
 
     Faust declares them too, but only just before it subscribes, and the consumer's metadata
     may not show a brand-new topic yet: the first assignment then misses ``tool-calls``
@@ -41,6 +43,7 @@ async def ensure_topics(settings: Settings, timeout: float = 30.0, *, shadow: bo
         settings.tool_calls_topic: {},
         settings.verdicts_topic: {},
         settings.dead_letter_topic: {"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
+        **(extra or {}),
     }
     if shadow or only_shadow:
         wanted[settings.shadow_verdicts_topic] = {}

@@ -110,7 +110,7 @@ def run_worker(argv: list[str] | None = None) -> int:
     logs.configure(args.logfile)
     redact_sasl_exchanges()
     try:
-        loop.run_until_complete(ensure_topics(settings, shadow=built.uses_shadow_topic()))
+        loop.run_until_complete(ensure_topics(settings, built.extra_topics(), shadow=built.uses_shadow_topic()))
     except BrokerAccessError as exc:
         # Refused credentials or an untrusted certificate do not get better by retrying.
         print(f"loopwatch worker: cannot use the Kafka cluster: {exc}", file=sys.stderr)

@@ -46,7 +46,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 
 from schemas.events import ToolCallEvent, encode_event
-from schemas.keys import record_key, state_key
+from schemas.keys import record_key, session_scope_key, state_key
 from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted, decode_verdict
 
@@ -74,6 +74,7 @@ class LoopwatchClient:
         delivery_timeout: float = 10.0,
         start_timeout: float = 30.0,
         signing_key: SigningKey | None = None,
+        key_by_session: bool = False,
         **kafka_options: Any,
     ) -> None:
         if mode not in ("gate", "advisory"):
@@ -89,6 +90,10 @@ class LoopwatchClient:
         self.delivery_timeout = delivery_timeout
         self.start_timeout = start_timeout
         self.signing_key = signing_key
+        self.key_by_session = key_by_session
+        """Publish a run's events under its session's key (``schemas.keys.session_scope_key``):
+        for workers with ``loopwatch.scope: session``, whose repartition hop it saves (the
+        worker accepts the key under either scope)."""
         redact_sasl_exchanges()  # aiokafka's DEBUG log would show a SASL PLAIN password
         self._access = dict(username=kafka_options.get("sasl_plain_username"), mechanism=kafka_options.get("sasl_mechanism"))
         # aiokafka's request timeout is also how long an undelivered batch is kept (40 s by
@@ -172,13 +177,15 @@ class LoopwatchClient:
                 log.warning("%d event(s) not delivered before the client stopped", len(left))
 
     def run(self, run_id: str | None, *, session_key: str | None, agent_id: str | None = None,
-            session_id: str | None = None) -> "RunHandle":
+            session_id: str | None = None, trace_id: str | None = None) -> "RunHandle":
+        """A run's handle.  ``trace_id``: the conversation or task the run shares with the
+        agents it messages (``loopwatch.agentRings``); give sends their ``target``."""
         if self.signing_key is not None and agent_id != self.signing_key.agent_id:
             raise ValueError(
                 f"this client signs with key {self.signing_key.key_id} of agent {self.signing_key.agent_id!r};"
                 f" a run of agent {agent_id!r} needs that agent's key"
             )
-        handle = RunHandle(self, run_id, session_key, agent_id, session_id)
+        handle = RunHandle(self, run_id, session_key, agent_id, session_id, trace_id)
         self._runs[handle.key] = handle
         return handle
 
@@ -204,8 +211,9 @@ class LoopwatchClient:
         value = encode_event(event)
         headers = None if self.signing_key is None else self.signing_key.headers(value)
         try:
+            key = session_scope_key(event) if self.key_by_session and event.session_key else record_key(event)
             await self._producer.send_and_wait(
-                self.tool_calls_topic, value, key=record_key(event).encode("utf-8", "surrogatepass"), headers=headers
+                self.tool_calls_topic, value, key=key.encode("utf-8", "surrogatepass"), headers=headers
             )
         except (KafkaError, OSError) as exc:
             self.undelivered += 1
@@ -279,17 +287,23 @@ def _describe(exc: BaseException) -> str:
 class RunHandle:
     """One agent run's side of the conversation with loopwatch."""
 
-    def __init__(self, client: LoopwatchClient, run_id, session_key, agent_id, session_id) -> None:
+    def __init__(self, client: LoopwatchClient, run_id, session_key, agent_id, session_id, trace_id=None) -> None:
         self.client = client
         self.fields = {"run_id": run_id, "session_key": session_key, "agent_id": agent_id, "session_id": session_id}
         self.key = state_key(SimpleNamespace(**self.fields))
         """The run's state key: the Kafka key of its verdicts."""
+        self.trace_id = trace_id
         self.aborted: RunAborted | None = None
         self.warnings: list[Decision] = []
         self.blocked: list[Decision] = []
+        self.incidents: list[Decision] = []
+        """Decisions that carried a fleet incident (the tool is failing across the fleet:
+        ``message`` says so, ``incident_id`` names it)."""
         self._vetoed: set[str | None] = set()
 
     def _advisory(self, decision: Decision) -> None:
+        if decision.incident_id:
+            self.incidents.append(decision)
         if decision.action == "warn":
             self.warnings.append(decision)
         elif decision.action == "block":
@@ -300,12 +314,15 @@ class RunHandle:
         if self.aborted is not None:
             raise RunAbortedError.from_verdict(self.aborted)
 
-    async def before_tool_call(self, tool: str, args: Any, *, tool_call_id: str | None = None) -> Decision | None:
+    async def before_tool_call(
+        self, tool: str, args: Any, *, tool_call_id: str | None = None, target: str | None = None
+    ) -> Decision | None:
+        """``target``: on a send, the session key or agent id the message goes to."""
         self.check()
         client = self.client
         gate = client.mode == "gate"
         event = requested_event(client._next_event_id(), tool, args, tool_call_id=tool_call_id, gate=gate,
-                                ts_ms=int(time.time() * 1000), **self.fields)
+                                ts_ms=int(time.time() * 1000), trace_id=self.trace_id, target=target, **self.fields)
         if not gate:
             await client._publish(event, client.timeout)
             return None
@@ -326,6 +343,8 @@ class RunHandle:
                 raise NoDecisionError(f"no loopwatch decision for {tool} within {client.timeout}s (fail-closed)")
             log.warning("no loopwatch decision for %s within %ss; failing open", tool, client.timeout)
             return None
+        if decision.incident_id:
+            self.incidents.append(decision)
         if decision.action == "warn":
             self.warnings.append(decision)
         if decision.action == "block":
@@ -334,28 +353,28 @@ class RunHandle:
             # upstream's wrapper records its own (profile latest counts it as a veto record;
             # configurable-final ignores it).  A later after_tool_call for it is a no-op.
             self._vetoed.add(tool_call_id)
-            await self._complete(tool, args, tool_call_id, result=blocked_result(decision.message or ""))
+            await self._complete(tool, args, tool_call_id, result=blocked_result(decision.message or ""), target=target)
             if client.raise_on_block:
                 raise LoopBlocked(decision)
         return decision
 
     async def after_tool_call(
         self, tool: str, args: Any, *, tool_call_id: str | None = None, result: Any = None, error: Any = UNDEFINED,
-        returned: bool = True,
+        returned: bool = True, target: str | None = None,
     ) -> None:
         if tool_call_id in self._vetoed:
             self._vetoed.discard(tool_call_id)  # completed when it was blocked
             return
-        await self._complete(tool, args, tool_call_id, result=result, error=error, returned=returned)
+        await self._complete(tool, args, tool_call_id, result=result, error=error, returned=returned, target=target)
 
     async def _complete(
         self, tool: str, args: Any, tool_call_id: str | None, *, result: Any = None, error: Any = UNDEFINED,
-        returned: bool = True,
+        returned: bool = True, target: str | None = None,
     ) -> None:
         client = self.client
         event = completed_event(client._next_event_id(), tool, args, result=result, error=error, returned=returned,
                                 provider_send_tools=client.provider_send_tools, tool_call_id=tool_call_id,
-                                ts_ms=int(time.time() * 1000), **self.fields)
+                                ts_ms=int(time.time() * 1000), trace_id=self.trace_id, target=target, **self.fields)
         await client._publish(event, client.timeout)
 
     async def compaction_retried(self) -> None:

@@ -13,12 +13,22 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.config import CONFIGURABLE_FINAL, LATEST, PROFILES
+from schemas.config import (
+    AGENT_RING_DEFAULTS,
+    CONFIGURABLE_FINAL,
+    FLEET_INCIDENT_DEFAULTS,
+    LATEST,
+    PROFILES,
+    RUN_SCOPE,
+    SESSION_SCOPE,
+)
 from schemas.names import ENFORCE, SHADOW
 
 __all__ = [
     "CONFIGURABLE_FINAL",
+    "AgentRingSettings",
     "ConfigSet",
+    "FleetIncidentSettings",
     "LATEST",
     "PROFILES",
     "DetectorSettings",
@@ -29,6 +39,7 @@ __all__ = [
     "resolve_detector",
     "resolve_guard",
     "with_profile",
+    "with_scope",
 ]
 
 _MAX_SAFE = 2**53
@@ -113,6 +124,36 @@ class Settings:
     """loopwatch option: end the run after this many critical blocks (upstream: never)."""
     surface_warnings: bool = False
     """loopwatch option: ask runners to show emitted warnings to the model (upstream: no)."""
+    cycle: bool = False
+    """loopwatch option: the ``cycle`` detector (``loopwatch.detectors.cycle``; upstream: none)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetIncidentSettings:
+    """``loopwatch.fleetIncidents``, resolved (root only)."""
+
+    min_runs: int = FLEET_INCIDENT_DEFAULTS["minRuns"]
+    min_agents: int = FLEET_INCIDENT_DEFAULTS["minAgents"]
+    window_s: int = FLEET_INCIDENT_DEFAULTS["windowSeconds"]
+    hop_s: int = FLEET_INCIDENT_DEFAULTS["hopSeconds"]
+    quiet_s: int = FLEET_INCIDENT_DEFAULTS["quietSeconds"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"enabled": True, "minRuns": self.min_runs, "minAgents": self.min_agents,
+                "windowSeconds": self.window_s, "hopSeconds": self.hop_s, "quietSeconds": self.quiet_s}
+
+
+@dataclass(frozen=True, slots=True)
+class AgentRingSettings:
+    """``loopwatch.agentRings``, resolved (root only): thresholds in rounds."""
+
+    warning_rounds: int = AGENT_RING_DEFAULTS["warningThreshold"]
+    critical_rounds: int = AGENT_RING_DEFAULTS["criticalThreshold"]
+    window_s: int = AGENT_RING_DEFAULTS["windowSeconds"]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"enabled": True, "warningThreshold": self.warning_rounds, "criticalThreshold": self.critical_rounds,
+                "windowSeconds": self.window_s}
 
 
 
@@ -204,13 +245,46 @@ def merge_loop_detection_latest(global_block: Any, agent_block: Any) -> Any:
     return {"enabled": _get(global_block, "enabled") if enabled is None else enabled}
 
 
+def _with_option(root: Any, key: str, value: Any) -> Any:
+    root = dict(root) if isinstance(root, dict) else {}
+    options = root.get("loopwatch")
+    root["loopwatch"] = {**(options if isinstance(options, dict) else {}), key: value}
+    return root
+
+
 def with_profile(root: Any, profile: str) -> Any:
     """A config root with ``loopwatch.profile`` (the default profile) set; agents that name
     their own profile keep it."""
-    root = dict(root) if isinstance(root, dict) else {}
-    options = root.get("loopwatch")
-    root["loopwatch"] = {**(options if isinstance(options, dict) else {}), "profile": profile}
-    return root
+    return _with_option(root, "profile", profile)
+
+
+def with_scope(root: Any, scope: str) -> Any:
+    """A config root with ``loopwatch.scope`` set."""
+    return _with_option(root, "scope", scope)
+
+
+def _fleet_incidents(block: Any) -> FleetIncidentSettings | None:
+    if not isinstance(block, dict) or block.get("enabled") is not True:
+        return None
+    d = FLEET_INCIDENT_DEFAULTS
+    min_runs = pos_int(block.get("minRuns"), d["minRuns"])
+    window = pos_int(block.get("windowSeconds"), d["windowSeconds"])
+    return FleetIncidentSettings(
+        min_runs=min_runs,
+        min_agents=min(pos_int(block.get("minAgents"), d["minAgents"]), min_runs),
+        window_s=window,
+        hop_s=min(pos_int(block.get("hopSeconds"), d["hopSeconds"]), window),
+        quiet_s=pos_int(block.get("quietSeconds"), d["quietSeconds"]),
+    )
+
+
+def _agent_rings(block: Any) -> AgentRingSettings | None:
+    if not isinstance(block, dict) or block.get("enabled") is not True:
+        return None
+    d = AGENT_RING_DEFAULTS
+    warning = pos_int(block.get("warningThreshold"), d["warningThreshold"])
+    critical = pos_int(block.get("criticalThreshold"), d["criticalThreshold"])
+    return AgentRingSettings(warning, max(critical, warning + 1), pos_int(block.get("windowSeconds"), d["windowSeconds"]))
 
 
 class ConfigSet:
@@ -222,6 +296,26 @@ class ConfigSet:
         """Settings already resolved, by agent id (read directly on the hot path)."""
         self.modes: dict[str | None, str] = {}
         """``loopwatch.mode`` already resolved, by agent id."""
+        options = _get(self.root, "loopwatch")
+        self.scope: str = SESSION_SCOPE if _get(options, "scope") == SESSION_SCOPE else RUN_SCOPE
+        """``loopwatch.scope`` (root only): ``run`` (the default) or ``session``."""
+        self.fleet_incidents = _fleet_incidents(_get(options, "fleetIncidents"))
+        """``loopwatch.fleetIncidents`` when enabled, else None."""
+        self.agent_rings = _agent_rings(_get(options, "agentRings"))
+        """``loopwatch.agentRings`` when enabled, else None."""
+
+    def topology(self) -> tuple[str, FleetIncidentSettings | None, AgentRingSettings | None]:
+        """The options that decide how a worker keys and repartitions the fleet's events: it
+        builds its topics and tables from them at start (a reload cannot change them)."""
+        return self.scope, self.fleet_incidents, self.agent_rings
+
+    def uses_extensions(self) -> bool:
+        """Whether any of loopwatch's fleet options or own detectors is on: the engine then
+        takes their paths (``streams.engine.extensions``); without them, none of their checks
+        runs."""
+        if self.scope != RUN_SCOPE or self.fleet_incidents is not None or self.agent_rings is not None:
+            return True
+        return any(self.settings_for(agent).cycle for agent in (None, *self.agent_ids()))
 
     def loop_detection_block(self, agent_id: str | None, profile: str = CONFIGURABLE_FINAL) -> Any:
         global_block = _get(_get(self.root, "tools"), "loopDetection")
@@ -283,6 +377,7 @@ class ConfigSet:
             latest=latest,
             abort_after_critical_blocks=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
             surface_warnings=options.get("surfaceWarnings") is True,
+            cycle=_get(options.get("detectors"), "cycle") is True,
         )
         self.resolved[agent_id] = settings
         return settings

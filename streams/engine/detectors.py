@@ -3,7 +3,9 @@ openclaw-latest.md §5).
 
 ``detect`` (configurable-final) and ``detect_latest`` see the run's history *before* the
 current call is recorded and return the first matching ``Detection`` (or None), exactly as
-upstream's ``detectToolCallLoop`` of each profile.
+upstream's ``detectToolCallLoop`` of each profile.  ``detect_cycle`` is loopwatch's own,
+opt-in ``cycle`` detector (issue 17): the engine's extensions ask it only where an agent's
+config turns it on (``streams.engine.extensions``), so neither profile's path changes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import msgspec
 from schemas.names import (
     ARGUMENT_CHURN,
     CRITICAL,
+    CYCLE,
     GENERIC_REPEAT,
     GLOBAL_CIRCUIT_BREAKER,
     KNOWN_POLL_NO_PROGRESS,
@@ -29,7 +32,10 @@ _OBSERVED_TERMINAL = TERMINAL_FAILURE | OBSERVED
 _OBSERVED_MUTATION = MUTATION | OBSERVED
 _OBSERVED_NO_PROGRESS = NO_PROGRESS_PLAIN | OBSERVED
 
-__all__ = ["Detection", "LatestDetection", "detect", "detect_latest", "ping_pong_key", "write_churn"]
+__all__ = [
+    "CycleDetection", "Detection", "LatestDetection", "detect", "detect_cycle", "detect_latest", "ping_pong_key",
+    "write_churn",
+]
 
 
 
@@ -126,6 +132,80 @@ def ping_pong_key(sig_a: str, sig_b: str) -> str:
     else:
         pair = sorted((sig_a, sig_b), key=_utf16)
     return f"pingpong:{pair[0]}|{pair[1]}"
+
+
+# -- loopwatch's cycle detector (issue 17) -----------------------------------------------------
+
+CYCLE_PERIODS = (3, 4, 5)
+"""Cycles the detector looks for; a cycle of 2 is ping-pong, upstream's."""
+
+
+class CycleDetection(Detection, gc=False):
+    """A cycle of ``period`` calls: read, edit, test, read, edit, test, ...  Messages in
+    ping-pong's style; the warning key names the cycle's signatures (sorted, each once), so
+    every call of one cycle shares a warning bucket, as both sides of a ping-pong do."""
+
+    period: int = 3
+    signatures: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        n, p = self.count, self.period
+        if self.level == CRITICAL:
+            return (f"CRITICAL: You are repeating a cycle of {p} tool calls ({n} consecutive calls) with no progress. "
+                    "This appears to be a stuck cycle loop. Session execution blocked to prevent resource waste.")
+        return (f"WARNING: You are repeating a cycle of {p} tool calls ({n} consecutive calls) with identical "
+                "outcomes. This looks like a cycle loop; stop retrying and report the task as failed.")
+
+    @property
+    def warning_key(self) -> str:
+        return "cycle:" + "|".join(sorted(set(self.signatures), key=_utf16))
+
+    @property
+    def log(self) -> tuple[str, str] | None:
+        n, p, tool = self.count, self.period, self.tool
+        if self.level == CRITICAL:
+            return "error", f"Critical cycle loop detected: period={p} count={n} currentTool={tool}"
+        return "warn", f"Cycle loop warning: period={p} count={n} currentTool={tool}"
+
+
+def detect_cycle(
+    state: RunState, tool: str, sig: str, warning_threshold: int | float, critical_threshold: int | float
+) -> CycleDetection | None:
+    """A cycle of 3 to 5 calls that the proposed call ``sig`` continues, else None.
+
+    The cycle is the longest tail of the history, the proposed call included, in which every
+    call repeats the call ``period`` positions before it: the same signature, and (for the
+    calls that ran) the same outcome, present.  Identical outcomes at each position are part
+    of the pattern, not only of the block's evidence as in ping-pong: a read, edit, test cycle
+    whose test results change is a run making progress.  So every cycle found has upstream's
+    no-progress evidence, and it blocks at ``critical_threshold`` calls; it warns from
+    ``warning_threshold``.  The tail must hold the cycle twice, and its calls must not all be
+    one call, nor (period 4) a ping-pong.  Of several periods the longest tail wins."""
+    sigs, results = state.sigs, state.results
+    n = len(sigs)
+    best = None
+    for period in CYCLE_PERIODS:
+        if n + 1 < 2 * period or sigs[n - period] != sig:
+            continue
+        block = sigs[n + 1 - period:]
+        block.append(sig)
+        if block.count(sig) == period or (period == 4 and block[0] == block[2] and block[1] == block[3]):
+            continue  # a repeat or a ping-pong, not a cycle of this period
+        i = n - 1
+        while i >= period and sigs[i] == sigs[i - period] and results[i] is not None and results[i] == results[i - period]:
+            i -= 1
+        count = n - i + period
+        if count >= 2 * period and (best is None or count > best[0]):
+            best = (count, period, tuple(block))
+    if best is None:
+        return None
+    count, period, block = best
+    if count >= critical_threshold:
+        return CycleDetection(CRITICAL, CYCLE, count, tool, sig, period=period, signatures=block)
+    if count >= warning_threshold:
+        return CycleDetection(WARNING, CYCLE, count, tool, sig, period=period, signatures=block)
+    return None
 
 
 def _ping_pong(state: RunState, current_sig: str) -> tuple[int, str | None, str | None, bool]:

@@ -22,7 +22,6 @@ from __future__ import annotations
 from typing import Iterable, Iterator
 
 from schemas.events import ToolCallEvent
-from schemas.keys import state_key
 from schemas.verdicts import Decision, Verdict
 
 from .engine import LoopEngine, Step, allow_decision
@@ -73,7 +72,8 @@ def outcome(step: Step) -> int:
 
 class RunDriver:
     """The engine over a stream of events of many runs, each run's state kept by its state
-    key (``schemas.keys.state_key``) and dropped when the run ends.
+    key (``schemas.keys.state_key``; by session under ``loopwatch.scope: session``, the
+    engine's ``key_of``) and dropped when the run ends.
 
     Like the engine, it has no I/O and no clock.  A ``Step`` describes its run as of that
     event: read it before the run's next event is handled.
@@ -87,7 +87,7 @@ class RunDriver:
     def handle(self, event: ToolCallEvent, key: str | None = None, *, validated: bool = False) -> Step:
         """Apply one event to its run (``key``: its state key, when the caller has it)."""
         if key is None:
-            key = state_key(event)
+            key = self.engine.key_of(event)
         step = self.engine.handle(self.states.get(key), event, validated=validated)
         if step.state is None:
             self.states.pop(key, None)

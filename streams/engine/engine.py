@@ -157,6 +157,11 @@ def _decision(
     return msgspec.structs.replace(decision, **override) if override else decision
 
 
+def refused_after_abort(state: RunState, event: ToolCallRequested, detector: str) -> Step:
+    """The block of a late call of a run that loopwatch aborted (``detector``)."""
+    message = f"CRITICAL: this run was aborted by loopwatch ({detector}); no further tool calls are allowed."
+    decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=detector, message=message)
+    return Step(state=state, built_decision=decision, request=event, vetoed=True)
 def allow_decision(event: ToolCallRequested) -> Decision:
     """A plain ``allow`` for a requested call, as the engine decides one without detection."""
     return _decision(event, "allow", None, None, False)
@@ -213,10 +218,24 @@ class LoopEngine:
     paths free of that check (about 1 % of the engine's instructions, docs/benchmarks.md).
     """
 
+    key_of = staticmethod(state_key)
+    """The key a run's state lives under, for an event (``streams.engine.extensions`` keys by
+    session under ``loopwatch.scope: session``)."""
+    incidents_on = rings_on = fleet_records = False
+    """loopwatch's fleet options (``streams.engine.extensions``): off."""
+    fleet = None
+    """What the fleet topology found (``streams.engine.fleet.FleetView``), for the engines of
+    configs that use it."""
+
     def __new__(cls, config: ConfigSet | dict | None = None) -> "LoopEngine":
         if cls is LoopEngine:
             config = config if isinstance(config, ConfigSet) else ConfigSet(config)
-            if config.uses_latest():
+            latest = config.uses_latest()
+            if config.uses_extensions():  # loopwatch's own options (issue 17): their own classes
+                from .extensions import engine_class
+
+                cls = engine_class(latest)
+            elif latest:
                 cls = _LatestEngine
         return super().__new__(cls)
 
@@ -267,7 +286,7 @@ class LoopEngine:
         sig = intern(event.args_hash)
         detection = detect(state, event.tool_name, sig, event.known_poll, cfg) if cfg.enabled else None
         if detection is not None and detection.level == CRITICAL:
-            return self._block(state, event, settings, detection)
+            return self.block(state, event, settings, detection)
         if cfg.records_calls:
             history.record_call(state, event.tool_name, sig, event.tool_call_id, event.ts_ms, cfg.history_size)
         if detection is None:
@@ -276,14 +295,16 @@ class LoopEngine:
 
     def _warning(self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Detection) -> Step:
         """A warning for a call that runs: emitted or hidden by the bucket rule."""
-        emitted = self._warning_bucket(state, detection)
+        emitted = self.warning_bucket(state, detection)
         return Step(
             state=state, request=event, detection=detection, built_logs=None,
             action="warn" if emitted else "allow", emitted=emitted,
             notify=emitted and settings.surface_warnings,
         )
 
-    def _block(self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Detection) -> Step:
+    def block(self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Detection) -> Step:
+        """A critical detection vetoes the call (also for loopwatch's own detectors,
+        ``streams.engine.extensions``)."""
         # The vetoed call is not recorded: the next identical call sees the same history.
         state.critical_blocks += 1
         abort = None
@@ -301,11 +322,9 @@ class LoopEngine:
 
     def _after_abort(self, state: RunState, event: ToolCallRequested) -> Step:
         # Upstream's run is over after an abort; a late call of the same run is refused.
-        message = f"CRITICAL: this run was aborted by loopwatch ({state.aborted}); no further tool calls are allowed."
-        decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=state.aborted, message=message)
-        return Step(state=state, built_decision=decision, request=event, vetoed=True)
+        return refused_after_abort(state, event, state.aborted)
 
-    def _warning_bucket(self, state: RunState, detection: Detection) -> bool:
+    def warning_bucket(self, state: RunState, detection: Detection) -> bool:
         """Upstream's bucket rule: a warning is emitted when count // 10 reaches a new high
         for its key.  (Upstream prefixes keys with the run id; every key of a run's state
         shares that prefix, so it is left out.)"""
@@ -392,7 +411,7 @@ class _LatestEngine(LoopEngine):
         if detection is not None and detection.level == CRITICAL:
             # The runner completes the vetoed call with the blocked result (loop_veto), which
             # records the veto (_completed), as upstream's wrapper records its blocked result.
-            return self._block(state, event, settings, detection)
+            return self.block(state, event, settings, detection)
         if cfg.records_calls:
             history.append_latest(state, latest, tool, sig, event.tool_call_id, event.ts_ms, event.target_hash)
         if detection is None:
@@ -524,7 +543,7 @@ class _LatestEngine(LoopEngine):
             return None
         found = LatestDetection(WARNING, ARGUMENT_CHURN, count, "write", sig, variant_count=count,
                                 liveness_signal=ARGUMENT_CHURN, write_target=target, write_mutation=True)
-        return found if self._warning_bucket(state, found) else None
+        return found if self.warning_bucket(state, found) else None
 
 
 

@@ -204,6 +204,9 @@ class RunState(msgspec.Struct, gc=False):
     last_event_ms: int = 0
     latest: LatestState | None = None
     """Profile latest's extra state (None for a run only configurable-final has seen)."""
+    aborted_runs: tuple[tuple[str, str], ...] = ()
+    """Under ``loopwatch.scope: session``: the session's aborted runs (the last 16), as (run
+    id, the detector that ended it); their late calls are refused."""
 
     def __len__(self) -> int:
         return len(self.sigs)
@@ -299,6 +302,8 @@ class _Stored(msgspec.Struct, array_like=True, omit_defaults=True):
     table); and, under profile latest, a digest ("t<i>") on record i where no valid event
     puts one."""
     latest: _StoredLatest | None = None
+    aborted_runs: list[tuple[str, str]] | None = None
+    """``RunState.aborted_runs`` (None when empty)."""
 
 
 def _digest_bytes(text: str) -> bytes | None:
@@ -412,6 +417,7 @@ def encode_state(state: RunState) -> bytes:
         unknowns=unknowns if unknowns.count(None) != len(unknowns) else [],
         verbatim=verbatim,
         latest=latest,
+        aborted_runs=list(state.aborted_runs) or None,
     )
     return _encoder.encode(stored)
 
@@ -521,4 +527,5 @@ def decode_state(data: bytes) -> RunState:
         aborted=s.aborted,
         last_event_ms=s.last_event_ms,
         latest=latest,
+        aborted_runs=tuple(map(tuple, s.aborted_runs)) if s.aborted_runs else (),
     )

@@ -306,6 +306,36 @@ def fleet() -> dashboard_b.Dashboard:
         [Q(f"sum by (detector) (rate(loopwatch_liveness_signals_total{{{ENFORCED}}}[{RATE}])) * 60", "{{detector}}")],
         stack=True, width=24))
 
+    d = d.with_row(row("Fleet-wide (loopwatch.fleetIncidents, agentRings, scope)", L))
+    d = d.with_panel(timeseries(
+        L, "Fleet incidents open by tool",
+        "Tools failing the same way in many runs of several agents (loopwatch.fleetIncidents), as every "
+        "worker's view holds them (max over workers). Details on the loop-incidents topic; see "
+        "LoopwatchToolOutage.",
+        # (A tool's series exists from its first incident on: "none" at 0 until then, so that
+        # the panel shows no incidents rather than no data.)
+        [Q('max by (tool) (loopwatch_fleet_incidents_open) or on() label_replace(vector(0), "tool", "none", "", "")',
+           "{{tool}}")],
+        width=8, stack=True, thresholds=_steps((None, GREEN), (1, RED))))
+    d = d.with_panel(timeseries(
+        L, "Fleet incidents and agent rings per 10 minutes",
+        "Incidents opened and resolved (by the worker owning the tool), decisions that told a run its "
+        "tool is failing across the fleet, and agent-ring notices by level (a ring reaching a level, "
+        "or a new round at it).",
+        [Q("sum(increase(loopwatch_fleet_incidents_opened_total[10m])) or vector(0)", "incidents opened"),
+         Q("sum(increase(loopwatch_fleet_incidents_resolved_total[10m])) or vector(0)", "incidents resolved"),
+         Q("sum(increase(loopwatch_fleet_incident_decisions_total[10m]))", "decisions carrying an incident"),
+         Q("sum by (level) (increase(loopwatch_agent_rings_total[10m]))", "ring notices ({{level}})")],
+        width=8, bars=True))
+    d = d.with_panel(timeseries(
+        L, "Repartitioned records per second",
+        "What the options send through the workers' internal topics: tool-calls records repartitioned "
+        "by session (loopwatch.scope: session), and completed calls for the fleet topology (failing "
+        "outcomes by tool, sends by trace).",
+        [Q(f"sum(rate(loopwatch_events_forwarded_total[{RATE}]))", "by session"),
+         Q(f"sum by (kind) (rate(loopwatch_fleet_records_total[{RATE}]))", "fleet {{kind}}")],
+        unit="ops", width=8))
+
     d = d.with_row(row("Latency", L))
     d = d.with_panel(timeseries(
         L, "Decision latency p50 / p99 / p99.9",

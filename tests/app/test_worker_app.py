@@ -45,7 +45,7 @@ def test_topics_partitions_and_handlers(worker, app):
         "tool-calls", "loop-verdicts", "tool-calls-dlq",
     )
     assert lw.tool_calls.partitions == lw.verdicts.partitions == 6
-    assert (app.hooks.batch_topic, app.hooks.handle_batch) == ("tool-calls", lw.checkpoints.handle_batch)
+    assert (app.hooks.batch_topics, app.hooks.handle_batch) == (frozenset({"tool-calls"}), lw.checkpoints.handle_batch)
     assert app.hooks.before_wait_empty == lw.checkpoints.checkpoint
     assert app.hooks.after_stop == lw.output.close
     assert app.conf.web_bind == "127.0.0.1" and app.conf.web_port == 6066

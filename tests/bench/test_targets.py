@@ -117,6 +117,21 @@ def test_loopwatch_is_judged_ahead_of_each_peer_only_when_faster():
     assert target_verdicts({"peers": {"quix": {"rate": 10_000.0}}}) == []
 
 
+def test_the_options_ratio_is_judged_against_0_7():
+    assert target_verdicts({"options_ratio": 0.74}) == ["(e) all four options >= 0.7 of the default config: 0.74, met"]
+    assert target_verdicts({"options_ratio": 0.69}) == ["(e) all four options >= 0.7 of the default config: 0.69, NOT MET"]
+    assert target_verdicts({"options_ratio": 0.8, "options_run_keyed_ratio": 0.6}) == [
+        "(e) all four options >= 0.7 of the default config: 0.80, met",
+        "(e) the same, runners keying by run (the repartition hop): 0.60, NOT MET"]
+
+
+def test_the_options_workload_puts_its_sends_in_traces():
+    from bench.kafka import fleet, with_traces
+
+    events = with_traces(fleet(4_000, 200, seed=3, start_ms=0))
+    sends = [e for e in events if getattr(e, "tool_name", None) == "message"]
+    assert sends and all(e.trace_id.startswith("trace-") and e.target == "slack:#ops" for e in sends)
+    assert all(not getattr(e, "trace_id", None) for e in events if getattr(e, "tool_name", None) != "message")
 def test_a_candidate_config_is_judged_on_the_median_of_its_pairs():
     pairs = [({"rate": 20_000.0}, {"rate": 11_000.0}), ({"rate": 22_000.0}, {"rate": 10_000.0}),
              ({"rate": 18_000.0}, {"rate": 9_500.0})]

@@ -248,3 +248,18 @@ def test_no_progress_line_on_short_work(tmp_path, configs):
     path = write_lines(tmp_path / "fleet.jsonl", hand_fleet())
     proc = loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1])
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+
+
+def test_session_scope_is_refused_and_the_fleet_options_are_named(tmp_path, configs):
+    """Issue 17's options in a backtest: session scope is refused (the backtest counts runs,
+    each from fresh state); fleet incidents and agent rings, which need the fleet topology,
+    are said to be left out."""
+    path = write_lines(tmp_path / "fleet.jsonl", hand_fleet())
+    session = tmp_path / "session.json"
+    session.write_text(json.dumps({**BASELINE, "loopwatch": {"scope": "session"}}))
+    one_line_error(loopwatch("backtest", path, "--baseline", configs[0], "--candidate", session),
+                   2, "--candidate: loopwatch.scope: session is not backtested")
+    fleet = tmp_path / "fleet-options.json"
+    fleet.write_text(json.dumps({**BASELINE, "loopwatch": {"fleetIncidents": {"enabled": True}}}))
+    done = loopwatch("backtest", path, "--baseline", configs[0], "--candidate", fleet)
+    assert done.returncode == 0 and "--candidate: fleetIncidents and agentRings need the fleet topology" in done.stderr

@@ -149,3 +149,54 @@ def test_exported_json_schemas_are_current():
         path = REPO / "schemas" / "jsonschema" / name
         assert path.exists(), f"{path} missing: run `make schemas`"
         assert path.read_text() == render(kind), f"{path} is stale: run `make schemas`"
+
+
+# -- issue 17's options ---------------------------------------------------------------------------
+
+
+def replay_json(trace, *args):
+    proc = loopwatch("replay", EXAMPLES / trace, *args, "--json", check=True)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    return lines[:-1], lines[-1]["summary"]
+
+
+def test_replay_a_loop_split_over_three_runs_is_caught_only_with_session_scope():
+    config = ("--config", EXAMPLES / "loop-detection.yaml")
+    _, by_run = replay_json("session-loop.jsonl", *config)
+    assert by_run["detections"] == {} and by_run["runs"] == 3
+    verdicts, by_session = replay_json("session-loop.jsonl", *config, "--scope", "session")
+    assert by_session["detections"] == {"warning/generic_repeat": 10, "critical/generic_repeat": 4}
+    block = next(v for v in verdicts if v.get("action") == "block")
+    assert (block["run_id"], block["count"]) == ("agent:main:support-42/run-3", 20)
+
+
+def test_replay_the_fleet_examples():
+    config = ("--config", EXAMPLES / "fleet-options.yaml")
+    _, cycle = replay_json("cycle-loop.jsonl", *config)
+    assert cycle["detections"] == {"warning/cycle": 10, "critical/cycle": 5}
+    records, outage = replay_json("tool-outage.jsonl", *config)
+    assert outage["fleet"] == {"fleet.incident_opened": 1, "fleet.incident_resolved": 1}
+    opened = next(r for r in records if r.get("type") == "fleet.incident_opened")
+    assert (opened["tool_name"], opened["runs"], opened["agents"]) == ("web_search", 20, 3)
+    assert any(r.get("incident_id") == opened["incident_id"] and r.get("type") == "loop.decision" for r in records)
+    records, ring = replay_json("agent-ring.jsonl", *config)
+    assert ring["detections"] == {"warning/agent_ring": 6, "critical/agent_ring": 3}
+    assert ring["fleet"] == {"ring.warning": 2, "ring.critical": 2}
+    human = loopwatch("replay", EXAMPLES / "tool-outage.jsonl", *config, check=True).stdout
+    assert "INCIDENT OPENED inc-" in human and "INCIDENT RESOLVED inc-" in human
+    default = loopwatch("replay", EXAMPLES / "agent-ring.jsonl", "--config", EXAMPLES / "loop-detection.yaml", "--json",
+                        check=True)
+    assert json.loads(default.stdout.splitlines()[-1])["summary"]["detections"] == {}
+
+
+def test_config_check_shows_the_fleet_wide_options():
+    effective = json.loads(loopwatch("config", "check", EXAMPLES / "fleet-options.yaml", "--json", check=True).stdout)
+    assert effective["(fleet)"] == {
+        "scope": "session",
+        "fleetIncidents": {"enabled": True, "minRuns": 20, "minAgents": 3, "windowSeconds": 300, "hopSeconds": 60,
+                           "quietSeconds": 300},
+        "agentRings": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "windowSeconds": 3600},
+    }
+    assert effective["(default)"]["loopwatch"]["detectors"] == {"cycle": True}
+    plain = json.loads(loopwatch("config", "check", EXAMPLES / "loop-detection.yaml", "--json", check=True).stdout)
+    assert plain["(fleet)"] == {"scope": "run", "fleetIncidents": {"enabled": False}, "agentRings": {"enabled": False}}

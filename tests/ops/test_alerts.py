@@ -20,6 +20,7 @@ ALERTS = {
     "LoopwatchRunStateTrimmed",
     "LoopwatchRunnerClockAhead",
     "LoopwatchConfigRefused",
+    "LoopwatchToolOutage",
 }
 RUNBOOK_BASE = "https://github.com/loopwatch/loopwatch/blob/main/README.md#alert-"
 

@@ -187,6 +187,7 @@ def test_worker_env_contract(default_manifest: str) -> None:
         "LOOPWATCH_TOOL_CALLS_TOPIC": "tool-calls",
         "LOOPWATCH_VERDICTS_TOPIC": "loop-verdicts",
         "LOOPWATCH_DEAD_LETTER_TOPIC": "tool-calls-dlq",
+        "LOOPWATCH_INCIDENTS_TOPIC": "loop-incidents",
         "LOOPWATCH_SHADOW_VERDICTS_TOPIC": "loop-verdicts-shadow",
         "LOOPWATCH_PARTITIONS": "6",
         "LOOPWATCH_REPLICATION": "3",
@@ -215,8 +216,18 @@ def test_loop_detection_configmap_default(default_manifest: str) -> None:
             "globalCircuitBreakerThreshold": 30,
             "detectors": {"genericRepeat": True, "knownPollNoProgress": True, "pingPong": True}}},
         "agents": {"list": []},
-        "loopwatch": {"profile": "configurable-final", "abortAfterCriticalBlocks": None, "surfaceWarnings": False},
+        "loopwatch": {
+            "profile": "configurable-final", "abortAfterCriticalBlocks": None, "surfaceWarnings": False,
+            "scope": "run", "detectors": {"cycle": False},
+            "fleetIncidents": {"enabled": False, "minRuns": 20, "minAgents": 3, "windowSeconds": 300, "hopSeconds": 60,
+                               "quietSeconds": 300},
+            "agentRings": {"enabled": False, "warningThreshold": 3, "criticalThreshold": 5, "windowSeconds": 3600},
+        },
     }
+    # The chart's defaults are upstream's behaviour: none of issue 17's options is on.
+    from streams.engine import ConfigSet
+
+    assert not ConfigSet(config).uses_extensions()
 
 
 def test_services_and_pdb(default_manifest: str) -> None:
@@ -331,7 +342,11 @@ def test_custom_loop_detection_config(custom_manifest: str) -> None:
     assert config["tools"]["loopDetection"]["postCompactionGuard"] == {"windowSize": 12}
     assert [a["id"] for a in config["agents"]["list"]] == ["safe-runner", "research-bot"]
     assert config["agents"]["list"][0]["tools"]["loopDetection"] == {"warningThreshold": 5, "criticalThreshold": 10}
-    assert config["loopwatch"] == {"profile": "configurable-final", "abortAfterCriticalBlocks": 3, "surfaceWarnings": True}
+    options = config["loopwatch"]
+    assert {k: options[k] for k in ("profile", "abortAfterCriticalBlocks", "surfaceWarnings")} == {
+        "profile": "configurable-final", "abortAfterCriticalBlocks": 3, "surfaceWarnings": True}
+    assert (options["scope"], options["detectors"], options["fleetIncidents"]["enabled"], options["fleetIncidents"]["minRuns"]) == (
+        "session", {"cycle": True}, True, 10)
 
 
 def test_custom_monitoring_objects(custom_manifest: str) -> None:
@@ -402,9 +417,17 @@ def test_dashboard_label_is_configurable(helm: str) -> None:
     (["--set", "detectionConfig.loopwatch.profile=latest", "--set", "detectionConfig.agents.list[0].id=a",
       "--set", "detectionConfig.agents.list[0].loopwatch.profile=configurable-final",
       "--set", "detectionConfig.tools.loopDetection.warningThreshold=25"], "warningThreshold"),
+    (["--set", "detectionConfig.loopwatch.scope=trace"], "scope"),
+    (["--set", "detectionConfig.agents.list[0].id=a", "--set", "detectionConfig.agents.list[0].loopwatch.scope=session"],
+     "scope"),
+    (["--set", "detectionConfig.loopwatch.fleetIncidents.minAgents=30"], "minAgents (30) must not exceed minRuns (20)"),
+    (["--set", "detectionConfig.loopwatch.fleetIncidents.hopSeconds=600"], "hopSeconds (600) must not exceed"),
+    (["--set", "detectionConfig.loopwatch.agentRings.warningThreshold=5"],
+     "agentRings: warningThreshold (5) must be lower than criticalThreshold (5)"),
 ], ids=["protocol", "replicas", "bootstrap", "quantity", "unknown-key", "tls-secret", "sasl-secret",
         "sasl-username", "sasl-mechanism", "tls-no-ca", "tls-half-mtls", "signing-secret", "signing-typo",
-        "thresholds", "agent-thresholds", "profile", "thresholds-read-by-a-final-agent"])
+        "thresholds", "agent-thresholds", "profile", "thresholds-read-by-a-final-agent", "scope",
+        "agent-scope", "fleet-agents", "fleet-hop", "ring-thresholds"])
 def test_invalid_values_are_refused(helm: str, args: list[str], message: str) -> None:
     result = template(helm, *args)
     assert result.returncode != 0, f"accepted: {args}"

@@ -56,7 +56,7 @@ def file_acls() -> set[tuple[str, str, str, str, str]]:
 
 def test_readme_acl_commands_grant_what_the_secured_broker_enforces():
     documented = readme_acls()
-    assert len(documented) == 16
+    assert len(documented) == 21
     assert documented == file_acls()
 
 

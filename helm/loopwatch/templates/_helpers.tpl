@@ -132,6 +132,19 @@ app.kubernetes.io/component: worker
 {{- include "loopwatch.validateThresholds" (dict "ld" (merge (deepCopy $own) $global) "where" (printf "agent %s (merged with the global loopDetection)" $agent.id)) }}
 {{- end }}
 {{- end }}
+{{- /* Issue 17's options: the checks schemas.config makes across keys. */}}
+{{- $options := .Values.detectionConfig.loopwatch | default dict }}
+{{- $fleet := $options.fleetIncidents | default dict }}
+{{- if gt (int ($fleet.minAgents | default 3)) (int ($fleet.minRuns | default 20)) }}
+{{- fail (printf "detectionConfig.loopwatch.fleetIncidents: minAgents (%v) must not exceed minRuns (%v)" ($fleet.minAgents | default 3) ($fleet.minRuns | default 20)) }}
+{{- end }}
+{{- if gt (int ($fleet.hopSeconds | default 60)) (int ($fleet.windowSeconds | default 300)) }}
+{{- fail (printf "detectionConfig.loopwatch.fleetIncidents: hopSeconds (%v) must not exceed windowSeconds (%v)" ($fleet.hopSeconds | default 60) ($fleet.windowSeconds | default 300)) }}
+{{- end }}
+{{- $rings := $options.agentRings | default dict }}
+{{- if ge (int ($rings.warningThreshold | default 3)) (int ($rings.criticalThreshold | default 5)) }}
+{{- fail (printf "detectionConfig.loopwatch.agentRings: warningThreshold (%v) must be lower than criticalThreshold (%v)" ($rings.warningThreshold | default 3) ($rings.criticalThreshold | default 5)) }}
+{{- end }}
 {{- end }}
 
 {{/* warning < critical < globalCircuitBreaker, as upstream's config validation requires. */}}

@@ -56,6 +56,10 @@ test("every event type is valid against the schema, for random calls and outcome
   assertValid(runEndedEvent("e5", null, { ...FIELDS, run_id: null, session_id: "s-1" }));
 });
 
+// Issue 17's optional fields (trace_id, target: agent rings) are left out of a record when
+// unset, by both clients; this client does not set them (yet).
+const UNSET_OPTIONAL = new Set(["trace_id", "target"]);
+
 test("every event carries every field the schema defines for its type, and no other", () => {
   const defs = eventSchema.$defs as Record<string, { properties: Record<string, unknown> }>;
   const events: [string, ToolCallEvent][] = [
@@ -65,7 +69,8 @@ test("every event carries every field the schema defines for its type, and no ot
     ["RunEnded", runEndedEvent("e", null, FIELDS)],
   ];
   for (const [def, event] of events) {
-    assert.deepEqual(Object.keys(event).sort(), Object.keys(defs[def]!.properties).sort(), def);
+    const defined = Object.keys(defs[def]!.properties).filter((field) => !UNSET_OPTIONAL.has(field));
+    assert.deepEqual(Object.keys(event).sort(), defined.sort(), def);
     assertValid(event);
   }
   // profile latest's fields on a write: its target on both events, the mutation on the outcome
