@@ -50,6 +50,18 @@ __all__ = ["Worker", "broker_credentials", "build_worker", "faust_settings"]
 
 log = logging.getLogger("loopwatch.worker")
 
+GC_THRESHOLDS = (100_000, 10, 10)
+"""The worker's cyclic-GC thresholds (``gc.set_threshold``; Python's default is 700, 10, 10).
+
+A batch of thousands of records keeps about three container objects a record alive (its
+``ConsumerRecord``, the record's place in its run's group, its verdict) until the batch is
+done.  At 700, young collections ran every few hundred records, and each one traversed and
+promoted the batch's live objects; the promoted ones then set off collections of the older
+generations, full ones among them, which traversed every run's state.  With 100,000 net
+allocations between young collections, a batch's objects are freed (by reference counting)
+before any collection sees them; cyclic garbage still goes at the next collection.  The
+measurements are in docs/benchmarks.md (session 7)."""
+
 
 def broker_credentials(settings: Settings) -> Any:
     """Faust's ``broker_credentials``: SSLCredentials, SASLCredentials or None (PLAINTEXT).
@@ -282,6 +294,7 @@ def _schedule(worker: Worker) -> None:
 
     async def on_start() -> None:
         nonlocal metrics_served
+        gc.set_threshold(*GC_THRESHOLDS)
         declared = [worker.verdicts, worker.dead_letters]
         if worker.fleet is not None:
             declared += worker.fleet.output_topics

@@ -115,7 +115,8 @@ class LiveRun:
         self.offset = offset
         """Offset of the last source record applied (-1: none)."""
         self.applied: list[Any] = []
-        """Events applied since the checkpoint, in order (to rebuild after an engine error)."""
+        """Events applied since the checkpoint, in order (to rebuild after an engine error):
+        each as its record's value, or as the event when that differs (``processor``)."""
         self.seen = bytearray(seen)
         """Digests of the run's last applied event ids, oldest first (``run_store.SEEN_EVENT_IDS``)."""
         self.owner = owner

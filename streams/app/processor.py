@@ -94,8 +94,9 @@ __all__ = [
 
 log = logging.getLogger("loopwatch.worker")
 
-_LOG_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING,
-               "warning": logging.WARNING, "error": logging.ERROR}
+KEY_MEMO_SIZE = 100_000
+"""The state keys and key checks of this many distinct (Kafka key, run) pairs are remembered
+(the memo is emptied when it grows beyond)."""
 DETAIL_LIMIT = 2048
 """Dead-letter detail strings are cut to this many characters."""
 FORWARDED_OFFSETS = 1 << 61
@@ -213,6 +214,7 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
 def check_record(
     record: Any, keyring: Keyring | None = None, *, keyed: bool = True, key_of: Callable[[Any], str] = state_key,
     key_problem: Callable[[bytes | None, Any, bytes], tuple[str, str] | None] = kafka_key_problem,
+    memo: dict[tuple[Any, ...], Any] | None = None,
 ) -> tuple[ToolCallEvent, bytes]:
     """The event in a ``tool-calls`` record and its state key (UTF-8), as the worker takes it;
     ``InvalidEvent`` (the dead letter's reason and detail) when the worker would dead-letter
@@ -220,7 +222,12 @@ def check_record(
     (``schemas.decode_event``: JSON, bounds, version, type), a Kafka key that does not fit
     (``kafka_key_problem``; not checked when ``keyed`` is false: a record read from a file
     has none).  ``loopwatch backtest`` counts what this refuses.  Under session scope the
-    worker passes the engine's ``key_of`` and ``forwarded_key_problem``."""
+    worker passes the engine's ``key_of`` and ``forwarded_key_problem``.
+
+    ``memo``: a dict kept between calls (the worker's), in which the state key and the key
+    check are remembered: they depend on four values only, which a run's events share, so
+    they are worked out once per run, not per event (the caller empties it when ``key_of``
+    changes)."""
     value = record.value
     if value is None:
         raise InvalidEvent(INVALID_JSON, "the record has no value (null)")
@@ -228,11 +235,15 @@ def check_record(
     event = decode_event(value)
     if signer is not None:
         signer.check_agent(event)
-    key = key_of(event).encode("utf-8", "surrogatepass")
-    if keyed:
-        problem = key_problem(record.key, event, key)
-        if problem is not None:
-            raise InvalidEvent(*problem)
+    known = None if memo is None else memo.get((record.key, event.run_id, event.session_key, event.session_id))
+    if known is None:
+        key = key_of(event).encode("utf-8", "surrogatepass")
+        known = (key, key_problem(record.key, event, key) if keyed else None)
+        if memo is not None:
+            memo[(record.key, event.run_id, event.session_key, event.session_id)] = known
+    key, problem = known
+    if problem is not None:
+        raise InvalidEvent(*problem)
     return event, key
 
 
@@ -272,7 +283,10 @@ class BatchProcessor:
         self.clock = clock
         self.clock_skew_ms = None if clock_skew_s is None else int(clock_skew_s * 1000)
         self.runs = LiveRuns(metrics, clock=clock, cache_size=cache_size)
-        self._loggers: dict[str, tuple[logging.Logger, Any]] = {}
+        self._keys: dict[tuple[Any, ...], tuple[bytes, tuple[str, str] | None]] = {}
+        """``check_record``'s memo: ``(Kafka key, run_id, session_key, session_id) -> (state key, key problem)``."""
+        self._keys_of: Callable[[Any], str] | None = None
+        """The ``key_of`` the memo was filled with (emptied when a config changes the scope)."""
         self.sessions_topic: str | None = None
         """Under session scope, the repartition topic (``_forward``)."""
         self.partitions = 1
@@ -295,20 +309,25 @@ class BatchProcessor:
     def process(self, records: Iterable[Record], read: Callable[[int, bytes], bytes | None]) -> BatchResult:
         """Process one batch.  ``read(partition, key)`` returns a run's stored envelope or None."""
         engine, keyring = self.engine, self.keyring
-        self._loggers.clear()  # re-checks the logging set-up once per batch (logs.direct_writer)
         result = BatchResult(sha256=self.sha256)
         dead = result.dead_letters
-        groups: dict[tuple[int, bytes], list[tuple[Record, Any]]] = {}
+        groups: dict[tuple[int, bytes], list[tuple[Record, Any, Any]]] = {}
+        keys = self._keys
+        if len(keys) > KEY_MEMO_SIZE:
+            keys.clear()
         now_ms = int(self.clock() * 1000)
         latest_ms = None if self.clock_skew_ms is None else now_ms + self.clock_skew_ms
         key_of = engine.key_of
+        if key_of is not self._keys_of:
+            keys.clear()
+            self._keys_of = key_of
         session = key_of is session_scope_key
         key_problem = forwarded_key_problem if session else kafka_key_problem
         if session:
             records = self._forward(records, result)
         for record in records:
             try:
-                event, key = check_record(record, keyring, key_of=key_of, key_problem=key_problem)
+                event, key = check_record(record, keyring, key_of=key_of, key_problem=key_problem, memo=keys)
             except InvalidEvent as exc:
                 dead.append(DeadLetter(record, exc.reason, _cut(exc.detail)))
                 continue
@@ -317,31 +336,39 @@ class BatchProcessor:
                 self._count_error("decode")
                 log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition, source_offset(record))
                 continue
+            # Kept to rebuild the run after an engine error: the record's value (the decoded
+            # event is a third larger, and a busy worker holds seconds of events), or the
+            # event itself when it is not what the value decodes to.
+            replay = record.value
             if latest_ms is not None and event.ts_ms > latest_ms:
                 # A runner's clock far ahead (or a hostile ts_ms): the event counts as
                 # happening now.  Past times are left alone (replays, backlogs, ts_ms 0).
-                event = msgspec.structs.replace(event, ts_ms=now_ms)
+                event = replay = msgspec.structs.replace(event, ts_ms=now_ms)
                 result.clamped += 1
             group = groups.get((record.partition, key))
             if group is None:
                 groups[(record.partition, key)] = group = []
-            group.append((record, event))
+            group.append((record, event, replay))
 
         counts = _Counts()
         tallies = {(LIVE, ENFORCE): counts}
         shadow = _Shadow(engine.config, LIVE, tallies) if engine.config.uses_shadow() else None
         candidate = self.candidate
         judged = None if candidate is None else _Shadow(candidate.config, CANDIDATE, tallies)
+        # A run's (record, event, step) of the batch are kept only for who reads them after.
+        with_steps = judged is not None or bool(engine.fleet_records)
         runs = self.runs
         touched = runs.touched
         for pk, items in groups.items():
             live = touched.get(pk)
             if live is None:
                 live = touched[pk] = runs.load(pk, read)
-            applied = self._run_group(engine, pk, live, items, result, counts, shadow, session)
+            applied = self._run_group(engine, pk, live, items, result, counts, shadow, session, with_steps)
             if judged is not None and applied:
                 self._run_candidate(candidate, pk, live, applied, result, judged)
         result.runs = len(groups)
+        if counts.lines:
+            logs.log_many("loopwatch.", counts.lines)
         self._account(result, tallies, counts)
         return result
 
@@ -412,53 +439,64 @@ class BatchProcessor:
         engine: LoopEngine,
         pk: tuple[int, bytes],
         live: LiveRun,
-        items: list[tuple[Any, Any]],
+        items: list[tuple[Any, Any, Any]],
         result: BatchResult,
         counts: "_Counts",
         shadow: "_Shadow | None",
         session: bool = False,
-    ) -> list[tuple[Any, Any, Any]]:
-        """Apply a run's events; returns ``(record, event, step)`` of each one applied."""
+        with_steps: bool = False,
+    ) -> list[tuple[Any, Any, Any]] | None:
+        """Apply a run's events of this batch, in order, and collect what each step publishes
+        (the engine's rule, ``Step.published_decision``), its log lines and its counts.
+        ``with_steps`` (a candidate config or the fleet topology reads them): returns
+        ``(record, event, step)`` of each event applied; else None.  ``session``: session
+        scope (offsets of two topics; verdicts keyed by their run).
+
+        Each step is read right after its event: the run's next event changes the state a
+        step describes.  This loop runs once per event, so it is written flat (no call per
+        event beyond the engine's, the dedupe's, the collection's and the verdict's encoding)."""
         if session and live.offset >= 0:
             # A state's stamp compares with offsets of its own topic only (see _forward).
             forwarded = live.offset >= FORWARDED_OFFSETS
             fresh = [item for item in items
                      if (item[0].offset >= FORWARDED_OFFSETS) != forwarded or item[0].offset > live.offset]
-        else:
+        elif items[0][0].offset <= live.offset:
+            # Offsets rise within a group, so only a group whose first record is old holds any.
             fresh = [item for item in items if item[0].offset > live.offset]
+        else:
+            fresh = items
         if len(fresh) < len(items):
-            # Already in the stored state (a redelivery).  The run stays dirty even when
-            # nothing is new: the checkpoint re-writes it, so the changelog holds it even if
-            # a crash lost its first changelog send (local store ahead of the changelog).
+            # Already in the stored state (a redelivery).  The run stays dirty even
+            # when nothing is new: the checkpoint re-writes it, so the changelog holds it
+            # even if a crash lost its first changelog send (local store ahead of the changelog).
             result.skipped += len(items) - len(fresh)
             if not fresh:
-                return []
+                return None
+            items = fresh
+        partition, key = pk
         state = live.state
         seen = live.seen
-        failed: set[int] = set()
-        outputs: list[tuple[Any, Any, Any]] = []
-        i = 0
-        while i < len(fresh):
-            record, event = fresh[i]
+        applied = live.applied
+        verdicts = result.verdicts
+        check_owner = self.keyring is not None
+        handle = engine.handle
+        collect = self._collect
+        steps: list[tuple[Any, Any, Any]] | None = [] if with_steps else None
+        for record, event, replay in items:
             digest = event_digest(event.event_id)
             if seen_before(seen, digest):
-                failed.add(i)  # not applied: not part of a rebuild either
-                result.duplicates += 1
-                i += 1
+                result.duplicates += 1  # not applied: not part of a rebuild either
                 continue
             owner = live.owner
-            if owner is not None and event.agent_id != owner and self.keyring is not None:
-                failed.add(i)
+            if check_owner and owner is not None and event.agent_id != owner:
                 result.dead_letters.append(DeadLetter(record, BAD_SIGNATURE, _cut(
-                    f"run {pk[1].decode('utf-8', 'replace')} belongs to agent {owner!r}; "
+                    f"run {key.decode('utf-8', 'replace')} belongs to agent {owner!r}; "
                     f"the event (signed by a key of agent {event.agent_id!r}) may not change it"
                 )))
-                i += 1
                 continue
             try:
-                step = engine.handle(state, event, validated=True)
+                step = handle(state, event, validated=True)
             except Exception as exc:  # noqa: BLE001 - see below
-                failed.add(i)
                 reason = exc.reason if isinstance(exc, InvalidEvent) else PROCESSING_ERROR
                 detail = exc.detail if isinstance(exc, InvalidEvent) else f"engine: {exc!r}"
                 result.dead_letters.append(DeadLetter(record, reason, _cut(detail)))
@@ -467,8 +505,7 @@ class BatchProcessor:
                     log.exception("engine failed on %s[%d]@%d", record.topic, record.partition, source_offset(record))
                 # The engine may have changed the state in place before failing: rebuild it
                 # from the stored state and every event applied since (their verdicts are out).
-                state = self._rebuild(engine, live, [e for j, (_r, e) in enumerate(fresh[:i]) if j not in failed])
-                i += 1
+                state = self._rebuild(engine, live)
                 continue
             state = step.state
             if state is None:
@@ -478,20 +515,19 @@ class BatchProcessor:
                 remember(seen, digest)
                 if owner is None:
                     live.owner = event.agent_id
-            outputs.append((record, event, step))
-            i += 1
-        if shadow is None and not session:
-            for record, event, step in outputs:
-                self._collect(pk[0], pk[1], event, step, result.verdicts, counts)
-        else:
-            self._collect_moded(pk, outputs, result, counts, shadow, by_run=session)
-        if engine.fleet_records:
-            self._fleet_records(engine, outputs, result)
-        result.events += len(outputs)
+            applied.append(replay)
+            result.events += 1
+            if shadow is None and not session:
+                collect(partition, key, event, step, verdicts, counts)
+            else:
+                self._collect_moded(partition, key, event, step, result, counts, shadow, by_run=session)
+            if steps is not None:
+                steps.append((record, event, step))
+        if steps and engine.fleet_records:
+            self._fleet_records(engine, steps, result)
         live.state = state
-        live.offset = fresh[-1][0].offset
-        live.applied.extend(event for _record, event, _step in outputs)
-        return outputs
+        live.offset = items[-1][0].offset
+        return steps
 
     @staticmethod
     def _fleet_records(engine: LoopEngine, outputs: list[tuple[Any, Any, Any]], result: BatchResult) -> None:
@@ -532,14 +568,16 @@ class BatchProcessor:
                     last_send, repeats = send, 1
         flush()
 
-    def _rebuild(self, engine: LoopEngine, live: LiveRun, more: list[Any]) -> RunState | None:
+    def _rebuild(self, engine: LoopEngine, live: LiveRun) -> RunState | None:
+        """The run's state from its stored state and the events applied since (``live.applied``)."""
         base = live.base
         if isinstance(base, RunState):
             state = copy_state(base)  # the checkpoint being taken encodes base meanwhile
         else:
             state = self.runs.decode(base, (0, b"?")) if base is not None else None
-        for event in live.applied + more:
+        for replay in live.applied:
             try:
+                event = decode_event(replay) if type(replay) is bytes else replay
                 state = engine.handle(state, event, validated=True).state
             except Exception:  # noqa: BLE001 - failed the first time too: skip it again
                 pass
@@ -549,12 +587,12 @@ class BatchProcessor:
         """Count a step and put what it publishes in ``out``; ``live``: a step of the live
         config (its event and log lines count; a candidate's are neither counted nor logged)."""
         if live:
-            etype = type(event)
-            counts.events[EVENT_TYPE_OF[etype]] += 1
-            for line in step.logs:
-                self._log(line)
-                if etype is CompactionRetried and line.subsystem == GUARD_SUBSYSTEM:
-                    counts.armings += 1
+            counts.types[type(event)] += 1
+            step_lines = step.logs
+            if step_lines:
+                counts.lines += step_lines
+                if type(event) is CompactionRetried:
+                    counts.armings += sum(1 for line in step_lines if line.subsystem == GUARD_SUBSYSTEM)
         # What is published is the engine's rule (Step.published_decision); an allow nobody
         # waits for is counted like any decision, from the step, and never built.
         decision = step.published_decision
@@ -570,7 +608,10 @@ class BatchProcessor:
                     detector = level = liveness = None
                 else:
                     detector, level, liveness = detection.detector, detection.level, detection.liveness_signal
-            counts.decisions[(detector or "none", level or "none", action)] += 1
+            if detector is None and action == "allow":
+                counts.allows += 1  # the common decision, counted without a key
+            else:
+                counts.decisions[(detector or "none", level or "none", action)] += 1
             if liveness is not None:
                 counts.liveness[(liveness, detector)] += 1
             if detection is not None:
@@ -582,24 +623,22 @@ class BatchProcessor:
             counts.aborts[abort.detector] += 1
             out.append(VerdictOut(partition, key, encode_verdict(abort), abort))
 
-    def _collect_moded(self, pk, outputs, result: BatchResult, counts: "_Counts", shadow: "_Shadow | None",
-                       by_run: bool = False) -> None:
+    def _collect_moded(self, partition, key, event, step, result: BatchResult, counts: "_Counts",
+                       shadow: "_Shadow | None", by_run: bool = False) -> None:
         """``_collect`` when the live config has agents in shadow mode: theirs go to the shadow
         topic, and their runners get ``shadow_answer`` on ``loop-verdicts``.  ``by_run``
         (session scope): verdicts are keyed by their run (``state_key``), whose runner routes
         them by that key, not by the session's state key."""
-        partition, key = pk
-        for _record, event, step in outputs:
-            if by_run:
-                key = state_key(event).encode("utf-8", "surrogatepass")
-            tally = None if shadow is None else shadow.tally_for(event.agent_id)
-            if tally is None:
-                self._collect(partition, key, event, step, result.verdicts, counts)
-                continue
-            self._collect(partition, key, event, step, result.shadow, tally)
-            answer = shadow_answer(step)
-            if answer is not None:
-                result.verdicts.append(VerdictOut(partition, key, encode_verdict(answer), answer))
+        if by_run:
+            key = state_key(event).encode("utf-8", "surrogatepass")
+        tally = None if shadow is None else shadow.tally_for(event.agent_id)
+        if tally is None:
+            self._collect(partition, key, event, step, result.verdicts, counts)
+            return
+        self._collect(partition, key, event, step, result.shadow, tally)
+        answer = shadow_answer(step)
+        if answer is not None:
+            result.verdicts.append(VerdictOut(partition, key, encode_verdict(answer), answer))
 
     # -- the candidate config ----------------------------------------------------------------------
 
@@ -631,21 +670,6 @@ class BatchProcessor:
                 compared = COMPARED_FROM_START  # a later event of the key starts afresh in both
         live.candidate, live.compared = state, compared
 
-    def _log(self, line) -> None:
-        entry = self._loggers.get(line.subsystem)
-        if entry is None:
-            logger = logging.getLogger(f"loopwatch.{line.subsystem}")
-            entry = self._loggers[line.subsystem] = (logger, logs.direct_writer(logger))
-        logger, write = entry
-        level = _LOG_LEVELS.get(line.level, logging.INFO)
-        if logger.isEnabledFor(level):
-            if write is not None:
-                write(level, line.message)
-            else:
-                # makeRecord + handle: Logger.log without its per-record stack walk
-                # (findCaller); levels, filters and handlers apply as usual.
-                logger.handle(logger.makeRecord(logger.name, level, "(engine)", 0, line.message, None, None))
-
     # -- metrics --------------------------------------------------------------------------------
 
     def _count_error(self, stage: str) -> None:
@@ -659,7 +683,9 @@ class BatchProcessor:
         if m is None:
             return
         for labels, tally in tallies.items():
-            m.add(m.events_consumed, tally.events)
+            m.add(m.events_consumed, {EVENT_TYPE_OF[kind]: n for kind, n in tally.types.items()})
+            if tally.allows:
+                tally.decisions[("none", "none", "allow")] += tally.allows
             m.add(m.decisions, {k + labels: n for k, n in tally.decisions.items()})
             if tally.detections:
                 tools: dict[tuple[str, ...], int] = defaultdict(int)
@@ -694,11 +720,12 @@ class BatchProcessor:
         if m is None:
             return
         now_ms = (self.clock() if now is None else now) * 1000.0
-        observe = m.decision_latency.observe
+        latencies = []
         for out in verdicts:
             verdict = out.verdict
-            if verdict.ts_ms > 0 and isinstance(verdict, Decision):
-                observe(max(0.0, now_ms - verdict.ts_ms) / 1000.0)
+            if verdict.ts_ms > 0 and type(verdict) is Decision:
+                latencies.append(max(0.0, now_ms - verdict.ts_ms) / 1000.0)
+        m.decision_latency.observe_many(latencies)
 
 
 class _RunFields(msgspec.Struct):
@@ -724,6 +751,8 @@ def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes)
     shown = (key or b"")[:200].decode("utf-8", "replace")
     return KEY_MISMATCH, (f"Kafka key {shown!r} of a forwarded record is not its state key "
                           f"{state_key_bytes.decode('utf-8', 'replace')!r}")
+
+
 class _Shadow:
     """Where the steps of one config go when shadow is in play: the ``_Counts`` of an agent's
     mode under ``config`` (``tag``: live or candidate), made on first use in ``tallies``.
@@ -744,21 +773,29 @@ class _Shadow:
         labels = (self.tag, mode)
         tally = self.tallies.get(labels)
         if tally is None:
-            tally = self.tallies[labels] = _Counts()
+            # One list of log lines per batch, in the order of its events, whatever their tally.
+            tally = self.tallies[labels] = _Counts(lines=self.tallies[(LIVE, ENFORCE)].lines)
         return tally
 
 
 class _Counts:
-    __slots__ = ("events", "decisions", "detections", "suppressed", "aborts", "armings", "liveness", "changes")
+    """What one batch adds to the metrics and the log, gathered as plain values and added once."""
 
-    def __init__(self) -> None:
-        self.events: dict[str, int] = defaultdict(int)
+    __slots__ = ("types", "allows", "decisions", "detections", "suppressed", "aborts", "armings", "liveness", "lines", "changes")
+
+    def __init__(self, lines: list[Any] | None = None) -> None:
+        self.types: dict[type, int] = defaultdict(int)
+        """Applied events by class."""
+        self.allows = 0
+        """Decisions ``allow`` without a detection (the usual one)."""
         self.decisions: dict[tuple[str, str, str], int] = defaultdict(int)
         self.detections: dict[tuple[str, str, str], int] = defaultdict(int)
         self.suppressed: dict[str, int] = defaultdict(int)
         self.aborts: dict[str, int] = defaultdict(int)
         self.armings = 0
         self.liveness: dict[tuple[str, str], int] = defaultdict(int)
+        self.lines: list[Any] = [] if lines is None else lines
+        """The engine's log lines, in order (``LogLine``), written after the batch (``logs.log_many``)."""
         self.changes: dict[tuple[str, str], int] = defaultdict(int)
         """Runs ended whose outcome differs, by (live outcome, candidate outcome)."""
 

@@ -95,6 +95,22 @@ def test_a_shadow_agent_that_would_be_aborted_is_never_aborted():
     assert actions(r.shadow)[20:] == ["block", "abort", "block", "block"]
 
 
+def test_a_shadow_agents_engine_log_lines_are_logged_as_an_enforce_agents(caplog):
+    # The engine logs the same lines whatever the agent's mode (upstream's: one warning, then
+    # three lines for the blocked call); the batch's lines are written together after it.
+    events = repeat("t", 21, agent="trial") + repeat("m", 3, agent="main")
+
+    def logged(config):
+        caplog.clear()
+        with caplog.at_level("INFO", logger="loopwatch"):
+            BatchProcessor(LoopEngine(config)).process(records(events), Store().read)
+        return [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.name != "loopwatch.worker"]
+
+    enforced = logged(LIVE)
+    assert ("loopwatch.agents/tools", "ERROR") in {(name, level) for name, level, _ in enforced}
+    assert logged(shadow_config()) == enforced
+
+
 def test_shadow_and_enforce_metrics_carry_their_mode():
     registry = CollectorRegistry()
     p = BatchProcessor(LoopEngine(shadow_config()), Metrics(registry, process_metrics=False))

@@ -1,41 +1,94 @@
-"""``make bench`` judges issue 3's targets from what it measured (no broker needed)."""
+"""``make bench`` judges issue 19's targets, and issue 3's as information, from what it
+measured (no broker needed).  The expected lines are worked by hand from the thresholds the
+issues name: 50,000 events/s, 0.35 of (a'), 3 ms of p99 share, the peak RSS before issue 19."""
 
-from bench.kafka import target_verdicts
+import pytest
+
+from bench.kafka import BASELINE_PEAK_RSS_MIB, issue3_lines, median_round, p99_share, target_verdicts
 
 
-def test_each_target_is_judged_against_its_threshold():
+def test_each_issue19_target_is_judged_against_its_threshold():
+    results = {
+        "raw": 60_000.0,
+        "raw_batched": 140_000.0,
+        "worker": {"rate": 51_000.0, "peak_rss_mib": 200.4},
+        "latency": {"rate": 2_000.0, "offered": 1_998.0, "p99": 21.7, "rounds": 3},
+        "latency_share": 2.4,
+    }
+    assert target_verdicts(results) == [
+        "(b) >= 50,000 events/s per worker: 51,000, met",
+        "(b)/(a') >= 0.35: 0.36, met",  # 51,000 / 140,000 = 0.364
+        "(c) - (c') at p99 <= 3 ms at 2,000 events/s, median of 3 rounds: +2.4 ms, met",
+        f"(b) the worker's peak RSS <= {BASELINE_PEAK_RSS_MIB:,.0f} MiB (before issue 19): 200 MiB, met",
+    ]
+
+
+def test_misses_and_boundaries():
+    results = {
+        "raw_batched": 142_860.0,
+        "worker": {"rate": 49_999.0, "peak_rss_mib": BASELINE_PEAK_RSS_MIB + 0.5},
+        "latency": {"rate": 2_000.0, "offered": 1_700.0, "p99": 20.0},
+        "latency_share": 3.0,
+    }
+    assert target_verdicts(results) == [
+        "(b) >= 50,000 events/s per worker: 49,999, NOT MET",
+        "(b)/(a') >= 0.35: 0.35, NOT MET",  # 0.349986: shown rounded, judged exactly
+        # At most 3 ms: the boundary is met.  A generator that fell behind (1,700 offered) is still judged.
+        "(c) - (c') at p99 <= 3 ms at 2,000 events/s: +3.0 ms, met",
+        f"(b) the worker's peak RSS <= {BASELINE_PEAK_RSS_MIB:,.0f} MiB (before issue 19): "
+        f"{BASELINE_PEAK_RSS_MIB + 0.5:,.0f} MiB, NOT MET",  # shown rounded, judged exactly
+    ]
+    results["latency_share"] = 3.05
+    assert target_verdicts(results)[2] == "(c) - (c') at p99 <= 3 ms at 2,000 events/s: +3.0 ms, NOT MET"
+    results["latency_share"] = -4.0  # the worker's round beat the raw responder's: met, shown signed
+    assert target_verdicts(results)[2] == "(c) - (c') at p99 <= 3 ms at 2,000 events/s: -4.0 ms, met"
+
+
+def test_only_what_was_measured_is_judged():
+    assert target_verdicts({}) == []
+    assert target_verdicts({"worker": {"rate": 55_000.0}}) == ["(b) >= 50,000 events/s per worker: 55,000, met"]
+    # (b)/(a') needs (a') of the same run; (a) alone is issue 3's ratio.
+    assert target_verdicts({"raw": 60_000.0, "worker": {"rate": 55_000.0}}) == [
+        "(b) >= 50,000 events/s per worker: 55,000, met"]
+    # The share needs (c') in the same run: (c) alone is not judged.
+    assert target_verdicts({"latency": {"rate": 2_000.0, "offered": 2_000.0, "p99": 5.0}}) == []
+    # The latency target is set at 2,000 events/s: another --rate is not judged against it.
+    assert target_verdicts({"latency": {"rate": 500.0, "offered": 500.0, "p99": 5.0}, "latency_share": 1.0}) == []
+
+
+def test_the_share_is_the_median_of_each_rounds_difference_not_the_difference_of_medians():
+    worker = [{"p99": 30.0}, {"p99": 20.0}, {"p99": 25.0}]
+    floor = [{"p99": 29.0}, {"p99": 12.0}, {"p99": 15.0}]
+    # Per round: +1, +8, +10 -> median +8.  The medians' difference would be 25 - 15 = +10.
+    assert p99_share(worker, floor) == 8.0
+    assert p99_share([{"p99": 18.0}, {"p99": 20.0}], [{"p99": 20.0}, {"p99": 19.0}]) == -0.5  # (-2 + 1) / 2
+    with pytest.raises(ValueError):
+        p99_share(worker, floor[:2])  # every round of (c) has its (c')
+
+
+def test_issue3_targets_are_still_judged_as_information():
     results = {
         "raw": 40_000.0,
         "worker": {"rate": 21_000.0},
         "latency": {"rate": 2_000.0, "offered": 1_998.0, "p99": 21.7},
         "floor": {"p99": 18.6},
     }
-    assert target_verdicts(results) == [
+    assert issue3_lines(results) == [
         "(b) >= 20,000 events/s per worker: 21,000, met",
         "(b)/(a) >= 0.5: 0.53, met",
         "(c) p99 < 20 ms at 2,000 events/s: 21.7 ms, NOT MET (the raw responder (c'): 18.6 ms)",
     ]
-
-
-def test_misses_and_boundaries():
     results = {"raw": 40_000.0, "worker": {"rate": 19_999.0}, "latency": {"rate": 2_000.0, "offered": 1_700.0, "p99": 20.0}}
-    assert target_verdicts(results) == [
+    assert issue3_lines(results) == [
         "(b) >= 20,000 events/s per worker: 19,999, NOT MET",
         "(b)/(a) >= 0.5: 0.50, NOT MET",  # 0.499975: shown rounded, judged exactly
-        "(c) p99 < 20 ms at 2,000 events/s: 20.0 ms, NOT MET",  # a generator that fell behind is still judged
+        "(c) p99 < 20 ms at 2,000 events/s: 20.0 ms, NOT MET",
     ]
-
-
-def test_only_what_was_measured_is_judged():
-    assert target_verdicts({}) == []
-    assert target_verdicts({"worker": {"rate": 25_000.0}}) == ["(b) >= 20,000 events/s per worker: 25,000, met"]
-    # The latency target is set at 2,000 events/s: another --rate is not judged against it.
-    assert target_verdicts({"latency": {"rate": 500.0, "offered": 500.0, "p99": 5.0}}) == []
+    assert issue3_lines({}) == []
+    assert issue3_lines({"latency": {"rate": 500.0, "offered": 500.0, "p99": 5.0}}) == []
 
 
 def test_several_rounds_are_judged_on_their_median_p99():
-    from bench.kafka import median_round
-
     rounds = [
         {"rate": 2_000.0, "p50": 7.0, "p99": 30.4, "p999": 60.0},
         {"rate": 2_000.0, "p50": 9.0, "p99": 18.1, "p999": 31.0},
@@ -45,19 +98,19 @@ def test_several_rounds_are_judged_on_their_median_p99():
     assert latency == {"p50": 8.0, "p99": 19.9, "p999": 40.0, "rate": 2_000.0, "rounds": 3}
     floor = median_round([{"rate": 2_000.0, "p50": 6.0, "p99": p99, "p999": 30.0} for p99 in (15.0, 21.0)])
     assert floor["p99"] == 18.0  # an even number of rounds: the mean of the middle two
-    assert target_verdicts({"latency": latency, "floor": floor}) == [
+    assert issue3_lines({"latency": latency, "floor": floor}) == [
         "(c) p99 < 20 ms at 2,000 events/s: 19.9 ms (median of 3 rounds), met (the raw responder (c'): 18.0 ms)",
     ]
 
 
 def test_loopwatch_is_judged_ahead_of_each_peer_only_when_faster():
     results = {
-        "worker": {"rate": 25_000.0},
-        "peers": {"quix": {"rate": 10_000.0}, "faust": {"rate": 25_000.0}},
+        "worker": {"rate": 55_000.0},
+        "peers": {"quix": {"rate": 10_000.0}, "faust": {"rate": 55_000.0}},
     }
     assert target_verdicts(results) == [
-        "(b) >= 20,000 events/s per worker: 25,000, met",
-        "loopwatch ahead of Quix Streams: met (2.50×)",
+        "(b) >= 50,000 events/s per worker: 55,000, met",
+        "loopwatch ahead of Quix Streams: met (5.50×)",
         "loopwatch ahead of Faust: NOT MET (1.00×)",  # a tie is not ahead
     ]
     # Without (b) there is nothing to compare the peers with.
