@@ -68,7 +68,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
 
-from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, ToolCallCompleted, ToolCallEvent, decode_event
+from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, RunEnded, ToolCallCompleted, ToolCallEvent, decode_event
 from schemas.fleet import FleetSend, encode_fleet_record
 from schemas.names import (
     BAD_SIGNATURE, CANDIDATE, ENFORCE, INVALID_JSON, KEY_MISMATCH, LIVE, MISSING_KEY, OUTCOMES, PROCESSING_ERROR,
@@ -235,12 +235,13 @@ def check_record(
     event = decode_event(value)
     if signer is not None:
         signer.check_agent(event)
-    known = None if memo is None else memo.get((record.key, event.run_id, event.session_key, event.session_id))
+    memo_key = None if memo is None or not keyed else (record.key, event.run_id, event.session_key, event.session_id)
+    known = None if memo_key is None else memo.get(memo_key)
     if known is None:
         key = key_of(event).encode("utf-8", "surrogatepass")
         known = (key, key_problem(record.key, event, key) if keyed else None)
-        if memo is not None:
-            memo[(record.key, event.run_id, event.session_key, event.session_id)] = known
+        if memo_key is not None:
+            memo[memo_key] = known
     key, problem = known
     if problem is not None:
         raise InvalidEvent(*problem)
@@ -365,7 +366,7 @@ class BatchProcessor:
                 live = touched[pk] = runs.load(pk, read)
             applied = self._run_group(engine, pk, live, items, result, counts, shadow, session, with_steps)
             if judged is not None and applied:
-                self._run_candidate(candidate, pk, live, applied, result, judged)
+                self._run_candidate(candidate, pk, live, applied, result, judged, session)
         result.runs = len(groups)
         if counts.lines:
             logs.log_many("loopwatch.", counts.lines)
@@ -642,9 +643,12 @@ class BatchProcessor:
 
     # -- the candidate config ----------------------------------------------------------------------
 
-    def _run_candidate(self, engine: LoopEngine, pk, live: LiveRun, applied, result: BatchResult, judged: "_Shadow") -> None:
+    def _run_candidate(self, engine: LoopEngine, pk, live: LiveRun, applied, result: BatchResult, judged: "_Shadow",
+                       session: bool = False) -> None:
         """The candidate on the events the live config applied to a run, on the run's
-        candidate state; compares the run's outcomes when it ends."""
+        candidate state; compares the run's outcomes when it ends (``run.ended``).
+        ``session`` (session scope): the state is a session's, which outlives its runs; its
+        verdicts are keyed by their run, as the live ones are (``_collect_moded``)."""
         partition, key = pk
         state, compared = live.candidate, live.compared
         changes = judged.tallies[(LIVE, ENFORCE)].changes
@@ -660,9 +664,11 @@ class BatchProcessor:
             state = judged_step.state
             if compared & COMPARED_FROM_START:
                 compared = compare(compared, outcome(step), outcome(judged_step))
+            if session:
+                key = state_key(event).encode("utf-8", "surrogatepass")
             self._collect(partition, key, event, judged_step, result.candidate, judged.tally_for(event.agent_id),
                           live=False)
-            if state is None:  # the run ended under both configs
+            if state is None or type(event) is RunEnded:  # the run ended under both configs
                 if compared & COMPARED_FROM_START:
                     was, would = compared_outcomes(compared)
                     if was != would:

@@ -252,3 +252,30 @@ def test_under_session_scope_a_shadow_agents_verdicts_stay_keyed_by_run():
     answers = [decode_verdict(v.value) for v in result.verdicts]
     assert len(answers) == sum(1 for e in events if getattr(e, "gate", False)) and {a.action for a in answers} == {"allow"}
     assert all(v.key == f"run:{v.verdict.run_id}".encode() for v in result.shadow + result.verdicts)
+
+
+def test_a_candidate_config_under_session_scope_keys_its_verdicts_by_run_and_compares_each_run():
+    """Session scope with a candidate config (issue 16): the candidate's verdicts are keyed by
+    their run, as the live ones are, and a run's outcome is compared when the run ends, though
+    the session's state goes on.
+
+    Hand-worked (spec §2.10; 3 runs of 8 identical reads, one session): live (warning 10,
+    critical 20) warns at call 11 (run 2) and blocks from call 21 (run 3); the candidate
+    (warning 5, critical 8) only warns at counts 5-7, hidden by the bucket rule, and blocks from
+    call 9 (run 2 on).  Run 1: none/none; run 2: warn/block (changed); run 3: block/block."""
+    strict = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}},
+              "loopwatch": {"scope": "session"}}
+    events = session_loop(gate=True)
+    registry = CollectorRegistry()
+    p = BatchProcessor(LoopEngine(SESSION), Metrics(registry, process_metrics=False))
+    p.sessions_topic = "lw-sessions"
+    p.use_candidate(LoopEngine(strict), "c0ffee")
+    forwards = p.process(tool_calls(events), no_store).forwards
+    result = p.process([Record("lw-sessions", 1, i, k, v) for i, (k, v, _h) in enumerate(forwards)], no_store)
+    judged = [decode_verdict(v.value) for v in result.candidate]
+    assert judged == RunDriver(LoopEngine(strict)).verdicts(events)  # the engine driven directly
+    assert all(v.key == f"run:{v.verdict.run_id}".encode() for v in result.candidate + result.verdicts)
+    g = registry.get_sample_value
+    assert g("loopwatch_candidate_outcome_changes_total", {"live": "warn", "candidate": "block"}) == 1
+    assert sum(s.value for m in registry.collect() if m.name == "loopwatch_candidate_outcome_changes"
+               for s in m.samples if s.name.endswith("_total")) == 1
