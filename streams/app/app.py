@@ -29,7 +29,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.config import SESSION_SCOPE
+from schemas.config import SESSION_SCOPE, ConfigError
 from schemas.names import CANDIDATE, LIVE
 from streams import faust_adapter
 from streams.engine.fleet import FleetView
@@ -214,9 +214,11 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
                            name=LIVE)
     candidate = None
     if settings.candidate_config is not None:
-        # (A candidate's fleet-wide options are not applied: it runs on the live config's
-        # topology, grouped by the live config's state keys.)
-        candidate = ConfigWatcher(settings.candidate_config, use_candidate, metrics, name=CANDIDATE)
+        # A candidate runs on the live config's topology and its states are grouped by the live
+        # config's state keys, so its scope must be the live one (its fleet-wide options are
+        # not applied).
+        candidate = ConfigWatcher(settings.candidate_config, use_candidate, metrics, name=CANDIDATE,
+                                  check=lambda engine: _scope_change(scope, engine))
     keys = None if settings.signing_keys is None else KeyringWatcher(settings.signing_keys, use_keyring)
     engine = config.load_initial()
     engine.fleet = view
@@ -228,6 +230,9 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     processor.use_config(processor.engine, config.sha256)
     if candidate is not None:
         candidate_engine = candidate.load_initial()
+        refused = _scope_change(scope, candidate_engine)
+        if refused is not None:
+            raise ConfigError(f"{settings.candidate_config}: {refused}")
         candidate_engine.fleet = view
         processor.use_candidate(candidate_engine, candidate.sha256)
     batch_topics = {settings.tool_calls_topic}
@@ -284,6 +289,14 @@ def _topology_change(topology: tuple, engine: Any) -> str | None:
         return None
     return ("loopwatch.scope, loopwatch.fleetIncidents or loopwatch.agentRings changed: they decide the worker's "
             "topics and tables, so restart the workers to apply them")
+
+
+def _scope_change(scope: str, engine: Any) -> str | None:
+    """Why a candidate config cannot run beside a live config of ``scope``, or None."""
+    if engine.config.scope == scope:
+        return None
+    return (f"the candidate's loopwatch.scope ({engine.config.scope}) is not the live config's ({scope}): "
+            "a candidate runs on the live config's run states, so it must group events as the live config does")
 
 
 def _schedule(worker: Worker) -> None:

@@ -172,3 +172,15 @@ def test_worker_help_shows_every_option_and_setting():
         assert option in proc.stdout
     for f in dataclasses.fields(Settings):
         assert env_name(f.name) in proc.stdout
+
+
+def test_worker_refuses_a_candidate_config_of_another_scope_at_start(tmp_path, monkeypatch):
+    # A candidate judges the live config's run states, so it must group events as the live
+    # config does (issue 16 with issue 17's session scope).
+    live, candidate = tmp_path / "live.yaml", tmp_path / "candidate.yaml"
+    live.write_text("tools:\n  loopDetection:\n    enabled: true\n")
+    candidate.write_text("tools:\n  loopDetection:\n    enabled: true\nloopwatch:\n  scope: session\n")
+    monkeypatch.setenv("LOOPWATCH_CANDIDATE_CONFIG", str(candidate))
+    proc = loopwatch("worker", "--config", live, "--broker", "127.0.0.1:9", "--data-dir", tmp_path / "state",
+                     "--metrics-port", "0")
+    one_line_error(proc, 2, str(candidate), "loopwatch.scope (session) is not the live config's (run)")
