@@ -46,7 +46,7 @@ from schemas.names import OUTCOMES, PROCESSING_ERROR
 from .app.processor import check_record
 from .app.run_store import event_digest, remember, seen_before
 from .engine import LoopEngine, RunDriver, copy_state, outcome
-from .engine.drive import ABORT, BLOCK, NONE, WARN
+from .engine.drive import NONE
 
 __all__ = ["Backtest", "BacktestError", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "render_table"]
 
