@@ -162,6 +162,8 @@ def refused_after_abort(state: RunState, event: ToolCallRequested, detector: str
     message = f"CRITICAL: this run was aborted by loopwatch ({detector}); no further tool calls are allowed."
     decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=detector, message=message)
     return Step(state=state, built_decision=decision, request=event, vetoed=True)
+
+
 def allow_decision(event: ToolCallRequested) -> Decision:
     """A plain ``allow`` for a requested call, as the engine decides one without detection."""
     return _decision(event, "allow", None, None, False)
@@ -544,7 +546,6 @@ class _LatestEngine(LoopEngine):
         found = LatestDetection(WARNING, ARGUMENT_CHURN, count, "write", sig, variant_count=count,
                                 liveness_signal=ARGUMENT_CHURN, write_target=target, write_mutation=True)
         return found if self.warning_bucket(state, found) else None
-
 
 
 def _end_run(state: RunState, detector: str) -> None:

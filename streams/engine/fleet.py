@@ -65,7 +65,6 @@ __all__ = [
 ]
 
 
-
 def digest16(text: str) -> str:
     """16 hex characters standing for ``text`` (runs and agents counted without their ids)."""
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
