@@ -55,11 +55,13 @@ def explain(error: BaseException, *, username: str | None = None, mechanism: str
 class _Explained(logging.Filter):
     """Keeps aiokafka's "Unable connect to" records for our hosts that ``explain`` explains."""
 
-    def __init__(self, hosts: Iterable[str], username: str | None, mechanism: str | None) -> None:
+    def __init__(self, hosts: Iterable[str], username: str | None, mechanism: str | None,
+                 unreachable: bool = False) -> None:
         super().__init__()
         self.hosts = set(hosts)
         self.username = username
         self.mechanism = mechanism
+        self.unreachable = unreachable
         self.reasons: list[tuple[str, str]] = []
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -71,20 +73,24 @@ class _Explained(logging.Filter):
             return True
         reason = explain(error, username=self.username, mechanism=self.mechanism)
         if reason is None:
-            return True
+            if not self.unreachable:
+                return True
+            reason = f"no broker answers ({error})"
         self.reasons.append((where, reason))
         return False
 
 
 @contextlib.asynccontextmanager
 async def broker_access(
-    bootstrap: str | Iterable[str], *, username: str | None = None, mechanism: str | None = None
+    bootstrap: str | Iterable[str], *, username: str | None = None, mechanism: str | None = None,
+    unreachable: bool = False,
 ) -> AsyncIterator[None]:
     """Around a client's ``start()``: a bootstrap that failed for a reason ``explain`` knows
-    raises ``BrokerAccessError("<host:port>: <reason>")``."""
+    raises ``BrokerAccessError("<host:port>: <reason>")``.  ``unreachable``: so does one that
+    failed because no broker answered (for a caller that cannot go on without one)."""
     hosts = [h.strip() for h in (bootstrap.split(",") if isinstance(bootstrap, str) else bootstrap) if h.strip()]
     hosts = [h[len("kafka://"):] if h.startswith("kafka://") else h for h in hosts]
-    explained = _Explained(hosts, username, mechanism)
+    explained = _Explained(hosts, username, mechanism, unreachable)
     logger = logging.getLogger(AIOKAFKA_CLIENT_LOGGER)
     logger.addFilter(explained)
     try:

@@ -33,8 +33,10 @@ async def ensure_topics(settings: Settings, extra: dict[str, dict[str, str]] | N
 
     This is also the worker's first connection, so it fails the start (``BrokerAccessError``,
     one line) when the broker refuses the credentials or its certificate is not trusted, or
-    when a topic is missing and the worker may not create it.  Other errors are logged, not
-    raised (an unreachable broker may come up; Faust declares the topics again).
+    when a topic is missing and the worker may not create it, or when no broker answers
+    (Faust's producer would stop the start a moment later anyway, with a traceback; the
+    orchestrator restarts the worker).  Other errors are logged, not raised (Faust declares
+    the topics again).
     """
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
@@ -53,7 +55,8 @@ async def ensure_topics(settings: Settings, extra: dict[str, dict[str, str]] | N
     )
     created: list[str] = []
     try:
-        async with broker_access(settings.broker_hosts, username=settings.sasl_username, mechanism=settings.sasl_mechanism):
+        async with broker_access(settings.broker_hosts, username=settings.sasl_username, mechanism=settings.sasl_mechanism,
+                                 unreachable=True):
             await asyncio.wait_for(admin.start(), timeout)
         existing = set(await admin.list_topics())  # those this principal may describe
         missing = [name for name in wanted if name not in existing]

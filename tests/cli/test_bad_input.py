@@ -184,3 +184,11 @@ def test_worker_refuses_a_candidate_config_of_another_scope_at_start(tmp_path, m
     proc = loopwatch("worker", "--config", live, "--broker", "127.0.0.1:9", "--data-dir", tmp_path / "state",
                      "--metrics-port", "0")
     one_line_error(proc, 2, str(candidate), "loopwatch.scope (session) is not the live config's (run)")
+
+
+def test_worker_with_no_broker_answering_is_one_line(tmp_path):
+    path = tmp_path / "loop.yaml"
+    path.write_text("tools:\n  loopDetection:\n    enabled: true\n")
+    proc = loopwatch("worker", "--config", path, "--broker", "127.0.0.1:9", "--data-dir", tmp_path / "state",
+                     "--metrics-port", "0")
+    one_line_error(proc, 2, "cannot use the Kafka cluster: 127.0.0.1:9: no broker answers")
