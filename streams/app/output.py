@@ -101,11 +101,19 @@ async def send_records(
 ) -> list[tuple[asyncio.Future, int]]:
     """Produce records to one partition as few record batches, each record with ``headers``;
     returns (future, count) per batch."""
+    return await _send_batches(producer, topic, partition, ((key, value, headers) for key, value in items))
+
+
+async def _send_batches(
+    producer: Any, topic: str, partition: int, records: Iterable[tuple[bytes | None, bytes | None, list]],
+) -> list[tuple[asyncio.Future, int]]:
+    """Produce ``(key, value, headers)`` records to one partition as few record batches;
+    returns (future, count) per batch."""
     sent: list[tuple[asyncio.Future, int]] = []
     batch = producer.create_batch()
     append = batch.append
     n = 0
-    for key, value in items:
+    for key, value, headers in records:
         if append(key=key, value=value, timestamp=None, headers=headers) is None:
             if n:
                 sent.append((await producer.send_batch(batch, topic, partition=partition), n))
@@ -140,16 +148,7 @@ async def _send_keyed(
         by_partition[partition_for(item[0], partitions)].append(item)
     futures = []
     for partition, records in by_partition.items():
-        batch = producer.create_batch()
-        for key, value, headers in records:
-            if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
-                if batch.record_count():
-                    futures.append(await producer.send_batch(batch, topic, partition=partition))
-                    batch = producer.create_batch()
-                if batch.append(key=key, value=value, timestamp=None, headers=headers) is None:
-                    futures.append(await producer.send(topic, value, key=key, partition=partition, headers=headers))
-        if batch.record_count():
-            futures.append(await producer.send_batch(batch, topic, partition=partition))
+        futures += [future for future, _n in await _send_batches(producer, topic, partition, records)]
     return futures
 
 
