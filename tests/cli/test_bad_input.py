@@ -17,6 +17,13 @@ TRACES = REPO / "tests" / "data" / "conformance" / "traces"
 NOT_UTF8 = "tools:\n  loopDetection:\n    enabled: true  # caf\xe9\n".encode("latin-1")
 
 
+def worker_at_no_broker(config: Path, tmp_path: Path):
+    """``loopwatch worker`` with ``config``, a broker address nothing listens on, and its own
+    state directory: what it says before (or instead of) its first connection."""
+    return loopwatch("worker", "--config", config, "--broker", "127.0.0.1:9", "--data-dir", tmp_path / "state",
+                     "--metrics-port", "0")
+
+
 # -- config files: not UTF-8, empty ----------------------------------------------------------
 
 
@@ -36,8 +43,7 @@ def test_replay_with_a_non_utf8_config(latin1_config):
 
 
 def test_worker_with_a_non_utf8_config_exits_before_connecting(latin1_config, tmp_path):
-    proc = loopwatch("worker", "--config", latin1_config, "--broker", "127.0.0.1:9", "--data-dir", tmp_path / "state",
-                     "--metrics-port", "0")
+    proc = worker_at_no_broker(latin1_config, tmp_path)
     one_line_error(proc, 2, "loopwatch worker:", "not UTF-8")
 
 
@@ -52,8 +58,7 @@ def test_config_check_refuses_an_empty_document(tmp_path, name, text):
 def test_worker_refuses_an_empty_config_at_start(tmp_path):
     path = tmp_path / "loop.yaml"
     path.write_text("")
-    proc = loopwatch("worker", "--config", path, "--broker", "127.0.0.1:9", "--data-dir", tmp_path / "state",
-                     "--metrics-port", "0")
+    proc = worker_at_no_broker(path, tmp_path)
     one_line_error(proc, 2, "holds no configuration")
 
 
@@ -181,14 +186,12 @@ def test_worker_refuses_a_candidate_config_of_another_scope_at_start(tmp_path, m
     live.write_text("tools:\n  loopDetection:\n    enabled: true\n")
     candidate.write_text("tools:\n  loopDetection:\n    enabled: true\nloopwatch:\n  scope: session\n")
     monkeypatch.setenv("LOOPWATCH_CANDIDATE_CONFIG", str(candidate))
-    proc = loopwatch("worker", "--config", live, "--broker", "127.0.0.1:9", "--data-dir", tmp_path / "state",
-                     "--metrics-port", "0")
+    proc = worker_at_no_broker(live, tmp_path)
     one_line_error(proc, 2, str(candidate), "loopwatch.scope (session) is not the live config's (run)")
 
 
 def test_worker_with_no_broker_answering_is_one_line(tmp_path):
     path = tmp_path / "loop.yaml"
     path.write_text("tools:\n  loopDetection:\n    enabled: true\n")
-    proc = loopwatch("worker", "--config", path, "--broker", "127.0.0.1:9", "--data-dir", tmp_path / "state",
-                     "--metrics-port", "0")
+    proc = worker_at_no_broker(path, tmp_path)
     one_line_error(proc, 2, "cannot use the Kafka cluster: 127.0.0.1:9: no broker answers")

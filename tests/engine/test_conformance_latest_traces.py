@@ -2,13 +2,12 @@
 OpenClaw 2a627431, through the ``loopwatch conformance --profile latest`` command a user runs
 (also ``make test-traces-latest``).  The traces are the repository's own copy."""
 
-import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 
 import pytest
 
+from harness.cli import loopwatch
 from streams.conformance.traces import SessionDriver, compare_session, open_jsonl
 from streams.engine import decode_state, encode_state
 
@@ -17,11 +16,8 @@ LATEST = REPO / "tests" / "data" / "conformance" / "latest"
 
 
 def test_every_latest_session_agrees_with_upstream():
-    proc = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "conformance", "--profile", "latest",
-         "--traces", str(LATEST / "sessions.jsonl.gz"), "--expected", str(LATEST / "expected.jsonl.gz")],
-        capture_output=True, text=True, cwd=REPO,
-    )
+    proc = loopwatch("conformance", "--profile", "latest", "--traces", LATEST / "sessions.jsonl.gz",
+                     "--expected", LATEST / "expected.jsonl.gz", timeout=900)
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, "\n".join(lines[:20])
     assert lines[-2:] == ["74607 steps compared", "600 passed, 0 failed, 0 skipped"]

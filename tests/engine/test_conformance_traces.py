@@ -1,22 +1,14 @@
 """Golden random traces: step-for-step agreement with upstream (issue 5), through the
 ``loopwatch conformance --traces`` command a user runs (also `make test-traces`)."""
 
-import subprocess
-import sys
-from pathlib import Path
-
+from harness.cli import loopwatch
 from streams.conformance.traces import compare_session, open_jsonl
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_golden_session_agrees_with_upstream(conformance_dir):
     traces = conformance_dir / "traces"
-    proc = subprocess.run(
-        [sys.executable, "-m", "streams.cli", "conformance",
-         "--traces", str(traces / "one-run-sessions.jsonl.gz"), "--expected", str(traces / "expected.jsonl.gz")],
-        capture_output=True, text=True, cwd=REPO,
-    )
+    proc = loopwatch("conformance", "--traces", traces / "one-run-sessions.jsonl.gz",
+                     "--expected", traces / "expected.jsonl.gz", timeout=900)
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, "\n".join(lines[:20])
     assert lines[-2:] == ["69196 steps compared", "666 passed, 0 failed, 0 skipped"]
