@@ -44,17 +44,24 @@ ArgsHash = Annotated[
     str,
     msgspec.Meta(max_length=MAX_TOOL_NAME_LENGTH + 1 + HASH_LENGTH, description="<tool>:<64 lowercase hex>"),
 ]
+RESULT_HASH_PATTERN = r"^(error:)?[0-9a-f]{64}$"
+DIGEST_PATTERN = r"^[0-9a-f]{64}$"
+# The two hash patterns are in the JSON Schema for runners, and checked by ``check_event``
+# rather than by msgspec: msgspec runs a ``re`` search per field, which cost about a third of
+# decoding a completed event (docs/benchmarks.md, session 8).
 ResultHash = Annotated[
     str,
     msgspec.Meta(
-        pattern=r"^(error:)?[0-9a-f]{64}$", max_length=MAX_RESULT_HASH_LENGTH, description="64 hex, or error: + 64 hex"
+        max_length=MAX_RESULT_HASH_LENGTH, description="64 hex, or error: + 64 hex",
+        extra_json_schema={"pattern": RESULT_HASH_PATTERN},
     ),
 ]
 TimestampMs = Annotated[
     int, msgspec.Meta(ge=0, le=MAX_SAFE_INT, description="event time, epoch milliseconds (at most 2^53 - 1)")
 ]
 Digest = Annotated[
-    str, msgspec.Meta(pattern=r"^[0-9a-f]{64}$", max_length=HASH_LENGTH, description="64 lowercase hex (SHA-256)")
+    str, msgspec.Meta(max_length=HASH_LENGTH, description="64 lowercase hex (SHA-256)",
+                      extra_json_schema={"pattern": DIGEST_PATTERN})
 ]
 OutcomeKind = Literal["terminal-exec-failure", "write-mutation"]
 Unset = msgspec.UnsetType
@@ -251,18 +258,34 @@ def check_event(event: ToolCallEvent) -> None:
                 names.INVALID_EVENT,
                 f"args_hash must be '<tool_name>:<64 lowercase hex>' for tool {event.tool_name!r} - at `$.args_hash`",
             )
-        if event.target_hash is not None and tool != "write":
-            raise InvalidEvent(names.INVALID_EVENT, "target_hash is for tool 'write' only - at `$.target_hash`")
+        target_hash = event.target_hash
+        if target_hash is not None:
+            if tool != "write":
+                raise InvalidEvent(names.INVALID_EVENT, "target_hash is for tool 'write' only - at `$.target_hash`")
+            _check_digest(target_hash, "target_hash", DIGEST_PATTERN)
+        if type(event) is ToolCallCompleted and event.result_hash is not None:
+            _check_digest(event.result_hash, "result_hash", RESULT_HASH_PATTERN)
     if not (event.run_id or event.session_key or event.session_id):
         raise InvalidEvent(names.MISSING_KEY, "one of run_id, session_key or session_id is required - at `$.run_id`")
     if type(event) is ToolCallCompleted and (event.outcome_kind or event.failure_identity_hash or event.normalized_result_hash):
         _check_latest_outcome(event)
 
 
+def _check_digest(value: str, field: str, pattern: str) -> None:
+    """``value`` is 64 lowercase hex (or ``error:`` and 64 lowercase hex, for ``RESULT_HASH_PATTERN``)."""
+    hexes = value[6:] if pattern is RESULT_HASH_PATTERN and value.startswith("error:") else value
+    if len(hexes) != HASH_LENGTH or hexes.translate(_NOT_HEX):
+        raise InvalidEvent(names.INVALID_EVENT, f"Expected `str` matching regex {pattern!r} - at `$.{field}`")
+
+
 def _check_latest_outcome(event: ToolCallCompleted) -> None:
     if event.result_hash is None:
         field = "outcome_kind" if event.outcome_kind else "normalized_result_hash" if event.normalized_result_hash else "failure_identity_hash"
         raise InvalidEvent(names.INVALID_EVENT, f"{field} needs a result_hash - at `$.{field}`")
+    if event.normalized_result_hash is not None:
+        _check_digest(event.normalized_result_hash, "normalized_result_hash", RESULT_HASH_PATTERN)
+    if event.failure_identity_hash is not None:
+        _check_digest(event.failure_identity_hash, "failure_identity_hash", DIGEST_PATTERN)
     if event.failure_identity_hash is not None and event.outcome_kind != "terminal-exec-failure":
         raise InvalidEvent(
             names.INVALID_EVENT, "failure_identity_hash needs outcome_kind 'terminal-exec-failure' - at `$.failure_identity_hash`"

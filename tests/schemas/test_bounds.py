@@ -352,3 +352,56 @@ def test_a_config_file_over_a_mebibyte_is_refused_before_parsing(tmp_path):
     path.write_text("# " + "x" * (1024 * 1024) + "\n{}\n")
     with pytest.raises(ConfigError, match="larger than 1048576 bytes"):
         load_config_file(path)
+
+
+# -- the hash fields: exactly what the exported JSON Schema's pattern accepts ---------------------
+
+HASH_FIELDS = {
+    # field: (event kind, extra fields it needs, the exported schema's pattern)
+    "result_hash": ("tool_call.completed", {}, "(error:)?[0-9a-f]{64}"),
+    "normalized_result_hash": ("tool_call.completed", {"result_hash": HEX}, "(error:)?[0-9a-f]{64}"),
+    "failure_identity_hash": ("tool_call.completed",
+                              {"result_hash": HEX, "outcome_kind": "terminal-exec-failure", "tool_name": "exec",
+                               "args_hash": "exec:" + HEX}, "[0-9a-f]{64}"),
+    "target_hash": ("tool_call.requested", {"tool_name": "write", "args_hash": "write:" + HEX}, "[0-9a-f]{64}"),
+}
+hash_like = st.one_of(
+    st.text(alphabet="0123456789abcdefABCDEF:erox\n ", min_size=60, max_size=72),
+    st.builds(lambda p, h, s: p + h + s, st.sampled_from(["", "error:", "Error:", "error", "x"]),
+              st.text(alphabet="0123456789abcdef", min_size=63, max_size=65), st.sampled_from(["", "\n", " ", "g"])),
+)
+
+
+def test_the_hash_oracle_is_the_exported_pattern():
+    props = {}
+    for name in ("tool-calls.event.v1.json",):
+        schema = json.loads((JSONSCHEMA / name).read_text())
+        for definition in schema.get("$defs", {}).values():
+            for field, sub in definition.get("properties", {}).items():
+                for option in sub.get("anyOf", [sub]):
+                    if "pattern" in option:
+                        props[field] = option["pattern"]
+    for field, (_kind, _extra, pattern) in HASH_FIELDS.items():
+        assert props[field] == f"^{pattern}$", field
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(sorted(HASH_FIELDS)), hash_like)
+def test_a_hash_field_is_accepted_exactly_when_it_matches_the_schema_pattern(field, value):
+    """The decoder checks the hash fields in Python (not msgspec's regex): it must accept what
+    the JSON Schema's pattern accepts, as an ECMA-262 validator reads it (``$`` is the very
+    end), and nothing else."""
+    import re
+
+    kind, extra, pattern = HASH_FIELDS[field]
+    event = base(type=kind, **extra)
+    if kind == "tool_call.completed":
+        event.pop("gate", None)
+    event[field] = value
+    result = outcome(encode(event))
+    if re.fullmatch(pattern, value):
+        assert not isinstance(result, InvalidEvent), result
+        assert getattr(result, field) == value
+    else:
+        assert isinstance(result, InvalidEvent) and result.reason == "invalid_event", result
+        assert f"`$.{field}`" in result.detail
