@@ -7,6 +7,7 @@ Events carry hashes, never raw arguments or results: the runner hashes at the ed
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal, Union
 
 import msgspec
@@ -174,9 +175,11 @@ class InvalidEvent(ValueError):
         self.detail = detail
 
 
-_NOT_HEX = str.maketrans("", "", "0123456789abcdef")
-"""Deletes lowercase hex digits: what is left of a hex string is ``""``.  (A third of the
-regular expression ``[0-9a-f]{64}\\Z``'s time, on every requested and completed event.)"""
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+"""Checked with ``fullmatch(text, pos)``: no slice is made, and it takes half the time of
+deleting the hex digits with ``str.translate`` (the check before)."""
+_RESULT_HASH = re.compile(RESULT_HASH_PATTERN[1:-1])
+_DIGEST = re.compile(DIGEST_PATTERN[1:-1])
 _decoder = msgspec.json.Decoder(ToolCallEvent)
 _encoder = msgspec.json.Encoder()
 
@@ -252,7 +255,7 @@ def check_event(event: ToolCallEvent) -> None:
         n = len(tool)
         if not (
             len(args_hash) == n + 1 + HASH_LENGTH and args_hash.startswith(tool) and args_hash[n] == ":"
-            and not args_hash[n + 1:].translate(_NOT_HEX)
+            and _HEX64.fullmatch(args_hash, n + 1) is not None
         ):
             raise InvalidEvent(
                 names.INVALID_EVENT,
@@ -262,20 +265,19 @@ def check_event(event: ToolCallEvent) -> None:
         if target_hash is not None:
             if tool != "write":
                 raise InvalidEvent(names.INVALID_EVENT, "target_hash is for tool 'write' only - at `$.target_hash`")
-            _check_digest(target_hash, "target_hash", DIGEST_PATTERN)
-        if type(event) is ToolCallCompleted and event.result_hash is not None:
-            _check_digest(event.result_hash, "result_hash", RESULT_HASH_PATTERN)
+            _check_digest(target_hash, "target_hash", _DIGEST)
+        if type(event) is ToolCallCompleted and event.result_hash is not None and _RESULT_HASH.fullmatch(event.result_hash) is None:
+            _check_digest(event.result_hash, "result_hash", _RESULT_HASH)
     if not (event.run_id or event.session_key or event.session_id):
         raise InvalidEvent(names.MISSING_KEY, "one of run_id, session_key or session_id is required - at `$.run_id`")
     if type(event) is ToolCallCompleted and (event.outcome_kind or event.failure_identity_hash or event.normalized_result_hash):
         _check_latest_outcome(event)
 
 
-def _check_digest(value: str, field: str, pattern: str) -> None:
-    """``value`` is 64 lowercase hex (or ``error:`` and 64 lowercase hex, for ``RESULT_HASH_PATTERN``)."""
-    hexes = value[6:] if pattern is RESULT_HASH_PATTERN and value.startswith("error:") else value
-    if len(hexes) != HASH_LENGTH or hexes.translate(_NOT_HEX):
-        raise InvalidEvent(names.INVALID_EVENT, f"Expected `str` matching regex {pattern!r} - at `$.{field}`")
+def _check_digest(value: str, field: str, pattern: re.Pattern) -> None:
+    """``value`` matches all of ``pattern`` (the exported schema's, without its anchors)."""
+    if pattern.fullmatch(value) is None:
+        raise InvalidEvent(names.INVALID_EVENT, f"Expected `str` matching regex '^{pattern.pattern}$' - at `$.{field}`")
 
 
 def _check_latest_outcome(event: ToolCallCompleted) -> None:
@@ -283,9 +285,9 @@ def _check_latest_outcome(event: ToolCallCompleted) -> None:
         field = "outcome_kind" if event.outcome_kind else "normalized_result_hash" if event.normalized_result_hash else "failure_identity_hash"
         raise InvalidEvent(names.INVALID_EVENT, f"{field} needs a result_hash - at `$.{field}`")
     if event.normalized_result_hash is not None:
-        _check_digest(event.normalized_result_hash, "normalized_result_hash", RESULT_HASH_PATTERN)
+        _check_digest(event.normalized_result_hash, "normalized_result_hash", _RESULT_HASH)
     if event.failure_identity_hash is not None:
-        _check_digest(event.failure_identity_hash, "failure_identity_hash", DIGEST_PATTERN)
+        _check_digest(event.failure_identity_hash, "failure_identity_hash", _DIGEST)
     if event.failure_identity_hash is not None and event.outcome_kind != "terminal-exec-failure":
         raise InvalidEvent(
             names.INVALID_EVENT, "failure_identity_hash needs outcome_kind 'terminal-exec-failure' - at `$.failure_identity_hash`"
