@@ -124,8 +124,10 @@ class Record:
     """The offset in its topic when ``offset`` is not (a forwarded record's, ``FORWARDED_OFFSETS``)."""
 
 
-@dataclass(slots=True)
-class VerdictOut:
+class VerdictOut(msgspec.Struct, gc=False):
+    """One verdict to produce.  (A msgspec Struct: one is made per gated call, and its
+    constructor runs in C, at about a third of a slotted dataclass's.)"""
+
     partition: int
     """The source partition: verdicts are co-partitioned with the events that caused them."""
     key: bytes
@@ -485,7 +487,7 @@ class BatchProcessor:
         steps: list[tuple[Any, Any, Any]] | None = [] if with_steps else None
         for record, event, replay in items:
             digest = event_digest(event.event_id)
-            if seen_before(seen, digest):
+            if seen.find(digest) >= 0 and seen_before(seen, digest):  # (most digests are not there at all)
                 result.duplicates += 1  # not applied: not part of a rebuild either
                 continue
             owner = live.owner
