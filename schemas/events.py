@@ -7,7 +7,7 @@ Events carry hashes, never raw arguments or results: the runner hashes at the ed
 
 from __future__ import annotations
 
-import re
+from binascii import a2b_hex
 from typing import Annotated, Literal, Union
 
 import msgspec
@@ -175,11 +175,10 @@ class InvalidEvent(ValueError):
         self.detail = detail
 
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-"""Checked with ``fullmatch(text, pos)``: no slice is made, and it takes half the time of
-deleting the hex digits with ``str.translate`` (the check before)."""
-_RESULT_HASH = re.compile(RESULT_HASH_PATTERN[1:-1])
-_DIGEST = re.compile(DIGEST_PATTERN[1:-1])
+# The hex fields are checked by decoding them (binascii.a2b_hex: hex digits only, either case)
+# and encoding them back (bytes.hex writes lowercase): two C loops, a fraction of the
+# instructions of a compiled regular expression's fullmatch, which cost about a tenth of the
+# batch processor.  The check runs on every requested and completed event.
 _decoder = msgspec.json.Decoder(ToolCallEvent)
 _encoder = msgspec.json.Encoder()
 
@@ -249,13 +248,14 @@ def _is_supported(version: bytes) -> bool:
 
 
 def check_event(event: ToolCallEvent) -> None:
-    """Rules msgspec cannot express: consistency between fields."""
-    if isinstance(event, (ToolCallRequested, ToolCallCompleted)):
+    """Rules msgspec cannot express: consistency between fields, and the hash fields' patterns."""
+    kind = type(event)
+    if kind is ToolCallRequested or kind is ToolCallCompleted:
         tool, args_hash = event.tool_name, event.args_hash
         n = len(tool)
+        hexes = args_hash[n + 1:]
         if not (
-            len(args_hash) == n + 1 + HASH_LENGTH and args_hash.startswith(tool) and args_hash[n] == ":"
-            and _HEX64.fullmatch(args_hash, n + 1) is not None
+            len(hexes) == HASH_LENGTH and args_hash[n] == ":" and args_hash.startswith(tool) and _is_hex(hexes)
         ):
             raise InvalidEvent(
                 names.INVALID_EVENT,
@@ -265,19 +265,31 @@ def check_event(event: ToolCallEvent) -> None:
         if target_hash is not None:
             if tool != "write":
                 raise InvalidEvent(names.INVALID_EVENT, "target_hash is for tool 'write' only - at `$.target_hash`")
-            _check_digest(target_hash, "target_hash", _DIGEST)
-        if type(event) is ToolCallCompleted and event.result_hash is not None and _RESULT_HASH.fullmatch(event.result_hash) is None:
-            _check_digest(event.result_hash, "result_hash", _RESULT_HASH)
+            _check_digest(target_hash, "target_hash", DIGEST_PATTERN)
+        if kind is ToolCallCompleted:
+            result_hash = event.result_hash
+            if result_hash is not None and not (len(result_hash) == HASH_LENGTH and _is_hex(result_hash)):
+                _check_digest(result_hash, "result_hash", RESULT_HASH_PATTERN)
+            if event.outcome_kind or event.failure_identity_hash or event.normalized_result_hash:
+                _check_latest_outcome(event)
     if not (event.run_id or event.session_key or event.session_id):
         raise InvalidEvent(names.MISSING_KEY, "one of run_id, session_key or session_id is required - at `$.run_id`")
-    if type(event) is ToolCallCompleted and (event.outcome_kind or event.failure_identity_hash or event.normalized_result_hash):
-        _check_latest_outcome(event)
 
 
-def _check_digest(value: str, field: str, pattern: re.Pattern) -> None:
-    """``value`` matches all of ``pattern`` (the exported schema's, without its anchors)."""
-    if pattern.fullmatch(value) is None:
-        raise InvalidEvent(names.INVALID_EVENT, f"Expected `str` matching regex '^{pattern.pattern}$' - at `$.{field}`")
+def _is_hex(text: str) -> bool:
+    """``text`` is lowercase hex digits only."""
+    try:
+        return a2b_hex(text).hex() == text  # hex() writes lowercase: a capital differs
+    except ValueError:  # not hex, an odd length, a character beyond ASCII
+        return False
+
+
+def _check_digest(value: str, field: str, pattern: str) -> None:
+    """``value`` is 64 lowercase hex, or also ``error:`` and 64 lowercase hex for
+    ``RESULT_HASH_PATTERN``: what the exported schema's ``pattern`` accepts."""
+    hexes = value[6:] if pattern is RESULT_HASH_PATTERN and value.startswith("error:") else value
+    if len(hexes) != HASH_LENGTH or not _is_hex(hexes):
+        raise InvalidEvent(names.INVALID_EVENT, f"Expected `str` matching regex {pattern!r} - at `$.{field}`")
 
 
 def _check_latest_outcome(event: ToolCallCompleted) -> None:
@@ -285,9 +297,9 @@ def _check_latest_outcome(event: ToolCallCompleted) -> None:
         field = "outcome_kind" if event.outcome_kind else "normalized_result_hash" if event.normalized_result_hash else "failure_identity_hash"
         raise InvalidEvent(names.INVALID_EVENT, f"{field} needs a result_hash - at `$.{field}`")
     if event.normalized_result_hash is not None:
-        _check_digest(event.normalized_result_hash, "normalized_result_hash", _RESULT_HASH)
+        _check_digest(event.normalized_result_hash, "normalized_result_hash", RESULT_HASH_PATTERN)
     if event.failure_identity_hash is not None:
-        _check_digest(event.failure_identity_hash, "failure_identity_hash", _DIGEST)
+        _check_digest(event.failure_identity_hash, "failure_identity_hash", DIGEST_PATTERN)
     if event.failure_identity_hash is not None and event.outcome_kind != "terminal-exec-failure":
         raise InvalidEvent(
             names.INVALID_EVENT, "failure_identity_hash needs outcome_kind 'terminal-exec-failure' - at `$.failure_identity_hash`"

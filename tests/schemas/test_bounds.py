@@ -366,7 +366,8 @@ HASH_FIELDS = {
     "target_hash": ("tool_call.requested", {"tool_name": "write", "args_hash": "write:" + HEX}, "[0-9a-f]{64}"),
 }
 hash_like = st.one_of(
-    st.text(alphabet="0123456789abcdefABCDEF:erox\n ", min_size=60, max_size=72),
+    st.text(alphabet="0123456789abcdefABCDEF:erox\n é\u0660", min_size=60, max_size=72),
+    st.text(alphabet="0123456789", min_size=63, max_size=65),
     st.builds(lambda p, h, s: p + h + s, st.sampled_from(["", "error:", "Error:", "error", "x"]),
               st.text(alphabet="0123456789abcdef", min_size=63, max_size=65), st.sampled_from(["", "\n", " ", "g"])),
 )
