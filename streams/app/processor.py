@@ -216,7 +216,7 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
 def check_record(
     record: Any, keyring: Keyring | None = None, *, keyed: bool = True, key_of: Callable[[Any], str] = state_key,
     key_problem: Callable[[bytes | None, Any, bytes], tuple[str, str] | None] = kafka_key_problem,
-    memo: dict[tuple[Any, ...], Any] | None = None,
+    memo: dict[bytes | None, tuple[Any, ...]] | None = None,
 ) -> tuple[ToolCallEvent, bytes]:
     """The event in a ``tool-calls`` record and its state key (UTF-8), as the worker takes it;
     ``InvalidEvent`` (the dead letter's reason and detail) when the worker would dead-letter
@@ -227,9 +227,10 @@ def check_record(
     worker passes the engine's ``key_of`` and ``forwarded_key_problem``.
 
     ``memo``: a dict kept between calls (the worker's), in which the state key and the key
-    check are remembered: they depend on four values only, which a run's events share, so
-    they are worked out once per run, not per event (the caller empties it when ``key_of``
-    changes)."""
+    check are remembered: they depend on four values only, the Kafka key and the event's
+    run fields, which a run's events share, so they are worked out once per run, not per
+    event (the caller empties it when ``key_of`` changes).  It is looked up by the Kafka key
+    alone and the run fields compared: hashing one key costs less than hashing four."""
     value = record.value
     if value is None:
         raise InvalidEvent(INVALID_JSON, "the record has no value (null)")
@@ -237,14 +238,16 @@ def check_record(
     event = decode_event(value)
     if signer is not None:
         signer.check_agent(event)
-    memo_key = None if memo is None or not keyed else (record.key, event.run_id, event.session_key, event.session_id)
-    known = None if memo_key is None else memo.get(memo_key)
-    if known is None:
+    if memo is None or not keyed:
         key = key_of(event).encode("utf-8", "surrogatepass")
-        known = (key, key_problem(record.key, event, key) if keyed else None)
-        if memo_key is not None:
-            memo[memo_key] = known
-    key, problem = known
+        problem = key_problem(record.key, event, key) if keyed else None
+    else:
+        known = memo.get(record.key)
+        run_id, session_key, session_id = event.run_id, event.session_key, event.session_id
+        if (known is None or known[0] != run_id or known[1] != session_key or known[2] != session_id):
+            key = key_of(event).encode("utf-8", "surrogatepass")
+            known = memo[record.key] = (run_id, session_key, session_id, key, key_problem(record.key, event, key))
+        key, problem = known[3], known[4]
     if problem is not None:
         raise InvalidEvent(*problem)
     return event, key
@@ -286,8 +289,8 @@ class BatchProcessor:
         self.clock = clock
         self.clock_skew_ms = None if clock_skew_s is None else int(clock_skew_s * 1000)
         self.runs = LiveRuns(metrics, clock=clock, cache_size=cache_size)
-        self._keys: dict[tuple[Any, ...], tuple[bytes, tuple[str, str] | None]] = {}
-        """``check_record``'s memo: ``(Kafka key, run_id, session_key, session_id) -> (state key, key problem)``."""
+        self._keys: dict[bytes | None, tuple[Any, ...]] = {}
+        """``check_record``'s memo: ``Kafka key -> (run_id, session_key, session_id, state key, key problem)``."""
         self._keys_of: Callable[[Any], str] | None = None
         """The ``key_of`` the memo was filled with (emptied when a config changes the scope)."""
         self.sessions_topic: str | None = None
@@ -485,6 +488,8 @@ class BatchProcessor:
         handle = engine.handle
         collect = self._collect
         steps: list[tuple[Any, Any, Any]] | None = [] if with_steps else None
+        plain = shadow is None and not session
+        applied_before = len(applied)
         for record, event, replay in items:
             digest = event_digest(event.event_id)
             if seen.find(digest) >= 0 and seen_before(seen, digest):  # (most digests are not there at all)
@@ -519,8 +524,7 @@ class BatchProcessor:
                 if owner is None:
                     live.owner = event.agent_id
             applied.append(replay)
-            result.events += 1
-            if shadow is None and not session:
+            if plain:
                 collect(partition, key, event, step, verdicts, counts)
             else:
                 self._collect_moded(partition, key, event, step, result, counts, shadow, by_run=session)
@@ -528,6 +532,7 @@ class BatchProcessor:
                 steps.append((record, event, step))
         if steps and engine.fleet_records:
             self._fleet_records(engine, steps, result)
+        result.events += len(applied) - applied_before
         live.state = state
         live.offset = items[-1][0].offset
         return steps
@@ -591,14 +596,21 @@ class BatchProcessor:
         config (its event and log lines count; a candidate's are neither counted nor logged)."""
         if live:
             counts.types[type(event)] += 1
-            step_lines = step.logs
+            # Step.logs builds the lines of a detection on first read; the others are there.
+            step_lines = step.built_logs
+            if step_lines is None:
+                step_lines = step.logs
             if step_lines:
                 counts.lines += step_lines
                 if type(event) is CompactionRetried:
                     counts.armings += sum(1 for line in step_lines if line.subsystem == GUARD_SUBSYSTEM)
         # What is published is the engine's rule (Step.published_decision); an allow nobody
-        # waits for is counted like any decision, from the step, and never built.
-        decision = step.published_decision
+        # waits for is counted like any decision, from the step, and never built.  A step
+        # with neither a request nor a decision (most outcomes) publishes nothing.
+        if step.request is None and step.built_decision is None:
+            decision = None
+        else:
+            decision = step.published_decision
         if decision is not None or step.request is not None:
             detection = step.detection
             if decision is not None:
