@@ -503,7 +503,7 @@ class BatchProcessor:
                 )))
                 continue
             try:
-                step = handle(state, event, validated=True)
+                step = handle(state, event, True)  # validated (decode_event)
             except Exception as exc:  # noqa: BLE001 - see below
                 reason = exc.reason if isinstance(exc, InvalidEvent) else PROCESSING_ERROR
                 detail = exc.detail if isinstance(exc, InvalidEvent) else f"engine: {exc!r}"

