@@ -187,14 +187,15 @@ def _request_logs(step: Step) -> tuple[LogLine, ...]:
     own = d.log
     if own is not None:
         lines.append(LogLine(own[0], LOOP_SUBSYSTEM, own[1]))
+    message = d.message  # built on each read
     if step.vetoed:
-        lines.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Blocking {event.tool_name} due to critical loop: {d.message}"))
-        lines.append(LogLine("error", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, d, "block")))
+        lines.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Blocking {event.tool_name} due to critical loop: {message}"))
+        lines.append(LogLine("error", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, d, "block", message)))
         if step.abort is not None:
             lines.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Run aborted: {step.abort.count} critical tool-loop blocks"))
     elif step.emitted:
-        lines.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {event.tool_name}: {d.message}"))
-        lines.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, d, "warn")))
+        lines.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {event.tool_name}: {message}"))
+        lines.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, d, "warn", message)))
     return tuple(lines)
 
 
@@ -203,12 +204,12 @@ WRAPPER_SUBSYSTEM = "agents/tools"
 DIAGNOSTIC_SUBSYSTEM = "diagnostic"
 
 
-def _tool_loop_line(event: ToolCallRequested, d: Detection, action: str) -> str:
+def _tool_loop_line(event: ToolCallRequested, d: Detection, action: str, message: str) -> str:
     paired = f" pairedTool={d.paired_tool_name}" if d.paired_tool_name else ""
     return (
         f"tool loop: sessionId={event.session_id or 'unknown'} sessionKey={event.session_key or 'unknown'} "
         f"tool={event.tool_name} level={d.level} action={action} detector={d.detector} count={d.count}"
-        f'{paired} message="{d.message}"'
+        f'{paired} message="{message}"'
     )
 
 
@@ -508,8 +509,9 @@ class _LatestEngine(LoopEngine):
             warning = self._outcome_churn_warning(state, latest, at)
         if warning is not None:
             decision = _decision(event, "warn", warning, True, True)
-            logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {tool}: {warning.message}"))
-            logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, warning, "warn")))
+            message = decision.message
+            logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {tool}: {message}"))
+            logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, warning, "warn", message)))
         verdict, error_line, info_line = guard_mod.observe_latest(
             state.guard, latest.rereads, settings.guard.enabled, tool, sig, result_hash
         )
