@@ -310,9 +310,9 @@ def _schedule(worker: Worker) -> None:
         gc.set_threshold(*GC_THRESHOLDS)
         # What is alive before the first fetch (Faust, aiokafka, the engine, the config) lives
         # for good: out of the cyclic GC's full collections, which otherwise scan it all and
-        # paused the event loop for ~40-60 ms every few seconds.  Collected here, where the
-        # heap holds no run states nor batches yet: the same full collection once ready took
-        # ~160 ms of a worker that was already draining a backlog.
+        # pause the event loop every few seconds.  Collected here, where the heap holds no run
+        # states nor batches yet: a worker turns ready while it drains a backlog, and a full
+        # collection then scans every run state it holds.
         gc.collect()
         gc.freeze()
         declared = [worker.verdicts, worker.dead_letters]
