@@ -24,10 +24,11 @@ server and the timers; the Faust app is ``faust_adapter.WorkerApp``.
 
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Sequence
 
 from schemas.config import SESSION_SCOPE, ConfigError
 from schemas.names import CANDIDATE, LIVE
@@ -267,7 +268,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     )
     app.attach(faust_adapter.WorkerHooks(
         batch_topics=frozenset(batch_topics),
-        handle_batch=checkpoints.handle_batch,
+        handle_batch=_freeze_before_first_batch(checkpoints.handle_batch),
         before_wait_empty=checkpoints.checkpoint,  # rebalances and shutdown checkpoint first
         after_stop=output.close,
     ))
@@ -299,11 +300,33 @@ def _scope_change(scope: str, engine: Any) -> str | None:
             "a candidate runs on the live config's run states, so it must group events as the live config does")
 
 
+def _freeze_before_first_batch(handle_batch: faust_adapter.BatchHandler) -> faust_adapter.BatchHandler:
+    """``handle_batch`` that first moves what the assignment and the recovery added (consumers,
+    fetchers, table partitions) out of the cyclic GC's sight, as ``on_start`` did with what
+    was there before: it lives for good too.
+
+    Before the first batch the young generations hold that and the batch's records only, and
+    collecting them takes a few ms.  Done later (it was done once the worker turned ready),
+    the collection scanned every run state built since, while a backlog was being drained."""
+    frozen = False
+
+    @functools.wraps(handle_batch)
+    async def handle(batch: Sequence[Any], done: Callable[[], None]) -> None:
+        nonlocal frozen
+        if not frozen:
+            frozen = True
+            gc.collect(1)
+            gc.freeze()
+        await handle_batch(batch, done)
+
+    return handle
+
+
 def _schedule(worker: Worker) -> None:
     """The worker's start-up task, timers and web pages."""
     app, settings = worker.app, worker.settings
     health, expiry = worker.health, worker.expiry
-    gc_frozen = metrics_served = False
+    metrics_served = False
 
     async def on_start() -> None:
         nonlocal metrics_served
@@ -345,15 +368,7 @@ def _schedule(worker: Worker) -> None:
             await worker.output.find_shadow_topic()
 
     async def every_second() -> None:
-        nonlocal gc_frozen
         health.report()
-        if not gc_frozen and health.is_ready():
-            # What the assignment and the recovery added (consumers, fetchers, table
-            # partitions) lives for good too.  Only the young generations are collected
-            # first: a full collection here would scan every run state of a backlog.
-            gc_frozen = True
-            gc.collect(1)
-            gc.freeze()
         await expiry.on_new_assignment()
         health.update_lag()
 

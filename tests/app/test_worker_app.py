@@ -2,6 +2,7 @@
 producers (no broker needed: nothing is started)."""
 
 import asyncio
+import gc
 
 import faust.stores
 import faust.stores.rocksdb
@@ -45,7 +46,8 @@ def test_topics_partitions_and_handlers(worker, app):
         "tool-calls", "loop-verdicts", "tool-calls-dlq",
     )
     assert lw.tool_calls.partitions == lw.verdicts.partitions == 6
-    assert (app.hooks.batch_topics, app.hooks.handle_batch) == (frozenset({"tool-calls"}), lw.checkpoints.handle_batch)
+    assert app.hooks.batch_topics == frozenset({"tool-calls"})
+    assert app.hooks.handle_batch.__wrapped__ == lw.checkpoints.handle_batch  # (_freeze_before_first_batch)
     assert app.hooks.before_wait_empty == lw.checkpoints.checkpoint
     assert app.hooks.after_stop == lw.output.close
     assert app.conf.web_bind == "127.0.0.1" and app.conf.web_port == 6066
@@ -53,6 +55,27 @@ def test_topics_partitions_and_handlers(worker, app):
     assert str(app.conf.canonical_url) == lw.settings.web_url
     assert app.conf.processing_guarantee.value == "at_least_once"
     assert str(app.conf.datadir).endswith("state")
+
+
+def test_the_gc_freezes_what_is_alive_before_the_first_batch_only(monkeypatch):
+    from streams.app.app import _freeze_before_first_batch
+
+    calls = []
+    monkeypatch.setattr(gc, "collect", lambda generation=2: calls.append(f"collect({generation})") or 0)
+    monkeypatch.setattr(gc, "freeze", lambda: calls.append("freeze"))
+
+    async def handle_batch(batch, done):
+        calls.append(f"batch {batch}")
+        done()
+
+    handle = _freeze_before_first_batch(handle_batch)
+    acked = []
+    loop = asyncio.new_event_loop()
+    for batch in (["a"], ["b", "c"], ["d"]):
+        loop.run_until_complete(handle(batch, lambda: acked.append(1)))
+    loop.close()
+    assert calls == ["collect(1)", "freeze", "batch ['a']", "batch ['b', 'c']", "batch ['d']"]
+    assert len(acked) == 3
 
 
 def test_only_the_health_pages_are_served_on_the_web_port(app):
