@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import logging
 import time
+from hashlib import blake2b
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Sequence
@@ -85,7 +86,7 @@ from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 from . import logs
 from .checkpoint import LiveRun, LiveRuns
 from .output import partition_for, source_offset
-from .run_store import COMPARED_FROM_START, compare, compared_outcomes, event_digest, remember, seen_before
+from .run_store import COMPARED_FROM_START, DIGEST_SIZE, SEEN_BYTES, compare, compared_outcomes, seen_before
 
 __all__ = [
     "BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "check_record", "forwarded_key_problem",
@@ -493,7 +494,9 @@ class BatchProcessor:
         types = counts.types
         applied_before = len(applied)
         for record, event, replay in items:
-            digest = event_digest(event.event_id)
+            # run_store.event_digest and remember, written out: two calls cost more than the
+            # dedupe's own work, on every event.
+            digest = blake2b(event.event_id.encode("utf-8", "surrogatepass"), digest_size=DIGEST_SIZE).digest()
             if seen.find(digest) >= 0 and seen_before(seen, digest):  # (most digests are not there at all)
                 result.duplicates += 1  # not applied: not part of a rebuild either
                 continue
@@ -522,7 +525,9 @@ class BatchProcessor:
                 seen.clear()  # the run ended: its ids and its owner go with its state
                 live.owner = None
             else:
-                remember(seen, digest)
+                seen += digest
+                if len(seen) > SEEN_BYTES:
+                    del seen[:DIGEST_SIZE]
                 if owner is None:
                     live.owner = event.agent_id
             applied.append(replay)

@@ -78,6 +78,8 @@ __all__ = [
     "Envelope",
     "MAX_STATE_BYTES",
     "RunStore",
+    "DIGEST_SIZE",
+    "SEEN_BYTES",
     "SEEN_EVENT_IDS",
     "candidate_section",
     "compare",
@@ -128,7 +130,7 @@ SEEN_EVENT_IDS = 64
 digests, 512 bytes a run) to skip an event published again.  A retry follows its original
 within a few events of the same run; a run's events are sequential (each call waits for its
 tool), so 64 covers any retry a runner makes while the run goes on."""
-_SEEN_BYTES = SEEN_EVENT_IDS * DIGEST_SIZE
+SEEN_BYTES = SEEN_EVENT_IDS * DIGEST_SIZE
 
 
 # -- the envelope -------------------------------------------------------------------------------
@@ -283,7 +285,7 @@ def seen_before(seen: bytearray, digest: bytes) -> bool:
 
 def remember(seen: bytearray, digest: bytes) -> None:
     seen += digest
-    if len(seen) > _SEEN_BYTES:
+    if len(seen) > SEEN_BYTES:
         del seen[:DIGEST_SIZE]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 
@@ -574,7 +575,7 @@ def test_event_ids_are_remembered_across_checkpoints_and_restarts():
 
 
 def test_the_remembered_ids_are_bounded_per_run():
-    from streams.app.run_store import SEEN_EVENT_IDS
+    from streams.app.run_store import SEEN_EVENT_IDS, event_digest
 
     events = repeat_run(SEEN_EVENT_IDS, gate=False)  # 2 x 64 events
     p = BatchProcessor(engine())
@@ -583,6 +584,12 @@ def test_the_remembered_ids_are_bounded_per_run():
     store.apply(p.runs.checkpoint())
     envelope = unpack_state(store[(0, b"run:r1")])
     assert len(envelope.seen) == SEEN_EVENT_IDS * 8
+    # The last 64 ids, oldest first, each as its 8-byte BLAKE2b (the stored format the
+    # backtest's event_digest and earlier workers' states share).
+    assert envelope.seen == b"".join(
+        hashlib.blake2b(e.event_id.encode(), digest_size=8).digest() for e in events[-SEEN_EVENT_IDS:]
+    )
+    assert envelope.seen[:8] == event_digest(events[-SEEN_EVENT_IDS].event_id)
     # The oldest ids are forgotten: a very late copy of the first event counts again, a
     # copy of a recent one does not.
     late = p.process(records([events[0], events[-1]], start=len(events)), store.read)
