@@ -21,6 +21,10 @@ measurements behind it):
   per-partition watermark and commits in the background; everything else of Faust's
   consumer (group membership, co-partitioning assignor, table recovery, standbys, offset
   commits) is kept.  Faust's per-record path was several times too slow for the worker.
+* **The worker's topic fetched in bulk** (``FetchedRecord``, ``bulk_getall``): aiokafka turns
+  each record of a fetch into a ``ConsumerRecord`` through a generator and two Python calls;
+  for the batch topics a record batch is turned into ``FetchedRecord``s (the same
+  attributes, built in C) in one comprehension.
 * **The consumer on the app's event loop** (``InlineConsumerThread``): Faust's consumer thread
   and its hand-offs were most of the decision latency.
 * **The web server without Faust's views** (``HealthOnlyWeb``, through ``WorkerApp._new_web``).
@@ -45,7 +49,10 @@ from dataclasses import dataclass
 from functools import cache, partial
 from importlib.metadata import PackageNotFoundError, version
 from types import SimpleNamespace
+from inspect import GEN_CREATED, getgeneratorstate
 from typing import Any, Awaitable, Callable, ClassVar, Sequence
+
+import msgspec
 
 __all__ = [
     "AIOKAFKA_CLIENT_LOGGER",
@@ -53,12 +60,15 @@ __all__ = [
     "BatchHandler",
     "ConsumerView",
     "DependencyVersionError",
+    "FetchedRecord",
     "PRIVATE_NAMES",
     "Producers",
     "TableAccess",
     "WRITTEN_FOR",
     "WorkerHooks",
+    "bulk_getall",
     "fetch_cluster_metadata",
+    "fetch_in_bulk",
     "redact_sasl_bytes",
     "unable_to_connect",
 ]
@@ -125,6 +135,8 @@ _CONSUMER = "faust.transport.consumer:Consumer"
 _AIOKAFKA_CONSUMER = "faust.transport.drivers.aiokafka:Consumer"
 _SERVICE = "mode.services:Service"
 _SERVICE_THREAD = "mode.threads:ServiceThread"
+_FETCH_RESULT = "aiokafka.consumer.fetcher:FetchResult"
+_PARTITION_RECORDS = "aiokafka.consumer.fetcher:PartitionRecords"
 
 PRIVATE_NAMES: tuple[PrivateName, ...] = (
     # faust.App: where the transport and the web driver are made
@@ -158,6 +170,16 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     # the RocksDB store of a table (TableAccess)
     PrivateName("faust.stores.rocksdb:Store", "_db_for_partition", "method", ("self", "partition")),
     PrivateName("faust.stores.rocksdb:Store", "_dbs", "attribute", type_name="builtins:dict"),
+    # aiokafka's fetched records (bulk_getall)
+    PrivateName(_FETCH_RESULT, "_topic_partition", "attribute", type_name="aiokafka.structs:TopicPartition"),
+    PrivateName(_FETCH_RESULT, "_partition_records", "attribute", type_name=_PARTITION_RECORDS),
+    PrivateName(_FETCH_RESULT, "_update_position", "method", ("self",)),
+    PrivateName(_PARTITION_RECORDS, "_records", "attribute", type_name="aiokafka.record.memory_records:MemoryRecords"),
+    PrivateName(_PARTITION_RECORDS, "_records_iterator", "attribute", type_name="types:GeneratorType"),
+    PrivateName(_PARTITION_RECORDS, "_isolation_level", "attribute", type_name="builtins:int"),
+    PrivateName(_PARTITION_RECORDS, "_check_crcs", "attribute", type_name="builtins:bool"),
+    PrivateName(_PARTITION_RECORDS, "_key_deserializer", "attribute", type_name="types:NoneType"),
+    PrivateName(_PARTITION_RECORDS, "_value_deserializer", "attribute", type_name="types:NoneType"),
     # Faust's producer (Producers)
     PrivateName("faust.transport.drivers.aiokafka:Producer", "_ensure_producer", "method", ("self",)),
     PrivateName("faust.transport.drivers.aiokafka:Producer", "_new_producer", "method", ("self", "transactional_id")),
@@ -167,7 +189,7 @@ also fails when this module uses a private name that is missing here."""
 
 OWN_NAMES = frozenset({
     "_watermarks", "_open_batches", "_batch_message", "_commit_task", "_ack_batch", "_batch_closed",
-    "_commit_in_background",
+    "_commit_in_background", "_bulk_rest", "_bulk_end",
 })
 """Private names this module adds to Faust's objects: the test checks that Faust has none of
 them (a same-named internal in a later version would be silently replaced)."""
@@ -204,6 +226,129 @@ async def fetch_cluster_metadata(producer: Any) -> None:
     """Ask a broker for the cluster's metadata on ``producer``'s connections (aiokafka's
     client under its producer: no public method asks a broker anything)."""
     await producer.client.fetch_all_metadata()
+
+
+# -- aiokafka: the batch topics' records fetched in bulk -------------------------------------------
+
+
+class FetchedRecord(msgspec.Struct, gc=False):
+    """A record of a batch topic as the consumer hands it over: the attributes of aiokafka's
+    ``ConsumerRecord``, in a struct built in C (``bulk_getall``).  Untracked by the cyclic GC:
+    it holds bytes, numbers and a tuple of header pairs only."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: bytes | None
+    value: bytes | None
+    checksum: int | None
+    serialized_key_size: int
+    serialized_value_size: int
+    headers: tuple
+
+
+_BULK_TOPICS: set[str] = set()
+"""Topics whose fetched records ``bulk_getall`` unpacks (the worker's batch topics)."""
+_READ_UNCOMMITTED = 0  # aiokafka.consumer.fetcher.READ_UNCOMMITTED
+
+
+def bulk_getall(self: Any, max_records: int | None = None) -> list[Any]:
+    """``aiokafka.consumer.fetcher.FetchResult.getall`` for the batch topics.
+
+    aiokafka yields each record from a generator and builds its ``ConsumerRecord`` in two
+    Python calls; here a whole record batch becomes ``FetchedRecord``s in one comprehension,
+    and what ``max_records`` leaves of it waits on the ``PartitionRecords`` (``_bulk_rest``)
+    for the next call.  Everything else is aiokafka's: CRC checks, control batches skipped,
+    records below the fetch offset skipped, the position moved to the next record to return
+    and, once every record is returned, to the end of the last batch.  Other topics, a read
+    of committed records only (transactions), deserializers, or records aiokafka's own
+    iterator has started on go to aiokafka's ``getall``.
+    """
+    tp = self._topic_partition
+    records = self._partition_records
+    if records is None or tp.topic not in _BULK_TOPICS:
+        return _aiokafka.getall(self, max_records)
+    if not hasattr(records, "_bulk_end"):  # the first call on these records
+        iterator = records._records_iterator
+        if (
+            records._isolation_level != _READ_UNCOMMITTED
+            or records._key_deserializer is not None
+            or records._value_deserializer is not None
+            or iterator is None
+            or getgeneratorstate(iterator) != GEN_CREATED
+        ):
+            return _aiokafka.getall(self, max_records)
+        # aiokafka's generator over the records is never used here.  Kept, it and the records
+        # (the whole fetch response) would stay alive in a reference cycle until the cyclic
+        # GC finds them: aiokafka breaks that cycle only once its generator is exhausted.
+        records._records_iterator = None
+        records._bulk_rest = None
+        records._bulk_end = records.next_fetch_offset
+    if max_records is not None and max_records < 1:
+        return []  # (aiokafka's fetcher never asks for fewer than one)
+    if not self.check_assignment(tp):
+        return []
+    room = max_records if max_records is not None else -1
+    out: list[Any] = []
+    memory = records._records
+    rest = records._bulk_rest
+    while True:
+        if rest is not None:
+            if 0 <= room < len(rest):
+                out += rest[:room]
+                del rest[:room]
+                records._bulk_rest = rest
+                records.next_fetch_offset = out[-1].offset + 1
+                self._update_position()
+                return out
+            out += rest
+            room -= len(rest)
+            if room == 0 and rest:
+                # Up to the batch's last record: as with aiokafka, the position moves past
+                # the batch's end (records compacted away there) only on the next call.
+                records._bulk_rest = []
+                records.next_fetch_offset = out[-1].offset + 1
+                self._update_position()
+                return out
+            records._bulk_rest = rest = None
+            records.next_fetch_offset = records._bulk_end
+        if not memory.has_next():
+            self._update_position()
+            self._partition_records = None
+            return out
+        batch = memory.next_batch()
+        if records._check_crcs and not batch.validate_crc():
+            raise _aiokafka.CorruptRecordException(f"Invalid CRC - {tp}")
+        if not batch.is_control_batch:
+            topic, partition, first = tp.topic, tp.partition, records.next_fetch_offset
+            rest = [
+                FetchedRecord(topic, partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.checksum,
+                              -1 if r.key is None else len(r.key), -1 if r.value is None else len(r.value),
+                              tuple(r.headers))
+                for r in batch if r.offset >= first
+            ]
+        else:
+            rest = []
+        records._bulk_end = batch.next_offset
+
+
+def fetch_in_bulk(topics: frozenset[str]) -> None:
+    """Unpack the records of ``topics`` with ``bulk_getall`` in every aiokafka consumer of the
+    process (its ``FetchResult.getall`` is replaced once; other topics are unchanged)."""
+    from aiokafka import errors
+    from aiokafka.consumer.fetcher import FetchResult
+
+    if FetchResult.getall is not bulk_getall:
+        _aiokafka.getall = FetchResult.getall
+        _aiokafka.CorruptRecordException = errors.CorruptRecordException
+        FetchResult.getall = bulk_getall
+    _BULK_TOPICS.update(topics)
+
+
+_aiokafka = SimpleNamespace()
+"""Filled by ``fetch_in_bulk``: aiokafka's own ``getall`` and its CRC error."""
 
 
 # -- Faust: batch delivery ------------------------------------------------------------------------
@@ -319,6 +464,7 @@ class _BatchingConsumer:
         acks_enabled_for = self.app.topics.acks_enabled_for
         hooks = self.app.hooks
         batch_topics, handler = (hooks.batch_topics, hooks.handle_batch) if hooks is not None else ((), None)
+        fetch_in_bulk(frozenset(batch_topics))
         unacked = self._unacked_messages
         flow_control = self.app.flow_control
         to_message = self._to_message

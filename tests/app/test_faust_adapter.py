@@ -41,7 +41,15 @@ def live(tmp_path_factory):
     asyncio.set_event_loop(asyncio.new_event_loop())
     worker = build_worker(Settings(data_dir=tmp_path_factory.mktemp("state"), app_id="lw-adapter"))
     consumer = worker.app.consumer
-    return [worker.app, consumer, consumer._thread, worker.table.data, worker.app.producer]
+    # What aiokafka's fetcher builds for each partition of a fetch response.
+    from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
+    from aiokafka.record.memory_records import MemoryRecords
+    from aiokafka.structs import TopicPartition
+
+    tp = TopicPartition("tool-calls", 0)
+    records = PartitionRecords(tp, MemoryRecords(b""), [], 0, None, None, True, 0)
+    fetched = FetchResult(tp, assignment=None, partition_records=records, backoff=0)
+    return [worker.app, consumer, consumer._thread, worker.table.data, worker.app.producer, fetched, records]
 
 
 @pytest.mark.parametrize("private", PRIVATE_NAMES, ids=lambda p: f"{p.owner.split(':')[1]}.{p.name}")
@@ -97,10 +105,10 @@ def test_the_list_of_private_names_is_complete_and_current():
 
 
 def test_the_adapters_own_names_are_not_fausts():
-    # A private name of Faust's or mode's with the same name as one the adapter adds to
-    # their objects would be silently replaced: none of their sources may use one.
+    # A private name of Faust's, mode's or aiokafka's with the same name as one the adapter
+    # adds to their objects would be silently replaced: none of their sources may use one.
     used = {name: [] for name in OWN_NAMES}
-    for package in ("faust", "mode"):
+    for package in ("faust", "mode", "aiokafka"):
         root = Path(importlib.import_module(package).__file__).parent
         for path in root.rglob("*.py"):
             text = path.read_text(errors="replace")
