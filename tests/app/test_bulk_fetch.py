@@ -6,74 +6,17 @@ the first batch) and every sequence of ``max_records``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
-from aiokafka.consumer.fetcher import FetchResult, PartitionRecords
+from aiokafka.consumer.fetcher import FetchResult
 from aiokafka.errors import CorruptRecordException
-from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from aiokafka.record.memory_records import MemoryRecords
-from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import TopicPartition
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.fetch import TOPIC, Assignment, fetch_result, record_batch
 from streams import faust_adapter
 
-TOPIC = "tool-calls"
 TP = TopicPartition(TOPIC, 3)
-ATTRIBUTES = 21  # where a v2 record batch's attributes start; its CRC covers from there on
-CONTROL = 0x20
-LAST_OFFSET_DELTA = 23
-
-
-def record_batch(base: int, records: list[tuple[int, bytes | None, bytes | None, list]], control: bool = False,
-                 tail: int = 0) -> bytes:
-    """A v2 record batch at ``base`` of ``(relative offset, key, value, headers)`` records;
-    gaps in the relative offsets, and ``tail`` offsets after the last record, are records a
-    compaction removed."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
-    for relative, key, value, headers in records:
-        assert builder.append(relative, timestamp=1_700_000_000_000 + relative, key=key, value=value,
-                              headers=headers) is not None
-    data = bytearray(builder.build())
-    data[0:8] = base.to_bytes(8, "big")  # the broker sets a batch's base offset
-    if control:
-        data[ATTRIBUTES + 1] |= CONTROL
-    if tail:
-        last_delta = int.from_bytes(data[LAST_OFFSET_DELTA:LAST_OFFSET_DELTA + 4], "big")
-        data[LAST_OFFSET_DELTA:LAST_OFFSET_DELTA + 4] = (last_delta + tail).to_bytes(4, "big")
-    data[17:21] = calc_crc32c(bytes(data[ATTRIBUTES:])).to_bytes(4, "big")
-    return bytes(data)
-
-
-@dataclass
-class PartitionState:
-    position: int
-    paused: bool = False
-
-    def consumed_to(self, position: int) -> None:
-        self.position = position
-
-
-class Assignment:
-    """What FetchResult reads of aiokafka's subscription state: one partition's position."""
-
-    active = True
-
-    def __init__(self, position: int) -> None:
-        self.state = PartitionState(position)
-
-    def state_value(self, tp):
-        return self.state
-
-
-def fetch_result(data: bytes, fetch_offset: int, topic: str = TOPIC) -> tuple[FetchResult, Assignment]:
-    tp = TopicPartition(topic, TP.partition)
-    assignment = Assignment(fetch_offset)
-    records = PartitionRecords(tp, MemoryRecords(data), [], fetch_offset, None, None, True, 0)
-    return FetchResult(tp, assignment=assignment, partition_records=records, backoff=0), assignment
 
 
 @pytest.fixture(autouse=True)
@@ -81,10 +24,6 @@ def bulk():
     faust_adapter.fetch_in_bulk(frozenset({TOPIC}))
     yield
     assert FetchResult.getall is faust_adapter.bulk_getall
-
-
-def aiokafka_getall(result: FetchResult, max_records: int | None):
-    return faust_adapter._aiokafka.getall(result, max_records)
 
 
 def fields(record) -> tuple:
@@ -129,7 +68,7 @@ def test_bulk_getall_returns_what_aiokafka_returns(batches, skip, limits):
         data += record_batch(base, laid, control=control and len(laid) == 1, tail=tail)
         base += relative + tail + 1 + 2  # the next batch starts after a gap too
     fetch_offset = 100 + skip  # a fetch can start inside the first batch
-    theirs = drain(*fetch_result(data, fetch_offset), limits, aiokafka_getall)
+    theirs = drain(*fetch_result(data, fetch_offset), limits, faust_adapter.aiokafka_getall)
     ours = drain(*fetch_result(data, fetch_offset), limits, faust_adapter.bulk_getall)
     assert ours == theirs
 
@@ -153,7 +92,7 @@ def test_a_hand_worked_fetch():
 def test_a_corrupt_batch_raises_as_aiokafka_does():
     data = bytearray(record_batch(0, [(0, b"k", b"value", [])]))
     data[-3] ^= 0xFF  # inside the record's value
-    for getall in (aiokafka_getall, faust_adapter.bulk_getall):
+    for getall in (faust_adapter.aiokafka_getall, faust_adapter.bulk_getall):
         result, _ = fetch_result(bytes(data), 0)
         with pytest.raises(CorruptRecordException):
             getall(result, None)
@@ -168,7 +107,7 @@ def test_other_topics_keep_aiokafkas_records():
 def test_a_fetch_cut_at_a_batch_end_moves_past_its_compacted_tail_on_the_next_call():
     # Offsets 50-51 are records, 52-53 were compacted away: the batch ends at 54.
     data = record_batch(50, [(0, b"a", b"1", []), (1, b"b", b"2", [])], tail=2)
-    for getall in (aiokafka_getall, faust_adapter.bulk_getall):
+    for getall in (faust_adapter.aiokafka_getall, faust_adapter.bulk_getall):
         result, assignment = fetch_result(data, 50)
         assert [r.offset for r in getall(result, 2)] == [50, 51]
         assert (assignment.state.position, result.has_more()) == (52, True)
