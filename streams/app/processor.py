@@ -62,9 +62,9 @@ from __future__ import annotations
 
 import logging
 import time
-from hashlib import blake2b
 from collections import defaultdict
 from dataclasses import dataclass, field
+from hashlib import blake2b
 from typing import Any, Callable, Iterable, Sequence
 
 import msgspec
