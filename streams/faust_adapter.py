@@ -48,8 +48,8 @@ import re
 from dataclasses import dataclass
 from functools import cache, partial
 from importlib.metadata import PackageNotFoundError, version
-from types import SimpleNamespace
 from inspect import GEN_CREATED, getgeneratorstate
+from types import SimpleNamespace
 from typing import Any, Awaitable, Callable, ClassVar, Sequence
 
 import msgspec
@@ -252,7 +252,6 @@ class FetchedRecord(msgspec.Struct, gc=False):
 
 _BULK_TOPICS: set[str] = set()
 """Topics whose fetched records ``bulk_getall`` unpacks (the worker's batch topics)."""
-_READ_UNCOMMITTED = 0  # aiokafka.consumer.fetcher.READ_UNCOMMITTED
 
 
 def bulk_getall(self: Any, max_records: int | None = None) -> list[Any]:
@@ -274,7 +273,7 @@ def bulk_getall(self: Any, max_records: int | None = None) -> list[Any]:
     if not hasattr(records, "_bulk_end"):  # the first call on these records
         iterator = records._records_iterator
         if (
-            records._isolation_level != _READ_UNCOMMITTED
+            records._isolation_level != _aiokafka.READ_UNCOMMITTED
             or records._key_deserializer is not None
             or records._value_deserializer is not None
             or iterator is None
@@ -297,7 +296,10 @@ def bulk_getall(self: Any, max_records: int | None = None) -> list[Any]:
     rest = records._bulk_rest
     while True:
         if rest is not None:
-            if 0 <= room < len(rest):
+            if rest and 0 <= room <= len(rest):
+                # ``max_records`` is reached in this batch.  Cut at its last record, what is
+                # left is [] and, as with aiokafka, the position moves past the batch's end
+                # (records compacted away there) only on the next call.
                 out += rest[:room]
                 del rest[:room]
                 records._bulk_rest = rest
@@ -306,13 +308,6 @@ def bulk_getall(self: Any, max_records: int | None = None) -> list[Any]:
                 return out
             out += rest
             room -= len(rest)
-            if room == 0 and rest:
-                # Up to the batch's last record: as with aiokafka, the position moves past
-                # the batch's end (records compacted away there) only on the next call.
-                records._bulk_rest = []
-                records.next_fetch_offset = out[-1].offset + 1
-                self._update_position()
-                return out
             records._bulk_rest = rest = None
             records.next_fetch_offset = records._bulk_end
         if not memory.has_next():
@@ -339,17 +334,19 @@ def fetch_in_bulk(topics: frozenset[str]) -> None:
     """Unpack the records of ``topics`` with ``bulk_getall`` in every aiokafka consumer of the
     process (its ``FetchResult.getall`` is replaced once; other topics are unchanged)."""
     from aiokafka import errors
-    from aiokafka.consumer.fetcher import FetchResult
+    from aiokafka.consumer.fetcher import READ_UNCOMMITTED, FetchResult
 
     if FetchResult.getall is not bulk_getall:
         _aiokafka.getall = FetchResult.getall
         _aiokafka.CorruptRecordException = errors.CorruptRecordException
+        _aiokafka.READ_UNCOMMITTED = READ_UNCOMMITTED
         FetchResult.getall = bulk_getall
     _BULK_TOPICS.update(topics)
 
 
 _aiokafka = SimpleNamespace()
-"""Filled by ``fetch_in_bulk``: aiokafka's own ``getall`` and its CRC error."""
+"""Filled by ``fetch_in_bulk``: aiokafka's own ``getall``, its CRC error and its
+read-uncommitted isolation level."""
 
 
 def aiokafka_getall(result: Any, max_records: int | None = None) -> list[Any]:
