@@ -36,15 +36,21 @@ CHILD = """
 import gc, logging, os, pickle, sys
 from bench.processor import one_pass
 from streams.app import logs
-from streams.app.processor import Record
+try:
+    from streams.app.records import Record
+except ImportError:  # a checkout from before the record types had their own module
+    from streams.app.processor import Record
 logs.configure(os.devnull)
 logging.getLogger("loopwatch").setLevel(logging.INFO)
 with open(sys.argv[1], "rb") as f:
     records = [Record(*fields) for fields in pickle.load(f)][:int(sys.argv[2])]
 try:
-    from streams.app.app import GC_THRESHOLDS
+    from streams.app.gc_policy import GC_THRESHOLDS
 except ImportError:
-    GC_THRESHOLDS = None
+    try:  # a checkout from before the GC policy had its own module
+        from streams.app.app import GC_THRESHOLDS
+    except ImportError:
+        GC_THRESHOLDS = None
 gc.collect()
 gc.freeze()
 if GC_THRESHOLDS:

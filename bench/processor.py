@@ -28,7 +28,8 @@ from schemas import encode_event
 from schemas.keys import record_key
 from streams.app import logs
 from streams.app.metrics import Metrics
-from streams.app.processor import BatchProcessor, Record
+from streams.app.processor import BatchProcessor
+from streams.app.records import Record
 from streams.engine import LoopEngine
 from streams.scenarios import FLEET_MIX, fleet_trace
 
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.configure("/dev/null")
     logging.getLogger("loopwatch").setLevel(logging.INFO)
     try:  # the worker's GC thresholds, where this build has them
-        from streams.app.app import GC_THRESHOLDS
+        from streams.app.gc_policy import GC_THRESHOLDS
     except ImportError:
         GC_THRESHOLDS = None
     records = workload(args.events, args.runs)

@@ -3,6 +3,8 @@
 ``settings``    ``LOOPWATCH_*`` configuration;
 ``app``         the wiring: the Faust app, its topics, run table, parts and timers;
 ``processor``   the per-batch logic, no I/O (decode, group per run, engine, dead letters);
+``records``     its record types (``Record``, ``VerdictOut``, ``DeadLetter``, ``BatchResult``);
+``live_runs``   the runs changed since the last checkpoint, in memory (``LiveRuns``);
 ``checkpoint``  when and in which order work is made durable (the batch handler too);
 ``run_store``   the run table (RocksDB and its changelog) and the state envelope;
 ``output``      the verdict and dead-letter producers;
@@ -12,6 +14,7 @@
 ``reload``      hot reload of the loop-detection config and the signing keys;
 ``metrics``     the Prometheus metrics of docs/metrics.md;
 ``logs``        buffered plain logging for ``loopwatch.*``;
+``faust_options``  the Faust app's settings; ``gc_policy``: the cyclic GC's thresholds and freezes;
 ``worker``      ``run_worker(argv)`` (``python -m streams.app.worker``).
 
 Faust's and aiokafka's internals are touched in ``streams.faust_adapter`` only.  Importing

@@ -3,6 +3,8 @@
 Nothing here does work; each part has its own module (docs/design.md has the picture):
 
 ``processor``   a batch of records in, verdicts and dead letters out, no I/O;
+``records``     the record types those are (a consumed record, a verdict, a dead letter);
+``live_runs``   the runs changed since the last checkpoint, in memory, and their encoding;
 ``checkpoint``  when and in which order the work is made durable; the batch handler;
 ``run_store``   the run table: RocksDB and its changelog, the state envelope;
 ``output``      the verdict and dead-letter producers;
@@ -11,6 +13,7 @@ Nothing here does work; each part has its own module (docs/design.md has the pic
 ``reload``      hot reload of the config files (live and candidate) and the signing keys;
 ``fleet``       the fleet topology (issue 17: fleet incidents, agent rings) and every
                 worker's mirror of what it finds;
+``faust_options``, ``gc_policy``  what the Faust app is told; the cyclic GC's thresholds and freezes;
 ``streams.faust_adapter``  every touch of Faust's and aiokafka's internals.
 
 The config's fleet-wide options (``loopwatch.scope``, ``fleetIncidents``, ``agentRings``:
@@ -24,11 +27,9 @@ server and the timers; the Faust app is ``faust_adapter.WorkerApp``.
 
 from __future__ import annotations
 
-import functools
-import gc
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from schemas.config import SESSION_SCOPE, ConfigError
 from schemas.names import CANDIDATE, LIVE
@@ -38,7 +39,9 @@ from streams.engine.fleet import FleetView
 from . import logs
 from .checkpoint import Checkpointer
 from .expiry import Expiry
+from .faust_options import faust_settings
 from .fleet import TICK_S, FleetMirror, FleetTopology
+from .gc_policy import freeze_before_first_batch, freeze_start_up
 from .health import BROKER_PROBE_S, Health
 from .metrics import Metrics
 from .output import DLQ_MAX_MESSAGE_BYTES, Output
@@ -47,82 +50,9 @@ from .reload import ConfigWatcher, KeyringWatcher
 from .run_store import CHANGELOG_MAX_MESSAGE_BYTES, TABLE_NAME, RunStore
 from .settings import Settings
 
-__all__ = ["Worker", "broker_credentials", "build_worker", "faust_settings"]
+__all__ = ["Worker", "build_worker"]
 
 log = logging.getLogger("loopwatch.worker")
-
-GC_THRESHOLDS = (100_000, 10, 10)
-"""The worker's cyclic-GC thresholds (``gc.set_threshold``; Python's default is 700, 10, 10).
-
-A batch of thousands of records keeps about three container objects a record alive (its
-``ConsumerRecord``, the record's place in its run's group, its verdict) until the batch is
-done.  At 700, young collections ran every few hundred records, and each one traversed and
-promoted the batch's live objects; the promoted ones then set off collections of the older
-generations, full ones among them, which traversed every run's state.  With 100,000 net
-allocations between young collections, a batch's objects are freed (by reference counting)
-before any collection sees them; cyclic garbage still goes at the next collection.  The
-measurements are in docs/benchmarks.md (session 7)."""
-
-
-def broker_credentials(settings: Settings) -> Any:
-    """Faust's ``broker_credentials``: SSLCredentials, SASLCredentials or None (PLAINTEXT).
-
-    The SSL context is built here: ``faust.SSLCredentials()`` without a context cannot build
-    one itself in faust-streaming 0.15 (it passes ``purpose=None`` to
-    ``ssl.create_default_context``).
-    """
-    import faust
-
-    if settings.sasl:
-        return faust.SASLCredentials(
-            username=settings.sasl_username,
-            password=settings.sasl_password,
-            ssl_context=settings.ssl_context(),
-            mechanism=settings.sasl_mechanism,
-        )
-    if settings.tls:
-        return faust.SSLCredentials(settings.ssl_context())
-    return None
-
-
-def faust_settings(settings: Settings) -> dict[str, Any]:
-    """Keyword arguments for the Faust app."""
-    return dict(
-        broker=settings.broker_url,
-        broker_credentials=broker_credentials(settings),
-        store="rocksdb://",  # faust-streaming 0.15.3 has no "rocksdict://" scheme: see the table options
-        datadir=str(settings.data_dir),
-        autodiscover=False,
-        topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication,
-        topic_disable_leader=True,
-        table_standby_replicas=settings.standby_replicas,
-        processing_guarantee="at_least_once",
-        consumer_auto_offset_reset="earliest",
-        broker_session_timeout=settings.session_timeout_s,
-        broker_heartbeat_interval=settings.heartbeat_interval_s,
-        broker_rebalance_timeout=settings.rebalance_timeout_s,
-        broker_commit_interval=settings.commit_interval_s,
-        broker_max_poll_records=settings.max_batch,
-        consumer_max_fetch_size=4 * 1024 * 1024,
-        producer_acks=-1,
-        producer_linger=0.0,  # latency: verdict and changelog batches are built explicitly anyway
-        producer_max_batch_size=512 * 1024,
-        producer_max_request_size=4 * 1024 * 1024,
-        # Static membership: a restarted worker rejoins as itself, without a rebalance.
-        consumer_group_instance_id=settings.group_instance_id,
-        web_enabled=True,
-        web_router_enabled=False,
-        web_tables_enabled=False,
-        web_graph_enabled=False,
-        web_stats_enabled=False,
-        web_metrics_enabled=False,
-        web_bind=settings.web_host,
-        web_host=settings.web_host,
-        web_port=settings.web_port,
-        canonical_url=settings.web_url,
-    )
-
 
 @dataclass
 class Worker:
@@ -268,7 +198,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     )
     app.attach(faust_adapter.WorkerHooks(
         batch_topics=frozenset(batch_topics),
-        handle_batch=_freeze_before_first_batch(checkpoints.handle_batch),
+        handle_batch=freeze_before_first_batch(checkpoints.handle_batch),
         before_wait_empty=checkpoints.checkpoint,  # rebalances and shutdown checkpoint first
         after_stop=output.close,
     ))
@@ -300,28 +230,6 @@ def _scope_change(scope: str, engine: Any) -> str | None:
             "a candidate runs on the live config's run states, so it must group events as the live config does")
 
 
-def _freeze_before_first_batch(handle_batch: faust_adapter.BatchHandler) -> faust_adapter.BatchHandler:
-    """``handle_batch`` that first moves what the assignment and the recovery added (consumers,
-    fetchers, table partitions) out of the cyclic GC's sight, as ``on_start`` did with what
-    was there before: it lives for good too.
-
-    Before the first batch the young generations hold that and the batch's records only, and
-    collecting them takes a few ms.  Done later (it was done once the worker turned ready),
-    the collection scanned every run state built since, while a backlog was being drained."""
-    frozen = False
-
-    @functools.wraps(handle_batch)
-    async def handle(batch: Sequence[Any], done: Callable[[], None]) -> None:
-        nonlocal frozen
-        if not frozen:
-            frozen = True
-            gc.collect(1)
-            gc.freeze()
-        await handle_batch(batch, done)
-
-    return handle
-
-
 def _schedule(worker: Worker) -> None:
     """The worker's start-up task, timers and web pages."""
     app, settings = worker.app, worker.settings
@@ -330,14 +238,7 @@ def _schedule(worker: Worker) -> None:
 
     async def on_start() -> None:
         nonlocal metrics_served
-        gc.set_threshold(*GC_THRESHOLDS)
-        # What is alive before the first fetch (Faust, aiokafka, the engine, the config) lives
-        # for good: out of the cyclic GC's full collections, which otherwise scan it all and
-        # pause the event loop every few seconds.  Collected here, where the heap holds no run
-        # states nor batches yet: a worker turns ready while it drains a backlog, and a full
-        # collection then scans every run state it holds.
-        gc.collect()
-        gc.freeze()
+        freeze_start_up()
         declared = [worker.verdicts, worker.dead_letters]
         if worker.fleet is not None:
             declared += worker.fleet.output_topics

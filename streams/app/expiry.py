@@ -21,7 +21,7 @@ from .logs import FailureLog
 from .run_store import idle_since_ms
 
 if TYPE_CHECKING:
-    from .checkpoint import LiveRuns
+    from .live_runs import LiveRuns
     from .run_store import RunStore
 
 __all__ = ["Expiry", "SWEEP_CHUNK"]

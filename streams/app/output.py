@@ -38,7 +38,7 @@ from schemas.names import CONFIG_HEADER, CONFIG_SHA256_HEADER
 from .logs import FailureLog
 
 if TYPE_CHECKING:
-    from .processor import DeadLetter, VerdictOut
+    from .records import DeadLetter, VerdictOut
 
 __all__ = [
     "DEAD_LETTER_VALUE_LIMIT", "DLQ_MAX_MESSAGE_BYTES", "Output", "dead_letter_record", "partition_for", "send_records",

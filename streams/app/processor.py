@@ -10,7 +10,7 @@ One batch (``process``):
    carrying its reason and detail;
 2. group the valid events by ``(partition, state_key)``, in offset order: per-run order is
    the partition's order, and the engine runs over each run's events one after another;
-3. run the engine on each touched run's state, kept in memory (``checkpoint.LiveRuns``) from
+3. run the engine on each touched run's state, kept in memory (``live_runs.LiveRuns``) from
    the first touch until the next checkpoint;
 4. collect what each step publishes (the engine's rule, ``Step.published_decision``: the
    decision of a ``gate`` call, every warn and block; every abort), engine log lines and
@@ -63,9 +63,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
 from hashlib import blake2b
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable
 
 import msgspec
 
@@ -76,7 +75,7 @@ from schemas.names import (
     WARNING,
 )
 from schemas.signing import Keyring
-from schemas.verdicts import Decision, RunAborted, encode_verdict
+from schemas.verdicts import Decision, encode_verdict
 from schemas.keys import record_key, session_scope_key
 from streams.engine import LoopEngine, RunState, copy_state, outcome, shadow_answer, state_key
 from streams.engine.extensions import FleetStep
@@ -84,14 +83,12 @@ from streams.engine.fleet import fleet_outcome, fleet_send
 from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 
 from . import logs
-from .checkpoint import LiveRun, LiveRuns
+from .live_runs import LiveRun, LiveRuns
 from .output import partition_for, source_offset
+from .records import BatchResult, DeadLetter, Record, VerdictOut
 from .run_store import COMPARED_FROM_START, DIGEST_SIZE, SEEN_BYTES, compare, compared_outcomes, seen_before
 
-__all__ = [
-    "BatchResult", "BatchProcessor", "DeadLetter", "Record", "VerdictOut", "check_record", "forwarded_key_problem",
-    "kafka_key_problem",
-]
+__all__ = ["BatchProcessor", "check_record", "forwarded_key_problem", "kafka_key_problem"]
 
 log = logging.getLogger("loopwatch.worker")
 
@@ -103,76 +100,6 @@ DETAIL_LIMIT = 2048
 FORWARDED_OFFSETS = 1 << 61
 """Under session scope, records of the repartition topic are stamped on states as their offset
 plus this: an offset space of their own (Kafka's offsets stay far below it)."""
-
-
-# -- records in, results out --------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Record:
-    """One consumed record.  The Faust layer passes aiokafka's ``ConsumerRecord``s, which
-    have the same attributes; this class is for tests and other drivers."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    timestamp: int | None = None
-    """Kafka record timestamp, ms (aiokafka's convention)."""
-    headers: Sequence[tuple[str, bytes]] = ()
-    source_offset: int | None = None
-    """The offset in its topic when ``offset`` is not (a forwarded record's, ``FORWARDED_OFFSETS``)."""
-
-
-class VerdictOut(msgspec.Struct, gc=False):
-    """One verdict to produce.  (A msgspec Struct: one is made per gated call, and its
-    constructor runs in C, at about a third of a slotted dataclass's.)"""
-
-    partition: int
-    """The source partition: verdicts are co-partitioned with the events that caused them."""
-    key: bytes
-    value: bytes
-    verdict: Decision | RunAborted
-
-
-@dataclass(slots=True)
-class DeadLetter:
-    record: Record
-    reason: str
-    detail: str
-
-
-@dataclass
-class BatchResult:
-    verdicts: list[VerdictOut] = field(default_factory=list)
-    """For ``loop-verdicts``."""
-    dead_letters: list[DeadLetter] = field(default_factory=list)
-    shadow: list[VerdictOut] = field(default_factory=list)
-    """For the shadow topic, from the live config (agents in shadow mode)."""
-    candidate: list[VerdictOut] = field(default_factory=list)
-    """For the shadow topic, from the candidate config."""
-    sha256: dict[str, str] = field(default_factory=dict)
-    """The configs the batch ran on: config (live, candidate) -> its tag on the shadow topic."""
-    skipped: int = 0
-    """Events not applied again because their run's state already holds them (re-delivery)."""
-    duplicates: int = 0
-    """Events not applied because their run already applied an event with the same id."""
-    clamped: int = 0
-    """Events whose time was too far ahead of the worker's clock and was clamped to it."""
-    events: int = 0
-    """Valid events applied."""
-    runs: int = 0
-    """Runs this batch touched."""
-    forwards: list[tuple[bytes, bytes, list]] = field(default_factory=list)
-    """Under session scope: ``tool-calls`` records to repartition, as (session key, value,
-    headers)."""
-    fleet: list[tuple[bytes, bytes]] = field(default_factory=list)
-    """Records for the fleet topology, as (key, value)."""
-    fleet_kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    """How many of them are failing outcomes (``outcome``) and sends (``send``)."""
-    incident_decisions: int = 0
-    """Decisions that carried an open fleet incident."""
 
 
 def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
@@ -259,7 +186,7 @@ def check_record(
 
 class BatchProcessor:
     """Runs batches of records through the engine; the touched runs' states stay in memory
-    (``runs``, a ``checkpoint.LiveRuns``) until a checkpoint stores them.
+    (``runs``, a ``live_runs.LiveRuns``) until a checkpoint stores them.
 
     ``engine`` may be swapped at any time between batches (config hot reload); a batch
     always runs on one engine.  ``clock_skew_s``: event times further ahead of ``clock``

@@ -4,7 +4,7 @@
 worker keeps its runs' states the same way: by the event's state key, dropped when a run
 ends.  ``RunDriver`` is that, once: ``loopwatch replay``, the conformance hook cases, the
 scenarios' obedient runner, the test harness's reference answers and the benchmarks use it.
-(The worker keeps its states in RocksDB and ``streams.app.checkpoint.LiveRuns`` instead.)
+(The worker keeps its states in RocksDB and ``streams.app.live_runs.LiveRuns`` instead.)
 
 ``published`` is what goes on ``loop-verdicts`` for a step, for the worker and every
 reference answer alike: ``Step.published_decision`` (the decision of a gated call, every

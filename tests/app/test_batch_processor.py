@@ -11,7 +11,8 @@ from prometheus_client import CollectorRegistry
 
 from schemas import MAX_EVENT_BYTES, decode_verdict, encode_event
 from streams.app.metrics import Metrics
-from streams.app.processor import BatchProcessor, Record
+from streams.app.processor import BatchProcessor
+from streams.app.records import Record
 from streams.app.run_store import HEADER_SIZE, idle_since_ms, pack_state, unpack_header, unpack_state
 from schemas.events import MAX_SAFE_INT
 from schemas.keys import record_key
@@ -698,7 +699,7 @@ def test_a_state_over_the_size_limit_keeps_its_newest_history():
 
 def test_dead_letters_larger_than_the_limit_are_cut_with_their_sizes_in_headers():
     from streams.app.output import dead_letter_record
-    from streams.app.processor import DeadLetter
+    from streams.app.records import DeadLetter
 
     big = Record("tool-calls", 3, 77, b"k" * 10, b"v" * 2_500_000, 1700000000000)
     key, value, headers = dead_letter_record(DeadLetter(big, "oversized", "record is 2500000 bytes"), 1024)

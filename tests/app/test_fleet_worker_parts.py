@@ -16,7 +16,8 @@ from schemas.names import KEY_MISMATCH
 from streams.app.app import _topology_change
 from streams.app.fleet import FleetMirror
 from streams.app.metrics import Metrics
-from streams.app.processor import BatchProcessor, Record
+from streams.app.processor import BatchProcessor
+from streams.app.records import Record
 from streams.app.reload import ConfigWatcher
 from streams.app.settings import Settings
 from streams.edge import completed_event, requested_event
@@ -212,7 +213,7 @@ def test_a_state_fed_from_both_topics_compares_offsets_within_each():
     """A session whose runners key differently: its state gets records of tool-calls (direct)
     and of the repartition topic (forwarded), whose offsets are not comparable.  None is
     skipped as a redelivery, and a true redelivery of either is."""
-    from streams.app.checkpoint import LiveRuns
+    from streams.app.live_runs import LiveRuns
 
     events = session_loop(gate=True)[:8]
     p = processor(SESSION)

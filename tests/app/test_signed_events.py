@@ -14,7 +14,8 @@ from prometheus_client import CollectorRegistry
 from schemas import encode_event
 from schemas.signing import Keyring, SigningKey
 from streams.app.metrics import Metrics
-from streams.app.processor import BatchProcessor, Record
+from streams.app.processor import BatchProcessor
+from streams.app.records import Record
 from streams.app.reload import KeyringWatcher
 from streams.edge import completed_event, requested_event
 from streams.engine import LoopEngine

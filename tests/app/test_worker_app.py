@@ -47,7 +47,7 @@ def test_topics_partitions_and_handlers(worker, app):
     )
     assert lw.tool_calls.partitions == lw.verdicts.partitions == 6
     assert app.hooks.batch_topics == frozenset({"tool-calls"})
-    assert app.hooks.handle_batch.__wrapped__ == lw.checkpoints.handle_batch  # (_freeze_before_first_batch)
+    assert app.hooks.handle_batch.__wrapped__ == lw.checkpoints.handle_batch  # (gc_policy.freeze_before_first_batch)
     assert app.hooks.before_wait_empty == lw.checkpoints.checkpoint
     assert app.hooks.after_stop == lw.output.close
     assert app.conf.web_bind == "127.0.0.1" and app.conf.web_port == 6066
@@ -58,7 +58,7 @@ def test_topics_partitions_and_handlers(worker, app):
 
 
 def test_the_gc_freezes_what_is_alive_before_the_first_batch_only(monkeypatch):
-    from streams.app.app import _freeze_before_first_batch
+    from streams.app.gc_policy import freeze_before_first_batch
 
     calls = []
     monkeypatch.setattr(gc, "collect", lambda generation=2: calls.append(f"collect({generation})") or 0)
@@ -68,7 +68,7 @@ def test_the_gc_freezes_what_is_alive_before_the_first_batch_only(monkeypatch):
         calls.append(f"batch {batch}")
         done()
 
-    handle = _freeze_before_first_batch(handle_batch)
+    handle = freeze_before_first_batch(handle_batch)
     acked = []
     loop = asyncio.new_event_loop()
     for batch in (["a"], ["b", "c"], ["d"]):
@@ -162,7 +162,7 @@ def test_decisions_and_state_writes_go_out_on_separate_producers(worker):
     # aiokafka has one produce request in flight per broker: on a shared producer, every
     # decision made during a checkpoint waited behind its changelog records.
     from schemas import decode_verdict, encode_event
-    from streams.app.processor import Record
+    from streams.app.records import Record
     from streams.edge import requested_event
 
     lw, faust_producer, verdict_producer = wired(worker)
@@ -238,7 +238,7 @@ def wired(worker, fail=None):
 
 def gated_record(run_id="r1", offset=0, partition=2, value=None):
     from schemas import encode_event
-    from streams.app.processor import Record
+    from streams.app.records import Record
     from streams.edge import requested_event
 
     event = requested_event(f"{run_id}:{offset}", "read", {"path": "/a"}, run_id=run_id, session_key="s", gate=True, ts_ms=1)

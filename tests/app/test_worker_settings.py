@@ -6,7 +6,7 @@ from pathlib import Path
 import faust
 import pytest
 
-from streams.app.app import broker_credentials
+from streams.app.faust_options import broker_credentials
 from streams.app.settings import Settings, SettingsError
 
 
