@@ -1,0 +1,219 @@
+"""The framework adapters (``integrations/frameworks``) in each framework's REAL agent loop,
+driven by that framework's own fake model, on the real broker and a real worker.
+
+What the model must receive is computed twice, independently of the adapters:
+
+* by hand from the spec's defaults (§2: warningThreshold 10, criticalThreshold 20; §3: a
+  warning when count // 10 reaches a new bucket): the same call with the same result over and
+  over is warned at the 11th call (10 identical calls before it, count 10) and blocked from the
+  21st on (count 20; a vetoed call is not recorded, so the count stays);
+* by the engine alone (``harness.reference_verdicts``) on the records the adapter actually
+  published on ``tool-calls``: every call's decision, and what the model sees for it (the
+  tool's result, the result with the warning appended, or the block's message instead).
+
+The worker runs with ``surfaceWarnings`` (warnings are only logged otherwise, as upstream), and
+agent ``aborter`` with ``abortAfterCriticalBlocks: 1`` (its first critical block ends the run).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from harness import collect, reference_verdicts, write_config
+from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
+from schemas.verdicts import Decision, RunAborted
+from streams.client import LoopwatchClient, RunAbortedError
+
+pytestmark = pytest.mark.kafka
+
+CONFIG = {
+    "tools": {"loopDetection": {"enabled": True}},
+    "loopwatch": {"surfaceWarnings": True},
+    "agents": {"list": [{"id": "aborter", "loopwatch": {"abortAfterCriticalBlocks": 1}}]},
+}
+LOOP_CALLS = 23  # two blocked calls after the first block
+SAME_RESULT = "same page, nothing new"
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def worker(lw_module):
+    path = lw_module.tmp / "loop-detection.json"
+    write_config(path, CONFIG)
+    w = lw_module.worker(config=path).start()
+    w.wait_ready(90)
+    return lw_module
+
+
+def client_for(lw, **options) -> LoopwatchClient:
+    options.setdefault("timeout", 10.0)  # a verdict takes milliseconds; 10 s only rides out a loaded host
+    return LoopwatchClient(lw.broker, tool_calls_topic=lw.names.tool_calls, verdicts_topic=lw.names.verdicts, **options)
+
+
+async def published(lw, run_id: str) -> list:
+    """The events of ``run_id`` on ``tool-calls``, in order, once its ``run.ended`` is there."""
+    def of_run(records):
+        return [e for e in (decode_event(r.value) for r in records) if e.run_id == run_id]
+
+    records = await collect(lw.broker, lw.names.tool_calls, timeout=WAIT_S,
+                            until=lambda rs: any(isinstance(e, RunEnded) for e in of_run(rs)))
+    events = of_run(records)
+    assert events and isinstance(events[-1], RunEnded), f"run {run_id} did not end on tool-calls"
+    return events
+
+
+def engine_decisions(events) -> dict[str, Decision]:
+    """The engine's decision for each requested call, by tool call id."""
+    return {v.tool_call_id: v for v in reference_verdicts(events, CONFIG) if isinstance(v, Decision)}
+
+
+def assert_model_saw_what_the_engine_decided(seen: dict[str, str], results: dict[str, str], events) -> list[Decision]:
+    """``seen``: what the model received per tool call id; ``results``: what the tool would
+    have returned.  Returns the engine's decisions in call order."""
+    decisions = engine_decisions(events)
+    requested = [e.tool_call_id for e in events if isinstance(e, ToolCallRequested)]
+    assert list(seen) == requested, "the model saw one answer per published call, in order"
+    for call_id in requested:
+        d = decisions[call_id]
+        if d.action == "block":
+            assert seen[call_id] == d.message, call_id
+        elif d.action == "warn" and d.notify_model:
+            assert seen[call_id].startswith(results[call_id]) and seen[call_id].endswith(d.message), call_id
+        else:
+            assert seen[call_id] == results[call_id], call_id
+    return [decisions[c] for c in requested]
+
+
+def assert_hand_worked_loop(decisions: list[Decision]) -> None:
+    actions = [(d.action, d.count if d.action != "allow" else None) for d in decisions]
+    assert actions == [("allow", None)] * 10 + [("warn", 10)] + [("allow", None)] * 9 + [("block", 20)] * 3
+    assert decisions[10].message.startswith("WARNING") and decisions[20].message.startswith("CRITICAL")
+
+
+def assert_only_hashes_left(events, *raw: str) -> None:
+    """Raw arguments and results never leave the process: no published field holds them."""
+    for event in events:
+        text = repr(event)
+        for needle in raw:
+            assert needle not in text, f"{needle!r} published in {type(event).__name__}"
+
+
+def assert_unknown_tool_published(events, name: str) -> None:
+    completed = [e for e in events if isinstance(e, ToolCallCompleted) and e.tool_name == name]
+    assert completed and all(e.unknown_tool_name == name and e.is_error for e in completed)
+
+
+async def eventually(check, what: str, timeout: float = WAIT_S) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+# -- LangChain / LangGraph -----------------------------------------------------------------------------
+
+import langchain_core.messages as lc_messages  # noqa: E402
+from langchain.agents import create_agent  # noqa: E402
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel  # noqa: E402
+from langchain_core.tools import tool as lc_tool  # noqa: E402
+
+from integrations.frameworks.langchain import LoopwatchMiddleware  # noqa: E402
+
+
+class ScriptedChatModel(FakeMessagesListChatModel):
+    """LangChain's own fake chat model; ``create_agent`` binds tools, which the fake lacks."""
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+
+def lc_script(calls: list[tuple[str, dict]]) -> ScriptedChatModel:
+    turns = [lc_messages.AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": f"call-{i}", "type": "tool_call"}])
+             for i, (name, args) in enumerate(calls)]
+    return ScriptedChatModel(responses=[*turns, lc_messages.AIMessage(content="done")])
+
+
+@lc_tool
+async def lookup(q: str) -> str:
+    """Look a page up."""
+    return SAME_RESULT if q == "same" else f"page about {q}"
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def lc_config(run_id: str) -> dict:
+    return {"run_id": run_id, "recursion_limit": 200}
+
+
+def lc_seen(state) -> dict[str, str]:
+    return {m.tool_call_id: m.content for m in state["messages"] if isinstance(m, lc_messages.ToolMessage)}
+
+
+async def test_langchain_loop_is_warned_at_the_11th_call_and_blocked_from_the_21st(worker):
+    async with client_for(worker) as client:
+        guard = LoopwatchMiddleware(client, agent_id="main")
+        agent = create_agent(lc_script([("lookup", {"q": "same"})] * LOOP_CALLS), [lookup], middleware=[guard])
+        state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("find it")]}, lc_config(run_id := new_id()))
+    assert state["messages"][-1].content == "done", "a block is a refused call, not the end of the run"
+    events = await published(worker, run_id)
+    seen = lc_seen(state)
+    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
+    assert_hand_worked_loop(decisions)
+    assert [m.status for m in state["messages"] if isinstance(m, lc_messages.ToolMessage)][20:] == ["error"] * 3
+    assert_only_hashes_left(events, SAME_RESULT)
+
+
+async def test_langchain_healthy_run_is_never_blocked(worker):
+    queries = [f"topic {i}" for i in range(25)]
+    async with client_for(worker) as client:
+        agent = create_agent(lc_script([("lookup", {"q": q}) for q in queries]), [lookup],
+                             middleware=[LoopwatchMiddleware(client, agent_id="main")])
+        state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("read all")]}, lc_config(run_id := new_id()))
+    events = await published(worker, run_id)
+    seen = lc_seen(state)
+    decisions = assert_model_saw_what_the_engine_decided(seen, {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events)
+    assert {d.action for d in decisions} == {"allow"} and state["messages"][-1].content == "done"
+    assert_only_hashes_left(events, "topic 7", "page about topic 7")
+
+
+async def test_langchain_unknown_tool_is_published_as_unknown_and_answered_by_langchain(worker):
+    async with client_for(worker) as client:
+        agent = create_agent(lc_script([("nosuch", {"q": "x"})] * 2), [lookup],
+                             middleware=[LoopwatchMiddleware(client, agent_id="main")])
+        state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("go")]}, lc_config(run_id := new_id()))
+    events = await published(worker, run_id)
+    assert_unknown_tool_published(events, "nosuch")
+    assert all("not a valid tool" in text for text in lc_seen(state).values())  # LangChain's own answer
+
+
+async def test_langchain_abort_jumps_to_the_end(worker):
+    async with client_for(worker) as client:
+        agent = create_agent(lc_script([("lookup", {"q": "same"})] * 30), [lookup],
+                             middleware=[LoopwatchMiddleware(client, agent_id="aborter")])
+        state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(run_id := new_id()))
+    events = await published(worker, run_id)
+    verdicts = reference_verdicts(events, CONFIG)
+    abort = next(v for v in verdicts if isinstance(v, RunAborted))
+    assert (abort.detector, abort.count) == ("critical_block_limit", 1)
+    last = state["messages"][-1]
+    assert isinstance(last, lc_messages.AIMessage) and last.content == abort.message and not last.tool_calls
+    calls = [e for e in events if isinstance(e, ToolCallRequested)]
+    assert 21 <= len(calls) <= 22 < 30, "the run ended at the abort (one late call at most, refused)"
+    assert events[-1].reason == "aborted"
+
+
+async def test_langchain_abort_raises_with_on_abort_error(worker):
+    async with client_for(worker) as client:
+        agent = create_agent(lc_script([("lookup", {"q": "same"})] * 30), [lookup],
+                             middleware=[LoopwatchMiddleware(client, agent_id="aborter", on_abort="error")])
+        with pytest.raises(RunAbortedError) as info:
+            await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(new_id()))
+    assert info.value.detector == "critical_block_limit"
