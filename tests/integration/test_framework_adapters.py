@@ -217,3 +217,98 @@ async def test_langchain_abort_raises_with_on_abort_error(worker):
         with pytest.raises(RunAbortedError) as info:
             await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(new_id()))
     assert info.value.detector == "critical_block_limit"
+
+
+# -- OpenAI Agents SDK --------------------------------------------------------------------------------
+
+from agents import Agent, Runner, ToolInputGuardrailTripwireTriggered, function_tool, set_tracing_disabled  # noqa: E402
+from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+
+from integrations.frameworks.openai_agents import LoopwatchGuardrails  # noqa: E402
+
+set_tracing_disabled(True)  # offline: no trace exporter
+
+
+def oa_model(calls: list[tuple[str, dict]]) -> ScriptedModel:
+    """The SDK's own scripted ``Model``: one tool call per turn, then a final answer."""
+    steps = [[function_call(name, args, call_id=f"call-{i}")] for i, (name, args) in enumerate(calls)]
+    return ScriptedModel([*steps, [assistant_message("done")]])
+
+
+@function_tool
+async def search(q: str) -> str:
+    """Search for a page."""
+    return SAME_RESULT if q == "same" else f"page about {q}"
+
+
+@function_tool
+async def flaky(q: str) -> str:
+    """Fails every time, the same way."""
+    raise RuntimeError(f"backend down for {q}")
+
+
+def oa_seen(model: ScriptedModel) -> dict[str, str]:
+    """What the model was given back for each call, from its last request's input."""
+    items = model.calls[-1].input
+    return {i["call_id"]: i["output"] for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"}
+
+
+def oa_agent(guard: LoopwatchGuardrails, model: ScriptedModel) -> Agent:
+    return Agent(name="main", model=model, tools=guard.protect([search, flaky]))
+
+
+async def test_openai_agents_loop_is_warned_at_the_11th_call_and_blocked_from_the_21st(worker):
+    model = oa_model([("search", {"q": "same"})] * LOOP_CALLS)
+    async with client_for(worker) as client:
+        guard = LoopwatchGuardrails(client, agent_id="main")
+        async with guard.run(run_id := new_id()):
+            result = await Runner.run(oa_agent(guard, model), "find it", max_turns=100, run_config=guard.run_config())
+    assert result.final_output == "done", "a block is a refused call, not the end of the run"
+    events = await published(worker, run_id)
+    seen = oa_seen(model)
+    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
+    assert_hand_worked_loop(decisions)
+    assert_only_hashes_left(events, SAME_RESULT)
+
+
+async def test_openai_agents_healthy_run_is_never_blocked(worker):
+    queries = [f"topic {i}" for i in range(25)]
+    model = oa_model([("search", {"q": q}) for q in queries])
+    async with client_for(worker) as client:
+        guard = LoopwatchGuardrails(client, agent_id="main")
+        async with guard.run(run_id := new_id()):
+            result = await Runner.run(oa_agent(guard, model), "read all", max_turns=100, run_config=guard.run_config())
+    events = await published(worker, run_id)
+    decisions = assert_model_saw_what_the_engine_decided(
+        oa_seen(model), {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events)
+    assert {d.action for d in decisions} == {"allow"} and result.final_output == "done"
+    assert_only_hashes_left(events, "topic 7", "page about topic 7")
+
+
+async def test_openai_agents_unknown_tool_and_tool_errors_are_published_as_such(worker):
+    model = oa_model([("nosuch", {"q": "x"}), ("nosuch", {"q": "x"}), ("flaky", {"q": "x"})])
+    async with client_for(worker) as client:
+        guard = LoopwatchGuardrails(client, agent_id="main")
+        async with guard.run(run_id := new_id()):
+            await Runner.run(oa_agent(guard, model), "go", max_turns=100, run_config=guard.run_config())
+    events = await published(worker, run_id)
+    assert_unknown_tool_published(events, "nosuch")
+    failed = [e for e in events if isinstance(e, ToolCallCompleted) and e.tool_name == "flaky"]
+    assert len(failed) == 1 and failed[0].is_error and failed[0].result_hash.startswith("error:")
+    seen = oa_seen(model)
+    assert "nosuch" in seen["call-0"] and "not found" in seen["call-0"]  # the SDK's own answer
+
+
+async def test_openai_agents_abort_trips_the_guardrail_tripwire(worker):
+    model = oa_model([("search", {"q": "same"})] * 30)
+    async with client_for(worker) as client:
+        guard = LoopwatchGuardrails(client, agent_id="aborter")
+        with pytest.raises(ToolInputGuardrailTripwireTriggered) as info:
+            async with guard.run(run_id := new_id()):
+                await Runner.run(oa_agent(guard, model), "loop", max_turns=100, run_config=guard.run_config())
+    aborted = info.value.output.output_info
+    assert isinstance(aborted, RunAbortedError) and aborted.detector == "critical_block_limit"
+    events = await published(worker, run_id)
+    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    assert aborted.message == abort.message and events[-1].reason == "aborted"
+    assert 21 <= len([e for e in events if isinstance(e, ToolCallRequested)]) <= 22 < 30
