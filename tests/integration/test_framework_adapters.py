@@ -312,3 +312,126 @@ async def test_openai_agents_abort_trips_the_guardrail_tripwire(worker):
     abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
     assert aborted.message == abort.message and events[-1].reason == "aborted"
     assert 21 <= len([e for e in events if isinstance(e, ToolCallRequested)]) <= 22 < 30
+
+
+# -- Pydantic AI -----------------------------------------------------------------------------------------
+
+from pydantic_ai import Agent as PydanticAgent, models as pai_models  # noqa: E402
+from pydantic_ai.exceptions import AgentRunError  # noqa: E402
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart  # noqa: E402
+from pydantic_ai.models.function import FunctionModel  # noqa: E402
+
+from integrations.frameworks.pydantic_ai import Loopwatch, LoopwatchRunAborted  # noqa: E402
+
+pai_models.ALLOW_MODEL_REQUESTS = False  # offline: only the FunctionModel answers
+
+
+class PaiScript:
+    """Pydantic AI's own ``FunctionModel``: one tool call per turn, then a final answer; it
+    keeps the last messages it was given (what the model saw)."""
+
+    def __init__(self, calls: list[tuple[str, dict]]) -> None:
+        self.calls = calls
+        self.messages: list = []
+        self.model = FunctionModel(self.respond)
+
+    def respond(self, messages, info) -> ModelResponse:
+        self.messages = list(messages)
+        turn = sum(1 for m in messages if isinstance(m, ModelResponse))
+        if turn < len(self.calls):
+            name, args = self.calls[turn]
+            return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f"call-{turn}")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    def seen(self) -> dict[str, str]:
+        """Per call: the tool's (or the refusal's) content, and what travelled with it."""
+        out: dict[str, str] = {}
+        last = None
+        for message in self.messages:
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart):
+                    out[last := part.tool_call_id] = str(part.content)
+                elif isinstance(part, UserPromptPart) and last is not None:
+                    out[last] += "\n\n" + str(part.content)
+        return out
+
+
+def pai_agent(script: PaiScript, client, agent_id: str) -> PydanticAgent:
+    agent = PydanticAgent(script.model, capabilities=[Loopwatch(client, agent_id=agent_id)])
+
+    @agent.tool_plain
+    async def lookup(q: str) -> str:
+        """Look a page up."""
+        return SAME_RESULT if q == "same" else f"page about {q}"
+
+    @agent.tool_plain
+    async def flaky(q: str) -> str:
+        """Fails every time, the same way."""
+        raise RuntimeError(f"backend down for {q}")
+
+    return agent
+
+
+async def test_pydantic_ai_loop_is_warned_at_the_11th_call_and_blocked_from_the_21st(worker):
+    script = PaiScript([("lookup", {"q": "same"})] * LOOP_CALLS)
+    async with client_for(worker) as client:
+        result = await pai_agent(script, client, "main").run("find it")
+    assert result.output == "done", "a block is a refused call, not the end of the run"
+    events = await published(worker, result.run_id)
+    seen = script.seen()
+    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
+    assert_hand_worked_loop(decisions)
+    outcomes = [p.outcome for m in script.messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert outcomes[20:] == ["failed"] * 3, "Pydantic AI's terminal tool failure, no retry prompt"
+    assert_only_hashes_left(events, SAME_RESULT)
+
+
+async def test_pydantic_ai_healthy_run_is_never_blocked(worker):
+    queries = [f"topic {i}" for i in range(25)]
+    script = PaiScript([("lookup", {"q": q}) for q in queries])
+    async with client_for(worker) as client:
+        result = await pai_agent(script, client, "main").run("read all")
+    events = await published(worker, result.run_id)
+    decisions = assert_model_saw_what_the_engine_decided(
+        script.seen(), {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events)
+    assert {d.action for d in decisions} == {"allow"} and result.output == "done"
+    assert_only_hashes_left(events, "topic 7", "page about topic 7")
+
+
+async def test_pydantic_ai_unknown_tool_and_tool_errors_are_published_as_such(worker):
+    script = PaiScript([("nosuch", {"q": "x"})])  # one: a second exceeds Pydantic AI's retries (1) and ends the run
+    async with client_for(worker) as client:
+        result = await pai_agent(script, client, "main").run("go")
+    events = await published(worker, result.run_id)
+    assert_unknown_tool_published(events, "nosuch")
+    assert all(text.startswith("Unknown tool name: 'nosuch'") for text in script.seen().values())  # its own answer
+
+    script = PaiScript([("flaky", {"q": "x"})])
+    async with client_for(worker) as client:
+        with pytest.raises(RuntimeError, match="backend down"):  # Pydantic AI lets a tool's exception end the run
+            await pai_agent(script, client, "main").run("go")
+        # (the run id is not on the exception: find the run by its one flaky call)
+    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=lambda rs: any(
+        isinstance(e := decode_event(r.value), ToolCallCompleted) and e.tool_name == "flaky" for r in rs))
+    failed = [e for e in map(decode_event, (r.value for r in records)) if isinstance(e, ToolCallCompleted) and e.tool_name == "flaky"]
+    assert len(failed) == 1 and failed[0].is_error and failed[0].result_hash.startswith("error:")
+
+
+async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
+    script = PaiScript([("lookup", {"q": "same"})] * 30)
+    async with client_for(worker) as client:
+        with pytest.raises(LoopwatchRunAborted) as info:
+            await pai_agent(script, client, "aborter").run("loop")
+    aborted = info.value
+    assert isinstance(aborted, AgentRunError) and isinstance(aborted, RunAbortedError)
+    assert aborted.detector == "critical_block_limit"
+    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=lambda rs: any(
+        isinstance(e := decode_event(r.value), RunEnded) and e.reason == "aborted" and e.session_key.startswith("agent:aborter:")
+        for r in rs))
+    ended = [e for e in map(decode_event, (r.value for r in records))
+             if isinstance(e, RunEnded) and e.reason == "aborted" and e.session_key.startswith("agent:aborter:")]
+    assert ended
+    events = await published(worker, ended[-1].run_id)
+    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    assert aborted.message == abort.message
+    assert 21 <= len([e for e in events if isinstance(e, ToolCallRequested)]) <= 22 < 30
