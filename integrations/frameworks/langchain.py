@@ -22,7 +22,8 @@ caller names one, a fresh one otherwise; it ends with ``run.ended``.  A LangGrap
 (``configurable.thread_id``) is the runs' session unless ``session_key`` says otherwise.  For
 LangGraph's ``ToolNode`` without ``create_agent``, pass
 ``ToolNode(tools, awrap_tool_call=middleware.awrap_tool_call)``: the run is then the
-invocation's run id, else its thread (no ``run.ended``: that graph has no end hook).  Only the async
+invocation's run id, else its thread; that graph has no end hook: ``await
+middleware.end_run(run_id)`` publishes ``run.ended``.  Only the async
 API is served (``ainvoke``/``astream``): the client is asyncio's.
 """
 
@@ -91,10 +92,15 @@ class LoopwatchMiddleware(AgentMiddleware):
         return {_RUN_KEY: run_id}
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        guard = self._runs.pop(state.get(_RUN_KEY, ""), None)
-        if guard is not None:
-            await guard.end("aborted" if guard.aborted is not None else "completed")
+        await self.end_run(state.get(_RUN_KEY, ""))
         return None
+
+    async def end_run(self, run_id: str, reason: str = "completed") -> None:
+        """Publish ``run.ended`` for ``run_id`` and forget it (``create_agent`` does this at the
+        agent's end; a plain ``ToolNode`` graph has no such hook: call it when the run is done)."""
+        guard = self._runs.pop(run_id, None)
+        if guard is not None:
+            await guard.end("aborted" if guard.aborted is not None else reason)
 
     @hook_config(can_jump_to=["end"])
     async def abefore_model(self, state: Any, runtime: Any) -> dict[str, Any] | None:

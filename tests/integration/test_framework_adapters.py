@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import pytest
 
@@ -122,6 +122,9 @@ import langchain_core.messages as lc_messages  # noqa: E402
 from langchain.agents import create_agent  # noqa: E402
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel  # noqa: E402
 from langchain_core.tools import tool as lc_tool  # noqa: E402
+from langgraph.graph import START, StateGraph  # noqa: E402
+from langgraph.graph.message import add_messages  # noqa: E402
+from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 
 from integrations.frameworks.langchain import LoopwatchMiddleware  # noqa: E402
 
@@ -143,6 +146,10 @@ def lc_script(calls: list[tuple[str, dict]]) -> ScriptedChatModel:
 async def lookup(q: str) -> str:
     """Look a page up."""
     return SAME_RESULT if q == "same" else f"page about {q}"
+
+
+class GraphState(TypedDict):
+    messages: Annotated[list, add_messages]
 
 
 def new_id() -> str:
@@ -169,6 +176,30 @@ async def test_langchain_loop_is_warned_at_the_11th_call_and_blocked_from_the_21
     assert_hand_worked_loop(decisions)
     assert [m.status for m in state["messages"] if isinstance(m, lc_messages.ToolMessage)][20:] == ["error"] * 3
     assert_only_hashes_left(events, SAME_RESULT)
+
+
+async def test_langgraph_tool_node_is_served_by_the_same_middleware(worker):
+    """Plain LangGraph: a model node and ``ToolNode(awrap_tool_call=...)``, no create_agent."""
+    model = lc_script([("lookup", {"q": "same"})] * LOOP_CALLS)
+
+    async def call_model(state: GraphState) -> dict:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    async with client_for(worker) as client:
+        guard = LoopwatchMiddleware(client, agent_id="main")
+        graph = StateGraph(GraphState)
+        graph.add_node("model", call_model)
+        graph.add_node("tools", ToolNode([lookup], awrap_tool_call=guard.awrap_tool_call))
+        graph.add_edge(START, "model")
+        graph.add_conditional_edges("model", tools_condition)
+        graph.add_edge("tools", "model")
+        state = await graph.compile().ainvoke({"messages": [lc_messages.HumanMessage("find it")]},
+                                              lc_config(run_id := new_id()))
+        await guard.end_run(run_id)
+    assert state["messages"][-1].content == "done"
+    events = await published(worker, run_id)
+    seen = lc_seen(state)
+    assert_hand_worked_loop(assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events))
 
 
 async def test_langchain_healthy_run_is_never_blocked(worker):
