@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
@@ -466,3 +467,73 @@ async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
     abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
     assert aborted.message == abort.message
     assert 21 <= len([e for e in events if isinstance(e, ToolCallRequested)]) <= 22 < 30
+
+
+# -- the README's snippets, run as they are ---------------------------------------------------------------
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_snippet(heading: str) -> str:
+    """The python block under ``### <heading>`` in "Guarding agents that are not OpenClaw",
+    with only the broker address replaced by this test's broker and topics."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Guarding agents that are not OpenClaw\n", 1)[1].split("\n## ", 1)[0]
+    part = section.split(f"### {heading}\n", 1)[1].split("\n### ", 1)[0]
+    code = part.split("```python\n", 1)[1].split("```", 1)[0]
+    assert code.count('"kafka:9092"') == 1, heading
+    return code
+
+
+def run_snippet(lw, heading: str):
+    target = f'"{lw.broker}", tool_calls_topic="{lw.names.tool_calls}", verdicts_topic="{lw.names.verdicts}"'
+    namespace: dict[str, Any] = {}
+    exec(compile(readme_snippet(heading).replace('"kafka:9092"', target), f"README.md ({heading})", "exec"), namespace)
+    return namespace["main"]
+
+
+async def readme_run_of(lw, call_id: str) -> list:
+    """The published run whose one call has ``call_id``."""
+    records = await collect(lw.broker, lw.names.tool_calls, timeout=WAIT_S, until=lambda rs: any(
+        getattr(decode_event(r.value), "tool_call_id", None) == call_id for r in rs))
+    run_id = next(e.run_id for e in map(decode_event, (r.value for r in records)) if getattr(e, "tool_call_id", None) == call_id)
+    events = await published(lw, run_id)
+    assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
+    return events
+
+
+async def test_readme_langchain_snippet_runs(worker):
+    call_id = f"readme-lc-{new_id()}"
+    model = ScriptedChatModel(responses=[
+        lc_messages.AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"q": "notes"}, "id": call_id, "type": "tool_call"}]),
+        lc_messages.AIMessage(content="done")])
+    state = await run_snippet(worker, "LangChain / LangGraph")(model, [lookup])
+    assert state["messages"][-1].content == "done" and lc_seen(state) == {call_id: "page about notes"}
+    await readme_run_of(worker, call_id)
+
+
+async def test_readme_openai_agents_snippet_runs(worker):
+    call_id = f"readme-oa-{new_id()}"
+    model = ScriptedModel([[function_call("search", {"q": "notes"}, call_id=call_id)], [assistant_message("done")]])
+    result = await run_snippet(worker, "OpenAI Agents SDK")(model, [search])
+    assert result.final_output == "done" and oa_seen(model) == {call_id: "page about notes"}
+    events = await readme_run_of(worker, call_id)
+    assert events[0].run_id == "run-42"
+
+
+async def test_readme_pydantic_ai_snippet_runs(worker):
+    call_id = f"readme-pai-{new_id()}"
+
+    def respond(messages, info):
+        if any(isinstance(m, ModelResponse) for m in messages):
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(parts=[ToolCallPart("find", {"q": "notes"}, tool_call_id=call_id)])
+
+    async def find(q: str) -> str:
+        """Look a page up."""
+        return f"page about {q}"
+
+    result = await run_snippet(worker, "Pydantic AI")(FunctionModel(respond), [find])
+    assert result.output == "done"
+    events = await readme_run_of(worker, call_id)
+    assert events[0].run_id == result.run_id
