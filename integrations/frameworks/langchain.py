@@ -37,7 +37,7 @@ from langchain_core.messages import AIMessage, ToolMessage
 from langgraph.prebuilt.tool_node import ToolCallRequest
 from langgraph.types import Command
 
-from streams.client import LoopwatchClient, RunAbortedError
+from streams.client import LoopwatchClient
 
 from .guard import Admitted, RunGuard, open_run, plain, thrown
 

@@ -17,7 +17,6 @@ agent ``aborter`` with ``abortAfterCriticalBlocks: 1`` (its first critical block
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -28,6 +27,7 @@ from harness import collect, reference_verdicts, write_config
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
 from schemas.verdicts import Decision, RunAborted
 from streams.client import LoopwatchClient, RunAbortedError
+from streams.hashing import args_hash
 
 pytestmark = pytest.mark.kafka
 
@@ -106,15 +106,6 @@ def assert_only_hashes_left(events, *raw: str) -> None:
 def assert_unknown_tool_published(events, name: str) -> None:
     completed = [e for e in events if isinstance(e, ToolCallCompleted) and e.tool_name == name]
     assert completed and all(e.unknown_tool_name == name and e.is_error for e in completed)
-
-
-async def eventually(check, what: str, timeout: float = WAIT_S) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not check():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
 
 
 # -- LangChain / LangGraph -----------------------------------------------------------------------------
@@ -388,8 +379,8 @@ class PaiScript:
         return out
 
 
-def pai_agent(script: PaiScript, client, agent_id: str) -> PydanticAgent:
-    agent = PydanticAgent(script.model, capabilities=[Loopwatch(client, agent_id=agent_id)])
+def pai_agent(script: PaiScript, client, agent_id: str, session_key: str | None = None) -> PydanticAgent:
+    agent = PydanticAgent(script.model, capabilities=[Loopwatch(client, agent_id=agent_id, session_key=session_key)])
 
     @agent.tool_plain
     async def lookup(q: str) -> str:
@@ -438,32 +429,39 @@ async def test_pydantic_ai_unknown_tool_and_tool_errors_are_published_as_such(wo
     assert_unknown_tool_published(events, "nosuch")
     assert all(text.startswith("Unknown tool name: 'nosuch'") for text in script.seen().values())  # its own answer
 
-    script = PaiScript([("flaky", {"q": "x"})])
+    marker = new_id()
+    script = PaiScript([("flaky", {"q": marker})])
     async with client_for(worker) as client:
         with pytest.raises(RuntimeError, match="backend down"):  # Pydantic AI lets a tool's exception end the run
             await pai_agent(script, client, "main").run("go")
-        # (the run id is not on the exception: find the run by its one flaky call)
-    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=lambda rs: any(
-        isinstance(e := decode_event(r.value), ToolCallCompleted) and e.tool_name == "flaky" for r in rs))
-    failed = [e for e in map(decode_event, (r.value for r in records)) if isinstance(e, ToolCallCompleted) and e.tool_name == "flaky"]
-    assert len(failed) == 1 and failed[0].is_error and failed[0].result_hash.startswith("error:")
+    # The run id is not on the exception: the run is found by its one call's arguments' hash.
+    mine = args_hash("flaky", {"q": marker})
+
+    def failed(records):
+        return [e for e in map(decode_event, (r.value for r in records))
+                if isinstance(e, ToolCallCompleted) and e.args_hash == mine]
+
+    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=failed)
+    assert len(failed(records)) == 1 and failed(records)[0].is_error and failed(records)[0].result_hash.startswith("error:")
 
 
 async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
     script = PaiScript([("lookup", {"q": "same"})] * 30)
+    session = f"agent:aborter:{new_id()}"  # the exception has no run id: the run is found by its session
     async with client_for(worker) as client:
         with pytest.raises(LoopwatchRunAborted) as info:
-            await pai_agent(script, client, "aborter").run("loop")
+            await pai_agent(script, client, "aborter", session).run("loop")
     aborted = info.value
     assert isinstance(aborted, AgentRunError) and isinstance(aborted, RunAbortedError)
     assert aborted.detector == "critical_block_limit"
-    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=lambda rs: any(
-        isinstance(e := decode_event(r.value), RunEnded) and e.reason == "aborted" and e.session_key.startswith("agent:aborter:")
-        for r in rs))
-    ended = [e for e in map(decode_event, (r.value for r in records))
-             if isinstance(e, RunEnded) and e.reason == "aborted" and e.session_key.startswith("agent:aborter:")]
-    assert ended
-    events = await published(worker, ended[-1].run_id)
+
+    def ended(records):
+        return [e for e in map(decode_event, (r.value for r in records))
+                if isinstance(e, RunEnded) and e.session_key == session]
+
+    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=ended)
+    assert [e.reason for e in ended(records)] == ["aborted"]
+    events = await published(worker, ended(records)[0].run_id)
     abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
     assert aborted.message == abort.message
     assert 21 <= len([e for e in events if isinstance(e, ToolCallRequested)]) <= 22 < 30
