@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from harness import collect, reference_verdicts, write_config
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
@@ -192,6 +193,27 @@ async def test_langgraph_tool_node_is_served_by_the_same_middleware(worker):
     events = await published(worker, run_id)
     seen = lc_seen(state)
     assert_hand_worked_loop(assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events))
+
+
+async def test_langchain_without_a_decision_fails_open_or_closed_as_the_client(worker):
+    """Topics nobody answers on: after the client's timeout the call runs (fail open, the
+    default) or is refused with a message that says why (``fail_closed=True``)."""
+    calls, verdicts = f"{worker.names.app_id}-idle-calls", f"{worker.names.app_id}-idle-verdicts"
+    admin = AIOKafkaAdminClient(bootstrap_servers=worker.broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(calls, 1, 1), NewTopic(verdicts, 1, 1)])
+    finally:
+        await admin.close()
+    seen = {}
+    for fail_closed in (False, True):
+        async with LoopwatchClient(worker.broker, timeout=0.5, fail_closed=fail_closed,
+                                   tool_calls_topic=calls, verdicts_topic=verdicts) as client:
+            agent = create_agent(lc_script([("lookup", {"q": "same"})]), [lookup],
+                                 middleware=[LoopwatchMiddleware(client, agent_id="main")])
+            seen[fail_closed] = lc_seen(await agent.ainvoke({"messages": [lc_messages.HumanMessage("go")]}))
+    assert seen[False] == {"call-0": SAME_RESULT}
+    assert seen[True]["call-0"].startswith("Tool call blocked: loopwatch loop protection is unavailable (no loopwatch decision")
 
 
 async def test_langchain_healthy_run_is_never_blocked(worker):
