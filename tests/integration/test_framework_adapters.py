@@ -24,7 +24,7 @@ from typing import Annotated, Any, TypedDict
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from harness import collect, reference_verdicts, write_config
+from harness import collect, reference_verdicts
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
 from schemas.verdicts import Decision, RunAborted
 from streams.client import LoopwatchClient, RunAbortedError
@@ -44,16 +44,8 @@ WAIT_S = 60.0
 
 @pytest.fixture(scope="module")
 def worker(lw_module):
-    path = lw_module.tmp / "loop-detection.json"
-    write_config(path, CONFIG)
-    w = lw_module.worker(config=path).start()
-    w.wait_ready(90)
+    lw_module.configured_worker(CONFIG)
     return lw_module
-
-
-def client_for(lw, **options) -> LoopwatchClient:
-    options.setdefault("timeout", 10.0)  # a verdict takes milliseconds; 10 s only rides out a loaded host
-    return LoopwatchClient(lw.broker, tool_calls_topic=lw.names.tool_calls, verdicts_topic=lw.names.verdicts, **options)
 
 
 async def published(lw, run_id: str) -> list:
@@ -158,7 +150,7 @@ def lc_seen(state) -> dict[str, str]:
 
 
 async def test_langchain_loop_is_warned_at_the_11th_call_and_blocked_from_the_21st(worker):
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         guard = LoopwatchMiddleware(client, agent_id="main")
         agent = create_agent(lc_script([("lookup", {"q": "same"})] * LOOP_CALLS), [lookup], middleware=[guard])
         state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("find it")]}, lc_config(run_id := new_id()))
@@ -178,7 +170,7 @@ async def test_langgraph_tool_node_is_served_by_the_same_middleware(worker):
     async def call_model(state: GraphState) -> dict:
         return {"messages": [await model.ainvoke(state["messages"])]}
 
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         guard = LoopwatchMiddleware(client, agent_id="main")
         graph = StateGraph(GraphState)
         graph.add_node("model", call_model)
@@ -218,7 +210,7 @@ async def test_langchain_without_a_decision_fails_open_or_closed_as_the_client(w
 
 async def test_langchain_healthy_run_is_never_blocked(worker):
     queries = [f"topic {i}" for i in range(25)]
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         agent = create_agent(lc_script([("lookup", {"q": q}) for q in queries]), [lookup],
                              middleware=[LoopwatchMiddleware(client, agent_id="main")])
         state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("read all")]}, lc_config(run_id := new_id()))
@@ -230,7 +222,7 @@ async def test_langchain_healthy_run_is_never_blocked(worker):
 
 
 async def test_langchain_unknown_tool_is_published_as_unknown_and_answered_by_langchain(worker):
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         agent = create_agent(lc_script([("nosuch", {"q": "x"})] * 2), [lookup],
                              middleware=[LoopwatchMiddleware(client, agent_id="main")])
         state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("go")]}, lc_config(run_id := new_id()))
@@ -240,7 +232,7 @@ async def test_langchain_unknown_tool_is_published_as_unknown_and_answered_by_la
 
 
 async def test_langchain_abort_jumps_to_the_end(worker):
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         agent = create_agent(lc_script([("lookup", {"q": "same"})] * 30), [lookup],
                              middleware=[LoopwatchMiddleware(client, agent_id="aborter")])
         state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(run_id := new_id()))
@@ -256,7 +248,7 @@ async def test_langchain_abort_jumps_to_the_end(worker):
 
 
 async def test_langchain_abort_raises_with_on_abort_error(worker):
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         agent = create_agent(lc_script([("lookup", {"q": "same"})] * 30), [lookup],
                              middleware=[LoopwatchMiddleware(client, agent_id="aborter", on_abort="error")])
         with pytest.raises(RunAbortedError) as info:
@@ -304,7 +296,7 @@ def oa_agent(guard: LoopwatchGuardrails, model: ScriptedModel) -> Agent:
 
 async def test_openai_agents_loop_is_warned_at_the_11th_call_and_blocked_from_the_21st(worker):
     model = oa_model([("search", {"q": "same"})] * LOOP_CALLS)
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         guard = LoopwatchGuardrails(client, agent_id="main")
         async with guard.run(run_id := new_id()):
             result = await Runner.run(oa_agent(guard, model), "find it", max_turns=100, run_config=guard.run_config())
@@ -319,7 +311,7 @@ async def test_openai_agents_loop_is_warned_at_the_11th_call_and_blocked_from_th
 async def test_openai_agents_healthy_run_is_never_blocked(worker):
     queries = [f"topic {i}" for i in range(25)]
     model = oa_model([("search", {"q": q}) for q in queries])
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         guard = LoopwatchGuardrails(client, agent_id="main")
         async with guard.run(run_id := new_id()):
             result = await Runner.run(oa_agent(guard, model), "read all", max_turns=100, run_config=guard.run_config())
@@ -332,7 +324,7 @@ async def test_openai_agents_healthy_run_is_never_blocked(worker):
 
 async def test_openai_agents_unknown_tool_and_tool_errors_are_published_as_such(worker):
     model = oa_model([("nosuch", {"q": "x"}), ("nosuch", {"q": "x"}), ("flaky", {"q": "x"})])
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         guard = LoopwatchGuardrails(client, agent_id="main")
         async with guard.run(run_id := new_id()):
             await Runner.run(oa_agent(guard, model), "go", max_turns=100, run_config=guard.run_config())
@@ -346,7 +338,7 @@ async def test_openai_agents_unknown_tool_and_tool_errors_are_published_as_such(
 
 async def test_openai_agents_abort_trips_the_guardrail_tripwire(worker):
     model = oa_model([("search", {"q": "same"})] * 30)
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         guard = LoopwatchGuardrails(client, agent_id="aborter")
         with pytest.raises(ToolInputGuardrailTripwireTriggered) as info:
             async with guard.run(run_id := new_id()):
@@ -419,7 +411,7 @@ def pai_agent(script: PaiScript, client, agent_id: str, session_key: str | None 
 
 async def test_pydantic_ai_loop_is_warned_at_the_11th_call_and_blocked_from_the_21st(worker):
     script = PaiScript([("lookup", {"q": "same"})] * LOOP_CALLS)
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         result = await pai_agent(script, client, "main").run("find it")
     assert result.output == "done", "a block is a refused call, not the end of the run"
     events = await published(worker, result.run_id)
@@ -434,7 +426,7 @@ async def test_pydantic_ai_loop_is_warned_at_the_11th_call_and_blocked_from_the_
 async def test_pydantic_ai_healthy_run_is_never_blocked(worker):
     queries = [f"topic {i}" for i in range(25)]
     script = PaiScript([("lookup", {"q": q}) for q in queries])
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         result = await pai_agent(script, client, "main").run("read all")
     events = await published(worker, result.run_id)
     decisions = assert_model_saw_what_the_engine_decided(
@@ -445,7 +437,7 @@ async def test_pydantic_ai_healthy_run_is_never_blocked(worker):
 
 async def test_pydantic_ai_unknown_tool_and_tool_errors_are_published_as_such(worker):
     script = PaiScript([("nosuch", {"q": "x"})])  # one: a second exceeds Pydantic AI's retries (1) and ends the run
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         result = await pai_agent(script, client, "main").run("go")
     events = await published(worker, result.run_id)
     assert_unknown_tool_published(events, "nosuch")
@@ -453,7 +445,7 @@ async def test_pydantic_ai_unknown_tool_and_tool_errors_are_published_as_such(wo
 
     marker = new_id()
     script = PaiScript([("flaky", {"q": marker})])
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         with pytest.raises(RuntimeError, match="backend down"):  # Pydantic AI lets a tool's exception end the run
             await pai_agent(script, client, "main").run("go")
     # The run id is not on the exception: the run is found by its one call's arguments' hash.
@@ -470,7 +462,7 @@ async def test_pydantic_ai_unknown_tool_and_tool_errors_are_published_as_such(wo
 async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
     script = PaiScript([("lookup", {"q": "same"})] * 30)
     session = f"agent:aborter:{new_id()}"  # the exception has no run id: the run is found by its session
-    async with client_for(worker) as client:
+    async with worker.client() as client:
         with pytest.raises(LoopwatchRunAborted) as info:
             await pai_agent(script, client, "aborter", session).run("loop")
     aborted = info.value
