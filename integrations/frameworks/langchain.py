@@ -109,6 +109,7 @@ class LoopwatchMiddleware(AgentMiddleware):
         if aborted is None:
             return None
         if self.on_abort == "error":
+            await self.end_run(state.get(_RUN_KEY, ""))  # the raise skips the agent's end hook
             raise aborted
         return {"jump_to": "end", "messages": [AIMessage(content=aborted.message)]}
 
@@ -122,6 +123,7 @@ class LoopwatchMiddleware(AgentMiddleware):
                          else guard.unknown_tool(tool, args, call_id))
         if not isinstance(verdict, Admitted):
             if verdict.aborted is not None and self.on_abort == "error":
+                await self.end_run(guard.run.fields["run_id"])  # the raise skips the agent's end hook
                 raise verdict.aborted
             return ToolMessage(content=verdict.message, tool_call_id=call_id, name=tool, status="error")
         if request.tool is None:  # published as unknown; LangChain answers it its own way

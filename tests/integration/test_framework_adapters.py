@@ -252,8 +252,10 @@ async def test_langchain_abort_raises_with_on_abort_error(worker):
         agent = create_agent(lc_script([("lookup", {"q": "same"})] * 30), [lookup],
                              middleware=[LoopwatchMiddleware(client, agent_id="aborter", on_abort="error")])
         with pytest.raises(RunAbortedError) as info:
-            await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(new_id()))
+            await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(run_id := new_id()))
     assert info.value.detector == "critical_block_limit"
+    events = await published(worker, run_id)  # ended all the same
+    assert events[-1].reason == "aborted"
 
 
 # -- OpenAI Agents SDK --------------------------------------------------------------------------------
