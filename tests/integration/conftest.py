@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from node_runner import RUNNER
-from harness import REPO, WorkerNames, WorkerProcess, delete_topics
+from harness import REPO, WorkerNames, WorkerProcess, delete_topics, write_config
+from streams.client import LoopwatchClient
 
 KAFKA_SH = REPO / "scripts" / "kafka.sh"
 WAIT_FOR_SCRIPT_S = 15 * 60
@@ -73,6 +74,21 @@ class Loopwatch:
         w = WorkerProcess(self.broker, self.names, label=label, **kwargs)
         self.workers.append(w)
         return w
+
+    def configured_worker(self, config: Any, label: str = "worker", ready_timeout: float = 90) -> WorkerProcess:
+        """A worker started on ``config`` (written to the scratch directory) and ready."""
+        path = self.tmp / f"{label}-loop-detection.json"
+        write_config(path, config)
+        w = self.worker(label, config=path).start()
+        w.wait_ready(ready_timeout)
+        return w
+
+    def client(self, **options: Any) -> LoopwatchClient:
+        """A runner client on this test's topics.  Its timeout is 10 s unless given: a verdict
+        takes milliseconds; 10 s only rides out a loaded host."""
+        options.setdefault("timeout", 10.0)
+        return LoopwatchClient(self.broker, tool_calls_topic=self.names.tool_calls,
+                               verdicts_topic=self.names.verdicts, **options)
 
     def cleanup(self) -> None:
         for w in self.workers:

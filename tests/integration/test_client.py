@@ -21,7 +21,7 @@ import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from schemas.verdicts import decode_verdict
-from harness import REPO, collect, free_port, produce, write_config
+from harness import REPO, collect, free_port, produce
 from streams.client import (
     LoopBlocked,
     LoopwatchClient,
@@ -40,16 +40,8 @@ WAIT_S = 60.0
 
 @pytest.fixture(scope="module")
 def worker(lw_module):
-    path = lw_module.tmp / "loop-detection.json"
-    write_config(path, CONFIG)
-    w = lw_module.worker(config=path).start()
-    w.wait_ready(90)
+    lw_module.configured_worker(CONFIG)
     return lw_module
-
-
-def client_for(lw, **options) -> LoopwatchClient:
-    options.setdefault("timeout", 10.0)  # a verdict takes milliseconds; 10 s only rides out a slow CI machine
-    return LoopwatchClient(lw.broker, tool_calls_topic=lw.names.tool_calls, verdicts_topic=lw.names.verdicts, **options)
 
 
 async def eventually(check, what: str, timeout: float = WAIT_S):
@@ -75,7 +67,7 @@ async def same_call(run, n: int, *, gate_result=True):
 
 
 async def test_gate_allows_warns_at_the_11th_identical_call_and_blocks_from_the_21st(worker):
-    async with client_for(worker, mode="gate") as client:
+    async with worker.client(mode="gate") as client:
         run = client.run(f"{worker.names.tag}-gate", session_key="agent:main:gate", agent_id="main")
         decisions = [await same_call(run, n) for n in range(23)]
     assert all(d is not None for d in decisions), "gate mode gets a decision for every call"
@@ -87,7 +79,7 @@ async def test_gate_allows_warns_at_the_11th_identical_call_and_blocks_from_the_
 
 
 async def test_gate_with_raise_on_block_false_returns_the_block(worker):
-    async with client_for(worker, mode="gate", raise_on_block=False) as client:
+    async with worker.client(mode="gate", raise_on_block=False) as client:
         run = client.run(f"{worker.names.tag}-noraise", session_key="agent:main:noraise")
         decisions = [await same_call(run, n) for n in range(21)]
     assert decisions[20].action == "block" and decisions[20].notify_model and decisions[20].message.startswith("CRITICAL")
@@ -97,7 +89,7 @@ async def test_gate_with_raise_on_block_false_returns_the_block(worker):
 
 
 async def test_advisory_never_waits_and_collects_warnings_and_blocks(worker):
-    async with client_for(worker, mode="advisory") as client:
+    async with worker.client(mode="advisory") as client:
         run = client.run(f"{worker.names.tag}-advisory", session_key="agent:main:advisory")
         for n in range(21):
             assert await run.before_tool_call("read", {"path": "/same"}, tool_call_id=f"c{n}") is None
@@ -120,7 +112,7 @@ async def _loop_after_compaction(run):
 
 @pytest.mark.parametrize("mode", ["gate", "advisory"])
 async def test_an_abort_reaches_the_runner_and_ends_the_run(worker, mode):
-    async with client_for(worker, mode=mode) as client:
+    async with worker.client(mode=mode) as client:
         run = client.run(f"{worker.names.tag}-abort-{mode}", session_key=f"agent:main:abort-{mode}")
         await _loop_after_compaction(run)
         await eventually(lambda: run.aborted is not None, "the run.aborted verdict")
@@ -135,7 +127,7 @@ async def test_a_run_without_run_id_gets_its_verdicts_whatever_its_session_id(wo
     session state by session key, by session id only without one).  The client used to wait on
     session:<key>|<id> while verdicts came for session:<key>|."""
     tag = worker.names.tag
-    async with client_for(worker, mode="advisory") as client:
+    async with worker.client(mode="advisory") as client:
         run = client.run(None, session_key=f"agent:main:{tag}-norun", session_id="sess-1")
         assert run.key == f"session:agent:main:{tag}-norun|"
         await _loop_after_compaction(run)
@@ -146,7 +138,7 @@ async def test_a_run_without_run_id_gets_its_verdicts_whatever_its_session_id(wo
 
 
 async def test_a_session_id_only_run_gets_its_gate_decisions(worker):
-    async with client_for(worker, mode="gate") as client:
+    async with worker.client(mode="gate") as client:
         run = client.run(None, session_key=None, session_id=f"{worker.names.tag}-sess")
         assert run.key == f"session:|{worker.names.tag}-sess"
         decision = await run.before_tool_call("read", {"path": "/x"})
@@ -159,7 +151,7 @@ async def test_a_session_id_only_run_gets_its_gate_decisions(worker):
 
 async def test_duplicate_verdicts_are_dropped(worker):
     run_id = f"{worker.names.tag}-dups"
-    async with client_for(worker, mode="advisory") as client:
+    async with worker.client(mode="advisory") as client:
         run = client.run(run_id, session_key="agent:main:dups")
         for n in range(21):
             await run.before_tool_call("read", {"path": "/same"}, tool_call_id=f"c{n}")

@@ -16,7 +16,7 @@ import pytest
 
 from harness import collect, collect_verdicts, dedupe, encode_all, group_lag, header, produce, reference_verdicts, write_config
 from schemas.verdicts import decode_verdict
-from streams.client import LoopBlocked, LoopwatchClient
+from streams.client import LoopBlocked
 from streams.edge import completed_event, requested_event, run_ended_event
 
 pytestmark = pytest.mark.kafka
@@ -37,11 +37,6 @@ def config_file(lw, root, name="loop-detection.json"):
     path = lw.tmp / name
     write_config(path, root)
     return path
-
-
-def client_for(lw, **options) -> LoopwatchClient:
-    options.setdefault("timeout", 10.0)
-    return LoopwatchClient(lw.broker, tool_calls_topic=lw.names.tool_calls, verdicts_topic=lw.names.verdicts, **options)
 
 
 async def same_calls(run, n: int) -> list:
@@ -75,7 +70,7 @@ async def test_shadow_verdicts_never_reach_a_runner_client(lw):
     tag = lw.names.tag
     # fail_closed: a call that got no decision in time would raise, so every call below was
     # answered by a decision on loop-verdicts.
-    async with client_for(lw, mode="gate", fail_closed=True) as gate, client_for(lw, mode="advisory") as advisory:
+    async with lw.client(mode="gate", fail_closed=True) as gate, lw.client(mode="advisory") as advisory:
         shadowed = gate.run(f"{tag}-trial", session_key=f"agent:trial:{tag}", agent_id="trial")
         enforced = gate.run(f"{tag}-main", session_key=f"agent:main:{tag}", agent_id="main")
         trial = await same_calls(shadowed, 25)

@@ -1,0 +1,553 @@
+"""The framework adapters (``integrations/frameworks``) in each framework's REAL agent loop,
+driven by that framework's own fake model, on the real broker and a real worker.
+
+What the model must receive is computed twice, independently of the adapters:
+
+* by hand from the spec's defaults (§2: warningThreshold 10, criticalThreshold 20; §3: a
+  warning when count // 10 reaches a new bucket): the same call with the same result over and
+  over is warned at the 11th call (10 identical calls before it, count 10) and blocked from the
+  21st on (count 20; a vetoed call is not recorded, so the count stays);
+* by the engine alone (``harness.reference_verdicts``) on the records the adapter actually
+  published on ``tool-calls``: every call's decision, and what the model sees for it (the
+  tool's result, the result with the warning appended, or the block's message instead).
+
+The worker runs with ``surfaceWarnings`` (warnings are only logged otherwise, as upstream), and
+agent ``aborter`` with ``abortAfterCriticalBlocks: 1`` (its first critical block ends the run).
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Annotated, Any, TypedDict
+
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+from harness import collect, reference_verdicts
+from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
+from schemas.verdicts import Decision, RunAborted
+from streams.client import LoopwatchClient, RunAbortedError
+from streams.hashing import args_hash
+
+pytestmark = pytest.mark.kafka
+
+CONFIG = {
+    "tools": {"loopDetection": {"enabled": True}},
+    "loopwatch": {"surfaceWarnings": True},
+    "agents": {"list": [{"id": "aborter", "loopwatch": {"abortAfterCriticalBlocks": 1}}]},
+}
+LOOP_CALLS = 23  # two blocked calls after the first block
+SAME_RESULT = "same page, nothing new"
+WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def worker(lw_module):
+    lw_module.configured_worker(CONFIG)
+    return lw_module
+
+
+async def published(lw, run_id: str) -> list:
+    """The events of ``run_id`` on ``tool-calls``, in order, once its ``run.ended`` is there."""
+    def of_run(records):
+        return [e for e in (decode_event(r.value) for r in records) if e.run_id == run_id]
+
+    records = await collect(lw.broker, lw.names.tool_calls, timeout=WAIT_S,
+                            until=lambda rs: any(isinstance(e, RunEnded) for e in of_run(rs)))
+    events = of_run(records)
+    assert events and isinstance(events[-1], RunEnded), f"run {run_id} did not end on tool-calls"
+    return events
+
+
+def engine_decisions(events) -> dict[str, Decision]:
+    """The engine's decision for each requested call, by tool call id."""
+    return {v.tool_call_id: v for v in reference_verdicts(events, CONFIG) if isinstance(v, Decision)}
+
+
+def assert_model_saw_what_the_engine_decided(seen: dict[str, str], results: dict[str, str], events) -> list[Decision]:
+    """``seen``: what the model received per tool call id; ``results``: what the tool would
+    have returned.  Returns the engine's decisions in call order."""
+    decisions = engine_decisions(events)
+    requested = [e.tool_call_id for e in events if isinstance(e, ToolCallRequested)]
+    assert list(seen) == requested, "the model saw one answer per published call, in order"
+    for call_id in requested:
+        d = decisions[call_id]
+        if d.action == "block":
+            assert seen[call_id] == d.message, call_id
+        elif d.action == "warn" and d.notify_model:
+            assert seen[call_id].startswith(results[call_id]) and seen[call_id].endswith(d.message), call_id
+        else:
+            assert seen[call_id] == results[call_id], call_id
+    return [decisions[c] for c in requested]
+
+
+def assert_hand_worked_loop(decisions: list[Decision]) -> None:
+    actions = [(d.action, d.count if d.action != "allow" else None) for d in decisions]
+    assert actions == [("allow", None)] * 10 + [("warn", 10)] + [("allow", None)] * 9 + [("block", 20)] * 3
+    assert decisions[10].message.startswith("WARNING") and decisions[20].message.startswith("CRITICAL")
+
+
+def assert_only_hashes_left(events, *raw: str) -> None:
+    """Raw arguments and results never leave the process: no published field holds them."""
+    for event in events:
+        text = repr(event)
+        for needle in raw:
+            assert needle not in text, f"{needle!r} published in {type(event).__name__}"
+
+
+def assert_unknown_tool_published(events, name: str) -> None:
+    completed = [e for e in events if isinstance(e, ToolCallCompleted) and e.tool_name == name]
+    assert completed and all(e.unknown_tool_name == name and e.is_error for e in completed)
+
+
+# -- LangChain / LangGraph -----------------------------------------------------------------------------
+
+import langchain_core.messages as lc_messages  # noqa: E402
+from langchain.agents import create_agent  # noqa: E402
+from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel  # noqa: E402
+from langchain_core.tools import tool as lc_tool  # noqa: E402
+from langgraph.graph import START, StateGraph  # noqa: E402
+from langgraph.graph.message import add_messages  # noqa: E402
+from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
+
+from integrations.frameworks.langchain import LoopwatchMiddleware  # noqa: E402
+
+
+class ScriptedChatModel(FakeMessagesListChatModel):
+    """LangChain's own fake chat model; ``create_agent`` binds tools, which the fake lacks."""
+
+    def bind_tools(self, tools, **kwargs):
+        return self
+
+
+def lc_script(calls: list[tuple[str, dict]]) -> ScriptedChatModel:
+    turns = [lc_messages.AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": f"call-{i}", "type": "tool_call"}])
+             for i, (name, args) in enumerate(calls)]
+    return ScriptedChatModel(responses=[*turns, lc_messages.AIMessage(content="done")])
+
+
+@lc_tool
+async def lookup(q: str) -> str:
+    """Look a page up."""
+    return SAME_RESULT if q == "same" else f"page about {q}"
+
+
+class GraphState(TypedDict):
+    messages: Annotated[list, add_messages]
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+def lc_config(run_id: str) -> dict:
+    return {"run_id": run_id, "recursion_limit": 200}
+
+
+def lc_seen(state) -> dict[str, str]:
+    return {m.tool_call_id: m.content for m in state["messages"] if isinstance(m, lc_messages.ToolMessage)}
+
+
+async def test_langchain_loop_is_warned_at_the_11th_call_and_blocked_from_the_21st(worker):
+    async with worker.client() as client:
+        guard = LoopwatchMiddleware(client, agent_id="main")
+        agent = create_agent(lc_script([("lookup", {"q": "same"})] * LOOP_CALLS), [lookup], middleware=[guard])
+        state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("find it")]}, lc_config(run_id := new_id()))
+    assert state["messages"][-1].content == "done", "a block is a refused call, not the end of the run"
+    events = await published(worker, run_id)
+    seen = lc_seen(state)
+    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
+    assert_hand_worked_loop(decisions)
+    assert [m.status for m in state["messages"] if isinstance(m, lc_messages.ToolMessage)][20:] == ["error"] * 3
+    assert_only_hashes_left(events, SAME_RESULT)
+
+
+async def test_langgraph_tool_node_is_served_by_the_same_middleware(worker):
+    """Plain LangGraph: a model node and ``ToolNode(awrap_tool_call=...)``, no create_agent."""
+    model = lc_script([("lookup", {"q": "same"})] * LOOP_CALLS)
+
+    async def call_model(state: GraphState) -> dict:
+        return {"messages": [await model.ainvoke(state["messages"])]}
+
+    async with worker.client() as client:
+        guard = LoopwatchMiddleware(client, agent_id="main")
+        graph = StateGraph(GraphState)
+        graph.add_node("model", call_model)
+        graph.add_node("tools", ToolNode([lookup], awrap_tool_call=guard.awrap_tool_call))
+        graph.add_edge(START, "model")
+        graph.add_conditional_edges("model", tools_condition)
+        graph.add_edge("tools", "model")
+        state = await graph.compile().ainvoke({"messages": [lc_messages.HumanMessage("find it")]},
+                                              lc_config(run_id := new_id()))
+        await guard.end_run(run_id)
+    assert state["messages"][-1].content == "done"
+    events = await published(worker, run_id)
+    seen = lc_seen(state)
+    assert_hand_worked_loop(assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events))
+
+
+async def test_langchain_without_a_decision_fails_open_or_closed_as_the_client(worker):
+    """Topics nobody answers on: after the client's timeout the call runs (fail open, the
+    default) or is refused with a message that says why (``fail_closed=True``)."""
+    calls, verdicts = f"{worker.names.app_id}-idle-calls", f"{worker.names.app_id}-idle-verdicts"
+    admin = AIOKafkaAdminClient(bootstrap_servers=worker.broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(calls, 1, 1), NewTopic(verdicts, 1, 1)])
+    finally:
+        await admin.close()
+    seen = {}
+    for fail_closed in (False, True):
+        async with LoopwatchClient(worker.broker, timeout=0.5, fail_closed=fail_closed,
+                                   tool_calls_topic=calls, verdicts_topic=verdicts) as client:
+            agent = create_agent(lc_script([("lookup", {"q": "same"})]), [lookup],
+                                 middleware=[LoopwatchMiddleware(client, agent_id="main")])
+            seen[fail_closed] = lc_seen(await agent.ainvoke({"messages": [lc_messages.HumanMessage("go")]}))
+    assert seen[False] == {"call-0": SAME_RESULT}
+    assert seen[True]["call-0"].startswith("Tool call blocked: loopwatch loop protection is unavailable (no loopwatch decision")
+
+
+async def test_langchain_healthy_run_is_never_blocked(worker):
+    queries = [f"topic {i}" for i in range(25)]
+    async with worker.client() as client:
+        agent = create_agent(lc_script([("lookup", {"q": q}) for q in queries]), [lookup],
+                             middleware=[LoopwatchMiddleware(client, agent_id="main")])
+        state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("read all")]}, lc_config(run_id := new_id()))
+    events = await published(worker, run_id)
+    seen = lc_seen(state)
+    decisions = assert_model_saw_what_the_engine_decided(seen, {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events)
+    assert {d.action for d in decisions} == {"allow"} and state["messages"][-1].content == "done"
+    assert_only_hashes_left(events, "topic 7", "page about topic 7")
+
+
+async def test_langchain_unknown_tool_is_published_as_unknown_and_answered_by_langchain(worker):
+    async with worker.client() as client:
+        agent = create_agent(lc_script([("nosuch", {"q": "x"})] * 2), [lookup],
+                             middleware=[LoopwatchMiddleware(client, agent_id="main")])
+        state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("go")]}, lc_config(run_id := new_id()))
+    events = await published(worker, run_id)
+    assert_unknown_tool_published(events, "nosuch")
+    assert all("not a valid tool" in text for text in lc_seen(state).values())  # LangChain's own answer
+
+
+async def test_langchain_abort_jumps_to_the_end(worker):
+    async with worker.client() as client:
+        agent = create_agent(lc_script([("lookup", {"q": "same"})] * 30), [lookup],
+                             middleware=[LoopwatchMiddleware(client, agent_id="aborter")])
+        state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(run_id := new_id()))
+    events = await published(worker, run_id)
+    verdicts = reference_verdicts(events, CONFIG)
+    abort = next(v for v in verdicts if isinstance(v, RunAborted))
+    assert (abort.detector, abort.count) == ("critical_block_limit", 1)
+    last = state["messages"][-1]
+    assert isinstance(last, lc_messages.AIMessage) and last.content == abort.message and not last.tool_calls
+    calls = [e for e in events if isinstance(e, ToolCallRequested)]
+    assert 21 <= len(calls) <= 22 < 30, "the run ended at the abort (one late call at most, refused)"
+    assert events[-1].reason == "aborted"
+
+
+async def test_langchain_abort_raises_with_on_abort_error(worker):
+    async with worker.client() as client:
+        agent = create_agent(lc_script([("lookup", {"q": "same"})] * 30), [lookup],
+                             middleware=[LoopwatchMiddleware(client, agent_id="aborter", on_abort="error")])
+        with pytest.raises(RunAbortedError) as info:
+            await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(run_id := new_id()))
+    assert info.value.detector == "critical_block_limit"
+    events = await published(worker, run_id)  # ended all the same
+    assert events[-1].reason == "aborted"
+
+
+# -- OpenAI Agents SDK --------------------------------------------------------------------------------
+
+from agents import Agent, Runner, ToolInputGuardrailTripwireTriggered, function_tool, set_tracing_disabled  # noqa: E402
+from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
+
+from integrations.frameworks.openai_agents import LoopwatchGuardrails  # noqa: E402
+
+set_tracing_disabled(True)  # offline: no trace exporter
+
+
+def oa_model(calls: list[tuple[str, dict]]) -> ScriptedModel:
+    """The SDK's own scripted ``Model``: one tool call per turn, then a final answer."""
+    steps = [[function_call(name, args, call_id=f"call-{i}")] for i, (name, args) in enumerate(calls)]
+    return ScriptedModel([*steps, [assistant_message("done")]])
+
+
+@function_tool
+async def search(q: str) -> str:
+    """Search for a page."""
+    return SAME_RESULT if q == "same" else f"page about {q}"
+
+
+@function_tool
+async def flaky(q: str) -> str:
+    """Fails every time, the same way."""
+    raise RuntimeError(f"backend down for {q}")
+
+
+def oa_seen(model: ScriptedModel) -> dict[str, str]:
+    """What the model was given back for each call, from its last request's input."""
+    items = model.calls[-1].input
+    return {i["call_id"]: i["output"] for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"}
+
+
+def oa_agent(guard: LoopwatchGuardrails, model: ScriptedModel) -> Agent:
+    return Agent(name="main", model=model, tools=guard.protect([search, flaky]))
+
+
+async def test_openai_agents_loop_is_warned_at_the_11th_call_and_blocked_from_the_21st(worker):
+    model = oa_model([("search", {"q": "same"})] * LOOP_CALLS)
+    async with worker.client() as client:
+        guard = LoopwatchGuardrails(client, agent_id="main")
+        async with guard.run(run_id := new_id()):
+            result = await Runner.run(oa_agent(guard, model), "find it", max_turns=100, run_config=guard.run_config())
+    assert result.final_output == "done", "a block is a refused call, not the end of the run"
+    events = await published(worker, run_id)
+    seen = oa_seen(model)
+    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
+    assert_hand_worked_loop(decisions)
+    assert_only_hashes_left(events, SAME_RESULT)
+
+
+async def test_openai_agents_healthy_run_is_never_blocked(worker):
+    queries = [f"topic {i}" for i in range(25)]
+    model = oa_model([("search", {"q": q}) for q in queries])
+    async with worker.client() as client:
+        guard = LoopwatchGuardrails(client, agent_id="main")
+        async with guard.run(run_id := new_id()):
+            result = await Runner.run(oa_agent(guard, model), "read all", max_turns=100, run_config=guard.run_config())
+    events = await published(worker, run_id)
+    decisions = assert_model_saw_what_the_engine_decided(
+        oa_seen(model), {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events)
+    assert {d.action for d in decisions} == {"allow"} and result.final_output == "done"
+    assert_only_hashes_left(events, "topic 7", "page about topic 7")
+
+
+async def test_openai_agents_unknown_tool_and_tool_errors_are_published_as_such(worker):
+    model = oa_model([("nosuch", {"q": "x"}), ("nosuch", {"q": "x"}), ("flaky", {"q": "x"})])
+    async with worker.client() as client:
+        guard = LoopwatchGuardrails(client, agent_id="main")
+        async with guard.run(run_id := new_id()):
+            await Runner.run(oa_agent(guard, model), "go", max_turns=100, run_config=guard.run_config())
+    events = await published(worker, run_id)
+    assert_unknown_tool_published(events, "nosuch")
+    failed = [e for e in events if isinstance(e, ToolCallCompleted) and e.tool_name == "flaky"]
+    assert len(failed) == 1 and failed[0].is_error and failed[0].result_hash.startswith("error:")
+    seen = oa_seen(model)
+    assert "nosuch" in seen["call-0"] and "not found" in seen["call-0"]  # the SDK's own answer
+
+
+async def test_openai_agents_abort_trips_the_guardrail_tripwire(worker):
+    model = oa_model([("search", {"q": "same"})] * 30)
+    async with worker.client() as client:
+        guard = LoopwatchGuardrails(client, agent_id="aborter")
+        with pytest.raises(ToolInputGuardrailTripwireTriggered) as info:
+            async with guard.run(run_id := new_id()):
+                await Runner.run(oa_agent(guard, model), "loop", max_turns=100, run_config=guard.run_config())
+    aborted = info.value.output.output_info
+    assert isinstance(aborted, RunAbortedError) and aborted.detector == "critical_block_limit"
+    events = await published(worker, run_id)
+    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    assert aborted.message == abort.message and events[-1].reason == "aborted"
+    assert 21 <= len([e for e in events if isinstance(e, ToolCallRequested)]) <= 22 < 30
+
+
+# -- Pydantic AI -----------------------------------------------------------------------------------------
+
+from pydantic_ai import Agent as PydanticAgent, models as pai_models  # noqa: E402
+from pydantic_ai.exceptions import AgentRunError  # noqa: E402
+from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart  # noqa: E402
+from pydantic_ai.models.function import FunctionModel  # noqa: E402
+
+from integrations.frameworks.pydantic_ai import Loopwatch, LoopwatchRunAborted  # noqa: E402
+
+pai_models.ALLOW_MODEL_REQUESTS = False  # offline: only the FunctionModel answers
+
+
+class PaiScript:
+    """Pydantic AI's own ``FunctionModel``: one tool call per turn, then a final answer; it
+    keeps the last messages it was given (what the model saw)."""
+
+    def __init__(self, calls: list[tuple[str, dict]]) -> None:
+        self.calls = calls
+        self.messages: list = []
+        self.model = FunctionModel(self.respond)
+
+    def respond(self, messages, info) -> ModelResponse:
+        self.messages = list(messages)
+        turn = sum(1 for m in messages if isinstance(m, ModelResponse))
+        if turn < len(self.calls):
+            name, args = self.calls[turn]
+            return ModelResponse(parts=[ToolCallPart(name, args, tool_call_id=f"call-{turn}")])
+        return ModelResponse(parts=[TextPart("done")])
+
+    def seen(self) -> dict[str, str]:
+        """Per call: the tool's (or the refusal's) content, and what travelled with it."""
+        out: dict[str, str] = {}
+        last = None
+        for message in self.messages:
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart):
+                    out[last := part.tool_call_id] = str(part.content)
+                elif isinstance(part, UserPromptPart) and last is not None:
+                    out[last] += "\n\n" + str(part.content)
+        return out
+
+
+def pai_agent(script: PaiScript, client, agent_id: str, session_key: str | None = None) -> PydanticAgent:
+    agent = PydanticAgent(script.model, capabilities=[Loopwatch(client, agent_id=agent_id, session_key=session_key)])
+
+    @agent.tool_plain
+    async def lookup(q: str) -> str:
+        """Look a page up."""
+        return SAME_RESULT if q == "same" else f"page about {q}"
+
+    @agent.tool_plain
+    async def flaky(q: str) -> str:
+        """Fails every time, the same way."""
+        raise RuntimeError(f"backend down for {q}")
+
+    return agent
+
+
+async def test_pydantic_ai_loop_is_warned_at_the_11th_call_and_blocked_from_the_21st(worker):
+    script = PaiScript([("lookup", {"q": "same"})] * LOOP_CALLS)
+    async with worker.client() as client:
+        result = await pai_agent(script, client, "main").run("find it")
+    assert result.output == "done", "a block is a refused call, not the end of the run"
+    events = await published(worker, result.run_id)
+    seen = script.seen()
+    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
+    assert_hand_worked_loop(decisions)
+    outcomes = [p.outcome for m in script.messages for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert outcomes[20:] == ["failed"] * 3, "Pydantic AI's terminal tool failure, no retry prompt"
+    assert_only_hashes_left(events, SAME_RESULT)
+
+
+async def test_pydantic_ai_healthy_run_is_never_blocked(worker):
+    queries = [f"topic {i}" for i in range(25)]
+    script = PaiScript([("lookup", {"q": q}) for q in queries])
+    async with worker.client() as client:
+        result = await pai_agent(script, client, "main").run("read all")
+    events = await published(worker, result.run_id)
+    decisions = assert_model_saw_what_the_engine_decided(
+        script.seen(), {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events)
+    assert {d.action for d in decisions} == {"allow"} and result.output == "done"
+    assert_only_hashes_left(events, "topic 7", "page about topic 7")
+
+
+async def test_pydantic_ai_unknown_tool_and_tool_errors_are_published_as_such(worker):
+    script = PaiScript([("nosuch", {"q": "x"})])  # one: a second exceeds Pydantic AI's retries (1) and ends the run
+    async with worker.client() as client:
+        result = await pai_agent(script, client, "main").run("go")
+    events = await published(worker, result.run_id)
+    assert_unknown_tool_published(events, "nosuch")
+    assert all(text.startswith("Unknown tool name: 'nosuch'") for text in script.seen().values())  # its own answer
+
+    marker = new_id()
+    script = PaiScript([("flaky", {"q": marker})])
+    async with worker.client() as client:
+        with pytest.raises(RuntimeError, match="backend down"):  # Pydantic AI lets a tool's exception end the run
+            await pai_agent(script, client, "main").run("go")
+    # The run id is not on the exception: the run is found by its one call's arguments' hash.
+    mine = args_hash("flaky", {"q": marker})
+
+    def failed(records):
+        return [e for e in map(decode_event, (r.value for r in records))
+                if isinstance(e, ToolCallCompleted) and e.args_hash == mine]
+
+    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=failed)
+    assert len(failed(records)) == 1 and failed(records)[0].is_error and failed(records)[0].result_hash.startswith("error:")
+
+
+async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
+    script = PaiScript([("lookup", {"q": "same"})] * 30)
+    session = f"agent:aborter:{new_id()}"  # the exception has no run id: the run is found by its session
+    async with worker.client() as client:
+        with pytest.raises(LoopwatchRunAborted) as info:
+            await pai_agent(script, client, "aborter", session).run("loop")
+    aborted = info.value
+    assert isinstance(aborted, AgentRunError) and isinstance(aborted, RunAbortedError)
+    assert aborted.detector == "critical_block_limit"
+
+    def ended(records):
+        return [e for e in map(decode_event, (r.value for r in records))
+                if isinstance(e, RunEnded) and e.session_key == session]
+
+    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=ended)
+    assert [e.reason for e in ended(records)] == ["aborted"]
+    events = await published(worker, ended(records)[0].run_id)
+    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    assert aborted.message == abort.message
+    assert 21 <= len([e for e in events if isinstance(e, ToolCallRequested)]) <= 22 < 30
+
+
+# -- the README's snippets, run as they are ---------------------------------------------------------------
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+
+
+def readme_snippet(heading: str) -> str:
+    """The python block under ``### <heading>`` in "Guarding agents that are not OpenClaw",
+    with only the broker address replaced by this test's broker and topics."""
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Guarding agents that are not OpenClaw\n", 1)[1].split("\n## ", 1)[0]
+    part = section.split(f"### {heading}\n", 1)[1].split("\n### ", 1)[0]
+    code = part.split("```python\n", 1)[1].split("```", 1)[0]
+    assert code.count('"kafka:9092"') == 1, heading
+    return code
+
+
+def run_snippet(lw, heading: str):
+    target = f'"{lw.broker}", tool_calls_topic="{lw.names.tool_calls}", verdicts_topic="{lw.names.verdicts}"'
+    namespace: dict[str, Any] = {}
+    exec(compile(readme_snippet(heading).replace('"kafka:9092"', target), f"README.md ({heading})", "exec"), namespace)
+    return namespace["main"]
+
+
+async def readme_run_of(lw, call_id: str) -> list:
+    """The published run whose one call has ``call_id``."""
+    records = await collect(lw.broker, lw.names.tool_calls, timeout=WAIT_S, until=lambda rs: any(
+        getattr(decode_event(r.value), "tool_call_id", None) == call_id for r in rs))
+    run_id = next(e.run_id for e in map(decode_event, (r.value for r in records)) if getattr(e, "tool_call_id", None) == call_id)
+    events = await published(lw, run_id)
+    assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
+    return events
+
+
+async def test_readme_langchain_snippet_runs(worker):
+    call_id = f"readme-lc-{new_id()}"
+    model = ScriptedChatModel(responses=[
+        lc_messages.AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"q": "notes"}, "id": call_id, "type": "tool_call"}]),
+        lc_messages.AIMessage(content="done")])
+    state = await run_snippet(worker, "LangChain / LangGraph")(model, [lookup])
+    assert state["messages"][-1].content == "done" and lc_seen(state) == {call_id: "page about notes"}
+    await readme_run_of(worker, call_id)
+
+
+async def test_readme_openai_agents_snippet_runs(worker):
+    call_id = f"readme-oa-{new_id()}"
+    model = ScriptedModel([[function_call("search", {"q": "notes"}, call_id=call_id)], [assistant_message("done")]])
+    result = await run_snippet(worker, "OpenAI Agents SDK")(model, [search])
+    assert result.final_output == "done" and oa_seen(model) == {call_id: "page about notes"}
+    events = await readme_run_of(worker, call_id)
+    assert events[0].run_id == "run-42"
+
+
+async def test_readme_pydantic_ai_snippet_runs(worker):
+    call_id = f"readme-pai-{new_id()}"
+
+    def respond(messages, info):
+        if any(isinstance(m, ModelResponse) for m in messages):
+            return ModelResponse(parts=[TextPart("done")])
+        return ModelResponse(parts=[ToolCallPart("find", {"q": "notes"}, tool_call_id=call_id)])
+
+    async def find(q: str) -> str:
+        """Look a page up."""
+        return f"page about {q}"
+
+    result = await run_snippet(worker, "Pydantic AI")(FunctionModel(respond), [find])
+    assert result.output == "done"
+    events = await readme_run_of(worker, call_id)
+    assert events[0].run_id == result.run_id
