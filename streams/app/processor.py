@@ -60,6 +60,7 @@ Issue 17's options add, each only when on:
 
 from __future__ import annotations
 
+import heapq
 import logging
 import time
 from collections import defaultdict
@@ -88,7 +89,8 @@ from .output import partition_for, source_offset
 from .records import BatchResult, DeadLetter, Record, VerdictOut
 from .run_store import COMPARED_FROM_START, DIGEST_SIZE, SEEN_BYTES, compare, compared_outcomes, seen_before
 
-__all__ = ["BatchProcessor", "check_record", "forwarded_key_problem", "kafka_key_problem"]
+__all__ = ["BatchProcessor", "FORWARDED_FROM_HEADER", "check_record", "forwarded_from", "forwarded_key_problem",
+           "kafka_key_problem"]
 
 log = logging.getLogger("loopwatch.worker")
 
@@ -99,7 +101,13 @@ DETAIL_LIMIT = 2048
 """Dead-letter detail strings are cut to this many characters."""
 FORWARDED_OFFSETS = 1 << 61
 """Under session scope, records of the repartition topic are stamped on states as their offset
-plus this: an offset space of their own (Kafka's offsets stay far below it)."""
+plus this: an offset space of their own (Kafka's offsets stay far below it).  Only records
+forwarded without ``FORWARDED_FROM_HEADER`` (by an earlier release) are compared so."""
+FORWARDED_FROM_HEADER = "loopwatch.forwarded_from"
+"""The header a forwarded record carries: ``<partition>:<offset>`` (ASCII) of the ``tool-calls``
+record it was forwarded from.  A session's state keeps, per partition, the offset of the last
+one it applied (``LiveRun.sources``): a record forwarded again is recognised whatever its offset
+in the repartition topic."""
 
 
 def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
@@ -313,35 +321,46 @@ class BatchProcessor:
 
         A ``tool-calls`` record keyed by a session (``session_scope_key``, a runner that keys so)
         on the partition that key gives is processed at once (if the key is not its event's,
-        the key check after decoding dead-letters it); any other is forwarded.  A
-        record whose run fields cannot be read is not forwarded: processed here, it becomes
-        the dead letter it is (invalid JSON, ...).  The repartition topic's records reach the
-        engine with their offsets moved to a space of their own (``FORWARDED_OFFSETS``): a
-        state fed from both topics (runners of one session keying differently) compares
-        offsets only within a topic (``_run_group``).
+        the key check after decoding dead-letters it); any other is forwarded, with its
+        partition and offset in ``FORWARDED_FROM_HEADER`` (a runner's own header of that name
+        is dropped).  A record whose run fields cannot be read is not forwarded: processed
+        here, it becomes the dead letter it is (invalid JSON, ...).  The repartition topic's
+        records reach the engine with the partition and offset they were forwarded from
+        (``Record.forwarded_from``): applying them is idempotent per source partition
+        (``_session_fresh``), so a record forwarded twice (its batch redone after a crash, or
+        forwarded by a paused worker and by its partition's new owner) is applied once.
 
-        A fetch lists its records partition by partition, and a session's runs are on several
-        partitions: forwarded in the order of their Kafka timestamps (stable), the runs of a
-        session reach its state in about the order they were published.  (Runs of one
-        session that overlap in time interleave in no order Kafka defines.)"""
+        Order: a fetch lists its records partition by partition, each partition's in offset
+        order, and a run's records are on one partition.  Each partition's records are
+        forwarded in their offset order (what idempotence per source partition rests on, and
+        a run's own order whatever its producer's clock says), and the partitions are merged
+        by their records' Kafka timestamps (``heapq.merge`` picks the earliest head): the runs
+        of a session reach its state in about the order they were published.  (Runs of one
+        session that overlap in time on several partitions interleave in no order Kafka
+        defines.)"""
         own = self.sessions_topic
         partition_of = self._partition_of
         kept = []
-        foreign = []
+        foreign: dict[int, list[Record]] = {}
         for record in records:
             key = record.key
             if record.topic == own:
                 kept.append(Record(own, record.partition, record.offset + FORWARDED_OFFSETS, key, record.value,
-                                   record.timestamp, record.headers, record.offset))
+                                   record.timestamp, record.headers, record.offset, forwarded_from(record.headers)))
             elif key is not None and key.startswith(b"scope:") and partition_of(key) == record.partition:
                 # Keyed by session by its runner, on that key's partition: its state is here (the
                 # key check after decoding makes sure the key is its event's).
                 kept.append(record)
             else:
-                foreign.append(record)
+                queue = foreign.get(record.partition)
+                if queue is None:
+                    queue = foreign[record.partition] = []
+                queue.append(record)
         if len(foreign) > 1:
-            foreign.sort(key=_timestamp)
-        for record in foreign:
+            ordered: Iterable[Record] = heapq.merge(*foreign.values(), key=_timestamp)
+        else:
+            ordered = next(iter(foreign.values()), ())
+        for record in ordered:
             if record.value is None:
                 kept.append(record)
                 continue
@@ -354,7 +373,9 @@ class BatchProcessor:
                 kept.append(record)  # missing_key, below
                 continue
             key = session_scope_key(fields).encode("utf-8", "surrogatepass")
-            result.forwards.append((key, record.value, list(record.headers or ())))
+            headers = [header for header in record.headers or () if header[0] != FORWARDED_FROM_HEADER]
+            headers.append((FORWARDED_FROM_HEADER, b"%d:%d" % (record.partition, record.offset)))
+            result.forwards.append((key, record.value, headers))
         return kept
 
     def _partition_of(self, key: bytes) -> int:
@@ -390,11 +411,10 @@ class BatchProcessor:
         Each step is read right after its event: the run's next event changes the state a
         step describes.  This loop runs once per event, so it is written flat (no call per
         event beyond the engine's, the dedupe's, the collection's and the verdict's encoding)."""
-        if session and live.offset >= 0:
-            # A state's stamp compares with offsets of its own topic only (see _forward).
-            forwarded = live.offset >= FORWARDED_OFFSETS
-            fresh = [item for item in items
-                     if (item[0].offset >= FORWARDED_OFFSETS) != forwarded or item[0].offset > live.offset]
+        stamp = None
+        if session:
+            fresh, stamp, again = self._session_fresh(live, items)
+            result.forwarded_again += again
         elif items[0][0].offset <= live.offset:
             # Offsets rise within a group, so only a group whose first record is old holds any.
             fresh = [item for item in items if item[0].offset > live.offset]
@@ -473,8 +493,47 @@ class BatchProcessor:
             self._fleet_records(engine, steps, result)
         result.events += len(applied) - applied_before
         live.state = state
-        live.offset = items[-1][0].offset
+        live.offset = items[-1][0].offset if stamp is None else stamp
         return steps
+
+    @staticmethod
+    def _session_fresh(live: LiveRun, items: list[tuple[Any, Any, Any]]) -> tuple[list[tuple[Any, Any, Any]], int, int]:
+        """Under session scope, a state's records of this batch not applied yet, as
+        ``(fresh, the state's offset stamp after them, how many were forwarded again)``.
+
+        A forwarded record (``Record.forwarded_from``) is new when its ``tool-calls`` offset is
+        above the state's stamp for that partition (``live.sources``, advanced here).  Each
+        partition's records of a session are forwarded in offset order and a producer keeps
+        a partition's order, so every copy of a record that comes after its first (a batch
+        forwarded again after a crash, by a paused worker, or a produce retried) is below
+        that stamp.  The other records keep the offset stamp (``live.offset``), compared
+        within their own topic (``FORWARDED_OFFSETS``): the direct ones (keyed by session by
+        their runner, a stream of their own even on a partition that records are forwarded
+        from) and the repartition topic's records forwarded without a source (by an earlier
+        release)."""
+        stamp = stamped = live.offset
+        stamp_forwarded = stamp >= FORWARDED_OFFSETS
+        sources = live.sources
+        fresh = []
+        again = 0
+        for item in items:
+            record = item[0]
+            source = getattr(record, "forwarded_from", None)  # (aiokafka's records have none: direct)
+            if source is not None:
+                partition, offset = source
+                if sources is None:
+                    sources = live.sources = {}
+                if offset <= sources.get(partition, -1):
+                    again += 1
+                    continue
+                sources[partition] = offset
+            else:
+                offset = record.offset
+                if stamp >= 0 and (offset >= FORWARDED_OFFSETS) == stamp_forwarded and offset <= stamp:
+                    continue
+                stamped = offset
+            fresh.append(item)
+        return fresh, stamped, again
 
     @staticmethod
     def _fleet_records(engine: LoopEngine, outputs: list[tuple[Any, Any, Any]], result: BatchResult) -> None:
@@ -661,6 +720,8 @@ class BatchProcessor:
             m.duplicate_events.inc(result.duplicates)
         if result.forwards:
             m.events_forwarded.inc(len(result.forwards))
+        if result.forwarded_again:
+            m.events_forwarded_again.inc(result.forwarded_again)
         if result.fleet:
             m.add(m.fleet_records, result.fleet_kinds)
         if result.incident_decisions:
@@ -700,6 +761,23 @@ _RUN_FIELDS = msgspec.json.Decoder(_RunFields)
 
 def _timestamp(record: Any) -> int:
     return record.timestamp or 0
+
+
+def forwarded_from(headers: Any) -> tuple[int, int] | None:
+    """The ``tool-calls`` partition and offset in a forwarded record's ``FORWARDED_FROM_HEADER``;
+    None without one (forwarded by an earlier release) or when it is not ``<partition>:<offset>``."""
+    if not headers:
+        return None
+    for name, value in reversed(headers):  # the worker appends it last
+        if name == FORWARDED_FROM_HEADER:
+            if type(value) is not bytes:
+                return None
+            partition, _, offset = value.partition(b":")
+            if not (partition.isdigit() and offset.isdigit()):
+                return None
+            source = int(partition), int(offset)
+            return source if source[0] < 1 << 31 and source[1] < 1 << 63 else None
+    return None
 
 
 def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
