@@ -69,7 +69,7 @@ from typing import Any, Callable, Iterable
 
 import msgspec
 
-from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, RunEnded, ToolCallCompleted, ToolCallEvent, decode_event
+from schemas.events import EVENT_TYPE_OF, MAX_EVENT_BYTES, CompactionRetried, InvalidEvent, RunEnded, ToolCallCompleted, ToolCallEvent, decode_event
 from schemas.fleet import FleetSend, encode_fleet_record
 from schemas.names import (
     BAD_SIGNATURE, CANDIDATE, ENFORCE, INVALID_JSON, KEY_MISMATCH, LIVE, MISSING_KEY, OUTCOMES, PROCESSING_ERROR,
@@ -323,8 +323,8 @@ class BatchProcessor:
         on the partition that key gives is processed at once (if the key is not its event's,
         the key check after decoding dead-letters it); any other is forwarded, with its
         partition and offset in ``FORWARDED_FROM_HEADER`` (a runner's own header of that name
-        is dropped).  A record whose run fields cannot be read is not forwarded: processed
-        here, it becomes the dead letter it is (invalid JSON, ...).  The repartition topic's
+        is dropped).  A record without a value, an oversized one or one whose run fields cannot
+        be read is not forwarded: processed here, it becomes the dead letter it is.  The repartition topic's
         records reach the engine with the partition and offset they were forwarded from
         (``Record.forwarded_from``): applying them is idempotent per source partition
         (``_session_fresh``), so a record forwarded twice (its batch redone after a crash, or
@@ -361,7 +361,10 @@ class BatchProcessor:
         else:
             ordered = next(iter(foreign.values()), ())
         for record in ordered:
-            if record.value is None:
+            if record.value is None or len(record.value) > MAX_EVENT_BYTES:
+                # Dead-lettered here (no value, oversized): forwarded, an oversized record might
+                # exceed the repartition topic's limit, and a forward refused while later ones
+                # go through would leave a gap in its partition's forwarded order.
                 kept.append(record)
                 continue
             try:

@@ -18,7 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from schemas import decode_verdict, encode_event
+from schemas import MAX_EVENT_BYTES, decode_verdict, encode_event
 from schemas.keys import record_key, session_scope_key
 from streams.app.metrics import Metrics
 from streams.app.output import partition_for
@@ -220,6 +220,18 @@ def test_a_runners_own_forwarded_from_header_is_replaced():
     forged = Record("tool-calls", 3, 7, b"r1", encode_event(event), 0, [(FORWARDED_FROM_HEADER, b"0:999999")])
     [(_key, _value, headers)] = processor().process([forged], lambda *_: None).forwards
     assert headers == [(FORWARDED_FROM_HEADER, b"3:7")]
+
+
+def test_an_oversized_record_is_dead_lettered_where_it_is_not_forwarded():
+    """Forwarded, it could exceed the repartition topic's limit: that forward refused while the
+    partition's later ones go through would leave a gap in the partition's forwarded order."""
+    big = b'{"type": "run.ended", "event_id": "big", "run_id": "r1", "session_key": "s1", "reason": "' + b"x" * MAX_EVENT_BYTES + b'"}'
+    small = requested_event("e", "read", {}, run_id="r1", session_key="s1")
+    result = processor().process([Record("tool-calls", 0, 0, b"r1", big, 0), Record("tool-calls", 0, 1, b"r1",
+                                                                                     encode_event(small), 1)],
+                                 lambda *_: None)
+    assert [d.reason for d in result.dead_letters] == ["oversized"]
+    assert [h[-1] for _k, _v, h in result.forwards] == [(FORWARDED_FROM_HEADER, b"0:1")]
 
 
 @given(st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1))
