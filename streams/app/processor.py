@@ -50,9 +50,11 @@ Issue 17's options add, each only when on:
   repartition topic ``<app id>-sessions`` under its session's key
   (``schemas.keys.session_scope_key``; ``BatchResult.forwards``), and processed from there.
   A record its runner keyed by session already is on its session's partition: processed at
-  once.  A state's stamp (the offset of its last record) compares only with offsets of the
-  topic it came from (``FORWARDED_OFFSETS``).  Verdicts stay keyed by the run
-  (``state_key``), so runners route them as before.
+  once.  A forwarded record carries the ``tool-calls`` partition and offset it came from
+  (``FORWARDED_FROM_HEADER``), and a session's state the offset of the last record applied
+  per source partition: a record forwarded again after a crash is applied once
+  (``_session_fresh``; issue 26).  Verdicts stay keyed by the run (``state_key``), so
+  runners route them as before.
 * ``loopwatch.fleetIncidents``, ``loopwatch.agentRings``: a completed call that failed or made
   no progress, and a completed send of a trace, also become a record for the fleet topology
   (``BatchResult.fleet``, keyed by ``tool:<name>`` or ``trace:<id>``; ``streams.app.fleet``).
@@ -60,7 +62,6 @@ Issue 17's options add, each only when on:
 
 from __future__ import annotations
 
-import heapq
 import logging
 import time
 from collections import defaultdict
@@ -69,7 +70,10 @@ from typing import Any, Callable, Iterable
 
 import msgspec
 
-from schemas.events import EVENT_TYPE_OF, MAX_EVENT_BYTES, CompactionRetried, InvalidEvent, RunEnded, ToolCallCompleted, ToolCallEvent, decode_event
+from schemas.events import (
+    EVENT_TYPE_OF, MAX_EVENT_BYTES, CompactionRetried, InvalidEvent, RunEnded, ToolCallCompleted, ToolCallEvent,
+    decode_event,
+)
 from schemas.fleet import FleetSend, encode_fleet_record
 from schemas.names import (
     BAD_SIGNATURE, CANDIDATE, ENFORCE, INVALID_JSON, KEY_MISMATCH, LIVE, MISSING_KEY, OUTCOMES, PROCESSING_ERROR,
@@ -87,7 +91,7 @@ from . import logs
 from .live_runs import LiveRun, LiveRuns
 from .output import partition_for, source_offset
 from .records import BatchResult, DeadLetter, Record, VerdictOut
-from .run_store import COMPARED_FROM_START, DIGEST_SIZE, SEEN_BYTES, compare, compared_outcomes, seen_before
+from .run_store import COMPARED_FROM_START, DIGEST_SIZE, SEEN_BYTES, SOURCE, compare, compared_outcomes, seen_before
 
 __all__ = ["BatchProcessor", "FORWARDED_FROM_HEADER", "check_record", "forwarded_from", "forwarded_key_problem",
            "kafka_key_problem"]
@@ -104,8 +108,8 @@ FORWARDED_OFFSETS = 1 << 61
 plus this: an offset space of their own (Kafka's offsets stay far below it).  Only records
 forwarded without ``FORWARDED_FROM_HEADER`` (by an earlier release) are compared so."""
 FORWARDED_FROM_HEADER = "loopwatch.forwarded_from"
-"""The header a forwarded record carries: ``<partition>:<offset>`` (ASCII) of the ``tool-calls``
-record it was forwarded from.  A session's state keeps, per partition, the offset of the last
+"""The header a forwarded record carries, last: the partition and offset of the ``tool-calls``
+record it was forwarded from (``run_store.SOURCE``: 4 and 8 bytes, big endian).  A session's state keeps, per partition, the offset of the last
 one it applied (``LiveRun.sources``): a record forwarded again is recognised whatever its offset
 in the repartition topic."""
 
@@ -323,25 +327,28 @@ class BatchProcessor:
         on the partition that key gives is processed at once (if the key is not its event's,
         the key check after decoding dead-letters it); any other is forwarded, with its
         partition and offset in ``FORWARDED_FROM_HEADER`` (a runner's own header of that name
-        is dropped).  A record without a value, an oversized one or one whose run fields cannot
-        be read is not forwarded: processed here, it becomes the dead letter it is.  The repartition topic's
-        records reach the engine with the partition and offset they were forwarded from
-        (``Record.forwarded_from``): applying them is idempotent per source partition
-        (``_session_fresh``), so a record forwarded twice (its batch redone after a crash, or
-        forwarded by a paused worker and by its partition's new owner) is applied once.
+        is dropped).  A record without a value, an oversized one or one whose run fields
+        cannot be read is not forwarded: processed here, it becomes the dead letter it is.
+        The repartition topic's records reach the engine with the partition and offset they
+        were forwarded from (``Record.forwarded_from``): applying them is idempotent per
+        source partition (``_session_fresh``), so a record forwarded twice (its batch redone
+        after a crash, or forwarded by a paused worker and by its partition's new owner) is
+        applied once.
 
         Order: a fetch lists its records partition by partition, each partition's in offset
         order, and a run's records are on one partition.  Each partition's records are
         forwarded in their offset order (what idempotence per source partition rests on, and
         a run's own order whatever its producer's clock says), and the partitions are merged
-        by their records' Kafka timestamps (``heapq.merge`` picks the earliest head): the runs
-        of a session reach its state in about the order they were published.  (Runs of one
-        session that overlap in time on several partitions interleave in no order Kafka
-        defines.)"""
+        by their records' Kafka timestamps, a record counting as stamped with the latest
+        timestamp of its partition so far (a clock that steps back moves nothing before what
+        was published before it): the runs of a session reach its state in about the order
+        they were published.  (Runs of one session that overlap in time on several
+        partitions interleave in no order Kafka defines.)"""
         own = self.sessions_topic
         partition_of = self._partition_of
         kept = []
-        foreign: dict[int, list[Record]] = {}
+        foreign: list[tuple[int, int, Record]] = []
+        latest: dict[int, int] = {}
         for record in records:
             key = record.key
             if record.topic == own:
@@ -352,15 +359,19 @@ class BatchProcessor:
                 # key check after decoding makes sure the key is its event's).
                 kept.append(record)
             else:
-                queue = foreign.get(record.partition)
-                if queue is None:
-                    queue = foreign[record.partition] = []
-                queue.append(record)
-        if len(foreign) > 1:
-            ordered: Iterable[Record] = heapq.merge(*foreign.values(), key=_timestamp)
-        else:
-            ordered = next(iter(foreign.values()), ())
-        for record in ordered:
+                # Sorted by the latest timestamp of its partition so far: never before a record
+                # of its partition that came before it (the sort is stable, and the key never
+                # falls within a partition), however its producer's clock stepped.
+                at = record.timestamp or 0
+                partition = record.partition
+                if at < latest.get(partition, 0):
+                    at = latest[partition]
+                else:
+                    latest[partition] = at
+                foreign.append((at, len(foreign), record))
+        if len(latest) > 1:
+            foreign.sort()  # (by time, then arrival: records are never compared)
+        for _at, _n, record in foreign:
             if record.value is None or len(record.value) > MAX_EVENT_BYTES:
                 # Dead-lettered here (no value, oversized): forwarded, an oversized record might
                 # exceed the repartition topic's limit, and a forward refused while later ones
@@ -377,7 +388,7 @@ class BatchProcessor:
                 continue
             key = session_scope_key(fields).encode("utf-8", "surrogatepass")
             headers = [header for header in record.headers or () if header[0] != FORWARDED_FROM_HEADER]
-            headers.append((FORWARDED_FROM_HEADER, b"%d:%d" % (record.partition, record.offset)))
+            headers.append((FORWARDED_FROM_HEADER, pack_source(record.partition, record.offset)))
             result.forwards.append((key, record.value, headers))
         return kept
 
@@ -416,7 +427,7 @@ class BatchProcessor:
         event beyond the engine's, the dedupe's, the collection's and the verdict's encoding)."""
         stamp = None
         if session:
-            fresh, stamp, again = self._session_fresh(live, items)
+            fresh, stamp, again = self._session_fresh(live, items, self.sessions_topic)
             result.forwarded_again += again
         elif items[0][0].offset <= live.offset:
             # Offsets rise within a group, so only a group whose first record is old holds any.
@@ -500,7 +511,9 @@ class BatchProcessor:
         return steps
 
     @staticmethod
-    def _session_fresh(live: LiveRun, items: list[tuple[Any, Any, Any]]) -> tuple[list[tuple[Any, Any, Any]], int, int]:
+    def _session_fresh(
+        live: LiveRun, items: list[tuple[Any, Any, Any]], own: str | None,
+    ) -> tuple[list[tuple[Any, Any, Any]], int, int]:
         """Under session scope, a state's records of this batch not applied yet, as
         ``(fresh, the state's offset stamp after them, how many were forwarded again)``.
 
@@ -521,7 +534,8 @@ class BatchProcessor:
         again = 0
         for item in items:
             record = item[0]
-            source = getattr(record, "forwarded_from", None)  # (aiokafka's records have none: direct)
+            # (The repartition topic's records are _forward's Records; tool-calls' are aiokafka's.)
+            source = record.forwarded_from if record.topic == own else None
             if source is not None:
                 partition, offset = source
                 if sources is None:
@@ -762,25 +776,24 @@ class _RunFields(msgspec.Struct):
 _RUN_FIELDS = msgspec.json.Decoder(_RunFields)
 
 
-def _timestamp(record: Any) -> int:
-    return record.timestamp or 0
+pack_source = SOURCE.pack
+_unpack_source = SOURCE.unpack
 
 
 def forwarded_from(headers: Any) -> tuple[int, int] | None:
     """The ``tool-calls`` partition and offset in a forwarded record's ``FORWARDED_FROM_HEADER``;
-    None without one (forwarded by an earlier release) or when it is not ``<partition>:<offset>``."""
+    None without one (forwarded by an earlier release) or when it is not 12 bytes.  (Read on
+    every forwarded record: the worker puts it last, where it is looked for first.)"""
     if not headers:
         return None
-    for name, value in reversed(headers):  # the worker appends it last
-        if name == FORWARDED_FROM_HEADER:
-            if type(value) is not bytes:
-                return None
-            partition, _, offset = value.partition(b":")
-            if not (partition.isdigit() and offset.isdigit()):
-                return None
-            source = int(partition), int(offset)
-            return source if source[0] < 1 << 31 and source[1] < 1 << 63 else None
-    return None
+    name, value = headers[-1]
+    if name != FORWARDED_FROM_HEADER:
+        for name, value in headers:
+            if name == FORWARDED_FROM_HEADER:
+                break
+        else:
+            return None
+    return _unpack_source(value) if type(value) is bytes and len(value) == SOURCE.size else None
 
 
 def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:

@@ -103,6 +103,7 @@ __all__ = [
     "DIGEST_SIZE",
     "SEEN_BYTES",
     "SEEN_EVENT_IDS",
+    "SOURCE",
     "candidate_section",
     "compare",
     "compared_outcomes",
@@ -133,7 +134,9 @@ CANDIDATE_ENVELOPE_VERSION = 4
 _HEADER_V4 = struct.Struct(">BqqHHI")
 SOURCES_ENVELOPE_VERSION = 5
 _HEADER_V5 = struct.Struct(">BqqHHIH")
-_SOURCE = struct.Struct(">Iq")
+SOURCE = struct.Struct(">Iq")
+"""A ``tool-calls`` partition and offset, as the envelope's source stamps hold them and as the
+processor's ``FORWARDED_FROM_HEADER`` carries them (12 bytes, big endian)."""
 MAX_SOURCES = 0xFFFF
 """At most this many source stamps per state (one per ``tool-calls`` partition)."""
 COMPARED_FROM_START = 0x80
@@ -197,7 +200,7 @@ def pack_state(
     if sources:
         if len(sources) > MAX_SOURCES:
             raise ValueError(f"{len(sources)} source stamps, over {MAX_SOURCES}")
-        stamps = b"".join(_SOURCE.pack(partition, at) for partition, at in sorted(sources.items()))
+        stamps = b"".join(SOURCE.pack(partition, at) for partition, at in sorted(sources.items()))
         return (
             _HEADER_V5.pack(SOURCES_ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who),
                             len(section), len(sources))
@@ -262,7 +265,7 @@ def parse_header(value: bytes) -> tuple[int, int, int, int, int]:
         return offset, touched_ms, seen_at, owner_at, owner_at + m
     if version == SOURCES_ENVELOPE_VERSION:
         _version, offset, touched_ms, n, m, k, s = _HEADER_V5.unpack_from(value)
-        seen_at = _HEADER_V5.size + k + s * _SOURCE.size
+        seen_at = _HEADER_V5.size + k + s * SOURCE.size
         owner_at = seen_at + n * DIGEST_SIZE
         return offset, touched_ms, seen_at, owner_at, owner_at + m
     if version == 2:
@@ -300,7 +303,7 @@ def source_stamps(value: bytes) -> dict[int, int] | None:
         return None
     fields = _HEADER_V5.unpack_from(value)
     at = _HEADER_V5.size + fields[5]
-    return {partition: offset for partition, offset in _SOURCE.iter_unpack(value[at:at + fields[6] * _SOURCE.size])}
+    return {partition: offset for partition, offset in SOURCE.iter_unpack(value[at:at + fields[6] * SOURCE.size])}
 
 
 def owner_of(value: bytes, owner_at: int, state_at: int) -> str | None:

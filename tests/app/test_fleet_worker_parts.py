@@ -5,6 +5,7 @@ reload that changes the topology."""
 from __future__ import annotations
 
 import json
+import struct
 
 import msgspec
 from prometheus_client import CollectorRegistry
@@ -56,7 +57,7 @@ def test_session_scope_forwards_every_tool_calls_record_under_its_sessions_key()
     assert [value for _k, value, _h in result.forwards] == [encode_event(e) for e in events]  # unchanged, in order
     # The runner's headers (its signature) kept, and where each came from (partition 0, offset i).
     assert [headers for _k, _v, headers in result.forwards] == [
-        [("loopwatch.key_id", b"k1"), ("loopwatch.forwarded_from", f"0:{i}".encode())] for i in range(len(events))]
+        [("loopwatch.key_id", b"k1"), ("loopwatch.forwarded_from", struct.pack(">Iq", 0, i))] for i in range(len(events))]
     assert p.metrics.events_forwarded._value.get() == len(events)
 
 

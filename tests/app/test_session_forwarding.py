@@ -36,6 +36,12 @@ TOPIC = "lw-sessions"
 PARTITIONS = 4
 
 
+def source(partition: int, offset: int) -> bytes:
+    """A ``loopwatch.forwarded_from`` header's value: the partition in 4 bytes, the offset in 8,
+    big endian."""
+    return struct.pack(">Iq", partition, offset)
+
+
 def processor() -> BatchProcessor:
     p = BatchProcessor(LoopEngine(SESSION), Metrics(CollectorRegistry(), process_metrics=False))
     p.sessions_topic = TOPIC
@@ -205,7 +211,7 @@ def test_records_forwarded_from_a_partition_and_direct_ones_from_it_are_separate
     stored.update(p.runs.checkpoint().writes)
     forwards = p.process([Record("tool-calls", q, 2 + i, b"b", encode_event(e), 4 + i) for i, e in enumerate(b)],
                          read).forwards
-    assert [h[-1] for _k, _v, h in forwards] == [(FORWARDED_FROM_HEADER, f"{q}:{2 + i}".encode()) for i in range(4)]
+    assert [h[-1] for _k, _v, h in forwards] == [(FORWARDED_FROM_HEADER, source(q, 2 + i)) for i in range(4)]
     forwarded = p.process([Record(TOPIC, q, i, k, v, 0, h) for i, (k, v, h) in enumerate(forwards)], read)
     stored.update(p.runs.checkpoint().writes)
     assert (direct.events, forwarded.events, forwarded.skipped, forwarded.duplicates) == (4, 4, 0, 0)
@@ -217,39 +223,39 @@ def test_records_forwarded_from_a_partition_and_direct_ones_from_it_are_separate
 
 def test_a_runners_own_forwarded_from_header_is_replaced():
     event = requested_event("e", "read", {}, run_id="r1", session_key="s1")
-    forged = Record("tool-calls", 3, 7, b"r1", encode_event(event), 0, [(FORWARDED_FROM_HEADER, b"0:999999")])
+    forged = Record("tool-calls", 3, 7, b"r1", encode_event(event), 0, [(FORWARDED_FROM_HEADER, source(0, 999999))])
     [(_key, _value, headers)] = processor().process([forged], lambda *_: None).forwards
-    assert headers == [(FORWARDED_FROM_HEADER, b"3:7")]
+    assert headers == [(FORWARDED_FROM_HEADER, source(3, 7))]
 
 
 def test_an_oversized_record_is_dead_lettered_where_it_is_not_forwarded():
     """Forwarded, it could exceed the repartition topic's limit: that forward refused while the
     partition's later ones go through would leave a gap in the partition's forwarded order."""
-    big = b'{"type": "run.ended", "event_id": "big", "run_id": "r1", "session_key": "s1", "reason": "' + b"x" * MAX_EVENT_BYTES + b'"}'
+    big = (b'{"type": "run.ended", "event_id": "big", "run_id": "r1", "session_key": "s1", "reason": "'
+           + b"x" * MAX_EVENT_BYTES + b'"}')
     small = requested_event("e", "read", {}, run_id="r1", session_key="s1")
     result = processor().process([Record("tool-calls", 0, 0, b"r1", big, 0), Record("tool-calls", 0, 1, b"r1",
                                                                                      encode_event(small), 1)],
                                  lambda *_: None)
     assert [d.reason for d in result.dead_letters] == ["oversized"]
-    assert [h[-1] for _k, _v, h in result.forwards] == [(FORWARDED_FROM_HEADER, b"0:1")]
+    assert [h[-1] for _k, _v, h in result.forwards] == [(FORWARDED_FROM_HEADER, source(0, 1))]
 
 
-@given(st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1))
-def test_the_source_header_round_trips(partition, offset):
-    assert forwarded_from([("loopwatch.key_id", b"k"), (FORWARDED_FROM_HEADER, b"%d:%d" % (partition, offset))]) == (
-        partition, offset)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**63 - 1), st.booleans())
+def test_the_source_header_round_trips(partition, offset, last):
+    others = [("loopwatch.key_id", b"k"), ("loopwatch.signature", b"sha256=00")]
+    headers = others + [(FORWARDED_FROM_HEADER, source(partition, offset))]
+    assert forwarded_from(headers if last else headers[::-1]) == (partition, offset)
 
 
 @given(st.binary(max_size=40))
 def test_a_malformed_source_header_is_no_source(raw):
-    """Anything but ``<partition>:<offset>`` in range reads as no source (the record is
-    compared by its repartition offset, as an earlier release's), never as an error."""
-    source = forwarded_from([(FORWARDED_FROM_HEADER, raw)])
-    if source is not None:  # two runs of ASCII digits around one colon (leading zeros allowed)
-        assert b"%d:%d" % source == b":".join(part.lstrip(b"0") or b"0" for part in raw.split(b":"))
+    """A value of any other length reads as no source (the record is compared by its
+    repartition offset, as an earlier release's), never as an error."""
+    found = forwarded_from([(FORWARDED_FROM_HEADER, raw)])
+    assert found == (struct.unpack(">Iq", raw) if len(raw) == 12 else None)
     assert forwarded_from([(FORWARDED_FROM_HEADER, None)]) is None and forwarded_from(None) is None
-    assert forwarded_from([(FORWARDED_FROM_HEADER, b"-1:5")]) is None
-    assert forwarded_from([(FORWARDED_FROM_HEADER, b"1:%d" % 2**63)]) is None
+    assert forwarded_from([("loopwatch.key_id", b"k")]) is None
 
 
 # -- the envelope: version 5 and the way from 3 and 4 ---------------------------------------------
@@ -333,8 +339,8 @@ def test_a_runs_records_keep_their_offset_order_when_its_producers_clock_steps_b
     stamps = [e.ts_ms for e in stepped]
     assert stamps[20] < stamps[0]
     p = processor()
-    forwards = p.process([Record("tool-calls", 0, i, b"clock", encode_event(e), stamps[i]) for i, e in enumerate(stepped)],
-                         lambda *_: None).forwards
+    published = [Record("tool-calls", 0, i, b"clock", encode_event(e), stamps[i]) for i, e in enumerate(stepped)]
+    forwards = p.process(published, lambda *_: None).forwards
     assert [v for _k, v, _h in forwards] == [encode_event(e) for e in stepped]  # offset order
     result = p.process([Record(TOPIC, 0, i, k, v, 0, h) for i, (k, v, h) in enumerate(forwards)], lambda *_: None)
     decisions = [decode_verdict(v.value) for v in result.verdicts]
@@ -353,4 +359,4 @@ def test_partitions_are_merged_by_timestamp_each_in_its_offset_order():
                       encode_event(requested_event(f"{part}-{i}", "read", {}, run_id=run[part], session_key="s")), ts)
                for part in (0, 1) for i, ts in enumerate(stamps[part])]
     forwards = processor().process(records, lambda *_: None).forwards
-    assert [h[-1][1] for _k, _v, h in forwards] == [b"1:0", b"1:1", b"0:0", b"0:1", b"0:2", b"1:2"]
+    assert [h[-1][1] for _k, _v, h in forwards] == [source(*at) for at in ((1, 0), (1, 1), (0, 0), (0, 1), (0, 2), (1, 2))]
