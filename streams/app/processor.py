@@ -108,7 +108,7 @@ FORWARDED_OFFSETS = 1 << 61
 plus this: an offset space of their own (Kafka's offsets stay far below it).  Only records
 forwarded without ``FORWARDED_FROM_HEADER`` (by an earlier release) are compared so."""
 FORWARDED_FROM_HEADER = "loopwatch.forwarded_from"
-"""The header a forwarded record carries, last: the partition and offset of the ``tool-calls``
+"""The header a forwarded record carries last: the partition and offset of the ``tool-calls``
 record it was forwarded from (``run_store.SOURCE``: 4 and 8 bytes, big endian).  A session's state keeps, per partition, the offset of the last
 one it applied (``LiveRun.sources``): a record forwarded again is recognised whatever its offset
 in the repartition topic."""
@@ -326,8 +326,7 @@ class BatchProcessor:
         A ``tool-calls`` record keyed by a session (``session_scope_key``, a runner that keys so)
         on the partition that key gives is processed at once (if the key is not its event's,
         the key check after decoding dead-letters it); any other is forwarded, with its
-        partition and offset in ``FORWARDED_FROM_HEADER`` (a runner's own header of that name
-        is dropped).  A record without a value, an oversized one or one whose run fields
+        partition and offset in ``FORWARDED_FROM_HEADER``, after the runner's headers.  A record without a value, an oversized one or one whose run fields
         cannot be read is not forwarded: processed here, it becomes the dead letter it is.
         The repartition topic's records reach the engine with the partition and offset they
         were forwarded from (``Record.forwarded_from``): applying them is idempotent per
@@ -387,7 +386,7 @@ class BatchProcessor:
                 kept.append(record)  # missing_key, below
                 continue
             key = session_scope_key(fields).encode("utf-8", "surrogatepass")
-            headers = [header for header in record.headers or () if header[0] != FORWARDED_FROM_HEADER]
+            headers = list(record.headers or ())
             headers.append((FORWARDED_FROM_HEADER, pack_source(record.partition, record.offset)))
             result.forwards.append((key, record.value, headers))
         return kept
@@ -782,18 +781,15 @@ _unpack_source = SOURCE.unpack
 
 def forwarded_from(headers: Any) -> tuple[int, int] | None:
     """The ``tool-calls`` partition and offset in a forwarded record's ``FORWARDED_FROM_HEADER``;
-    None without one (forwarded by an earlier release) or when it is not 12 bytes.  (Read on
-    every forwarded record: the worker puts it last, where it is looked for first.)"""
+    None without one (forwarded by an earlier release) or when it is not 12 bytes.  Only the
+    last header counts: the worker appends it to the runner's headers, so a header of that
+    name a runner sent (or an earlier release forwarded) is never taken for it."""
     if not headers:
         return None
     name, value = headers[-1]
-    if name != FORWARDED_FROM_HEADER:
-        for name, value in headers:
-            if name == FORWARDED_FROM_HEADER:
-                break
-        else:
-            return None
-    return _unpack_source(value) if type(value) is bytes and len(value) == SOURCE.size else None
+    if name != FORWARDED_FROM_HEADER or type(value) is not bytes or len(value) != SOURCE.size:
+        return None
+    return _unpack_source(value)
 
 
 def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
