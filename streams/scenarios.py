@@ -274,3 +274,25 @@ def tool_outage(tool: str = "web_search", *, runs: int = 30, agents: int = 5, ca
                                           ts_ms=_at(start_ms, 2 * n + 1), **outcome, **common))
             n += 1
     return events
+
+
+def overlapping_runs(session_key: str = "agent:main:parallel", *, run_ids: list[str] | None = None, runs: int = 4,
+                     calls_per_run: int = 50, gate: bool = False, start_ms: int = 1_700_000_000_000,
+                     ) -> list[ToolCallEvent]:
+    """One session whose runs overlap in time (a session's runs working at once): one call of
+    each run in turn, every call the same read with the same result, so under session scope the
+    session's history counts them all together (issue 26's crash case).  The runner does not
+    obey blocks (each call completes): every call adds to the count."""
+    ids = run_ids or [f"{session_key}/run-{r + 1}" for r in range(runs)]
+    events: list[ToolCallEvent] = []
+    args = {"path": "/var/log/app/errors.log"}
+    for k in range(calls_per_run):
+        for run_id in ids:
+            n = len(events) // 2
+            common = {"run_id": run_id, "session_key": session_key, "agent_id": "main", "tool_call_id": f"call_{n}"}
+            events.append(requested_event(f"{session_key}:{n}:req", "read", args, gate=gate,
+                                          ts_ms=_at(start_ms, 2 * n), **common))
+            events.append(completed_event(f"{session_key}:{n}:done", "read", args,
+                                          result=_text("ERROR connection refused", ok=True),
+                                          ts_ms=_at(start_ms, 2 * n + 1), **common))
+    return events

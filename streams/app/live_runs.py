@@ -16,7 +16,9 @@ from typing import Any, Callable
 
 from streams.engine import RunState, copy_state, decode_state
 
-from .run_store import COMPARED_FROM_START, MAX_STATE_BYTES, candidate_section, owner_of, pack_within_limit, parse_header
+from .run_store import (
+    COMPARED_FROM_START, MAX_STATE_BYTES, candidate_section, owner_of, pack_within_limit, parse_header, source_stamps,
+)
 
 __all__ = ["Checkpoint", "LiveRun", "LiveRuns"]
 
@@ -37,11 +39,12 @@ class Checkpoint:
 class LiveRun:
     """A run touched since the last checkpoint: the authoritative copy until it is written."""
 
-    __slots__ = ("base", "state", "offset", "applied", "seen", "owner", "candidate", "compared")
+    __slots__ = ("base", "state", "offset", "applied", "seen", "owner", "candidate", "compared", "sources")
 
     def __init__(
         self, base: bytes | RunState | None, state: RunState | None, offset: int, seen: bytes = b"",
         owner: str | None = None, candidate: RunState | None = None, compared: int = COMPARED_FROM_START,
+        sources: dict[int, int] | None = None,
     ) -> None:
         self.base = base
         """What is stored for the run at the first touch: its envelope, or the state that the
@@ -60,6 +63,9 @@ class LiveRun:
         """The candidate config's state of the run (only with a candidate: ``LiveRuns.with_candidate``)."""
         self.compared = compared
         """The comparison of the run's outcomes under both configs (``run_store.COMPARED_FROM_START``)."""
+        self.sources = dict(sources) if sources else None
+        """Under session scope: ``tool-calls`` partition -> offset of the last record forwarded
+        from it and applied (``run_store.Envelope.sources``); None: none yet."""
 
 
 class LiveRuns:
@@ -89,7 +95,8 @@ class LiveRuns:
         self._written: dict[tuple[int, bytes], bytes | None] | None = None
         """The last checkpoint's writes until the store has them."""
         self._now_ms = 0
-        self._cache: dict[tuple[int, bytes], tuple[int, int, RunState, bytes, str | None, RunState | None, int]] = {}
+        self._cache: dict[tuple[int, bytes], tuple[int, int, RunState, bytes, str | None, RunState | None, int,
+                                                   dict[int, int] | None]] = {}
         """The state object this worker last wrote per run (insertion-ordered, LRU-ish):
         used only while the stored envelope still carries the same offset and time stamp,
         so a state changed elsewhere (another worker, a deletion) is never used."""
@@ -178,7 +185,8 @@ class LiveRuns:
         if live.base is None:
             out.created += 1
         cache = self._cache
-        cache[pk] = (live.offset, self._now_ms, live.state, bytes(live.seen), live.owner, live.candidate, live.compared)
+        cache[pk] = (live.offset, self._now_ms, live.state, bytes(live.seen), live.owner, live.candidate, live.compared,
+                     live.sources)
         if len(cache) > self.cache_size:
             del cache[next(iter(cache))]
         return value
@@ -190,7 +198,8 @@ class LiveRuns:
         state = live.state
         candidate, compared = (live.candidate, live.compared) if self.with_candidate else (None, None)
         try:
-            value, trimmed = pack_within_limit(state, live.offset, self._now_ms, live.seen, live.owner, candidate, compared)
+            value, trimmed = pack_within_limit(state, live.offset, self._now_ms, live.seen, live.owner, candidate, compared,
+                                               live.sources)
         except Exception as exc:  # noqa: BLE001 - one bad state must not stop the worker
             log.error("cannot store the state of %r on partition %d (%r): the run starts afresh at its next event",
                       pk[1], pk[0], exc)
@@ -225,8 +234,9 @@ class LiveRuns:
                 snapshot = copy_state(live.state)
                 candidate = live.candidate
                 frozen[pk] = LiveRun(live.base, snapshot, live.offset, live.seen, live.owner,
-                                     None if candidate is None else copy_state(candidate), live.compared)
-                return LiveRun(snapshot, live.state, live.offset, live.seen, live.owner, candidate, live.compared)
+                                     None if candidate is None else copy_state(candidate), live.compared, live.sources)
+                return LiveRun(snapshot, live.state, live.offset, live.seen, live.owner, candidate, live.compared,
+                               live.sources)
         partition, key = pk
         written = self._written if self._written is not None else (self._out.writes if self._out is not None else None)
         if written is not None and pk in written:
@@ -244,11 +254,12 @@ class LiveRuns:
             return LiveRun(None, None, -1)
         if cached is not None and cached[0] == offset and cached[1] == touched_ms:
             # The objects this worker wrote: no decode.
-            return LiveRun(stored, cached[2], offset, cached[3], cached[4], cached[5], cached[6])
+            return LiveRun(stored, cached[2], offset, cached[3], cached[4], cached[5], cached[6], cached[7])
         state = self.decode(stored, pk)
         if state is None:
             return LiveRun(None, None, -1)
-        live = LiveRun(stored, state, offset, stored[seen_at:owner_at], owner_of(stored, owner_at, state_at))
+        live = LiveRun(stored, state, offset, stored[seen_at:owner_at], owner_of(stored, owner_at, state_at),
+                       sources=source_stamps(stored))
         if self.with_candidate:
             self._load_candidate(live, stored, pk)
         return live

@@ -151,6 +151,10 @@ class Metrics:
             "loopwatch_events_forwarded", "tool-calls records repartitioned by session (loopwatch.scope: session)",
             registry=registry,
         )
+        self.events_forwarded_again = Counter(
+            "loopwatch_events_forwarded_again", "records forwarded by session again (a batch redone after a crash or "
+            "a rebalance) that their session's state already holds: not applied twice", registry=registry,
+        )
         self.fleet_records = Counter(
             "loopwatch_fleet_records", "records sent to the fleet topology: failing outcomes by tool, sends by trace",
             ["kind"], registry=registry,

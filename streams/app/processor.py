@@ -50,9 +50,11 @@ Issue 17's options add, each only when on:
   repartition topic ``<app id>-sessions`` under its session's key
   (``schemas.keys.session_scope_key``; ``BatchResult.forwards``), and processed from there.
   A record its runner keyed by session already is on its session's partition: processed at
-  once.  A state's stamp (the offset of its last record) compares only with offsets of the
-  topic it came from (``FORWARDED_OFFSETS``).  Verdicts stay keyed by the run
-  (``state_key``), so runners route them as before.
+  once.  A forwarded record carries the ``tool-calls`` partition and offset it came from
+  (``FORWARDED_FROM_HEADER``), and a session's state the offset of the last record applied
+  per source partition: a record forwarded again after a crash is applied once
+  (``_session_fresh``; issue 26).  Verdicts stay keyed by the run (``state_key``), so
+  runners route them as before.
 * ``loopwatch.fleetIncidents``, ``loopwatch.agentRings``: a completed call that failed or made
   no progress, and a completed send of a trace, also become a record for the fleet topology
   (``BatchResult.fleet``, keyed by ``tool:<name>`` or ``trace:<id>``; ``streams.app.fleet``).
@@ -68,7 +70,10 @@ from typing import Any, Callable, Iterable
 
 import msgspec
 
-from schemas.events import EVENT_TYPE_OF, CompactionRetried, InvalidEvent, RunEnded, ToolCallCompleted, ToolCallEvent, decode_event
+from schemas.events import (
+    EVENT_TYPE_OF, MAX_EVENT_BYTES, CompactionRetried, InvalidEvent, RunEnded, ToolCallCompleted, ToolCallEvent,
+    decode_event,
+)
 from schemas.fleet import FleetSend, encode_fleet_record
 from schemas.names import (
     BAD_SIGNATURE, CANDIDATE, ENFORCE, INVALID_JSON, KEY_MISMATCH, LIVE, MISSING_KEY, OUTCOMES, PROCESSING_ERROR,
@@ -86,9 +91,10 @@ from . import logs
 from .live_runs import LiveRun, LiveRuns
 from .output import partition_for, source_offset
 from .records import BatchResult, DeadLetter, Record, VerdictOut
-from .run_store import COMPARED_FROM_START, DIGEST_SIZE, SEEN_BYTES, compare, compared_outcomes, seen_before
+from .run_store import COMPARED_FROM_START, DIGEST_SIZE, SEEN_BYTES, SOURCE, compare, compared_outcomes, seen_before
 
-__all__ = ["BatchProcessor", "check_record", "forwarded_key_problem", "kafka_key_problem"]
+__all__ = ["BatchProcessor", "FORWARDED_FROM_HEADER", "check_record", "forwarded_from", "forwarded_key_problem",
+           "kafka_key_problem"]
 
 log = logging.getLogger("loopwatch.worker")
 
@@ -99,7 +105,13 @@ DETAIL_LIMIT = 2048
 """Dead-letter detail strings are cut to this many characters."""
 FORWARDED_OFFSETS = 1 << 61
 """Under session scope, records of the repartition topic are stamped on states as their offset
-plus this: an offset space of their own (Kafka's offsets stay far below it)."""
+plus this: an offset space of their own (Kafka's offsets stay far below it).  Only records
+forwarded without ``FORWARDED_FROM_HEADER`` (by an earlier release) are compared so."""
+FORWARDED_FROM_HEADER = "loopwatch.forwarded_from"
+"""The header a forwarded record carries last: the partition and offset of the ``tool-calls``
+record it was forwarded from (``run_store.SOURCE``: 4 and 8 bytes, big endian).  A session's state keeps, per partition, the offset of the last
+one it applied (``LiveRun.sources``): a record forwarded again is recognised whatever its offset
+in the repartition topic."""
 
 
 def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
@@ -313,36 +325,56 @@ class BatchProcessor:
 
         A ``tool-calls`` record keyed by a session (``session_scope_key``, a runner that keys so)
         on the partition that key gives is processed at once (if the key is not its event's,
-        the key check after decoding dead-letters it); any other is forwarded.  A
-        record whose run fields cannot be read is not forwarded: processed here, it becomes
-        the dead letter it is (invalid JSON, ...).  The repartition topic's records reach the
-        engine with their offsets moved to a space of their own (``FORWARDED_OFFSETS``): a
-        state fed from both topics (runners of one session keying differently) compares
-        offsets only within a topic (``_run_group``).
+        the key check after decoding dead-letters it); any other is forwarded, with its
+        partition and offset in ``FORWARDED_FROM_HEADER``, after the runner's headers.  A record without a value, an oversized one or one whose run fields
+        cannot be read is not forwarded: processed here, it becomes the dead letter it is.
+        The repartition topic's records reach the engine with the partition and offset they
+        were forwarded from (``Record.forwarded_from``): applying them is idempotent per
+        source partition (``_session_fresh``), so a record forwarded twice (its batch redone
+        after a crash, or forwarded by a paused worker and by its partition's new owner) is
+        applied once.
 
-        A fetch lists its records partition by partition, and a session's runs are on several
-        partitions: forwarded in the order of their Kafka timestamps (stable), the runs of a
-        session reach its state in about the order they were published.  (Runs of one
-        session that overlap in time interleave in no order Kafka defines.)"""
+        Order: a fetch lists its records partition by partition, each partition's in offset
+        order, and a run's records are on one partition.  Each partition's records are
+        forwarded in their offset order (what idempotence per source partition rests on, and
+        a run's own order whatever its producer's clock says), and the partitions are merged
+        by their records' Kafka timestamps, a record counting as stamped with the latest
+        timestamp of its partition so far (a clock that steps back moves nothing before what
+        was published before it): the runs of a session reach its state in about the order
+        they were published.  (Runs of one session that overlap in time on several
+        partitions interleave in no order Kafka defines.)"""
         own = self.sessions_topic
         partition_of = self._partition_of
         kept = []
-        foreign = []
+        foreign: list[tuple[int, int, Record]] = []
+        latest: dict[int, int] = {}
         for record in records:
             key = record.key
             if record.topic == own:
                 kept.append(Record(own, record.partition, record.offset + FORWARDED_OFFSETS, key, record.value,
-                                   record.timestamp, record.headers, record.offset))
+                                   record.timestamp, record.headers, record.offset, forwarded_from(record.headers)))
             elif key is not None and key.startswith(b"scope:") and partition_of(key) == record.partition:
                 # Keyed by session by its runner, on that key's partition: its state is here (the
                 # key check after decoding makes sure the key is its event's).
                 kept.append(record)
             else:
-                foreign.append(record)
-        if len(foreign) > 1:
-            foreign.sort(key=_timestamp)
-        for record in foreign:
-            if record.value is None:
+                # Sorted by the latest timestamp of its partition so far: never before a record
+                # of its partition that came before it (the sort is stable, and the key never
+                # falls within a partition), however its producer's clock stepped.
+                at = record.timestamp or 0
+                partition = record.partition
+                if at < latest.get(partition, 0):
+                    at = latest[partition]
+                else:
+                    latest[partition] = at
+                foreign.append((at, len(foreign), record))
+        if len(latest) > 1:
+            foreign.sort()  # (by time, then arrival: records are never compared)
+        for _at, _n, record in foreign:
+            if record.value is None or len(record.value) > MAX_EVENT_BYTES:
+                # Dead-lettered here (no value, oversized): forwarded, an oversized record might
+                # exceed the repartition topic's limit, and a forward refused while later ones
+                # go through would leave a gap in its partition's forwarded order.
                 kept.append(record)
                 continue
             try:
@@ -354,7 +386,9 @@ class BatchProcessor:
                 kept.append(record)  # missing_key, below
                 continue
             key = session_scope_key(fields).encode("utf-8", "surrogatepass")
-            result.forwards.append((key, record.value, list(record.headers or ())))
+            headers = list(record.headers or ())
+            headers.append((FORWARDED_FROM_HEADER, pack_source(record.partition, record.offset)))
+            result.forwards.append((key, record.value, headers))
         return kept
 
     def _partition_of(self, key: bytes) -> int:
@@ -390,11 +424,10 @@ class BatchProcessor:
         Each step is read right after its event: the run's next event changes the state a
         step describes.  This loop runs once per event, so it is written flat (no call per
         event beyond the engine's, the dedupe's, the collection's and the verdict's encoding)."""
-        if session and live.offset >= 0:
-            # A state's stamp compares with offsets of its own topic only (see _forward).
-            forwarded = live.offset >= FORWARDED_OFFSETS
-            fresh = [item for item in items
-                     if (item[0].offset >= FORWARDED_OFFSETS) != forwarded or item[0].offset > live.offset]
+        stamp = None
+        if session:
+            fresh, stamp, again = self._session_fresh(live, items, self.sessions_topic)
+            result.forwarded_again += again
         elif items[0][0].offset <= live.offset:
             # Offsets rise within a group, so only a group whose first record is old holds any.
             fresh = [item for item in items if item[0].offset > live.offset]
@@ -473,8 +506,50 @@ class BatchProcessor:
             self._fleet_records(engine, steps, result)
         result.events += len(applied) - applied_before
         live.state = state
-        live.offset = items[-1][0].offset
+        live.offset = items[-1][0].offset if stamp is None else stamp
         return steps
+
+    @staticmethod
+    def _session_fresh(
+        live: LiveRun, items: list[tuple[Any, Any, Any]], own: str | None,
+    ) -> tuple[list[tuple[Any, Any, Any]], int, int]:
+        """Under session scope, a state's records of this batch not applied yet, as
+        ``(fresh, the state's offset stamp after them, how many were forwarded again)``.
+
+        A forwarded record (``Record.forwarded_from``) is new when its ``tool-calls`` offset is
+        above the state's stamp for that partition (``live.sources``, advanced here).  Each
+        partition's records of a session are forwarded in offset order and a producer keeps
+        a partition's order, so every copy of a record that comes after its first (a batch
+        forwarded again after a crash, by a paused worker, or a produce retried) is below
+        that stamp.  The other records keep the offset stamp (``live.offset``), compared
+        within their own topic (``FORWARDED_OFFSETS``): the direct ones (keyed by session by
+        their runner, a stream of their own even on a partition that records are forwarded
+        from) and the repartition topic's records forwarded without a source (by an earlier
+        release)."""
+        stamp = stamped = live.offset
+        stamp_forwarded = stamp >= FORWARDED_OFFSETS
+        sources = live.sources
+        fresh = []
+        again = 0
+        for item in items:
+            record = item[0]
+            # (The repartition topic's records are _forward's Records; tool-calls' are aiokafka's.)
+            source = record.forwarded_from if record.topic == own else None
+            if source is not None:
+                partition, offset = source
+                if sources is None:
+                    sources = live.sources = {}
+                if offset <= sources.get(partition, -1):
+                    again += 1
+                    continue
+                sources[partition] = offset
+            else:
+                offset = record.offset
+                if stamp >= 0 and (offset >= FORWARDED_OFFSETS) == stamp_forwarded and offset <= stamp:
+                    continue
+                stamped = offset
+            fresh.append(item)
+        return fresh, stamped, again
 
     @staticmethod
     def _fleet_records(engine: LoopEngine, outputs: list[tuple[Any, Any, Any]], result: BatchResult) -> None:
@@ -661,6 +736,8 @@ class BatchProcessor:
             m.duplicate_events.inc(result.duplicates)
         if result.forwards:
             m.events_forwarded.inc(len(result.forwards))
+        if result.forwarded_again:
+            m.events_forwarded_again.inc(result.forwarded_again)
         if result.fleet:
             m.add(m.fleet_records, result.fleet_kinds)
         if result.incident_decisions:
@@ -698,8 +775,21 @@ class _RunFields(msgspec.Struct):
 _RUN_FIELDS = msgspec.json.Decoder(_RunFields)
 
 
-def _timestamp(record: Any) -> int:
-    return record.timestamp or 0
+pack_source = SOURCE.pack
+_unpack_source = SOURCE.unpack
+
+
+def forwarded_from(headers: Any) -> tuple[int, int] | None:
+    """The ``tool-calls`` partition and offset in a forwarded record's ``FORWARDED_FROM_HEADER``;
+    None without one (forwarded by an earlier release) or when it is not 12 bytes.  Only the
+    last header counts: the worker appends it to the runner's headers, so a header of that
+    name a runner sent (or an earlier release forwarded) is never taken for it."""
+    if not headers:
+        return None
+    name, value = headers[-1]
+    if name != FORWARDED_FROM_HEADER or type(value) is not bytes or len(value) != SOURCE.size:
+        return None
+    return _unpack_source(value)
 
 
 def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:

@@ -32,6 +32,9 @@ class Record:
     headers: Sequence[tuple[str, bytes]] = ()
     source_offset: int | None = None
     """The offset in its topic when ``offset`` is not (a forwarded record's, ``FORWARDED_OFFSETS``)."""
+    forwarded_from: tuple[int, int] | None = None
+    """A forwarded record's ``tool-calls`` partition and offset (its ``processor.FORWARDED_FROM_HEADER``):
+    what makes applying it idempotent (``streams.app.processor``)."""
 
 
 class VerdictOut(msgspec.Struct, gc=False):
@@ -65,6 +68,9 @@ class BatchResult:
     """The configs the batch ran on: config (live, candidate) -> its tag on the shadow topic."""
     skipped: int = 0
     """Events not applied again because their run's state already holds them (re-delivery)."""
+    forwarded_again: int = 0
+    """Of ``skipped``, under session scope: records forwarded again whose ``tool-calls`` offset
+    their session's state holds (``processor.FORWARDED_FROM_HEADER``)."""
     duplicates: int = 0
     """Events not applied because their run already applied an event with the same id."""
     clamped: int = 0

@@ -39,11 +39,33 @@ written, recovered, expired and deduplicated together, at the same source offset
 candidate the worker writes version 3 and skips the section of a version 4 (the candidate's
 state is dropped at the run's next write).
 
+Under session scope (``loopwatch.scope: session``) a state fed by forwarded records (issue 26)
+is version 5: it also holds, per ``tool-calls`` partition its forwarded records came from, the
+offset of the last one applied (``Envelope.sources``)::
+
+    bytes 1-20   as version 3
+    bytes 21-24  k: the length of the candidate section (0: none)
+    bytes 25-26  s: how many source stamps follow the candidate section
+    bytes 27-    k bytes: the candidate section (as in version 4), then s x 12 bytes: a
+                 ``tool-calls`` partition (4 bytes) and the offset (8 bytes, big endian) of
+                 the last record of that partition forwarded to this state and applied;
+                 then the digests, the owner and the live state as in version 3
+
+A state without source stamps is still written as version 3 or 4 (so a worker of an earlier
+release reads it): every state under run scope, and a session's state fed only by records its
+runners keyed by session.  A version 3 or 4 state read under session scope starts with no
+source stamps: its next forwarded records are compared with its offset stamp only when they
+carry no source (forwarded by an earlier release, ``streams.app.processor``).
+
 (Still read: version 2, the same as 3 without bytes 19-20 and the owner; version 1, with the
 run's last event time at bytes 17-24 and no digests.)
 
 * The source offset makes re-delivery idempotent: an event whose offset is not newer than
-  its run's stamp is already in the state (``streams.app.processor``).
+  its run's stamp is already in the state (``streams.app.processor``).  The source stamps of
+  version 5 do the same for records forwarded by session, whatever the repartition topic's
+  offsets: a record forwarded again (after a crash, or by a paused worker) carries the
+  ``tool-calls`` partition and offset it was forwarded from, and is skipped when its
+  session's stamp for that partition is not older.
 * The event-id digests catch a runner's retry (the same event at two offsets): an event whose
   id is among its run's last ``SEEN_EVENT_IDS`` applied ids is skipped.  Stored with the
   state, they survive restarts and rebalances and are freed with it.
@@ -81,6 +103,7 @@ __all__ = [
     "DIGEST_SIZE",
     "SEEN_BYTES",
     "SEEN_EVENT_IDS",
+    "SOURCE",
     "candidate_section",
     "compare",
     "compared_outcomes",
@@ -88,6 +111,7 @@ __all__ = [
     "idle_since_ms",
     "pack_state",
     "pack_within_limit",
+    "source_stamps",
     "unpack_header",
     "unpack_state",
 ]
@@ -108,6 +132,13 @@ _HEADER = struct.Struct(">BqqHH")
 HEADER_SIZE = _HEADER.size
 CANDIDATE_ENVELOPE_VERSION = 4
 _HEADER_V4 = struct.Struct(">BqqHHI")
+SOURCES_ENVELOPE_VERSION = 5
+_HEADER_V5 = struct.Struct(">BqqHHIH")
+SOURCE = struct.Struct(">Iq")
+"""A ``tool-calls`` partition and offset, as the envelope's source stamps hold them and as the
+processor's ``FORWARDED_FROM_HEADER`` carries them (12 bytes, big endian)."""
+MAX_SOURCES = 0xFFFF
+"""At most this many source stamps per state (one per ``tool-calls`` partition)."""
 COMPARED_FROM_START = 0x80
 """The candidate section's comparison byte: the candidate saw the run from its first event,
 so the two outcomes compare (bits 0-1 live, 2-3 candidate)."""
@@ -149,21 +180,37 @@ class Envelope:
     """The candidate config's state of the run (version 4)."""
     compared: int | None = None
     """The candidate section's comparison byte; None: no candidate section (version 3)."""
+    sources: dict[int, int] | None = None
+    """``tool-calls`` partition -> offset of the last record forwarded from it and applied
+    (version 5, session scope); None: none."""
 
 
 def pack_state(
     state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray = b"", owner: str | None = None,
-    candidate: RunState | None = None, compared: int | None = None,
+    candidate: RunState | None = None, compared: int | None = None, sources: dict[int, int] | None = None,
 ) -> bytes:
     """The envelope: version 3, or version 4 with a candidate section when ``compared`` is
-    not None (``candidate``: the candidate's state, None when it has none)."""
+    not None (``candidate``: the candidate's state, None when it has none), or version 5 when
+    there are source stamps (``sources``, with or without a candidate section)."""
     who = owner.encode("utf-8", "surrogatepass") if owner else b""
+    if compared is None:
+        section = b""
+    else:
+        section = bytes((compared,)) + (b"" if candidate is None else encode_state(candidate))
+    if sources:
+        if len(sources) > MAX_SOURCES:
+            raise ValueError(f"{len(sources)} source stamps, over {MAX_SOURCES}")
+        stamps = b"".join(SOURCE.pack(partition, at) for partition, at in sorted(sources.items()))
+        return (
+            _HEADER_V5.pack(SOURCES_ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who),
+                            len(section), len(sources))
+            + section + stamps + seen + who + encode_state(state)
+        )
     if compared is None:
         return (
             _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who))
             + seen + who + encode_state(state)
         )
-    section = bytes((compared,)) + (b"" if candidate is None else encode_state(candidate))
     return (
         _HEADER_V4.pack(CANDIDATE_ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who), len(section))
         + section + seen + who + encode_state(state)
@@ -172,7 +219,7 @@ def pack_state(
 
 def pack_within_limit(
     state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray, owner: str | None,
-    candidate: RunState | None = None, compared: int | None = None,
+    candidate: RunState | None = None, compared: int | None = None, sources: dict[int, int] | None = None,
 ) -> tuple[bytes, tuple[int, int] | None]:
     """``(envelope, None)``, or when the envelope is over ``MAX_STATE_BYTES``: the run's newest
     history that fits (its oldest records dropped from ``state`` and ``candidate``, in place;
@@ -182,7 +229,7 @@ def pack_within_limit(
     states = (state,) if candidate is None else (state, candidate)
 
     def pack() -> bytes:
-        return pack_state(state, offset, touched_ms, seen, owner, candidate, compared)
+        return pack_state(state, offset, touched_ms, seen, owner, candidate, compared, sources)
 
     value = pack()
     if len(value) <= MAX_STATE_BYTES:
@@ -216,6 +263,11 @@ def parse_header(value: bytes) -> tuple[int, int, int, int, int]:
         seen_at = _HEADER_V4.size + k
         owner_at = seen_at + n * DIGEST_SIZE
         return offset, touched_ms, seen_at, owner_at, owner_at + m
+    if version == SOURCES_ENVELOPE_VERSION:
+        _version, offset, touched_ms, n, m, k, s = _HEADER_V5.unpack_from(value)
+        seen_at = _HEADER_V5.size + k + s * SOURCE.size
+        owner_at = seen_at + n * DIGEST_SIZE
+        return offset, touched_ms, seen_at, owner_at, owner_at + m
     if version == 2:
         _version, offset, touched_ms, n = _HEADER_V2.unpack_from(value)
         state_at = _HEADER_V2.size + n * DIGEST_SIZE
@@ -227,15 +279,31 @@ def parse_header(value: bytes) -> tuple[int, int, int, int, int]:
 
 
 def candidate_section(value: bytes) -> tuple[int, bytes] | None:
-    """A version 4 envelope's candidate section as ``(comparison byte, the candidate's
+    """A version 4 (or 5) envelope's candidate section as ``(comparison byte, the candidate's
     encoded state or b"")``; None for an envelope without one."""
-    if not value or value[0] != CANDIDATE_ENVELOPE_VERSION:
+    version = value[0] if value else None
+    if version == CANDIDATE_ENVELOPE_VERSION:
+        at = _HEADER_V4.size
+        k = _HEADER_V4.unpack_from(value)[5]
+        if k < 1:
+            raise ValueError("a version 4 envelope with an empty candidate section")
+    elif version == SOURCES_ENVELOPE_VERSION:
+        at = _HEADER_V5.size
+        k = _HEADER_V5.unpack_from(value)[5]
+        if k < 1:
+            return None
+    else:
         return None
-    at = _HEADER_V4.size
-    k = _HEADER_V4.unpack_from(value)[5]
-    if k < 1:
-        raise ValueError("a version 4 envelope with an empty candidate section")
     return value[at], value[at + 1:at + k]
+
+
+def source_stamps(value: bytes) -> dict[int, int] | None:
+    """A version 5 envelope's source stamps (``Envelope.sources``); None for any other."""
+    if not value or value[0] != SOURCES_ENVELOPE_VERSION:
+        return None
+    fields = _HEADER_V5.unpack_from(value)
+    at = _HEADER_V5.size + fields[5]
+    return {partition: offset for partition, offset in SOURCE.iter_unpack(value[at:at + fields[6] * SOURCE.size])}
 
 
 def owner_of(value: bytes, owner_at: int, state_at: int) -> str | None:
@@ -258,7 +326,7 @@ def unpack_state(value: bytes) -> Envelope:
         candidate = decode_state(encoded) if encoded else None
     return Envelope(
         offset, touched_ms, bytes(value[seen_at:owner_at]), decode_state(value[state_at:]),
-        owner_of(value, owner_at, state_at), candidate, compared,
+        owner_of(value, owner_at, state_at), candidate, compared, source_stamps(value),
     )
 
 

@@ -330,9 +330,11 @@ def fleet() -> dashboard_b.Dashboard:
     d = d.with_panel(timeseries(
         L, "Repartitioned records per second",
         "What the options send through the workers' internal topics: tool-calls records repartitioned "
-        "by session (loopwatch.scope: session), and completed calls for the fleet topology (failing "
-        "outcomes by tool, sends by trace).",
+        "by session (loopwatch.scope: session; 'forwarded again': copies after a crash or a rebalance "
+        "that their session's state already held, not applied twice), and completed calls for the fleet "
+        "topology (failing outcomes by tool, sends by trace).",
         [Q(f"sum(rate(loopwatch_events_forwarded_total[{RATE}]))", "by session"),
+         Q(f"sum(rate(loopwatch_events_forwarded_again_total[{RATE}]))", "forwarded again"),
          Q(f"sum by (kind) (rate(loopwatch_fleet_records_total[{RATE}]))", "fleet {{kind}}")],
         unit="ops", width=8))
 

@@ -5,6 +5,7 @@ reload that changes the topology."""
 from __future__ import annotations
 
 import json
+import struct
 
 import msgspec
 from prometheus_client import CollectorRegistry
@@ -54,7 +55,9 @@ def test_session_scope_forwards_every_tool_calls_record_under_its_sessions_key()
     assert len(result.forwards) == len(events)
     assert {key for key, _v, _h in result.forwards} == {b"scope:session:agent:main:support-42|"}
     assert [value for _k, value, _h in result.forwards] == [encode_event(e) for e in events]  # unchanged, in order
-    assert all(headers == [("loopwatch.key_id", b"k1")] for _k, _v, headers in result.forwards)
+    # The runner's headers (its signature) kept, and where each came from (partition 0, offset i).
+    assert [headers for _k, _v, headers in result.forwards] == [
+        [("loopwatch.key_id", b"k1"), ("loopwatch.forwarded_from", struct.pack(">Iq", 0, i))] for i in range(len(events))]
     assert p.metrics.events_forwarded._value.get() == len(events)
 
 
