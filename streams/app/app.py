@@ -31,7 +31,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.config import SESSION_SCOPE, ConfigError
+from schemas.config import SESSION_SCOPE
 from schemas.names import CANDIDATE, LIVE
 from streams import faust_adapter
 from streams.engine.fleet import FleetView
@@ -160,12 +160,11 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     )
     processor.use_config(processor.engine, config.sha256)
     if candidate is not None:
-        candidate_engine = candidate.load_initial()
-        refused = _scope_change(scope, candidate_engine)
-        if refused is not None:
-            raise ConfigError(f"{settings.candidate_config}: {refused}")
-        candidate_engine.fleet = view
-        processor.use_candidate(candidate_engine, candidate.sha256)
+        # A bad candidate is refused as on a reload (a line, the metric, the alert): the worker
+        # starts on its live config and applies the candidate once its file is fixed.
+        candidate_engine = candidate.load_or_refuse()
+        if candidate_engine is not None:
+            use_candidate(candidate_engine)
     batch_topics = {settings.tool_calls_topic}
     sessions = None
     if scope == SESSION_SCOPE:  # issue 17: the repartition by session key (streams.app.processor)
