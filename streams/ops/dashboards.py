@@ -321,11 +321,15 @@ def fleet() -> dashboard_b.Dashboard:
         L, "Fleet incidents and agent rings per 10 minutes",
         "Incidents opened and resolved (by the worker owning the tool), decisions that told a run its "
         "tool is failing across the fleet, and agent-ring notices by level (a ring reaching a level, "
-        "or a new round at it).",
+        "or a new round at it). The limits' refusals (alert LoopwatchFleetIncidentsLimited): outcomes "
+        "of a tool that qualified while maxOpenIncidents were open, and outcomes not counted by the "
+        "per-agent rate limit (maxToolsPerAgentPerMinute).",
         [Q("sum(increase(loopwatch_fleet_incidents_opened_total[10m])) or vector(0)", "incidents opened"),
          Q("sum(increase(loopwatch_fleet_incidents_resolved_total[10m])) or vector(0)", "incidents resolved"),
          Q("sum(increase(loopwatch_fleet_incident_decisions_total[10m]))", "decisions carrying an incident"),
-         Q("sum by (level) (increase(loopwatch_agent_rings_total[10m]))", "ring notices ({{level}})")],
+         Q("sum by (level) (increase(loopwatch_agent_rings_total[10m]))", "ring notices ({{level}})"),
+         Q("sum(increase(loopwatch_fleet_incidents_capped_total[10m]))", "refused: maxOpenIncidents open"),
+         Q("sum(increase(loopwatch_fleet_outcomes_limited_total[10m]))", "refused: per-agent rate limit")],
         width=8, bars=True))
     d = d.with_panel(timeseries(
         L, "Repartitioned records per second",

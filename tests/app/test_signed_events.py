@@ -174,3 +174,36 @@ def test_without_a_keyring_the_owner_is_recorded_but_not_enforced():
     from streams.app.run_store import unpack_state
     (value,) = writes.values()
     assert unpack_state(value).owner == "main"
+
+
+def test_with_signed_events_a_fleet_incident_counts_only_agents_whose_signatures_verified():
+    # Issue 26: one runner holding main's key names 20 runs of three agents, all failing on
+    # one tool.  Only main's events are processed (the others are bad_signature), so the fleet
+    # topology is sent one agent, and no incident can reach minAgents (3).  Without a keyring
+    # the same records carry three agents: what the events claim.
+    from schemas.events import ToolCallCompleted
+    from schemas.fleet import FleetOutcome, decode_fleet_record
+    from streams.engine.config import FleetIncidentSettings
+    from streams.engine.fleet import count_outcome, digest16, qualifies
+    from streams.scenarios import tool_outage
+
+    config = {**CONFIG, "loopwatch": {"fleetIncidents": {"enabled": True}}}
+    events = [e for e in tool_outage(runs=20, agents=3, calls_per_run=1) if isinstance(e, ToolCallCompleted)]
+    assert {e.agent_id for e in events} == {"agent-0", "agent-1", "agent-2"}
+    key = SigningKey("a0-1", "agent-0", b"a" * 32)
+
+    def agents_sent(processor, records) -> tuple[set[str], bool]:
+        result = run(processor, records)
+        outcomes = [decode_fleet_record(value) for _key, value in result.fleet]
+        assert all(isinstance(o, FleetOutcome) for o in outcomes)
+        value = None
+        settings = FleetIncidentSettings()
+        for o in outcomes:
+            value = count_outcome(value, o.run, o.agent, settings)
+        return {o.agent for o in outcomes}, qualifies(value, settings)
+
+    signed_agents, signed_qualifies = agents_sent(BatchProcessor(LoopEngine(config), keyring=Keyring([key])),
+                                                  signed(events, key))
+    assert signed_agents == {digest16("agent-0")} and not signed_qualifies
+    claimed_agents, claimed_qualifies = agents_sent(BatchProcessor(LoopEngine(config)), signed(events, key))
+    assert claimed_agents == {digest16(f"agent-{i}") for i in range(3)} and claimed_qualifies
