@@ -226,7 +226,7 @@ class KafkaRange:
         from aiokafka import AIOKafkaConsumer, TopicPartition
         from aiokafka.errors import KafkaError
 
-        from .broker_access import BrokerAccessError, broker_access
+        from .broker_access import BrokerAccessError, broker_access, speaks_tls
 
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.broker, enable_auto_commit=False, auto_offset_reset="earliest",
@@ -238,7 +238,8 @@ class KafkaRange:
         aiokafka_log.setLevel(logging.CRITICAL)  # its connection errors: the one line below says it
         try:
             async with broker_access(self.broker, username=self.client_options.get("sasl_plain_username"),
-                                     mechanism=self.client_options.get("sasl_mechanism")):
+                                     mechanism=self.client_options.get("sasl_mechanism"),
+                                     tls=speaks_tls(self.client_options.get("security_protocol"))):
                 await asyncio.wait_for(consumer.start(), self.timeout_s)
         except BrokerAccessError as exc:
             await consumer.stop()
