@@ -47,7 +47,7 @@ from .metrics import Metrics
 from .output import DLQ_MAX_MESSAGE_BYTES, Output
 from .processor import BatchProcessor
 from .reload import ConfigWatcher, KeyringWatcher
-from .run_store import CHANGELOG_MAX_MESSAGE_BYTES, TABLE_NAME, RunStore
+from .run_store import CHANGELOG_MAX_MESSAGE_BYTES, TABLE_NAME, RunStore, state_disk_full
 from .settings import Settings
 
 __all__ = ["Worker", "build_worker"]
@@ -206,6 +206,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     metrics.ready.set_function(lambda: 1.0 if health.is_ready() else 0.0)
     metrics.table_recovery_in_progress.set_function(lambda: 1.0 if group.in_recovery else 0.0)
     metrics.runs_tracked.set_function(lambda: float(store.runs_tracked))
+    metrics.state_disk_full.set_function(lambda: 1.0 if state_disk_full(checkpoints.failed) else 0.0)
 
     worker = Worker(app, settings, metrics, tool_calls, verdicts, dead_letters, table, processor, store, output,
                     checkpoints, expiry, health, config, keys, candidate, fleet, mirror, sessions)

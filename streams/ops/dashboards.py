@@ -381,8 +381,11 @@ def fleet() -> dashboard_b.Dashboard:
     d = d.with_row(row("Workers", L))
     d = d.with_panel(timeseries(
         L, "Worker ready",
-        "1 when the worker's /readyz answers 200 (tables recovered, not rebalancing, a broker answers).",
-        [Q("loopwatch_ready", "{{instance}}")], width=8, max_val=1))
+        "1 when the worker's /readyz answers 200 (tables recovered, not rebalancing, a broker answers). "
+        "\"state disk full\": 1 once a run-table write failed for a full disk, in the 30 s before the "
+        "worker stops (README: alert-loopwatchworkernotready).",
+        [Q("loopwatch_ready", "{{instance}}"), Q("loopwatch_state_disk_full", "state disk full {{instance}}")],
+        width=8, max_val=1))
     d = d.with_panel(timeseries(
         L, "Table recovery in progress",
         "1 while a worker restores its RocksDB tables from the changelog topics.",
