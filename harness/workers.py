@@ -101,6 +101,7 @@ class WorkerProcess:
         log_dir: Path | None = None,
         loglevel: str = "info",
         label: str = "worker",
+        command: list[str] | None = None,
     ) -> None:
         self.broker = broker
         self.names = names
@@ -110,6 +111,8 @@ class WorkerProcess:
         self.log_dir = log_dir or self.data_dir
         self.loglevel = loglevel
         self.label = label
+        self.command = command or [sys.executable, "-m", "streams.app.worker"]
+        """What starts the worker (a test's launcher may wrap ``streams.app.worker.main``)."""
         self.web_port = free_port()
         self.metrics_port = free_port()
         self.proc: subprocess.Popen | None = None
@@ -145,7 +148,7 @@ class WorkerProcess:
         log.write(f"\n===== start #{self.starts} at {time.strftime('%H:%M:%S')} =====\n".encode())
         log.flush()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streams.app.worker", "--loglevel", self.loglevel, "--quiet"],
+            [*self.command, "--loglevel", self.loglevel, "--quiet"],
             cwd=str(REPO),
             env=self.environment(),
             stdout=log,

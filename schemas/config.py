@@ -63,7 +63,12 @@ MAX_WINDOW_SECONDS = 86_400
 """Every ``*Seconds`` option: at most a day."""
 MAX_RING_ROUNDS = 1_000
 """``agentRings`` thresholds, in rounds."""
-FLEET_INCIDENT_DEFAULTS = {"minRuns": 20, "minAgents": 3, "windowSeconds": 300, "hopSeconds": 60, "quietSeconds": 300}
+MAX_OPEN_INCIDENTS = 10_000
+"""``fleetIncidents.maxOpenIncidents``'s bound."""
+MAX_TOOLS_PER_AGENT = 10_000
+"""``fleetIncidents.maxToolsPerAgentPerMinute``'s bound."""
+FLEET_INCIDENT_DEFAULTS = {"minRuns": 20, "minAgents": 3, "windowSeconds": 300, "hopSeconds": 60, "quietSeconds": 300,
+                           "maxOpenIncidents": 50, "maxToolsPerAgentPerMinute": 30}
 AGENT_RING_DEFAULTS = {"warningThreshold": 3, "criticalThreshold": 5, "windowSeconds": 3600}
 FleetCount = Annotated[int, msgspec.Meta(gt=0, le=MAX_FLEET_COUNT)]
 WindowSeconds = Annotated[int, msgspec.Meta(gt=0, le=MAX_WINDOW_SECONDS)]
@@ -117,6 +122,14 @@ class FleetIncidentsConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defa
     """How often a new window starts (60); at most ``windowSeconds``."""
     quietSeconds: WindowSeconds | None = None
     """An open incident is resolved once its tool has not met the thresholds for this long (300)."""
+    maxOpenIncidents: Annotated[int, msgspec.Meta(gt=0, le=MAX_OPEN_INCIDENTS)] | None = None
+    """At most this many incidents open at once (50): a tool that qualifies beyond it is not
+    opened, and counted (``loopwatch_fleet_incidents_capped_total``).  Without signed events the
+    runs and agents counted are what the events claim, so this bounds what one producer can forge."""
+    maxToolsPerAgentPerMinute: Annotated[int, msgspec.Meta(gt=0, le=MAX_TOOLS_PER_AGENT)] | None = None
+    """An agent id (as events name it) adds outcomes for at most this many distinct tools a
+    minute (30), per worker; its outcomes for further tools are not counted, and counted
+    (``loopwatch_fleet_outcomes_limited_total``)."""
 
 
 class AgentRingsConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -194,6 +207,14 @@ class LoopwatchConfig(msgspec.Struct):
     tools: ToolsSection | None = None
     agents: AgentsSection | None = None
     loopwatch: LoopwatchOptions | None = None
+
+
+FORGEABLE_INCIDENTS = (
+    "without signed events (LOOPWATCH_SIGNING_KEYS) the runs and agents an incident counts are what events "
+    "claim, so one producer can open incidents for any tool (bounded by maxOpenIncidents and "
+    "maxToolsPerAgentPerMinute); with signed events only agents whose signatures verified count"
+)
+"""``config check``'s and the worker's note for ``loopwatch.fleetIncidents`` (README: Fleet incidents)."""
 
 
 class ConfigIssue(msgspec.Struct, frozen=True):
@@ -360,6 +381,7 @@ def _validate_fleet_options(options: dict, path: str, issues: list[ConfigIssue])
         block = _check_block_of(options["fleetIncidents"], where, issues, {
             "minRuns": MAX_FLEET_COUNT, "minAgents": MAX_FLEET_COUNT, "windowSeconds": MAX_WINDOW_SECONDS,
             "hopSeconds": MAX_WINDOW_SECONDS, "quietSeconds": MAX_WINDOW_SECONDS,
+            "maxOpenIncidents": MAX_OPEN_INCIDENTS, "maxToolsPerAgentPerMinute": MAX_TOOLS_PER_AGENT,
         })
         if block is not None:
             merged = {**FLEET_INCIDENT_DEFAULTS, **block}
@@ -471,6 +493,10 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
             _check_block(tools["loopDetection"], "tools.loopDetection", global_latest_only, issues, notes)
     if "loopwatch" in root:
         _validate_options(root["loopwatch"], "loopwatch", issues, root=True)
+        options = root["loopwatch"]
+        block = options.get("fleetIncidents") if isinstance(options, dict) else None
+        if isinstance(block, dict) and block.get("enabled") is True:
+            notes.append(ConfigIssue("loopwatch.fleetIncidents", FORGEABLE_INCIDENTS, "forgeable"))
     if agents is not None:
         if not isinstance(agents, dict) or not isinstance(entries, (list, type(None))):
             issues.append(ConfigIssue("agents.list", "Invalid input: expected array", "invalid_type"))

@@ -47,6 +47,7 @@ from .app.processor import check_record
 from .app.run_store import event_digest, remember, seen_before
 from .engine import LoopEngine, RunDriver, copy_state, outcome
 from .engine.drive import NONE
+from .files import MAX_LINE_BYTES, OverlongLine, decompressed, read_lines
 
 __all__ = ["Backtest", "BacktestError", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "render_table"]
 
@@ -87,6 +88,11 @@ class _Line:
         self.value = b""
 
 
+OVERLONG = b" " * (MAX_LINE_BYTES + 1)
+"""What an over-long line is checked as: a record over the limit, refused as ``oversized`` by
+the event check before any parsing (one shared buffer; the line itself was never held)."""
+
+
 class FileSource:
     """JSONL files of ``tool-calls`` events (``.gz``: gzip), one event a line, in order."""
 
@@ -104,6 +110,8 @@ class FileSource:
                 raise BacktestError(f"cannot read {path}: is a directory")
         self._done = 0
         self._raw: Any = None
+        self.overlong = 0
+        """Lines over ``streams.files.MAX_LINE_BYTES``, skipped unread (counted ``oversized``)."""
 
     def progress(self) -> float | None:
         """The share of the input read (by bytes on disk)."""
@@ -121,21 +129,18 @@ class FileSource:
                 raise BacktestError(f"cannot read {path}: {exc.strerror or exc}") from None
             self._raw = raw
             with raw:
-                fh = gzip.GzipFile(fileobj=raw) if _is_gzip(raw) else raw
                 try:
-                    for number, value in enumerate(fh, 1):
-                        if value.strip():
+                    for number, value in enumerate(read_lines(decompressed(raw)), 1):
+                        if value.__class__ is OverlongLine:  # counted as the worker would: oversized
+                            self.overlong += 1
+                            line.offset, line.value = number, OVERLONG
+                            yield line
+                        elif value.strip():
                             line.offset, line.value = number, value
                             yield line
                 except (OSError, EOFError, gzip.BadGzipFile) as exc:
                     raise BacktestError(f"cannot read {path}: {exc}") from None
             self._done += self.total and path.stat().st_size
-
-
-def _is_gzip(fh: IO[bytes]) -> bool:
-    magic = fh.read(2)
-    fh.seek(0)
-    return magic == b"\x1f\x8b"
 
 
 def parse_time(text: str, now: float | None = None) -> int:
@@ -221,7 +226,7 @@ class KafkaRange:
         from aiokafka import AIOKafkaConsumer, TopicPartition
         from aiokafka.errors import KafkaError
 
-        from .broker_access import BrokerAccessError, broker_access
+        from .broker_access import BrokerAccessError, broker_access, speaks_tls
 
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.broker, enable_auto_commit=False, auto_offset_reset="earliest",
@@ -233,7 +238,8 @@ class KafkaRange:
         aiokafka_log.setLevel(logging.CRITICAL)  # its connection errors: the one line below says it
         try:
             async with broker_access(self.broker, username=self.client_options.get("sasl_plain_username"),
-                                     mechanism=self.client_options.get("sasl_mechanism")):
+                                     mechanism=self.client_options.get("sasl_mechanism"),
+                                     tls=speaks_tls(self.client_options.get("security_protocol"))):
                 await asyncio.wait_for(consumer.start(), self.timeout_s)
         except BrokerAccessError as exc:
             await consumer.stop()

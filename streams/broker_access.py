@@ -27,15 +27,25 @@ from aiokafka import errors
 
 from .faust_adapter import AIOKAFKA_CLIENT_LOGGER, AIOKAFKA_CONN_LOGGER, redact_sasl_bytes, unable_to_connect
 
-__all__ = ["BrokerAccessError", "broker_access", "explain", "redact_sasl_exchanges"]
+__all__ = ["BrokerAccessError", "NOT_TLS", "broker_access", "explain", "redact_sasl_exchanges", "speaks_tls"]
 
 
 class BrokerAccessError(ConnectionError):
     """The broker refused this client for good (credentials, TLS trust, SASL mechanism)."""
 
 
-def explain(error: BaseException, *, username: str | None = None, mechanism: str | None = None) -> str | None:
-    """One line saying why ``error`` (raised while connecting) will not go away; None when it might."""
+NOT_TLS = ("the listener did not speak TLS: it closed the connection during the TLS handshake; is it a PLAINTEXT "
+           "listener (check the port and the security protocol)?")
+
+
+def explain(error: BaseException, *, username: str | None = None, mechanism: str | None = None,
+            tls: bool = False) -> str | None:
+    """One line saying why ``error`` (raised while connecting) will not go away; None when it might.
+    ``tls``: the client speaks TLS (``SSL``/``SASL_SSL``).  A PLAINTEXT listener reads the
+    TLS ClientHello as an absurdly large Kafka request and drops the connection, which asyncio
+    reports as a bare ``ConnectionResetError()`` (or an unexpected EOF) during the handshake."""
+    if tls and _dropped_in_handshake(error):
+        return NOT_TLS
     if isinstance(error, ssl.SSLCertVerificationError):
         return (f"TLS: the broker's certificate is not trusted ({error.verify_message}); "
                 "is the CA file the one that signed the brokers' certificates?")
@@ -52,15 +62,22 @@ def explain(error: BaseException, *, username: str | None = None, mechanism: str
     return None
 
 
+def _dropped_in_handshake(error: BaseException) -> bool:
+    if isinstance(error, ssl.SSLEOFError):
+        return True
+    return isinstance(error, (ConnectionResetError, ConnectionAbortedError)) and not error.args
+
+
 class _Explained(logging.Filter):
     """Keeps aiokafka's "Unable connect to" records for our hosts that ``explain`` explains."""
 
     def __init__(self, hosts: Iterable[str], username: str | None, mechanism: str | None,
-                 unreachable: bool = False) -> None:
+                 unreachable: bool = False, tls: bool = False) -> None:
         super().__init__()
         self.hosts = set(hosts)
         self.username = username
         self.mechanism = mechanism
+        self.tls = tls
         self.unreachable = unreachable
         self.reasons: list[tuple[str, str]] = []
 
@@ -71,7 +88,7 @@ class _Explained(logging.Filter):
         where, error = failure
         if where not in self.hosts:
             return True
-        reason = explain(error, username=self.username, mechanism=self.mechanism)
+        reason = explain(error, username=self.username, mechanism=self.mechanism, tls=self.tls)
         if reason is None:
             if not self.unreachable:
                 return True
@@ -83,14 +100,15 @@ class _Explained(logging.Filter):
 @contextlib.asynccontextmanager
 async def broker_access(
     bootstrap: str | Iterable[str], *, username: str | None = None, mechanism: str | None = None,
-    unreachable: bool = False,
+    unreachable: bool = False, tls: bool = False,
 ) -> AsyncIterator[None]:
     """Around a client's ``start()``: a bootstrap that failed for a reason ``explain`` knows
     raises ``BrokerAccessError("<host:port>: <reason>")``.  ``unreachable``: so does one that
-    failed because no broker answered (for a caller that cannot go on without one)."""
+    failed because no broker answered (for a caller that cannot go on without one).  ``tls``:
+    the client speaks TLS (its ``security_protocol`` is ``SSL`` or ``SASL_SSL``)."""
     hosts = [h.strip() for h in (bootstrap.split(",") if isinstance(bootstrap, str) else bootstrap) if h.strip()]
     hosts = [h[len("kafka://"):] if h.startswith("kafka://") else h for h in hosts]
-    explained = _Explained(hosts, username, mechanism, unreachable)
+    explained = _Explained(hosts, username, mechanism, unreachable, tls)
     logger = logging.getLogger(AIOKAFKA_CLIENT_LOGGER)
     logger.addFilter(explained)
     try:
@@ -102,6 +120,11 @@ async def broker_access(
         raise
     finally:
         logger.removeFilter(explained)
+
+
+def speaks_tls(security_protocol: str | None) -> bool:
+    """Whether a client with this ``security_protocol`` (aiokafka's option) speaks TLS."""
+    return security_protocol in ("SSL", "SASL_SSL")
 
 
 class _RedactSasl(logging.Filter):

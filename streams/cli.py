@@ -84,8 +84,8 @@ def _replay(args: argparse.Namespace) -> int:
     engine = LoopEngine(root)
     try:
         summary = run_replay(Path(args.trace), engine, as_json=args.json, verbose=args.verbose, out=sys.stdout)
-    except OSError as exc:
-        print(f"loopwatch replay: cannot read {args.trace}: {exc.strerror or exc}", file=sys.stderr)
+    except (OSError, EOFError) as exc:  # EOFError: a truncated .gz
+        print(f"loopwatch replay: cannot read {args.trace}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
         return 2
     if args.json:
         print(json.dumps({"summary": summary.as_dict()}))

@@ -1,5 +1,7 @@
 """``loopwatch replay``: run the engine over a JSONL file of ``tool-calls`` events, no Kafka.
 
+The file is plain or gzip, and read a bounded line at a time (``streams.files.read_lines``).
+
 With ``loopwatch.fleetIncidents`` or ``loopwatch.agentRings`` on, the fleet topology runs
 beside the engine (``streams.engine.fleet.FleetSimulator``): the events' times are its clock,
 and what it finds is in the engine's view from the next event on (a worker's view lags by the
@@ -18,10 +20,12 @@ import msgspec
 
 from schemas.events import InvalidEvent, decode_event
 from schemas.fleet import IncidentOpened, IncidentResolved, RingNotice
+from schemas.names import OVERSIZED
 from schemas.verdicts import Decision
 
 from .engine import LoopEngine, RunDriver, Step
 from .engine.fleet import FleetSimulator, ring_members
+from .files import OverlongLine, decompressed, read_lines
 
 
 @dataclass
@@ -72,10 +76,14 @@ def fleet_simulator(engine: LoopEngine) -> FleetSimulator | None:
     return simulator
 
 
-def replay_lines(lines: Iterator[bytes], engine: LoopEngine) -> Iterator[ReplayLine]:
+def replay_lines(lines: Iterator[bytes | OverlongLine], engine: LoopEngine) -> Iterator[ReplayLine]:
+    """``lines``: ``streams.files.read_lines``'s (an over-long line is rejected as ``oversized``)."""
     runs = RunDriver(engine)
     fleet = fleet_simulator(engine)
     for number, raw in enumerate(lines, start=1):
+        if raw.__class__ is OverlongLine:
+            yield ReplayLine(number, None, error=InvalidEvent(OVERSIZED, raw.describe()))
+            continue
         raw = raw.strip()
         if not raw:
             continue
@@ -127,8 +135,8 @@ def describe(decision: Decision) -> str:
 def run_replay(path: Path, engine: LoopEngine, *, as_json: bool, verbose: bool, out: IO[str]) -> ReplaySummary:
     summary = ReplaySummary()
     seen: set[str] = set()
-    with open(path, "rb") as fh:
-        for item in replay_lines(iter(fh), engine):
+    with open(path, "rb") as raw, decompressed(raw) as fh:
+        for item in replay_lines(read_lines(fh), engine):
             if item.error is not None:
                 summary.rejected += 1
                 if as_json:

@@ -31,7 +31,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from schemas.config import SESSION_SCOPE, ConfigError
+from schemas.config import SESSION_SCOPE
 from schemas.names import CANDIDATE, LIVE
 from streams import faust_adapter
 from streams.engine.fleet import FleetView
@@ -47,7 +47,7 @@ from .metrics import Metrics
 from .output import DLQ_MAX_MESSAGE_BYTES, Output
 from .processor import BatchProcessor
 from .reload import ConfigWatcher, KeyringWatcher
-from .run_store import CHANGELOG_MAX_MESSAGE_BYTES, TABLE_NAME, RunStore
+from .run_store import CHANGELOG_MAX_MESSAGE_BYTES, TABLE_NAME, RunStore, state_disk_full
 from .settings import Settings
 
 __all__ = ["Worker", "build_worker"]
@@ -160,12 +160,11 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     )
     processor.use_config(processor.engine, config.sha256)
     if candidate is not None:
-        candidate_engine = candidate.load_initial()
-        refused = _scope_change(scope, candidate_engine)
-        if refused is not None:
-            raise ConfigError(f"{settings.candidate_config}: {refused}")
-        candidate_engine.fleet = view
-        processor.use_candidate(candidate_engine, candidate.sha256)
+        # A bad candidate is refused as on a reload (a line, the metric, the alert): the worker
+        # starts on its live config and applies the candidate once its file is fixed.
+        candidate_engine = candidate.load_or_refuse()
+        if candidate_engine is not None:
+            use_candidate(candidate_engine)
     batch_topics = {settings.tool_calls_topic}
     sessions = None
     if scope == SESSION_SCOPE:  # issue 17: the repartition by session key (streams.app.processor)
@@ -207,6 +206,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     metrics.ready.set_function(lambda: 1.0 if health.is_ready() else 0.0)
     metrics.table_recovery_in_progress.set_function(lambda: 1.0 if group.in_recovery else 0.0)
     metrics.runs_tracked.set_function(lambda: float(store.runs_tracked))
+    metrics.state_disk_full.set_function(lambda: 1.0 if state_disk_full(checkpoints.failed) else 0.0)
 
     worker = Worker(app, settings, metrics, tool_calls, verdicts, dead_letters, table, processor, store, output,
                     checkpoints, expiry, health, config, keys, candidate, fleet, mirror, sessions)

@@ -53,6 +53,7 @@ from schemas.names import CANDIDATE, LIVE
 
 from . import logs
 from .live_runs import LiveRuns
+from .run_store import state_disk_full
 
 if TYPE_CHECKING:
     from .output import Output
@@ -62,6 +63,19 @@ if TYPE_CHECKING:
 __all__ = ["Checkpointer"]
 
 log = logging.getLogger("loopwatch.worker")
+
+FULL_DISK_HOLD_S = 30.0
+"""How long a worker whose state disk is full stays up, unready, before it stops: two scrapes
+at Prometheus' default 15 s interval, three readiness probes at Kubernetes' default 10 s."""
+
+
+def describe_failure(exc: BaseException | None) -> str | None:
+    """One line for what stopped the batches and checkpoints (``/readyz``'s ``error``)."""
+    if exc is None:
+        return None
+    if state_disk_full(exc):
+        return f"state disk full: the run table's write failed ({str(exc)[:300]})"
+    return f"a batch or checkpoint failed: {type(exc).__name__}: {str(exc)[:300]}"
 
 MAX_DIRTY_RUNS = 50_000
 """A checkpoint is taken early (and waited for) when this many runs wait for one."""
@@ -129,6 +143,8 @@ class Checkpointer:
         """Held while a batch changes runs and while a checkpoint freezes them or takes its
         writes; the idle sweep deletes under it."""
         self._checkpoint_lock = asyncio.Lock()
+        self._hold_until = 0.0
+        """Until when a failure the worker stops for is shown before the exit (a full disk)."""
         self._pending: list[asyncio.Future] = []
         """Delivery futures of the verdicts and dead letters produced since the last checkpoint
         and not delivered yet (or failed): the checkpoint waits for them and raises their errors."""
@@ -163,6 +179,7 @@ class Checkpointer:
         processor = self.processor
         async with self.write_lock:
             if self.failed is not None:
+                await asyncio.sleep(max(0.0, self._hold_until - time.monotonic()))  # (a full disk: see above)
                 raise RuntimeError("an earlier batch or checkpoint failed; restart the worker") from self.failed
             result = processor.process(messages, self.store.read)
             try:
@@ -262,6 +279,8 @@ class Checkpointer:
                     runs.checkpoint_written()
             except BaseException as exc:
                 self.failed = exc
+                if state_disk_full(exc):
+                    await self._hold_before_exit(exc)
                 raise
             for i, done in enumerate(dones, 1):
                 done()
@@ -269,6 +288,17 @@ class Checkpointer:
                     await self.step_aside()  # thousands of acks: let batches in between
             self.store.count(cp.created, cp.deleted)
             self.checkpoints += 1
+
+    async def _hold_before_exit(self, exc: BaseException) -> None:
+        """A full state disk stops the worker, and its restart finds the disk full again: say
+        why in one line, and stay up ``FULL_DISK_HOLD_S`` first, so that ``/readyz`` (503,
+        ``error``) and ``loopwatch_state_disk_full`` show it to the probes and the scrapes
+        before the exit (README: alert-loopwatchworkernotready, cause state disk full)."""
+        self._hold_until = time.monotonic() + FULL_DISK_HOLD_S
+        log.error("%s; the worker stops in %.0f s: free space on the state volume (LOOPWATCH_DATA_DIR) or grow it, "
+                  "then restart (README: a full state disk)", describe_failure(exc), FULL_DISK_HOLD_S)
+        logs.flush()
+        await asyncio.sleep(FULL_DISK_HOLD_S)
 
     async def step_aside(self) -> None:
         """A checkpoint's yield to the event loop between two slices of its work: a pause

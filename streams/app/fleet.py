@@ -63,8 +63,10 @@ from streams.engine.fleet import (
     IncidentState,
     TraceSends,
     count_outcome,
+    SourceLimit,
     observe_send,
     open_or_refresh,
+    opening_refused,
     resolve_if_quiet,
 )
 
@@ -80,6 +82,9 @@ MIRROR_WAIT_MS = 100
 REFRESH_WRITE_MS = 1000
 """An open incident's ``last_qualified_ms`` is written to its table at most once a second."""
 TICK_S = 1.0
+RECENT_MS = 10_000
+"""How long an incident this worker opened counts towards ``maxOpenIncidents`` before its view
+has it (the mirror's delay is about a second under load)."""
 
 
 class FleetTopology:
@@ -105,6 +110,10 @@ class FleetTopology:
         declared = dict(partitions=settings.partitions, replicas=settings.replication)
         self.topic = app.topic(settings.internal_topic("fleet"), **declared, internal=True, **raw)
         self.incidents_topic = self.rings_topic = None
+        self.limit = SourceLimit(incidents.max_tools_per_agent if incidents is not None else 1)
+        self._recent: dict[str, int] = {}
+        """Tools whose incident this worker opened, until its view holds them (or RECENT_MS)."""
+        self._cap_logged = False
         if incidents is not None:
             self.incidents_topic = app.topic(settings.incidents_topic, **declared, compacting=True, internal=True, **raw)
             self.outcomes = app.Table(
@@ -150,6 +159,9 @@ class FleetTopology:
 
     async def _outcome(self, record: FleetOutcome, event: Any, now_ms: int) -> None:
         settings = self.incident_settings
+        if not self.limit.admit(record.agent, record.tool_name, now_ms):
+            self.metrics.fleet_outcomes_limited.inc()
+            return
         key = f"{record.tool_name}\x1f{record.fingerprint}"
         windows = self.outcomes[key]
         windows.apply(lambda value, seen: count_outcome(value, seen[0], seen[1], settings), (record.run, record.agent))
@@ -158,8 +170,21 @@ class FleetTopology:
         tool = record.tool_name
         current = IncidentState.from_json(self.incidents.get(tool))
         before = None if current is None else current.last_qualified_ms
-        state, opened = open_or_refresh(current, record, value, now_ms, settings)
+        # The open incidents: the view (every worker's, as mirrored) and those this worker
+        # opened that the view does not hold yet (the mirror lags by a fetch).
+        recent = self._recent
+        for opened_tool in [t for t, ms in recent.items() if t in self.view.incidents or now_ms - ms > RECENT_MS]:
+            del recent[opened_tool]
+        open_now = len(self.view.incidents) + len(recent)
+        if opening_refused(current, value, open_now, settings):
+            self.metrics.fleet_incidents_capped.inc()
+            if not self._cap_logged:
+                self._cap_logged = True
+                log.warning("fleet incidents: %d open, the maxOpenIncidents cap: tool %s qualifies but is not opened "
+                            "(counted in loopwatch_fleet_incidents_capped_total; logged once)", open_now, tool)
+        state, opened = open_or_refresh(current, record, value, now_ms, settings, open_now)
         if opened is not None:
+            recent[tool] = now_ms
             await self._publish_incident(opened)
             self.metrics.fleet_incidents_opened.labels(self.metrics.tool_label(tool)).inc()
             log.warning("fleet incident %s opened: %s", opened.incident_id, opened.message)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from streams.faust_adapter import fetch_cluster_metadata
 
+from .checkpoint import describe_failure
 from .logs import FailureLog
 
 if TYPE_CHECKING:
@@ -97,12 +98,16 @@ class Health:
         """``/readyz``'s body and whether the worker is ready."""
         ready = self.is_ready()
         group = self.group
-        return {
+        body = {
             "ready": ready,
             "rebalancing": group.rebalancing,
             "in_recovery": group.in_recovery,
             "broker_reachable": self.broker_reachable(),
-        }, ready
+        }
+        failure = describe_failure(self.checkpoints.failed)
+        if failure is not None:
+            body["error"] = failure  # a full state disk among them: the worker stops soon
+        return body, ready
 
     async def probe_broker(self) -> None:
         """Ask a broker for the cluster's metadata, on the verdict producer's connections

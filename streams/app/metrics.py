@@ -167,6 +167,20 @@ class Metrics:
             "loopwatch_fleet_incidents_opened", "fleet incidents opened (by the worker owning the tool)", ["tool"],
             registry=registry,
         )
+        self.state_disk_full = Gauge(
+            "loopwatch_state_disk_full", "1 once a write of the run table failed for a full disk (the worker stops)",
+            registry=registry,
+        )
+        self.fleet_incidents_capped = Counter(
+            "loopwatch_fleet_incidents_capped",
+            "outcomes that qualified a tool for a fleet incident while maxOpenIncidents were open (not opened)",
+            registry=registry,
+        )
+        self.fleet_outcomes_limited = Counter(
+            "loopwatch_fleet_outcomes_limited",
+            "fleet outcomes not counted: their agent added outcomes for maxToolsPerAgentPerMinute tools this minute",
+            registry=registry,
+        )
         self.fleet_incidents_resolved = Counter(
             "loopwatch_fleet_incidents_resolved", "fleet incidents resolved (by the worker owning the tool)", ["tool"],
             registry=registry,

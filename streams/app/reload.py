@@ -15,8 +15,9 @@ content.  Reloads and refusals are counted (``loopwatch_config_reloads_total``) 
 ``loopwatch_config_file_refused`` is 1 while the file on disk is one the worker refused
 (docs/metrics.md; alert LoopwatchConfigRefused).  A valid file becomes a new ``LoopEngine``
 that the processor picks up at its next batch: the swap is one attribute assignment between
-batches, so a batch always runs on a single config.  At start there is no running config to
-keep, so a bad file is fatal there.
+batches, so a batch always runs on a single config.  At start there is no running live config
+to keep, so a bad live file is fatal there; a bad candidate file is refused like a reload
+(``load_or_refuse``) and the worker starts on its live config without a candidate.
 """
 
 from __future__ import annotations
@@ -100,6 +101,45 @@ class ConfigWatcher:
         log.info("%s loop-detection config loaded from %s", self.name, self.path)
         return engine
 
+    def load_or_refuse(self) -> LoopEngine | None:
+        """Load the file at start, or refuse it as a reload would (None: counted, logged in one
+        line, ``loopwatch_config_file_refused`` set) and apply it once a fixed file appears.
+        For the candidate: a shadow-only file must never keep a worker on its live config from
+        starting, or a bad candidate would turn enforcement off at the next restart."""
+        if self.path is None:
+            return LoopEngine(None)
+        self._stat = self._stat_of()
+        engine = self._read_and_check()
+        if engine is None:
+            return None
+        log.info("%s loop-detection config loaded from %s", self.name, self.path)
+        return engine
+
+    def _read_and_check(self) -> LoopEngine | None:
+        """The engine for the file as it is now, or None when it is refused (or unchanged: the
+        content in force).  A new valid content's digest becomes the one in force."""
+        try:
+            data = read_config_file(self.path)
+        except ConfigError as exc:
+            self._refuse(None, exc)
+            return None
+        digest = hashlib.sha256(data).hexdigest()
+        if digest == self._digest:
+            self._set_refused(False)  # back to the content in force
+            return None
+        try:
+            engine = engine_for(data, self.path)
+            reason = self.check(engine) if self.check is not None else None
+            if reason is not None:
+                raise ConfigError(f"{self.path}: {reason}")
+        except Exception as exc:  # noqa: BLE001 - a reload must never take the worker down
+            self._refuse(digest, exc)
+            return None
+        self._digest = digest
+        self._rejected = None
+        self._set_refused(False)
+        return engine
+
     def _stat_of(self) -> tuple[int, int, int] | None:
         try:
             st = os.stat(self.path)
@@ -122,29 +162,12 @@ class ConfigWatcher:
         if stat == self._stat:
             return False
         self._stat = stat
-        try:
-            data = read_config_file(self.path)
-        except ConfigError as exc:
-            self._refuse(None, exc)
+        engine = self._read_and_check()
+        if engine is None:
             return False
-        digest = hashlib.sha256(data).hexdigest()
-        if digest == self._digest:
-            self._set_refused(False)  # back to the content in force
-            return False
-        try:
-            engine = engine_for(data, self.path)
-            reason = self.check(engine) if self.check is not None else None
-            if reason is not None:
-                raise ConfigError(f"{self.path}: {reason}")
-        except Exception as exc:  # noqa: BLE001 - a reload must never take the worker down
-            self._refuse(digest, exc)
-            return False
-        self._digest = digest
-        self._rejected = None
         self.reloads += 1
         if self.metrics is not None:
             self.metrics.config_reloads.labels("applied", self.name).inc()
-        self._set_refused(False)
         self.on_change(engine)
         log.info("%s loop-detection config reloaded from %s", self.name, self.path)
         return True
@@ -159,10 +182,12 @@ class ConfigWatcher:
         self.rejections += 1
         if self.metrics is not None:
             self.metrics.config_reloads.labels("refused", self.name).inc()
+        keeping = ("keeping the running configuration" if self._digest is not None
+                   else f"running without a {self.name} config until the file is fixed")
         if isinstance(exc, ConfigError):
-            log.error("refused new config: %s; keeping the running configuration", exc)
+            log.error("refused new config: %s; %s", exc, keeping)
         else:
-            log.exception("refused new config %s: %r; keeping the running configuration", self.path, exc)
+            log.exception("refused new config %s: %r; %s", self.path, exc, keeping)
 
     def _set_refused(self, refused: bool) -> None:
         if self.metrics is not None:

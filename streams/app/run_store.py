@@ -82,8 +82,10 @@ long ids and names reach the limit; ``pack_within_limit`` then drops their oldes
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import logging
+import os
 import struct
 from collections import defaultdict
 from dataclasses import dataclass
@@ -95,6 +97,7 @@ from streams.engine.history import trim as trim_history
 from .output import send_records
 
 __all__ = [
+    "state_disk_full",
     "CHANGELOG_MAX_MESSAGE_BYTES",
     "COMPARED_FROM_START",
     "Envelope",
@@ -358,6 +361,20 @@ def remember(seen: bytearray, digest: bytes) -> None:
 
 
 # -- the store ----------------------------------------------------------------------------------
+
+
+NO_SPACE = os.strerror(errno.ENOSPC)
+"""How RocksDB (through rocksdict, a plain ``Exception``) and the OS say the disk is full."""
+
+
+def state_disk_full(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (a failed write of the run table, or what it caused) is a full disk."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) or NO_SPACE in str(exc):
+            return True
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return False
 
 
 class RunStore:

@@ -56,7 +56,7 @@ async def ensure_topics(settings: Settings, extra: dict[str, dict[str, str]] | N
     created: list[str] = []
     try:
         async with broker_access(settings.broker_hosts, username=settings.sasl_username, mechanism=settings.sasl_mechanism,
-                                 unreachable=True):
+                                 unreachable=True, tls=settings.tls):
             await asyncio.wait_for(admin.start(), timeout)
         existing = set(await admin.list_topics())  # those this principal may describe
         missing = [name for name in wanted if name not in existing]

@@ -50,7 +50,7 @@ from schemas.keys import record_key, session_scope_key, state_key
 from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted, decode_verdict
 
-from ..broker_access import BrokerAccessError, broker_access, redact_sasl_exchanges
+from ..broker_access import BrokerAccessError, broker_access, redact_sasl_exchanges, speaks_tls
 from ..edge import UNDEFINED, blocked_result, compaction_event, completed_event, requested_event, run_ended_event
 from .errors import LoopBlocked, LoopwatchUnavailable, NoDecisionError, RunAbortedError
 
@@ -95,7 +95,8 @@ class LoopwatchClient:
         for workers with ``loopwatch.scope: session``, whose repartition hop it saves (the
         worker accepts the key under either scope)."""
         redact_sasl_exchanges()  # aiokafka's DEBUG log would show a SASL PLAIN password
-        self._access = dict(username=kafka_options.get("sasl_plain_username"), mechanism=kafka_options.get("sasl_mechanism"))
+        self._access = dict(username=kafka_options.get("sasl_plain_username"), mechanism=kafka_options.get("sasl_mechanism"),
+                            tls=speaks_tls(kafka_options.get("security_protocol")))
         # aiokafka's request timeout is also how long an undelivered batch is kept (40 s by
         # default); a runner's events are worth little later, and stop() waits for them.
         producer_options = {"request_timeout_ms": int(delivery_timeout * 1000), **kafka_options}

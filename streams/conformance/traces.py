@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import io
 import json
 import zlib
 from dataclasses import dataclass, field
@@ -22,12 +21,18 @@ from ..engine import guard as guard_mod
 from ..canonical import UNDEFINED
 from ..engine.config import CONFIGURABLE_FINAL, LATEST, PROFILES, with_profile
 from ..engine.engine import normalize_run_id
+from ..files import OverlongLine, read_lines
 from ..hashing import ThrownError
 
 __all__ = [
     "PROFILES", "SessionDriver", "SessionResult", "TraceFileError", "compare_session", "history_digest", "open_jsonl",
     "run_traces",
 ]
+
+MAX_TRACE_LINE_BYTES = 16 * 1024 * 1024
+"""The longest line of a traces file: one session with all its steps (the stored traces' longest
+is 0.6 MB)."""
+
 
 class TraceFileError(ValueError):
     """A sessions or expected-steps file that cannot be read as one (a one-line message)."""
@@ -43,12 +48,16 @@ def _numbered_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     path = Path(path)
     try:
         raw = gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-        with raw, io.TextIOWrapper(raw, encoding="utf-8") as text:
-            for number, line in enumerate(text, start=1):
+        with raw:
+            for number, line in enumerate(read_lines(raw, MAX_TRACE_LINE_BYTES), start=1):
+                if line.__class__ is OverlongLine:
+                    raise TraceFileError(f"{path}:{number}: {line.describe()}")
                 if not line.strip():
                     continue
                 try:
-                    value = json.loads(line)
+                    value = json.loads(line.decode("utf-8"))
+                except UnicodeDecodeError as exc:
+                    raise TraceFileError(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
                 except ValueError as exc:
                     raise TraceFileError(f"{path}:{number}: not JSON ({exc})") from None
                 if not isinstance(value, dict):
@@ -56,8 +65,6 @@ def _numbered_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
                 yield number, value
     except (OSError, EOFError, zlib.error) as exc:  # missing, a directory, not gzip, truncated
         raise TraceFileError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise TraceFileError(f"cannot read {path}: not UTF-8 text ({exc.reason} at byte {exc.start} of a block)") from None
 
 
 def _outcome_kwargs(out: dict) -> dict:

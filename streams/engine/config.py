@@ -137,10 +137,13 @@ class FleetIncidentSettings:
     window_s: int = FLEET_INCIDENT_DEFAULTS["windowSeconds"]
     hop_s: int = FLEET_INCIDENT_DEFAULTS["hopSeconds"]
     quiet_s: int = FLEET_INCIDENT_DEFAULTS["quietSeconds"]
+    max_open: int = FLEET_INCIDENT_DEFAULTS["maxOpenIncidents"]
+    max_tools_per_agent: int = FLEET_INCIDENT_DEFAULTS["maxToolsPerAgentPerMinute"]
 
     def as_dict(self) -> dict[str, Any]:
         return {"enabled": True, "minRuns": self.min_runs, "minAgents": self.min_agents,
-                "windowSeconds": self.window_s, "hopSeconds": self.hop_s, "quietSeconds": self.quiet_s}
+                "windowSeconds": self.window_s, "hopSeconds": self.hop_s, "quietSeconds": self.quiet_s,
+                "maxOpenIncidents": self.max_open, "maxToolsPerAgentPerMinute": self.max_tools_per_agent}
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +278,8 @@ def _fleet_incidents(block: Any) -> FleetIncidentSettings | None:
         window_s=window,
         hop_s=min(pos_int(block.get("hopSeconds"), d["hopSeconds"]), window),
         quiet_s=pos_int(block.get("quietSeconds"), d["quietSeconds"]),
+        max_open=pos_int(block.get("maxOpenIncidents"), d["maxOpenIncidents"]),
+        max_tools_per_agent=pos_int(block.get("maxToolsPerAgentPerMinute"), d["maxToolsPerAgentPerMinute"]),
     )
 
 

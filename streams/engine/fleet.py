@@ -46,6 +46,8 @@ __all__ = [
     "FleetSimulator",
     "FleetView",
     "IncidentState",
+    "MAX_TRACKED_SOURCES",
+    "SourceLimit",
     "TRACE_HOPS",
     "TraceSends",
     "WITHDRAWN",
@@ -58,6 +60,7 @@ __all__ = [
     "incident_message",
     "observe_send",
     "open_or_refresh",
+    "opening_refused",
     "outcome_fingerprint",
     "qualifies",
     "resolve_if_quiet",
@@ -124,6 +127,53 @@ def qualifies(value: Any, settings: FleetIncidentSettings) -> bool:
     return bool(value) and len(value[0]) >= settings.min_runs and len(value[1]) >= settings.min_agents
 
 
+MAX_TRACKED_SOURCES = 10_000
+"""Agents a ``SourceLimit`` follows in one minute; outcomes of further agents that minute are
+limited (a flood of made-up agent ids must not grow its table)."""
+
+
+class SourceLimit:
+    """The rate limit per source of fleet outcomes: an agent (its digest, as the events name
+    it) adds outcomes for at most ``maxToolsPerAgentPerMinute`` distinct tools in a minute of
+    ``now_ms``; its outcomes for the tools it already added pass.  A real agent calls a
+    handful of tools; a producer forging incidents needs many.  Holds at most
+    ``MAX_TRACKED_SOURCES`` agents, each with at most the limit's tools, and forgets them
+    every minute."""
+
+    __slots__ = ("limit", "minute", "tools", "limited")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.minute = -1
+        self.tools: dict[str, set[str]] = {}
+        self.limited = 0
+        """Outcomes refused, all told."""
+
+    def admit(self, agent: str, tool: str, now_ms: int) -> bool:
+        minute = now_ms // 60_000
+        if minute != self.minute:
+            self.minute, self.tools = minute, {}
+        tools = self.tools.get(agent)
+        if tools is None:
+            if len(self.tools) >= MAX_TRACKED_SOURCES:
+                self.limited += 1
+                return False
+            tools = self.tools[agent] = set()
+        if tool in tools:
+            return True
+        if len(tools) >= self.limit:
+            self.limited += 1
+            return False
+        tools.add(tool)
+        return True
+
+
+def opening_refused(current: "IncidentState | None", value: Any, open_now: int, settings: FleetIncidentSettings) -> bool:
+    """Whether a tool that qualifies now is refused an incident: ``maxOpenIncidents`` are open
+    (``open_now``, the open incidents the caller knows of)."""
+    return current is None and open_now >= settings.max_open and qualifies(value, settings)
+
+
 @dataclass
 class IncidentState:
     """The fleet topology's record of a tool's incident (the worker's ``fleet-incidents`` table)."""
@@ -166,11 +216,13 @@ def _notice(state: IncidentState, settings: FleetIncidentSettings, resolved_ms: 
 
 
 def open_or_refresh(
-    current: IncidentState | None, outcome: FleetOutcome, value: Any, now_ms: int, settings: FleetIncidentSettings
+    current: IncidentState | None, outcome: FleetOutcome, value: Any, now_ms: int, settings: FleetIncidentSettings,
+    open_now: int = 0,
 ) -> tuple[IncidentState | None, IncidentOpened | None]:
     """After ``outcome`` was counted into its window (``value``, the oldest window containing
-    now): the tool's incident state, and the incident to publish if one opens now."""
-    if not qualifies(value, settings):
+    now): the tool's incident state, and the incident to publish if one opens now (none while
+    ``open_now``, the incidents open, is ``maxOpenIncidents``: ``opening_refused``)."""
+    if not qualifies(value, settings) or opening_refused(current, value, open_now, settings):
         return current, None
     if current is not None:
         current.last_qualified_ms = now_ms
@@ -427,6 +479,10 @@ class FleetSimulator:
         self._windows: dict[tuple[str, str, int], list] = {}
         self._incidents: dict[str, IncidentState] = {}
         self._traces: dict[str, TraceSends] = {}
+        self.limit = None if incidents is None else SourceLimit(incidents.max_tools_per_agent)
+        self.capped = 0
+        """Outcomes that qualified a tool while ``maxOpenIncidents`` were open (not opened)."""
+        self._swept_hop = -1
 
     def observe(self, event: Any) -> list[Incident | RingNotice | tuple[str, None]]:
         """Feed one event (after the engine handled it); returns the records published."""
@@ -459,15 +515,23 @@ class FleetSimulator:
 
     def _count(self, outcome: FleetOutcome, now_ms: int, settings: FleetIncidentSettings) -> list[Incident]:
         ts = now_ms / 1000.0
+        hop = int(ts // settings.hop_s)
+        if hop != self._swept_hop:  # once a hop: windows that ended, which no later event reads
+            self._swept_hop = hop
+            horizon = ts - settings.window_s
+            for window in [w for w in self._windows if w[2] + settings.window_s <= horizon]:
+                del self._windows[window]
+        if not self.limit.admit(outcome.agent, outcome.tool_name, now_ms):
+            return []
         key = (outcome.tool_name, outcome.fingerprint)
         for start in window_starts(ts, settings.window_s, settings.hop_s):
             window = key + (start,)
             self._windows[window] = count_outcome(self._windows.get(window), outcome.run, outcome.agent, settings)
         value = self._windows.get(key + (int(earliest_start(ts, settings.window_s, settings.hop_s)),))
-        state, opened = open_or_refresh(self._incidents.get(outcome.tool_name), outcome, value, now_ms, settings)
-        horizon = ts - settings.window_s  # windows that ended: no later event reads them
-        for window in [w for w in self._windows if w[2] + settings.window_s <= horizon]:
-            del self._windows[window]
+        current, open_now = self._incidents.get(outcome.tool_name), len(self._incidents)
+        if opening_refused(current, value, open_now, settings):
+            self.capped += 1
+        state, opened = open_or_refresh(current, outcome, value, now_ms, settings, open_now)
         if state is not None:
             self._incidents[outcome.tool_name] = state
         if opened is None:

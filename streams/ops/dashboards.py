@@ -321,11 +321,15 @@ def fleet() -> dashboard_b.Dashboard:
         L, "Fleet incidents and agent rings per 10 minutes",
         "Incidents opened and resolved (by the worker owning the tool), decisions that told a run its "
         "tool is failing across the fleet, and agent-ring notices by level (a ring reaching a level, "
-        "or a new round at it).",
+        "or a new round at it). The limits' refusals (alert LoopwatchFleetIncidentsLimited): outcomes "
+        "of a tool that qualified while maxOpenIncidents were open, and outcomes not counted by the "
+        "per-agent rate limit (maxToolsPerAgentPerMinute).",
         [Q("sum(increase(loopwatch_fleet_incidents_opened_total[10m])) or vector(0)", "incidents opened"),
          Q("sum(increase(loopwatch_fleet_incidents_resolved_total[10m])) or vector(0)", "incidents resolved"),
          Q("sum(increase(loopwatch_fleet_incident_decisions_total[10m]))", "decisions carrying an incident"),
-         Q("sum by (level) (increase(loopwatch_agent_rings_total[10m]))", "ring notices ({{level}})")],
+         Q("sum by (level) (increase(loopwatch_agent_rings_total[10m]))", "ring notices ({{level}})"),
+         Q("sum(increase(loopwatch_fleet_incidents_capped_total[10m]))", "refused: maxOpenIncidents open"),
+         Q("sum(increase(loopwatch_fleet_outcomes_limited_total[10m]))", "refused: per-agent rate limit")],
         width=8, bars=True))
     d = d.with_panel(timeseries(
         L, "Repartitioned records per second",
@@ -379,8 +383,11 @@ def fleet() -> dashboard_b.Dashboard:
     d = d.with_row(row("Workers", L))
     d = d.with_panel(timeseries(
         L, "Worker ready",
-        "1 when the worker's /readyz answers 200 (tables recovered, not rebalancing, a broker answers).",
-        [Q("loopwatch_ready", "{{instance}}")], width=8, max_val=1))
+        "1 when the worker's /readyz answers 200 (tables recovered, not rebalancing, a broker answers). "
+        "\"state disk full\": 1 once a run-table write failed for a full disk, in the 30 s before the "
+        "worker stops (README: alert-loopwatchworkernotready).",
+        [Q("loopwatch_ready", "{{instance}}"), Q("loopwatch_state_disk_full", "state disk full {{instance}}")],
+        width=8, max_val=1))
     d = d.with_panel(timeseries(
         L, "Table recovery in progress",
         "1 while a worker restores its RocksDB tables from the changelog topics.",

@@ -222,3 +222,35 @@ def test_a_candidate_config_reloads_on_its_own_and_tags_its_verdicts_with_the_ne
     assert processor.candidate.settings_for(None).detection.critical_threshold == 12
     assert sample("loopwatch_config_file_refused", {"config": "candidate"}) == 1
     assert sample("loopwatch_config_file_refused", {"config": "live"}) == 0
+
+
+def test_a_bad_candidate_at_start_is_refused_like_a_reload_and_applied_once_fixed(tmp_path, caplog):
+    # Issue 26: at start a refused candidate must not stop the worker (its live config is
+    # fine): the same line, counter and gauge as a refused reload, and no candidate in force
+    # until a valid file appears.
+    from schemas.names import CANDIDATE
+    from streams.app.processor import BatchProcessor
+
+    live_path, cand_path = tmp_path / "live.json", tmp_path / "candidate.json"
+    write(live_path, {"tools": {"loopDetection": {"enabled": True}}})
+    write(cand_path, {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 30, "criticalThreshold": 20}}})
+    metrics = Metrics(CollectorRegistry())
+    processor = BatchProcessor(ConfigWatcher(live_path, lambda e: None, metrics).load_initial(), metrics)
+    candidate = ConfigWatcher(cand_path, lambda e: processor.use_candidate(e, candidate.sha256), metrics, name=CANDIDATE)
+    with caplog.at_level("ERROR", logger="loopwatch.config"):
+        assert candidate.load_or_refuse() is None
+        assert candidate.poll() is False  # the same file: not refused (nor logged) again
+    refusals = [r.getMessage() for r in caplog.records if "refused new config" in r.getMessage()]
+    assert len(refusals) == 1 and "\n" not in refusals[0]
+    assert str(cand_path) in refusals[0] and "running without a candidate config until the file is fixed" in refusals[0]
+    sample = metrics.registry.get_sample_value
+    assert sample("loopwatch_config_file_refused", {"config": "candidate"}) == 1
+    assert sample("loopwatch_config_reloads_total", {"result": "refused", "config": "candidate"}) == 1
+    assert processor.candidate is None and candidate.sha256 == "defaults"
+
+    write(cand_path, {"tools": {"loopDetection": {"enabled": True, "criticalThreshold": 15}}})
+    assert candidate.poll() is True
+    assert processor.candidate.settings_for(None).detection.critical_threshold == 15
+    assert processor.runs.with_candidate and processor.sha256[CANDIDATE] == candidate.sha256 != "defaults"
+    assert sample("loopwatch_config_file_refused", {"config": "candidate"}) == 0
+    assert sample("loopwatch_config_reloads_total", {"result": "applied", "config": "candidate"}) == 1

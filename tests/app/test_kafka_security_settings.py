@@ -112,6 +112,19 @@ def test_explain_names_permanent_refusals_only(error, expected):
         assert text.startswith(expected)
 
 
+@pytest.mark.parametrize("error, tls, expected", [
+    # what asyncio raises when a PLAINTEXT listener drops a TLS handshake (issue 26)
+    (ConnectionResetError(), True, "the listener did not speak TLS"),
+    (ssl.SSLEOFError(8, "EOF occurred in violation of protocol"), True, "the listener did not speak TLS"),
+    (ConnectionResetError(), False, None),  # a plaintext client: a reset is not explained
+    (ConnectionResetError(104, "Connection reset by peer"), True, None),  # a reset with a cause of its own
+    (ConnectionRefusedError(111, "Connection refused"), True, None),
+])
+def test_a_tls_client_dropped_in_its_handshake_is_told_the_listener_does_not_speak_tls(error, tls, expected):
+    text = explain(error, tls=tls)
+    assert (text is None) if expected is None else text.startswith(expected)
+
+
 async def test_broker_access_turns_an_explained_bootstrap_failure_into_one_error(caplog):
     """The way aiokafka fails a bootstrap: it logs the cause, then raises a bare error."""
     log = logging.getLogger("aiokafka")

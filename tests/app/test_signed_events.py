@@ -174,3 +174,71 @@ def test_without_a_keyring_the_owner_is_recorded_but_not_enforced():
     from streams.app.run_store import unpack_state
     (value,) = writes.values()
     assert unpack_state(value).owner == "main"
+
+
+def test_with_signed_events_a_fleet_incident_counts_only_agents_whose_signatures_verified():
+    # Issue 26: one runner holding main's key names 20 runs of three agents, all failing on
+    # one tool.  Only main's events are processed (the others are bad_signature), so the fleet
+    # topology is sent one agent, and no incident can reach minAgents (3).  Without a keyring
+    # the same records carry three agents: what the events claim.
+    from schemas.events import ToolCallCompleted
+    from schemas.fleet import FleetOutcome, decode_fleet_record
+    from streams.engine.config import FleetIncidentSettings
+    from streams.engine.fleet import count_outcome, digest16, qualifies
+    from streams.scenarios import tool_outage
+
+    config = {**CONFIG, "loopwatch": {"fleetIncidents": {"enabled": True}}}
+    events = [e for e in tool_outage(runs=20, agents=3, calls_per_run=1) if isinstance(e, ToolCallCompleted)]
+    assert {e.agent_id for e in events} == {"agent-0", "agent-1", "agent-2"}
+    key = SigningKey("a0-1", "agent-0", b"a" * 32)
+
+    def agents_sent(processor, records) -> tuple[set[str], bool]:
+        result = run(processor, records)
+        outcomes = [decode_fleet_record(value) for _key, value in result.fleet]
+        assert all(isinstance(o, FleetOutcome) for o in outcomes)
+        value = None
+        settings = FleetIncidentSettings()
+        for o in outcomes:
+            value = count_outcome(value, o.run, o.agent, settings)
+        return {o.agent for o in outcomes}, qualifies(value, settings)
+
+    signed_agents, signed_qualifies = agents_sent(BatchProcessor(LoopEngine(config), keyring=Keyring([key])),
+                                                  signed(events, key))
+    assert signed_agents == {digest16("agent-0")} and not signed_qualifies
+    claimed_agents, claimed_qualifies = agents_sent(BatchProcessor(LoopEngine(config)), signed(events, key))
+    assert claimed_agents == {digest16(f"agent-{i}") for i in range(3)} and claimed_qualifies
+
+
+def test_a_signed_event_replayed_within_the_64_id_window_is_skipped_and_after_it_applied_again():
+    # Issue 26: a replay is the record's exact bytes (its signature verifies) on a new offset.
+    # The worker skips an event id among the last SEEN_EVENT_IDS (64) its run applied; an older
+    # one replayed counts again (README, Signed events: what it does not cover).
+    from streams.app.run_store import SEEN_EVENT_IDS
+
+    p = BatchProcessor(LoopEngine(CONFIG), keyring=Keyring([MAIN]))
+    events = loop_events("r", "main", 40)  # 80 events
+    records = signed(events, MAIN)
+    first = run(p, records)
+    assert first.events == 80 and first.dead_letters == []
+    recent, old = records[80 - SEEN_EVENT_IDS], records[80 - SEEN_EVENT_IDS - 1]
+
+    def replay(record, offset):
+        return Record(record.topic, record.partition, offset, record.key, record.value, record.timestamp, record.headers)
+
+    within = run(p, [replay(recent, 80)])
+    assert (within.events, within.duplicates, within.dead_letters) == (0, 1, [])
+    after = run(p, [replay(old, 81)])
+    assert (after.events, after.duplicates, after.dead_letters) == (1, 0, [])
+
+
+def test_events_signed_with_a_key_rotated_out_are_refused_from_the_next_batch_on():
+    # An expired key is one removed from the keyring (keys carry no expiry date): the worker
+    # swaps its keyring between batches (KeyringWatcher -> BatchProcessor.keyring).
+    p = BatchProcessor(LoopEngine(CONFIG), keyring=Keyring([MAIN, MAIN_NEXT]))
+    events = loop_events("r", "main", 4)
+    assert run(p, signed(events[:2], MAIN)).dead_letters == []
+    p.keyring = Keyring([MAIN_NEXT])
+    result = run(p, signed(events[2:4], MAIN, start=2) + signed(events[4:6], MAIN_NEXT, start=4))
+    assert [(l.reason, l.detail, l.record.offset) for l in result.dead_letters] == [
+        ("bad_signature", "unknown key id 'main-1'", 2), ("bad_signature", "unknown key id 'main-1'", 3)]
+    assert result.events == 2

@@ -179,15 +179,30 @@ def test_worker_help_shows_every_option_and_setting():
         assert env_name(f.name) in proc.stdout
 
 
-def test_worker_refuses_a_candidate_config_of_another_scope_at_start(tmp_path, monkeypatch):
+@pytest.mark.parametrize("content, reason", [
     # A candidate judges the live config's run states, so it must group events as the live
     # config does (issue 16 with issue 17's session scope).
+    ("tools:\n  loopDetection:\n    enabled: true\nloopwatch:\n  scope: session\n",
+     "loopwatch.scope (session) is not the live config's (run)"),
+    ("tools: [unclosed\n", "candidate.yaml"),
+    ("", "candidate.yaml"),
+], ids=["another-scope", "unparsable", "empty"])
+def test_worker_refuses_a_bad_candidate_config_at_start_in_one_line_and_goes_on(tmp_path, monkeypatch, content,
+                                                                                  reason):
+    # Issue 26: a shadow-only file must not keep the worker on its live config from starting.
+    # The candidate is refused in one line, and the worker goes on to its next step: the
+    # broker, which does not answer here (test_shadow.py starts one on a real broker).
     live, candidate = tmp_path / "live.yaml", tmp_path / "candidate.yaml"
     live.write_text("tools:\n  loopDetection:\n    enabled: true\n")
-    candidate.write_text("tools:\n  loopDetection:\n    enabled: true\nloopwatch:\n  scope: session\n")
+    candidate.write_text(content)
     monkeypatch.setenv("LOOPWATCH_CANDIDATE_CONFIG", str(candidate))
     proc = worker_at_no_broker(live, tmp_path)
-    one_line_error(proc, 2, str(candidate), "loopwatch.scope (session) is not the live config's (run)")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    refusals = [line for line in lines if "refused new config" in line]
+    assert len(refusals) == 1, proc.stderr
+    assert reason in refusals[0] and "running without a candidate config until the file is fixed" in refusals[0]
+    assert lines[-1].startswith("loopwatch worker: cannot use the Kafka cluster: 127.0.0.1:9: no broker answers"), lines
 
 
 def test_worker_with_no_broker_answering_is_one_line(tmp_path):

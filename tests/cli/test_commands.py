@@ -190,13 +190,20 @@ def test_replay_the_fleet_examples():
 
 
 def test_config_check_shows_the_fleet_wide_options():
-    effective = json.loads(loopwatch("config", "check", EXAMPLES / "fleet-options.yaml", "--json", check=True).stdout)
+    proc = loopwatch("config", "check", EXAMPLES / "fleet-options.yaml", "--json", check=True)
+    effective = json.loads(proc.stdout)
     assert effective["(fleet)"] == {
         "scope": "session",
         "fleetIncidents": {"enabled": True, "minRuns": 20, "minAgents": 3, "windowSeconds": 300, "hopSeconds": 60,
-                           "quietSeconds": 300},
+                           "quietSeconds": 300, "maxOpenIncidents": 50, "maxToolsPerAgentPerMinute": 30},
         "agentRings": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "windowSeconds": 3600},
     }
     assert effective["(default)"]["loopwatch"]["detectors"] == {"cycle": True}
+    # Issue 26: that incidents can be forged without signed events, in one warning line.
+    assert proc.stderr.strip().splitlines() == [
+        "loopwatch config check: warning: loopwatch.fleetIncidents: without signed events (LOOPWATCH_SIGNING_KEYS) "
+        "the runs and agents an incident counts are what events claim, so one producer can open incidents for any "
+        "tool (bounded by maxOpenIncidents and maxToolsPerAgentPerMinute); with signed events only agents whose "
+        "signatures verified count"]
     plain = json.loads(loopwatch("config", "check", EXAMPLES / "loop-detection.yaml", "--json", check=True).stdout)
     assert plain["(fleet)"] == {"scope": "run", "fleetIncidents": {"enabled": False}, "agentRings": {"enabled": False}}

@@ -9,6 +9,7 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schemas.events import ToolCallCompleted
 from schemas.fleet import FleetSend, IncidentOpened, IncidentResolved, RingNotice
 from schemas.names import CRITICAL, WARNING
 from streams.edge import completed_event, requested_event
@@ -249,3 +250,73 @@ def test_the_simulator_forgets_windows():
     for event in tool_outage(runs=10, start_ms=0) + tool_outage(runs=10, start_ms=3_600_000, run_prefix="late"):
         simulator.observe(event)
     assert all(start >= 3_600 - 60 for _tool, _fp, start in simulator._windows)
+
+
+# -- forged incidents and their bounds (issue 26) ------------------------------------------------------
+
+
+def forged_outcomes(tools: int, *, runs: int = 20, agents: int = 3, span_ms: int = 120_000, start_ms: int = 0):
+    """One producer without signatures: for each of ``tools`` tools, ``runs`` made-up runs of
+    ``agents`` made-up agent ids (the same ids for every tool) return the same error, one
+    completed call each; the tools one after another, evenly over ``span_ms``."""
+    step = span_ms // (tools * runs)
+    out = []
+    for t in range(tools):
+        calls = [e for e in tool_outage(f"tool-{t:04d}", runs=runs, agents=agents, calls_per_run=1, run_prefix=f"t{t}")
+                 if isinstance(e, ToolCallCompleted)]
+        out += [msgspec.structs.replace(e, ts_ms=start_ms + (t * runs + i) * step) for i, e in enumerate(calls)]
+    return out
+
+
+def opened_by(simulator: FleetSimulator, events) -> list:
+    return [r for e in events for r in simulator.observe(e) if isinstance(r, IncidentOpened)]
+
+
+def test_one_producer_opens_an_incident_for_every_tool_without_the_bounds():
+    # The issue's finding, reproduced without Kafka: 20 runs x 3 agent ids per tool qualify
+    # every tool (the counts are what the events claim).
+    unbounded = FleetSimulator(FleetIncidentSettings(max_open=10_000, max_tools_per_agent=10_000), None)
+    assert len(opened_by(unbounded, forged_outcomes(300))) == 300
+
+
+def test_the_open_cap_and_the_per_agent_rate_limit_bound_what_one_producer_forges():
+    # 1,000 tools over two minutes of event time, starting on a minute: tools 0-499 in minute
+    # 0, 500-999 in minute 1 (120 ms a tool).  Worked by hand from the defaults (30 tools per
+    # agent id a minute, 50 open): each of the 3 agent ids adds the first 30 tools it meets in
+    # a minute, so tools 0-29 open in minute 0 and 500-529 qualify in minute 1, of which 20
+    # open before the cap; the other 10 are refused at their 20th run, their only qualifying
+    # outcome.  Every other outcome is limited: (470 + 470) tools x 20 runs.
+    simulator = FleetSimulator(FleetIncidentSettings(), None)
+    opened = opened_by(simulator, forged_outcomes(1000))
+    assert [o.tool_name for o in opened] == [f"tool-{t:04d}" for t in [*range(30), *range(500, 520)]]
+    assert len(simulator.view.incidents) == len(simulator._incidents) == 50
+    assert simulator.capped == 10
+    assert simulator.limit.limited == 940 * 20
+    # The same after a restart (a fresh simulator, as a worker's limiter starts afresh): the
+    # cap holds the open incidents at 50, whatever the producer sends.
+    more = opened_by(simulator, forged_outcomes(1000, start_ms=180_000))
+    assert more == [] and len(simulator._incidents) == 50
+
+
+def test_the_fleet_tables_stay_bounded_under_a_flood_of_distinct_tools_runs_and_agents():
+    # A flood the per-agent limit cannot stop: every outcome names a new tool, run and agent id
+    # (20 outcomes a second, window 60 s hopping every 10 s).  The windows held stop growing
+    # once the oldest expire: an outcome is in window/hop windows, and a window is dropped at
+    # the first hop after it has been over for a window (as the simulator sweeps), so at most
+    # (2 x window + hop) s of outcomes are held;
+    # the limiter forgets its agents every minute; the open incidents stay at or under the cap
+    # (none open here: one run per tool).
+    settings = FleetIncidentSettings(window_s=60, hop_s=10, min_runs=2, min_agents=1)
+    simulator = FleetSimulator(settings, None)
+    rate, peaks = 20, []
+    for minute in range(12):
+        for i in range(60 * rate):
+            n = minute * 60 * rate + i
+            [call] = [e for e in tool_outage(f"flood-{n}", runs=1, agents=1, calls_per_run=1, run_prefix=f"f{n}")
+                      if isinstance(e, ToolCallCompleted)]
+            simulator.observe(msgspec.structs.replace(call, agent_id=f"agent-{n}", ts_ms=n * 1000 // rate))
+        peaks.append(len(simulator._windows))
+    bound = rate * (2 * settings.window_s + settings.hop_s) * (settings.window_s // settings.hop_s)
+    assert max(peaks) <= bound, (peaks, bound)
+    assert peaks[-1] == peaks[-6]  # steady: 12 minutes of flood hold what 7 did
+    assert len(simulator.limit.tools) <= 60 * rate and len(simulator._incidents) == 0

@@ -177,3 +177,35 @@ async def test_agents_in_a_ring_are_warned_then_blocked(fleet_worker):
     assert by_round[6] == {("block", "agent_ring", 5)}
     assert len({a[1] for a in answers if a[0] == 6}) == 3  # every run of the ring
     assert worker.metric("loopwatch_agent_rings_total", level="critical") >= 1
+
+
+async def test_forged_incidents_are_bounded_by_the_open_cap_and_the_per_agent_rate_limit(lw):
+    # Issue 26, on a real worker: one producer, no signatures, 6 tools each failing in 2 runs
+    # of one claimed agent id.  Worked by hand (minRuns 2, minAgents 1): the agent adds 3
+    # distinct tools in a minute (maxToolsPerAgentPerMinute), so the other 3 tools' 6 outcomes
+    # are not counted; the 3 tools admitted qualify at their second run, and 2 open
+    # (maxOpenIncidents) while the third is refused.
+    config = lw.tmp / "capped.json"
+    write_config(config, {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"fleetIncidents": {
+        "enabled": True, "minRuns": 2, "minAgents": 1, "windowSeconds": 60, "hopSeconds": 10, "quietSeconds": 600,
+        "maxOpenIncidents": 2, "maxToolsPerAgentPerMinute": 3}}})
+    worker = lw.worker(config=config).start()
+    worker.wait_ready(timeout=120)
+    assert "one producer can open incidents for any tool" in worker.log_text()  # the log says so
+    while time.time() % 60 > 30:  # all of it within one minute of the limiter's (no timing assertion)
+        await asyncio.sleep(1)
+    events = []
+    for t in range(6):
+        events += [e for e in tool_outage(f"forged-{t}", runs=2, agents=1, calls_per_run=1,
+                                          run_prefix=f"{lw.names.tag}-t{t}", start_ms=now_ms())]
+    await produce(lw.broker, lw.names.tool_calls, encode_all(events))
+    deadline = time.monotonic() + 90
+    while (worker.metric("loopwatch_fleet_outcomes_limited_total") < 6
+           or worker.metric("loopwatch_fleet_incidents_capped_total") < 1):
+        assert time.monotonic() < deadline, worker.metrics()
+        await asyncio.sleep(0.5)
+    opened = [i for i in await incidents(lw, settle=2.0, timeout=10) if isinstance(i, IncidentOpened)]
+    assert len(opened) == 2 and len({i.tool_name for i in opened}) == 2
+    assert worker.metric("loopwatch_fleet_outcomes_limited_total") == 6
+    assert worker.metric("loopwatch_fleet_incidents_capped_total") == 1
+    assert worker.metric("loopwatch_fleet_incidents_opened_total") == 2

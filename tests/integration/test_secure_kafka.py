@@ -18,6 +18,7 @@ import logging
 import random
 import secrets
 import shutil
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -345,6 +346,17 @@ def other_ca(directory: Path) -> bytes:
     return out.stdout
 
 
+def assert_stops_with_one_line(worker: WorkerProcess, line: str) -> None:
+    """The worker exits with status 2, having logged ``line`` and nothing else."""
+    try:
+        code = worker.proc.wait(timeout=120)  # a guard against a hang, not a speed requirement
+    finally:
+        worker.kill()
+    lines = [text for text in worker.log_text().splitlines() if text and not text.startswith("=====")]
+    assert code == 2
+    assert lines == [line]
+
+
 @pytest.mark.parametrize("case", ["wrong-password", "untrusted-certificate"])
 async def test_refused_credentials_and_untrusted_certificates_stop_worker_and_client_with_one_line(secured, tmp_path, case):
     kafka = secured.kafka
@@ -360,14 +372,9 @@ async def test_refused_credentials_and_untrusted_certificates_stop_worker_and_cl
                   " is the CA file the one that signed the brokers' certificates?")
         options = kafka.client_options("runner", cafile=tmp_path / "other-ca.crt")
 
-    worker = secured.start_worker(pod, f"worker-{case}")
-    try:
-        code = worker.proc.wait(timeout=120)  # a guard against a hang, not a speed requirement
-    finally:
-        worker.kill()
-    lines = [line for line in worker.log_text().splitlines() if line and not line.startswith("=====")]
-    assert code == 2
-    assert lines == [f"loopwatch worker: cannot use the Kafka cluster: {kafka.bootstrap}: {reason.format(user='loopwatch')}"]
+    assert_stops_with_one_line(secured.start_worker(pod, f"worker-{case}"),
+                               f"loopwatch worker: cannot use the Kafka cluster: {kafka.bootstrap}: "
+                               f"{reason.format(user='loopwatch')}")
 
     with pytest.raises(BrokerAccessError) as info:
         async with LoopwatchClient(kafka.bootstrap, **options):
@@ -565,3 +572,18 @@ async def test_no_password_or_signing_key_in_logs_metrics_topics_or_state(secure
     leaks = [f"{what} in {where}" for what, forms in needles.items() for where, text in haystacks.items()
              if any(form in text for form in forms)]
     assert leaks == []
+
+
+async def test_a_tls_worker_or_client_at_a_plaintext_listener_is_told_it_does_not_speak_tls(kafka_broker, tmp_path):
+    # Issue 26: before, "no broker answers ()".  The plain broker's listener reads the TLS
+    # ClientHello as a Kafka request and drops the connection during the handshake.
+    reason = ("the listener did not speak TLS: it closed the connection during the TLS handshake; is it a PLAINTEXT "
+              "listener (check the port and the security protocol)?")
+    worker = WorkerProcess(kafka_broker, WorkerNames(prefix="lwtls"), env={"LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "SSL"},
+                           log_dir=tmp_path, label="tls-at-plaintext").start()
+    assert_stops_with_one_line(worker, f"loopwatch worker: cannot use the Kafka cluster: {kafka_broker}: {reason}")
+    with pytest.raises(BrokerAccessError) as info:
+        async with LoopwatchClient(kafka_broker, security_protocol="SSL", ssl_context=ssl.create_default_context(),
+                                   timeout=10):
+            pass
+    assert str(info.value) == f"{kafka_broker}: {reason}"

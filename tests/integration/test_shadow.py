@@ -162,3 +162,47 @@ async def test_a_candidate_config_survives_a_kill_9_like_the_live_state(lw):
         assert time.monotonic() < deadline, worker.metrics()
         await asyncio.sleep(0.3)
     assert worker.metric("loopwatch_candidate_outcome_changes_total") == len(runs)
+
+
+async def test_a_worker_restarted_with_a_broken_candidate_starts_and_enforces_its_live_config(lw):
+    # Issue 26: before, a candidate file that does not validate kept the worker from starting
+    # after any restart, so a shadow-only file turned enforcement off.  Now: the worker starts,
+    # is ready, serves verdicts from the live config, and says it refused the candidate (one
+    # log line, the gauge behind LoopwatchConfigRefused); a fixed file is applied without a restart.
+    live_config = config_file(lw, ENABLED)
+    candidate_config = config_file(lw, {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 30,
+                                                                     "criticalThreshold": 20}}}, "candidate.json")
+    worker = lw.worker(config=live_config, env={"LOOPWATCH_CANDIDATE_CONFIG": str(candidate_config)}).start()
+    worker.wait_ready(90)
+    deadline = time.monotonic() + 30
+    while not worker.metrics():  # the metrics server starts beside the web server, not before it
+        assert time.monotonic() < deadline, worker.log_tail()
+        await asyncio.sleep(0.3)
+    assert worker.metric("loopwatch_config_file_refused", config="candidate") == 1
+    assert worker.metric("loopwatch_config_file_refused", config="live") == 0
+    assert worker.metric("loopwatch_config_reloads_total", config="candidate", result="refused") == 1
+    refusals = [line for line in worker.log_text().splitlines() if "refused new config" in line]
+    assert len(refusals) == 1 and str(candidate_config) in refusals[0], refusals
+    assert "running without a candidate config until the file is fixed" in refusals[0]
+    # The live config's verdicts (hand-worked: warned at the 11th identical call, blocked at the 21st).
+    tag = lw.names.tag
+    async with client_for(lw, mode="gate", fail_closed=True) as gate:
+        run = gate.run(f"{tag}-main", session_key=f"agent:main:{tag}", agent_id="main")
+        decisions = await same_calls(run, 21)
+    assert [d.action for d in decisions] == ["allow"] * 10 + ["warn"] + ["allow"] * 9 + ["block"]
+    assert worker.running
+    # The candidate fixed: applied by the running worker, its verdicts on the shadow topic.
+    write_config(candidate_config, STRICT)
+    deadline = time.monotonic() + 60
+    while worker.metric("loopwatch_config_reloads_total", config="candidate", result="applied") < 1:
+        assert time.monotonic() < deadline and worker.running, worker.log_tail()
+        await asyncio.sleep(0.5)
+    assert worker.metric("loopwatch_config_file_refused", config="candidate") == 0
+    now = int(time.time() * 1000)
+    events = repeat(f"{tag}-fixed", range(9), now)
+    await produce(lw.broker, lw.names.tool_calls, encode_all(events))
+    expected = reference_verdicts(events, STRICT)
+    assert [v.action for v in expected] == ["allow"] * 8 + ["block"]
+    records = await collect_verdicts(lw.broker, lw.names.shadow_verdicts, [v.verdict_id for v in expected], settle=0.5)
+    by_id, _duplicates, differing = dedupe(by_config(records, "candidate"))
+    assert differing == 0 and by_id == {v.verdict_id: v for v in expected}

@@ -323,3 +323,34 @@ async def test_only_health_and_metrics_are_served(lw):
     assert status == 200 and "loopwatch_ready" in text
     for path in ("/", "/healthz", "/anything", "/metrics/x"):
         assert worker.http(path, worker.metrics_port)[0] == 404, path
+
+
+async def test_a_full_state_disk_is_shown_on_readyz_and_a_metric_before_the_worker_stops(lw):
+    # Issue 26: a full state disk (ENOSPC injected in the run store's write path,
+    # tests/integration/full_disk_worker.py) stops the worker with its one-line reason; before
+    # the exit /readyz says why and loopwatch_state_disk_full is 1.
+    import sys
+    from pathlib import Path
+
+    from streams.scenarios import run_events
+
+    trigger = lw.tmp / "disk-full"
+    worker = lw.worker(env={"LOOPWATCH_TEST_DISK_FULL": str(trigger)},
+                       command=[sys.executable, str(Path(__file__).with_name("full_disk_worker.py"))]).start()
+    worker.wait_ready(90)
+    trigger.touch()
+    events = run_events("healthy", f"{lw.names.tag}-r", length=5, end=False, start_ms=int(time.time() * 1000))
+    await produce(lw.broker, lw.names.tool_calls, encode_all(events))  # a run to store: the write fails
+    deadline = time.monotonic() + 60
+    while worker.metric("loopwatch_state_disk_full") != 1:
+        assert time.monotonic() < deadline and worker.running, worker.log_tail()
+        await asyncio.sleep(0.3)
+    status, body = worker.http("/readyz")
+    assert status == 503, (status, body)
+    ready = json.loads(body)
+    assert ready["ready"] is False and ready["error"].startswith(
+        "state disk full: the run table's write failed (IO error: No space left on device")
+    code = worker.proc.wait(timeout=120)  # it stops after its hold (a guard, not a timing assertion)
+    assert code != 0
+    lines = [line for line in worker.log_text().splitlines() if "state disk full" in line]
+    assert len(lines) == 1 and "free space on the state volume (LOOPWATCH_DATA_DIR) or grow it" in lines[0], lines

@@ -21,6 +21,7 @@ ALERTS = {
     "LoopwatchRunnerClockAhead",
     "LoopwatchConfigRefused",
     "LoopwatchToolOutage",
+    "LoopwatchFleetIncidentsLimited",
 }
 RUNBOOK_BASE = "https://github.com/loopwatch/loopwatch/blob/main/README.md#alert-"
 
