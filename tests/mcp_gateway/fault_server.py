@@ -1,0 +1,43 @@
+"""A real MCP server (the ``mcp`` SDK's own, over stdio) whose tools misbehave on request, for
+the gateway's upstream-fault tests: ``ok`` answers, ``crash`` kills the process, ``hang`` never
+answers, ``malformed`` answers with a result that is not a tool result."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import anyio
+import mcp_types as types
+from mcp.server import Server
+from mcp.server.stdio import stdio_server
+
+# The wire itself: stdio_server diverts fd 1 to stderr while it serves, so anything printed
+# goes to the log; a malformed answer has to be written past it.
+WIRE = os.dup(1)
+TOOLS = [types.Tool(name=name, input_schema={"type": "object"}) for name in ("ok", "crash", "hang", "malformed")]
+
+
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=TOOLS)
+
+
+async def call_tool(ctx, params):
+    if params.name == "ok":
+        return types.CallToolResult(content=[types.TextContent(type="text", text="fine")])
+    if params.name == "crash":
+        os._exit(3)
+    if params.name == "malformed":
+        line = json.dumps({"jsonrpc": "2.0", "id": ctx.request_id, "result": {"content": "not a list"}})
+        os.write(WIRE, line.encode() + b"\n")
+    await anyio.sleep_forever()  # hang (and malformed: its real answer never comes)
+
+
+async def main() -> None:
+    server = Server("fault-server", on_list_tools=list_tools, on_call_tool=call_tool)
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+if __name__ == "__main__":
+    anyio.run(main)
