@@ -29,7 +29,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import mcp_types as types
 from mcp.server import Server
@@ -77,14 +77,42 @@ class GatewayOptions:
 
 
 class _Run:
-    __slots__ = ("handle", "last_used", "surfaced_warnings", "surfaced_blocks")
-    # surfaced_*: advisory mode's verdicts already shown to the model
+    """One run's handle and its publishing queue.
+
+    The agent never waits for an event's delivery it does not need: a completion (and in
+    advisory mode the request too) is published in the background, in order behind the run's
+    earlier events (``later``), and a gated request waits for them first (``settled``), so the
+    worker reads every run's events in the order they happened."""
+
+    __slots__ = ("handle", "last_used", "surfaced_warnings", "surfaced_blocks", "_last")
 
     def __init__(self, handle: RunHandle) -> None:
         self.handle = handle
         self.last_used = time.monotonic()
-        self.surfaced_warnings = 0
+        self.surfaced_warnings = 0  # advisory mode: the verdicts already shown to the model
         self.surfaced_blocks = 0
+        self._last: asyncio.Future | None = None
+
+    def later(self, publish: Callable[[], Awaitable[Any]], tasks: set) -> None:
+        previous = self._last
+
+        async def in_order() -> None:
+            if previous is not None:
+                await asyncio.wait([previous])
+            try:
+                await publish()
+            except RunAbortedError:
+                pass  # advisory mode: the abort arrived meanwhile; the next call is refused
+            except Exception as exc:  # noqa: BLE001 - the client logs failed deliveries; nothing else may stop the queue
+                log.warning("run %s: event not published: %s", self.handle.fields["run_id"], exc)
+
+        self._last = task = asyncio.ensure_future(in_order())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def settled(self) -> None:
+        if self._last is not None and not self._last.done():
+            await asyncio.wait([self._last])
 
 
 @dataclass
@@ -120,6 +148,7 @@ class Gateway:
         self._gateway_run = options.run_id or f"mcp-{uuid.uuid4().hex[:16]}"
         self._agent_sessions: list[Any] = []
         self._sweeper: asyncio.Task | None = None
+        self._publishing: set[asyncio.Future] = set()
         self.server: Server | None = None
 
     # -- life cycle -------------------------------------------------------------------------------
@@ -151,6 +180,8 @@ class Gateway:
             await asyncio.gather(self._sweeper, return_exceptions=True)
         for key in list(self._runs):
             await self._end_run(key, "gateway stopped")
+        if self._publishing:
+            await asyncio.wait(set(self._publishing))
         for upstream in self.upstreams:
             await upstream.close()
         await self.client.stop()
@@ -163,6 +194,7 @@ class Gateway:
     async def _end_run(self, key: str, reason: str) -> None:
         run = self._runs.pop(key, None)
         if run is not None:
+            await run.settled()
             await run.handle.end(reason)
 
     async def _sweep_idle_runs(self) -> None:
@@ -186,7 +218,7 @@ class Gateway:
         if has("prompts"):
             handlers.update(on_list_prompts=self._list_prompts, on_get_prompt=self._get_prompt)
         if has("completions"):
-            handlers["on_completion"] = self._complete
+            handlers["on_completion"] = self._completion
         infos = [u.client.server_info for u in self.upstreams if u.client is not None and u.client.server_info]
         instructions = "\n\n".join(u.client.instructions for u in self.upstreams
                                    if u.client is not None and u.client.instructions) or None
@@ -281,7 +313,13 @@ class Gateway:
         else:
             call_id = f"mcp-{next(self._call_ids)}"
             try:
-                decision = await handle.before_tool_call(name, args, tool_call_id=call_id)
+                if self.client.mode == "gate":
+                    await run.settled()
+                    decision = await handle.before_tool_call(name, args, tool_call_id=call_id)
+                else:
+                    handle.check()
+                    run.later(lambda: handle.before_tool_call(name, args, tool_call_id=call_id), self._publishing)
+                    decision = None
             except RunAbortedError as aborted:
                 return _error_result(aborted.message)
             except LoopBlocked as blocked:  # completed with upstream's blocked result by the client
@@ -294,10 +332,9 @@ class Gateway:
 
     async def _forward(self, ctx: Any, params: types.CallToolRequestParams, run: _Run, name: str,
                        args: dict, call_id: str, notice: str | None) -> Any:
-        handle = run.handle
         route = await self._route(name)
         if route is None:
-            await handle.after_tool_call(name, args, tool_call_id=call_id, error=unknown_tool_error(name))
+            self._complete(run, name, args, call_id, error=unknown_tool_error(name))
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
         upstream, tool = route
         timeout = self.options.upstream_timeout
@@ -317,7 +354,7 @@ class Gateway:
                 error = unknown_tool_error(name, exc.message)
             else:
                 error = ThrownError(exc.message)
-            await handle.after_tool_call(name, args, tool_call_id=call_id, error=error)
+            self._complete(run, name, args, call_id, error=error)
             raise  # a protocol error goes back to the agent as the upstream sent it
         except asyncio.TimeoutError:
             return await self._failed(run, name, args, call_id, upstream, f"no answer within {timeout:g}s")
@@ -337,14 +374,17 @@ class Gateway:
             return result  # the agent answers the input requests and retries: passed on unchanged
         if not isinstance(result, types.CallToolResult):
             return result  # a shape a client extension claimed: not a tool result to hash
-        await handle.after_tool_call(name, args, tool_call_id=call_id, **edge_outcome(result))
+        self._complete(run, name, args, call_id, **edge_outcome(result))
         return self._with_notices(run, result, notice)
 
     async def _failed(self, run: _Run, name: str, args: dict, call_id: str, upstream: Upstream, reason: str,
                       *, described: bool = False) -> types.CallToolResult:
         message = reason if described else f"upstream MCP server {upstream.spec.name!r} failed: {reason}"
-        await run.handle.after_tool_call(name, args, tool_call_id=call_id, error=ThrownError(message))
+        self._complete(run, name, args, call_id, error=ThrownError(message))
         return _error_result(message)
+
+    def _complete(self, run: _Run, name: str, args: dict, call_id: str, **outcome: Any) -> None:
+        run.later(lambda: run.handle.after_tool_call(name, args, tool_call_id=call_id, **outcome), self._publishing)
 
     def _with_notices(self, run: _Run, result: types.CallToolResult, notice: str | None) -> types.CallToolResult:
         """The result with loopwatch's notices for the model appended: gate mode, this call's
@@ -430,7 +470,7 @@ class Gateway:
             name, params.arguments, input_responses=params.input_responses, request_state=params.request_state,
             allow_input_required=True)
 
-    async def _complete(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+    async def _completion(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
         ref = params.ref
         upstream = None
         if isinstance(ref, types.PromptReference) and ref.name in self._prompt_routes:

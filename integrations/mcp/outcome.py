@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.canonical import stable_stringify
+from streams.canonical import js_trim, stable_stringify
 from streams.hashing import ThrownError, unknown_tool_name
 
 __all__ = ["canonical_form", "edge_outcome", "unknown_tool_error"]
@@ -40,10 +40,10 @@ def canonical_form(result: Any) -> dict:
 
 
 def _text(form: dict) -> str:
-    return "\n".join(
+    return js_trim("\n".join(
         block["text"] for block in form["content"]
         if isinstance(block, dict) and isinstance(block.get("type"), str) and isinstance(block.get("text"), str)
-    ).strip()
+    ))
 
 
 def edge_outcome(result: Any) -> dict:

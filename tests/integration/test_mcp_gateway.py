@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -252,7 +251,7 @@ async def test_upstream_hangs_crashes_answers_malformed_session_stays_up(worker)
         assert text_of(await agent.call_tool("ok", {})) == ["fine"]
         started = time.monotonic()
         hang = await agent.call_tool("hang", {})
-        assert hang.is_error and "fault_server" in text_of(hang)[0] or "timed out" in text_of(hang)[0]
+        assert hang.is_error and "failed: Request 'tools/call' timed out" in text_of(hang)[0], text_of(hang)
         assert time.monotonic() - started < 30
         malformed = await agent.call_tool("malformed", {})
         assert malformed.is_error and "malformed answer" in text_of(malformed)[0]
