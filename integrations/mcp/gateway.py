@@ -325,7 +325,7 @@ class Gateway:
             except LoopBlocked as blocked:  # completed with upstream's blocked result by the client
                 return _error_result(blocked.decision.message or "blocked by loopwatch")
             except NoDecisionError as exc:
-                return _error_result(f"loopwatch: {exc}; the call was not run")
+                return _error_result(f"{exc}; the call was not run")
             if decision is not None and decision.action == "warn" and decision.notify_model:
                 notice = decision.message
         return await self._forward(ctx, params, run, name, args, call_id, notice)
