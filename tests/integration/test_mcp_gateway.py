@@ -307,3 +307,40 @@ async def test_after_an_abort_every_further_call_is_refused_with_its_message(lw)
     for result in later:
         assert result.is_error and text_of(result) == [aborts[0].message]
     assert sum(isinstance(e, ToolCallRequested) for e in events) == 21  # refused calls are not published
+
+
+# -- no decision: fail open, or closed -------------------------------------------------------------
+
+
+async def test_no_decision_fails_open_by_default_and_closed_when_asked(worker):
+    """Topics nobody answers on: the call runs after the timeout, or is refused with
+    --fail-closed (the runner client's defaults and error)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    calls, verdicts = f"{worker.names.app_id}-idle-calls", f"{worker.names.app_id}-idle-verdicts"
+    admin = AIOKafkaAdminClient(bootstrap_servers=worker.broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, 2, 1) for name in (calls, verdicts)])
+    finally:
+        await admin.close()
+    idle = dict(tool_calls_topic=calls, verdicts_topic=verdicts, timeout=0.5)
+    async with over_stdio(worker, f"{worker.names.tag}-open", TIME_SERVER, **idle) as agent:
+        opened = await agent.call_tool("get_current_time", {"timezone": "UTC"})
+        assert not opened.is_error and "UTC" in text_of(opened)[0]
+    async with over_stdio(worker, f"{worker.names.tag}-closed", TIME_SERVER, fail_closed=True, **idle) as agent:
+        closed = await agent.call_tool("get_current_time", {"timezone": "UTC"})
+        assert closed.is_error and text_of(closed) == [
+            "no loopwatch decision for get_current_time within 0.5s (fail-closed); the call was not run"]
+
+
+# -- the benchmark runs (tiny; its figures are make bench-gateway's) ---------------------------------
+
+
+def test_bench_gateway_runs(kafka_broker):
+    proc = subprocess.run([sys.executable, "-m", "bench.gateway", "--broker", kafka_broker, "--calls", "3",
+                           "--rounds", "1", "--throughput", "16", "--concurrency", "4"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for line in ("direct    p50", "advisory  p50", "gate      p50", "decision  p50", "throughput advisory"):
+        assert line in proc.stdout, proc.stdout
