@@ -143,9 +143,9 @@ async def serve(options: GatewayOptions, *, http_port: int | None = None, host: 
     server = await gateway.start()
     try:
         if http_port is None:
-            from mcp.server.stdio import stdio_server
+            from .stdio import agent_stdio
 
-            async with stdio_server() as (read, write):
+            async with agent_stdio() as (read, write):
                 await server.run(read, write, server.create_initialization_options())
             await gateway.end_session_run()
         else:
