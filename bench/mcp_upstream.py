@@ -20,11 +20,16 @@ async def call_tool(ctx, params):
     return types.CallToolResult(content=[types.TextContent(type="text", text=f"echo {params.arguments}")])
 
 
-async def main() -> None:
-    server = Server("bench-echo", on_list_tools=list_tools, on_call_tool=call_tool)
-    async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
+def serve(server: Server) -> None:
+    """Serve ``server`` over this process's stdio until stdin closes (also the gateway tests'
+    fault server's)."""
+
+    async def main() -> None:
+        async with stdio_server() as (read, write):
+            await server.run(read, write, server.create_initialization_options())
+
+    anyio.run(main)
 
 
 if __name__ == "__main__":
-    anyio.run(main)
+    serve(Server("bench-echo", on_list_tools=list_tools, on_call_tool=call_tool))

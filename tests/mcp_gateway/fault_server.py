@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from pathlib import Path
 
 import anyio
 import mcp_types as types
 from mcp.server import Server
-from mcp.server.stdio import stdio_server
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run as a script: the repository's bench/
+from bench.mcp_upstream import serve  # noqa: E402
 
 # The wire itself: stdio_server diverts fd 1 to stderr while it serves, so anything printed
 # goes to the log; a malformed answer has to be written past it.
@@ -33,11 +37,5 @@ async def call_tool(ctx, params):
     await anyio.sleep_forever()  # hang (and malformed: its real answer never comes)
 
 
-async def main() -> None:
-    server = Server("fault-server", on_list_tools=list_tools, on_call_tool=call_tool)
-    async with stdio_server() as (read, write):
-        await server.run(read, write, server.create_initialization_options())
-
-
 if __name__ == "__main__":
-    anyio.run(main)
+    serve(Server("fault-server", on_list_tools=list_tools, on_call_tool=call_tool))
