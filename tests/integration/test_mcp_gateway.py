@@ -264,6 +264,23 @@ async def test_upstream_hangs_crashes_answers_malformed_session_stays_up(worker)
     assert [e.is_error for e in completed] == [False, True, True, True, False]
 
 
+async def test_a_multi_round_call_passes_through_and_is_one_call(worker):
+    """The upstream asks the agent for input (InputRequiredResult); the agent's SDK answers and
+    retries: the gateway passes both rounds on and publishes one request and one completion."""
+    run_id = f"{worker.names.tag}-input"
+
+    async def elicit(context, params):
+        return types.ElicitResult(action="accept", content={"name": "ada"})
+
+    params = StdioServerParameters(command=LOOPWATCH, args=gateway_args(worker, run_id, " ".join(FAULT_SERVER)),
+                                   env={**os.environ})
+    async with Client(params, read_timeout_seconds=60, elicitation_callback=elicit) as agent:
+        assert text_of(await agent.call_tool("ask", {})) == ["hello ada"]
+    events = await published(worker, run_id, 1)
+    assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
+    assert events[0].tool_call_id == events[1].tool_call_id
+
+
 async def test_unreachable_upstream_each_call_gets_a_clear_error(worker, everything):
     upstream_port = free_port()
     server = Process([str(everything), "streamableHttp"], env={"PORT": str(upstream_port)},
