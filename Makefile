@@ -16,7 +16,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,ops,bench,langchain,openai-agents,pydantic-ai]'
+	$(PY) -m pip install -q -e '.[test,ops,bench,langchain,openai-agents,pydantic-ai,mcp,mcp-test]'
 	touch $(STAMP)
 
 # The TypeScript client (clients/typescript): npm dependencies from its lock file (npm's cache
@@ -38,6 +38,21 @@ $(TS_BUILT): $(TS_DEPS) $(TS_SOURCES)
 
 ts-client: $(TS_BUILT)
 
+# The npm MCP servers the gateway's tests run against (tests/mcp_gateway/servers: package.json and
+# its lock file), installed under ~/.cache/loopwatch/mcp-servers; npm's cache makes a reinstall cheap.
+MCP_SERVERS ?= $(HOME)/.cache/loopwatch/mcp-servers
+MCP_SERVERS_SRC := tests/mcp_gateway/servers
+MCP_SERVERS_DEPS := $(MCP_SERVERS)/node_modules/.package-lock.json
+
+$(MCP_SERVERS_DEPS): $(MCP_SERVERS_SRC)/package.json $(MCP_SERVERS_SRC)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node.js >= 20) is required for the MCP gateway's test servers" >&2; exit 1; }
+	mkdir -p $(MCP_SERVERS)
+	cp $(MCP_SERVERS_SRC)/package.json $(MCP_SERVERS_SRC)/package-lock.json $(MCP_SERVERS)/
+	cd $(MCP_SERVERS) && npm ci --no-audit --no-fund
+	touch $@
+
+mcp-servers: $(MCP_SERVERS_DEPS)
+
 # helm, kubeconform, promtool/prometheus and kubeconform's offline schemas for the ops tests,
 # cached under ~/.cache/loopwatch: a no-op (well under a second) once they are there.
 ops-tools: install
@@ -46,8 +61,8 @@ ops-tools: install
 # The full suite: unit, conformance, golden traces, ops checks and integration tests on the
 # real broker.  pytest exits non-zero (5) when it collects no tests, which fails the target;
 # -rs lists every skipped test with its reason (with CI set, any skip fails the run).
-test: install ops-tools kafka ts-client
-	$(PY) -m pytest -q -rs -p no:cacheprovider tests
+test: install ops-tools kafka ts-client mcp-servers
+	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) $(PY) -m pytest -q -rs -p no:cacheprovider tests
 
 test-unit: install ops-tools ts-client
 	$(PY) -m pytest -q -rs -p no:cacheprovider tests -m "not kafka"
@@ -95,6 +110,10 @@ bench: install kafka
 # loopwatch backtest over a generated fleet file, on one core (issue 16).
 bench-backtest: install
 	$(PY) -m bench.backtest $(BENCH_ARGS)
+
+# The MCP gateway's own cost per call over a direct MCP call, alternated (issue 27).
+bench-gateway: install kafka
+	$(PY) -m bench.gateway $(BENCH_ARGS)
 
 clean:
 	rm -rf .pytest_cache .hypothesis build *.egg-info $(TS)/dist

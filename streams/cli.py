@@ -240,6 +240,17 @@ def _demo(args: argparse.Namespace, rest: list[str]) -> int:
     return run_demo(rest)
 
 
+def _mcp_gateway(args: argparse.Namespace, rest: list[str]) -> int:
+    try:
+        import mcp  # noqa: F401 - the optional extra; the gateway's package imports it everywhere
+    except ImportError:
+        print("loopwatch mcp-gateway: needs the optional extra: pip install 'loopwatch[mcp]'", file=sys.stderr)
+        return 2
+    from integrations.mcp.cli import main as gateway_main
+
+    return gateway_main(rest)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loopwatch", description="Central tool-loop detection for AI agent runners.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -306,6 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", add_help=False, help="start broker (if needed), worker and a simulated fleet; show decisions live")
     p.set_defaults(func=_demo, passthrough=True)
+
+    p = sub.add_parser("mcp-gateway", add_help=False,
+                       help="an MCP server in front of MCP servers, guarding every tool call (needs loopwatch[mcp])")
+    p.set_defaults(func=_mcp_gateway, passthrough=True)
     return parser
 
 

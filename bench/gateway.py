@@ -1,0 +1,188 @@
+"""``make bench-gateway``: what ``loopwatch mcp-gateway`` adds to an MCP tool call (issue 27).
+
+One run, on the local broker with a real worker, holds four paths open at once and alternates
+them in rounds (the order rotates each round, so the shared machine's swings hit all alike):
+
+* **direct**: the ``mcp`` SDK's client calls ``bench/mcp_upstream.py`` (stdio) itself;
+* **advisory**: the same call through a gateway in advisory mode (stdio on both sides);
+* **gate**: the same call through a gateway in gate mode;
+* **decision**: loopwatch's decision round trip alone: ``LoopwatchClient.before_tool_call`` in
+  gate mode (publish the request, the worker decides, the verdict comes back), no MCP at all.
+
+Every call has new arguments (a healthy run: nothing is blocked).  Targets: advisory adds at
+most 1 ms at p50 and 3 ms at p99 over direct; gate adds at most 2 ms at p99 beyond direct plus
+the decision round trip; and at least 2,000 calls/s through one gateway process (advisory,
+``--concurrency`` calls in flight from one agent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from mcp import Client, StdioServerParameters
+
+from bench.core import steal_jiffies
+from bench.kafka import cpu_model
+from harness import REPO, WorkerNames, WorkerProcess, write_config
+from streams.client import LoopwatchClient
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+UPSTREAM = [sys.executable, "-m", "bench.mcp_upstream"]
+LOOPWATCH = str(Path(sys.executable).parent / "loopwatch")
+TARGETS = {"advisory_p50_ms": 1.0, "advisory_p99_ms": 3.0, "gate_beyond_decision_p99_ms": 2.0, "calls_per_s": 2000}
+
+
+def _bootstrap() -> str:
+    out = subprocess.run([str(REPO / "scripts" / "kafka.sh"), "env"], capture_output=True, text=True, check=True).stdout
+    env = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    return env["KAFKA_BOOTSTRAP"]
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def gateway(names: WorkerNames, broker: str, mode: str, run_id: str) -> Client:
+    args = ["mcp-gateway", "--bootstrap", broker, "--tool-calls-topic", names.tool_calls,
+            "--verdicts-topic", names.verdicts, "--mode", mode, "--run-id", run_id, "--timeout", "10",
+            "--upstream", " ".join(UPSTREAM)]
+    return Client(StdioServerParameters(command=LOOPWATCH, args=args, cwd=str(REPO), env={**os.environ}),
+                  read_timeout_seconds=60)
+
+
+async def timed_calls(client: Client, start: int, n: int) -> list[float]:
+    out = []
+    for i in range(start, start + n):
+        t0 = time.perf_counter()
+        result = await client.call_tool("echo", {"n": i})
+        out.append((time.perf_counter() - t0) * 1000)
+        if result.is_error:
+            raise RuntimeError(f"call {i} failed: {result.content}")
+    return out
+
+
+async def timed_decisions(run, start: int, n: int) -> list[float]:
+    out = []
+    for i in range(start, start + n):
+        t0 = time.perf_counter()
+        await run.before_tool_call("echo", {"n": i}, tool_call_id=f"d{i}")
+        out.append((time.perf_counter() - t0) * 1000)
+        await run.after_tool_call("echo", {"n": i}, tool_call_id=f"d{i}", result={"content": [{"type": "text", "text": str(i)}]})
+    return out
+
+
+async def throughput(client: Client, total: int, concurrency: int, offset: int) -> float:
+    counter = iter(range(offset, offset + total))
+
+    async def agent() -> None:
+        for i in counter:
+            result = await client.call_tool("echo", {"n": i})
+            if result.is_error:
+                raise RuntimeError(f"call {i} failed")
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(agent() for _ in range(concurrency)))
+    return total / (time.perf_counter() - t0)
+
+
+async def bench(args: argparse.Namespace) -> dict:
+    broker = args.broker or _bootstrap()
+    names = WorkerNames(prefix="lwbg")
+    tmp = Path(tempfile.mkdtemp(prefix="lwbg-"))
+    config = tmp / "config.json"
+    write_config(config, CONFIG)
+    worker = WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp).start()
+    try:
+        worker.wait_ready(120)
+        paths = {
+            "direct": Client(StdioServerParameters(command=UPSTREAM[0], args=UPSTREAM[1:], cwd=str(REPO)),
+                             read_timeout_seconds=60),
+            "advisory": gateway(names, broker, "advisory", f"{names.tag}-advisory"),
+            "gate": gateway(names, broker, "gate", f"{names.tag}-gate"),
+        }
+        lw = LoopwatchClient(broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls,
+                             verdicts_topic=names.verdicts)
+        samples: dict[str, list[float]] = {k: [] for k in ("direct", "advisory", "gate", "decision")}
+        async with paths["direct"] as direct, paths["advisory"] as advisory, paths["gate"] as gate, lw:
+            clients = {"direct": direct, "advisory": advisory, "gate": gate}
+            run = lw.run(f"{names.tag}-decision", session_key="bench:decision", agent_id="bench")
+            for client in clients.values():  # warm up: imports, connections, the run's partition
+                await timed_calls(client, 10_000_000, 20)
+            await timed_decisions(run, 10_000_000, 20)
+            order = ["direct", "advisory", "gate", "decision"]
+            steal0 = steal_jiffies()
+            for r in range(args.rounds):
+                start = r * args.calls
+                for path in order[r % 4:] + order[:r % 4]:
+                    if path == "decision":
+                        samples[path] += await timed_decisions(run, start, args.calls)
+                    else:
+                        samples[path] += await timed_calls(clients[path], start, args.calls)
+                print(f"  round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
+            rate = {mode: await throughput(clients[mode], args.throughput, args.concurrency, 20_000_000 + i * args.throughput)
+                    for i, mode in enumerate(("direct", "advisory", "gate"))}
+            steal1 = steal_jiffies()
+    finally:
+        worker.stop(timeout=15)
+    stats = {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v)} for k, v in samples.items()}
+    return {"stats": stats, "rate": rate, "steal": None if steal0 is None else steal1 - steal0}
+
+
+def report(result: dict, args: argparse.Namespace) -> bool:
+    s, rate = result["stats"], result["rate"]
+    print(f"bench-gateway at {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {cpu_model()}, "
+          f"{os.cpu_count()} cores (nproc), Python {platform.python_version()}; CPU steal {result['steal']} jiffies")
+    print(f"{args.rounds} rounds x {args.calls} calls per path, alternated; throughput: {args.throughput} calls, "
+          f"{args.concurrency} in flight")
+    for k in ("direct", "advisory", "gate", "decision"):
+        print(f"  {k:9s} p50 {s[k]['p50']:7.3f} ms   p99 {s[k]['p99']:7.3f} ms   (n={s[k]['n']})")
+    adv50 = s["advisory"]["p50"] - s["direct"]["p50"]
+    adv99 = s["advisory"]["p99"] - s["direct"]["p99"]
+    gate99 = s["gate"]["p99"] - s["direct"]["p99"] - s["decision"]["p99"]
+    gate50 = s["gate"]["p50"] - s["direct"]["p50"] - s["decision"]["p50"]
+    checks = [
+        ("advisory adds at p50", adv50, TARGETS["advisory_p50_ms"], "ms"),
+        ("advisory adds at p99", adv99, TARGETS["advisory_p99_ms"], "ms"),
+        ("gate adds beyond the decision round trip at p99", gate99, TARGETS["gate_beyond_decision_p99_ms"], "ms"),
+    ]
+    ok = True
+    for label, value, target, unit in checks:
+        met = value <= target
+        ok &= met
+        print(f"  {label}: {value:.3f} {unit} (target <= {target} {unit}: {'met' if met else 'NOT met'})")
+    print(f"  gate adds beyond the decision round trip at p50: {gate50:.3f} ms")
+    for mode, value in rate.items():
+        line = f"  throughput {mode}: {value:,.0f} calls/s"
+        if mode != "direct":
+            met = value >= TARGETS["calls_per_s"]
+            ok &= mode != "advisory" or met
+            line += f" (target >= {TARGETS['calls_per_s']:,}: {'met' if met else 'NOT met'})"
+        print(line)
+    return ok
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="bench.gateway", description=__doc__.split("\n\n")[0])
+    p.add_argument("--calls", type=int, default=300, help="calls per path per round (default 300)")
+    p.add_argument("--rounds", type=int, default=8, help="rounds, each path once per round (default 8)")
+    p.add_argument("--throughput", type=int, default=4000, help="calls of each throughput run (default 4000)")
+    p.add_argument("--concurrency", type=int, default=32, help="calls in flight in the throughput runs (default 32)")
+    p.add_argument("--broker", help="bootstrap servers (default: scripts/kafka.sh env)")
+    args = p.parse_args(argv)
+    result = asyncio.run(bench(args))
+    report(result, args)
+    return 0  # the figures are recorded, met or not (docs/benchmarks.md)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

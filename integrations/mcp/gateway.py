@@ -1,0 +1,518 @@
+"""The MCP gateway: an MCP server towards the agent, an MCP client towards each upstream server,
+and loopwatch's runner client (``streams.client.LoopwatchClient``) on every ``tools/call``.
+
+Everything but ``tools/call`` is forwarded as it is (tool and prompt names get their upstream's
+prefix).  A ``tools/call``:
+
+1. refused with the abort's message once loopwatch ended the run (MCP has no way to end an
+   agent's run: every further call is refused instead);
+2. ``before_tool_call`` (gate: publish ``tool_call.requested``, wait for the decision; the
+   timeout, fail-open and fail-closed are the runner client's);
+3. a block is answered with ``isError: true`` and loopwatch's message, which the model reads;
+4. otherwise forwarded; the upstream's answer (a result, a protocol error, a timeout or a dead
+   connection) is completed with ``after_tool_call`` from its canonical form (``outcome.py``);
+5. a warning whose decision says ``notify_model`` (``surfaceWarnings``) is appended to the
+   result as one more text block, after the result was hashed.
+
+One MCP session is one run: over stdio the gateway's connection; over HTTP, the run named by the
+request (``_meta`` key ``io.loopwatch/runId``, header ``X-Loopwatch-Run-Id``, the HTTP session
+id, or the ``traceparent`` trace id; otherwise the gateway's own run).  A run ends when its
+session closes (stdio), or after ``run_idle_timeout`` without a call and when the gateway stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Awaitable, Callable
+
+import mcp_types as types
+from mcp.server import Server
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+
+from streams.client import LoopBlocked, LoopwatchClient, NoDecisionError, RunAbortedError, RunHandle
+from streams.hashing import ThrownError, unknown_tool_name
+
+from .outcome import edge_outcome, unknown_tool_error
+from .upstream import Upstream, UpstreamSpec, UpstreamUnavailable
+
+log = logging.getLogger("loopwatch.mcp")
+
+__all__ = ["Gateway", "GatewayOptions", "RUN_ID_META", "RUN_ID_HEADER"]
+
+RUN_ID_META = "io.loopwatch/runId"
+RUN_ID_HEADER = "x-loopwatch-run-id"
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+_IDENTITY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
+
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    upstreams: tuple[UpstreamSpec, ...]
+    bootstrap_servers: str = "127.0.0.1:19092"
+    mode: str = "gate"
+    timeout: float = 1.0
+    """loopwatch's decision timeout: the runner client's default."""
+    fail_closed: bool = False
+    tool_calls_topic: str = "tool-calls"
+    verdicts_topic: str = "loop-verdicts"
+    agent_id: str | None = None
+    """Default: the MCP client's name (``clientInfo.name``), else ``mcp``."""
+    session_key: str | None = None
+    """Default: ``mcp:<agent id>:<run id>``."""
+    run_id: str | None = None
+    """The stdio session's run id (default: a fresh one per session); over HTTP, the run of
+    requests that name none."""
+    upstream_timeout: float = 60.0
+    """How long a forwarded call may take before the agent gets an error."""
+    connect_timeout: float = 30.0
+    run_idle_timeout: float = 1800.0
+    kafka_options: tuple[tuple[str, Any], ...] = ()
+
+
+class _Run:
+    """One run's handle and its publishing queue.
+
+    The agent never waits for an event's delivery it does not need: a completion (and in
+    advisory mode the request too) is published in the background, in order behind the run's
+    earlier events (``later``), and a gated request waits for them first (``settled``), so the
+    worker reads every run's events in the order they happened."""
+
+    __slots__ = ("handle", "last_used", "surfaced_warnings", "surfaced_blocks", "_last")
+
+    def __init__(self, handle: RunHandle) -> None:
+        self.handle = handle
+        self.last_used = time.monotonic()
+        self.surfaced_warnings = 0  # advisory mode: the verdicts already shown to the model
+        self.surfaced_blocks = 0
+        self._last: asyncio.Future | None = None
+
+    def later(self, publish: Callable[[], Awaitable[Any]], tasks: set) -> None:
+        previous = self._last
+
+        async def in_order() -> None:
+            if previous is not None:
+                await asyncio.wait([previous])
+            try:
+                await publish()
+            except RunAbortedError:
+                pass  # advisory mode: the abort arrived meanwhile; the next call is refused
+            except Exception as exc:  # noqa: BLE001 - the client logs failed deliveries; nothing else may stop the queue
+                log.warning("run %s: event not published: %s", self.handle.fields["run_id"], exc)
+
+        self._last = task = asyncio.ensure_future(in_order())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    async def settled(self) -> None:
+        if self._last is not None and not self._last.done():
+            await asyncio.wait([self._last])
+
+
+@dataclass
+class _Pending:
+    """A call whose upstream asked for more input (``InputRequiredResult``): its retries are the
+    same call, so they are not gated again, and it completes once, with the final result."""
+
+    run: _Run
+    tool_call_id: str
+
+
+class Gateway:
+    def __init__(self, options: GatewayOptions, *, client: LoopwatchClient | None = None) -> None:
+        if not options.upstreams:
+            raise ValueError("the gateway needs at least one upstream MCP server")
+        names = [u.name for u in options.upstreams]
+        if len(set(names)) != len(names):
+            raise ValueError(f"upstream names must differ: {', '.join(names)}")
+        self.options = options
+        self.client = client or LoopwatchClient(
+            options.bootstrap_servers, mode=options.mode, timeout=options.timeout, fail_closed=options.fail_closed,
+            tool_calls_topic=options.tool_calls_topic, verdicts_topic=options.verdicts_topic,
+            **dict(options.kafka_options),
+        )
+        self.upstreams = [Upstream(spec, connect_timeout=options.connect_timeout, on_notification=self._notification)
+                          for spec in options.upstreams]
+        self._routes: dict[str, tuple[Upstream, str]] = {}
+        self._prompt_routes: dict[str, tuple[Upstream, str]] = {}
+        self._resource_routes: dict[str, Upstream] = {}
+        self._runs: dict[str, _Run] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._call_ids = itertools.count(1)
+        self._gateway_run = options.run_id or f"mcp-{uuid.uuid4().hex[:16]}"
+        self._agent_sessions: list[Any] = []
+        self._sweeper: asyncio.Task | None = None
+        self._publishing: set[asyncio.Future] = set()
+        self.server: Server | None = None
+
+    # -- life cycle -------------------------------------------------------------------------------
+
+    async def start(self) -> Server:
+        """Start the runner client and connect every upstream; the agent-facing server, with the
+        handlers of what the upstreams serve."""
+        await self.client.start()
+        # An upstream that cannot be reached now is tried again by the calls that need it: the
+        # agent's session comes up with what the others serve.  With none reachable, nothing does.
+        reached = 0
+        for upstream in self.upstreams:
+            try:
+                await upstream.start()
+                reached += 1
+            except UpstreamUnavailable as exc:
+                log.warning("%s", exc)
+        if not reached:
+            failure = UpstreamUnavailable("; ".join(u.describe() for u in self.upstreams))
+            await self.stop()
+            raise failure
+        self._sweeper = asyncio.create_task(self._sweep_idle_runs(), name="mcp-gateway-runs")
+        self.server = self._build_server()
+        return self.server
+
+    async def stop(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+        for key in list(self._runs):
+            await self._end_run(key, "gateway stopped")
+        if self._publishing:
+            await asyncio.wait(set(self._publishing))
+        for upstream in self.upstreams:
+            await upstream.close()
+        await self.client.stop()
+
+    async def end_session_run(self) -> None:
+        """The stdio session closed: its run ends."""
+        for key in list(self._runs):
+            await self._end_run(key, "session closed")
+
+    async def _end_run(self, key: str, reason: str) -> None:
+        run = self._runs.pop(key, None)
+        if run is not None:
+            await run.settled()
+            await run.handle.end(reason)
+
+    async def _sweep_idle_runs(self) -> None:
+        period = min(60.0, max(self.options.run_idle_timeout / 4, 0.05))
+        while True:
+            await asyncio.sleep(period)
+            cutoff = time.monotonic() - self.options.run_idle_timeout
+            for key, run in list(self._runs.items()):
+                if run.last_used < cutoff:
+                    await self._end_run(key, "idle")
+
+    def _build_server(self) -> Server:
+        caps = [u.capabilities for u in self.upstreams if u.capabilities is not None]
+        has = lambda what: any(getattr(c, what, None) is not None for c in caps)  # noqa: E731
+        handlers: dict[str, Any] = {"on_list_tools": self._list_tools, "on_call_tool": self._call_tool}
+        if has("resources"):
+            handlers.update(on_list_resources=self._list_resources, on_read_resource=self._read_resource,
+                            on_list_resource_templates=self._list_resource_templates)
+            if any(c.resources is not None and c.resources.subscribe for c in caps):
+                handlers.update(on_subscribe_resource=self._subscribe, on_unsubscribe_resource=self._unsubscribe)
+        if has("prompts"):
+            handlers.update(on_list_prompts=self._list_prompts, on_get_prompt=self._get_prompt)
+        if has("completions"):
+            handlers["on_completion"] = self._completion
+        infos = [u.client.server_info for u in self.upstreams if u.client is not None and u.client.server_info]
+        instructions = "\n\n".join(u.client.instructions for u in self.upstreams
+                                   if u.client is not None and u.client.instructions) or None
+        name = infos[0].name if len(infos) == 1 else "loopwatch-mcp-gateway"
+        server = Server(name, version=infos[0].version if len(infos) == 1 else "", instructions=instructions,
+                        **handlers)
+        return server
+
+    # -- runs ---------------------------------------------------------------------------------------
+
+    def _run_for(self, ctx: Any, params: Any) -> _Run:
+        self._remember_agent_session(ctx)
+        run_id = self._run_id_of(ctx, params)
+        run = self._runs.get(run_id)
+        if run is None:
+            agent_id = self.options.agent_id or _client_name(ctx) or "mcp"
+            session_key = self.options.session_key or f"mcp:{agent_id}:{run_id}"
+            run = _Run(self.client.run(run_id, session_key=session_key, agent_id=agent_id))
+            self._runs[run_id] = run
+        run.last_used = time.monotonic()
+        return run
+
+    def _run_id_of(self, ctx: Any, params: Any) -> str:
+        meta = getattr(params, "meta", None)  # a TypedDict: a plain dict with any keys
+        named = meta.get(RUN_ID_META) if isinstance(meta, dict) else None
+        if isinstance(named, str) and named.strip():
+            return _IDENTITY_CHARS.sub("_", named.strip())[:200]
+        headers = getattr(getattr(ctx, "request", None), "headers", None)
+        if headers is not None:
+            for header in (RUN_ID_HEADER, "mcp-session-id"):
+                value = headers.get(header)
+                if value:
+                    return _IDENTITY_CHARS.sub("_", value.strip())[:200]
+            trace = _TRACEPARENT.match(headers.get("traceparent", "").strip().lower())
+            if trace:
+                return f"trace-{trace.group(1)}"
+        return self._gateway_run
+
+    def _remember_agent_session(self, ctx: Any) -> None:
+        # Over stdio, the one agent connection gets the upstreams' own notifications.
+        if getattr(ctx, "request", None) is None and not self._agent_sessions:
+            self._agent_sessions.append(ctx.session)
+
+    async def _notification(self, upstream: Upstream, notification: Any) -> None:
+        if isinstance(notification, types.ProgressNotification):
+            return  # forwarded per call (``_progress``), with the agent's own token
+        for session in self._agent_sessions:
+            try:
+                await session.send_notification(notification)
+            except Exception as exc:  # noqa: BLE001 - a notification is never worth a failed call
+                log.debug("notification from %s not forwarded: %s", upstream.spec.name, exc)
+
+    # -- tools ----------------------------------------------------------------------------------------
+
+    async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        self._remember_agent_session(ctx)
+        return types.ListToolsResult(tools=await self._refresh_tools())
+
+    async def _refresh_tools(self) -> list[types.Tool]:
+        routes: dict[str, tuple[Upstream, str]] = {}
+        tools: list[types.Tool] = []
+        for upstream in self.upstreams:
+            try:
+                listed = await asyncio.wait_for(upstream.list_tools(), self.options.upstream_timeout)
+            except (UpstreamUnavailable, MCPError, asyncio.TimeoutError, OSError) as exc:
+                log.warning("upstream %s: tools not listed: %s", upstream.spec.name, exc)
+                continue
+            for tool in listed:
+                name = upstream.spec.prefix + tool.name
+                if name in routes:
+                    log.warning("tool %s of upstream %s hidden by the one of %s", name, upstream.spec.name,
+                                routes[name][0].spec.name)
+                    continue
+                routes[name] = (upstream, tool.name)
+                tools.append(tool.model_copy(update={"name": name}) if upstream.spec.prefix else tool)
+        self._routes = routes
+        return tools
+
+    async def _route(self, name: str) -> tuple[Upstream, str] | None:
+        if name not in self._routes:
+            await self._refresh_tools()  # the agent may call a tool it never listed
+        return self._routes.get(name)
+
+    async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
+        name, args = params.name, params.arguments if params.arguments is not None else {}
+        run = self._run_for(ctx, params)
+        handle = run.handle
+        pending = self._pending.pop(params.request_state, None) if params.request_state else None
+        notice = None
+        if pending is not None:
+            run, handle, call_id = pending.run, pending.run.handle, pending.tool_call_id
+        else:
+            call_id = f"mcp-{next(self._call_ids)}"
+            try:
+                if self.client.mode == "gate":
+                    await run.settled()
+                    decision = await handle.before_tool_call(name, args, tool_call_id=call_id)
+                else:
+                    handle.check()
+                    run.later(lambda: handle.before_tool_call(name, args, tool_call_id=call_id), self._publishing)
+                    decision = None
+            except RunAbortedError as aborted:
+                return _error_result(aborted.message)
+            except LoopBlocked as blocked:  # completed with upstream's blocked result by the client
+                return _error_result(blocked.decision.message or "blocked by loopwatch")
+            except NoDecisionError as exc:
+                return _error_result(f"{exc}; the call was not run")
+            if decision is not None and decision.action == "warn" and decision.notify_model:
+                notice = decision.message
+        return await self._forward(ctx, params, run, name, args, call_id, notice)
+
+    async def _forward(self, ctx: Any, params: types.CallToolRequestParams, run: _Run, name: str,
+                       args: dict, call_id: str, notice: str | None) -> Any:
+        route = await self._route(name)
+        if route is None:
+            self._complete(run, name, args, call_id, error=unknown_tool_error(name))
+            raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
+        upstream, tool = route
+        timeout = self.options.upstream_timeout
+        try:
+            session = await upstream.session()
+            result = await asyncio.wait_for(session.call_tool(
+                tool, params.arguments, read_timeout_seconds=timeout, progress_callback=_progress(ctx, params),
+                input_responses=params.input_responses, request_state=params.request_state,
+                allow_input_required=True, allow_claimed=True,
+            ), timeout + 1.0)  # the session's own read timeout answers first; this is the backstop
+        except MCPError as exc:
+            if exc.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
+                if exc.code == types.CONNECTION_CLOSED:
+                    await upstream.broken()
+                return await self._failed(run, name, args, call_id, upstream, exc.message)
+            if exc.code == types.INVALID_PARAMS and (unknown_tool_name(exc.message) or tool not in upstream.tools):
+                error = unknown_tool_error(name, exc.message)
+            else:
+                error = ThrownError(exc.message)
+            self._complete(run, name, args, call_id, error=error)
+            raise  # a protocol error goes back to the agent as the upstream sent it
+        except asyncio.TimeoutError:
+            return await self._failed(run, name, args, call_id, upstream, f"no answer within {timeout:g}s")
+        except UpstreamUnavailable as exc:
+            return await self._failed(run, name, args, call_id, upstream, str(exc), described=True)
+        except asyncio.CancelledError:
+            raise  # the agent cancelled the call: the upstream's request is cancelled with it
+        except ValidationError as exc:  # a malformed answer: the connection itself still works
+            reason = f"malformed answer: {exc.error_count()} error(s), first: {exc.errors()[0]['msg']}"
+            return await self._failed(run, name, args, call_id, upstream, reason)
+        except Exception as exc:  # noqa: BLE001 - a broken pipe, a dead process: the agent's session stays up
+            await upstream.broken()
+            return await self._failed(run, name, args, call_id, upstream, _describe(exc))
+        if isinstance(result, types.InputRequiredResult):
+            if result.request_state:
+                self._pending[result.request_state] = _Pending(run, call_id)
+            return result  # the agent answers the input requests and retries: passed on unchanged
+        if not isinstance(result, types.CallToolResult):
+            return result  # a shape a client extension claimed: not a tool result to hash
+        self._complete(run, name, args, call_id, **edge_outcome(result))
+        return self._with_notices(run, result, notice)
+
+    async def _failed(self, run: _Run, name: str, args: dict, call_id: str, upstream: Upstream, reason: str,
+                      *, described: bool = False) -> types.CallToolResult:
+        message = reason if described else f"upstream MCP server {upstream.spec.name!r} failed: {reason}"
+        self._complete(run, name, args, call_id, error=ThrownError(message))
+        return _error_result(message)
+
+    def _complete(self, run: _Run, name: str, args: dict, call_id: str, **outcome: Any) -> None:
+        run.later(lambda: run.handle.after_tool_call(name, args, tool_call_id=call_id, **outcome), self._publishing)
+
+    def _with_notices(self, run: _Run, result: types.CallToolResult, notice: str | None) -> types.CallToolResult:
+        """The result with loopwatch's notices for the model appended: gate mode, this call's
+        warning when its decision says ``notify_model``; advisory mode, the warnings (with
+        ``notify_model``) and blocks that arrived since the run's last result."""
+        handle = run.handle
+        notices = [notice] if notice else []
+        if self.client.mode == "advisory":
+            notices += [w.message for w in handle.warnings[run.surfaced_warnings:] if w.notify_model and w.message]
+            notices += [b.message for b in handle.blocked[run.surfaced_blocks:] if b.message]
+            run.surfaced_warnings, run.surfaced_blocks = len(handle.warnings), len(handle.blocked)
+        if not notices:
+            return result
+        extra = [types.TextContent(type="text", text=text) for text in notices]
+        return result.model_copy(update={"content": [*result.content, *extra]})
+
+    # -- everything else: forwarded -----------------------------------------------------------------
+
+    def _with(self, what: str) -> list[Upstream]:
+        return [u for u in self.upstreams if u.capabilities is not None and getattr(u.capabilities, what, None) is not None]
+
+    async def _list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
+        resources: list[types.Resource] = []
+        for upstream in self._with("resources"):
+            session = await upstream.session()
+            cursor = None
+            while True:
+                page = await session.list_resources(cursor=cursor) if cursor else await session.list_resources()
+                for resource in page.resources:
+                    self._resource_routes.setdefault(str(resource.uri), upstream)
+                resources.extend(page.resources)
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+        return types.ListResourcesResult(resources=resources)
+
+    async def _list_resource_templates(self, ctx: Any, params: Any) -> types.ListResourceTemplatesResult:
+        templates: list[types.ResourceTemplate] = []
+        for upstream in self._with("resources"):
+            session = await upstream.session()
+            templates.extend((await session.list_resource_templates()).resource_templates)
+        return types.ListResourceTemplatesResult(resource_templates=templates)
+
+    def _resource_upstream(self, uri: str) -> Upstream:
+        upstream = self._resource_routes.get(uri)
+        if upstream is not None:
+            return upstream
+        serving = self._with("resources")
+        if not serving:
+            raise MCPError(types.METHOD_NOT_FOUND, "no upstream serves resources")
+        return serving[0]  # a templated uri nobody listed: the first upstream with resources
+
+    async def _read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> Any:
+        session = await self._resource_upstream(str(params.uri)).session()
+        return await session.read_resource(params.uri, input_responses=params.input_responses,
+                                           request_state=params.request_state, allow_input_required=True)
+
+    async def _subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        return await (await self._resource_upstream(str(params.uri)).session()).subscribe_resource(params.uri)
+
+    async def _unsubscribe(self, ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        return await (await self._resource_upstream(str(params.uri)).session()).unsubscribe_resource(params.uri)
+
+    async def _list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
+        prompts: list[types.Prompt] = []
+        routes: dict[str, tuple[Upstream, str]] = {}
+        for upstream in self._with("prompts"):
+            for prompt in (await (await upstream.session()).list_prompts()).prompts:
+                name = upstream.spec.prefix + prompt.name
+                routes.setdefault(name, (upstream, prompt.name))
+                prompts.append(prompt.model_copy(update={"name": name}) if upstream.spec.prefix else prompt)
+        self._prompt_routes = routes
+        return types.ListPromptsResult(prompts=prompts)
+
+    async def _get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> Any:
+        if params.name not in self._prompt_routes:
+            await self._list_prompts(ctx, None)
+        route = self._prompt_routes.get(params.name)
+        if route is None:
+            raise MCPError(types.INVALID_PARAMS, f"Unknown prompt: {params.name}")
+        upstream, name = route
+        return await (await upstream.session()).get_prompt(
+            name, params.arguments, input_responses=params.input_responses, request_state=params.request_state,
+            allow_input_required=True)
+
+    async def _completion(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+        ref = params.ref
+        upstream = None
+        if isinstance(ref, types.PromptReference) and ref.name in self._prompt_routes:
+            upstream, name = self._prompt_routes[ref.name]
+            ref = ref.model_copy(update={"name": name})
+        serving = self._with("completions")
+        upstream = upstream or (serving[0] if serving else None)
+        if upstream is None:
+            raise MCPError(types.METHOD_NOT_FOUND, "no upstream serves completions")
+        return await (await upstream.session()).complete(ref, params.argument.model_dump(), context_arguments=(
+            params.context.arguments if params.context is not None else None))
+
+
+def _error_result(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+
+
+def _progress(ctx: Any, params: Any):
+    """A progress callback that passes the upstream's progress on under the agent's token."""
+    meta = getattr(params, "meta", None)
+    token = (meta.get("progress_token", meta.get("progressToken")) if isinstance(meta, dict) else None)
+    if token is None:
+        return None
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        try:
+            await ctx.session.send_progress_notification(token, progress, total, message,
+                                                         related_request_id=ctx.request_id)
+        except Exception as exc:  # noqa: BLE001 - progress is advisory
+            log.debug("progress not forwarded: %s", exc)
+
+    return forward
+
+
+def _client_name(ctx: Any) -> str | None:
+    params = getattr(ctx.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    name = getattr(info, "name", None)
+    return _IDENTITY_CHARS.sub("_", name)[:100] if isinstance(name, str) and name.strip() else None
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

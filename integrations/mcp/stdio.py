@@ -1,0 +1,79 @@
+"""The agent-facing stdio transport: the SDK's ``stdio_server`` fed by pipes the event loop reads
+and writes itself.
+
+``stdio_server()`` without arguments reads stdin and writes stdout through worker threads
+(``anyio.wrap_file``): two thread hand-offs per message, the larger part of what the gateway
+added to a call in ``make bench-gateway`` (docs/benchmarks.md, issue 27).  It takes any
+async line source and writer instead, so it gets asyncio's own pipe transports here; a stdin
+the event loop cannot poll (a regular file) falls back to the SDK's threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+
+from mcp.server.stdio import stdio_server
+
+__all__ = ["agent_stdio"]
+
+_LINE_LIMIT = 64 * 1024 * 1024
+"""The longest message line accepted (asyncio's default, 64 KiB, is less than a tool result can be)."""
+
+
+class _Lines:
+    def __init__(self, reader: asyncio.StreamReader) -> None:
+        self._reader = reader
+
+    def __aiter__(self) -> "_Lines":
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self._reader.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", "replace")
+
+
+class _Writer:
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+
+    async def write(self, text: str) -> None:
+        self._writer.write(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        await self._writer.drain()
+
+
+@contextlib.asynccontextmanager
+async def agent_stdio() -> AsyncIterator[tuple]:
+    """``(read_stream, write_stream)`` for ``Server.run`` over this process's stdin and stdout.
+    While it serves, fd 1 points at stderr, so stray output cannot corrupt the wire."""
+    loop = asyncio.get_running_loop()
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    reader = asyncio.StreamReader(limit=_LINE_LIMIT)
+    try:
+        read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
+                                                         os.fdopen(wire_in, "rb", buffering=0))
+    except (OSError, ValueError):  # not a pipe, socket or terminal: the SDK's own threads
+        os.close(wire_in)
+        os.close(wire_out)
+        async with stdio_server() as streams:
+            yield streams
+        return
+    write_transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
+                                                              os.fdopen(wire_out, "wb", buffering=0))
+    writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
+    saved_stdout = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        async with stdio_server(_Lines(reader), _Writer(writer)) as streams:
+            yield streams
+    finally:
+        os.dup2(saved_stdout, 1)
+        os.close(saved_stdout)
+        write_transport.close()
+        read_transport.close()

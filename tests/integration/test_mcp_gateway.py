@@ -1,0 +1,363 @@
+"""``loopwatch mcp-gateway`` against real MCP servers, the real broker and a real worker, driven
+by the ``mcp`` SDK's own client, over stdio and over streamable HTTP.
+
+Servers: ``mcp-server-time`` (PyPI; ``convert_time`` answers the same every call,
+``get_current_time`` changes every second), ``@modelcontextprotocol/server-everything`` (npm,
+installed by ``make mcp-servers``; ``echo``, over stdio and streamable HTTP), and
+``tests/mcp_gateway/fault_server.py`` (the SDK's own server, with tools that crash, hang or answer
+malformed).
+
+Expected verdicts are not written here: they are what the engine alone
+(``harness.reference_verdicts``) decides on the records the gateway actually published, read
+back from the topic; the test checks that the agent saw exactly those (the block's message as
+an ``isError`` result, a surfaced warning as an extra text block) and nothing else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import mcp_types as types  # the gateway's extra, loopwatch[mcp]: make install installs it
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from harness import REPO, collect, free_port, reference_verdicts, write_config
+from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
+
+pytestmark = pytest.mark.kafka
+
+CONFIG = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"surfaceWarnings": True}}
+BIN = Path(sys.executable).parent
+LOOPWATCH = str(BIN / "loopwatch")
+TIME_SERVER = str(BIN / "mcp-server-time")
+FAULT_SERVER = [sys.executable, str(REPO / "tests" / "mcp_gateway" / "fault_server.py")]
+NPM_SERVERS = Path(os.environ.get("LOOPWATCH_MCP_SERVERS", Path.home() / ".cache" / "loopwatch" / "mcp-servers"))
+EVERYTHING = NPM_SERVERS / "node_modules" / ".bin" / "mcp-server-everything"
+CONVERT = {"source_timezone": "Europe/Berlin", "time": "12:00", "target_timezone": "Asia/Tokyo"}
+CALLS = 23
+
+
+@pytest.fixture(scope="module")
+def worker(lw_module):
+    path = lw_module.tmp / "loop-detection.json"
+    write_config(path, CONFIG)
+    lw_module.worker(config=path).start().wait_ready(90)
+    return lw_module
+
+
+@pytest.fixture(scope="module")
+def everything() -> Path:
+    if not EVERYTHING.exists():
+        pytest.fail(f"{EVERYTHING} is missing: run `make mcp-servers` (make test does)")
+    return EVERYTHING
+
+
+def gateway_args(lw, run_id: str, *upstreams: str, **flags) -> list[str]:
+    args = ["mcp-gateway", "--bootstrap", lw.broker, "--tool-calls-topic", lw.names.tool_calls,
+            "--verdicts-topic", lw.names.verdicts, "--run-id", run_id, "--agent-id", "mcp-test",
+            "--timeout", "10"]  # a verdict takes milliseconds; 10 s only rides out a slow CI machine
+    for upstream in upstreams:
+        args += ["--upstream", upstream]
+    for flag, value in flags.items():
+        args += [f"--{flag.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    return args
+
+
+def over_stdio(lw, run_id: str, *upstreams: str, **flags) -> Client:
+    params = StdioServerParameters(command=LOOPWATCH, args=gateway_args(lw, run_id, *upstreams, **flags),
+                                   env={**os.environ})
+    return Client(params, read_timeout_seconds=60)
+
+
+class Process:
+    """A server subprocess in its own process group, always killed at the end."""
+
+    def __init__(self, argv: list[str], *, env: dict | None = None, log: Path) -> None:
+        self.log = open(log, "ab")
+        self.proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=self.log, stderr=self.log,
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(10)
+        self.log.close()
+
+
+async def wait_http(url: str, timeout: float = 60.0) -> None:
+    """Until ``url``'s port accepts connections."""
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nothing listens on {url} after {timeout:.0f}s")
+            await asyncio.sleep(0.2)
+
+
+def text_of(result: types.CallToolResult) -> list[str]:
+    return [block.text for block in result.content if isinstance(block, types.TextContent)]
+
+
+async def published(lw, run_id: str, n_calls: int) -> list:
+    """The gateway's events of ``run_id`` on the topic, once every call's completion is there."""
+    def events(records):
+        decoded = (decode_event(r.value) for r in records)
+        return [e for e in decoded if e.run_id == run_id]
+
+    def done(records):
+        return sum(isinstance(e, ToolCallCompleted) for e in events(records)) >= n_calls
+
+    records = await collect(lw.broker, lw.names.tool_calls, until=done, timeout=60, settle=0.3)
+    return events(records)
+
+
+def engine_answers(events) -> list:
+    """The engine's decision of each requested call, in call order (None: no decision)."""
+    decisions = {v.cause_event_id: v for v in reference_verdicts(events, CONFIG) if v.__class__.__name__ == "Decision"}
+    return [decisions.get(e.event_id) for e in events if isinstance(e, ToolCallRequested)]
+
+
+def assert_agent_saw_the_engine(results, answers, upstream_text):
+    """Each result is what the engine's decision says the agent gets: the block's message alone
+    with isError, or the upstream's answer plus a surfaced warning, or the answer alone."""
+    assert len(results) == len(answers)
+    for n, (result, decision) in enumerate(zip(results, answers), 1):
+        if decision is not None and decision.action == "block":
+            assert result.is_error and text_of(result) == [decision.message], f"call {n}"
+        elif decision is not None and decision.action == "warn" and decision.notify_model:
+            assert not result.is_error and text_of(result) == [*upstream_text(result), decision.message], f"call {n}"
+        else:
+            assert not result.is_error and text_of(result) == upstream_text(result), f"call {n}"
+
+
+def first(answers, action: str) -> int | None:
+    return next((n for n, d in enumerate(answers, 1) if d is not None and d.action == action), None)
+
+
+# -- identical calls: the warning, then the block ---------------------------------------------------
+
+
+async def test_stdio_pypi_time_server_identical_calls_warn_then_block(worker):
+    run_id = f"{worker.names.tag}-time-loop"
+    async with over_stdio(worker, run_id, TIME_SERVER) as agent:
+        names = {t.name for t in (await agent.list_tools()).tools}
+        assert {"convert_time", "get_current_time"} <= names
+        results = [await agent.call_tool("convert_time", CONVERT) for _ in range(CALLS)]
+    events = await published(worker, run_id, CALLS)
+    answers = engine_answers(events)
+    answer = text_of(results[0])
+    assert_agent_saw_the_engine(results, answers, lambda r: answer)
+    # the spec's defaults (warning 10, critical 20) on calls that each repeat the one before
+    warn, block = first(answers, "warn"), first(answers, "block")
+    assert (answers[warn - 1].detector, answers[warn - 1].count) == ("generic_repeat", 10)
+    assert (answers[block - 1].detector, answers[block - 1].count) == ("generic_repeat", 20)
+    assert (warn, block) == (11, 21)  # 10 (20) identical calls before it
+    assert all(a is not None and a.action == "block" for a in answers[block - 1:])
+    # one run, hashed: no argument or result text in any record
+    raw = b"".join(str(e).encode() for e in events)
+    assert b"Europe/Berlin" not in raw and answer[0][:20].encode() not in raw
+    assert isinstance(events[-1], RunEnded)  # the session closed: the run ended
+
+
+async def test_stdio_healthy_run_of_get_current_time_is_never_blocked(worker):
+    run_id = f"{worker.names.tag}-time-healthy"
+    results = []
+    async with over_stdio(worker, run_id, TIME_SERVER) as agent:
+        for _ in range(CALLS):
+            results.append(await agent.call_tool("get_current_time", {"timezone": "UTC"}))
+            await asyncio.sleep(0.35)  # the answer changes every second: a run that makes progress
+    events = await published(worker, run_id, CALLS)
+    answers = engine_answers(events)
+    assert first(answers, "block") is None
+    assert not any(r.is_error for r in results)
+    completed = [e for e in events if isinstance(e, ToolCallCompleted)]
+    assert len({e.result_hash for e in completed}) >= CALLS * 0.35 // 1  # the answers did change
+
+
+async def test_http_gateway_in_front_of_npm_everything_over_http(worker, everything):
+    """Both sides streamable HTTP: server-everything serves HTTP, the gateway too."""
+    upstream_port, gateway_port = free_port(), free_port()
+    server = Process([str(everything), "streamableHttp"], env={"PORT": str(upstream_port)},
+                     log=worker.tmp / "everything-http.log")
+    run_id = f"{worker.names.tag}-echo-http"
+    gateway = None
+    try:
+        await wait_http(f"http://127.0.0.1:{upstream_port}/mcp")
+        gateway = Process([LOOPWATCH, *gateway_args(worker, f"{run_id}-default", f"everything=http://127.0.0.1:{upstream_port}/mcp",
+                                                    prefix="everything=ev_", http=gateway_port)],
+                          log=worker.tmp / "gateway-http.log")
+        url = f"http://127.0.0.1:{gateway_port}/mcp"
+        await wait_http(url)
+        async with Client(url, read_timeout_seconds=60) as agent:
+            tools = {t.name for t in (await agent.list_tools()).tools}
+            assert {"ev_echo", "ev_get-sum"} <= tools and "echo" not in tools  # prefixed per upstream
+            meta = {"io.loopwatch/runId": run_id}  # HTTP has no session: the run is named per request
+            results = [await agent.call_tool("ev_echo", {"message": "same"}, meta=meta) for _ in range(CALLS)]
+    finally:
+        if gateway is not None:
+            gateway.kill()
+        server.kill()
+    events = await published(worker, run_id, CALLS)
+    answers = engine_answers(events)
+    assert_agent_saw_the_engine(results, answers, lambda r: ["Echo: same"])
+    assert (first(answers, "warn"), first(answers, "block")) == (11, 21)
+    assert {e.tool_name for e in events if isinstance(e, ToolCallRequested)} == {"ev_echo"}
+
+
+async def test_stdio_npm_everything_unknown_tool_is_upstreams_unknown_tool_outcome(worker, everything):
+    run_id = f"{worker.names.tag}-unknown"
+    errors = []
+    async with over_stdio(worker, run_id, f"{everything} stdio") as agent:
+        assert "echo" in {t.name for t in (await agent.list_tools()).tools}
+        for n in range(12):
+            try:
+                result = await agent.call_tool("no_such_tool", {"n": n})  # args change: the detector ignores them
+                errors.append(("result", result))
+            except MCPError as exc:
+                errors.append(("error", exc))
+    events = await published(worker, run_id, 12)
+    completed = [e for e in events if isinstance(e, ToolCallCompleted)]
+    assert completed[0].unknown_tool_name == "no_such_tool" and completed[0].is_error
+    answers = engine_answers(events)
+    block = first(answers, "block")
+    assert answers[block - 1].detector == "unknown_tool_repeat" and block == 11  # unknownToolThreshold 10
+    for n, ((kind, got), decision) in enumerate(zip(errors, answers), 1):
+        if n < block:
+            assert kind == "error" and got.code == types.INVALID_PARAMS and "no_such_tool" in got.message
+        else:
+            assert kind == "result" and got.is_error and text_of(got) == [decision.message]
+
+
+# -- upstream faults ---------------------------------------------------------------------------------
+
+
+async def test_upstream_hangs_crashes_answers_malformed_session_stays_up(worker):
+    run_id = f"{worker.names.tag}-faults"
+    fault = " ".join(FAULT_SERVER)
+    async with over_stdio(worker, run_id, fault, upstream_timeout=3) as agent:
+        assert text_of(await agent.call_tool("ok", {})) == ["fine"]
+        started = time.monotonic()
+        hang = await agent.call_tool("hang", {})
+        assert hang.is_error and "failed: Request 'tools/call' timed out" in text_of(hang)[0], text_of(hang)
+        assert time.monotonic() - started < 30
+        malformed = await agent.call_tool("malformed", {})
+        assert malformed.is_error and "malformed answer" in text_of(malformed)[0]
+        crash = await agent.call_tool("crash", {})
+        assert crash.is_error and "Connection closed" in text_of(crash)[0]
+        # the server is started again for the next call: the agent's session never noticed
+        assert text_of(await agent.call_tool("ok", {})) == ["fine"]
+    events = await published(worker, run_id, 5)
+    completed = [e for e in events if isinstance(e, ToolCallCompleted)]
+    assert [e.is_error for e in completed] == [False, True, True, True, False]
+
+
+async def test_a_multi_round_call_passes_through_and_is_one_call(worker):
+    """The upstream asks the agent for input (InputRequiredResult); the agent's SDK answers and
+    retries: the gateway passes both rounds on and publishes one request and one completion."""
+    run_id = f"{worker.names.tag}-input"
+
+    async def elicit(context, params):
+        return types.ElicitResult(action="accept", content={"name": "ada"})
+
+    params = StdioServerParameters(command=LOOPWATCH, args=gateway_args(worker, run_id, " ".join(FAULT_SERVER)),
+                                   env={**os.environ})
+    async with Client(params, read_timeout_seconds=60, elicitation_callback=elicit) as agent:
+        assert text_of(await agent.call_tool("ask", {})) == ["hello ada"]
+    events = await published(worker, run_id, 1)
+    assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
+    assert events[0].tool_call_id == events[1].tool_call_id
+
+
+async def test_unreachable_upstream_each_call_gets_a_clear_error(worker, everything):
+    upstream_port = free_port()
+    server = Process([str(everything), "streamableHttp"], env={"PORT": str(upstream_port)},
+                     log=worker.tmp / "everything-gone.log")
+    run_id = f"{worker.names.tag}-unreachable"
+    try:
+        await wait_http(f"http://127.0.0.1:{upstream_port}/mcp")
+        async with over_stdio(worker, run_id, f"ev=http://127.0.0.1:{upstream_port}/mcp",
+                              f"down=http://127.0.0.1:{free_port()}/mcp", upstream_timeout=3, connect_timeout=3) as agent:
+            assert "echo" in {t.name for t in (await agent.list_tools()).tools}  # the reachable one serves
+            assert text_of(await agent.call_tool("echo", {"message": "hi"})) == ["Echo: hi"]
+            server.kill()  # now it is unreachable too
+            for _ in range(2):
+                started = time.monotonic()
+                gone = await agent.call_tool("echo", {"message": "hi"})
+                assert gone.is_error and "'ev'" in text_of(gone)[0], text_of(gone)
+                assert time.monotonic() - started < 30
+    finally:
+        server.kill()
+
+
+# -- abort -------------------------------------------------------------------------------------------
+
+
+async def test_after_an_abort_every_further_call_is_refused_with_its_message(lw):
+    """abortAfterCriticalBlocks 1: the first block also ends the run; MCP cannot end the agent's
+    run, so every call after it is refused with the abort's message."""
+    path = lw.tmp / "abort.json"
+    write_config(path, {**CONFIG, "loopwatch": {"surfaceWarnings": True, "abortAfterCriticalBlocks": 1}})
+    lw.worker(config=path).start().wait_ready(90)
+    run_id = f"{lw.names.tag}-abort"
+    async with over_stdio(lw, run_id, TIME_SERVER) as agent:
+        results = [await agent.call_tool("convert_time", CONVERT) for _ in range(21)]
+        assert results[-1].is_error  # the block
+        await asyncio.sleep(1.0)  # the abort follows the block on the verdicts topic
+        later = [await agent.call_tool("get_current_time", {"timezone": "UTC"}) for _ in range(3)]
+    events = await published(lw, run_id, 21)
+    aborts = [v for v in reference_verdicts(events, {**CONFIG, "loopwatch": {"abortAfterCriticalBlocks": 1}})
+              if v.__class__.__name__ == "RunAborted"]
+    assert len(aborts) == 1
+    for result in later:
+        assert result.is_error and text_of(result) == [aborts[0].message]
+    assert sum(isinstance(e, ToolCallRequested) for e in events) == 21  # refused calls are not published
+
+
+# -- no decision: fail open, or closed -------------------------------------------------------------
+
+
+async def test_no_decision_fails_open_by_default_and_closed_when_asked(worker):
+    """Topics nobody answers on: the call runs after the timeout, or is refused with
+    --fail-closed (the runner client's defaults and error)."""
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    calls, verdicts = f"{worker.names.app_id}-idle-calls", f"{worker.names.app_id}-idle-verdicts"
+    admin = AIOKafkaAdminClient(bootstrap_servers=worker.broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, 2, 1) for name in (calls, verdicts)])
+    finally:
+        await admin.close()
+    idle = dict(tool_calls_topic=calls, verdicts_topic=verdicts, timeout=0.5)
+    async with over_stdio(worker, f"{worker.names.tag}-open", TIME_SERVER, **idle) as agent:
+        opened = await agent.call_tool("get_current_time", {"timezone": "UTC"})
+        assert not opened.is_error and "UTC" in text_of(opened)[0]
+    async with over_stdio(worker, f"{worker.names.tag}-closed", TIME_SERVER, fail_closed=True, **idle) as agent:
+        closed = await agent.call_tool("get_current_time", {"timezone": "UTC"})
+        assert closed.is_error and text_of(closed) == [
+            "no loopwatch decision for get_current_time within 0.5s (fail-closed); the call was not run"]
+
+
+# -- the benchmark runs (tiny; its figures are make bench-gateway's) ---------------------------------
+
+
+def test_bench_gateway_runs(kafka_broker):
+    proc = subprocess.run([sys.executable, "-m", "bench.gateway", "--broker", kafka_broker, "--calls", "3",
+                           "--rounds", "1", "--throughput", "16", "--concurrency", "4"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for line in ("direct    p50", "advisory  p50", "gate      p50", "decision  p50", "throughput advisory"):
+        assert line in proc.stdout, proc.stdout
