@@ -120,3 +120,14 @@ def test_digest_is_64_lowercase_hex(value):
 def test_floats_serialise_to_parseable_json(value):
     parsed = json.loads(stable_stringify([value]))[0]
     assert math.isclose(parsed, value, rel_tol=0, abs_tol=0) or parsed == value
+
+
+@settings(max_examples=500)
+@given(st.text(alphabet=st.characters(codec=None, exclude_categories=())) | st.text(alphabet="\n\t\"\\\x00\x1f\x7f\u2028\ud800\udfffa\u00e9"))
+def test_quoting_fast_path_escapes_as_the_character_rules_do(text):
+    """The C encoder's quoting (the fast path for text without lone surrogates) gives the
+    bytes that upstream's character rules (``_SHORT_ESCAPES``, ``\\u%04x``) give, character by
+    character, for any text."""
+    from streams.canonical import _NEEDS_ESCAPE, _escape_char, _quote
+
+    assert _quote(text) == '"' + _NEEDS_ESCAPE.sub(_escape_char, text) + '"'
