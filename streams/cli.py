@@ -175,6 +175,74 @@ def _backtest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _import(args: argparse.Namespace) -> int:
+    from .importers import FORMATS, ImportFailed, import_files, load_labels, open_output
+
+    files = [Path(f) for f in args.files]
+    fmt = args.format or (args.format_positional if args.format_positional in FORMATS else None)
+    if args.format_positional and args.format_positional not in FORMATS:
+        files.insert(0, Path(args.format_positional))  # no format named: autodetect every file
+    if not files:
+        print("loopwatch import: give transcript files", file=sys.stderr)
+        return 2
+    out = Path(args.output)
+    progress = _ImportProgress(sys.stderr)
+    try:
+        labels = load_labels(Path(args.labels)) if args.labels else None
+        total = sum(f.stat().st_size for f in files if f.is_file())
+        fh, finish = open_output(out)
+        ok = False
+        try:
+            summary = import_files(files, fh, fmt=fmt, labels=labels, agent_id=args.agent,
+                                   progress=progress, total_bytes=total)
+            ok = True
+        finally:
+            finish(ok)
+    except ImportFailed as exc:
+        progress.clear()
+        print(f"loopwatch import: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        progress.clear()
+        print("loopwatch import: interrupted, nothing written", file=sys.stderr)
+        return 130
+    progress.clear()
+    print(f"loopwatch import: {summary.line(str(out))}", file=sys.stderr)
+    if labels is not None:
+        print(f"loopwatch import: {summary.labelled:,} of {summary.runs:,} runs labelled from {args.labels}",
+              file=sys.stderr)
+    return 0
+
+
+class _ImportProgress:
+    """A progress line on stderr once an import takes more than two seconds."""
+
+    def __init__(self, out, after_s: float = 2.0) -> None:
+        import time
+
+        self.out, self.after_s, self.clock = out, after_s, time.monotonic
+        self.started = self.clock()
+        self.shown_at: float | None = None
+        self.tty = hasattr(out, "isatty") and out.isatty()
+
+    def __call__(self, summary, share: float | None) -> None:
+        now = self.clock()
+        if now - self.started < self.after_s or (self.shown_at is not None and now - self.shown_at < (0.5 if self.tty else 5)):
+            return
+        self.shown_at = now
+        elapsed = now - self.started
+        line = f"import: {summary.runs:,} runs, {summary.calls:,} tool calls, {summary.calls / elapsed:,.0f} calls/s"
+        if share:
+            line += f", {share:.0%}, ETA {max(0.0, elapsed / share - elapsed):.0f} s"
+        self.out.write(("\r" + line + "   ") if self.tty else line + "\n")
+        self.out.flush()
+
+    def clear(self) -> None:
+        if self.shown_at is not None and self.tty:
+            self.out.write("\n")
+            self.out.flush()
+
+
 def _config_check(args: argparse.Namespace) -> int:
     from schemas.config import ConfigError, load_config_file, warnings
 
@@ -285,6 +353,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--normal-end", action="append", metavar="REASON",
                    help="a run.ended reason of a run that finished normally (default: completed; repeat for several)")
     p.set_defaults(func=_backtest)
+
+    from .importers import FORMATS
+
+    p = sub.add_parser(
+        "import", help="turn recorded agent transcripts into tool-calls events (hashed, as a runner would)",
+        description="Read recorded transcripts of other agents (formats: " + ", ".join(FORMATS) + "; told by "
+                    "content unless given) and write loopwatch tool-calls events, one a line: raw arguments and "
+                    "results are hashed in memory and never written.",
+    )
+    p.add_argument("format_positional", nargs="?", metavar="FORMAT",
+                   help="the format of every file (" + ", ".join(FORMATS) + "); leave out to detect each file's")
+    p.add_argument("files", nargs="*", help="transcript files (.gz: gzip)")
+    p.add_argument("-o", "--output", required=True, metavar="EVENTS.jsonl[.gz]", help="the events file to write")
+    p.add_argument("--format", choices=sorted(FORMATS), help="force the format (same as the FORMAT argument)")
+    p.add_argument("--labels", metavar="FILE", help="outcome labels by run id: results_summary.json, a SWE-bench "
+                                                   "report (resolved_ids), or {id: true/false}")
+    p.add_argument("--agent", metavar="ID", help="the agent_id to give every event (default: none)")
+    p.set_defaults(func=_import)
 
     p = sub.add_parser("config", help="configuration tools")
     config_sub = p.add_subparsers(dest="config_command", required=True)
