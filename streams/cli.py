@@ -175,6 +175,65 @@ def _backtest(args: argparse.Namespace) -> int:
     return 0
 
 
+UPSTREAM_DEFAULTS = {"tools": {"loopDetection": {"enabled": True}}}
+"""Upstream's defaults with detection on: its literal default (``enabled: false``) detects
+nothing, so the evaluation's baseline is its thresholds, switched on."""
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from schemas.config import RUN_SCOPE, ConfigError
+
+    from .backtest import BacktestError, FileSource, Progress
+    from .engine import LoopEngine
+    from .engine.config import with_profile
+    from .evaluate import REFERENCE_ROWS, SUCCESSFUL, EngineRow, Evaluation, plot, render_table
+
+    def fail(message: str, code: int = 2) -> int:
+        print(f"loopwatch evaluate: {message}", file=sys.stderr)
+        return code
+
+    rows = []
+    for profile in args.profile or ():
+        rows.append(EngineRow(f"profile {profile} (upstream defaults, enabled)",
+                              LoopEngine(with_profile(UPSTREAM_DEFAULTS, profile))))
+    for path in args.config or ():
+        try:
+            engine = LoopEngine(_load_root(path))
+        except ConfigError as exc:
+            return fail(f"--config {path}: {exc}")
+        if engine.config.scope != RUN_SCOPE:
+            return fail(f"--config {path}: loopwatch.scope: session is not evaluated (runs are judged one by one)")
+        if not engine.settings_for(None).detection.enabled:
+            print(f"loopwatch evaluate: note: {path} leaves detection off (tools.loopDetection.enabled): "
+                  "its row detects nothing", file=sys.stderr)
+        rows.append(EngineRow(Path(path).stem, engine))
+    if not rows:
+        rows = [EngineRow("upstream defaults (enabled)", LoopEngine(UPSTREAM_DEFAULTS)),
+                EngineRow("profile latest (enabled)", LoopEngine(with_profile(UPSTREAM_DEFAULTS, "latest")))]
+    if not args.no_reference:
+        rows.extend(REFERENCE_ROWS)
+    try:
+        source = FileSource([Path(f) for f in args.files])
+        evaluation = Evaluation(rows, SUCCESSFUL | set(args.success or ()))
+        progress = Progress(sys.stderr, source.progress)
+        evaluation.run(source.records(), progress=progress)
+        progress.done(evaluation.records)
+        report = evaluation.report()
+        if args.plot:
+            plot(report, Path(args.plot))
+    except BacktestError as exc:
+        return fail(str(exc), exc.code)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render_table(report, sys.stdout)
+    if evaluation.events == 0:
+        refused = sum(evaluation.dead.values())
+        what = f"all {refused:,} records were refused" if refused else "it holds no events"
+        return fail(f"nothing to evaluate: {what}", 1)
+    return 0
+
+
 def _import(args: argparse.Namespace) -> int:
     from .importers import FORMATS, ImportFailed, import_files, load_labels, open_output
 
@@ -371,6 +430,24 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "report (resolved_ids), or {id: true/false}")
     p.add_argument("--agent", metavar="ID", help="the agent_id to give every event (default: none)")
     p.set_defaults(func=_import)
+
+    p = sub.add_parser(
+        "evaluate", help="configs, profiles and the peers' simple rules side by side over recorded runs",
+        description="Judge the same recorded runs (tool-calls events: loopwatch import writes them) under several "
+                    "configs and profiles and the peers' reference rules (Roo Code, Gemini CLI, OpenHands): runs "
+                    "warned, blocked and aborted, strict loops caught and how early, false alarms on runs "
+                    "labelled successful, calls saved.",
+    )
+    p.add_argument("files", nargs="+", help="JSONL files of tool-calls events (.gz: gzip)")
+    p.add_argument("--profile", action="append", choices=("configurable-final", "latest"),
+                   help="a row: the profile with upstream's defaults, detection on (repeat for several)")
+    p.add_argument("--config", action="append", metavar="FILE", help="a row: a config file (repeat for several)")
+    p.add_argument("--no-reference", action="store_true", help="leave out the peers' reference rows")
+    p.add_argument("--success", action="append", metavar="REASON",
+                   help="another run.ended reason of a successful run (besides completed, resolved, reward:1)")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("--plot", metavar="PNG", help="write catch rate against false-alarm rate per row")
+    p.set_defaults(func=_evaluate)
 
     p = sub.add_parser("config", help="configuration tools")
     config_sub = p.add_subparsers(dest="config_command", required=True)

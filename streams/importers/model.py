@@ -80,7 +80,8 @@ def _bounded(text: str, limit: int) -> str:
 
 
 def run_events(run: Run, *, agent_id: str | None = None) -> Iterator[ToolCallEvent]:
-    """The run's events: per call a requested and a completed event, a compaction where the
+    """The run's events: per call a requested and a completed event (the run id is also the
+    session key: upstream detects only in a session, and a recorded run is one), a compaction where the
     source compacted, then ``run.ended`` with the run's reason.  Event times are the source's
     (epoch ms) where it has them, else the call's position (ms), so they keep their order."""
     run_id = _bounded(run.run_id, MAX_ID_LENGTH - 16)
@@ -91,12 +92,12 @@ def run_events(run: Run, *, agent_id: str | None = None) -> Iterator[ToolCallEve
         ts = item.ts_ms if item.ts_ms > last_ts else last_ts + 1
         last_ts = ts
         if type(item) is Compaction:
-            yield compaction_event(f"{run_id}#{n}c", run_id=run_id, agent_id=agent, ts_ms=ts)
+            yield compaction_event(f"{run_id}#{n}c", run_id=run_id, session_key=run_id, agent_id=agent, ts_ms=ts)
             continue
         name = _bounded(item.name or "unknown", MAX_TOOL_NAME_LENGTH)
         call_id = None if item.call_id is None else _bounded(item.call_id, MAX_ID_LENGTH)
         requested = requested_event(f"{run_id}#{n}", name, item.args, tool_call_id=call_id, run_id=run_id,
-                                    agent_id=agent, ts_ms=ts)
+                                    session_key=run_id, agent_id=agent, ts_ms=ts)
         yield requested
         if item.error:
             outcome = hash_outcome(name, item.args, error=item.result if item.result is not None else "error")
@@ -104,10 +105,10 @@ def run_events(run: Run, *, agent_id: str | None = None) -> Iterator[ToolCallEve
             outcome = hash_outcome(name, item.args, result=item.result, returned=item.result is not None)
         yield completed_from_outcome(
             f"{run_id}#{n}r", name, requested.args_hash, outcome, target_hash=requested.target_hash,
-            tool_call_id=call_id, run_id=run_id, agent_id=agent, ts_ms=ts,
+            tool_call_id=call_id, run_id=run_id, session_key=run_id, agent_id=agent, ts_ms=ts,
         )
-    yield run_ended_event(f"{run_id}#end", _bounded(run.end, MAX_TOOL_NAME_LENGTH), run_id=run_id, agent_id=agent,
-                          ts_ms=last_ts + 1)
+    yield run_ended_event(f"{run_id}#end", _bounded(run.end, MAX_TOOL_NAME_LENGTH), run_id=run_id, session_key=run_id,
+                          agent_id=agent, ts_ms=last_ts + 1)
 
 
 
