@@ -675,7 +675,9 @@ class Progress:
     """A progress line on ``out`` (records read, rate, ETA) once the work takes longer than
     ``after_s``; rewritten in place on a terminal, a line every ``every_s`` elsewhere."""
 
-    def __init__(self, out: IO[str], share: Callable[[], float | None], *, after_s: float = 2.0) -> None:
+    def __init__(self, out: IO[str], share: Callable[[], float | None], *, after_s: float = 2.0,
+                 what: str = "backtest") -> None:
+        self.what = what
         self.out = out
         self.share = share
         self.after_s = after_s
@@ -691,7 +693,7 @@ class Progress:
             return
         self.shown_at = now
         rate = n / elapsed
-        line = f"backtest: {n:,} records read, {rate:,.0f}/s"
+        line = f"{self.what}: {n:,} records read, {rate:,.0f}/s"
         share = self.share()
         if share:
             line += f", {share:.0%}, ETA {max(0.0, elapsed / share - elapsed):.0f} s"
@@ -701,6 +703,6 @@ class Progress:
     def done(self, n: int) -> None:
         if self.shown_at is not None:
             elapsed = time.monotonic() - self.started
-            line = f"backtest: {n:,} records read in {elapsed:.1f} s, {n / elapsed:,.0f}/s"
+            line = f"{self.what}: {n:,} records read in {elapsed:.1f} s, {n / elapsed:,.0f}/s"
             self.out.write(("\r" + line + "   \n") if self.tty else line + "\n")
             self.out.flush()

@@ -114,12 +114,11 @@ def _escape_char(match: re.Match[str]) -> str:
 
 def _quote(text: str) -> str:
     """Well-formed ``JSON.stringify`` of a string: non-ASCII kept, lone surrogates escaped."""
-    if _NEEDS_ESCAPE.search(text) is None:
-        return '"' + text + '"'
-    if _SURROGATE.search(text) is None:
+    if text.isascii() or _SURROGATE.search(text) is None:
         # Python's C encoder (ensure_ascii off) escapes exactly the same characters the same
-        # way; only a lone surrogate, which it leaves as it is, needs the slow path.  Tool
-        # output is full of newlines: this is most of what an import costs otherwise.
+        # way; only a lone surrogate, which it leaves as it is, needs the character rules
+        # below.  (``isascii`` reads a flag of the string: no scan.)  Tool output is full of
+        # newlines: escaping it character by character was most of what an import cost.
         return _json_quote(text)
     return '"' + _NEEDS_ESCAPE.sub(_escape_char, text) + '"'
 

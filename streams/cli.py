@@ -215,7 +215,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     try:
         source = FileSource([Path(f) for f in args.files])
         evaluation = Evaluation(rows, SUCCESSFUL | set(args.success or ()))
-        progress = Progress(sys.stderr, source.progress)
+        progress = Progress(sys.stderr, source.progress, what="evaluate")
         evaluation.run(source.records(), progress=progress)
         progress.done(evaluation.records)
         report = evaluation.report()
