@@ -273,6 +273,7 @@ class _Tally:
     blocks: int = 0
     false_alarms: int = 0
     false_alarm_runs: list = field(default_factory=list)
+    stopped_runs: list = field(default_factory=list)
     saved: int = 0
     saved_unsuccessful: int = 0
     caught: dict = field(default_factory=lambda: {k: [] for k in LOOP_LENGTHS})
@@ -350,6 +351,8 @@ class Evaluation:
                 continue
             saved = result.calls - stop
             tally.saved += saved
+            tally.stopped_runs.append({"run": result.key, "successful": result.success, "calls": result.calls,
+                                       "stopped_after": stop})
             if result.success is True:
                 tally.false_alarms += 1
                 tally.false_alarm_runs.append(result.key)
@@ -378,6 +381,7 @@ class Evaluation:
                 "false_alarms": tally.false_alarms,
                 "false_alarm_rate": tally.false_alarms / successful if successful else None,
                 "false_alarm_runs": sorted(tally.false_alarm_runs),
+                "stopped_runs": sorted(tally.stopped_runs, key=lambda r: r["run"]),
                 "calls_saved": tally.saved, "calls_saved_in_unsuccessful_runs": tally.saved_unsuccessful,
                 **({"source": row.source} if row.kind == "reference" else {}),
             })
