@@ -53,6 +53,8 @@ def read_runs(src: Opened, fmt: str | None = None) -> tuple[str, Iterator[Run]]:
         module, doc = FORMATS[fmt], None
         if module.KIND == "lines" and not (src.first is not None and module.detect(src.first)):
             raise ImportFailed(f"{src.name} is not a {fmt} file: its first line is not a {fmt} transcript line")
+        if module.KIND == "document" and src.first is not None and not src.single_line:
+            raise ImportFailed(f"{src.name} is not a {fmt} file: it holds JSON lines, not one JSON document")
     name = src.name
     if module.KIND == "lines":
         return module.NAME, module.runs(src.lines(), name)

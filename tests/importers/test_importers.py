@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.cli import loopwatch, one_line_error
-from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, CompactionRetried, decode_event
+from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
 from streams.hashing import args_hash, hash_outcome
 from streams.importers import FORMATS, import_files
 from streams.importers.model import ImportFailed
@@ -204,6 +204,8 @@ def test_bad_input_is_one_line_and_leaves_no_output(tmp_path):
 
     one_line_error(loopwatch("import", "codex", DATA / "mini-swe-agent" / "django__django-16255.traj.json", "-o", out),
                    2, "is not a codex file")
+    one_line_error(loopwatch("import", "--format", "mini-swe-agent", DATA / "codex" / "codex_with_escalation.jsonl",
+                             "-o", out), 2, "is not a mini-swe-agent file: it holds JSON lines")
     other = tmp_path / "other.json"
     other.write_text('{"hello": "world"}')
     one_line_error(loopwatch("import", other, "-o", out), 2, "cannot tell the format")
@@ -253,9 +255,6 @@ def test_openai_chat_calls_round_trip_through_the_edge_hashing(runs):
                 {"id": f"t{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]})
             traj.append({"role": "tool", "tool_call_id": f"t{i}", "content": result})
         doc.append({"task_id": task, "trial": 0, "reward": reward, "traj": traj})
-    if not any(c for c, _ in runs):
-        return
-    out = io.BytesIO()
     from streams.importers import openai_chat
     from streams.importers.model import run_events
 
@@ -267,7 +266,6 @@ def test_openai_chat_calls_round_trip_through_the_edge_hashing(runs):
         hash_outcome(n, a, error=r).result_hash if r.startswith("Error") else hash_outcome(n, a, result=r).result_hash
         for n, a, r in flat]
     assert [e.reason for e in events if type(e) is RunEnded] == [f"reward:{r:g}" for _, r in runs]
-    del out
 
 
 @settings(max_examples=60, deadline=None)
