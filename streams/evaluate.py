@@ -47,13 +47,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
-from schemas.events import InvalidEvent, RunEnded, ToolCallCompleted
-from schemas.names import PROCESSING_ERROR
+from schemas.events import RunEnded, ToolCallCompleted
 
-from .app.processor import check_record
-from .backtest import BacktestError
+from .backtest import BacktestError, checked
 from .engine import LoopEngine, RunDriver, outcome
-from .engine.drive import ABORT, BLOCK, WARN
+from .engine.drive import BLOCK, WARN
 
 __all__ = [
     "LOOP_LENGTHS", "EngineRow", "Evaluation", "ReferenceRow", "RunResult", "REFERENCE_ROWS", "evaluate_run",
@@ -297,20 +295,8 @@ class Evaluation:
         """Each run's events, checked as the worker checks them, when the run ends (at its
         ``run.ended``, or the end of the input)."""
         open_runs: dict[bytes, tuple[list, set]] = {}
-        dead = self.dead
-        n = 0
-        for record in records:
-            n += 1
-            if progress is not None and n & 0x3FFF == 0:
-                progress(n)
-            try:
-                event, key = check_record(record, keyed=False)
-            except InvalidEvent as exc:
-                dead[exc.reason] += 1
-                continue
-            except Exception:  # noqa: BLE001 - the worker dead-letters what it cannot decode
-                dead[PROCESSING_ERROR] += 1
-                continue
+        counted = [0]
+        for _record, event, key in checked(records, keyed=False, dead=self.dead, progress=progress, counted=counted):
             run = open_runs.get(key)
             if run is None:
                 run = open_runs[key] = ([], set())
@@ -323,9 +309,7 @@ class Evaluation:
             if type(event) is RunEnded:
                 del open_runs[key]
                 yield _run_name(key), run[0]
-        self.records += n
-        if progress is not None:
-            progress(n)
+        self.records += counted[0]
         for key, (events, _ids) in open_runs.items():
             yield _run_name(key), events
 
