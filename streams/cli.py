@@ -203,6 +203,9 @@ def _evaluate(args: argparse.Namespace) -> int:
             return fail(f"--config {path}: {exc}")
         if engine.config.scope != RUN_SCOPE:
             return fail(f"--config {path}: loopwatch.scope: session is not evaluated (runs are judged one by one)")
+        if engine.config.fleet_incidents is not None or engine.config.agent_rings is not None:
+            print(f"loopwatch evaluate: --config {path}: fleetIncidents and agentRings need the fleet topology and "
+                  "are not evaluated (loopwatch replay runs them)", file=sys.stderr)
         if not engine.settings_for(None).detection.enabled:
             print(f"loopwatch evaluate: note: {path} leaves detection off (tools.loopDetection.enabled): "
                   "its row detects nothing", file=sys.stderr)

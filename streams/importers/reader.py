@@ -60,14 +60,15 @@ class Opened:
         raw.seek(0)
         self.fh: IO[bytes] = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
         self.first: Any = None
-        """The first line, decoded, when it is a JSON object that fits ``MAX_LINE_BYTES``."""
+        """The first line, decoded, when it is a JSON object that fits ``MAX_RUN_LINE_BYTES``
+        (the longest line any format allows: each format's reader applies its own limit)."""
         self.single_line = False
         self._pending: bytes | None = None
-        head = self._readline(MAX_LINE_BYTES + 1)
+        head = self._readline(MAX_RUN_LINE_BYTES + 1)
         while head is not None and not head.strip():
-            head = self._readline(MAX_LINE_BYTES + 1)
+            head = self._readline(MAX_RUN_LINE_BYTES + 1)
         self._pending = head
-        if head is not None and len(head) <= MAX_LINE_BYTES and head.lstrip()[:1] == b"{":
+        if head is not None and len(head) <= MAX_RUN_LINE_BYTES and head.lstrip()[:1] == b"{":
             try:
                 self.first = _decoder.decode(head)
             except (msgspec.DecodeError, RecursionError):

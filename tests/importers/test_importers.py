@@ -114,6 +114,18 @@ def test_raw_arguments_and_results_are_never_written(tmp_path):
     assert "THOUGHT" not in written and "<returncode>" not in written
 
 
+def test_an_openhands_run_line_longer_than_an_event_line_is_told_and_read(tmp_path):
+    """Run-per-line files have lines far longer than event-per-line transcripts (a whole
+    history): a first line of 1.5 MiB is still detected and imported."""
+    record = load(DATA / "openhands" / "msb_output_max_iterations.jsonl.gz")[0]
+    record["instruction"] = "x" * (3 << 19)
+    path = tmp_path / "output.jsonl"
+    path.write_text(json.dumps(record) + "\n" + json.dumps(record | {"instance_id": "second"}) + "\n")
+    events, _ = imported(tmp_path, path)
+    assert [e.run_id for e in events if type(e) is RunEnded] == [record["instance_id"], "second"]
+    assert len(calls(events)) == 2 * 49
+
+
 def test_swe_agent_steps_are_calls_named_by_command(tmp_path):
     path = DATA / "swe-agent" / "6e44b9__sweagenttestrepo-1c2844.traj"
     steps = load(path)["trajectory"]
