@@ -207,7 +207,20 @@ def _write(value: object, out: list[str], ancestors: list[int], normalize: Calla
         raise TypeError(f"cannot canonicalise a value of type {type(value).__name__}")
 
 
-_plain_json = JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, check_circular=False).encode
+def _plain_encoder():
+    """Python's C encoder, made once (``JSONEncoder.encode`` makes one per call, which costs
+    as much as encoding a small dict), writing sorted compact JSON with non-ASCII kept."""
+    from json import encoder as json_encoder
+
+    options = JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, check_circular=False)
+    make = json_encoder.c_make_encoder
+    if make is None:  # a Python without the _json accelerator
+        return options.encode
+    encode = make(None, options.default, _json_quote, None, ":", ",", True, False, True)
+    return lambda value: "".join(encode(value, 0))
+
+
+_plain_json = _plain_encoder()
 _PLAIN_DEPTH = 32
 
 
