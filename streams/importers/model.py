@@ -94,8 +94,14 @@ def run_events(run: Run, *, agent_id: str | None = None) -> Iterator[ToolCallEve
         if type(item) is Compaction:
             yield compaction_event(f"{run_id}#{n}c", run_id=run_id, session_key=run_id, agent_id=agent, ts_ms=ts)
             continue
-        name = _bounded(item.name or "unknown", MAX_TOOL_NAME_LENGTH)
-        call_id = None if item.call_id is None else _bounded(item.call_id, MAX_ID_LENGTH)
+        name = item.name or "unknown"
+        if len(name) > MAX_TOOL_NAME_LENGTH:
+            name = name[:MAX_TOOL_NAME_LENGTH]
+        call_id = item.call_id
+        if type(call_id) is not str or not call_id:  # a source's id of another type: not an id here
+            call_id = None
+        elif len(call_id) > MAX_ID_LENGTH:
+            call_id = call_id[:MAX_ID_LENGTH]
         requested = requested_event(f"{run_id}#{n}", name, item.args, tool_call_id=call_id, run_id=run_id,
                                     session_key=run_id, agent_id=agent, ts_ms=ts)
         yield requested
