@@ -9,7 +9,7 @@ CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
 
 .PHONY: install ops-tools test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
-        kafka-status run bench-core bench bench-backtest schemas conformance clean ts-client
+        kafka-status run bench-core bench bench-backtest bench-evaluate bench-gateway evaluate mcp-servers schemas conformance clean ts-client
 
 install: $(STAMP)
 
@@ -114,6 +114,39 @@ bench-backtest: install
 # The MCP gateway's own cost per call over a direct MCP call, alternated (issue 27).
 bench-gateway: install kafka
 	$(PY) -m bench.gateway $(BENCH_ARGS)
+
+# Import and evaluate throughput on one core (issue 28): tool calls/s, per config.  With
+# DATA=<directory> (as for `make evaluate`) it also times the recorded sets.
+bench-evaluate: install
+	$(PY) -m bench.evaluate $(if $(DATA),--data $(DATA)) $(BENCH_ARGS)
+
+# The full evaluation of issue 28 over recorded trajectories, read from DATA (a directory; no
+# default). It expects the files of the MIT-licensed sets docs/evaluation.md lists under "The
+# data", each from its project's repository: mini-swe-agent-gemini-3-pro-swebench-verified.tar.gz
+# (gruckion/mini-swe-agent, swebench_results/20251118_gemini-3-pro-74pct packed as trajs/ and
+# results_summary.json), tau-bench-gpt-4o-airline.json.gz (sierra-research/tau-bench,
+# historical_trajectories/gpt-4o-airline.json, gzipped) and openhands/*.json* (All-Hands-AI/OpenHands
+# example outputs and test trajectories); a set that is missing is left out.  Writes the
+# events, report.txt, report.json and evaluation.png to $(EVALUATION).
+EVALUATION ?= build/evaluation
+EVALUATION_ROWS ?= --profile configurable-final --profile latest --config examples/recommended.yaml
+MINI_SWE := mini-swe-agent-gemini-3-pro-swebench-verified.tar.gz
+evaluate: install
+	@test -n "$(DATA)" || { echo "make evaluate: give DATA=<directory of recorded trajectories> (docs/evaluation.md, \"The data\", says where to get them)" >&2; exit 2; }
+	@test -d "$(DATA)" || { echo "make evaluate: DATA=$(DATA) is not a directory" >&2; exit 2; }
+	rm -rf $(EVALUATION) && mkdir -p $(EVALUATION)/unpacked
+	if [ -f "$(DATA)/$(MINI_SWE)" ]; then \
+	    tar -xzf "$(DATA)/$(MINI_SWE)" -C $(EVALUATION)/unpacked && \
+	    $(LOOPWATCH) import mini-swe-agent $(EVALUATION)/unpacked/trajs/*/*.traj.json \
+	        --labels $(EVALUATION)/unpacked/results_summary.json -o $(EVALUATION)/mini-swe-agent.jsonl.gz; fi
+	if [ -f "$(DATA)/tau-bench-gpt-4o-airline.json.gz" ]; then \
+	    $(LOOPWATCH) import openai-chat "$(DATA)/tau-bench-gpt-4o-airline.json.gz" -o $(EVALUATION)/tau-bench.jsonl.gz; fi
+	if ls "$(DATA)"/openhands/*.json* >/dev/null 2>&1; then \
+	    $(LOOPWATCH) import openhands "$(DATA)"/openhands/*.json* -o $(EVALUATION)/openhands.jsonl.gz; fi
+	rm -rf $(EVALUATION)/unpacked
+	@ls $(EVALUATION)/*.jsonl.gz >/dev/null 2>&1 || { echo "make evaluate: none of the sets docs/evaluation.md lists is in $(DATA)" >&2; exit 1; }
+	$(LOOPWATCH) evaluate $(EVALUATION)/*.jsonl.gz $(EVALUATION_ROWS) --plot $(EVALUATION)/evaluation.png | tee $(EVALUATION)/report.txt
+	$(LOOPWATCH) evaluate $(EVALUATION)/*.jsonl.gz $(EVALUATION_ROWS) --json > $(EVALUATION)/report.json
 
 clean:
 	rm -rf .pytest_cache .hypothesis build *.egg-info $(TS)/dist

@@ -49,7 +49,7 @@ from .engine import LoopEngine, RunDriver, copy_state, outcome
 from .engine.drive import NONE
 from .files import MAX_LINE_BYTES, OverlongLine, decompressed, read_lines
 
-__all__ = ["Backtest", "BacktestError", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "render_table"]
+__all__ = ["Backtest", "BacktestError", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "checked", "render_table"]
 
 NORMAL_END_REASONS = ("completed",)
 """``run.ended`` reasons of a run that finished its work (the clients' ``completed``; the
@@ -353,6 +353,36 @@ class _Side:
             self.verdicts.append((run, "abort", abort.detector, abort.tool_name, minute))
 
 
+def checked(
+    records: Iterable[Any], *, keyed: bool, dead: Counter, progress: Callable[[int], None] | None = None,
+    counted: list[int] | None = None,
+) -> Iterator[tuple[Any, Any, bytes]]:
+    """``(record, event, state key)`` of every record the worker would accept
+    (``check_record``); what it would dead-letter is counted in ``dead`` by reason.
+    ``progress`` gets the records read every 16,384 and at the end; ``counted[0]``, the
+    records read so far (``loopwatch backtest`` and ``loopwatch evaluate`` read alike)."""
+    n = 0
+    try:
+        for record in records:
+            n += 1
+            if progress is not None and n & 0x3FFF == 0:
+                progress(n)
+            try:
+                event, key = check_record(record, keyed=keyed)
+            except InvalidEvent as exc:
+                dead[exc.reason] += 1
+                continue
+            except Exception:  # noqa: BLE001 - the worker dead-letters what it cannot decode
+                dead[PROCESSING_ERROR] += 1
+                continue
+            yield record, event, key
+    finally:
+        if counted is not None:
+            counted[0] = n
+    if progress is not None:
+        progress(n)
+
+
 class Backtest:
     """Feed records (``run``), then read the ``report``."""
 
@@ -393,19 +423,9 @@ class Backtest:
         base_handle, cand_handle = base.driver.handle, cand.driver.handle
         dead, open_runs, agents, agents_seen = self.dead, self._open, self.agents, self.agents_seen
         same, apart = self._same, self._apart
-        events = n = 0
-        for record in records:
-            n += 1
-            if progress is not None and n & 0x3FFF == 0:
-                progress(n)
-            try:
-                event, key = check_record(record, keyed=keyed)
-            except InvalidEvent as exc:
-                dead[exc.reason] += 1
-                continue
-            except Exception:  # noqa: BLE001 - the worker dead-letters what it cannot decode
-                dead[PROCESSING_ERROR] += 1
-                continue
+        events = 0
+        counted = [0]
+        for record, event, key in checked(records, keyed=keyed, dead=dead, progress=progress, counted=counted):
             agent = event.agent_id
             agents_seen.add(agent)
             if agents is not None and agent not in agents:
@@ -449,10 +469,8 @@ class Backtest:
             if self.first_ms is None:
                 self.first_ms = event.ts_ms
             self.last_ms = event.ts_ms
-        self.records += n
+        self.records += counted[0]
         self.events += events
-        if progress is not None:
-            progress(n)
 
     def _alike(self, agent: str | None) -> bool:
         base, cand = (side.driver.engine for side in self.sides)
@@ -681,7 +699,9 @@ class Progress:
     """A progress line on ``out`` (records read, rate, ETA) once the work takes longer than
     ``after_s``; rewritten in place on a terminal, a line every ``every_s`` elsewhere."""
 
-    def __init__(self, out: IO[str], share: Callable[[], float | None], *, after_s: float = 2.0) -> None:
+    def __init__(self, out: IO[str], share: Callable[[], float | None], *, after_s: float = 2.0,
+                 what: str = "backtest") -> None:
+        self.what = what
         self.out = out
         self.share = share
         self.after_s = after_s
@@ -697,7 +717,7 @@ class Progress:
             return
         self.shown_at = now
         rate = n / elapsed
-        line = f"backtest: {n:,} records read, {rate:,.0f}/s"
+        line = f"{self.what}: {n:,} records read, {rate:,.0f}/s"
         share = self.share()
         if share:
             line += f", {share:.0%}, ETA {max(0.0, elapsed / share - elapsed):.0f} s"
@@ -707,6 +727,6 @@ class Progress:
     def done(self, n: int) -> None:
         if self.shown_at is not None:
             elapsed = time.monotonic() - self.started
-            line = f"backtest: {n:,} records read in {elapsed:.1f} s, {n / elapsed:,.0f}/s"
+            line = f"{self.what}: {n:,} records read in {elapsed:.1f} s, {n / elapsed:,.0f}/s"
             self.out.write(("\r" + line + "   \n") if self.tty else line + "\n")
             self.out.flush()

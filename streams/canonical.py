@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from json import JSONEncoder
+from json.encoder import encode_basestring as _json_quote
 from typing import Callable
 
 from schemas.keys import JS_WHITESPACE  # the one definition of ECMAScript trim()'s whitespace
@@ -113,8 +115,12 @@ def _escape_char(match: re.Match[str]) -> str:
 
 def _quote(text: str) -> str:
     """Well-formed ``JSON.stringify`` of a string: non-ASCII kept, lone surrogates escaped."""
-    if _NEEDS_ESCAPE.search(text) is None:
-        return '"' + text + '"'
+    if text.isascii() or _SURROGATE.search(text) is None:
+        # Python's C encoder (ensure_ascii off) escapes exactly the same characters the same
+        # way; only a lone surrogate, which it leaves as it is, needs the character rules
+        # below.  (``isascii`` reads a flag of the string: no scan.)  Tool output is full of
+        # newlines: escaping it character by character was most of what an import cost.
+        return _json_quote(text)
     return '"' + _NEEDS_ESCAPE.sub(_escape_char, text) + '"'
 
 
@@ -201,6 +207,56 @@ def _write(value: object, out: list[str], ancestors: list[int], normalize: Calla
         raise TypeError(f"cannot canonicalise a value of type {type(value).__name__}")
 
 
+def _plain_encoder():
+    """Python's C encoder, made once (``JSONEncoder.encode`` makes one per call, which costs
+    as much as encoding a small dict), writing sorted compact JSON with non-ASCII kept."""
+    from json import encoder as json_encoder
+
+    options = JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True, check_circular=False)
+    make = json_encoder.c_make_encoder
+    if make is None:  # a Python without the _json accelerator
+        return options.encode
+    encode = make(None, options.default, _json_quote, None, ":", ",", True, False, True)
+    return lambda value: "".join(encode(value, 0))
+
+
+_plain_json = _plain_encoder()
+_PLAIN_DEPTH = 32
+
+
+def _plain(value: object, depth: int) -> bool:
+    """``value`` holds only what upstream's serialisation and Python's C JSON encoder write
+    alike: strings without lone surrogates, safe integers, booleans, null, lists, and dicts
+    whose keys are strings below U+D800 (so code-point order is UTF-16 order), nested at most
+    ``_PLAIN_DEPTH`` deep (a cycle fails the depth).  No floats (JavaScript prints numbers its
+    own way), no ``UNDEFINED``.  Tool arguments nearly always are: one C call then writes
+    them, instead of ``_write`` a value at a time."""
+    kind = type(value)
+    if kind is str:
+        return value.isascii() or _SURROGATE.search(value) is None
+    if kind is dict:
+        if depth >= _PLAIN_DEPTH:
+            return False
+        depth += 1
+        for key, item in value.items():
+            if type(key) is not str or not (key.isascii() or not key or max(key) < "\ud800"):
+                return False
+            if not _plain(item, depth):
+                return False
+        return True
+    if kind is list or kind is tuple:
+        if depth >= _PLAIN_DEPTH:
+            return False
+        depth += 1
+        for item in value:
+            if not _plain(item, depth):
+                return False
+        return True
+    if kind is int:
+        return -_MAX_SAFE <= value <= _MAX_SAFE
+    return value is None or value is True or value is False
+
+
 def stable_stringify(value: object, normalize: Callable[[str], str] | None = None) -> str:
     """Upstream's canonical serialisation of a JSON-like value (spec §2.2).
 
@@ -210,6 +266,8 @@ def stable_stringify(value: object, normalize: Callable[[str], str] | None = Non
     # Fast path for the most common leaf types.
     if isinstance(value, str):
         return _quote(value if normalize is None else normalize(value))
+    if normalize is None and _plain(value, 0):
+        return _plain_json(value)
     out: list[str] = []
     _write(value, out, [], normalize)
     return "".join(out)

@@ -175,6 +175,136 @@ def _backtest(args: argparse.Namespace) -> int:
     return 0
 
 
+UPSTREAM_DEFAULTS = {"tools": {"loopDetection": {"enabled": True}}}
+"""Upstream's defaults with detection on: its literal default (``enabled: false``) detects
+nothing, so the evaluation's baseline is its thresholds, switched on."""
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    from schemas.config import RUN_SCOPE, ConfigError
+
+    from .backtest import BacktestError, FileSource, Progress
+    from .engine import LoopEngine
+    from .engine.config import with_profile
+    from .evaluate import REFERENCE_ROWS, SUCCESSFUL, EngineRow, Evaluation, plot, render_table
+
+    def fail(message: str, code: int = 2) -> int:
+        print(f"loopwatch evaluate: {message}", file=sys.stderr)
+        return code
+
+    rows = []
+    for profile in args.profile or ():
+        rows.append(EngineRow(f"profile {profile} (upstream defaults, enabled)",
+                              LoopEngine(with_profile(UPSTREAM_DEFAULTS, profile))))
+    for path in args.config or ():
+        try:
+            engine = LoopEngine(_load_root(path))
+        except ConfigError as exc:
+            return fail(f"--config {path}: {exc}")
+        if engine.config.scope != RUN_SCOPE:
+            return fail(f"--config {path}: loopwatch.scope: session is not evaluated (runs are judged one by one)")
+        if engine.config.fleet_incidents is not None or engine.config.agent_rings is not None:
+            print(f"loopwatch evaluate: --config {path}: fleetIncidents and agentRings need the fleet topology and "
+                  "are not evaluated (loopwatch replay runs them)", file=sys.stderr)
+        if not engine.settings_for(None).detection.enabled:
+            print(f"loopwatch evaluate: note: {path} leaves detection off (tools.loopDetection.enabled): "
+                  "its row detects nothing", file=sys.stderr)
+        rows.append(EngineRow(Path(path).stem, engine))
+    if not rows:
+        rows = [EngineRow("upstream defaults (enabled)", LoopEngine(UPSTREAM_DEFAULTS)),
+                EngineRow("profile latest (enabled)", LoopEngine(with_profile(UPSTREAM_DEFAULTS, "latest")))]
+    if not args.no_reference:
+        rows.extend(REFERENCE_ROWS)
+    try:
+        source = FileSource([Path(f) for f in args.files])
+        evaluation = Evaluation(rows, SUCCESSFUL | set(args.success or ()))
+        progress = Progress(sys.stderr, source.progress, what="evaluate")
+        evaluation.run(source.records(), progress=progress)
+        progress.done(evaluation.records)
+        report = evaluation.report()
+        if args.plot:
+            plot(report, Path(args.plot))
+    except BacktestError as exc:
+        return fail(str(exc), exc.code)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        render_table(report, sys.stdout)
+    if evaluation.events == 0:
+        refused = sum(evaluation.dead.values())
+        what = f"all {refused:,} records were refused" if refused else "it holds no events"
+        return fail(f"nothing to evaluate: {what}", 1)
+    return 0
+
+
+def _import(args: argparse.Namespace) -> int:
+    from .importers import FORMATS, ImportFailed, import_files, load_labels, open_output
+
+    files = [Path(f) for f in args.files]
+    fmt = args.format or (args.format_positional if args.format_positional in FORMATS else None)
+    if args.format_positional and args.format_positional not in FORMATS:
+        files.insert(0, Path(args.format_positional))  # no format named: autodetect every file
+    if not files:
+        print("loopwatch import: give transcript files", file=sys.stderr)
+        return 2
+    out = Path(args.output)
+    progress = _ImportProgress(sys.stderr)
+    try:
+        labels = load_labels(Path(args.labels)) if args.labels else None
+        total = sum(f.stat().st_size for f in files if f.is_file())
+        fh, finish = open_output(out)
+        ok = False
+        try:
+            summary = import_files(files, fh, fmt=fmt, labels=labels, agent_id=args.agent,
+                                   progress=progress, total_bytes=total)
+            ok = True
+        finally:
+            finish(ok)
+    except ImportFailed as exc:
+        progress.clear()
+        print(f"loopwatch import: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        progress.clear()
+        print("loopwatch import: interrupted, nothing written", file=sys.stderr)
+        return 130
+    progress.clear()
+    print(f"loopwatch import: {summary.line(str(out))}", file=sys.stderr)
+    if labels is not None:
+        print(f"loopwatch import: {summary.labelled:,} of {summary.runs:,} runs labelled from {args.labels}",
+              file=sys.stderr)
+    return 0
+
+
+class _ImportProgress:
+    """A progress line on stderr once an import takes more than two seconds."""
+
+    def __init__(self, out, after_s: float = 2.0) -> None:
+        import time
+
+        self.out, self.after_s, self.clock = out, after_s, time.monotonic
+        self.started = self.clock()
+        self.shown_at: float | None = None
+        self.tty = hasattr(out, "isatty") and out.isatty()
+
+    def __call__(self, summary, share: float | None) -> None:
+        now = self.clock()
+        if now - self.started < self.after_s or (self.shown_at is not None and now - self.shown_at < (0.5 if self.tty else 5)):
+            return
+        self.shown_at = now
+        elapsed = now - self.started
+        line = f"import: {summary.runs:,} runs, {summary.calls:,} tool calls, {summary.calls / elapsed:,.0f} calls/s"
+        if share:
+            line += f", {share:.0%}, ETA {max(0.0, elapsed / share - elapsed):.0f} s"
+        self.out.write(("\r" + line + "   ") if self.tty else line + "\n")
+        self.out.flush()
+
+    def clear(self) -> None:
+        if self.shown_at is not None and self.tty:
+            self.out.write("\n")
+            self.out.flush()
+
+
 def _config_check(args: argparse.Namespace) -> int:
     from schemas.config import ConfigError, load_config_file, warnings
 
@@ -296,6 +426,42 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--normal-end", action="append", metavar="REASON",
                    help="a run.ended reason of a run that finished normally (default: completed; repeat for several)")
     p.set_defaults(func=_backtest)
+
+    from .importers import FORMATS
+
+    p = sub.add_parser(
+        "import", help="turn recorded agent transcripts into tool-calls events (hashed, as a runner would)",
+        description="Read recorded transcripts of other agents (formats: " + ", ".join(FORMATS) + "; told by "
+                    "content unless given) and write loopwatch tool-calls events, one a line: raw arguments and "
+                    "results are hashed in memory and never written.",
+    )
+    p.add_argument("format_positional", nargs="?", metavar="FORMAT",
+                   help="the format of every file (" + ", ".join(FORMATS) + "); leave out to detect each file's")
+    p.add_argument("files", nargs="*", help="transcript files (.gz: gzip)")
+    p.add_argument("-o", "--output", required=True, metavar="EVENTS.jsonl[.gz]", help="the events file to write")
+    p.add_argument("--format", choices=sorted(FORMATS), help="force the format (same as the FORMAT argument)")
+    p.add_argument("--labels", metavar="FILE", help="outcome labels by run id: results_summary.json, a SWE-bench "
+                                                   "report (resolved_ids), or {id: true/false}")
+    p.add_argument("--agent", metavar="ID", help="the agent_id to give every event (default: none)")
+    p.set_defaults(func=_import)
+
+    p = sub.add_parser(
+        "evaluate", help="configs, profiles and the peers' simple rules side by side over recorded runs",
+        description="Judge the same recorded runs (tool-calls events: loopwatch import writes them) under several "
+                    "configs and profiles and the peers' reference rules (Roo Code, Gemini CLI, OpenHands): runs "
+                    "warned, blocked and aborted, strict loops caught and how early, false alarms on runs "
+                    "labelled successful, calls saved.",
+    )
+    p.add_argument("files", nargs="+", help="JSONL files of tool-calls events (.gz: gzip)")
+    p.add_argument("--profile", action="append", choices=("configurable-final", "latest"),
+                   help="a row: the profile with upstream's defaults, detection on (repeat for several)")
+    p.add_argument("--config", action="append", metavar="FILE", help="a row: a config file (repeat for several)")
+    p.add_argument("--no-reference", action="store_true", help="leave out the peers' reference rows")
+    p.add_argument("--success", action="append", metavar="REASON",
+                   help="another run.ended reason of a successful run (besides completed, resolved, reward:1)")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("--plot", metavar="PNG", help="write catch rate against false-alarm rate per row")
+    p.set_defaults(func=_evaluate)
 
     p = sub.add_parser("config", help="configuration tools")
     config_sub = p.add_subparsers(dest="config_command", required=True)

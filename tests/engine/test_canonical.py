@@ -120,3 +120,48 @@ def test_digest_is_64_lowercase_hex(value):
 def test_floats_serialise_to_parseable_json(value):
     parsed = json.loads(stable_stringify([value]))[0]
     assert math.isclose(parsed, value, rel_tol=0, abs_tol=0) or parsed == value
+
+
+@settings(max_examples=500)
+@given(st.text(alphabet=st.characters(codec=None, exclude_categories=())) | st.text(alphabet="\n\t\"\\\x00\x1f\x7f\u2028\ud800\udfffa\u00e9"))
+def test_quoting_fast_path_escapes_as_the_character_rules_do(text):
+    """The C encoder's quoting (the fast path for text without lone surrogates) gives the
+    bytes that upstream's character rules (``_SHORT_ESCAPES``, ``\\u%04x``) give, character by
+    character, for any text."""
+    from streams.canonical import _NEEDS_ESCAPE, _escape_char, _quote
+
+    assert _quote(text) == '"' + _NEEDS_ESCAPE.sub(_escape_char, text) + '"'
+
+
+any_text = st.text(alphabet=st.characters(codec=None, exclude_categories=())) | st.text(alphabet="a\ud800\udfff\ue000\U0001f600\n\"")
+any_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats(allow_nan=True) | any_text,
+    lambda children: st.lists(children, max_size=4) | st.tuples(children, children)
+    | st.dictionaries(any_text, children, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=500)
+@given(any_values)
+def test_the_plain_json_fast_path_writes_what_the_value_walk_writes(value):
+    """For any value (floats, big integers, lone surrogates, keys past U+D800 included), the
+    C encoder's fast path and the value-at-a-time serialisation give the same text: the fast
+    path is taken only where they agree."""
+    from streams.canonical import _write
+
+    out: list[str] = []
+    _write(value, out, [])
+    assert stable_stringify(value) == "".join(out)
+
+
+def test_the_fast_path_leaves_cycles_and_deep_values_to_the_walk():
+    from streams.canonical import _PLAIN_DEPTH
+
+    cyclic: dict = {"a": 1}
+    cyclic["self"] = cyclic
+    assert stable_stringify(cyclic) == '{"a":1,"self":"[Circular]"}'
+    deep: list = []
+    for _ in range(_PLAIN_DEPTH + 5):
+        deep = [deep]
+    assert stable_stringify(deep) == "[" * (_PLAIN_DEPTH + 6) + "]" * (_PLAIN_DEPTH + 6)

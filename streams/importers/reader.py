@@ -1,0 +1,146 @@
+"""Reading transcripts with bounded memory: whole JSON documents up to ``MAX_DOCUMENT_BYTES``,
+JSONL one line at a time, never more than a line's limit plus one byte in memory.
+
+gzip (``.gz`` or not: by its magic bytes) is read transparently.  Every failure is an
+``ImportFailed`` with one line naming the file (and the line).
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+import msgspec
+
+from .model import ImportFailed
+
+__all__ = ["MAX_DOCUMENT_BYTES", "MAX_LINE_BYTES", "MAX_RUN_LINE_BYTES", "Opened", "decode", "open_source"]
+
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
+"""A JSON document (a ``.traj``, a tau-bench results file): the largest read whole."""
+MAX_LINE_BYTES = 1024 * 1024
+"""A line of an event-per-line transcript (Claude Code, Codex CLI).  loopwatch's own events
+are at most 64 KiB (``schemas.events.MAX_EVENT_BYTES``); a transcript's line also carries a
+tool's raw output, which real sessions often make larger than that, so the limit is 1 MiB:
+64 KiB and a margin sixteen times its size.  A longer line is refused, never read whole."""
+MAX_RUN_LINE_BYTES = 64 * 1024 * 1024
+"""A line of a run-per-line file (OpenHands ``output.jsonl``: a whole run's history a line)."""
+_CHUNK = 1 << 20
+
+_decoder = msgspec.json.Decoder()
+
+
+def decode(data: bytes, where: str) -> Any:
+    try:
+        return _decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ImportFailed(f"{where} is not valid JSON ({exc}): a truncated or corrupt file?") from None
+    except RecursionError:
+        raise ImportFailed(f"{where}: JSON nested too deeply") from None
+
+
+class Opened:
+    """A file opened for import: its first line peeked to tell JSONL from a JSON document."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.name = str(path)
+        try:
+            raw = open(path, "rb")
+        except OSError as exc:
+            raise ImportFailed(f"cannot read {path}: {exc.strerror or exc}") from None
+        if path.is_dir():
+            raw.close()
+            raise ImportFailed(f"cannot read {path}: is a directory")
+        self._raw = raw
+        self.size = path.stat().st_size
+        magic = raw.read(2)
+        raw.seek(0)
+        self.fh: IO[bytes] = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
+        self.first: Any = None
+        """The first line, decoded, when it is a JSON object that fits ``MAX_RUN_LINE_BYTES``
+        (the longest line any format allows: each format's reader applies its own limit)."""
+        self.single_line = False
+        self._pending: bytes | None = None
+        head = self._readline(MAX_RUN_LINE_BYTES + 1)
+        while head is not None and not head.strip():
+            head = self._readline(MAX_RUN_LINE_BYTES + 1)
+        self._pending = head
+        if head is not None and len(head) <= MAX_RUN_LINE_BYTES and head.lstrip()[:1] == b"{":
+            try:
+                self.first = _decoder.decode(head)
+            except (msgspec.DecodeError, RecursionError):
+                self.first = None
+            if self.first is not None:
+                nxt = self._readline(1)
+                self.single_line = nxt is None
+                # back to the start: the importers read the file from its beginning
+                self._rewind()
+
+    def _readline(self, limit: int) -> bytes | None:
+        try:
+            line = self.fh.readline(limit)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ImportFailed(f"cannot read {self.name}: {exc} (a truncated gzip file?)") from None
+        return line or None
+
+    def _rewind(self) -> None:
+        self._raw.seek(0)
+        if self.fh is not self._raw:
+            self.fh = gzip.GzipFile(fileobj=self._raw)
+        self._pending = None
+
+    def close(self) -> None:
+        self._raw.close()
+
+    def position(self) -> int:
+        """Bytes of the file on disk read so far (for progress)."""
+        try:
+            return self._raw.tell()
+        except (OSError, ValueError):
+            return 0
+
+    def document(self) -> Any:
+        """The whole file as one JSON document (at most ``MAX_DOCUMENT_BYTES``)."""
+        self._rewind()
+        try:
+            data = self.fh.read(MAX_DOCUMENT_BYTES + 1)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ImportFailed(f"cannot read {self.name}: {exc} (a truncated gzip file?)") from None
+        if len(data) > MAX_DOCUMENT_BYTES:
+            raise ImportFailed(f"{self.name} is larger than {MAX_DOCUMENT_BYTES >> 20} MiB: split it first")
+        return decode(data, self.name)
+
+    def lines(self, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
+        """``(line number, decoded object)`` per non-empty line; a line over ``limit`` bytes is
+        refused (only ``limit`` + 1 bytes of it are read), a last line cut short is reported
+        as a truncated file."""
+        self._rewind()
+        number = 0
+        while True:
+            line = self._readline(limit + 1)
+            if line is None:
+                return
+            number += 1
+            if len(line) > limit and not line.endswith(b"\n"):
+                raise ImportFailed(f"{self.name}: line {number} is longer than {_size(limit)}: not a transcript "
+                                   "this importer reads (or a corrupt file)")
+            if not line.strip():
+                continue
+            try:
+                value = _decoder.decode(line)
+            except (msgspec.DecodeError, RecursionError) as exc:
+                cut = not line.endswith(b"\n")
+                raise ImportFailed(f"{self.name}: line {number} is not valid JSON"
+                                   + (" (the file ends mid-line: truncated?)" if cut else f" ({exc})")) from None
+            yield number, value
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def open_source(path: Path) -> Opened:
+    return Opened(path)

@@ -1,0 +1,213 @@
+"""``loopwatch evaluate`` (issue 28): a hand-made transcript whose every figure was counted by
+hand, a real resolved SWE-bench run that two peers would have stopped, the peers' rules
+against their plain descriptions under hypothesis, and bad input.
+
+``tests/data/transcripts/hand-made/loops.json`` (tau-bench's format), counted by hand (calls
+numbered from 1; "executed" is the calls that ran before the stop):
+
+* A, reward 0: ``read``, then ``run_tests`` -> the same failure 7 times (calls 2-8: a strict
+  loop of 7, 1 call before it), ``edit``: 9 calls.  Roo Code refuses call 5 (3 identical calls
+  counted after the first): 4 executed, 3 into the loop, 5 saved.  Gemini CLI stops call 6
+  (the 5th identical): 5 executed, 4 into the loop, 4 saved.  OpenHands is stuck after call 5
+  (4 identical pairs): 5 executed, 4 into the loop, 4 saved.  The recommended config
+  (history 8, critical 4) blocks call 6, whose 4 earlier outcomes in the history are one
+  failure: 5 executed, 4 into the loop, 4 saved.  Upstream's defaults block at 20: nothing.
+* B, reward 1 (successful): ``ls``, ``cat f`` -> the same text 4 times (a loop of 4), ``finish``:
+  6 calls.  Roo Code refuses the 4th ``cat`` (call 5): 4 executed, 3 into the loop, 2 saved; a
+  false alarm.  OpenHands: stuck after call 5, 1 saved; a false alarm.  Gemini CLI needs 5; the
+  recommended config needs 4 earlier equal outcomes: neither fires.
+* C, reward 0: ``run make`` 3 times, each a different ``Error: ...``, then ``fix``: no strict
+  loop (the results differ).  Only OpenHands fires: 3 identical erroring actions, stuck after
+  call 3, 1 saved.
+* D, reward 0: ``a b c`` 5 times (15 calls).  Only Gemini CLI fires: a cycle of 3 repeated 5
+  times completes at call 15, stopped: 14 executed, 1 saved.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harness.cli import loopwatch, one_line_error
+from streams.evaluate import gemini_cli, openhands, roo_code, strict_loops
+
+REPO = Path(__file__).resolve().parents[2]
+DATA = REPO / "tests" / "data" / "transcripts"
+
+
+def report_for(tmp_path: Path, transcripts: list[Path], *options: object) -> dict:
+    events = tmp_path / "events.jsonl.gz"
+    proc = loopwatch("import", *transcripts, "-o", events)
+    assert proc.returncode == 0, proc.stderr
+    proc = loopwatch("evaluate", events, "--json", *options)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def by_name(report: dict) -> dict:
+    return {row["name"].split(" (")[0]: row for row in report["rows"]}
+
+
+def summary(row: dict) -> dict:
+    loops = {k: (v["caught"], v["runs"], v["calls_into_loop_median"], v["calls_into_loop_p90"])
+             for k, v in row["loops"].items()}
+    return {"warned": row["runs_warned"], "blocked": row["runs_blocked"], "aborted": row["runs_aborted"],
+            "loops": loops, "false_alarms": row["false_alarms"], "saved": row["calls_saved"]}
+
+
+def test_hand_counted_transcript(tmp_path):
+    report = report_for(tmp_path, [DATA / "hand-made" / "loops.json"],
+                        "--profile", "configurable-final", "--config", REPO / "examples" / "recommended.yaml")
+    assert report["runs"] == 4 and report["tool_calls"] == 9 + 6 + 4 + 15
+    assert report["labels"] == {"successful": 1, "unsuccessful": 3, "unlabelled": 0}
+    assert {k: v["runs"] for k, v in report["strict_loops"].items()} == {"3": 2, "5": 1, "10": 0}
+    rows = {name: summary(row) for name, row in by_name(report).items()}
+    none = (0, 0, None, None)
+    assert rows["profile configurable-final"] == {
+        "warned": 0, "blocked": 0, "aborted": 0, "loops": {"3": (0, 2, None, None), "5": (0, 1, None, None), "10": none},
+        "false_alarms": 0, "saved": 0}
+    assert rows["recommended"] == {
+        "warned": 0, "blocked": 1, "aborted": 0, "loops": {"3": (1, 2, 4, 4), "5": (1, 1, 4, 4), "10": none},
+        "false_alarms": 0, "saved": 4}
+    assert rows["Roo Code"] == {
+        "warned": 0, "blocked": 2, "aborted": 0, "loops": {"3": (2, 2, 3, 3), "5": (1, 1, 3, 3), "10": none},
+        "false_alarms": 1, "saved": 5 + 2}
+    assert rows["Gemini CLI"] == {
+        "warned": 0, "blocked": 2, "aborted": 0, "loops": {"3": (1, 2, 4, 4), "5": (1, 1, 4, 4), "10": none},
+        "false_alarms": 0, "saved": 4 + 1}
+    assert rows["OpenHands"] == {
+        "warned": 0, "blocked": 0, "aborted": 3, "loops": {"3": (2, 2, 4, 4), "5": (1, 1, 4, 4), "10": none},
+        "false_alarms": 1, "saved": 4 + 1 + 1}
+    assert by_name(report)["Roo Code"]["false_alarm_runs"] == ["task-B-loop-of-4-resolved-trial-0"]
+
+
+def test_a_real_resolved_run_that_two_peers_would_stop(tmp_path):
+    """sympy__sympy-15976 (resolved) runs one command with one output 4 times in a row (read
+    from the file here): Roo Code and OpenHands stop it, Gemini CLI, upstream's defaults and
+    the recommended config do not.  django__django-16255 (resolved) has no repeat."""
+    import gzip
+
+    doc = json.load(gzip.open(DATA / "mini-swe-agent" / "sympy__sympy-15976.traj.json.gz", "rt"))
+    pairs = [(m["content"], doc["messages"][i + 1]["content"]) for i, m in enumerate(doc["messages"])
+             if m["role"] == "assistant" and m["content"].count("```bash") == 1]
+    commands = [(c.split("```bash", 1)[1].split("```", 1)[0], r) for c, r in pairs]
+    longest = max(len(list(g)) for g in _groups(commands))
+    assert longest == 4
+    report = report_for(tmp_path, [DATA / "mini-swe-agent" / "sympy__sympy-15976.traj.json.gz",
+                                   DATA / "mini-swe-agent" / "django__django-16255.traj.json"],
+                        "--profile", "configurable-final", "--config", REPO / "examples" / "recommended.yaml")
+    # the labels are not given: the runs are unlabelled, so no false alarm is counted
+    assert report["labels"]["unlabelled"] == 2
+    rows = by_name(report)
+    assert rows["Roo Code"]["runs_blocked"] == 1 and rows["OpenHands"]["runs_aborted"] == 1
+    assert rows["Gemini CLI"]["runs_blocked"] == 0
+    assert rows["recommended"]["runs_blocked"] == rows["profile configurable-final"]["runs_blocked"] == 0
+
+
+def _groups(items):
+    from itertools import groupby
+
+    return [list(g) for _k, g in groupby(items)]
+
+
+def test_plot_is_a_png(tmp_path):
+    events = tmp_path / "events.jsonl"
+    assert loopwatch("import", DATA / "hand-made" / "loops.json", "-o", events).returncode == 0
+    png = tmp_path / "plot.png"
+    proc = loopwatch("evaluate", events, "--plot", png)
+    assert proc.returncode == 0, proc.stderr
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert "Roo Code" in proc.stdout and "loops 5+" in proc.stdout
+
+
+def test_bad_input(tmp_path):
+    junk = tmp_path / "junk.jsonl"
+    junk.write_text('{"not": "an event"}\n')
+    one_line_error(loopwatch("evaluate", junk), 1, "nothing to evaluate")
+    one_line_error(loopwatch("evaluate", tmp_path / "missing.jsonl"), 2, "cannot read")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("tools: [")
+    one_line_error(loopwatch("evaluate", junk, "--config", bad), 2, "--config")
+
+
+# -- the rules against their plain descriptions ----------------------------------------------------
+
+sigs = st.lists(st.sampled_from("abc"), max_size=40)
+
+
+def as_calls(letters, results=None, errors=None):
+    return [(s, (results or {}).get(i, "r"), bool(errors and errors[i])) for i, s in enumerate(letters)]
+
+
+@settings(max_examples=300)
+@given(sigs)
+def test_roo_code_refuses_the_first_call_that_follows_three_identical_ones(letters):
+    first = next((i for i in range(3, len(letters)) if len(set(letters[i - 3:i + 1])) == 1), None)
+    assert roo_code(as_calls(letters)).block == first
+
+
+@settings(max_examples=300)
+@given(sigs)
+def test_gemini_cli_stops_the_call_that_completes_five_repetitions(letters):
+    def repeated(end):
+        return any(end >= 5 * p and letters[end - 5 * p:end] == letters[end - p:end] * 5 for p in range(1, 6))
+
+    first = next((i for i in range(len(letters)) if repeated(i + 1)), None)
+    assert gemini_cli(as_calls(letters)).block == first
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from("xy"), st.booleans()), max_size=30))
+def test_openhands_is_stuck_after_four_equal_pairs_or_three_equal_errors(calls):
+    stuck = None
+    for end in range(1, len(calls) + 1):
+        if end >= 4 and calls[end - 4:end] == [calls[end - 1]] * 4:
+            stuck = end
+            break
+        if end >= 3 and len({c[0] for c in calls[end - 3:end]}) == 1 and all(c[2] for c in calls[end - 3:end]):
+            stuck = end
+            break
+    assert openhands(calls).abort == stuck
+
+
+@settings(max_examples=300)
+@given(st.lists(st.tuples(st.sampled_from("ab"), st.sampled_from("xy")), max_size=30))
+def test_strict_loops_are_the_first_runs_of_equal_call_and_result(pairs):
+    calls = [(s, r, False) for s, r in pairs]
+    found = strict_loops(calls)
+    for k in (3, 5, 10):
+        expected = None
+        i = 0
+        while i < len(pairs):
+            j = i
+            while j < len(pairs) and pairs[j] == pairs[i]:
+                j += 1
+            if j - i >= k:
+                expected = (i, j - i)
+                break
+            i = j
+        assert found.get(k) == expected
+
+
+def test_runs_are_judged_alone_in_any_order(tmp_path):
+    """evaluate_run is a function of one run's events: the report of the runs in reverse order
+    is the report of the runs in order."""
+    from schemas.events import decode_event
+    from streams.evaluate import REFERENCE_ROWS, Evaluation, evaluate_run
+
+    events_path = tmp_path / "events.jsonl"
+    assert loopwatch("import", DATA / "hand-made" / "loops.json", "-o", events_path).returncode == 0
+    runs: dict[str, list] = {}
+    for line in events_path.read_bytes().splitlines():
+        event = decode_event(line)
+        runs.setdefault(event.run_id, []).append(event)
+    reports = []
+    for direction in (1, -1):
+        evaluation = Evaluation(REFERENCE_ROWS)
+        for key in list(runs)[::direction]:
+            evaluation.add(evaluate_run(key, runs[key], REFERENCE_ROWS))
+        reports.append(evaluation.report())
+    assert reports[0] == reports[1]
