@@ -7,12 +7,13 @@ gzip (``.gz`` or not: by its magic bytes) is read transparently.  Every failure 
 
 from __future__ import annotations
 
-import gzip
 import zlib
 from pathlib import Path
 from typing import IO, Any, Iterator
 
 import msgspec
+
+from streams.files import decompressed
 
 from .model import ImportFailed
 
@@ -56,9 +57,7 @@ class Opened:
             raise ImportFailed(f"cannot read {path}: is a directory")
         self._raw = raw
         self.size = path.stat().st_size
-        magic = raw.read(2)
-        raw.seek(0)
-        self.fh: IO[bytes] = gzip.GzipFile(fileobj=raw) if magic == b"\x1f\x8b" else raw
+        self.fh: IO[bytes] = decompressed(raw)
         self.first: Any = None
         """The first line, decoded, when it is a JSON object that fits ``MAX_RUN_LINE_BYTES``
         (the longest line any format allows: each format's reader applies its own limit)."""
@@ -89,7 +88,7 @@ class Opened:
     def _rewind(self) -> None:
         self._raw.seek(0)
         if self.fh is not self._raw:
-            self.fh = gzip.GzipFile(fileobj=self._raw)
+            self.fh = decompressed(self._raw)
         self._pending = None
 
     def close(self) -> None:
@@ -116,7 +115,8 @@ class Opened:
     def lines(self, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
         """``(line number, decoded object)`` per non-empty line; a line over ``limit`` bytes is
         refused (only ``limit`` + 1 bytes of it are read), a last line cut short is reported
-        as a truncated file."""
+        as a truncated file.  (Not ``streams.files.read_lines``: that one reads an over-long
+        line through to go on with the next, where an import stops at the first.)"""
         self._rewind()
         number = 0
         while True:
