@@ -47,6 +47,7 @@ from .app.processor import check_record
 from .app.run_store import event_digest, remember, seen_before
 from .engine import LoopEngine, RunDriver, copy_state, outcome
 from .engine.drive import NONE
+from .sharded import ShardError, run_sharded, value_state_key
 
 __all__ = ["Backtest", "BacktestError", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "render_table"]
 
@@ -326,6 +327,54 @@ class RunRecord:
     """The first event where the configs disagree."""
     ended: str | None = None
     """The reason of the run's ``run.ended`` (None: not ended in the input)."""
+    seen_at: int = 0
+    """The number in the stream of the run's first event with a verdict."""
+    ended_at: int | None = None
+    """The number in the stream of its ``run.ended``."""
+
+
+@dataclass
+class _Tally:
+    """A shard's counts and runs (``Backtest._tally``), merged by ``Backtest._merge``."""
+
+    records: int
+    events: int
+    duplicates: int
+    other_agents: int
+    dead: Counter
+    runs: int
+    agents_seen: set
+    ended: Counter
+    verdicts: tuple[list, list]
+    finished: list[RunRecord]
+    judged: list[RunRecord]
+    first_at: int | None
+    first_ms: int | None
+    last_at: int | None
+    last_ms: int | None
+
+
+class _Record:
+    """A topic's record as a shard rebuilds it (what the worker's record check reads)."""
+
+    __slots__ = ("topic", "partition", "offset", "key", "value")
+    headers = ()
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self.topic, self.partition, self.offset, self.key, self.value = topic, partition, offset, key, value
+
+
+def _rebuilt(numbered: Iterator[tuple[int, tuple]], keyed: bool) -> Iterator[tuple[int, Any]]:
+    """A shard's payloads as records again: a file's lines as ``_Line`` (one, reused, as
+    ``FileSource`` does), a topic's records as ``_Record``."""
+    if keyed:
+        for seq, fields in numbered:
+            yield seq, _Record(*fields)
+        return
+    line = _Line("")
+    for seq, (topic, _partition, offset, _key, value) in numbered:
+        line.topic, line.offset, line.value = topic, offset, value
+        yield seq, line
 
 
 class _Side:
@@ -380,15 +429,31 @@ class Backtest:
         """Open runs with a candidate state of their own (module docstring)."""
         self.first_ms: int | None = None
         self.last_ms: int | None = None
+        self.first_at: int | None = None
+        self.last_at: int | None = None
+        """The numbers in the stream of the first and last event (``_run``)."""
 
-    def run(self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None = None) -> None:
-        """Every record through the worker's checks and both configs, in order."""
+    def run(self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None = None,
+            jobs: int = 1) -> None:
+        """Every record through the worker's checks and both configs, in order; with ``jobs``
+        above 1, the runs split by state key over that many processes (``streams.sharded``)
+        and their tallies merged: the same report, field for field."""
+        if jobs > 1:
+            self._run_sharded(records, keyed=keyed, progress=progress, jobs=jobs)
+        else:
+            self._run(enumerate(records, self.records), keyed=keyed, progress=progress)
+
+    def _run(self, numbered: Iterable[tuple[int, Any]], *, keyed: bool,
+             progress: Callable[[int], None] | None = None) -> None:
+        """``run`` over ``(number in the stream, record)``: the numbers order what a merge of
+        shards must put back in order (runs' first verdicts and ends, the first and last event)."""
         base, cand = self.sides
         base_handle, cand_handle = base.driver.handle, cand.driver.handle
         dead, open_runs, agents, agents_seen = self.dead, self._open, self.agents, self.agents_seen
         same, apart = self._same, self._apart
         events = n = 0
-        for record in records:
+        last_at = None
+        for seq, record in numbered:
             n += 1
             if progress is not None and n & 0x3FFF == 0:
                 progress(n)
@@ -433,18 +498,21 @@ class Backtest:
             events += 1
             b, c = outcome(bstep), outcome(cstep)
             if b or c:
-                self._verdicts(key, record, event, bstep, cstep, b, c)
+                self._verdicts(key, record, event, bstep, cstep, b, c, seq)
             if type(event) is RunEnded:
                 del open_runs[key]
                 apart.discard(key)
-                self._ended(key, event)
+                self._ended(key, event, seq)
             else:
                 remember(seen, digest)
             if self.first_ms is None:
-                self.first_ms = event.ts_ms
+                self.first_ms, self.first_at = event.ts_ms, seq
             self.last_ms = event.ts_ms
+            last_at = seq
         self.records += n
         self.events += events
+        if last_at is not None:
+            self.last_at = last_at
         if progress is not None:
             progress(n)
 
@@ -460,10 +528,10 @@ class Backtest:
         if state is not None:
             self.sides[1].driver.states[key] = copy_state(state)
 
-    def _verdicts(self, key: bytes, record: Any, event: Any, bstep: Any, cstep: Any, b: int, c: int) -> None:
+    def _verdicts(self, key: bytes, record: Any, event: Any, bstep: Any, cstep: Any, b: int, c: int, seq: int) -> None:
         run = self.judged.get(key)
         if run is None:
-            run = self.judged[key] = RunRecord(key, event.agent_id or NO_AGENT)
+            run = self.judged[key] = RunRecord(key, event.agent_id or NO_AGENT, seen_at=seq)
         minute = event.ts_ms // 60_000
         outcome = run.outcome
         base, cand = self.sides
@@ -482,13 +550,80 @@ class Backtest:
                 "tool": getattr(event, "tool_name", None), BASELINE: OUTCOMES[b], CANDIDATE: OUTCOMES[c],
             }
 
-    def _ended(self, key: bytes, event: RunEnded) -> None:
+    def _ended(self, key: bytes, event: RunEnded, seq: int) -> None:
         reason = event.reason or ""
         self.ended[reason] += 1
         run = self.judged.pop(key, None)
         if run is not None:
-            run.ended = reason
+            run.ended, run.ended_at = reason, seq
             self.finished.append(run)
+
+    # -- in shards (``run(..., jobs=N)``) ----------------------------------------------------
+
+    def _run_sharded(self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None,
+                     jobs: int) -> None:
+        """The records split by state key over ``jobs`` processes, each a ``Backtest`` of its
+        own with these configs, their tallies merged into this one (``_merge``)."""
+        base, cand = (side.driver.engine for side in self.sides)
+        agents, normal = self.agents, self.normal_reasons
+
+        def work(numbered: Iterator[tuple[int, Any]]) -> _Tally:
+            shard = Backtest(base, cand, agents=agents, normal_reasons=normal)
+            shard._run(_rebuilt(numbered, keyed), keyed=keyed)
+            return shard._tally()
+
+        def items() -> Iterator[tuple[bytes | None, tuple]]:
+            n = 0
+            for record in records:
+                n += 1
+                if progress is not None and n & 0x3FFF == 0:
+                    progress(n)
+                value = record.value
+                yield value_state_key(value), (record.topic, record.partition, record.offset, record.key, value)
+            if progress is not None:
+                progress(n)
+
+        try:
+            tallies = run_sharded(items(), work, jobs)
+        except ShardError as exc:
+            raise BacktestError(f"a backtest process failed: {exc}", code=1) from None
+        self._merge(tallies)
+
+    def _tally(self) -> "_Tally":
+        """What a shard's report needs, without its engines and open states (pickled back)."""
+        return _Tally(
+            self.records, self.events, self.duplicates, self.other_agents, self.dead, self.runs, self.agents_seen,
+            self.ended, (self.sides[0].verdicts, self.sides[1].verdicts), self.finished, list(self.judged.values()),
+            self.first_at, self.first_ms, self.last_at, self.last_ms,
+        )
+
+    def _merge(self, tallies: list["_Tally"]) -> None:
+        """Add the shards' tallies to this backtest as if it had run their records itself, in
+        the stream's order: counts add up, runs that ended are listed in the order they ended,
+        open runs in the order of their first verdicts, the first and last event are the
+        stream's (the numbers of ``_run``)."""
+        finished, judged = list(self.finished), list(self.judged.values())
+        for t in tallies:
+            self.records += t.records
+            self.events += t.events
+            self.duplicates += t.duplicates
+            self.other_agents += t.other_agents
+            self.dead.update(t.dead)
+            self.runs += t.runs
+            self.agents_seen |= t.agents_seen
+            self.ended.update(t.ended)
+            for side, verdicts in zip(self.sides, t.verdicts):
+                side.verdicts.extend(verdicts)
+            finished.extend(t.finished)
+            judged.extend(t.judged)
+            if t.first_at is not None and (self.first_at is None or t.first_at < self.first_at):
+                self.first_at, self.first_ms = t.first_at, t.first_ms
+            if t.last_at is not None and (self.last_at is None or t.last_at > self.last_at):
+                self.last_at, self.last_ms = t.last_at, t.last_ms
+        finished.sort(key=lambda run: run.ended_at)
+        judged.sort(key=lambda run: run.seen_at)
+        self.finished = finished
+        self.judged = {run.key: run for run in judged}
 
     def report(self) -> "Report":
         return Report.of(self)
