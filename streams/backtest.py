@@ -772,38 +772,21 @@ def render_table(report: Report, out: IO[str], *, examples: int = EXAMPLES) -> N
 
 
 def plot(report: Report, path: Path, *, baseline: str, candidate: str) -> None:
-    """Would-fire per minute (warnings, blocks and aborts published), baseline and candidate."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise BacktestError("--plot needs matplotlib: pip install 'loopwatch[ops]'") from None
-    matplotlib.use("Agg")
-    from datetime import datetime, timezone
+    """Would-fire per minute of event time (warnings, blocks and aborts published), baseline
+    and candidate (``streams.plots``)."""
+    from .plots import BASELINE_COLOR, CANDIDATE_COLOR, PlotError, Series, counts_per_bucket, save, time_chart
 
-    import matplotlib.pyplot as plt
-
-    base, cand = report.per_minute
-    minutes = sorted(set(base) | set(cand))
-    fig, ax = plt.subplots(figsize=(11, 4.5), dpi=100)
-    if minutes:
-        span = range(minutes[0], minutes[-1] + 1)
-        x = [datetime.fromtimestamp(m * 60, timezone.utc) for m in span]
-        ax.plot(x, [base[m] for m in span], label=f"baseline ({baseline})", color="#1f77b4")
-        ax.plot(x, [cand[m] for m in span], label=f"candidate ({candidate})", color="#d62728")
-    ax.set_title("loopwatch backtest: would-fire per minute (warnings, blocks, aborts)")
-    ax.set_xlabel("event time (UTC)")
-    ax.set_ylabel("verdicts per minute")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
-    fig.autofmt_xdate()
-    fig.tight_layout()
+    times, (base, cand) = counts_per_bucket(report.per_minute, 60)
+    series = [
+        Series(f"baseline ({baseline}): {sum(base):,} verdicts", times, base, BASELINE_COLOR, hollow=True),
+        Series(f"candidate ({candidate}): {sum(cand):,} verdicts", times, cand, CANDIDATE_COLOR),
+    ]
     try:
-        fig.savefig(path, format="png")
-    except OSError as exc:
-        raise BacktestError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+        fig = time_chart(series, title="loopwatch backtest: would-fire per minute (warnings, blocks, aborts published)",
+                         ylabel="verdicts per minute", bucket_s=60, empty="no config would warn, block or abort")
+        save(fig, path)
+    except PlotError as exc:
+        raise BacktestError(str(exc)) from None
 
 
 class Progress:
