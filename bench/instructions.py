@@ -89,20 +89,27 @@ for data in raw:
     allowed = known[fields["type"]]
     events.append(ev.decode_event(json.dumps({k: v for k, v in fields.items() if k in allowed}).encode()))
 keys = [state_key(e) for e in events]
-handle = LoopEngine(config).handle
-states = {}
-get = states.get
+engine = LoopEngine(config)
 gc.collect()
 gc.freeze()
-for key, event in zip(keys[:count], events[:count]):
-    step = handle(get(key), event, validated=True)
-    if step.state is None:
-        states.pop(key, None)
-    else:
-        states[key] = step.state
+try:
+    from streams.engine import RunDriver
+except ImportError:  # before RunDriver: its apply loop, as the benchmark of then ran it
+    handle = engine.handle
+    states = {}
+    get = states.get
+    for key, event in zip(keys[:count], events[:count]):
+        step = handle(get(key), event, validated=True)
+        if step.state is None:
+            states.pop(key, None)
+        else:
+            states[key] = step.state
+else:
+    RunDriver(engine).apply(events[:count], keys[:count], validated=True)
 """
 """Run in valgrind, in the tree counted: the first ``count`` of the pickled encoded events
-through one engine of the profile, as ``bench.core`` times it (``RunDriver.apply``)."""
+through one engine of the profile, as ``bench.core`` times it (``RunDriver.apply``, or
+before there was one, the same loop written out)."""
 
 
 def count_instructions(tree: Path, records_file: Path, count: int, valgrind: str, profile: str | None = None) -> int:
