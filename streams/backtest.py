@@ -483,12 +483,12 @@ class Backtest:
                 alike = same[agent] = self._alike(agent)
             try:
                 if alike and key not in apart:
-                    bstep = cstep = base_handle(event, key, validated=True)
+                    bstep = cstep = base_handle(event, key, True)
                 else:
                     if key not in apart:
                         self._part(key)
-                    bstep = base_handle(event, key, validated=True)
-                    cstep = cand_handle(event, key, validated=True)
+                    bstep = base_handle(event, key, True)
+                    cstep = cand_handle(event, key, True)
             except InvalidEvent as exc:
                 dead[exc.reason] += 1
                 continue
