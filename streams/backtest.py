@@ -432,6 +432,8 @@ class Backtest:
         self.first_at: int | None = None
         self.last_at: int | None = None
         """The numbers in the stream of the first and last event (``_run``)."""
+        self.shard_cpu_s: list[float] = []
+        """CPU seconds of each process of the last ``run`` in shards (``bench.backtest``)."""
 
     def run(self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None = None,
             jobs: int = 1) -> None:
@@ -584,7 +586,7 @@ class Backtest:
                 progress(n)
 
         try:
-            tallies = run_sharded(items(), work, jobs)
+            tallies = run_sharded(items(), work, jobs, cpu_s=self.shard_cpu_s)
         except ShardError as exc:
             raise BacktestError(f"a backtest process failed: {exc}", code=1) from None
         self._merge(tallies)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 import zlib
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -80,7 +81,7 @@ def shard_of(key: bytes | None, jobs: int) -> int:
 
 def run_sharded(
     items: Iterable[tuple[bytes | None, Any]], work: Callable[[Iterator[tuple[int, Any]]], T], jobs: int,
-    *, batch: int = BATCH,
+    *, batch: int = BATCH, cpu_s: list[float] | None = None,
 ) -> list[T]:
     """``work`` in ``jobs`` processes, each over the items of its shard.
 
@@ -89,7 +90,8 @@ def run_sharded(
     ``shard_of(key)``.  ``work(numbered payloads)`` runs in each process and returns its
     picklable result; the results come back in shard order.  A failure in a shard raises
     ``ShardError`` once the stream has been read; a failure reading ``items`` stops the
-    processes and propagates.
+    processes and propagates.  ``cpu_s``, if given, gets each shard's CPU seconds (for the
+    benchmarks: what the work would take with a core per process, whatever the neighbours).
     """
     if jobs < 1:
         raise ValueError("jobs must be at least 1")
@@ -129,7 +131,7 @@ def run_sharded(
             except EOFError:
                 processes[shard].join(5)
                 results.append((False, f"shard {shard}'s process ended without its result "
-                                       f"(exit code {processes[shard].exitcode})"))
+                                       f"(exit code {processes[shard].exitcode})", 0.0))
         for process in processes:
             process.join()
     except BaseException:
@@ -141,10 +143,12 @@ def run_sharded(
     finally:
         for conn in (*inputs, *outputs):
             conn.close()
-    for ok, result in results:
+    for ok, result, _cpu in results:
         if not ok:
             raise ShardError(result)
-    return [result for _ok, result in results]
+    if cpu_s is not None:
+        cpu_s[:] = [cpu for _ok, _result, cpu in results]
+    return [result for _ok, result, _cpu in results]
 
 
 def _serve(work: Callable[[Iterator[tuple[int, Any]]], Any], receive: Any, result_out: Any, inherited: list) -> None:
@@ -166,5 +170,5 @@ def _serve(work: Callable[[Iterator[tuple[int, Any]]], Any], receive: Any, resul
         result = (False, " ".join(f"{type(exc).__name__}: {exc}".split()))
     for _rest in stream:  # read to the end, so the parent never blocks on a full pipe
         pass
-    result_out.send(result)
+    result_out.send((*result, time.process_time()))
     result_out.close()
