@@ -33,6 +33,7 @@ import os
 import pickle
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -104,16 +105,29 @@ def apply(events, keys):  # RunDriver.apply as it was when it came (a function: 
         else:
             states[key] = step.state
 
+import time
+began = time.process_time()
 try:
     from streams.engine import RunDriver
 except ImportError:  # before RunDriver: its loop
     apply(events[:count], keys[:count])
 else:
     RunDriver(engine).apply(events[:count], keys[:count], validated=True)
+print(time.process_time() - began)
 """
 """Run in valgrind, in the tree counted: the first ``count`` of the pickled encoded events
 through one engine of the profile, as ``bench.core`` times it (``RunDriver.apply``, or
 before there was one, the same loop written out)."""
+
+
+def time_engine(tree: Path, events_file: Path, count: int, profile: str) -> float:
+    """CPU seconds of the engine child's loop, run natively (``--timed``)."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
+    done = subprocess.run([sys.executable, "-c", ENGINE_CHILD, str(events_file), str(count), profile],
+                          cwd=tree, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"bench.instructions: the run in {tree} failed (exit {done.returncode}):\n{done.stderr[-500:]}")
+    return float(done.stdout.split()[-1])
 
 
 def count_instructions(tree: Path, records_file: Path, count: int, valgrind: str, profile: str | None = None) -> int:
@@ -137,13 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", choices=("configurable-final", "latest"),
                    help="count the engine alone under this profile on bench-core's workload")
     p.add_argument("--calls-per-run", type=int, default=52, help="with --engine (default 52, as bench-core)")
+    p.add_argument("--timed", type=int, metavar="K", default=0,
+                   help="with --engine: no valgrind; time the same child natively, K rounds of the trees in "
+                        "turn (order alternating), CPU time of the loop (an A/B across commits in time)")
     p.add_argument("trees", nargs="*", type=Path, help="checkouts to count (default: this one)")
     args = p.parse_args(argv)
     if args.events < 1 or args.runs < 1:
         print("bench.instructions: --events and --runs must be at least 1", file=sys.stderr)
         return 1
     valgrind = shutil.which("valgrind")
-    if valgrind is None:
+    if valgrind is None and not args.timed:
         print("bench.instructions: needs valgrind (apt-get install valgrind)", file=sys.stderr)
         return 1
     trees = [tree.resolve() for tree in args.trees] or [REPO]
@@ -181,6 +198,17 @@ def count_engine(trees: list[Path], args: argparse.Namespace, valgrind: str) -> 
         events_file = Path(tmp) / "events.pickle"
         with open(events_file, "wb") as f:
             pickle.dump([encode_event(e) for e in events], f)
+        if args.timed:
+            print(f"{len(events):,} events of {args.runs:,} runs (bench-core's fleet), engine alone, {args.engine}; "
+                  f"CPU time, {args.timed} rounds alternating", flush=True)
+            rates: dict[Path, list[float]] = {tree: [] for tree in trees}
+            for round_ in range(args.timed):
+                for tree in trees[:: 1 if round_ % 2 == 0 else -1]:
+                    rates[tree].append(len(events) / time_engine(tree, events_file, len(events), args.engine))
+                    print(f"  round {round_ + 1} {tree}: {rates[tree][-1]:,.0f} events/s", flush=True)
+            for tree, got in rates.items():
+                print(f"{tree}: best {max(got):,.0f} events/s, median {statistics.median(got):,.0f}", flush=True)
+            return 0
         print(f"{len(events):,} events of {args.runs:,} runs (bench-core's fleet), engine alone, {args.engine}; "
               "valgrind cachegrind", flush=True)
         for tree in trees:
