@@ -13,6 +13,15 @@ JSONL with a candidate that changes one agent only (the backtest judges the othe
 For scale it also times the part no config can make cheaper: reading the file and the
 worker's record checks (``check_record``) alone.  Issue 16's target: at least 100,000
 events/s from a file, with a candidate that differs for every agent.
+
+Then ``--jobs`` (issue 30): the same JSONL with the runs split over 1 and over ``--jobs``
+processes (``Backtest.run(..., jobs=N)``, as ``loopwatch backtest --jobs N``), alternated
+pass by pass (1, N, then N, 1, ...), in wall time (the work is in the child processes; the
+wall clock is what a user waits for), the reports compared with the one-process report.
+Issue 30's target: at least 100,000 events/s with 2 processes (median of the passes).  Beside
+the wall time, what the run would take on the cores alone: the larger of the busiest
+process's CPU seconds and all processes' CPU seconds over the cores (the neighbours on a
+shared machine lengthen the wall time, not these).
 """
 
 from __future__ import annotations
@@ -38,6 +47,7 @@ from streams.app.processor import check_record
 from streams.backtest import Backtest, FileSource
 from streams.engine import LoopEngine
 from streams.scenarios import fleet_trace
+from streams.sharded import available_cores
 
 TARGET_RATE = 100_000
 
@@ -53,6 +63,20 @@ def timed(path: Path, candidate: dict = CANDIDATE) -> tuple[float, float, Backte
     cpu, wall = time.process_time(), time.perf_counter()
     backtest.run(FileSource([path]).records(), keyed=False)
     return time.process_time() - cpu, time.perf_counter() - wall, backtest
+
+
+def timed_jobs(path: Path, jobs: int) -> tuple[float, float, Backtest]:
+    """One backtest over ``path`` in ``jobs`` processes: (wall seconds, the wall seconds it would
+    take on this machine's cores alone, the backtest).  The second is the larger of the busiest
+    process's CPU seconds and all processes' CPU seconds over the cores: on a shared machine
+    the wall clock measures the neighbours too."""
+    backtest = Backtest(LoopEngine(BASELINE), LoopEngine(CANDIDATE))
+    gc.collect()
+    wall, cpu = time.perf_counter(), time.process_time()
+    backtest.run(FileSource([path]).records(), keyed=False, jobs=jobs)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    shards = backtest.shard_cpu_s if jobs > 1 else []
+    return wall, max(cpu, *shards, (cpu + sum(shards)) / available_cores()), backtest
 
 
 def checks_only(path: Path) -> float:
@@ -71,6 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="timed passes over each file (default 3)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--agents", type=int, default=10, help="agents the runs belong to (default 10)")
+    parser.add_argument("--jobs", type=int, default=max(2, available_cores()),
+                        help="processes of the parallel passes (default: the cores available, at least 2)")
     args = parser.parse_args(argv)
 
     load = os.getloadavg()
@@ -106,6 +132,18 @@ def main(argv: list[str] | None = None) -> int:
         cpu, wall, backtest = timed(plain, ONE_AGENT)
         rates[name].append((backtest.records / cpu, backtest.records / wall))
         print(f"  pass {attempt + 1} {name}: {rates[name][-1][0]:,.0f} events/s ({rates[name][-1][1]:,.0f}/s wall)")
+    parallel: dict[int, list[float]] = {1: [], args.jobs: []}
+    busiest: dict[int, list[float]] = {1: [], args.jobs: []}
+    same_report = True
+    for attempt in range(args.repeat):
+        for jobs in (1, args.jobs)[:: 1 if attempt % 2 == 0 else -1]:
+            wall, cpu, backtest = timed_jobs(plain, jobs)
+            parallel[jobs].append(backtest.records / wall)
+            busiest[jobs].append(backtest.records / cpu)
+            same_report = same_report and backtest.report().data == report
+            print(f"  pass {attempt + 1} --jobs {jobs}: {backtest.records:,} records in {wall:.2f} s wall "
+                  f"= {parallel[jobs][-1]:,.0f} events/s; {cpu:.2f} s on the cores alone "
+                  f"= {busiest[jobs][-1]:,.0f} events/s")
     checks = checks_only(plain)
     steal_after = steal_jiffies()
     n = report["records"]
@@ -116,6 +154,16 @@ def main(argv: list[str] | None = None) -> int:
         cpu_rates = [cpu for cpu, _wall in pairs]
         print(f"backtest from {name}: best {max(cpu_rates):,.0f} events/s, median {statistics.median(cpu_rates):,.0f} "
               f"events/s (CPU time, one core)")
+    for jobs, wall_rates in parallel.items():
+        print(f"backtest from jsonl, --jobs {jobs}: best {max(wall_rates):,.0f} events/s, median "
+              f"{statistics.median(wall_rates):,.0f} events/s (wall time)")
+        print(f"backtest from jsonl, --jobs {jobs}, on the cores alone (CPU times): best "
+              f"{max(busiest[jobs]):,.0f} events/s, median {statistics.median(busiest[jobs]):,.0f} events/s")
+    for name, rates_of in (("wall time", parallel), ("on the cores alone", busiest)):
+        scaling = [b / a for a, b in zip(rates_of[1], rates_of[args.jobs])]
+        print(f"--jobs {args.jobs} / --jobs 1 ({name}): {', '.join(f'{x:.2f}' for x in scaling)} per pass, median "
+              f"{statistics.median(scaling):.2f}")
+    print(f"reports identical to one process: {'yes' if same_report else 'NO'}")
     print(f"reading + the worker's record checks alone: {n / checks:,.0f} events/s (JSONL, CPU time)")
     if steal is not None and steal_after is not None:
         print(f"CPU steal during the passes: {steal_after - steal} jiffies (/proc/stat)")
@@ -123,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     best = statistics.median(cpu for cpu, _wall in rates["jsonl"])
     print(f"target: >= {TARGET_RATE:,} events/s from a file (median, JSONL): {best:,.0f}, "
           f"{'met' if best >= TARGET_RATE else 'NOT MET'}")
+    two = statistics.median(parallel[args.jobs])
+    print(f"target: >= {TARGET_RATE:,} events/s with --jobs {args.jobs} (median, JSONL, wall time): {two:,.0f}, "
+          f"{'met' if two >= TARGET_RATE and same_report else 'NOT MET'} (on the cores alone: "
+          f"{statistics.median(busiest[args.jobs]):,.0f})")
     return 0
 
 

@@ -48,6 +48,7 @@ from .app.run_store import event_digest, remember, seen_before
 from .engine import LoopEngine, RunDriver, copy_state, outcome
 from .engine.drive import NONE
 from .files import MAX_LINE_BYTES, OverlongLine, decompressed, read_lines
+from .sharded import ShardError, run_sharded, value_state_key
 
 __all__ = ["Backtest", "BacktestError", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "checked", "render_table"]
 
@@ -332,6 +333,54 @@ class RunRecord:
     """The first event where the configs disagree."""
     ended: str | None = None
     """The reason of the run's ``run.ended`` (None: not ended in the input)."""
+    seen_at: int = 0
+    """The number in the stream of the run's first event with a verdict."""
+    ended_at: int | None = None
+    """The number in the stream of its ``run.ended``."""
+
+
+@dataclass
+class _Tally:
+    """A shard's counts and runs (``Backtest._tally``), merged by ``Backtest._merge``."""
+
+    records: int
+    events: int
+    duplicates: int
+    other_agents: int
+    dead: Counter
+    runs: int
+    agents_seen: set
+    ended: Counter
+    verdicts: tuple[list, list]
+    finished: list[RunRecord]
+    judged: list[RunRecord]
+    first_at: int | None
+    first_ms: int | None
+    last_at: int | None
+    last_ms: int | None
+
+
+class _Record:
+    """A topic's record as a shard rebuilds it (what the worker's record check reads)."""
+
+    __slots__ = ("topic", "partition", "offset", "key", "value")
+    headers = ()
+
+    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self.topic, self.partition, self.offset, self.key, self.value = topic, partition, offset, key, value
+
+
+def _rebuilt(numbered: Iterator[tuple[int, tuple]], keyed: bool) -> Iterator[tuple[int, Any]]:
+    """A shard's payloads as records again: a file's lines as ``_Line`` (one, reused, as
+    ``FileSource`` does), a topic's records as ``_Record``."""
+    if keyed:
+        for seq, fields in numbered:
+            yield seq, _Record(*fields)
+        return
+    line = _Line("")
+    for seq, (topic, _partition, offset, _key, value) in numbered:
+        line.topic, line.offset, line.value = topic, offset, value
+        yield seq, line
 
 
 class _Side:
@@ -354,16 +403,16 @@ class _Side:
 
 
 def checked(
-    records: Iterable[Any], *, keyed: bool, dead: Counter, progress: Callable[[int], None] | None = None,
+    numbered: Iterable[tuple[int, Any]], *, keyed: bool, dead: Counter, progress: Callable[[int], None] | None = None,
     counted: list[int] | None = None,
-) -> Iterator[tuple[Any, Any, bytes]]:
-    """``(record, event, state key)`` of every record the worker would accept
-    (``check_record``); what it would dead-letter is counted in ``dead`` by reason.
+) -> Iterator[tuple[int, Any, Any, bytes]]:
+    """``(number, record, event, state key)`` of every ``(number, record)`` the worker would
+    accept (``check_record``); what it would dead-letter is counted in ``dead`` by reason.
     ``progress`` gets the records read every 16,384 and at the end; ``counted[0]``, the
     records read so far (``loopwatch backtest`` and ``loopwatch evaluate`` read alike)."""
     n = 0
     try:
-        for record in records:
+        for seq, record in numbered:
             n += 1
             if progress is not None and n & 0x3FFF == 0:
                 progress(n)
@@ -375,7 +424,7 @@ def checked(
             except Exception:  # noqa: BLE001 - the worker dead-letters what it cannot decode
                 dead[PROCESSING_ERROR] += 1
                 continue
-            yield record, event, key
+            yield seq, record, event, key
     finally:
         if counted is not None:
             counted[0] = n
@@ -416,16 +465,34 @@ class Backtest:
         """Open runs with a candidate state of their own (module docstring)."""
         self.first_ms: int | None = None
         self.last_ms: int | None = None
+        self.first_at: int | None = None
+        self.last_at: int | None = None
+        """The numbers in the stream of the first and last event (``_run``)."""
+        self.shard_cpu_s: list[float] = []
+        """CPU seconds of each process of the last ``run`` in shards (``bench.backtest``)."""
 
-    def run(self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None = None) -> None:
-        """Every record through the worker's checks and both configs, in order."""
+    def run(self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None = None,
+            jobs: int = 1) -> None:
+        """Every record through the worker's checks and both configs, in order; with ``jobs``
+        above 1, the runs split by state key over that many processes (``streams.sharded``)
+        and their tallies merged: the same report, field for field."""
+        if jobs > 1:
+            self._run_sharded(records, keyed=keyed, progress=progress, jobs=jobs)
+        else:
+            self._run(enumerate(records, self.records), keyed=keyed, progress=progress)
+
+    def _run(self, numbered: Iterable[tuple[int, Any]], *, keyed: bool,
+             progress: Callable[[int], None] | None = None) -> None:
+        """``run`` over ``(number in the stream, record)``: the numbers order what a merge of
+        shards must put back in order (runs' first verdicts and ends, the first and last event)."""
         base, cand = self.sides
         base_handle, cand_handle = base.driver.handle, cand.driver.handle
         dead, open_runs, agents, agents_seen = self.dead, self._open, self.agents, self.agents_seen
         same, apart = self._same, self._apart
         events = 0
         counted = [0]
-        for record, event, key in checked(records, keyed=keyed, dead=dead, progress=progress, counted=counted):
+        last_at = None
+        for seq, record, event, key in checked(numbered, keyed=keyed, dead=dead, progress=progress, counted=counted):
             agent = event.agent_id
             agents_seen.add(agent)
             if agents is not None and agent not in agents:
@@ -444,12 +511,12 @@ class Backtest:
                 alike = same[agent] = self._alike(agent)
             try:
                 if alike and key not in apart:
-                    bstep = cstep = base_handle(event, key, validated=True)
+                    bstep = cstep = base_handle(event, key, True)
                 else:
                     if key not in apart:
                         self._part(key)
-                    bstep = base_handle(event, key, validated=True)
-                    cstep = cand_handle(event, key, validated=True)
+                    bstep = base_handle(event, key, True)
+                    cstep = cand_handle(event, key, True)
             except InvalidEvent as exc:
                 dead[exc.reason] += 1
                 continue
@@ -459,18 +526,21 @@ class Backtest:
             events += 1
             b, c = outcome(bstep), outcome(cstep)
             if b or c:
-                self._verdicts(key, record, event, bstep, cstep, b, c)
+                self._verdicts(key, record, event, bstep, cstep, b, c, seq)
             if type(event) is RunEnded:
                 del open_runs[key]
                 apart.discard(key)
-                self._ended(key, event)
+                self._ended(key, event, seq)
             else:
                 remember(seen, digest)
             if self.first_ms is None:
-                self.first_ms = event.ts_ms
+                self.first_ms, self.first_at = event.ts_ms, seq
             self.last_ms = event.ts_ms
+            last_at = seq
         self.records += counted[0]
         self.events += events
+        if last_at is not None:
+            self.last_at = last_at
 
     def _alike(self, agent: str | None) -> bool:
         base, cand = (side.driver.engine for side in self.sides)
@@ -484,10 +554,10 @@ class Backtest:
         if state is not None:
             self.sides[1].driver.states[key] = copy_state(state)
 
-    def _verdicts(self, key: bytes, record: Any, event: Any, bstep: Any, cstep: Any, b: int, c: int) -> None:
+    def _verdicts(self, key: bytes, record: Any, event: Any, bstep: Any, cstep: Any, b: int, c: int, seq: int) -> None:
         run = self.judged.get(key)
         if run is None:
-            run = self.judged[key] = RunRecord(key, event.agent_id or NO_AGENT)
+            run = self.judged[key] = RunRecord(key, event.agent_id or NO_AGENT, seen_at=seq)
         minute = event.ts_ms // 60_000
         outcome = run.outcome
         base, cand = self.sides
@@ -506,13 +576,80 @@ class Backtest:
                 "tool": getattr(event, "tool_name", None), BASELINE: OUTCOMES[b], CANDIDATE: OUTCOMES[c],
             }
 
-    def _ended(self, key: bytes, event: RunEnded) -> None:
+    def _ended(self, key: bytes, event: RunEnded, seq: int) -> None:
         reason = event.reason or ""
         self.ended[reason] += 1
         run = self.judged.pop(key, None)
         if run is not None:
-            run.ended = reason
+            run.ended, run.ended_at = reason, seq
             self.finished.append(run)
+
+    # -- in shards (``run(..., jobs=N)``) ----------------------------------------------------
+
+    def _run_sharded(self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None,
+                     jobs: int) -> None:
+        """The records split by state key over ``jobs`` processes, each a ``Backtest`` of its
+        own with these configs, their tallies merged into this one (``_merge``)."""
+        base, cand = (side.driver.engine for side in self.sides)
+        agents, normal = self.agents, self.normal_reasons
+
+        def work(numbered: Iterator[tuple[int, Any]]) -> _Tally:
+            shard = Backtest(base, cand, agents=agents, normal_reasons=normal)
+            shard._run(_rebuilt(numbered, keyed), keyed=keyed)
+            return shard._tally()
+
+        def items() -> Iterator[tuple[bytes | None, tuple]]:
+            n = 0
+            for record in records:
+                n += 1
+                if progress is not None and n & 0x3FFF == 0:
+                    progress(n)
+                value = record.value
+                yield value_state_key(value), (record.topic, record.partition, record.offset, record.key, value)
+            if progress is not None:
+                progress(n)
+
+        try:
+            tallies = run_sharded(items(), work, jobs, cpu_s=self.shard_cpu_s)
+        except ShardError as exc:
+            raise BacktestError(f"a backtest process failed: {exc}", code=1) from None
+        self._merge(tallies)
+
+    def _tally(self) -> "_Tally":
+        """What a shard's report needs, without its engines and open states (pickled back)."""
+        return _Tally(
+            self.records, self.events, self.duplicates, self.other_agents, self.dead, self.runs, self.agents_seen,
+            self.ended, (self.sides[0].verdicts, self.sides[1].verdicts), self.finished, list(self.judged.values()),
+            self.first_at, self.first_ms, self.last_at, self.last_ms,
+        )
+
+    def _merge(self, tallies: list["_Tally"]) -> None:
+        """Add the shards' tallies to this backtest as if it had run their records itself, in
+        the stream's order: counts add up, runs that ended are listed in the order they ended,
+        open runs in the order of their first verdicts, the first and last event are the
+        stream's (the numbers of ``_run``)."""
+        finished, judged = list(self.finished), list(self.judged.values())
+        for t in tallies:
+            self.records += t.records
+            self.events += t.events
+            self.duplicates += t.duplicates
+            self.other_agents += t.other_agents
+            self.dead.update(t.dead)
+            self.runs += t.runs
+            self.agents_seen |= t.agents_seen
+            self.ended.update(t.ended)
+            for side, verdicts in zip(self.sides, t.verdicts):
+                side.verdicts.extend(verdicts)
+            finished.extend(t.finished)
+            judged.extend(t.judged)
+            if t.first_at is not None and (self.first_at is None or t.first_at < self.first_at):
+                self.first_at, self.first_ms = t.first_at, t.first_ms
+            if t.last_at is not None and (self.last_at is None or t.last_at > self.last_at):
+                self.last_at, self.last_ms = t.last_at, t.last_ms
+        finished.sort(key=lambda run: run.ended_at)
+        judged.sort(key=lambda run: run.seen_at)
+        self.finished = finished
+        self.judged = {run.key: run for run in judged}
 
     def report(self) -> "Report":
         return Report.of(self)
@@ -661,38 +798,21 @@ def render_table(report: Report, out: IO[str], *, examples: int = EXAMPLES) -> N
 
 
 def plot(report: Report, path: Path, *, baseline: str, candidate: str) -> None:
-    """Would-fire per minute (warnings, blocks and aborts published), baseline and candidate."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise BacktestError("--plot needs matplotlib: pip install 'loopwatch[ops]'") from None
-    matplotlib.use("Agg")
-    from datetime import datetime, timezone
+    """Would-fire per minute of event time (warnings, blocks and aborts published), baseline
+    and candidate (``streams.plots``)."""
+    from .plots import BASELINE_COLOR, CANDIDATE_COLOR, PlotError, Series, counts_per_bucket, save, time_chart
 
-    import matplotlib.pyplot as plt
-
-    base, cand = report.per_minute
-    minutes = sorted(set(base) | set(cand))
-    fig, ax = plt.subplots(figsize=(11, 4.5), dpi=100)
-    if minutes:
-        span = range(minutes[0], minutes[-1] + 1)
-        x = [datetime.fromtimestamp(m * 60, timezone.utc) for m in span]
-        ax.plot(x, [base[m] for m in span], label=f"baseline ({baseline})", color="#1f77b4")
-        ax.plot(x, [cand[m] for m in span], label=f"candidate ({candidate})", color="#d62728")
-    ax.set_title("loopwatch backtest: would-fire per minute (warnings, blocks, aborts)")
-    ax.set_xlabel("event time (UTC)")
-    ax.set_ylabel("verdicts per minute")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="upper left")
-    fig.autofmt_xdate()
-    fig.tight_layout()
+    times, (base, cand) = counts_per_bucket(report.per_minute, 60)
+    series = [
+        Series(f"baseline ({baseline}): {sum(base):,} verdicts", times, base, BASELINE_COLOR, hollow=True),
+        Series(f"candidate ({candidate}): {sum(cand):,} verdicts", times, cand, CANDIDATE_COLOR),
+    ]
     try:
-        fig.savefig(path, format="png")
-    except OSError as exc:
-        raise BacktestError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+        fig = time_chart(series, title="loopwatch backtest: would-fire per minute (warnings, blocks, aborts published)",
+                         ylabel="verdicts per minute", bucket_s=60, empty="no config would warn, block or abort")
+        save(fig, path)
+    except PlotError as exc:
+        raise BacktestError(str(exc)) from None
 
 
 class Progress:

@@ -103,11 +103,14 @@ def _backtest(args: argparse.Namespace) -> int:
 
     from .backtest import Backtest, BacktestError, FileSource, KafkaRange, Progress, parse_time, plot, render_table
     from .engine import LoopEngine
+    from .sharded import available_cores
 
     def fail(message: str, code: int = 2) -> int:
         print(f"loopwatch backtest: {message}", file=sys.stderr)
         return code
 
+    if args.jobs is not None and args.jobs < 1:
+        return fail(f"--jobs must be at least 1, not {args.jobs}")
     if args.files and args.broker:
         return fail("give files or --broker/--topic, not both")
     if not args.files and not args.broker:
@@ -149,7 +152,7 @@ def _backtest(args: argparse.Namespace) -> int:
         backtest = Backtest(engines["baseline"], engines["candidate"], agents=args.agent,
                             normal_reasons=args.normal_end or ("completed",))
         progress = Progress(sys.stderr, source.progress)
-        backtest.run(source.records(), keyed=source.keyed, progress=progress)
+        backtest.run(source.records(), keyed=source.keyed, progress=progress, jobs=args.jobs or available_cores())
         progress.done(backtest.records)
     except BacktestError as exc:
         return fail(str(exc), exc.code)
@@ -425,6 +428,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent", action="append", metavar="ID", help="only this agent's events (repeat for several)")
     p.add_argument("--normal-end", action="append", metavar="REASON",
                    help="a run.ended reason of a run that finished normally (default: completed; repeat for several)")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="processes to split the runs over (default: the cores available to this process)")
     p.set_defaults(func=_backtest)
 
     from .importers import FORMATS

@@ -296,7 +296,7 @@ class Evaluation:
         ``run.ended``, or the end of the input)."""
         open_runs: dict[bytes, tuple[list, set]] = {}
         counted = [0]
-        for _record, event, key in checked(records, keyed=False, dead=self.dead, progress=progress, counted=counted):
+        for _seq, _record, event, key in checked(enumerate(records), keyed=False, dead=self.dead, progress=progress, counted=counted):
             run = open_runs.get(key)
             if run is None:
                 run = open_runs[key] = ([], set())

@@ -84,11 +84,11 @@ class RunDriver:
         self.states: dict[str, RunState] = {}
         """State key -> the run's state."""
 
-    def handle(self, event: ToolCallEvent, key: str | None = None, *, validated: bool = False) -> Step:
+    def handle(self, event: ToolCallEvent, key: str | None = None, validated: bool = False) -> Step:
         """Apply one event to its run (``key``: its state key, when the caller has it)."""
         if key is None:
             key = self.engine.key_of(event)
-        step = self.engine.handle(self.states.get(key), event, validated=validated)
+        step = self.engine.handle(self.states.get(key), event, validated)  # (positional: see LoopEngine.handle)
         if step.state is None:
             self.states.pop(key, None)
         else:
@@ -108,7 +108,7 @@ class RunDriver:
         states = self.states
         get = states.get
         for key, event in zip(keys, events):
-            step = handle(get(key), event, validated=validated)
+            step = handle(get(key), event, validated)
             if step.state is None:
                 states.pop(key, None)
             else:

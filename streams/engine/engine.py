@@ -31,6 +31,7 @@ from schemas.verdicts import Decision, RunAborted
 
 from . import guard as guard_mod
 from . import history
+from .history import LATEST_HISTORY_SIZE
 from .config import ConfigSet, Settings
 from .detectors import Detection, LatestDetection, detect, detect_latest, write_churn
 from streams.hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
@@ -292,7 +293,20 @@ class LoopEngine:
         if detection is not None and detection.level == CRITICAL:
             return self.block(state, event, settings, detection)
         if cfg.records_calls:
-            history.record_call(state, event.tool_name, sig, event.tool_call_id, event.ts_ms, cfg.history_size)
+            # history.record_call, inlined: it runs for nearly every requested call.
+            sigs = state.sigs
+            state.tools.append(event.tool_name)
+            sigs.append(sig)
+            state.call_ids.append(event.tool_call_id)
+            state.results.append(None)
+            state.unknowns.append(None)
+            state.stamps.append(event.ts_ms)
+            size = cfg.history_size
+            if len(sigs) > size:
+                if len(sigs) == size + 1:  # a full history: drop the oldest
+                    del state.tools[0], sigs[0], state.call_ids[0], state.results[0], state.unknowns[0], state.stamps[0]
+                else:
+                    history.trim(state, size)
         if detection is None:
             return Step(state, event)
         return self._warning(state, event, settings, detection)
@@ -417,7 +431,21 @@ class _LatestEngine(LoopEngine):
             # records the veto (_completed), as upstream's wrapper records its blocked result.
             return self.block(state, event, settings, detection)
         if cfg.records_calls:
-            history.append_latest(state, latest, tool, sig, event.tool_call_id, event.ts_ms, event.target_hash)
+            # history.append_latest of a pending record, inlined but for the trimming: it runs
+            # for nearly every requested call.
+            sigs = state.sigs
+            state.tools.append(tool)
+            sigs.append(sig)
+            state.call_ids.append(event.tool_call_id)
+            state.results.append(None)
+            state.unknowns.append(None)
+            state.stamps.append(event.ts_ms)
+            latest.flags.append(AWAITING)
+            target = event.target_hash
+            if target is not None:
+                latest.digests[latest.first + len(sigs) - 1] = target
+            if len(sigs) > LATEST_HISTORY_SIZE:
+                history.trim_latest(state, latest)
         if detection is None:
             return Step(state, event)
         return self._warning(state, event, settings, detection)

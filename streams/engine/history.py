@@ -19,6 +19,7 @@ __all__ = [
     "record_outcome_latest",
     "tool_call_stats",
     "trim",
+    "trim_latest",
 ]
 
 LATEST_HISTORY_SIZE = 30
@@ -145,6 +146,14 @@ def append_latest(
     latest.flags.append(flags)
     if target is not None or failure_id is not None:
         latest.digests[latest.first + len(sigs) - 1] = target if failure_id is None else failure_id
+    if len(sigs) > LATEST_HISTORY_SIZE:
+        trim_latest(state, latest)
+
+
+def trim_latest(state: RunState, latest: LatestState) -> None:
+    """Trim a history that has grown past 30 back to 30, oldest first (``append_latest``;
+    the engine's request path appends a pending record itself and calls this)."""
+    sigs = state.sigs
     excess = len(sigs) - LATEST_HISTORY_SIZE
     if excess == 1:  # a full history: drop the oldest
         if latest.flags[0] & OBSERVED:

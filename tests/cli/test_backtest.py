@@ -12,6 +12,7 @@ import gzip
 import json
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from harness.cli import loopwatch, one_line_error
@@ -120,6 +121,52 @@ def test_a_generated_fleet_matches_the_engine_driven_directly(tmp_path, configs)
     assert report["runs"] == 300 and report["events"] == len(events) and report["dead_letters"] == {}
 
 
+# -- in parallel (--jobs) ----------------------------------------------------------------------
+
+
+def mixed_fleet() -> list[bytes]:
+    """A generated fleet of three agents (runs of 15 calls: the candidate changes outcomes),
+    with every kind of bad record early, retries of ten events, and run ids used again after
+    their run ended (a second run of the key)."""
+    events, _kinds = fleet_trace(300, 15, seed=11, engine=LoopEngine(BASELINE), end=True)
+    events = [msgspec.structs.replace(e, agent_id=f"agent-{int(e.run_id.rsplit('-', 1)[1]) % 3}") for e in events]
+    again, _ = fleet_trace(20, 15, seed=12, engine=LoopEngine(BASELINE), end=True)
+    lines = [encode_event(e) for e in events]
+    return lines[:100] + list(BAD_RECORDS.values()) + lines[50:60] + lines[100:] + [encode_event(e) for e in again]
+
+
+@pytest.mark.parametrize("candidate", ["all agents", "one agent"])
+def test_jobs_give_the_report_of_one_process_field_for_field(tmp_path, candidate):
+    from streams.backtest import Backtest, FileSource
+
+    cand = CANDIDATE if candidate == "all agents" else {
+        **BASELINE, "agents": {"list": [{"id": "agent-1", "tools": CANDIDATE["tools"]}]}}
+    path = write_lines(tmp_path / "fleet.jsonl", mixed_fleet())
+    reports = {}
+    for jobs in (1, 2, 3):
+        backtest = Backtest(LoopEngine(BASELINE), LoopEngine(cand))
+        backtest.run(FileSource([path]).records(), keyed=False, jobs=jobs)
+        reports[jobs] = backtest.report()
+    one = reports[1].data
+    # the fleet exercises what the merge must put back in order and add up
+    assert len(one["changed_runs"]) > 20 and one["dead_letters"] and one["duplicates"] == 10
+    assert any(r["ended"] for r in one["changed_runs"]) and one["runs"] == 300 + 20
+    for jobs in (2, 3):
+        assert reports[jobs].data == one, jobs
+        assert json.dumps(reports[jobs].data) == json.dumps(one)  # the same order too, list by list
+        assert reports[jobs].per_minute == reports[1].per_minute
+
+
+def test_the_cli_with_jobs_prints_what_one_process_prints(tmp_path, configs):
+    path = write_lines(tmp_path / "fleet.jsonl.gz", mixed_fleet())
+    out = {}
+    for jobs in ("1", "2"):
+        proc = loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1], "--json", "--jobs", jobs)
+        assert proc.returncode == 0, proc.stderr
+        out[jobs] = proc.stdout
+    assert out["1"] == out["2"] and json.loads(out["1"])["changed_runs"]
+
+
 # -- bad input ---------------------------------------------------------------------------------
 
 
@@ -148,6 +195,12 @@ def test_a_file_without_events(tmp_path, configs):
     empty = write_lines(tmp_path / "empty.jsonl", [])
     one_line_error(loopwatch("backtest", empty, "--baseline", configs[0], "--candidate", configs[1]),
                    1, "nothing to compare: it holds no events")
+
+
+def test_jobs_below_one(tmp_path, configs):
+    path = write_lines(tmp_path / "fleet.jsonl", hand_fleet())
+    one_line_error(loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1], "--jobs", "0"),
+                   2, "--jobs must be at least 1")
 
 
 def test_a_bad_config(tmp_path, configs):
@@ -183,8 +236,6 @@ def test_a_plot_without_a_writable_place(tmp_path, configs):
 def test_agents_the_candidate_leaves_alone_are_judged_once_and_the_same(tmp_path):
     # The candidate changes agent main only: cron's runs reuse the baseline's steps, and a run
     # whose events move from cron to main takes its own candidate state at main's first event.
-    import msgspec
-
     from streams.backtest import Backtest, FileSource
 
     main, _ = fleet_trace(60, 15, seed=3, engine=LoopEngine(BASELINE), end=True, run_prefix="m")

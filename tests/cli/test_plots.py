@@ -1,0 +1,86 @@
+"""The CLI's charts (``streams.plots``; ``loopwatch backtest --plot``) as a person sees them:
+each series has marks inside the plotting area of the PNG (pixels of its colour there, not
+only in the legend, which is outside it), every point a marker, the time axis the data's span,
+the axes labelled.  Checked on the pictures the code writes, and on the chart's artists."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")  # the ops extra, which make install installs
+from matplotlib.image import imread  # noqa: E402
+
+from harness.cli import loopwatch  # noqa: E402
+from streams.plots import (  # noqa: E402
+    BASELINE_COLOR, CANDIDATE_COLOR, Series, axes_pixels, counts_per_bucket, save, time_chart,
+)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+T0 = 1_700_000_040  # a minute's start, epoch seconds
+
+
+def rgb(color: str) -> tuple[float, float, float]:
+    return tuple(int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
+
+
+def marks_of(png: Path, color: str) -> int:
+    """Pixels of ``color`` (within antialiasing's reach) inside the plotting area."""
+    area = axes_pixels(imread(png))[..., :3]
+    return int((abs(area - rgb(color)).max(axis=-1) < 0.1).sum())
+
+
+def chart(tmp_path: Path, name: str, base: dict, cand: dict) -> tuple[Path, object]:
+    times, (b, c) = counts_per_bucket((base, cand), 60)
+    fig = time_chart([Series("baseline", times, b, BASELINE_COLOR, hollow=True), Series("candidate", times, c, CANDIDATE_COLOR)],
+                     title="t", ylabel="verdicts per minute", bucket_s=60)
+    png = tmp_path / f"{name}.png"
+    save(fig, png)
+    return png, fig
+
+
+@pytest.mark.parametrize("name, base, cand", [
+    # one minute: each series a single point (the chart that was empty before issue 30)
+    ("one minute", {T0 // 60: 24}, {T0 // 60: 59}),
+    # the same counts: both must stay visible where they coincide
+    ("agreeing", {T0 // 60: 3, T0 // 60 + 1: 3}, {T0 // 60: 3, T0 // 60 + 1: 3}),
+    # a short span, and a series that has a minute the other has not
+    ("short span", {T0 // 60: 1, T0 // 60 + 2: 4}, {T0 // 60 + 1: 2}),
+    # a long span (two days) with verdicts in three minutes
+    ("long span", {T0 // 60: 5, T0 // 60 + 2880: 7}, {T0 // 60 + 1440: 9}),
+])
+def test_every_series_has_marks_in_the_picture_and_the_axis_spans_the_data(tmp_path, name, base, cand):
+    png, fig = chart(tmp_path, name.replace(" ", "-"), base, cand)
+    assert marks_of(png, BASELINE_COLOR) >= 15 and marks_of(png, CANDIDATE_COLOR) >= 8, name
+    (ax,) = fig.axes
+    lines = ax.get_lines()
+    assert [line.get_label() for line in lines] == ["baseline", "candidate"]
+    assert all(line.get_marker() not in (None, "", "None", " ") for line in lines)
+    minutes = sorted(set(base) | set(cand))
+    span = (minutes[-1] - minutes[0]) * 60
+    left, right = (matplotlib.dates.num2date(x).timestamp() for x in ax.get_xlim())
+    pad = max(60, span * 0.03)
+    assert (left, right) == pytest.approx((minutes[0] * 60 - pad, minutes[-1] * 60 + pad))
+    assert ax.get_xlabel().startswith("event time (UTC)") and ax.get_ylabel() == "verdicts per minute"
+
+
+def test_a_chart_with_nothing_to_draw_says_so(tmp_path):
+    png, fig = chart(tmp_path, "empty", {}, {})
+    assert marks_of(png, BASELINE_COLOR) == marks_of(png, CANDIDATE_COLOR) == 0
+    assert [t.get_text() for t in fig.axes[0].texts] == ["nothing to draw"]
+
+
+def test_the_backtest_plot_of_the_examples_shows_both_configs(tmp_path):
+    # Every example trace: all would-fire verdicts fall in one minute of event time.
+    candidate = tmp_path / "candidate.yaml"
+    candidate.write_text("tools:\n  loopDetection:\n    enabled: true\n    warningThreshold: 5\n    criticalThreshold: 8\n")
+    png = tmp_path / "would-fire.png"
+    files = sorted(EXAMPLES.glob("*.jsonl"))
+    proc = loopwatch("backtest", *files, "--baseline", EXAMPLES / "loop-detection.yaml", "--candidate", candidate,
+                     "--plot", png, "--json")
+    assert proc.returncode == 0, proc.stderr
+    verdicts = json.loads(proc.stdout)["verdicts"]
+    assert sum(verdicts["baseline"].values()) and sum(verdicts["candidate"].values())
+    assert marks_of(png, BASELINE_COLOR) >= 15 and marks_of(png, CANDIDATE_COLOR) >= 8
