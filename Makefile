@@ -9,7 +9,8 @@ CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
 
 .PHONY: install ops-tools test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
-        kafka-status run bench-core bench bench-backtest schemas conformance clean ts-client
+        kafka-status run bench-core bench bench-backtest schemas conformance clean ts-client \
+        oracles oracle-openhands test-traces-openhands
 
 install: $(STAMP)
 
@@ -38,6 +39,28 @@ $(TS_BUILT): $(TS_DEPS) $(TS_SOURCES)
 
 ts-client: $(TS_BUILT)
 
+# The peers' own published code, the oracles of profiles openhands and gemini-cli (issue 29),
+# cached under ~/.cache/loopwatch/oracles.  openhands-sdk needs Python >= 3.12 and pins
+# dependencies loopwatch's env does not want: a venv of its own, from a frozen requirements file.
+ORACLES ?= $(HOME)/.cache/loopwatch/oracles
+OPENHANDS_ORACLE := $(ORACLES)/openhands
+OPENHANDS_REQS := tests/oracles/openhands-requirements.txt
+# The first Python >= 3.12 that runs (pyenv's shims exist for versions that are not selected).
+OPENHANDS_PYTHON ?= $(shell for c in python3.12 python3.13 $$HOME/.pyenv/versions/3.1[2-9]*/bin/python3; do \
+    $$c -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && { command -v $$c; break; }; done)
+
+$(OPENHANDS_ORACLE)/.installed: $(OPENHANDS_REQS)
+	@test -n "$(OPENHANDS_PYTHON)" || { echo "Python >= 3.12 is required for the openhands-sdk oracle (set OPENHANDS_PYTHON)" >&2; exit 1; }
+	rm -rf $(OPENHANDS_ORACLE)
+	$(OPENHANDS_PYTHON) -m venv $(OPENHANDS_ORACLE)
+	$(OPENHANDS_ORACLE)/bin/python -m pip install -q --upgrade pip
+	$(OPENHANDS_ORACLE)/bin/python -m pip install -q -r $(OPENHANDS_REQS)
+	cp $(OPENHANDS_REQS) $@
+
+oracle-openhands: $(OPENHANDS_ORACLE)/.installed
+
+oracles: oracle-openhands
+
 # helm, kubeconform, promtool/prometheus and kubeconform's offline schemas for the ops tests,
 # cached under ~/.cache/loopwatch: a no-op (well under a second) once they are there.
 ops-tools: install
@@ -46,11 +69,11 @@ ops-tools: install
 # The full suite: unit, conformance, golden traces, ops checks and integration tests on the
 # real broker.  pytest exits non-zero (5) when it collects no tests, which fails the target;
 # -rs lists every skipped test with its reason (with CI set, any skip fails the run).
-test: install ops-tools kafka ts-client
-	$(PY) -m pytest -q -rs -p no:cacheprovider tests
+test: install ops-tools kafka ts-client oracles
+	LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests
 
-test-unit: install ops-tools ts-client
-	$(PY) -m pytest -q -rs -p no:cacheprovider tests -m "not kafka"
+test-unit: install ops-tools ts-client oracles
+	LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests -m "not kafka"
 
 # Step-for-step agreement with upstream on the golden traces (issue 5).
 test-traces: install
@@ -64,6 +87,13 @@ test-traces-latest: install
 
 conformance: install
 	$(LOOPWATCH) conformance $(CONFORMANCE)/openclaw-cases.json
+
+# Profile openhands (issue 29): the golden traces, and the peer's unit-test cases transcribed.
+test-traces-openhands: install
+	$(LOOPWATCH) conformance --profile openhands --traces $(CONFORMANCE)/openhands/sessions.jsonl.gz \
+	    --expected $(CONFORMANCE)/openhands/expected.jsonl.gz
+	$(LOOPWATCH) conformance --profile openhands --traces $(CONFORMANCE)/openhands/cases.jsonl \
+	    --expected $(CONFORMANCE)/openhands/cases-expected.jsonl
 
 # Regenerate the JSON Schema files runners in other languages consume.
 schemas: install

@@ -8,6 +8,7 @@ values as decoded from JSON.  A missing result (the tool returned ``undefined``)
 
 from __future__ import annotations
 
+import hashlib
 import re
 import sys
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ __all__ = [
     "is_known_poll",
     "is_send_call",
     "strip_volatile_send_ids",
+    "text_hash",
     "unknown_tool_name",
     "write_target_hash",
 ]
@@ -82,6 +84,12 @@ class Outcome:
 def args_hash(tool_name: str, args: Any) -> str:
     """The call signature ``<tool>:<sha256 of canonical args>``; args are hashed as received."""
     return f"{tool_name}:{digest(args)}"
+
+
+def text_hash(text: str) -> str:
+    """SHA-256 (hex) of a text's UTF-8 bytes: a thought or a message, as the peer profiles read
+    them (``thought_hash``, ``text_hash``).  Raw text never leaves the runner."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def is_known_poll(tool_name: str, args: Any) -> bool:

@@ -19,6 +19,8 @@ import msgspec
 
 from streams.hashing import TERMINAL_EXEC_FAILURE, TOOL_LOOP_VETO, WRITE_MUTATION
 
+from .peer_state import PeerState
+
 __all__ = [
     "AWAITING",
     "MUTATION",
@@ -207,6 +209,8 @@ class RunState(msgspec.Struct, gc=False):
     aborted_runs: tuple[tuple[str, str], ...] = ()
     """Under ``loopwatch.scope: session``: the session's aborted runs (the last 16), as (run
     id, the detector that ended it); their late calls are refused."""
+    peer: PeerState | None = None
+    """What profile openhands or gemini-cli keeps (``streams.engine.peers``), None without one."""
 
     def __len__(self) -> int:
         return len(self.sigs)
@@ -244,6 +248,8 @@ def copy_state(state: RunState) -> RunState:
         warning_buckets=state.warning_buckets.copy(),
         guard=msgspec.structs.replace(state.guard),
     )
+    if state.peer is not None:  # (small: a window of at most 20 events)
+        copy.peer = msgspec.msgpack.decode(msgspec.msgpack.encode(state.peer), type=PeerState)
     latest = state.latest
     if latest is not None:
         rereads = latest.rereads
@@ -304,6 +310,8 @@ class _Stored(msgspec.Struct, array_like=True, omit_defaults=True):
     latest: _StoredLatest | None = None
     aborted_runs: list[tuple[str, str]] | None = None
     """``RunState.aborted_runs`` (None when empty)."""
+    peer: PeerState | None = None
+    """``RunState.peer``."""
 
 
 def _digest_bytes(text: str) -> bytes | None:
@@ -418,6 +426,7 @@ def encode_state(state: RunState) -> bytes:
         verbatim=verbatim,
         latest=latest,
         aborted_runs=list(state.aborted_runs) or None,
+        peer=state.peer,
     )
     return _encoder.encode(stored)
 
@@ -528,4 +537,5 @@ def decode_state(data: bytes) -> RunState:
         last_event_ms=s.last_event_ms,
         latest=latest,
         aborted_runs=tuple(map(tuple, s.aborted_runs)) if s.aborted_runs else (),
+        peer=s.peer,
     )
