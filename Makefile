@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install ops-tools test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
         kafka-status run bench-core bench bench-backtest schemas conformance clean ts-client \
-        oracles oracle-openhands test-traces-openhands
+        oracles oracle-openhands oracle-gemini test-traces-openhands test-traces-gemini
 
 install: $(STAMP)
 
@@ -59,7 +59,21 @@ $(OPENHANDS_ORACLE)/.installed: $(OPENHANDS_REQS)
 
 oracle-openhands: $(OPENHANDS_ORACLE)/.installed
 
-oracles: oracle-openhands
+# @google/gemini-cli-core from its lock file (tests/oracles/gemini); only its loop detection
+# is loaded, so its install scripts are not run.
+GEMINI_ORACLE := $(ORACLES)/gemini
+GEMINI_PKG := tests/oracles/gemini
+
+$(GEMINI_ORACLE)/.installed: $(GEMINI_PKG)/package.json $(GEMINI_PKG)/package-lock.json
+	@command -v node >/dev/null || { echo "Node.js (with npm) is required for the gemini-cli oracle" >&2; exit 1; }
+	mkdir -p $(GEMINI_ORACLE)
+	cp $(GEMINI_PKG)/package.json $(GEMINI_PKG)/package-lock.json $(GEMINI_ORACLE)/
+	cd $(GEMINI_ORACLE) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	touch $@
+
+oracle-gemini: $(GEMINI_ORACLE)/.installed
+
+oracles: oracle-openhands oracle-gemini
 
 # helm, kubeconform, promtool/prometheus and kubeconform's offline schemas for the ops tests,
 # cached under ~/.cache/loopwatch: a no-op (well under a second) once they are there.
@@ -94,6 +108,13 @@ test-traces-openhands: install
 	    --expected $(CONFORMANCE)/openhands/expected.jsonl.gz
 	$(LOOPWATCH) conformance --profile openhands --traces $(CONFORMANCE)/openhands/cases.jsonl \
 	    --expected $(CONFORMANCE)/openhands/cases-expected.jsonl
+
+# Profile gemini-cli (issue 29): the golden traces, and Gemini's unit-test cases transcribed.
+test-traces-gemini: install
+	$(LOOPWATCH) conformance --profile gemini-cli --traces $(CONFORMANCE)/gemini-cli/sessions.jsonl.gz \
+	    --expected $(CONFORMANCE)/gemini-cli/expected.jsonl.gz
+	$(LOOPWATCH) conformance --profile gemini-cli --traces $(CONFORMANCE)/gemini-cli/cases.jsonl \
+	    --expected $(CONFORMANCE)/gemini-cli/cases-expected.jsonl
 
 # Regenerate the JSON Schema files runners in other languages consume.
 schemas: install

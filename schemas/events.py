@@ -110,6 +110,10 @@ class ToolCallRequested(_Event, tag=names.TOOL_CALL_REQUESTED, kw_only=True):
     """SHA-256 of the text the model wrote with this call (``hashing.text_hash``), left out when
     unset.  Read by profile openhands, whose StuckDetector counts two calls as the same action
     only when their thoughts match too; the other profiles ignore it."""
+    call_key: Digest | Unset = UNSET
+    """Gemini CLI's key of the call, SHA-256 of ``<tool>:<JSON.stringify(args)>``
+    (``hashing.gemini_call_key``: the arguments' key order counts), left out when unset.  Read
+    by profile gemini-cli, which falls back to ``args_hash`` without it."""
 
 
 class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True):
@@ -300,8 +304,11 @@ def check_event(event: ToolCallEvent) -> None:
                     _check_digest(result_hash, "result_hash", RESULT_HASH_PATTERN)
             if event.outcome_kind or event.failure_identity_hash or event.normalized_result_hash:
                 _check_latest_outcome(event)
-        elif event.thought_hash is not UNSET:
-            _check_digest(event.thought_hash, "thought_hash", DIGEST_PATTERN)
+        else:
+            if event.thought_hash is not UNSET:
+                _check_digest(event.thought_hash, "thought_hash", DIGEST_PATTERN)
+            if event.call_key is not UNSET:
+                _check_digest(event.call_key, "call_key", DIGEST_PATTERN)
     elif kind is AgentMessage:
         _check_digest(event.text_hash, "text_hash", DIGEST_PATTERN)
     if not (event.run_id or event.session_key or event.session_id):

@@ -58,10 +58,15 @@ OPENHANDS_ALTERNATING = "openhands_alternating"
 """An A/B alternation of actions and observations over 6 of each (abort)."""
 OPENHANDS_DETECTORS = (OPENHANDS_ACTION_OBSERVATION, OPENHANDS_ACTION_ERROR, OPENHANDS_MONOLOGUE, OPENHANDS_ALTERNATING)
 
+# Profile gemini-cli (Gemini CLI's LoopDetectionService, @google/gemini-cli-core; docs/peer-profiles.md).
+GEMINI_TOOL_CALL_LOOP = "gemini_tool_call_loop"
+"""A cycle of 1 to 5 calls repeated 5 times: the first time the call is blocked with Gemini's
+feedback, the second time the run is aborted too."""
+
 WARNING_DETECTORS = (GENERIC_REPEAT, KNOWN_POLL_NO_PROGRESS, PING_PONG, ARGUMENT_CHURN, CYCLE, AGENT_RING,
                      OPENHANDS_ACTION_ERROR)
 """Detectors that can warn."""
-ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT, *OPENHANDS_DETECTORS)
+ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT, *OPENHANDS_DETECTORS, GEMINI_TOOL_CALL_LOOP)
 """Detectors of ``loop.run_aborted``."""
 
 # -- fleet incidents (``type`` on loop-incidents) ----------------------------------------------------

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 from schemas.events import UNSET, AgentMessage, CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
 
 from .canonical import UNDEFINED
-from .hashing import Outcome, args_hash, hash_outcome, is_known_poll, text_hash, write_target_hash
+from .hashing import Outcome, args_hash, gemini_call_key, hash_outcome, is_known_poll, text_hash, write_target_hash
 
 __all__ = [
     "UNDEFINED", "agent_message_event", "blocked_result", "compaction_event", "completed_event", "requested_event",
@@ -46,11 +46,13 @@ def requested_event(
     trace_id: str | None = None,
     target: str | None = None,
     thought: str | None = None,
+    gemini_key: bool = False,
 ) -> ToolCallRequested:
     """``trace_id`` and ``target`` (agent rings, optional): the conversation the call belongs
     to and, on a send, the session key or agent id the message goes to.  ``thought``
     (optional): the text the model wrote with the call, sent as its hash (profile openhands
-    tells actions apart by it)."""
+    tells actions apart by it).  ``gemini_key``: also send Gemini CLI's own key of the call
+    (``call_key``, for profile gemini-cli)."""
     return ToolCallRequested(
         event_id=event_id,
         run_id=run_id,
@@ -67,6 +69,7 @@ def requested_event(
         trace_id=trace_id or UNSET,
         target=target or UNSET,
         thought_hash=UNSET if thought is None else text_hash(thought),
+        call_key=gemini_call_key(tool_name, args) if gemini_key else UNSET,
     )
 
 

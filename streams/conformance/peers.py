@@ -8,14 +8,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-from schemas.config import OPENHANDS
+from schemas.config import GEMINI_CLI, OPENHANDS
+from schemas.events import ToolCallRequested
 from schemas.names import OPENHANDS_ACTION_ERROR
 
 from ..edge import agent_message_event, compaction_event, completed_event, requested_event
 from ..engine import LoopEngine, RunDriver, published
 from .traces import SessionResult, TraceFileError, _numbered_jsonl
 
-__all__ = ["openhands_events", "openhands_answers", "run_peer_traces"]
+__all__ = ["gemini_answers", "gemini_events", "openhands_answers", "openhands_events", "run_peer_traces"]
 
 
 def openhands_events(session: dict) -> Iterator[Any]:
@@ -58,7 +59,51 @@ def openhands_answers(session: dict, engine: LoopEngine | None = None) -> list[l
     return out
 
 
-_ANSWERS = {OPENHANDS: openhands_answers}
+def gemini_events(session: dict) -> Iterator[Any]:
+    """The events a runner publishes: a call (with Gemini's own key of it), the outcome of each
+    call that ran (which the profile ignores), a user prompt."""
+    sid = session["id"]
+    ids = {"run_id": sid, "session_key": f"agent:main:{sid}"}
+    for i, e in enumerate(session["events"]):
+        k, eid, fields = e["k"], f"{sid}:{i}", {**ids, "ts_ms": i + 1}
+        if k == "call":
+            yield requested_event(eid, e["tool"], e["args"], tool_call_id=e["id"], gemini_key=True, **fields)
+        elif k == "user":
+            yield agent_message_event(eid, e["text"], source="user", **fields)
+        else:
+            raise ValueError(f"unknown event kind {k!r} at event {i}")
+
+
+def gemini_answers(session: dict, engine: LoopEngine | None = None) -> list[list | None]:
+    """The engine's answer at each event in the oracle's form: for a call, ["allow", None], or
+    ["feedback", the loop type] (blocked, Gemini's feedback to the model), or ["abort", the loop
+    type] (blocked, the run aborted); None for a prompt.  The outcome of a call that ran is
+    published as the runner would, and must change nothing."""
+    driver = RunDriver(engine or LoopEngine({"loopwatch": {"profile": GEMINI_CLI}}))
+    out: list[list | None] = []
+    for event in gemini_events(session):
+        step = driver.handle(event)
+        if type(event) is not ToolCallRequested:
+            out.append(None)
+            continue
+        verdicts = published(step)
+        if step.abort is not None:
+            out.append(["abort", _GEMINI_LOOP_TYPE])
+        elif verdicts and verdicts[0].action == "block":
+            out.append(["feedback", _GEMINI_LOOP_TYPE])
+        else:
+            out.append(["allow", None])
+            assert not published(driver.handle(completed_event(
+                f"{event.event_id}:out", event.tool_name, None, result="ok", tool_call_id=event.tool_call_id,
+                run_id=event.run_id, session_key=event.session_key, ts_ms=event.ts_ms,
+            )))
+    return out
+
+
+_GEMINI_LOOP_TYPE = "consecutive_identical_tool_calls"
+"""Gemini's ``LoopType`` of a tool-call loop."""
+
+_ANSWERS = {OPENHANDS: openhands_answers, GEMINI_CLI: gemini_answers}
 
 
 def run_peer_traces(sessions_path: str | Path, expected_path: str | Path, profile: str, progress=None) -> list[SessionResult]:
@@ -97,7 +142,8 @@ def _compare(session: dict, want: list | None, answers, engine: LoopEngine) -> S
         return SessionResult(sid, 0, f"cannot drive this session: {type(exc).__name__}: {exc}")
     if len(got) != len(want):
         return SessionResult(sid, len(got), f"{len(got)} events, {len(want)} expected steps")
+    blank = [None, None] if answers is openhands_answers else None
     for i, (g, w) in enumerate(zip(got, want)):
-        if g != (w or [None, None]):
+        if g != (w or blank):
             return SessionResult(sid, i, f"event {i} ({session['events'][i]['k']}): loopwatch {g}, oracle {w}")
     return SessionResult(sid, len(got))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from .gemini import GeminiState
 from .openhands import OpenHandsWindow
 
 __all__ = ["PeerState"]
@@ -12,3 +13,4 @@ __all__ = ["PeerState"]
 
 class PeerState(msgspec.Struct, array_like=True, omit_defaults=True, gc=False):
     openhands: OpenHandsWindow | None = None
+    gemini: GeminiState | None = None

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.config import OPENHANDS
+from schemas.config import GEMINI_CLI, OPENHANDS
 from schemas.events import AgentMessage, CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested, check_event
 from schemas.keys import normalize_run_id
-from schemas.names import OPENHANDS_ACTION_ERROR, WARNING
+from schemas.names import CRITICAL, GEMINI_TOOL_CALL_LOOP, OPENHANDS_ACTION_ERROR, WARNING
 from schemas.verdicts import Decision
 
+from . import gemini as gm
 from . import openhands as oh
-from .engine import Step, _end_run, _run_aborted, refused_after_abort
+from .engine import Step, _decision, _end_run, _run_aborted, refused_after_abort
 from .peer_state import PeerState
 from .state import RunState
 
@@ -43,7 +44,8 @@ class _PeerProfiles:
 
     def handle(self, state: RunState | None, event: Any, validated: bool = False) -> Step:
         settings = self.settings_for(event.agent_id)
-        if settings.peer != OPENHANDS:
+        rules = _RULES.get(settings.peer)
+        if rules is None:
             return super().handle(state, event, validated)
         if not validated:
             check_event(event)
@@ -52,7 +54,7 @@ class _PeerProfiles:
             return Step(None)
         if state is None:
             state = RunState(run_id=normalize_run_id(event.run_id))
-        step = _openhands(state, event, kind)
+        step = rules(state, event, kind)
         if event.ts_ms > state.last_event_ms:
             state.last_event_ms = event.ts_ms
         return step
@@ -158,3 +160,51 @@ def _nudge(event: Any, args_hash: str) -> Decision:
             "either correct the arguments or try a different approach."
         ),
     )
+
+
+# -- gemini-cli ---------------------------------------------------------------------------------
+
+
+def _gemini(state: RunState, event: Any, kind: type) -> Step:
+    """``GeminiClient.sendMessageStream`` around ``LoopDetectionService.addAndCheck``: a loop
+    found the first time in a prompt stops the call before it runs and sends the model Gemini's
+    feedback (a block); the second time the turn ends (a block and the run's abort).  A user
+    prompt starts over; outcomes, messages of the model and compactions change nothing."""
+    if state.aborted is not None:
+        return refused_after_abort(state, event, state.aborted) if kind is ToolCallRequested else Step(state)
+    peer = state.peer
+    if peer is None:
+        peer = state.peer = PeerState()
+    g = peer.gemini
+    if g is None:
+        g = peer.gemini = gm.GeminiState()
+    if kind is AgentMessage:
+        if event.source == "user":  # a new prompt id: LoopDetectionService.reset
+            g.calls = []
+            g.strikes = 0
+        return Step(state)
+    if kind is not ToolCallRequested:
+        return Step(state)
+    key = event.call_key if type(event.call_key) is str else event.args_hash
+    if not gm.tool_call_loop(g, key):
+        return Step(state, event)
+    g.strikes += 1
+    if g.strikes == 1:
+        message = (
+            f"System: Potential loop detected. Details: Repeated tool call: {event.tool_name} with the same "
+            "arguments. Please take a step back and confirm you're making forward progress. If not, take a step "
+            "back, analyze your previous actions and rethink how you're approaching the problem. Avoid repeating "
+            "the same tool calls or responses without new results."
+        )
+        decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=GEMINI_TOOL_CALL_LOOP,
+                             count=1, message=message)
+        return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True)
+    _end_run(state, GEMINI_TOOL_CALL_LOOP)
+    message = "CRITICAL: Gemini CLI's loop detection ended this turn: the same tool calls repeated after its feedback."
+    decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=GEMINI_TOOL_CALL_LOOP,
+                         count=g.strikes, message=message)
+    abort = _run_aborted(event, GEMINI_TOOL_CALL_LOOP, g.strikes, event.tool_name, message)
+    return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True, abort=abort)
+
+
+_RULES = {OPENHANDS: _openhands, GEMINI_CLI: _gemini}
