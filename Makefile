@@ -139,6 +139,7 @@ run: install kafka
 
 bench-core: install
 	$(PY) -m bench.core
+	$(PY) -m bench.peer_profiles
 
 bench: install kafka
 	$(PY) -m bench.kafka $(BENCH_ARGS)

@@ -63,9 +63,9 @@ GEMINI_TOOL_CALL_LOOP = "gemini_tool_call_loop"
 """A cycle of 1 to 5 calls repeated 5 times: the first time the call is blocked with Gemini's
 feedback, the second time the run is aborted too."""
 
-WARNING_DETECTORS = (GENERIC_REPEAT, KNOWN_POLL_NO_PROGRESS, PING_PONG, ARGUMENT_CHURN, CYCLE, AGENT_RING,
-                     OPENHANDS_ACTION_ERROR)
-"""Detectors that can warn."""
+WARNING_DETECTORS = (GENERIC_REPEAT, KNOWN_POLL_NO_PROGRESS, PING_PONG, ARGUMENT_CHURN, CYCLE, AGENT_RING)
+"""Detectors that can warn under the warning-bucket rule.  (OpenHands' nudge, a warning of
+``openhands_action_error``, is never bucketed.)"""
 ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT, *OPENHANDS_DETECTORS, GEMINI_TOOL_CALL_LOOP)
 """Detectors of ``loop.run_aborted``."""
 

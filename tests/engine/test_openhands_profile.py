@@ -211,3 +211,31 @@ def test_openclaw_profiles_take_agent_messages_and_ignore_them():
     for config in (None, {"loopwatch": {"profile": "latest"}}):
         step = LoopEngine(config).handle(None, event, validated=True)
         assert published(step) == []
+
+
+def test_the_worker_publishes_the_peer_verdicts_across_batches_and_checkpoints():
+    """The worker's batch processor (record checks, the run table's state envelope, a
+    checkpoint after every batch) publishes what the engine alone does, for both peer profiles."""
+    from schemas.keys import record_key
+    from schemas.verdicts import decode_verdict
+    from streams.app.processor import BatchProcessor, Record
+    from streams.conformance.traces import open_jsonl as sessions_of
+
+    gemini = REPO / "tests" / "data" / "conformance" / "gemini-cli"
+    for profile, folder, events_of in (("openhands", DATA, peers.openhands_events),
+                                       ("gemini-cli", gemini, peers.gemini_events)):
+        config = {"loopwatch": {"profile": profile}}
+        events = [e for s in list(sessions_of(folder / "sessions.jsonl.gz"))[:40] for e in events_of(s)]
+        want = [v for v in RunDriver(LoopEngine(config)).verdicts(events)]
+        store: dict = {}
+        processor = BatchProcessor(LoopEngine(config))
+        got = []
+        recs = [Record("tool-calls", 0, i, record_key(e).encode(), encode_event(e), 1.0) for i, e in enumerate(events)]
+        for i in range(0, len(recs), 97):
+            result = processor.process(recs[i:i + 97], lambda partition, key: store.get((partition, key)))
+            got += [decode_verdict(v.value) for v in result.verdicts]
+            checkpoint = processor.runs.checkpoint()
+            for pk, value in checkpoint.writes.items():
+                store.pop(pk, None) if value is None else store.__setitem__(pk, value)
+            processor = BatchProcessor(LoopEngine(config))  # a restarted worker: states from the table only
+        assert got == want and any(getattr(v, "detector", None) for v in got), profile
