@@ -310,8 +310,13 @@ class _Stored(msgspec.Struct, array_like=True, omit_defaults=True):
     latest: _StoredLatest | None = None
     aborted_runs: list[tuple[str, str]] | None = None
     """``RunState.aborted_runs`` (None when empty)."""
+
+
+class _StoredPeer(_Stored, array_like=True, omit_defaults=True):
+    """A state with ``RunState.peer``: one element more.  (A state without one is written as
+    ``_Stored``, byte for byte as before the peer profiles; both decode as this.)"""
+
     peer: PeerState | None = None
-    """``RunState.peer``."""
 
 
 def _digest_bytes(text: str) -> bytes | None:
@@ -367,7 +372,7 @@ def _unpack_result(value: bytes) -> str:
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(_Stored)
+_decoder = msgspec.msgpack.Decoder(_StoredPeer)
 
 
 def encode_state(state: RunState) -> bytes:
@@ -426,8 +431,9 @@ def encode_state(state: RunState) -> bytes:
         verbatim=verbatim,
         latest=latest,
         aborted_runs=list(state.aborted_runs) or None,
-        peer=state.peer,
     )
+    if state.peer is not None:
+        stored = _StoredPeer(**msgspec.structs.asdict(stored), peer=state.peer)
     return _encoder.encode(stored)
 
 
