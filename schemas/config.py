@@ -43,11 +43,18 @@ MAX_CONFIG_BYTES = 1024 * 1024
 PositiveInt = Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT_SETTING)]
 HistorySize = Annotated[int, msgspec.Meta(gt=0, le=MAX_HISTORY_SIZE)]
 AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_AGENT_ID_LENGTH)]
-Profile = Literal["configurable-final", "latest"]
+Profile = Literal["configurable-final", "latest", "openhands", "gemini-cli"]
 Mode = Literal[MODES]
 CONFIGURABLE_FINAL = "configurable-final"
 LATEST = "latest"
-PROFILES = (CONFIGURABLE_FINAL, LATEST)
+OPENHANDS = "openhands"
+"""OpenHands' StuckDetector (openhands-sdk), docs/peer-profiles.md."""
+GEMINI_CLI = "gemini-cli"
+"""Gemini CLI's LoopDetectionService (@google/gemini-cli-core), docs/peer-profiles.md."""
+PEER_PROFILES = (OPENHANDS, GEMINI_CLI)
+"""The profiles that reproduce another agent family's loop rules, not OpenClaw's: they read no
+``tools.loopDetection`` block (their thresholds are their system's defaults)."""
+PROFILES = (CONFIGURABLE_FINAL, LATEST, *PEER_PROFILES)
 """``loopwatch.profile`` values; the first is the default."""
 Scope = Literal["run", "session"]
 RUN_SCOPE = "run"
@@ -151,7 +158,9 @@ class AgentLoopwatchOptions(msgspec.Struct, forbid_unknown_fields=True, omit_def
     profile: Profile | None = None
     """Which upstream loopwatch reproduces: ``configurable-final`` (the default: OpenClaw
     mid 2026, numeric tuning) or ``latest`` (OpenClaw 2a627431: fixed thresholds, veto
-    records, terminal exec failures, argument churn, untrusted-content ids canonicalised)."""
+    records, terminal exec failures, argument churn, untrusted-content ids canonicalised);
+    or another agent family's rules: ``openhands`` (OpenHands' StuckDetector) or
+    ``gemini-cli`` (Gemini CLI's LoopDetectionService), docs/peer-profiles.md."""
     abortAfterCriticalBlocks: PositiveInt | None = None
     """End the run (a ``critical_block_limit`` abort) after this many critical blocks.
     Upstream blocks single calls and lets the run continue for ever (#106231, #119719)."""

@@ -64,6 +64,13 @@ Digest = Annotated[
     str, msgspec.Meta(max_length=HASH_LENGTH, description="64 lowercase hex (SHA-256)",
                       extra_json_schema={"pattern": DIGEST_PATTERN})
 ]
+CheckedDigest = Annotated[
+    str, msgspec.Meta(min_length=HASH_LENGTH, max_length=HASH_LENGTH, pattern=DIGEST_PATTERN,
+                      description="64 lowercase hex (SHA-256)")
+]
+"""A digest msgspec checks itself while decoding: for optional fields that are rarely present
+(the peer profiles'), where its ``re`` search costs nothing on the events without them and
+``check_event`` needs no branch on the hot path."""
 OutcomeKind = Literal["terminal-exec-failure", "write-mutation"]
 Unset = msgspec.UnsetType
 UNSET = msgspec.UNSET
@@ -106,6 +113,14 @@ class ToolCallRequested(_Event, tag=names.TOOL_CALL_REQUESTED, kw_only=True):
     other in it (``loopwatch.agentRings``)."""
     target: Target | Unset = UNSET
     """On a send tool: the session key or agent id the message goes to (an id, never content)."""
+    thought_hash: CheckedDigest | Unset = UNSET
+    """SHA-256 of the text the model wrote with this call (``hashing.text_hash``), left out when
+    unset.  Read by profile openhands, whose StuckDetector counts two calls as the same action
+    only when their thoughts match too; the other profiles ignore it."""
+    call_key: CheckedDigest | Unset = UNSET
+    """Gemini CLI's key of the call, SHA-256 of ``<tool>:<JSON.stringify(args)>``
+    (``hashing.gemini_call_key``: the arguments' key order counts), left out when unset.  Read
+    by profile gemini-cli, which falls back to ``args_hash`` without it."""
 
 
 class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True):
@@ -151,9 +166,26 @@ class RunEnded(_Event, tag=names.RUN_ENDED, kw_only=True):
     reason: Annotated[str, msgspec.Meta(max_length=MAX_TOOL_NAME_LENGTH)] | None = None
 
 
-ToolCallEvent = Union[ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded]
+class AgentMessage(_Event, tag=names.AGENT_MESSAGE, kw_only=True):
+    """A message without tool calls, hashed at the edge (``streams.edge.agent_message_event``):
+    the model's reply (``source: agent``) or the user's (``source: user``).  Raw text never
+    leaves the runner.  Read by profile openhands (monologue, empty responses, a user message
+    ends every streak); the other profiles ignore it, and runners that never send it keep
+    working."""
 
-EVENT_TYPE_OF = {cls: cls.__struct_config__.tag for cls in (ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded)}
+    source: Literal["agent", "user"] = "agent"
+    text_hash: Digest
+    """SHA-256 of the message's text (``hashing.text_hash``; of "" for an empty reply)."""
+    empty: bool = False
+    """The reply had no user-visible content (empty, or reasoning only): OpenHands' agent then
+    sends the model its corrective feedback, which takes a place in its event history."""
+
+
+ToolCallEvent = Union[ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded, AgentMessage]
+
+EVENT_TYPE_OF = {
+    cls: cls.__struct_config__.tag for cls in (ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded, AgentMessage)
+}
 """Event class -> its ``type`` (``schemas.names.EVENT_TYPES``)."""
 
 
@@ -279,6 +311,8 @@ def check_event(event: ToolCallEvent) -> None:
                     _check_digest(result_hash, "result_hash", RESULT_HASH_PATTERN)
             if event.outcome_kind or event.failure_identity_hash or event.normalized_result_hash:
                 _check_latest_outcome(event)
+    elif kind is AgentMessage:
+        _check_digest(event.text_hash, "text_hash", DIGEST_PATTERN)
     if not (event.run_id or event.session_key or event.session_id):
         raise InvalidEvent(names.MISSING_KEY, "one of run_id, session_key or session_id is required - at `$.run_id`")
 

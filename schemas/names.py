@@ -15,7 +15,10 @@ TOOL_CALL_REQUESTED = "tool_call.requested"
 TOOL_CALL_COMPLETED = "tool_call.completed"
 COMPACTION_RETRIED = "compaction.retried"
 RUN_ENDED = "run.ended"
-EVENT_TYPES = (TOOL_CALL_REQUESTED, TOOL_CALL_COMPLETED, COMPACTION_RETRIED, RUN_ENDED)
+AGENT_MESSAGE = "agent.message"
+"""A message of the agent (or of its user) without tool calls, hashed at the edge: read by the
+``openhands`` profile (monologue, empty responses, a user message's reset); ignored by the others."""
+EVENT_TYPES = (TOOL_CALL_REQUESTED, TOOL_CALL_COMPLETED, COMPACTION_RETRIED, RUN_ENDED, AGENT_MESSAGE)
 
 # -- verdicts (``type`` on loop-verdicts, a decision's ``action`` and ``level``) ---------------------
 
@@ -44,9 +47,26 @@ CYCLE = "cycle"
 AGENT_RING = "agent_ring"
 """loopwatch's opt-in detector of agents messaging each other in a ring (``loopwatch.agentRings``)."""
 
+# Profile openhands (OpenHands' StuckDetector, openhands-sdk; docs/peer-profiles.md).
+OPENHANDS_ACTION_OBSERVATION = "openhands_action_observation"
+"""4 identical action/observation pairs (abort)."""
+OPENHANDS_ACTION_ERROR = "openhands_action_error"
+"""3 identical actions ending in errors: the nudge (warn); one more: the abort."""
+OPENHANDS_MONOLOGUE = "openhands_monologue"
+"""3 agent messages with nothing but condensation summaries or framework nudges between them (abort)."""
+OPENHANDS_ALTERNATING = "openhands_alternating"
+"""An A/B alternation of actions and observations over 6 of each (abort)."""
+OPENHANDS_DETECTORS = (OPENHANDS_ACTION_OBSERVATION, OPENHANDS_ACTION_ERROR, OPENHANDS_MONOLOGUE, OPENHANDS_ALTERNATING)
+
+# Profile gemini-cli (Gemini CLI's LoopDetectionService, @google/gemini-cli-core; docs/peer-profiles.md).
+GEMINI_TOOL_CALL_LOOP = "gemini_tool_call_loop"
+"""A cycle of 1 to 5 calls repeated 5 times: the first time the call is blocked with Gemini's
+feedback, the second time the run is aborted too."""
+
 WARNING_DETECTORS = (GENERIC_REPEAT, KNOWN_POLL_NO_PROGRESS, PING_PONG, ARGUMENT_CHURN, CYCLE, AGENT_RING)
-"""Detectors that can warn."""
-ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT)
+"""Detectors that can warn under the warning-bucket rule.  (OpenHands' nudge, a warning of
+``openhands_action_error``, is never bucketed.)"""
+ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT, *OPENHANDS_DETECTORS, GEMINI_TOOL_CALL_LOOP)
 """Detectors of ``loop.run_aborted``."""
 
 # -- fleet incidents (``type`` on loop-incidents) ----------------------------------------------------

@@ -14,13 +14,19 @@ def _conformance(args: argparse.Namespace) -> int:
             print("loopwatch conformance: --traces and --expected go together, without case files", file=sys.stderr)
             return 2
         from .conformance.traces import TraceFileError, run_traces
+        from .engine.config import PEER_PROFILES
 
         def progress(n: int) -> None:
             if n % 100 == 0:
                 print(f"  … {n} sessions", file=sys.stderr, flush=True)
 
         try:
-            results = run_traces(args.traces, args.expected, progress=progress, profile=args.profile)
+            if args.profile in PEER_PROFILES:  # the peers' own answers (issue 29)
+                from .conformance.peers import run_peer_traces
+
+                results = run_peer_traces(args.traces, args.expected, args.profile, progress=progress)
+            else:
+                results = run_traces(args.traces, args.expected, progress=progress, profile=args.profile)
         except TraceFileError as exc:
             print(f"loopwatch conformance: {exc}", file=sys.stderr)
             return 2
@@ -392,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", help="case files (JSON arrays, spec §6)")
     p.add_argument("--traces", help="golden sessions (JSONL, optionally .gz)")
     p.add_argument("--expected", help="upstream's expected step lines (JSONL, optionally .gz)")
-    p.add_argument("--profile", choices=("configurable-final", "latest"), default="configurable-final",
+    p.add_argument("--profile", choices=("configurable-final", "latest", "openhands", "gemini-cli"), default="configurable-final",
                    help="the profile the golden traces answer for (case files name their own)")
     p.set_defaults(func=_conformance)
 
@@ -401,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="loop-detection config (JSON5 or YAML)")
     p.add_argument("--json", action="store_true", help="machine output: one verdict per line, then a summary line")
     p.add_argument("--verbose", "-v", action="store_true", help="also print allow decisions")
-    p.add_argument("--profile", choices=("configurable-final", "latest"),
+    p.add_argument("--profile", choices=("configurable-final", "latest", "openhands", "gemini-cli"),
                    help="the default profile (loopwatch.profile); agents that name their own keep it")
     p.add_argument("--scope", choices=("run", "session"),
                    help="one history per run or per session key (loopwatch.scope)")

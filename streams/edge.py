@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from schemas.events import UNSET, CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
+from schemas.events import UNSET, AgentMessage, CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
 
 from .canonical import UNDEFINED
-from .hashing import Outcome, args_hash, hash_outcome, is_known_poll, write_target_hash
+from .hashing import Outcome, args_hash, gemini_call_key, hash_outcome, is_known_poll, text_hash, write_target_hash
 
-__all__ = ["UNDEFINED", "blocked_result", "compaction_event", "completed_event", "requested_event", "run_ended_event"]
+__all__ = [
+    "UNDEFINED", "agent_message_event", "blocked_result", "compaction_event", "completed_event", "requested_event",
+    "run_ended_event",
+]
 
 
 def blocked_result(message: str) -> dict:
@@ -42,9 +45,14 @@ def requested_event(
     ts_ms: int = 0,
     trace_id: str | None = None,
     target: str | None = None,
+    thought: str | None = None,
+    gemini_key: bool = False,
 ) -> ToolCallRequested:
     """``trace_id`` and ``target`` (agent rings, optional): the conversation the call belongs
-    to and, on a send, the session key or agent id the message goes to."""
+    to and, on a send, the session key or agent id the message goes to.  ``thought``
+    (optional): the text the model wrote with the call, sent as its hash (profile openhands
+    tells actions apart by it).  ``gemini_key``: also send Gemini CLI's own key of the call
+    (``call_key``, for profile gemini-cli)."""
     return ToolCallRequested(
         event_id=event_id,
         run_id=run_id,
@@ -60,6 +68,8 @@ def requested_event(
         target_hash=write_target_hash(tool_name, args),
         trace_id=trace_id or UNSET,
         target=target or UNSET,
+        thought_hash=UNSET if thought is None else text_hash(thought),
+        call_key=gemini_call_key(tool_name, args) if gemini_key else UNSET,
     )
 
 
@@ -116,3 +126,14 @@ def compaction_event(event_id: str, **fields: Any) -> CompactionRetried:
 
 def run_ended_event(event_id: str, reason: str | None = None, **fields: Any) -> RunEnded:
     return RunEnded(event_id=event_id, reason=reason, **fields)
+
+
+def agent_message_event(
+    event_id: str, text: str, *, source: str = "agent", empty: bool | None = None, **fields: Any
+) -> AgentMessage:
+    """A reply of the model without tool calls (``source="agent"``), or a message of the user
+    (``source="user"``), as its hash.  ``empty``: the reply had no user-visible content (by
+    default: the text is blank), as OpenHands classifies an empty or reasoning-only reply."""
+    if empty is None:
+        empty = source == "agent" and not text.strip()
+    return AgentMessage(event_id=event_id, source=source, text_hash=text_hash(text), empty=empty, **fields)

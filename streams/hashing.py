@@ -8,6 +8,9 @@ values as decoded from JSON.  A missing result (the tool returned ``undefined``)
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
 import re
 import sys
 from dataclasses import dataclass
@@ -26,10 +29,12 @@ __all__ = [
     "args_hash",
     "canonicalize_untrusted_envelopes",
     "failure_shape",
+    "gemini_call_key",
     "hash_outcome",
     "is_known_poll",
     "is_send_call",
     "strip_volatile_send_ids",
+    "text_hash",
     "unknown_tool_name",
     "write_target_hash",
 ]
@@ -82,6 +87,49 @@ class Outcome:
 def args_hash(tool_name: str, args: Any) -> str:
     """The call signature ``<tool>:<sha256 of canonical args>``; args are hashed as received."""
     return f"{tool_name}:{digest(args)}"
+
+
+def js_json_stringify(value: Any) -> str:
+    """JavaScript's ``JSON.stringify`` of a JSON value: keys in their order (not sorted, unlike
+    ``stable_stringify``), JavaScript's number forms, non-finite numbers as null."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, (int, float)):
+        return js_number(value) if math.isfinite(value) else "null"
+    if isinstance(value, dict):
+        # A JavaScript object lists its integer-like keys first, in ascending order, then the
+        # others in insertion order.
+        keys = [str(k) for k in value]
+        indices = sorted((k for k in keys if _is_array_index(k)), key=int)
+        ordered = indices + [k for k in keys if not _is_array_index(k)] if indices else keys
+        items = {str(k): v for k, v in value.items()}
+        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{js_json_stringify(items[k])}" for k in ordered) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(js_json_stringify(v) for v in value) + "]"
+    raise TypeError(f"not a JSON value: {type(value).__name__}")
+
+
+def _is_array_index(key: str) -> bool:
+    """``key`` is a canonical array index (0 to 2^32 - 2, no sign or leading zero)."""
+    return key.isdigit() and key.isascii() and (key == "0" or key[0] != "0") and int(key) < 2**32 - 1
+
+
+def gemini_call_key(tool_name: str, args: Any) -> str:
+    """Gemini CLI's key of a tool call (``LoopDetectionService.getToolCallKey``): SHA-256 of
+    ``<name>:<JSON.stringify(args)>``.  Unlike ``args_hash``, the arguments' key order counts."""
+    return hashlib.sha256(f"{tool_name}:{js_json_stringify(args)}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def text_hash(text: str) -> str:
+    """SHA-256 (hex) of a text's UTF-8 bytes: a thought or a message, as the peer profiles read
+    them (``thought_hash``, ``text_hash``).  Raw text never leaves the runner."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def is_known_poll(tool_name: str, args: Any) -> bool:

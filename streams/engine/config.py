@@ -4,7 +4,8 @@ falls back to its default instead of failing (``schemas.config.validate`` is the
 
 Two profiles (``loopwatch.profile``, globally or per agent): ``configurable-final`` (the
 default) resolves the numeric tuning above; ``latest`` (openclaw-latest.md §2) reads only
-``enabled`` and uses upstream's fixed values.
+``enabled`` and uses upstream's fixed values.  Two more reproduce other agent families
+(``streams.engine.peers``): ``openhands`` and ``gemini-cli``, which read no loopDetection block.
 """
 
 from __future__ import annotations
@@ -17,7 +18,10 @@ from schemas.config import (
     AGENT_RING_DEFAULTS,
     CONFIGURABLE_FINAL,
     FLEET_INCIDENT_DEFAULTS,
+    GEMINI_CLI,
     LATEST,
+    OPENHANDS,
+    PEER_PROFILES,
     PROFILES,
     RUN_SCOPE,
     SESSION_SCOPE,
@@ -29,7 +33,10 @@ __all__ = [
     "AgentRingSettings",
     "ConfigSet",
     "FleetIncidentSettings",
+    "GEMINI_CLI",
     "LATEST",
+    "OPENHANDS",
+    "PEER_PROFILES",
     "PROFILES",
     "DetectorSettings",
     "GuardSettings",
@@ -126,6 +133,9 @@ class Settings:
     """loopwatch option: ask runners to show emitted warnings to the model (upstream: no)."""
     cycle: bool = False
     """loopwatch option: the ``cycle`` detector (``loopwatch.detectors.cycle``; upstream: none)."""
+    peer: str | None = None
+    """Profile ``openhands`` or ``gemini-cli`` (``streams.engine.peers``): another agent
+    family's rules instead of OpenClaw's; None for the two OpenClaw profiles."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +343,10 @@ class ConfigSet:
         """The ``loopwatch`` options: the agent's entry over the root's, key by key."""
         return {**_spread(_get(self.root, "loopwatch")), **_spread(_get(self._agent_entry(agent_id), "loopwatch"))}
 
+    def uses_peers(self) -> bool:
+        """Whether any agent (or the default) resolves to profile openhands or gemini-cli."""
+        return any(self.profile_for(agent) in PEER_PROFILES for agent in (None, *self.agent_ids()))
+
     def uses_latest(self) -> bool:
         """Whether any agent (or the default) resolves to profile latest."""
         return any(self.profile_for(agent) == LATEST for agent in (None, *self.agent_ids()))
@@ -354,7 +368,7 @@ class ConfigSet:
     def profile_for(self, agent_id: str | None) -> str:
         """``loopwatch.profile`` (the agent's over the root's); anything else is the default."""
         profile = self.options_for(agent_id).get("profile")
-        return LATEST if profile == LATEST else CONFIGURABLE_FINAL
+        return profile if profile in PROFILES else CONFIGURABLE_FINAL
 
     def _agent_entry(self, agent_id: str | None) -> Any:
         if agent_id is None:
@@ -372,7 +386,8 @@ class ConfigSet:
         if cached is not None:
             return cached
         options = self.options_for(agent_id)
-        latest = self.profile_for(agent_id) == LATEST
+        profile = self.profile_for(agent_id)
+        latest = profile == LATEST
         block = self.loop_detection_block(agent_id, LATEST if latest else CONFIGURABLE_FINAL)
         detection, guard = resolve_latest(block) if latest else (resolve_detector(block), resolve_guard(block))
         limit = options.get("abortAfterCriticalBlocks")
@@ -383,6 +398,7 @@ class ConfigSet:
             abort_after_critical_blocks=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
             surface_warnings=options.get("surfaceWarnings") is True,
             cycle=_get(options.get("detectors"), "cycle") is True,
+            peer=profile if profile in PEER_PROFILES else None,
         )
         self.resolved[agent_id] = settings
         return settings

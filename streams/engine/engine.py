@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from schemas.events import (
+    AgentMessage,
     CompactionRetried,
     InvalidEvent,
     RunEnded,
@@ -241,6 +242,10 @@ class LoopEngine:
                 cls = engine_class(latest)
             elif latest:
                 cls = _LatestEngine
+            if config.uses_peers():  # profiles openhands and gemini-cli (issue 29): a mixin of their own
+                from .peers import peer_engine_class
+
+                cls = peer_engine_class(cls)
         return super().__new__(cls)
 
     def __init__(self, config: ConfigSet | dict | None = None) -> None:
@@ -270,6 +275,8 @@ class LoopEngine:
             return Step(None)
         elif kind is CompactionRetried:
             step = self._compaction(state, event)
+        elif kind is AgentMessage:
+            return Step(state)  # read by profile openhands only (streams.engine.peers)
         else:
             raise InvalidEvent(UNKNOWN_TYPE, f"unsupported event {kind.__name__}")
         if event.ts_ms > state.last_event_ms:

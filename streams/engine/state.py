@@ -19,6 +19,8 @@ import msgspec
 
 from streams.hashing import TERMINAL_EXEC_FAILURE, TOOL_LOOP_VETO, WRITE_MUTATION
 
+from .peer_state import PeerState
+
 __all__ = [
     "AWAITING",
     "MUTATION",
@@ -207,6 +209,8 @@ class RunState(msgspec.Struct, gc=False):
     aborted_runs: tuple[tuple[str, str], ...] = ()
     """Under ``loopwatch.scope: session``: the session's aborted runs (the last 16), as (run
     id, the detector that ended it); their late calls are refused."""
+    peer: PeerState | None = None
+    """What profile openhands or gemini-cli keeps (``streams.engine.peers``), None without one."""
 
     def __len__(self) -> int:
         return len(self.sigs)
@@ -244,6 +248,8 @@ def copy_state(state: RunState) -> RunState:
         warning_buckets=state.warning_buckets.copy(),
         guard=msgspec.structs.replace(state.guard),
     )
+    if state.peer is not None:  # (small: a window of at most 20 events)
+        copy.peer = msgspec.msgpack.decode(msgspec.msgpack.encode(state.peer), type=PeerState)
     latest = state.latest
     if latest is not None:
         rereads = latest.rereads
@@ -306,6 +312,13 @@ class _Stored(msgspec.Struct, array_like=True, omit_defaults=True):
     """``RunState.aborted_runs`` (None when empty)."""
 
 
+class _StoredPeer(_Stored, array_like=True, omit_defaults=True):
+    """A state with ``RunState.peer``: one element more.  (A state without one is written as
+    ``_Stored``, byte for byte as before the peer profiles; both decode as this.)"""
+
+    peer: PeerState | None = None
+
+
 def _digest_bytes(text: str) -> bytes | None:
     """32 raw bytes for exactly 64 lowercase hex characters, else None."""
     if len(text) != 64:
@@ -359,7 +372,7 @@ def _unpack_result(value: bytes) -> str:
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(_Stored)
+_decoder = msgspec.msgpack.Decoder(_StoredPeer)
 
 
 def encode_state(state: RunState) -> bytes:
@@ -419,6 +432,8 @@ def encode_state(state: RunState) -> bytes:
         latest=latest,
         aborted_runs=list(state.aborted_runs) or None,
     )
+    if state.peer is not None:
+        stored = _StoredPeer(**msgspec.structs.asdict(stored), peer=state.peer)
     return _encoder.encode(stored)
 
 
@@ -528,4 +543,5 @@ def decode_state(data: bytes) -> RunState:
         last_event_ms=s.last_event_ms,
         latest=latest,
         aborted_runs=tuple(map(tuple, s.aborted_runs)) if s.aborted_runs else (),
+        peer=s.peer,
     )

@@ -4,7 +4,17 @@
  * is for Python). The wire shape is `schemas/jsonschema/tool-calls.event.v1.json`.
  */
 import { LoopwatchInputError } from "./errors.js";
-import { argsHash, hashOutcome, isKnownPoll, writeTargetHash, type Outcome, type OutcomeKind, type ToolOutcome } from "./hashing.js";
+import {
+  argsHash,
+  geminiCallKey,
+  hashOutcome,
+  isKnownPoll,
+  textHash,
+  writeTargetHash,
+  type Outcome,
+  type OutcomeKind,
+  type ToolOutcome,
+} from "./hashing.js";
 
 /** Records larger than this are dead-lettered by the worker (schemas/events.py). */
 export const MAX_EVENT_BYTES = 64 * 1024;
@@ -43,6 +53,10 @@ export interface ToolCallRequested extends EventBase {
   gate: boolean;
   /** Tool `write`: SHA-256 of `{"path": <path>}` (profile latest's write target). */
   target_hash: string | null;
+  /** SHA-256 of the model's text with the call (profile openhands); left out when unset. */
+  thought_hash?: string;
+  /** Gemini CLI's key of the call (profile gemini-cli); left out when unset. */
+  call_key?: string;
 }
 
 export interface ToolCallCompleted extends EventBase {
@@ -71,7 +85,16 @@ export interface RunEnded extends EventBase {
   reason: string | null;
 }
 
-export type ToolCallEvent = ToolCallRequested | ToolCallCompleted | CompactionRetried | RunEnded;
+/** A reply of the model without tool calls, or a user message, as its hash (the peer profiles). */
+export interface AgentMessage extends EventBase {
+  type: "agent.message";
+  source: "agent" | "user";
+  text_hash: string;
+  /** The reply had no user-visible content (OpenHands then sends its corrective feedback). */
+  empty: boolean;
+}
+
+export type ToolCallEvent = ToolCallRequested | ToolCallCompleted | CompactionRetried | RunEnded | AgentMessage;
 
 export interface EventFields extends RunFields {
   tsMs: number;
@@ -108,9 +131,9 @@ export function requestedEvent(
   eventId: string,
   toolName: string,
   args: unknown,
-  fields: EventFields & { toolCallId: string | null; gate: boolean },
+  fields: EventFields & { toolCallId: string | null; gate: boolean; thought?: string | null; geminiKey?: boolean },
 ): ToolCallRequested {
-  return {
+  const event: ToolCallRequested = {
     type: "tool_call.requested",
     ...base(eventId, fields),
     tool_call_id: fields.toolCallId,
@@ -120,7 +143,33 @@ export function requestedEvent(
     gate: fields.gate,
     target_hash: writeTargetHash(toolName, args),
   };
+  // The peer profiles' optional fields, in the Python Struct's order, only when asked for.
+  if (fields.thought !== undefined && fields.thought !== null) event.thought_hash = textHash(fields.thought);
+  if (fields.geminiKey) event.call_key = geminiCallKey(toolName, args);
+  return event;
 }
+
+/**
+ * A reply of the model without tool calls (`source` "agent"), or a user message ("user"), as
+ * its hash. `empty` (by default: a blank reply) as OpenHands classifies an empty reply.
+ */
+export function agentMessageEvent(
+  eventId: string,
+  text: string,
+  fields: EventFields & { source?: "agent" | "user"; empty?: boolean },
+): AgentMessage {
+  const source = fields.source ?? "agent";
+  return {
+    type: "agent.message",
+    ...base(eventId, fields),
+    source,
+    text_hash: textHash(text),
+    empty: fields.empty ?? (source === "agent" && PYTHON_BLANK.test(text)),
+  };
+}
+
+/** Only Python's whitespace (`str.strip`, as OpenHands and `streams/edge.py` test a reply), not JavaScript's `trim`. */
+const PYTHON_BLANK = /^[\t\n\v\f\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$/;
 
 export function completedEvent(
   eventId: string,

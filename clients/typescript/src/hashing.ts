@@ -384,3 +384,16 @@ export function hashOutcome(
   return hashed({ details, text });
 }
 
+
+/** SHA-256 of a text (a thought, a message), as the peer profiles read it: raw text never leaves the runner. */
+export function textHash(text: string): string {
+  return sha256Hex(text);
+}
+
+/**
+ * Gemini CLI's own key of a tool call (`LoopDetectionService.getToolCallKey`): SHA-256 of
+ * `<name>:JSON.stringify(args)`, key order included (profile gemini-cli's `call_key`).
+ */
+export function geminiCallKey(toolName: string, args: unknown): string {
+  return sha256Hex(`${toolName}:${JSON.stringify(args)}`);
+}

@@ -20,6 +20,9 @@ Requests:
   {"op": "state_key", "fields": {...}}
   {"op": "record_key", "fields": {...}}
   {"op": "partition", "key": k, "partitions": n}
+  {"op": "peer_args", "tool": t, "args": V, "thought": s | null, "gemini": bool}
+      -> the tool_call.requested event with the peer profiles' fields (thought_hash, call_key)
+  {"op": "message", "text": s, "source": "agent" | "user"}  -> the agent.message event
 
 Every event is built with the same ids and fields (``_FIELDS``, event id "oracle", ts_ms 0), so
 the TypeScript side builds the same event and compares its record value byte for byte.
@@ -39,7 +42,7 @@ import msgspec
 from schemas.events import CompactionRetried, InvalidEvent, decode_event, encode_event
 from schemas.signing import SigningKey, SigningKeyError, parse_keys
 from streams.conformance.cases import expand_steps, load_cases, materialize, materialize_args
-from streams.edge import completed_event, requested_event
+from streams.edge import agent_message_event, completed_event, requested_event
 from schemas.keys import record_key, state_key
 from streams.canonical import UNDEFINED
 from streams.hashing import ThrownError
@@ -188,6 +191,12 @@ def case_items(path: str) -> list[dict]:
 
 def answer(request: dict) -> Any:
     op = request["op"]
+    if op == "peer_args":
+        args = decode(request["args"])
+        return event_answer(requested_event("oracle", request["tool"], args, thought=request.get("thought"),
+                                            gemini_key=bool(request.get("gemini")), **_FIELDS))
+    if op == "message":
+        return event_answer(agent_message_event("oracle", request["text"], source=request["source"], **_FIELDS))
     if op == "args":
         return args_answer(request["tool"], decode(request["args"]))
     if op == "outcome":

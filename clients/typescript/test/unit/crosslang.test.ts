@@ -10,7 +10,7 @@ import { test } from "node:test";
 import assert from "node:assert/strict";
 import fc from "fast-check";
 import type { ToolOutcome } from "../../src/hashing.js";
-import { completedEvent, encodeEvent, eventKey, requestedEvent, stateKey, type EventFields, type ToolCallEvent } from "../../src/events.js";
+import { agentMessageEvent, completedEvent, encodeEvent, eventKey, requestedEvent, stateKey, type EventFields, type ToolCallEvent } from "../../src/events.js";
 import { LoopwatchInputError } from "../../src/errors.js";
 import { argsCase, outcomeCase, SEND_TOOLS } from "../support/arbitraries.js";
 import { conformanceCasesPath } from "../support/paths.js";
@@ -155,4 +155,33 @@ test("a run id lands on the partition the Python client and the worker's own tes
     const typescript = keys.map((key) => compatibilityPartitioner({ topic: "t" } as never, Buffer.from(key, "utf8")) % partitions);
     assertSame(typescript, python, (i) => keys[i]);
   }
+});
+
+test(`${RANDOM_VALUES} random calls with the peer profiles' fields and random messages: the same records in TypeScript and Python (seed ${SEED})`, () => {
+  // JSON values only: Gemini's key is JSON.stringify of arguments a model sent as JSON.
+  const calls = fc.sample(
+    fc.record({
+      tool: fc.constantFrom("read_file", "run_shell_command", "é"),
+      args: fc.json().map((text) => JSON.parse(text) as unknown),
+      thought: fc.option(fc.string({ unit: "grapheme", maxLength: 40 }), { nil: null }),
+      gemini: fc.boolean(),
+    }),
+    { numRuns: RANDOM_VALUES, seed: SEED },
+  );
+  const python = askPython(calls.map((c) => ({ op: "peer_args", tool: c.tool, args: encodeValue(c.args), thought: c.thought, gemini: c.gemini })));
+  const typescript = calls.map((c) =>
+    answer(() => requestedEvent("oracle", c.tool, c.args, { ...ORACLE_FIELDS, toolCallId: null, gate: false, thought: c.thought, geminiKey: c.gemini })),
+  );
+  assertSame(typescript, python, (i) => calls[i]);
+  assertWorkerAccepts(typescript);
+  assert.ok(typescript.some((a) => "event" in a && "call_key" in a.event) && typescript.some((a) => "event" in a && "thought_hash" in a.event));
+
+  const blanks = ["", " ", "\t\n", "\u00a0", "\ufeff", "\x1c", "\u2028", "\u3000x"];
+  const messages = [...blanks, ...fc.sample(fc.string({ unit: "grapheme", maxLength: 30 }), { numRuns: 200, seed: SEED })].flatMap((text) =>
+    (["agent", "user"] as const).map((source) => ({ text, source })),
+  );
+  const fromPython = askPython(messages.map((m) => ({ op: "message", ...m })));
+  const fromTs = messages.map((m) => answer(() => agentMessageEvent("oracle", m.text, { ...ORACLE_FIELDS, source: m.source })));
+  assertSame(fromTs, fromPython, (i) => messages[i]);
+  assertWorkerAccepts(fromTs);
 });

@@ -10,6 +10,7 @@ import { join } from "node:path";
 import Ajv from "ajv";
 import fc from "fast-check";
 import {
+  agentMessageEvent,
   compactionEvent,
   completedEvent,
   encodeEvent,
@@ -58,7 +59,7 @@ test("every event type is valid against the schema, for random calls and outcome
 
 // Issue 17's optional fields (trace_id, target: agent rings) are left out of a record when
 // unset, by both clients; this client does not set them (yet).
-const UNSET_OPTIONAL = new Set(["trace_id", "target"]);
+const UNSET_OPTIONAL = new Set(["trace_id", "target", "thought_hash", "call_key"]);
 
 test("every event carries every field the schema defines for its type, and no other", () => {
   const defs = eventSchema.$defs as Record<string, { properties: Record<string, unknown> }>;
@@ -67,6 +68,7 @@ test("every event carries every field the schema defines for its type, and no ot
     ["ToolCallCompleted", completedEvent("e", "write", { path: "a.md" }, { result: { details: { changed: true } } }, { ...FIELDS, toolCallId: "c1" })],
     ["CompactionRetried", compactionEvent("e", FIELDS)],
     ["RunEnded", runEndedEvent("e", null, FIELDS)],
+    ["AgentMessage", agentMessageEvent("e", "", FIELDS)],
   ];
   for (const [def, event] of events) {
     const defined = Object.keys(defs[def]!.properties).filter((field) => !UNSET_OPTIONAL.has(field));
@@ -79,6 +81,10 @@ test("every event carries every field the schema defines for its type, and no ot
   assert.match(requested.target_hash, /^[0-9a-f]{64}$/);
   assert.equal(completed.target_hash, requested.target_hash);
   assert.equal(completed.outcome_kind, "write-mutation");
+  // the peer profiles' optional fields, when asked for: all of them, and valid
+  const peer = requestedEvent("e", "read_file", { b: 1, a: 2 }, { ...FIELDS, toolCallId: "c1", gate: false, thought: "t", geminiKey: true });
+  assert.ok("thought_hash" in peer && "call_key" in peer);
+  assertValid(peer);
 });
 
 test("the bounds the client enforces are the schema's", () => {

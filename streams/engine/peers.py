@@ -1,0 +1,210 @@
+"""The peer profiles, ``openhands`` and ``gemini-cli``: another agent family's loop rules in the
+same engine, for the agents whose config names them (``loopwatch.profile``, at the root or per
+agent, as the two OpenClaw profiles are chosen).
+
+A config in which no agent uses one gets ``LoopEngine`` (or its latest or extensions engine)
+unchanged: their paths carry no check of the peer profiles (``LoopEngine.__new__``).  A config
+that uses one gets the same engine class with ``_PeerProfiles`` mixed in before it: each event
+first looks up its agent's profile, and an agent under a peer profile never reaches OpenClaw's
+detectors.  What each system decides, and how its answers map onto warn, block and abort:
+docs/peer-profiles.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from schemas.config import GEMINI_CLI, OPENHANDS
+from schemas.events import AgentMessage, CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested, check_event
+from schemas.keys import normalize_run_id
+from schemas.names import CRITICAL, GEMINI_TOOL_CALL_LOOP, OPENHANDS_ACTION_ERROR, WARNING
+from schemas.verdicts import Decision
+
+from . import gemini as gm
+from . import openhands as oh
+from .engine import Step, _decision, _end_run, _run_aborted, refused_after_abort
+from .peer_state import PeerState
+from .state import RunState
+
+__all__ = ["peer_engine_class"]
+
+_CLASSES: dict[type, type] = {}
+
+
+def peer_engine_class(base: type) -> type:
+    """``base`` (the engine a config would get without peer profiles) with them."""
+    cls = _CLASSES.get(base)
+    if cls is None:
+        cls = _CLASSES[base] = type(f"Peer{base.__name__.lstrip('_')}", (_PeerProfiles, base), {})
+    return cls
+
+
+class _PeerProfiles:
+    """Routes each event of an agent under a peer profile to that profile's rules."""
+
+    def handle(self, state: RunState | None, event: Any, validated: bool = False) -> Step:
+        settings = self.settings_for(event.agent_id)
+        rules = _RULES.get(settings.peer)
+        if rules is None:
+            return super().handle(state, event, validated)
+        if not validated:
+            check_event(event)
+        kind = type(event)
+        if kind is RunEnded:
+            return Step(None)
+        if state is None:
+            state = RunState(run_id=normalize_run_id(event.run_id))
+        step = rules(state, event, kind)
+        if event.ts_ms > state.last_event_ms:
+            state.last_event_ms = event.ts_ms
+        return step
+
+
+# -- openhands ----------------------------------------------------------------------------------
+
+
+def _window(state: RunState) -> oh.OpenHandsWindow:
+    peer = state.peer
+    if peer is None:
+        peer = state.peer = PeerState()
+    if peer.openhands is None:
+        peer.openhands = oh.OpenHandsWindow()
+    return peer.openhands
+
+
+def _openhands(state: RunState, event: Any, kind: type) -> Step:
+    if state.aborted is not None:
+        # OpenHands stopped the agent: a late call is refused, anything else changes nothing.
+        return refused_after_abort(state, event, state.aborted) if kind is ToolCallRequested else Step(state)
+    w = _window(state)
+    if kind is ToolCallRequested:
+        w.append(oh.ACTION, _action_key(event))
+        w.pending += 1
+        return Step(state, event)  # OpenHands never gates a call: allow
+    if kind is ToolCallCompleted:
+        w.pending = max(0, w.pending - 1)
+        if event.loop_veto:
+            return Step(state)  # no such outcome under this profile (it never blocks)
+        if event.is_error:
+            w.append(oh.ERROR, event.result_hash or "")
+        else:
+            w.append(oh.OBSERVATION, f"{event.tool_name}|{event.result_hash or ''}")
+        if w.pending:
+            return Step(state)  # the step's other calls are still running: OpenHands has not looked yet
+    elif kind is AgentMessage:
+        if event.source == "user":
+            w.append(oh.USER_MESSAGE)
+        else:
+            w.append(oh.AGENT_MESSAGE)
+            if event.empty:  # OpenHands' agent answers an empty reply with its corrective feedback
+                w.append(oh.FRAMEWORK_MESSAGE)
+        w.pending = 0  # a reply without tool calls ends the step
+    elif kind is CompactionRetried:
+        w.append(oh.CONDENSATION)
+    return _check(state, w, event)
+
+
+def _action_key(event: ToolCallRequested) -> str:
+    thought = event.thought_hash
+    return event.args_hash if type(thought) is not str else f"{event.args_hash}|{thought}"
+
+
+def _check(state: RunState, w: oh.OpenHandsWindow, event: Any) -> Step:
+    """OpenHands' check before the agent's next step (``_check_stuck_or_nudge``): the nudge
+    first (it is a framework message in the history), else the stuck patterns."""
+    at = oh.action_error_nudge(w)
+    if at is not None:
+        args_hash = w.keys[at].partition("|")[0]
+        w.append(oh.FRAMEWORK_MESSAGE)  # (the window may drop its oldest event: ``at`` is read first)
+        return Step(state, built_decision=_nudge(event, args_hash))
+    pattern = oh.stuck_pattern(w)
+    if pattern is None:
+        return Step(state)
+    _end_run(state, pattern)
+    message = (
+        f"CRITICAL: OpenHands' stuck detection ({pattern}) ended this run: "
+        f"{_PATTERN_TEXT[pattern]}. The agent is stopped."
+    )
+    args_hash = next((k for k, kind in zip(reversed(w.keys), reversed(w.kinds)) if kind == oh.ACTION), "")
+    tool = args_hash.partition("|")[0][:-65]
+    return Step(state, abort=_run_aborted(event, pattern, _PATTERN_COUNT[pattern], tool, message))
+
+
+_PATTERN_TEXT = {
+    oh.OPENHANDS_ACTION_OBSERVATION: "the same action had the same observation 4 times in a row",
+    oh.OPENHANDS_ACTION_ERROR: "the same action ended in an error 4 times in a row",
+    oh.OPENHANDS_MONOLOGUE: "the agent sent 3 messages in a row with no action or user message between them",
+    oh.OPENHANDS_ALTERNATING: "two actions and their observations alternated over 6 steps",
+}
+_PATTERN_COUNT = {
+    oh.OPENHANDS_ACTION_OBSERVATION: oh.DEFAULTS.action_observation,
+    oh.OPENHANDS_ACTION_ERROR: oh.DEFAULTS.action_error + 1,
+    oh.OPENHANDS_MONOLOGUE: oh.DEFAULTS.monologue,
+    oh.OPENHANDS_ALTERNATING: oh.DEFAULTS.alternating_pattern,
+}
+
+
+def _nudge(event: Any, args_hash: str) -> Decision:
+    """OpenHands' nudge after 3 identical failing calls, as a warning shown to the model.  (Its
+    text quotes the error, which never leaves the runner: here it says so instead.)"""
+    tool = args_hash[:-65]
+    n = oh.DEFAULTS.action_error
+    return Decision(
+        verdict_id=f"{event.event_id}/decision", cause_event_id=event.event_id, run_id=event.run_id,
+        session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms,
+        tool_call_id=getattr(event, "tool_call_id", None), tool_name=tool, args_hash=args_hash, action="warn",
+        level=WARNING, detector=OPENHANDS_ACTION_ERROR, count=n, warning_emitted=True, notify_model=True,
+        message=(
+            f"You've called `{tool}` with the same arguments {n} times in a row and gotten the same error "
+            "each time. Repeating the exact same call again will not work — review the error message and "
+            "either correct the arguments or try a different approach."
+        ),
+    )
+
+
+# -- gemini-cli ---------------------------------------------------------------------------------
+
+
+def _gemini(state: RunState, event: Any, kind: type) -> Step:
+    """``GeminiClient.sendMessageStream`` around ``LoopDetectionService.addAndCheck``: a loop
+    found the first time in a prompt stops the call before it runs and sends the model Gemini's
+    feedback (a block); the second time the turn ends (a block and the run's abort).  A user
+    prompt starts over; outcomes, messages of the model and compactions change nothing."""
+    if state.aborted is not None:
+        return refused_after_abort(state, event, state.aborted) if kind is ToolCallRequested else Step(state)
+    peer = state.peer
+    if peer is None:
+        peer = state.peer = PeerState()
+    g = peer.gemini
+    if g is None:
+        g = peer.gemini = gm.GeminiState()
+    if kind is AgentMessage:
+        if event.source == "user":  # a new prompt id: LoopDetectionService.reset
+            g.calls = []
+            g.strikes = 0
+        return Step(state)
+    if kind is not ToolCallRequested:
+        return Step(state)
+    key = event.call_key if type(event.call_key) is str else event.args_hash
+    if not gm.tool_call_loop(g, key):
+        return Step(state, event)
+    g.strikes += 1
+    if g.strikes == 1:
+        message = (
+            f"System: Potential loop detected. Details: Repeated tool call: {event.tool_name} with the same "
+            "arguments. Please take a step back and confirm you're making forward progress. If not, take a step "
+            "back, analyze your previous actions and rethink how you're approaching the problem. Avoid repeating "
+            "the same tool calls or responses without new results."
+        )
+        decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=GEMINI_TOOL_CALL_LOOP,
+                             count=1, message=message)
+        return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True)
+    _end_run(state, GEMINI_TOOL_CALL_LOOP)
+    message = "CRITICAL: Gemini CLI's loop detection ended this turn: the same tool calls repeated after its feedback."
+    decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=GEMINI_TOOL_CALL_LOOP,
+                         count=g.strikes, message=message)
+    abort = _run_aborted(event, GEMINI_TOOL_CALL_LOOP, g.strikes, event.tool_name, message)
+    return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True, abort=abort)
+
+
+_RULES = {OPENHANDS: _openhands, GEMINI_CLI: _gemini}
