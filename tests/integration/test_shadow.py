@@ -186,7 +186,7 @@ async def test_a_worker_restarted_with_a_broken_candidate_starts_and_enforces_it
     assert "running without a candidate config until the file is fixed" in refusals[0]
     # The live config's verdicts (hand-worked: warned at the 11th identical call, blocked at the 21st).
     tag = lw.names.tag
-    async with client_for(lw, mode="gate", fail_closed=True) as gate:
+    async with lw.client(mode="gate", fail_closed=True) as gate:
         run = gate.run(f"{tag}-main", session_key=f"agent:main:{tag}", agent_id="main")
         decisions = await same_calls(run, 21)
     assert [d.action for d in decisions] == ["allow"] * 10 + ["warn"] + ["allow"] * 9 + ["block"]
