@@ -1,0 +1,47 @@
+"""Workers crashing and joining under load (issue 26's fault suite), on the real broker."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from fault_harness import AFTER_CHECKPOINT, FaultCase, crash_workload, kill9
+
+pytestmark = pytest.mark.kafka
+
+
+async def test_an_uninterrupted_run_publishes_the_reference(lw):
+    # What every fault case is compared with: the engine alone, driven over the same events.
+    case = FaultCase(lw, crash_workload(60, 30), workers=("a",))
+    await case.start()
+    async with case.producing(rate=900):
+        pass
+    [live] = await case.compare()
+    live.assert_exact()
+    assert live.duplicates == 0
+
+
+async def test_a_worker_killed_after_a_checkpoint_loses_no_verdict(lw):
+    case = FaultCase(lw, crash_workload(), workers=("a", "b"))
+    await case.start()
+    async with case.producing(rate=700):
+        await case.reach(AFTER_CHECKPOINT, records=1000)
+        await kill9(case.workers["a"])
+        case.workers["a"].start()
+    [live] = await case.compare()
+    live.assert_exact()
+
+
+async def test_a_third_worker_joining_under_load_takes_partitions_and_loses_no_verdict(lw):
+    # Six partitions: with four, two workers hold two each, which Faust's assignor counts as
+    # its capacity for three workers, and the third gets none.
+    case = FaultCase(lw, crash_workload(), workers=("a", "b"), env={"LOOPWATCH_PARTITIONS": "6"})
+    await case.start()
+    async with case.producing(rate=700):
+        await case.reach(AFTER_CHECKPOINT, records=600)
+        third = case.add_worker("c").start()
+        await asyncio.to_thread(third.wait_ready, 90)
+    [live] = await case.compare()
+    live.assert_exact()
+    assert third.metric("loopwatch_events_consumed_total") > 0, "the third worker received no partition"
