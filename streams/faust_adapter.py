@@ -822,6 +822,8 @@ class ConsumerView:
         """
         if self._app.consumer_generation_id != generation:
             return False
+        if generation <= 0:
+            return True  # no group ever assigned this worker anything: nobody else can own it
         coordinator = self._app.consumer._thread._ensure_consumer()._coordinator
         if coordinator is None:
             return None
