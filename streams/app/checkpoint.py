@@ -309,6 +309,18 @@ class Checkpointer:
             self.store.count(cp.created, cp.deleted)
             self.checkpoints += 1
 
+    async def step_aside(self) -> None:
+        """A checkpoint's yield to the event loop between two slices of its work: a pause
+        while batches are small, none while catching up or when a rebalance or a shutdown
+        waits for the checkpoint (no decisions are being made then), nor when the batch
+        handler itself waits for it (``MAX_DIRTY_RUNS``)."""
+        group = self._group
+        keeping_up = (
+            self._last_batch_size < BUSY_BATCH and not self._batches_wait
+            and not group.rebalancing and not group.stopping
+        )
+        await asyncio.sleep(CHECKPOINT_PAUSE_S if keeping_up else 0)
+
     async def _still_member(self, epoch: Any) -> bool:
         """Whether this worker may write the work of ``epoch``: the group has not moved on
         and the coordinator still counts it a member of that generation.  Without an answer
@@ -325,15 +337,3 @@ class Checkpointer:
             if time.monotonic() >= deadline:
                 return False
             await asyncio.sleep(MEMBERSHIP_RETRY_S)
-
-    async def step_aside(self) -> None:
-        """A checkpoint's yield to the event loop between two slices of its work: a pause
-        while batches are small, none while catching up or when a rebalance or a shutdown
-        waits for the checkpoint (no decisions are being made then), nor when the batch
-        handler itself waits for it (``MAX_DIRTY_RUNS``)."""
-        group = self._group
-        keeping_up = (
-            self._last_batch_size < BUSY_BATCH and not self._batches_wait
-            and not group.rebalancing and not group.stopping
-        )
-        await asyncio.sleep(CHECKPOINT_PAUSE_S if keeping_up else 0)
