@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from fault_harness import AFTER_CHECKPOINT, FaultCase, crash_workload, kill9
+from fault_harness import AFTER_CHECKPOINT, BEFORE_CHECKPOINT, BEFORE_CHECKPOINT_ENV, FaultCase, crash_workload, kill9
 
 pytestmark = pytest.mark.kafka
 
@@ -22,15 +22,32 @@ async def test_an_uninterrupted_run_publishes_the_reference(lw):
     assert live.duplicates == 0
 
 
-async def test_a_worker_killed_after_a_checkpoint_loses_no_verdict(lw):
-    case = FaultCase(lw, crash_workload(), workers=("a", "b"))
+@pytest.mark.parametrize("point", [BEFORE_CHECKPOINT, AFTER_CHECKPOINT], ids=lambda p: p.name)
+async def test_a_worker_killed_loses_no_verdict(lw, point):
+    env = BEFORE_CHECKPOINT_ENV if not point.committed else {}
+    case = FaultCase(lw, crash_workload(), workers=("a", "b"), env=env)
     await case.start()
     async with case.producing(rate=700):
-        await case.reach(AFTER_CHECKPOINT, records=1000)
+        await case.reach(point, records=1000)
         await kill9(case.workers["a"])
         case.workers["a"].start()
     [live] = await case.compare()
     live.assert_exact()
+
+
+@pytest.mark.xfail(reason=(
+    "issue 26 item 1's remaining loss is not specific to a pause: the worker that takes the partitions over "
+    "resumes past records nobody processed (seen once: 765 of 3,545 lost on one partition; docs/reliability.md)"))
+async def test_a_worker_removed_while_its_partitions_are_busy_loses_no_verdict(lw):
+    # A graceful stop (SIGTERM) mid-stream, not restarted: the other worker takes over.
+    case = FaultCase(lw, crash_workload(), workers=("a", "b"))
+    await case.start()
+    async with case.producing(rate=700):
+        await case.reach(AFTER_CHECKPOINT, records=1000)
+        assert await asyncio.to_thread(case.workers["a"].stop) == 0
+    [live] = await case.compare()
+    live.assert_exact()
+    assert case.workers["b"].metric("loopwatch_events_consumed_total") > 0
 
 
 async def test_a_third_worker_joining_under_load_takes_partitions_and_loses_no_verdict(lw):
