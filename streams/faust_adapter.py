@@ -32,7 +32,9 @@ measurements behind it):
   RocksDB ``WriteBatch`` and one record batch per partition per checkpoint instead of a
   changelog send per ``table[key] = value``, and the verdicts on a producer of their own.
 * **Where the consumer is** (``ConsumerView``): read and committed offsets, for the idle
-  sweep's backlog check and the lag metric.
+  sweep's backlog check and the lag metric; and whether the group coordinator still counts
+  this worker a member of its generation (``still_member``: a heartbeat, generation-checked
+  by the broker), which every checkpoint asks before it writes (docs/reliability.md).
 
 Faust's classes (``WorkerApp`` and the consumer, transport and web classes) are composed on
 first use (``__getattr__``): their method code is in the mixins below, readable like any
@@ -181,6 +183,12 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName(_PARTITION_RECORDS, "_check_crcs", "attribute", type_name="builtins:bool"),
     PrivateName(_PARTITION_RECORDS, "_key_deserializer", "attribute", type_name="types:NoneType"),
     PrivateName(_PARTITION_RECORDS, "_value_deserializer", "attribute", type_name="types:NoneType"),
+    # the group coordinator under Faust's consumer (ConsumerView.still_member)
+    PrivateName("faust.transport.consumer:ThreadDelegateConsumer", "_thread", "attribute",
+                type_name="faust.transport.drivers.aiokafka:AIOKafkaConsumerThread"),
+    PrivateName("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread", "_ensure_consumer", "method", ("self",)),
+    PrivateName("aiokafka.consumer.consumer:AIOKafkaConsumer", "_coordinator", "attribute", type_name="types:NoneType"),
+    PrivateName("aiokafka.consumer.group_coordinator:GroupCoordinator", "_do_heartbeat", "async method", ("self",)),
     # Faust's producer (Producers)
     PrivateName("faust.transport.drivers.aiokafka:Producer", "_ensure_producer", "method", ("self",)),
     PrivateName("faust.transport.drivers.aiokafka:Producer", "_new_producer", "method", ("self", "transactional_id")),
@@ -453,6 +461,8 @@ class _BatchingConsumer:
         self._batch_message: Any = None
         """The Faust message tracked while ``_open_batches`` > 0."""
         self._commit_task: asyncio.Future | None = None
+        self.assignments = 0
+        """Assignments received (a static member's rejoin may keep its generation)."""
 
     def _new_consumer_thread(self) -> Any:
         return _faust.classes["InlineConsumerThread"](self, loop=self.loop, beacon=self.beacon)
@@ -632,6 +642,10 @@ class _BatchingConsumer:
             self._watermarks.pop(tp, None)  # as Faust drops its acked offsets
         await super().on_partitions_revoked(revoked)
 
+    async def on_partitions_assigned(self, assigned: set, generation_id: int = 0) -> None:
+        self.assignments += 1  # (ConsumerView.epoch)
+        await super().on_partitions_assigned(assigned, generation_id)
+
 
 class _HealthOnlyWeb:
     """Faust's aiohttp web server without Faust's built-in views: only the worker's own pages
@@ -784,6 +798,41 @@ class ConsumerView:
     @property
     def generation(self) -> int:
         return self._app.consumer_generation_id
+
+    @property
+    def epoch(self) -> tuple[int, int]:
+        """(generation, assignments received): changes with every assignment, also a static
+        member's rejoin that keeps its generation."""
+        return self._app.consumer_generation_id, self._app.consumer.assignments
+
+    @property
+    def session_timeout_s(self) -> float:
+        return float(self._app.conf.broker_session_timeout)
+
+    async def still_member(self, generation: int) -> bool | None:
+        """Whether the group coordinator still counts this worker a member of ``generation``:
+        True (a member, also while the group rebalances: in the eager protocol nobody else
+        gets its partitions before it rejoins), False (expelled, e.g. paused past its session
+        timeout, or ``generation`` is over: its partitions may be another worker's), None (no
+        answer, ask again).
+
+        aiokafka's own heartbeat request (``GroupCoordinator._do_heartbeat``), sent now: the
+        broker checks generation and member id, and on a refusal aiokafka resets the
+        generation and rejoins, as after its periodic heartbeat.
+        """
+        if self._app.consumer_generation_id != generation:
+            return False
+        if generation <= 0:
+            return True  # no group ever assigned this worker anything: nobody else can own it
+        coordinator = self._app.consumer._thread._ensure_consumer()._coordinator
+        if coordinator is None:
+            return None
+        if coordinator.generation != generation:  # reset by a refused heartbeat or commit
+            return False
+        answered = await coordinator._do_heartbeat()
+        if coordinator.generation != generation:
+            return False
+        return True if answered else None
 
     @property
     def rebalancing(self) -> bool:

@@ -31,6 +31,22 @@ rebalance or a shutdown proceeds) does, in this order:
    next restore while its records count as done: that error stops the worker too);
 6. ack the batches' records; Faust flushes the producer before it commits acked offsets.
 
+**Only a member writes** (issue 26).  Before step 4, the checkpoint asks the group coordinator
+whether this worker is still a member of the generation its batches were processed in
+(``ConsumerView.still_member``: a heartbeat, checked by the broker).  A worker that was paused
+past its session timeout (a long GC, a frozen VM) learns there that its partitions may be
+another worker's: it writes nothing (no changelog record, no RocksDB write, no ack, hence no
+commit) and stops, as after any failed checkpoint (``NotAMember``); restarted, it rejoins
+and restores from the changelog, which then holds only members' writes, and the partitions'
+owner redoes the dropped work from the committed offsets.  (Rejoining in place would need
+every run, cached state and fetched batch of the lost generation dropped first: a restart
+does exactly that.)
+Its commits are generation-checked by the broker as well (aiokafka's commit fails with
+``UnknownMemberId``/``IllegalGeneration``).  Written anyway, its stale states would land in
+the changelog after the new owner's: the next owner restores them, history and offsets
+disagree, and its own RocksDB, with its persisted offset moved past the new owner's records,
+would never read those (docs/reliability.md has the sequence).
+
 A crash loses at most the work since the last checkpoint, which is redone from the last
 committed offsets with the same verdict ids (consumers drop duplicates by id).  Because a
 state is stored only after the verdicts of every event in it were delivered, an event that
@@ -60,7 +76,7 @@ if TYPE_CHECKING:
     from .processor import BatchProcessor
     from .run_store import RunStore
 
-__all__ = ["Checkpointer"]
+__all__ = ["Checkpointer", "NotAMember"]
 
 log = logging.getLogger("loopwatch.worker")
 
@@ -88,6 +104,10 @@ session 5)."""
 CHECKPOINT_PAUSE_S = 0.002
 """A checkpoint's pause after each slice while the worker keeps up: it then takes at most a
 fifth of the event loop, and a checkpoint's encoding spreads over a few times its length."""
+MEMBERSHIP_RETRY_S = 0.2
+"""How soon a checkpoint asks the group coordinator again when it got no answer."""
+MIXED = "mixed"
+"""The epoch of a checkpoint whose batches came from more than one assignment."""
 BUSY_BATCH = 256
 """While batches stay under this many records (the worker keeps up), a checkpoint steps
 aside for ``CHECKPOINT_PAUSE_S`` after each slice; otherwise it only lets the next batch in.
@@ -95,6 +115,11 @@ With ``sleep(0)`` alone, the checkpoint task is back in the ready queue at once 
 of an arriving event (fetch response, fetcher, batch handler, producer) waits behind one
 more slice.  Catching up, latency is the backlog's anyway and the checkpoint must not fall
 behind."""
+
+
+class NotAMember(RuntimeError):
+    """The group coordinator no longer counts this worker a member of the generation its
+    batches were processed in: nothing of them may be written."""
 
 
 # -- the protocol --------------------------------------------------------------------------------
@@ -158,6 +183,8 @@ class Checkpointer:
         self._checkpointing: asyncio.Future | None = None
         self._batches_wait = False
         """The batch handler waits for the checkpoint (``MAX_DIRTY_RUNS``): no pauses in it."""
+        self._epoch: Any = None
+        """``group.epoch`` of the batches since the last freeze (``MIXED``: more than one)."""
         self.checkpoints = 0
         self.batches = 0
         self.records = 0
@@ -181,6 +208,11 @@ class Checkpointer:
             if self.failed is not None:
                 await asyncio.sleep(max(0.0, self._hold_until - time.monotonic()))  # (a full disk: see above)
                 raise RuntimeError("an earlier batch or checkpoint failed; restart the worker") from self.failed
+            epoch = self._group.epoch
+            if self._epoch is None:
+                self._epoch = epoch
+            elif self._epoch != epoch:
+                self._epoch = MIXED
             result = processor.process(messages, self.store.read)
             try:
                 # Only sends in flight (or failed) wait for the checkpoint.  Kept until then,
@@ -253,6 +285,7 @@ class Checkpointer:
                     return
                 pending, self._pending = self._pending, []
                 dones, self._dones = self._dones, []
+                epoch, self._epoch = self._epoch, None
                 runs.begin_checkpoint()
             # An error below (a verdict not delivered, a failed write, a cancellation)
             # propagates and stops the worker: nothing of this checkpoint is acked, so its
@@ -266,6 +299,12 @@ class Checkpointer:
                 for future in pending:
                     future.result()  # raises a delivery error
                 await self.step_aside()
+                if epoch is not None and not await self._still_member(epoch):
+                    raise NotAMember(
+                        f"this worker is no longer a member of the group's generation "
+                        f"{epoch if epoch is MIXED else epoch[0]} (paused past its session timeout?): its checkpoint "
+                        f"is dropped, nothing written or acked; the worker stops and its partitions' owner redoes the "
+                        f"work from the committed offsets")
                 async with self.write_lock:
                     cp = runs.end_checkpoint()
                 # Batches go on while the states are written: until ``checkpoint_written`` the
@@ -311,3 +350,20 @@ class Checkpointer:
             and not group.rebalancing and not group.stopping
         )
         await asyncio.sleep(CHECKPOINT_PAUSE_S if keeping_up else 0)
+
+    async def _still_member(self, epoch: Any) -> bool:
+        """Whether this worker may write the work of ``epoch``: the group has not moved on
+        and the coordinator still counts it a member of that generation.  Without an answer
+        it asks again until a session timeout has passed, then counts itself expelled (the
+        coordinator has by then)."""
+        group = self._group
+        deadline = time.monotonic() + group.session_timeout_s
+        while True:
+            if epoch is MIXED or group.epoch != epoch:
+                return False
+            answer = await group.still_member(epoch[0])
+            if answer is not None:
+                return answer
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(MEMBERSHIP_RETRY_S)

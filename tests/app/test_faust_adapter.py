@@ -49,7 +49,13 @@ def live(tmp_path_factory):
     tp = TopicPartition("tool-calls", 0)
     records = PartitionRecords(tp, MemoryRecords(b""), [], 0, None, None, True, 0)
     fetched = FetchResult(tp, assignment=None, partition_records=records, backoff=0)
-    return [worker.app, consumer, consumer._thread, worker.table.data, worker.app.producer, fetched, records]
+    from aiokafka import AIOKafkaConsumer
+
+    async def unstarted_consumer():  # its coordinator comes with start()
+        return AIOKafkaConsumer(bootstrap_servers="127.0.0.1:9")
+
+    unstarted = asyncio.get_event_loop().run_until_complete(unstarted_consumer())
+    return [worker.app, consumer, consumer._thread, worker.table.data, worker.app.producer, fetched, records, unstarted]
 
 
 @pytest.mark.parametrize("private", PRIVATE_NAMES, ids=lambda p: f"{p.owner.split(':')[1]}.{p.name}")
