@@ -17,8 +17,6 @@ topics' names are the shared ones (``harness``, ``tests/integration/conftest.py`
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 import time
 
 import msgspec
@@ -26,17 +24,10 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from harness import REPO, collect_verdicts, committed_offsets, dedupe, encode_all, produce, reference_verdicts, write_config
+from harness import collect_verdicts, committed_offsets, dedupe, encode_all, produce, reference_verdicts, write_config
+from fault_harness import Comparison
 from streams.app.output import partition_for
 from streams.scenarios import overlapping_runs
-
-# The integration tests' fixtures (``kafka_broker``, ``lw``: unique names, workers killed and
-# topics deleted afterwards), until tests/faults/ has a conftest of its own.
-sys.path.insert(0, str(REPO / "tests" / "integration"))  # (that conftest imports node_runner)
-_spec = importlib.util.spec_from_file_location("integration_fixtures", REPO / "tests" / "integration" / "conftest.py")
-_fixtures = sys.modules[_spec.name] = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_fixtures)
-kafka_broker, lw = _fixtures.kafka_broker, _fixtures.lw
 
 pytestmark = pytest.mark.kafka
 
@@ -105,11 +96,7 @@ async def test_kill_9_of_a_session_scope_worker_loses_changes_and_duplicates_no_
     want = reference_verdicts(events, CONFIG)
     assert len(want) == 1600 and max(v.count or 0 for v in want) > 700
     records = await collect_verdicts(lw.broker, lw.names.verdicts, [v.verdict_id for v in want], timeout=240, settle=2)
-    by_id, _duplicates, differing = dedupe(records)
-    lost = [v.verdict_id for v in want if v.verdict_id not in by_id]
-    changed = [v.verdict_id for v in want if v.verdict_id in by_id and by_id[v.verdict_id] != v]
-    assert (len(lost), len(changed), differing) == (0, 0, 0), (lost[:5], changed[:5])
-    assert set(by_id) == {v.verdict_id for v in want}  # and nothing else
+    Comparison.of(lw.names.verdicts, records, want).assert_exact()  # lost, differing, conflicting, unexpected: none
     # The crash did make the restarted worker forward a stretch again, and it was caught.
     assert worker.metric("loopwatch_events_forwarded_again_total") > 0
     assert worker.metric("loopwatch_duplicate_events_total") == 0
