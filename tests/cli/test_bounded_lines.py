@@ -59,7 +59,8 @@ def test_read_lines_splits_as_the_line_ends_do_and_reports_every_line_over_the_b
 def test_read_lines_through_gzip_splits_the_same(pieces, limit):
     data = b"\n".join(pieces)
     assert list(read_lines(decompressed(io.BytesIO(gzip.compress(data))), limit)) == reference(data, limit)
-    assert decompressed(raw := io.BytesIO(data)) is raw  # not gzip: read as it is
+    if not data.startswith(b"\x1f\x8b"):  # (data that starts with gzip's magic bytes is taken for gzip)
+        assert decompressed(raw := io.BytesIO(data)) is raw  # not gzip: read as it is
 
 
 def event_line(i: int, run: str = "r1") -> bytes:
