@@ -49,7 +49,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from schemas.events import RunEnded, ToolCallCompleted
 
-from .backtest import BacktestError, checked
+from .backtest import BacktestError, checked, records_sharded
 from .engine import LoopEngine, RunDriver, outcome
 from .engine.drive import BLOCK, WARN
 
@@ -291,15 +291,18 @@ class Evaluation:
         self.loop_runs: dict[int, list[str]] = {k: [] for k in LOOP_LENGTHS}
         self.tallies = [_Tally() for _ in self.rows]
 
-    def runs_of(self, records: Iterable[Any], *, progress: Callable[[int], None] | None = None) -> Iterator[tuple[str, list]]:
+    def runs_of(self, numbered: Iterable[tuple[int, Any]], *, progress: Callable[[int], None] | None = None,
+                ) -> Iterator[tuple[tuple[int, int], str, list]]:
         """Each run's events, checked as the worker checks them, when the run ends (at its
-        ``run.ended``, or the end of the input)."""
-        open_runs: dict[bytes, tuple[list, set]] = {}
+        ``run.ended``, or the end of the input), from ``(number in the stream, record)``; with
+        the run's place in the order this yields the whole stream's runs: ``(0, number of its
+        run.ended)``, or ``(1, number of its first event)`` for a run the input leaves open."""
+        open_runs: dict[bytes, tuple[list, set, int]] = {}
         counted = [0]
-        for _seq, _record, event, key in checked(enumerate(records), keyed=False, dead=self.dead, progress=progress, counted=counted):
+        for seq, _record, event, key in checked(numbered, keyed=False, dead=self.dead, progress=progress, counted=counted):
             run = open_runs.get(key)
             if run is None:
-                run = open_runs[key] = ([], set())
+                run = open_runs[key] = ([], set(), seq)
             if event.event_id in run[1]:
                 self.duplicates += 1
                 continue
@@ -308,14 +311,38 @@ class Evaluation:
             self.events += 1
             if type(event) is RunEnded:
                 del open_runs[key]
-                yield _run_name(key), run[0]
+                yield (0, seq), _run_name(key), run[0]
         self.records += counted[0]
-        for key, (events, _ids) in open_runs.items():
-            yield _run_name(key), events
+        for key, (events, _ids, first) in open_runs.items():
+            yield (1, first), _run_name(key), events
 
-    def run(self, records: Iterable[Any], *, progress: Callable[[int], None] | None = None) -> None:
-        for key, events in self.runs_of(records, progress=progress):
-            self.add(evaluate_run(key, events, self.rows, self.successful))
+    def run(self, records: Iterable[Any], *, progress: Callable[[int], None] | None = None, jobs: int = 1) -> None:
+        """Every run judged by every row; with ``jobs`` above 1, the runs split by state key
+        over that many processes (``streams.backtest.records_sharded``) and their results
+        added here in the order one process adds them: the same report, field for field."""
+        if jobs <= 1:
+            for _order, key, events in self.runs_of(enumerate(records), progress=progress):
+                self.add(evaluate_run(key, events, self.rows, self.successful))
+            return
+        rows, successful = self.rows, self.successful
+
+        def work(numbered: Iterator[tuple[int, Any]]) -> tuple[int, int, int, Counter, list]:
+            shard = Evaluation(rows, successful)
+            results = [(order, evaluate_run(key, events, rows, successful))
+                       for order, key, events in shard.runs_of(numbered)]
+            return shard.records, shard.events, shard.duplicates, shard.dead, results
+
+        merged = []
+        for records_n, events, duplicates, dead, results in records_sharded(
+                records, work, jobs, keyed=False, progress=progress, what="an evaluation"):
+            self.records += records_n
+            self.events += events
+            self.duplicates += duplicates
+            self.dead.update(dead)
+            merged.extend(results)
+        merged.sort(key=lambda pair: pair[0])
+        for _order, result in merged:
+            self.add(result)
 
     def add(self, result: RunResult) -> None:
         """One run's result into the totals (in any order)."""
