@@ -447,55 +447,28 @@ def render_table(report: dict, out: IO[str]) -> None:
 
 
 def plot(report: dict, path: Path) -> None:
-    """Catch rate against false-alarm rate: a marker per row and loop length (3+, 5+, 10+),
-    each point labelled with the rows at it (rows often share a point: they are named
-    together, not drawn over each other)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise BacktestError("--plot needs matplotlib: pip install 'loopwatch[ops]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Catch rate against false-alarm rate, a colour per row and a marker per loop length
+    (3+, 5+, 10+; ``streams.plots.scatter_chart``)."""
+    from .plots import ROW_COLORS, Marker, PlotError, Points, save, scatter_chart
 
-    markers = {"3": "o", "5": "s", "10": "^"}
-    points: dict[tuple[str, float, float], list[int]] = {}
+    markers = {"3": Marker("o", 16, "strict loops of 3+ calls"), "5": Marker("s", 10.5, "strict loops of 5+ calls"),
+               "10": Marker("^", 7.5, "strict loops of 10+ calls")}
+    rows = []
     for i, row in enumerate(report["rows"]):
         fa = 100 * (row["false_alarm_rate"] or 0.0)
-        for k in markers:
-            rate = row["loops"][k]["rate"]
-            if rate is not None:
-                points.setdefault((k, fa, 100 * rate), []).append(i + 1)
-    fig, ax = plt.subplots(figsize=(10, 6.5), dpi=100)
-    for (k, fa, rate), rows in points.items():
-        # sizes nest: a row's 3+, 5+ and 10+ points often coincide, and all stay visible
-        ax.scatter([fa], [rate], marker=markers[k], s={"3": 220, "5": 90, "10": 30}[k], edgecolors="black",
-                   linewidths=0.8, zorder=3, color={"3": "#1f77b4", "5": "#d62728", "10": "#2ca02c"}[k])
-        ax.annotate(",".join(map(str, rows)), (fa, rate), xytext=(7, 4 + 9 * list(markers).index(k)),
-                    textcoords="offset points", fontsize=9)
-    for k, marker in markers.items():
-        ax.scatter([], [], marker=marker, color={"3": "#1f77b4", "5": "#d62728", "10": "#2ca02c"}[k],
-                   edgecolors="black", label=f"strict loops of {k}+ calls")
-    names = "\n".join(f"{i}: {row['name']}" for i, row in enumerate(report["rows"], 1))
-    ax.text(1.02, 1.0, names, transform=ax.transAxes, va="top", fontsize=8, family="monospace")
-    if not points:
-        ax.text(0.5, 0.5, "no strict loops in these runs", ha="center", va="center", transform=ax.transAxes)
-    top_fa = max([fa for _k, fa, _r in points] + [1.0])
-    ax.set_xlim(-0.05 * top_fa, top_fa * 1.15)
-    ax.set_ylim(-5, 105)
-    ax.set_xlabel("false-alarm rate, % (runs labelled successful that a row blocked or aborted)")
-    ax.set_ylabel("catch rate, % (runs with a strict loop stopped in it)")
-    runs, loops = report["runs"], {k: v["runs"] for k, v in report["strict_loops"].items()}
-    ax.set_title(f"loopwatch evaluate: {runs:,} runs, {report['labels']['successful']:,} successful; "
-                 f"runs with loops of 3+/5+/10+: {loops['3']}/{loops['5']}/{loops['10']}", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+        points = [(fa, 100 * row["loops"][k]["rate"], k) for k in markers if row["loops"][k]["rate"] is not None]
+        rows.append(Points(row["name"], points, ROW_COLORS[i % len(ROW_COLORS)]))
+    loops = {k: v["runs"] for k, v in report["strict_loops"].items()}
     try:
-        fig.savefig(path, format="png", bbox_inches="tight")
-    except OSError as exc:
-        raise BacktestError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+        fig = scatter_chart(
+            rows, markers=markers,
+            title=f"loopwatch evaluate: {report['runs']:,} runs, {report['labels']['successful']:,} successful; "
+                  f"runs with strict loops of 3+/5+/10+ calls: {loops['3']}/{loops['5']}/{loops['10']}",
+            xlabel="false-alarm rate, % (runs labelled successful that the row blocked or aborted)",
+            ylabel="catch rate, % (runs with a strict loop stopped in it)", empty="no strict loops in these runs")
+        save(fig, path)
+    except PlotError as exc:
+        raise BacktestError(str(exc)) from None
 
 
 def _run_name(key: bytes) -> str:

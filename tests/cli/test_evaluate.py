@@ -113,7 +113,8 @@ def _groups(items):
     return [list(g) for _k, g in groupby(items)]
 
 
-def test_plot_is_a_png(tmp_path):
+def test_plot_is_a_png_beside_the_table(tmp_path):
+    # what is in the picture: tests/cli/test_plots.py test_the_evaluate_plot_shows_every_row
     events = tmp_path / "events.jsonl"
     assert loopwatch("import", DATA / "hand-made" / "loops.json", "-o", events).returncode == 0
     png = tmp_path / "plot.png"
