@@ -290,6 +290,8 @@ class Evaluation:
         self.loops = {k: 0 for k in LOOP_LENGTHS}
         self.loop_runs: dict[int, list[str]] = {k: [] for k in LOOP_LENGTHS}
         self.tallies = [_Tally() for _ in self.rows]
+        self.shard_cpu_s: list[float] = []
+        """CPU seconds of each process of the last ``run`` in shards (``bench.evaluate``)."""
 
     def runs_of(self, numbered: Iterable[tuple[int, Any]], *, progress: Callable[[int], None] | None = None,
                 ) -> Iterator[tuple[tuple[int, int], str, list]]:
@@ -334,7 +336,7 @@ class Evaluation:
 
         merged = []
         for records_n, events, duplicates, dead, results in records_sharded(
-                records, work, jobs, keyed=False, progress=progress, what="an evaluation"):
+                records, work, jobs, keyed=False, progress=progress, what="an evaluation", cpu_s=self.shard_cpu_s):
             self.records += records_n
             self.events += events
             self.duplicates += duplicates
