@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.jobs import alternate_jobs, print_scaling
 from bench.kafka import cpu_model
 from streams.backtest import FileSource
 from streams.cli import UPSTREAM_DEFAULTS
@@ -197,23 +198,16 @@ def main(argv: list[str] | None = None) -> int:
                   f"{'':>11}  (calls x rows / s)")
         print(f"\nevaluate --jobs: all {len(rows)} rows over the generated chat events, --jobs 1 and --jobs {args.jobs} "
               f"alternated (tool calls per second)")
-        wall_rates: dict[int, list[float]] = {1: [], args.jobs: []}
-        alone_rates: dict[int, list[float]] = {1: [], args.jobs: []}
-        reports: dict[int, dict] = {}
-        same = True
-        for attempt in range(args.repeat):
-            for jobs in (1, args.jobs)[:: 1 if attempt % 2 == 0 else -1]:
-                wall, alone, evaluation = timed_jobs(chat_events, rows, jobs)
-                wall_rates[jobs].append(evaluation.calls / wall)
-                alone_rates[jobs].append(evaluation.calls / alone)
-                report = evaluation.report()
-                same = same and reports.setdefault(0, report) == report
-                print(f"  pass {attempt + 1} --jobs {jobs}: {evaluation.calls:,} calls in {wall:.2f} s wall "
-                      f"= {wall_rates[jobs][-1]:,.0f}/s; {alone:.2f} s on the cores alone = {alone_rates[jobs][-1]:,.0f}/s")
-        for name, rates in (("wall time", wall_rates), ("on the cores alone", alone_rates)):
-            scaling = [b / a for a, b in zip(rates[1], rates[args.jobs])]
-            print(f"--jobs {args.jobs} / --jobs 1 ({name}): median {statistics.median(rates[1]):,.0f} -> "
-                  f"{statistics.median(rates[args.jobs]):,.0f} calls/s; per pass {', '.join(f'{x:.2f}' for x in scaling)}")
+        def timed(jobs: int) -> tuple[float, float, int, dict]:
+            wall, alone, evaluation = timed_jobs(chat_events, rows, jobs)
+            return wall, alone, evaluation.calls, evaluation.report()
+
+        wall_rates, alone_rates, reports = alternate_jobs(timed, args.jobs, args.repeat, unit="calls", per="calls/s")
+        for jobs in (1, args.jobs):
+            print(f"--jobs {jobs}: median {statistics.median(wall_rates[jobs]):,.0f} calls/s wall time, "
+                  f"{statistics.median(alone_rates[jobs]):,.0f} calls/s on the cores alone")
+        print_scaling(wall_rates, alone_rates, args.jobs)
+        same = all(report == reports[1][0] for both in reports.values() for report in both)
         print(f"reports identical to one process: {'yes' if same else 'NO'}")
     return 0
 

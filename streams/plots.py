@@ -74,19 +74,11 @@ def counts_per_bucket(counts: Sequence[Mapping[int, int]], bucket_s: float) -> t
 def time_chart(series: Sequence[Series], *, title: str, ylabel: str, bucket_s: float,
                xlabel: str = "event time (UTC)", empty: str = "nothing to draw") -> Any:
     """The chart as a matplotlib Figure (Agg, not shown): ``save`` writes it."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlotError("plotting needs matplotlib: pip install 'loopwatch[ops]'") from None
-    matplotlib.use("Agg")
+    fig, ax = _figure(AXES_BOX, title)
     from datetime import datetime, timezone
 
     import matplotlib.dates as mdates
-    from matplotlib.figure import Figure
 
-    fig = Figure(figsize=FIGSIZE, dpi=DPI)
-    ax = fig.add_axes(AXES_BOX)
-    fig.suptitle(title, y=0.97)
     times = [t for s in series for t in s.times_s]
     if times:
         for s in sorted(series, key=lambda s: not s.hollow):
@@ -145,18 +137,10 @@ def scatter_chart(rows: Sequence[Points], *, markers: Mapping[str, Marker], titl
     from 0 to the largest x (1 if none is above 0); kinds are drawn largest first, so a row's
     points of several kinds on one place nest; rows on the same point and kind are set side by
     side (``DODGE_PT``)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlotError("plotting needs matplotlib: pip install 'loopwatch[ops]'") from None
-    matplotlib.use("Agg")
-    from matplotlib.figure import Figure
+    fig, ax = _figure(SCATTER_BOX, title)
     from matplotlib.lines import Line2D
     from matplotlib.transforms import ScaledTranslation
 
-    fig = Figure(figsize=FIGSIZE, dpi=DPI)
-    ax = fig.add_axes(SCATTER_BOX)
-    fig.suptitle(title, y=0.97, fontsize=11)
     at: dict[tuple[float, float, str], list[int]] = {}
     for i, row in enumerate(rows):
         for x, y, kind in row.points:
@@ -196,6 +180,20 @@ def scatter_chart(rows: Sequence[Points], *, markers: Mapping[str, Marker], titl
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     return fig
+
+
+def _figure(box: tuple[float, float, float, float], title: str) -> tuple[Any, Any]:
+    """A figure of ``FIGSIZE`` at ``DPI`` (Agg) with its plotting area at ``box`` and its title."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError("plotting needs matplotlib: pip install 'loopwatch[ops]'") from None
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    fig.suptitle(title, y=0.97)
+    return fig, fig.add_axes(box)
 
 
 def _duration(seconds: float) -> str:
