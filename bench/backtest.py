@@ -40,6 +40,7 @@ from pathlib import Path
 import msgspec
 
 from bench.core import steal_jiffies
+from bench.jobs import alternate_jobs, print_scaling
 from bench.kafka import cpu_model
 from harness.fleets import BASELINE, CANDIDATE
 from schemas.events import encode_event
@@ -132,18 +133,12 @@ def main(argv: list[str] | None = None) -> int:
         cpu, wall, backtest = timed(plain, ONE_AGENT)
         rates[name].append((backtest.records / cpu, backtest.records / wall))
         print(f"  pass {attempt + 1} {name}: {rates[name][-1][0]:,.0f} events/s ({rates[name][-1][1]:,.0f}/s wall)")
-    parallel: dict[int, list[float]] = {1: [], args.jobs: []}
-    busiest: dict[int, list[float]] = {1: [], args.jobs: []}
-    same_report = True
-    for attempt in range(args.repeat):
-        for jobs in (1, args.jobs)[:: 1 if attempt % 2 == 0 else -1]:
-            wall, cpu, backtest = timed_jobs(plain, jobs)
-            parallel[jobs].append(backtest.records / wall)
-            busiest[jobs].append(backtest.records / cpu)
-            same_report = same_report and backtest.report().data == report
-            print(f"  pass {attempt + 1} --jobs {jobs}: {backtest.records:,} records in {wall:.2f} s wall "
-                  f"= {parallel[jobs][-1]:,.0f} events/s; {cpu:.2f} s on the cores alone "
-                  f"= {busiest[jobs][-1]:,.0f} events/s")
+    def timed_pass(jobs: int) -> tuple[float, float, int, dict]:
+        wall, cpu, backtest = timed_jobs(plain, jobs)
+        return wall, cpu, backtest.records, backtest.report().data
+
+    parallel, busiest, reports = alternate_jobs(timed_pass, args.jobs, args.repeat, unit="records", per="events/s")
+    same_report = all(data == report for both in reports.values() for data in both)
     checks = checks_only(plain)
     steal_after = steal_jiffies()
     n = report["records"]
@@ -159,10 +154,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{statistics.median(wall_rates):,.0f} events/s (wall time)")
         print(f"backtest from jsonl, --jobs {jobs}, on the cores alone (CPU times): best "
               f"{max(busiest[jobs]):,.0f} events/s, median {statistics.median(busiest[jobs]):,.0f} events/s")
-    for name, rates_of in (("wall time", parallel), ("on the cores alone", busiest)):
-        scaling = [b / a for a, b in zip(rates_of[1], rates_of[args.jobs])]
-        print(f"--jobs {args.jobs} / --jobs 1 ({name}): {', '.join(f'{x:.2f}' for x in scaling)} per pass, median "
-              f"{statistics.median(scaling):.2f}")
+    print_scaling(parallel, busiest, args.jobs)
     print(f"reports identical to one process: {'yes' if same_report else 'NO'}")
     print(f"reading + the worker's record checks alone: {n / checks:,.0f} events/s (JSONL, CPU time)")
     if steal is not None and steal_after is not None:

@@ -13,6 +13,12 @@ mini-swe-agent set): reading and the worker's record checks alone, then each row
 (a config through the engine, a peer's rule), then all rows together.  Per config it reports
 the calls/s of that row alone (reading included) and the calls/s its share costs on top of the
 reading (marginal).  Issue 28's target: 50,000 tool calls/s per config, import and evaluate.
+
+Then ``--jobs`` (issue 30): all rows over the generated chat events in one process and in
+``--jobs`` processes (``Evaluation.run(..., jobs=N)``, as ``loopwatch evaluate --jobs N``),
+alternated pass by pass, in wall time and on the cores alone (the larger of the busiest
+process's CPU seconds and all processes' CPU seconds over the cores: on a shared machine the
+wall clock measures the neighbours too), and whether the reports are identical.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.jobs import alternate_jobs, print_scaling
 from bench.kafka import cpu_model
 from streams.backtest import FileSource
 from streams.cli import UPSTREAM_DEFAULTS
@@ -35,6 +42,7 @@ from streams.engine import LoopEngine
 from streams.engine.config import with_profile
 from streams.evaluate import REFERENCE_ROWS, EngineRow, Evaluation
 from streams.importers import import_files, open_output
+from streams.sharded import available_cores
 
 TARGET = 50_000
 REPO = Path(__file__).resolve().parents[1]
@@ -105,12 +113,25 @@ def time_evaluate(events: Path, rows: list, repeat: int = 3) -> tuple[float, int
     return statistics.median(times), calls
 
 
+def timed_jobs(events: Path, rows: list, jobs: int) -> tuple[float, float, Evaluation]:
+    """All ``rows`` over ``events`` in ``jobs`` processes: (wall seconds, the seconds it would
+    take on this machine's cores alone, the evaluation)."""
+    evaluation = Evaluation(rows)
+    wall, cpu = time.perf_counter(), time.process_time()
+    evaluation.run(FileSource([events]).records(), jobs=jobs)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    shards = evaluation.shard_cpu_s if jobs > 1 else []
+    return wall, max(cpu, *shards, (cpu + sum(shards)) / available_cores()), evaluation
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, help="the directory make evaluate reads (the recorded sets)")
     parser.add_argument("--runs", type=int, default=400, help="generated runs (default 400)")
     parser.add_argument("--calls", type=int, default=100, help="calls per generated run (default 100)")
     parser.add_argument("--repeat", type=int, default=3, help="passes of each measurement; the median is shown")
+    parser.add_argument("--jobs", type=int, default=max(2, available_cores()),
+                        help="processes to compare with one (default: the cores available, at least 2)")
     args = parser.parse_args(argv)
     print(f"bench.evaluate  {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}  {platform.node()}  "
           f"{cpu_model()}  {os.cpu_count()} CPUs  python {platform.python_version()}")
@@ -175,6 +196,19 @@ def main(argv: list[str] | None = None) -> int:
             cpu, _ = time_evaluate(events, rows, args.repeat)
             print(f"{f'all {len(rows)} rows together':<44}{cpu:>8.2f}{calls * len(rows) / cpu:>10,.0f}"
                   f"{'':>11}  (calls x rows / s)")
+        print(f"\nevaluate --jobs: all {len(rows)} rows over the generated chat events, --jobs 1 and --jobs {args.jobs} "
+              f"alternated (tool calls per second)")
+        def timed(jobs: int) -> tuple[float, float, int, dict]:
+            wall, alone, evaluation = timed_jobs(chat_events, rows, jobs)
+            return wall, alone, evaluation.calls, evaluation.report()
+
+        wall_rates, alone_rates, reports = alternate_jobs(timed, args.jobs, args.repeat, unit="calls", per="calls/s")
+        for jobs in (1, args.jobs):
+            print(f"--jobs {jobs}: median {statistics.median(wall_rates[jobs]):,.0f} calls/s wall time, "
+                  f"{statistics.median(alone_rates[jobs]):,.0f} calls/s on the cores alone")
+        print_scaling(wall_rates, alone_rates, args.jobs)
+        same = all(report == reports[1][0] for both in reports.values() for report in both)
+        print(f"reports identical to one process: {'yes' if same else 'NO'}")
     return 0
 
 

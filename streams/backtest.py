@@ -38,7 +38,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 
 from schemas.events import EVENT_TYPE_OF, InvalidEvent, RunEnded
 from schemas.names import OUTCOMES, PROCESSING_ERROR
@@ -50,7 +50,12 @@ from .engine.drive import NONE
 from .files import MAX_LINE_BYTES, OverlongLine, decompressed, read_lines
 from .sharded import ShardError, run_sharded, value_state_key
 
-__all__ = ["Backtest", "BacktestError", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "checked", "render_table"]
+__all__ = [
+    "Backtest", "BacktestError", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "checked", "records_sharded",
+    "render_table",
+]
+
+T = TypeVar("T")
 
 NORMAL_END_REASONS = ("completed",)
 """``run.ended`` reasons of a run that finished its work (the clients' ``completed``; the
@@ -383,6 +388,33 @@ def _rebuilt(numbered: Iterator[tuple[int, tuple]], keyed: bool) -> Iterator[tup
         yield seq, line
 
 
+def records_sharded(
+    records: Iterable[Any], work: Callable[[Iterator[tuple[int, Any]]], T], jobs: int, *, keyed: bool,
+    progress: Callable[[int], None] | None, what: str, cpu_s: list[float] | None = None,
+) -> list[T]:
+    """``streams.sharded.run_sharded`` over a source's records (``FileSource``, ``KafkaRange``):
+    each shard's ``work`` gets ``(number in the stream, record)`` of its runs, rebuilt as the
+    worker's record check reads them; ``progress`` counts the records read here.  A shard's
+    failure is a ``BacktestError`` naming ``what`` failed (``loopwatch backtest`` and
+    ``loopwatch evaluate --jobs``)."""
+
+    def items() -> Iterator[tuple[bytes | None, tuple]]:
+        n = 0
+        for record in records:
+            n += 1
+            if progress is not None and n & 0x3FFF == 0:
+                progress(n)
+            value = record.value
+            yield value_state_key(value), (record.topic, record.partition, record.offset, record.key, value)
+        if progress is not None:
+            progress(n)
+
+    try:
+        return run_sharded(items(), lambda numbered: work(_rebuilt(numbered, keyed)), jobs, cpu_s=cpu_s)
+    except ShardError as exc:
+        raise BacktestError(f"{what} process failed: {exc}", code=1) from None
+
+
 class _Side:
     """One config's engine, and every warning, block and abort it published, as
     ``(run, action, detector, tool, minute of event time)`` (counted for the report at the end:
@@ -595,25 +627,11 @@ class Backtest:
 
         def work(numbered: Iterator[tuple[int, Any]]) -> _Tally:
             shard = Backtest(base, cand, agents=agents, normal_reasons=normal)
-            shard._run(_rebuilt(numbered, keyed), keyed=keyed)
+            shard._run(numbered, keyed=keyed)
             return shard._tally()
 
-        def items() -> Iterator[tuple[bytes | None, tuple]]:
-            n = 0
-            for record in records:
-                n += 1
-                if progress is not None and n & 0x3FFF == 0:
-                    progress(n)
-                value = record.value
-                yield value_state_key(value), (record.topic, record.partition, record.offset, record.key, value)
-            if progress is not None:
-                progress(n)
-
-        try:
-            tallies = run_sharded(items(), work, jobs, cpu_s=self.shard_cpu_s)
-        except ShardError as exc:
-            raise BacktestError(f"a backtest process failed: {exc}", code=1) from None
-        self._merge(tallies)
+        self._merge(records_sharded(records, work, jobs, keyed=keyed, progress=progress, what="a backtest",
+                                    cpu_s=self.shard_cpu_s))
 
     def _tally(self) -> "_Tally":
         """What a shard's report needs, without its engines and open states (pickled back)."""

@@ -196,11 +196,14 @@ def _evaluate(args: argparse.Namespace) -> int:
     from .engine import LoopEngine
     from .engine.config import with_profile
     from .evaluate import REFERENCE_ROWS, SUCCESSFUL, EngineRow, Evaluation, plot, render_table
+    from .sharded import available_cores
 
     def fail(message: str, code: int = 2) -> int:
         print(f"loopwatch evaluate: {message}", file=sys.stderr)
         return code
 
+    if args.jobs is not None and args.jobs < 1:
+        return fail(f"--jobs must be at least 1, not {args.jobs}")
     rows = []
     for profile in args.profile or ():
         rows.append(EngineRow(f"profile {profile} (upstream defaults, enabled)",
@@ -228,7 +231,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         source = FileSource([Path(f) for f in args.files])
         evaluation = Evaluation(rows, SUCCESSFUL | set(args.success or ()))
         progress = Progress(sys.stderr, source.progress, what="evaluate")
-        evaluation.run(source.records(), progress=progress)
+        evaluation.run(source.records(), progress=progress, jobs=args.jobs or available_cores())
         progress.done(evaluation.records)
         report = evaluation.report()
         if args.plot:
@@ -472,6 +475,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="another run.ended reason of a successful run (besides completed, resolved, reward:1)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="write catch rate against false-alarm rate per row")
+    p.add_argument("--jobs", type=int, metavar="N",
+                   help="processes to split the runs over (default: the cores available to this process)")
     p.set_defaults(func=_evaluate)
 
     p = sub.add_parser("config", help="configuration tools")

@@ -49,7 +49,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from schemas.events import RunEnded, ToolCallCompleted
 
-from .backtest import BacktestError, checked
+from .backtest import BacktestError, checked, records_sharded
 from .engine import LoopEngine, RunDriver, outcome
 from .engine.drive import BLOCK, WARN
 
@@ -290,16 +290,21 @@ class Evaluation:
         self.loops = {k: 0 for k in LOOP_LENGTHS}
         self.loop_runs: dict[int, list[str]] = {k: [] for k in LOOP_LENGTHS}
         self.tallies = [_Tally() for _ in self.rows]
+        self.shard_cpu_s: list[float] = []
+        """CPU seconds of each process of the last ``run`` in shards (``bench.evaluate``)."""
 
-    def runs_of(self, records: Iterable[Any], *, progress: Callable[[int], None] | None = None) -> Iterator[tuple[str, list]]:
+    def runs_of(self, numbered: Iterable[tuple[int, Any]], *, progress: Callable[[int], None] | None = None,
+                ) -> Iterator[tuple[tuple[int, int], str, list]]:
         """Each run's events, checked as the worker checks them, when the run ends (at its
-        ``run.ended``, or the end of the input)."""
-        open_runs: dict[bytes, tuple[list, set]] = {}
+        ``run.ended``, or the end of the input), from ``(number in the stream, record)``; with
+        the run's place in the order this yields the whole stream's runs: ``(0, number of its
+        run.ended)``, or ``(1, number of its first event)`` for a run the input leaves open."""
+        open_runs: dict[bytes, tuple[list, set, int]] = {}
         counted = [0]
-        for _seq, _record, event, key in checked(enumerate(records), keyed=False, dead=self.dead, progress=progress, counted=counted):
+        for seq, _record, event, key in checked(numbered, keyed=False, dead=self.dead, progress=progress, counted=counted):
             run = open_runs.get(key)
             if run is None:
-                run = open_runs[key] = ([], set())
+                run = open_runs[key] = ([], set(), seq)
             if event.event_id in run[1]:
                 self.duplicates += 1
                 continue
@@ -308,14 +313,38 @@ class Evaluation:
             self.events += 1
             if type(event) is RunEnded:
                 del open_runs[key]
-                yield _run_name(key), run[0]
+                yield (0, seq), _run_name(key), run[0]
         self.records += counted[0]
-        for key, (events, _ids) in open_runs.items():
-            yield _run_name(key), events
+        for key, (events, _ids, first) in open_runs.items():
+            yield (1, first), _run_name(key), events
 
-    def run(self, records: Iterable[Any], *, progress: Callable[[int], None] | None = None) -> None:
-        for key, events in self.runs_of(records, progress=progress):
-            self.add(evaluate_run(key, events, self.rows, self.successful))
+    def run(self, records: Iterable[Any], *, progress: Callable[[int], None] | None = None, jobs: int = 1) -> None:
+        """Every run judged by every row; with ``jobs`` above 1, the runs split by state key
+        over that many processes (``streams.backtest.records_sharded``) and their results
+        added here in the order one process adds them: the same report, field for field."""
+        if jobs <= 1:
+            for _order, key, events in self.runs_of(enumerate(records), progress=progress):
+                self.add(evaluate_run(key, events, self.rows, self.successful))
+            return
+        rows, successful = self.rows, self.successful
+
+        def work(numbered: Iterator[tuple[int, Any]]) -> tuple[int, int, int, Counter, list]:
+            shard = Evaluation(rows, successful)
+            results = [(order, evaluate_run(key, events, rows, successful))
+                       for order, key, events in shard.runs_of(numbered)]
+            return shard.records, shard.events, shard.duplicates, shard.dead, results
+
+        merged = []
+        for records_n, events, duplicates, dead, results in records_sharded(
+                records, work, jobs, keyed=False, progress=progress, what="an evaluation", cpu_s=self.shard_cpu_s):
+            self.records += records_n
+            self.events += events
+            self.duplicates += duplicates
+            self.dead.update(dead)
+            merged.extend(results)
+        merged.sort(key=lambda pair: pair[0])
+        for _order, result in merged:
+            self.add(result)
 
     def add(self, result: RunResult) -> None:
         """One run's result into the totals (in any order)."""
@@ -420,55 +449,28 @@ def render_table(report: dict, out: IO[str]) -> None:
 
 
 def plot(report: dict, path: Path) -> None:
-    """Catch rate against false-alarm rate: a marker per row and loop length (3+, 5+, 10+),
-    each point labelled with the rows at it (rows often share a point: they are named
-    together, not drawn over each other)."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise BacktestError("--plot needs matplotlib: pip install 'loopwatch[ops]'") from None
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    """Catch rate against false-alarm rate, a colour per row and a marker per loop length
+    (3+, 5+, 10+; ``streams.plots.scatter_chart``)."""
+    from .plots import ROW_COLORS, Marker, PlotError, Points, save, scatter_chart
 
-    markers = {"3": "o", "5": "s", "10": "^"}
-    points: dict[tuple[str, float, float], list[int]] = {}
+    markers = {"3": Marker("o", 16, "strict loops of 3+ calls"), "5": Marker("s", 10.5, "strict loops of 5+ calls"),
+               "10": Marker("^", 7.5, "strict loops of 10+ calls")}
+    rows = []
     for i, row in enumerate(report["rows"]):
         fa = 100 * (row["false_alarm_rate"] or 0.0)
-        for k in markers:
-            rate = row["loops"][k]["rate"]
-            if rate is not None:
-                points.setdefault((k, fa, 100 * rate), []).append(i + 1)
-    fig, ax = plt.subplots(figsize=(10, 6.5), dpi=100)
-    for (k, fa, rate), rows in points.items():
-        # sizes nest: a row's 3+, 5+ and 10+ points often coincide, and all stay visible
-        ax.scatter([fa], [rate], marker=markers[k], s={"3": 220, "5": 90, "10": 30}[k], edgecolors="black",
-                   linewidths=0.8, zorder=3, color={"3": "#1f77b4", "5": "#d62728", "10": "#2ca02c"}[k])
-        ax.annotate(",".join(map(str, rows)), (fa, rate), xytext=(7, 4 + 9 * list(markers).index(k)),
-                    textcoords="offset points", fontsize=9)
-    for k, marker in markers.items():
-        ax.scatter([], [], marker=marker, color={"3": "#1f77b4", "5": "#d62728", "10": "#2ca02c"}[k],
-                   edgecolors="black", label=f"strict loops of {k}+ calls")
-    names = "\n".join(f"{i}: {row['name']}" for i, row in enumerate(report["rows"], 1))
-    ax.text(1.02, 1.0, names, transform=ax.transAxes, va="top", fontsize=8, family="monospace")
-    if not points:
-        ax.text(0.5, 0.5, "no strict loops in these runs", ha="center", va="center", transform=ax.transAxes)
-    top_fa = max([fa for _k, fa, _r in points] + [1.0])
-    ax.set_xlim(-0.05 * top_fa, top_fa * 1.15)
-    ax.set_ylim(-5, 105)
-    ax.set_xlabel("false-alarm rate, % (runs labelled successful that a row blocked or aborted)")
-    ax.set_ylabel("catch rate, % (runs with a strict loop stopped in it)")
-    runs, loops = report["runs"], {k: v["runs"] for k, v in report["strict_loops"].items()}
-    ax.set_title(f"loopwatch evaluate: {runs:,} runs, {report['labels']['successful']:,} successful; "
-                 f"runs with loops of 3+/5+/10+: {loops['3']}/{loops['5']}/{loops['10']}", fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+        points = [(fa, 100 * row["loops"][k]["rate"], k) for k in markers if row["loops"][k]["rate"] is not None]
+        rows.append(Points(row["name"], points, ROW_COLORS[i % len(ROW_COLORS)]))
+    loops = {k: v["runs"] for k, v in report["strict_loops"].items()}
     try:
-        fig.savefig(path, format="png", bbox_inches="tight")
-    except OSError as exc:
-        raise BacktestError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        plt.close(fig)
+        fig = scatter_chart(
+            rows, markers=markers,
+            title=f"loopwatch evaluate: {report['runs']:,} runs, {report['labels']['successful']:,} successful; "
+                  f"runs with strict loops of 3+/5+/10+ calls: {loops['3']}/{loops['5']}/{loops['10']}",
+            xlabel="false-alarm rate, % (runs labelled successful that the row blocked or aborted)",
+            ylabel="catch rate, % (runs with a strict loop stopped in it)", empty="no strict loops in these runs")
+        save(fig, path)
+    except PlotError as exc:
+        raise BacktestError(str(exc)) from None
 
 
 def _run_name(key: bytes) -> str:

@@ -1,5 +1,6 @@
-"""The charts the CLI draws (``loopwatch backtest --plot``, and any later command's): counts
-over event time, one series per config, as PNG.
+"""The charts the CLI draws, as PNG: counts over event time, one series per config
+(``time_chart``: ``loopwatch backtest --plot``), and points of two rates, one colour per row
+(``scatter_chart``: ``loopwatch evaluate --plot``).
 
 What every chart here does, so that a person can read it whatever the data:
 
@@ -10,9 +11,12 @@ What every chart here does, so that a person can read it whatever the data:
   single minute is not drawn on matplotlib's default four-year axis for a date range of
   width zero; ticks by ``ConciseDateFormatter`` (times, with the date once);
 * both axes say what is on them, with units;
+* rows of a scatter chart that fall on the same point are set side by side (a few points
+  apart, in the picture), not drawn over each other, and the axes are padded so that a
+  point on an axis's end is drawn whole;
 * the plotting area is at a fixed place of a fixed-size picture (``FIGSIZE``, ``DPI``,
-  ``AXES_BOX``) and the legend outside it, so a test can look at the area's pixels alone
-  (``axes_pixels``) and find each series' colour there.
+  ``AXES_BOX``, ``SCATTER_BOX``) and the legend outside it, so a test can look at the area's
+  pixels alone (``axes_pixels``) and find each series' colour there.
 """
 
 from __future__ import annotations
@@ -21,13 +25,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-__all__ = ["AXES_BOX", "DPI", "FIGSIZE", "PlotError", "Series", "axes_pixels", "counts_per_bucket", "save", "time_chart"]
+__all__ = [
+    "AXES_BOX", "DPI", "FIGSIZE", "Marker", "PlotError", "Points", "ROW_COLORS", "SCATTER_BOX", "Series", "axes_pixels",
+    "counts_per_bucket", "save", "scatter_chart", "time_chart",
+]
 
 FIGSIZE = (11.0, 5.0)
 DPI = 100
 AXES_BOX = (0.07, 0.24, 0.9, 0.64)
 """The plotting area: left, bottom, width, height as fractions of the picture."""
+SCATTER_BOX = (0.07, 0.12, 0.5, 0.76)
+"""A scatter chart's plotting area: the legend of its rows takes the right of the picture."""
 BASELINE_COLOR, CANDIDATE_COLOR = "#1f77b4", "#d62728"
+ROW_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+              "#7f7f7f")
+"""A scatter chart's rows, in turn (matplotlib's tab10: told apart at a glance and by a test)."""
+DODGE_PT = 12.0
+"""How far apart rows on the same point are set, in points of the picture."""
 
 
 class PlotError(Exception):
@@ -60,19 +74,11 @@ def counts_per_bucket(counts: Sequence[Mapping[int, int]], bucket_s: float) -> t
 def time_chart(series: Sequence[Series], *, title: str, ylabel: str, bucket_s: float,
                xlabel: str = "event time (UTC)", empty: str = "nothing to draw") -> Any:
     """The chart as a matplotlib Figure (Agg, not shown): ``save`` writes it."""
-    try:
-        import matplotlib
-    except ImportError:
-        raise PlotError("plotting needs matplotlib: pip install 'loopwatch[ops]'") from None
-    matplotlib.use("Agg")
+    fig, ax = _figure(AXES_BOX, title)
     from datetime import datetime, timezone
 
     import matplotlib.dates as mdates
-    from matplotlib.figure import Figure
 
-    fig = Figure(figsize=FIGSIZE, dpi=DPI)
-    ax = fig.add_axes(AXES_BOX)
-    fig.suptitle(title, y=0.97)
     times = [t for s in series for t in s.times_s]
     if times:
         for s in sorted(series, key=lambda s: not s.hollow):
@@ -106,6 +112,90 @@ def time_chart(series: Sequence[Series], *, title: str, ylabel: str, bucket_s: f
     return fig
 
 
+@dataclass(frozen=True)
+class Marker:
+    """What a kind of point looks like: a matplotlib marker, its width in points, its legend."""
+
+    shape: str
+    size: float
+    label: str
+
+
+@dataclass(frozen=True)
+class Points:
+    """One row of a scatter chart: ``(x, y, kind)`` points (kind: a key of the chart's
+    markers), all in the row's colour."""
+
+    label: str
+    points: Sequence[tuple[float, float, str]]
+    color: str
+
+
+def scatter_chart(rows: Sequence[Points], *, markers: Mapping[str, Marker], title: str, xlabel: str, ylabel: str,
+                  y_range: tuple[float, float] = (0.0, 100.0), empty: str = "nothing to draw") -> Any:
+    """The chart as a matplotlib Figure (Agg, not shown): ``save`` writes it.  The x axis runs
+    from 0 to the largest x (1 if none is above 0); kinds are drawn largest first, so a row's
+    points of several kinds on one place nest; rows on the same point and kind are set side by
+    side (``DODGE_PT``)."""
+    fig, ax = _figure(SCATTER_BOX, title)
+    from matplotlib.lines import Line2D
+    from matplotlib.transforms import ScaledTranslation
+
+    at: dict[tuple[float, float, str], list[int]] = {}
+    for i, row in enumerate(rows):
+        for x, y, kind in row.points:
+            at.setdefault((x, y, kind), []).append(i)
+    order = sorted(markers, key=lambda kind: -markers[kind].size)
+    for kind in order:
+        marker = markers[kind]
+        for (x, y, k), here in at.items():
+            if k != kind:
+                continue
+            for place, i in enumerate(here):
+                shift = ScaledTranslation((place - (len(here) - 1) / 2) * DODGE_PT / 72, 0, fig.dpi_scale_trans)
+                ax.plot([x], [y], linestyle="none", marker=marker.shape, markersize=marker.size, color=rows[i].color,
+                        markeredgecolor="black", markeredgewidth=0.8, transform=ax.transData + shift, zorder=3)
+    # room for the widest group of side-by-side points and the largest marker, at either end
+    widest = max((len(here) for here in at.values()), default=1)
+    reach_px = ((widest - 1) / 2 * DODGE_PT + max((m.size for m in markers.values()), default=0) / 2 + 3) * DPI / 72
+    top = max([x for x, _y, _k in at] + [0.0]) or 1.0
+    width_px, height_px = FIGSIZE[0] * DPI * SCATTER_BOX[2], FIGSIZE[1] * DPI * SCATTER_BOX[3]
+    xpad = top * reach_px / (width_px - 2 * reach_px)
+    low, high = y_range
+    ypad = (high - low) * reach_px / (height_px - 2 * reach_px)
+    ax.set_xlim(-xpad, top + xpad)
+    ax.set_ylim(low - ypad, high + ypad)
+    if not at:
+        ax.text(0.5, 0.5, empty, transform=ax.transAxes, ha="center", va="center", color="0.4")
+    right = SCATTER_BOX[0] + SCATTER_BOX[2] + 0.015
+    legend = fig.legend(
+        handles=[Line2D([], [], linestyle="none", marker="o", markersize=9, color=row.color, markeredgecolor="black",
+                        label=row.label) for row in rows],
+        loc="upper left", bbox_to_anchor=(right, SCATTER_BOX[1] + SCATTER_BOX[3]), frameon=False, fontsize=8)
+    fig.add_artist(legend)
+    fig.legend(handles=[Line2D([], [], linestyle="none", marker=markers[k].shape, markersize=markers[k].size,
+                               color="white", markeredgecolor="black", label=markers[k].label) for k in order],
+               loc="lower left", bbox_to_anchor=(right, SCATTER_BOX[1]), frameon=False, fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    return fig
+
+
+def _figure(box: tuple[float, float, float, float], title: str) -> tuple[Any, Any]:
+    """A figure of ``FIGSIZE`` at ``DPI`` (Agg) with its plotting area at ``box`` and its title."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise PlotError("plotting needs matplotlib: pip install 'loopwatch[ops]'") from None
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
+    fig.suptitle(title, y=0.97)
+    return fig, fig.add_axes(box)
+
+
 def _duration(seconds: float) -> str:
     if seconds % 3600 == 0:
         return f"{seconds / 3600:g}-hour"
@@ -122,11 +212,12 @@ def save(fig: Any, path: Path) -> None:
         raise PlotError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-def axes_pixels(image: Any) -> Any:
+def axes_pixels(image: Any, box: tuple[float, float, float, float] = AXES_BOX) -> Any:
     """The plotting area of a picture ``save`` wrote (an array of rows of pixels, as
-    ``matplotlib.image.imread`` reads it): ``AXES_BOX``, its frame left out."""
+    ``matplotlib.image.imread`` reads it): ``box`` (``AXES_BOX``, ``SCATTER_BOX`` for a
+    scatter chart), its frame left out."""
     height, width = image.shape[:2]
-    left, bottom, w, h = AXES_BOX
+    left, bottom, w, h = box
     top_row = int(round((1 - bottom - h) * height)) + 2
     bottom_row = int(round((1 - bottom) * height)) - 2
     return image[top_row:bottom_row, int(round(left * width)) + 2:int(round((left + w) * width)) - 2]

@@ -113,7 +113,8 @@ def _groups(items):
     return [list(g) for _k, g in groupby(items)]
 
 
-def test_plot_is_a_png(tmp_path):
+def test_plot_is_a_png_beside_the_table(tmp_path):
+    # what is in the picture: tests/cli/test_plots.py test_the_evaluate_plot_shows_every_row
     events = tmp_path / "events.jsonl"
     assert loopwatch("import", DATA / "hand-made" / "loops.json", "-o", events).returncode == 0
     png = tmp_path / "plot.png"
@@ -211,3 +212,80 @@ def test_runs_are_judged_alone_in_any_order(tmp_path):
             evaluation.add(evaluate_run(key, runs[key], REFERENCE_ROWS))
         reports.append(evaluation.report())
     assert reports[0] == reports[1]
+
+
+# -- in parallel (--jobs) ----------------------------------------------------------------------
+
+
+def labelled_fleet() -> list[bytes]:
+    """A generated fleet whose runs keep looping (no engine obeyed), ended as successful,
+    unsuccessful or unlabelled by run number, with every kind of bad record early, retries of
+    ten events, a second run of twenty run ids after their first ended, and four runs the
+    input leaves open (their run.ended dropped)."""
+    import msgspec
+
+    from harness.fleets import BAD_RECORDS
+    from schemas import encode_event
+    from schemas.events import RunEnded
+    from streams.scenarios import fleet_trace
+
+    reasons = ("completed", "failed", "compacted")
+
+    def labelled(events):
+        out = []
+        for e in events:
+            n = int(e.run_id.rsplit("-", 1)[1])
+            if type(e) is RunEnded:
+                if n % 37 == 30:
+                    continue
+                e = msgspec.structs.replace(e, reason=reasons[n % 3])
+            out.append(e)
+        return out
+
+    first, _ = fleet_trace(150, 14, seed=11, end=True)
+    again, _ = fleet_trace(20, 14, seed=12, end=True)
+    lines = [encode_event(e) for e in labelled(first)]
+    return (lines[:100] + list(BAD_RECORDS.values()) + lines[50:60] + lines[100:]
+            + [encode_event(e) for e in labelled(again)])
+
+
+def test_jobs_give_the_report_of_one_process_field_for_field(tmp_path):
+    from streams.backtest import FileSource
+    from streams.cli import UPSTREAM_DEFAULTS
+    from streams.engine import LoopEngine
+    from streams.engine.config import with_profile
+    from streams.evaluate import REFERENCE_ROWS, EngineRow, Evaluation
+
+    path = tmp_path / "fleet.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in labelled_fleet()))
+    rows = [EngineRow("upstream", LoopEngine(UPSTREAM_DEFAULTS)),
+            EngineRow("latest", LoopEngine(with_profile(UPSTREAM_DEFAULTS, "latest"))), *REFERENCE_ROWS]
+    reports = {}
+    for jobs in (1, 2, 3):
+        evaluation = Evaluation(rows)
+        evaluation.run(FileSource([path]).records(), jobs=jobs)
+        reports[jobs] = evaluation.report()
+    one = reports[1]
+    # the input exercises what the merge must add up and put back in order
+    assert one["dead_letters"] and one["duplicates"] == 10 and one["runs"] == 150 + 20
+    assert all(one["labels"].values()) and one["strict_loops"]["5"]["runs"]
+    names = [r["run"] for row in one["rows"] for r in row["stopped_runs"]]
+    assert len(names) > len(set(names)), "some run id should be stopped in both its runs"
+    assert all(row["false_alarms"] for row in one["rows"][2:])
+    for jobs in (2, 3):
+        assert reports[jobs] == one, jobs
+        assert json.dumps(reports[jobs]) == json.dumps(one)  # the same order too, list by list
+
+
+def test_the_cli_with_jobs_prints_what_one_process_prints(tmp_path):
+    path = tmp_path / "fleet.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in labelled_fleet()))
+    out = {}
+    for jobs in ("1", "2"):
+        for form in ((), ("--json",)):
+            proc = loopwatch("evaluate", path, "--jobs", jobs, *form)
+            assert proc.returncode == 0, proc.stderr
+            out[jobs, form] = proc.stdout
+    assert out["1", ()] == out["2", ()] and "Roo Code" in out["1", ()]
+    assert out["1", ("--json",)] == out["2", ("--json",)] and json.loads(out["1", ("--json",)])["runs"] == 170
+    one_line_error(loopwatch("evaluate", path, "--jobs", "0"), 2, "--jobs must be at least 1")

@@ -1,7 +1,8 @@
-"""The CLI's charts (``streams.plots``; ``loopwatch backtest --plot``) as a person sees them:
-each series has marks inside the plotting area of the PNG (pixels of its colour there, not
-only in the legend, which is outside it), every point a marker, the time axis the data's span,
-the axes labelled.  Checked on the pictures the code writes, and on the chart's artists."""
+"""The CLI's charts (``streams.plots``; ``loopwatch backtest --plot``, ``loopwatch evaluate
+--plot``) as a person sees them: each series (each row of a scatter chart) has marks inside
+the plotting area of the PNG (pixels of its colour there, not only in the legend, which is
+outside it), every point a marker, the time axis the data's span, the axes labelled.  Checked
+on the pictures the code writes, and on the chart's artists."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from matplotlib.image import imread  # noqa: E402
 
 from harness.cli import loopwatch  # noqa: E402
 from streams.plots import (  # noqa: E402
-    BASELINE_COLOR, CANDIDATE_COLOR, Series, axes_pixels, counts_per_bucket, save, time_chart,
+    BASELINE_COLOR, CANDIDATE_COLOR, ROW_COLORS, SCATTER_BOX, Marker, Points, Series, axes_pixels, counts_per_bucket,
+    save, scatter_chart, time_chart,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -26,9 +28,10 @@ def rgb(color: str) -> tuple[float, float, float]:
     return tuple(int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
 
 
-def marks_of(png: Path, color: str) -> int:
+def marks_of(png: Path, color: str, box=None) -> int:
     """Pixels of ``color`` (within antialiasing's reach) inside the plotting area."""
-    area = axes_pixels(imread(png))[..., :3]
+    image = imread(png)
+    area = (axes_pixels(image) if box is None else axes_pixels(image, box))[..., :3]
     return int((abs(area - rgb(color)).max(axis=-1) < 0.1).sum())
 
 
@@ -84,3 +87,55 @@ def test_the_backtest_plot_of_the_examples_shows_both_configs(tmp_path):
     verdicts = json.loads(proc.stdout)["verdicts"]
     assert sum(verdicts["baseline"].values()) and sum(verdicts["candidate"].values())
     assert marks_of(png, BASELINE_COLOR) >= 15 and marks_of(png, CANDIDATE_COLOR) >= 8
+
+
+# -- scatter charts (loopwatch evaluate --plot) -------------------------------------------------
+
+MARKERS = {"3": Marker("o", 16, "3+"), "5": Marker("s", 10.5, "5+"), "10": Marker("^", 7.5, "10+")}
+
+
+@pytest.mark.parametrize("name, rows", [
+    # five rows on one point with every kind: each must stay visible (set side by side)
+    ("all on one point", [[(0.0, 0.0, k) for k in MARKERS]] * 5),
+    # points on the axes' ends (x = the largest x, y = 0 and 100), a single point, a lone kind
+    ("ends", [[(0.0, 100.0, "3"), (0.0, 100.0, "5")], [(25.0, 100.0, "3"), (25.0, 0.0, "5")], [(25.0, 0.0, "10")],
+              [(25.0, 0.0, "5")], [(12.5, 50.0, "3")]]),
+])
+def test_every_row_of_a_scatter_chart_has_marks_in_the_picture(tmp_path, name, rows):
+    points = [Points(f"row {i}", row, ROW_COLORS[i]) for i, row in enumerate(rows)]
+    fig = scatter_chart(points, markers=MARKERS, title="t", xlabel="false-alarm rate, %", ylabel="catch rate, %")
+    png = tmp_path / "scatter.png"
+    save(fig, png)
+    for i in range(len(rows)):
+        assert marks_of(png, ROW_COLORS[i], SCATTER_BOX) >= 20, (name, i)
+    assert marks_of(png, ROW_COLORS[len(rows)], SCATTER_BOX) == 0  # a colour no row has
+    (ax,) = fig.axes
+    assert all(line.get_marker() not in (None, "", "None", " ") for line in ax.get_lines())
+    assert len(ax.get_lines()) == sum(len(row) for row in rows)
+    assert ax.get_xlabel() == "false-alarm rate, %" and ax.get_ylabel() == "catch rate, %"
+
+
+def test_a_scatter_chart_with_nothing_to_draw_says_so(tmp_path):
+    fig = scatter_chart([Points("row", [], ROW_COLORS[0])], markers=MARKERS, title="t", xlabel="x", ylabel="y",
+                        empty="no strict loops")
+    png = tmp_path / "empty.png"
+    save(fig, png)
+    assert marks_of(png, ROW_COLORS[0], SCATTER_BOX) == 0
+    assert [t.get_text() for t in fig.axes[0].texts] == ["no strict loops"]
+
+
+def test_the_evaluate_plot_shows_every_row(tmp_path):
+    """The hand-made transcript (tests/cli/test_evaluate.py counts it): configurable-final
+    catches nothing, the recommended config and Gemini CLI share their points, Roo Code and
+    OpenHands share theirs; every one of the five rows has marks."""
+    events = tmp_path / "events.jsonl"
+    data = Path(__file__).resolve().parents[2] / "tests" / "data" / "transcripts" / "hand-made" / "loops.json"
+    assert loopwatch("import", data, "-o", events).returncode == 0
+    png = tmp_path / "evaluate.png"
+    proc = loopwatch("evaluate", events, "--profile", "configurable-final", "--config", EXAMPLES / "recommended.yaml",
+                     "--plot", png, "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["rows"]
+    assert len(rows) == 5
+    for i, row in enumerate(rows):
+        assert marks_of(png, ROW_COLORS[i], SCATTER_BOX) >= 20, row["name"]
