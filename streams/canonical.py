@@ -234,6 +234,8 @@ def _plain(value: object, depth: int) -> bool:
     kind = type(value)
     if kind is str:
         return value.isascii() or _SURROGATE.search(value) is None
+    # Containers check their ASCII string leaves here, the common case, rather than through
+    # a call each (the same rule as above; anything else goes through the call).
     if kind is dict:
         if depth >= _PLAIN_DEPTH:
             return False
@@ -241,7 +243,7 @@ def _plain(value: object, depth: int) -> bool:
         for key, item in value.items():
             if type(key) is not str or not (key.isascii() or not key or max(key) < "\ud800"):
                 return False
-            if not _plain(item, depth):
+            if not (type(item) is str and item.isascii()) and not _plain(item, depth):
                 return False
         return True
     if kind is list or kind is tuple:
@@ -249,7 +251,7 @@ def _plain(value: object, depth: int) -> bool:
             return False
         depth += 1
         for item in value:
-            if not _plain(item, depth):
+            if not (type(item) is str and item.isascii()) and not _plain(item, depth):
                 return False
         return True
     if kind is int:

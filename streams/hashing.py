@@ -14,6 +14,8 @@ import math
 import re
 import sys
 from dataclasses import dataclass
+
+import msgspec
 from typing import Any, Iterable
 
 from schemas.keys import JS_WHITESPACE
@@ -55,8 +57,7 @@ class ThrownError:
     name: str = "Error"
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True, gc=False):
     """What ``recordToolCallOutcome`` derives from a tool's result or error, for both
     profiles at once, so that a runner need not know which profile judges it.
 
@@ -67,6 +68,8 @@ class Outcome:
     (untrusted-content ids canonicalised, a write that changed nothing), ``outcome_kind``
     tags terminal exec failures and write mutations, ``failure_identity_hash`` is a
     terminal failure's drift-free identity and ``no_progress`` flags errors and no-op writes.
+    (A Struct, not a frozen dataclass: one is made per call, and a frozen dataclass sets
+    each field through ``object.__setattr__``.)
     """
 
     result_hash: str | None
