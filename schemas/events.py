@@ -355,3 +355,8 @@ _OUTCOME_KIND_TOOL = {"terminal-exec-failure": "exec", "write-mutation": "write"
 
 def encode_event(event: ToolCallEvent) -> bytes:
     return _encoder.encode(event)
+
+
+def encode_event_lines(events: list[ToolCallEvent]) -> bytes:
+    """The events as JSON lines, each ended by a newline: ``encode_event`` of each, in one call."""
+    return _encoder.encode_lines(events)

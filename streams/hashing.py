@@ -14,11 +14,13 @@ import math
 import re
 import sys
 from dataclasses import dataclass
+
+import msgspec
 from typing import Any, Iterable
 
 from schemas.keys import JS_WHITESPACE
 
-from .canonical import UNDEFINED, digest, js_number, js_trim, sha256_hex, stable_stringify
+from .canonical import UNDEFINED, digest, js_number, js_trim, sha256_hex, stable_bytes, stable_stringify
 
 __all__ = [
     "Outcome",
@@ -55,8 +57,7 @@ class ThrownError:
     name: str = "Error"
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True, gc=False):
     """What ``recordToolCallOutcome`` derives from a tool's result or error, for both
     profiles at once, so that a runner need not know which profile judges it.
 
@@ -67,6 +68,8 @@ class Outcome:
     (untrusted-content ids canonicalised, a write that changed nothing), ``outcome_kind``
     tags terminal exec failures and write mutations, ``failure_identity_hash`` is a
     terminal failure's drift-free identity and ``no_progress`` flags errors and no-op writes.
+    (A Struct, not a frozen dataclass: one is made per call, and a frozen dataclass sets
+    each field through ``object.__setattr__``.)
     """
 
     result_hash: str | None
@@ -280,6 +283,7 @@ def _exec_hashed(details: dict, text: str) -> Any:
 # -- profile latest (openclaw-latest.md §4) -----------------------------------------------------
 
 _ENVELOPE_MARKER = "<<<EXTERNAL_UNTRUSTED_CONTENT id="
+_ENVELOPE_MARKER_BYTES = _ENVELOPE_MARKER.encode()
 # Upstream's regular expression, verbatim (JS and Python agree on every construct in it).
 _ENVELOPE = re.compile(
     r'(<<<EXTERNAL_UNTRUSTED_CONTENT id=(\\*)")([a-f0-9]{16})'
@@ -314,14 +318,14 @@ def canonicalize_untrusted_envelopes(text: str) -> str:
 
 def _digests(value: Any) -> tuple[str, str | None]:
     """(configurable-final's digest, latest's digest when it differs)."""
-    text = stable_stringify(value)
-    plain = sha256_hex(text)
+    data = stable_bytes(value)
+    plain = hashlib.sha256(data).hexdigest()
     # Every string and key appears in the serialisation, and the marker needs no escaping:
     # without it, the normaliser changes nothing.
-    if _ENVELOPE_MARKER not in text:
+    if _ENVELOPE_MARKER_BYTES not in data:
         return plain, None
     normalized = stable_stringify(value, canonicalize_untrusted_envelopes)
-    return plain, (None if normalized == text else sha256_hex(normalized))
+    return plain, (None if normalized == data.decode("utf-8") else sha256_hex(normalized))
 
 
 # The failure identity's masks, upstream's JS sources verbatim (§4.2), applied in this order.

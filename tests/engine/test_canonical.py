@@ -165,3 +165,53 @@ def test_the_fast_path_leaves_cycles_and_deep_values_to_the_walk():
     for _ in range(_PLAIN_DEPTH + 5):
         deep = [deep]
     assert stable_stringify(deep) == "[" * (_PLAIN_DEPTH + 6) + "]" * (_PLAIN_DEPTH + 6)
+
+
+def _plain_before(value, depth):
+    """``streams.canonical._plain`` as it was at 968e5d1 (a call per leaf): the reference for
+    the version that checks ASCII string leaves inline."""
+    from streams.canonical import _MAX_SAFE, _PLAIN_DEPTH, _SURROGATE
+
+    kind = type(value)
+    if kind is str:
+        return value.isascii() or _SURROGATE.search(value) is None
+    if kind is dict:
+        if depth >= _PLAIN_DEPTH:
+            return False
+        return all(type(k) is str and (k.isascii() or not k or max(k) < "\ud800") and _plain_before(v, depth + 1)
+                   for k, v in value.items())
+    if kind is list or kind is tuple:
+        if depth >= _PLAIN_DEPTH:
+            return False
+        return all(_plain_before(v, depth + 1) for v in value)
+    if kind is int:
+        return -_MAX_SAFE <= value <= _MAX_SAFE
+    return value is None or value is True or value is False
+
+
+@settings(max_examples=500)
+@given(any_values)
+def test_the_fast_path_is_taken_for_exactly_the_values_it_was_taken_for_before(value):
+    from streams.canonical import _plain
+
+    assert _plain(value, 0) == _plain_before(value, 0)
+
+
+escapable_text = st.text(alphabet=st.characters(max_codepoint=0x7f)) | st.text(
+    alphabet="\x00\x01\x08\t\n\x0b\x0c\r\x1f\"\\/\x7f\u2028\u2029\u00e9\ud7ff\ue000\uffff\U0001f600a")
+
+
+@settings(max_examples=500)
+@given(any_values | st.dictionaries(escapable_text, escapable_text | st.lists(escapable_text, max_size=3), max_size=5))
+def test_the_bytes_hashed_are_the_value_walks_text_in_utf8(value):
+    """``digest`` and ``stable_bytes`` (msgspec's encoder on plain values) hash the UTF-8 of
+    the value-at-a-time serialisation, for any value, every escaped character included."""
+    import hashlib
+
+    from streams.canonical import _write, digest, stable_bytes
+
+    out: list[str] = []
+    _write(value, out, [])
+    text = "".join(out).encode("utf-8")
+    assert stable_bytes(value) == text
+    assert digest(value) == hashlib.sha256(text).hexdigest()
