@@ -198,7 +198,7 @@ also fails when this module uses a private name that is missing here."""
 
 OWN_NAMES = frozenset({
     "_watermarks", "_open_batches", "_batch_message", "_commit_task", "_ack_batch", "_batch_closed",
-    "_commit_in_background", "_bulk_rest", "_bulk_end",
+    "_commit_in_background", "_bulk_rest", "_bulk_end", "_fetch_again",
 })
 """Private names this module adds to Faust's objects: the test checks that Faust has none of
 them (a same-named internal in a later version would be silently replaced)."""
@@ -500,6 +500,9 @@ class _BatchingConsumer:
                     except Exception as exc:  # noqa: BLE001 - as Faust does
                         self.log.warning("exception performing seek when flow not active %r", exc)
                     continue
+                if self.app.consumer_generation_id != generation:
+                    await self._fetch_again(records)  # a rebalance came during the wait
+                    continue
                 batch: list[Any] = []
                 offsets: list[tuple[Any, int, int]] = []
                 for tp, tp_records in records.items():
@@ -540,14 +543,18 @@ class _BatchingConsumer:
                             await self._add_gap(tp, r_offset + 1, offset)
                         await self.wait_first(callback(to_message(tp, record)), self.suspend_flow.wait())
                         read_offset[tp] = offset
+                if self.app.consumer_generation_id != generation and not batch:
+                    await self._fetch_again(records)
                 if batch:
                     # Rebalances happen between batches: wait out a suspended flow, then drop
-                    # what was fetched for an older generation (Faust seeks back to the
-                    # committed offsets, so those records come again).
+                    # what was fetched for an older generation (fetched again: Faust's seek
+                    # to the committed offsets, or ``_fetch_again`` if that seek came first).
                     await flow_control.acquire()
                     if self.app.consumer_generation_id != generation or self.should_stop:
                         log.debug("dropping %d records fetched before a rebalance", len(batch))
                         batch = []
+                        if not self.should_stop:
+                            await self._fetch_again(records)
                     else:
                         assignment = self.assignment()
                         if any(tp not in assignment for tp, _last, _n in offsets):
@@ -582,6 +589,36 @@ class _BatchingConsumer:
         except Exception as exc:
             self.log.exception("Drain messages raised: %r", exc)
             raise
+
+    async def _fetch_again(self, records: dict[Any, list[Any]]) -> None:
+        """Records dropped because a rebalance came while they were awaited: move each
+        partition still assigned back to its first dropped record.
+
+        The fetch loop waits up to a second for records, and the generation it checks them
+        against is the one from before the wait.  A rebalance within that wait assigns the
+        partitions, seeks them to their committed offsets and resumes them; aiokafka then
+        returns the new owner's first records (from the committed offset on) to the waiting
+        call and moves the position past them.  Faust's seek to the committed offsets came
+        before, so dropping them without a seek skips them for good (issue 26: the new
+        owner's consumption jumped from the committed offset to about the partition's end).
+        A partition whose position is no longer past the dropped records was sought since
+        (to its committed offset) and is left alone."""
+        from aiokafka.errors import IllegalStateError
+
+        batch_topics = self.app.hooks.batch_topics if self.app.hooks is not None else ()
+        consumer = self._thread._ensure_consumer()
+        assignment = consumer.assignment()
+        for tp, tp_records in records.items():
+            if not tp_records or tp.topic not in batch_topics or tp not in assignment:
+                continue  # (other topics: the changelogs, which Faust's recovery seeks itself)
+            try:
+                position = await asyncio.wait_for(consumer.position(tp), timeout=1.0)
+            except (asyncio.TimeoutError, IllegalStateError):
+                continue  # being reset or no longer assigned: a seek will place it
+            if position > tp_records[-1].offset:
+                log.info("fetching %s again from %d (records fetched across a rebalance)",
+                         tp, tp_records[0].offset)
+                await self.seek(tp, tp_records[0].offset)
 
     def _commit_in_background(self) -> None:
         """Commit without holding up the fetch loop.

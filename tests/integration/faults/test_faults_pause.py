@@ -6,8 +6,9 @@ own persisted changelog offset past them; given its partitions back, it restored
 resumed from the new owner's committed offsets, and verdicts were lost or differed (the
 sequence: docs/reliability.md).  Now a checkpoint asks the group coordinator first and a
 worker that is no longer a member writes nothing and stops; restarted (as its supervisor
-would), it restores what the new owner wrote.  Verdicts are still lost by another path, not
-found yet (docs/reliability.md, "What is still open"): both cases are expected to fail.
+would), it restores what the new owner wrote.  The loss that remained after that fix (the new
+owner dropping its first records when a rebalance came while its fetch loop waited, with no
+seek back) is closed in ``streams/faust_adapter.py`` (``_fetch_again``; docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -42,13 +43,7 @@ async def restart_if_exited(case: FaultCase, label: str, wait_s: float = 30.0) -
     return True
 
 
-OPEN = pytest.mark.xfail(strict=True, reason=(
-    "issue 26 item 1 is not closed: the new owner still resumes a paused worker's partitions past records "
-    "nobody processed (docs/reliability.md, 'What is still open')"))
-
-
 @pytest.mark.parametrize("point", [BEFORE_CHECKPOINT, AFTER_CHECKPOINT], ids=lambda p: p.name)
-@OPEN
 async def test_a_worker_paused_past_its_session_loses_no_verdict(lw, point):
     env = {**PRODUCTION_LIKE, **(BEFORE_CHECKPOINT_ENV if not point.committed else {})}
     case = FaultCase(lw, crash_workload(160, 40), workers=("a", "b"), env=env)
@@ -59,4 +54,9 @@ async def test_a_worker_paused_past_its_session_loses_no_verdict(lw, point):
     restarted = await restart_if_exited(case, "a")
     print(f"{point.name}: the paused worker {'stopped and was restarted' if restarted else 'kept running'}")
     [live] = await case.compare()
+    assert not (live.lost or live.differing or live.unexpected), live.summary()
+    if live.conflicting:
+        # Open (docs/reliability.md): nothing lost or wrong in the end, but some verdict ids were
+        # also published with other content (119 and 402 of 6,272 in 2 of 3 runs after a checkpoint).
+        pytest.xfail(f"issue 26 item 1: verdicts duplicated with other content ({live.summary()})")
     live.assert_exact()

@@ -35,9 +35,6 @@ async def test_a_worker_killed_loses_no_verdict(lw, point):
     live.assert_exact()
 
 
-@pytest.mark.xfail(reason=(
-    "issue 26 item 1's remaining loss is not specific to a pause: the worker that takes the partitions over "
-    "resumes past records nobody processed (seen once: 765 of 3,545 lost on one partition; docs/reliability.md)"))
 async def test_a_worker_removed_while_its_partitions_are_busy_loses_no_verdict(lw):
     # A graceful stop (SIGTERM) mid-stream, not restarted: the other worker takes over.
     case = FaultCase(lw, crash_workload(), workers=("a", "b"))
@@ -51,8 +48,8 @@ async def test_a_worker_removed_while_its_partitions_are_busy_loses_no_verdict(l
 
 
 @pytest.mark.xfail(reason=(
-    "the same open takeover loss as the removal case: exact in 2 of 3 runs, 1 of 3,545 verdicts lost on a "
-    "partition that moved to the third worker in the third (docs/reliability.md)"))
+    "issue 26 item 1, still open here: with the fix for records dropped across a rebalance, exact in 2 runs, "
+    "3 of 3,545 verdicts lost in a third (the first calls of runs on one partition; docs/reliability.md)"))
 async def test_a_third_worker_joining_under_load_takes_partitions_and_loses_no_verdict(lw):
     # Six partitions: with four, two workers hold two each, which Faust's assignor counts as
     # its capacity for three workers, and the third gets none.
