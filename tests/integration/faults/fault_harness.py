@@ -176,7 +176,8 @@ class Comparison:
 class Point:
     name: str
     committed: bool
-    """After a checkpoint (some of the stream committed) or before any."""
+    """After a checkpoint (some of the stream committed), or before one: processed records that
+    no checkpoint has committed yet (``FaultCase.reach``)."""
 
 
 BEFORE_CHECKPOINT = Point("before-checkpoint", committed=False)
@@ -246,15 +247,21 @@ class FaultCase:
 
     async def reach(self, point: Point, *, records: int = 300, timeout: float = 60.0) -> None:
         """Wait until the workers have processed at least ``records`` records, and (after a
-        checkpoint) the group has committed some of them; assert the stream is still coming."""
+        checkpoint) the group has committed some of them, or (before one) that many are processed and
+        not committed; assert the stream is still coming."""
         deadline = time.monotonic() + timeout
         while True:
             assert time.monotonic() < deadline, f"{point.name} not reached in {timeout:.0f} s"
-            if self.consumed() >= records and (not point.committed or await self.committed() > 0):
+            consumed = self.consumed()
+            if point.committed:
+                if consumed >= records and await self.committed() > 0:
+                    break
+            elif consumed - await self.committed() >= records:
+                # So much processed work not checkpointed yet.  (Not "nothing committed": on a
+                # loaded host an idle or rebalance checkpoint can commit the first records, and
+                # the case is the same fault for the work since.)
                 break
             await asyncio.sleep(0.1)
-        if not point.committed:
-            assert await self.committed() == 0, "a checkpoint came before the fault"
         assert self._producing is not None and not self._producing.done(), "the stream ended before the fault"
         self.faults += 1
 
