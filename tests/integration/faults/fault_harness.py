@@ -181,6 +181,8 @@ class Point:
 
 
 BEFORE_CHECKPOINT = Point("before-checkpoint", committed=False)
+UNCOMMITTED_AT_LEAST = 100
+"""Before a checkpoint that came early (idle, rebalance): processed records not committed yet."""
 AFTER_CHECKPOINT = Point("after-checkpoint", committed=True)
 
 BEFORE_CHECKPOINT_ENV = {"LOOPWATCH_CHECKPOINT_S": "60"}
@@ -256,10 +258,11 @@ class FaultCase:
             if point.committed:
                 if consumed >= records and await self.committed() > 0:
                     break
-            elif consumed - await self.committed() >= records:
-                # So much processed work not checkpointed yet.  (Not "nothing committed": on a
-                # loaded host an idle or rebalance checkpoint can commit the first records, and
-                # the case is the same fault for the work since.)
+            elif consumed >= records and ((committed := await self.committed()) == 0
+                                          or consumed - committed >= UNCOMMITTED_AT_LEAST):
+                # Processed work no checkpoint committed yet: all of it, or (on a loaded host an
+                # idle or rebalance checkpoint can commit the first records) enough of it that
+                # the fault loses a checkpoint's work all the same.
                 break
             await asyncio.sleep(0.1)
         assert self._producing is not None and not self._producing.done(), "the stream ended before the fault"
