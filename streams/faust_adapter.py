@@ -494,11 +494,17 @@ class _BatchingConsumer:
                     continue
                 if not self.flow_active:
                     # Faust's getmany: records fetched while the flow stopped are dropped and
-                    # the partitions are sought back to their committed offsets.
+                    # the partitions are sought back to their committed offsets.  aiokafka's
+                    # seek_to_committed skips a partition whose committed offset is none or 0
+                    # (never committed), whose position then stays past the dropped records:
+                    # ``_fetch_again`` moves those back (issue 26: a partition's first records
+                    # lost when it moved to another worker before its first commit).
                     try:
                         await self.perform_seek()
                     except Exception as exc:  # noqa: BLE001 - as Faust does
                         self.log.warning("exception performing seek when flow not active %r", exc)
+                    if not self.should_stop:
+                        await self._fetch_again(records, "fetched while the flow was stopped")
                     continue
                 if self.app.consumer_generation_id != generation:
                     await self._fetch_again(records)  # a rebalance came during the wait
@@ -590,7 +596,7 @@ class _BatchingConsumer:
             self.log.exception("Drain messages raised: %r", exc)
             raise
 
-    async def _fetch_again(self, records: dict[Any, list[Any]]) -> None:
+    async def _fetch_again(self, records: dict[Any, list[Any]], why: str = "fetched across a rebalance") -> None:
         """Records dropped because a rebalance came while they were awaited: move each
         partition still assigned back to its first dropped record.
 
@@ -602,7 +608,11 @@ class _BatchingConsumer:
         before, so dropping them without a seek skips them for good (issue 26: the new
         owner's consumption jumped from the committed offset to about the partition's end).
         A partition whose position is no longer past the dropped records was sought since
-        (to its committed offset) and is left alone."""
+        (to its committed offset) and is left alone.
+
+        The same holds for records dropped because the flow was stopped: Faust seeks every
+        partition to its committed offset, but aiokafka's ``seek_to_committed`` leaves a
+        partition with none (or 0) where the dropped fetch put it."""
         from aiokafka.errors import IllegalStateError
 
         batch_topics = self.app.hooks.batch_topics if self.app.hooks is not None else ()
@@ -616,8 +626,7 @@ class _BatchingConsumer:
             except (asyncio.TimeoutError, IllegalStateError):
                 continue  # being reset or no longer assigned: a seek will place it
             if position > tp_records[-1].offset:
-                log.info("fetching %s again from %d (records fetched across a rebalance)",
-                         tp, tp_records[0].offset)
+                log.info("fetching %s again from %d (records %s)", tp, tp_records[0].offset, why)
                 await self.seek(tp, tp_records[0].offset)
 
     def _commit_in_background(self) -> None:
