@@ -55,7 +55,7 @@ from streams.scenarios import fleet_trace
 
 __all__ = [
     "AFTER_CHECKPOINT", "BEFORE_CHECKPOINT", "Comparison", "FaultCase", "Point", "Workload",
-    "crash_workload", "kill9", "pause",
+    "crash_workload", "kill9", "pause", "supervise",
 ]
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
@@ -214,6 +214,8 @@ class FaultCase:
             self.add_worker(label)
         self._producing: asyncio.Task | None = None
         self.faults = 0
+        self.restarts = 0
+        """Workers ``supervise`` started again."""
 
     @property
     def names(self) -> Any:
@@ -319,3 +321,22 @@ async def pause(worker: Any, seconds: float) -> None:
 
 async def kill9(worker: Any) -> None:
     await asyncio.to_thread(worker.kill)
+
+
+NOT_A_MEMBER = "no longer a member of the group's generation"
+"""What a worker logs when it stops because its group membership is gone (docs/reliability.md)."""
+
+
+async def supervise(case: FaultCase) -> None:
+    """What a supervisor (Kubernetes' restart policy) does, until cancelled: start again every
+    worker of the case that exited.  A worker exits by design when it finds it is no longer a
+    member of its group's generation, as every member does after a broker outage longer than the
+    session timeout; any other exit fails the case."""
+    while True:
+        for label, worker in case.workers.items():
+            if worker.proc is not None and not worker.running:
+                last_start = worker.log_text().rsplit("===== start #", 1)[-1]
+                assert NOT_A_MEMBER in last_start, f"worker {label} exited for another reason"
+                case.restarts += 1
+                worker.start()
+        await asyncio.sleep(0.2)

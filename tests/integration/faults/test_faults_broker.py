@@ -1,0 +1,124 @@
+"""The broker killed under load (issue 26's fault suite): kill -9 of the broker alone, and of
+the broker and a worker together, on a broker of the case's own (never the shared one).
+
+A single-node KRaft broker killed with SIGKILL loses no acknowledged record (the machine keeps
+its page cache; the broker recovers its logs on start), so the guarantee under test is the
+workers': nothing they had fetched but not checkpointed is lost, and a worker killed at the
+same moment resumes from what was committed.  An outage longer than the session timeout ends
+every member's membership: each worker then finds it is no longer a member at its next
+checkpoint, writes nothing and exits, and the case restarts it as a supervisor would
+(``supervise``); the restarted worker restores its partitions from the changelog.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from fault_harness import (
+    AFTER_CHECKPOINT, BEFORE_CHECKPOINT, BEFORE_CHECKPOINT_ENV, FaultCase, crash_workload, kill9, supervise,
+)
+from harness import REPO, free_port
+
+pytestmark = pytest.mark.kafka
+
+KAFKA_SH = REPO / "scripts" / "kafka.sh"
+DOWN_S = 4.0
+"""How long the broker stays down before it is started again (its start takes a few seconds more)."""
+
+
+class OwnBroker:
+    """A single-node broker of ``scripts/kafka.sh`` on free ports with its own state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        port = free_port()
+        self.env = {**os.environ, "KAFKA_PORT": str(port), "KAFKA_CONTROLLER_PORT": str(free_port()),
+                    "KAFKA_STATE_DIR": str(state_dir)}
+        self.address = f"127.0.0.1:{port}"
+        self.pid_file = state_dir / "kafka.pid"
+        self.kills = 0
+
+    def _script(self, *args: str) -> None:
+        done = subprocess.run([str(KAFKA_SH), *args], env=self.env, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            pytest.fail(f"scripts/kafka.sh {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+
+    def start(self) -> None:
+        self._script("start")
+
+    def kill9(self) -> None:
+        """SIGKILL the broker's JVM (the pid ``scripts/kafka.sh`` recorded) and wait until it is gone."""
+        pid = int(self.pid_file.read_text().strip())
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and _state(pid) != "Z":
+            assert time.monotonic() < deadline, f"broker {pid} still alive after SIGKILL"
+            time.sleep(0.05)
+        self.kills += 1
+
+    def stop(self) -> None:
+        subprocess.run([str(KAFKA_SH), "stop", "--wipe"], env=self.env, capture_output=True, timeout=120)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path):
+    broker = OwnBroker(tmp_path / "kafka")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+@pytest.mark.parametrize("point", [BEFORE_CHECKPOINT, AFTER_CHECKPOINT], ids=lambda p: p.name)
+async def test_the_broker_killed_loses_no_verdict(lw, own_broker, point):
+    env = BEFORE_CHECKPOINT_ENV if not point.committed else {}
+    case = FaultCase(lw, crash_workload(), workers=("a", "b"), env=env, broker=own_broker.address)
+    await case.start()
+    supervisor = asyncio.create_task(supervise(case))
+    try:
+        async with case.producing(rate=700):
+            await case.reach(point, records=1000)
+            await asyncio.to_thread(own_broker.kill9)
+            await asyncio.sleep(DOWN_S)
+            await asyncio.to_thread(own_broker.start)
+        assert own_broker.kills == 1
+        [live] = await case.compare(timeout=180)
+    finally:
+        supervisor.cancel()
+    print(f"{point.name}: {case.restarts} worker restarts after the broker's outage")
+    live.assert_exact()
+
+
+async def test_the_broker_and_a_worker_killed_together_lose_no_verdict(lw, own_broker):
+    case = FaultCase(lw, crash_workload(), workers=("a", "b"), broker=own_broker.address)
+    await case.start()
+    supervisor: asyncio.Task | None = None
+    try:
+        async with case.producing(rate=700):
+            await case.reach(AFTER_CHECKPOINT, records=1000)
+            await asyncio.gather(asyncio.to_thread(own_broker.kill9), kill9(case.workers["a"]))
+            await asyncio.sleep(DOWN_S)
+            await asyncio.to_thread(own_broker.start)
+            case.workers["a"].start()
+            supervisor = asyncio.create_task(supervise(case))
+        assert own_broker.kills == 1
+        [live] = await case.compare(timeout=180)
+    finally:
+        if supervisor is not None:
+            supervisor.cancel()
+    print(f"{case.restarts} worker restarts after the broker's outage")
+    live.assert_exact()
