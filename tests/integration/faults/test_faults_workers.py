@@ -22,13 +22,18 @@ async def test_an_uninterrupted_run_publishes_the_reference(lw):
     assert live.duplicates == 0
 
 
-FIRST_RECORDS_OPEN = pytest.mark.xfail(strict=False, reason=(
-    "issue 26 item 1, still open: a partition with no committed offset that moves to another worker can lose "
-    "its first records (a fresh-clone run lost 2 of 3,545, calls 0 of two runs; docs/reliability.md)"))
+def assert_exact_or_first_records_lost(live) -> None:
+    """Exact, or (still open, docs/reliability.md) only verdicts lost: a partition with no
+    committed offset that moved to another worker lost its first records (3 and 2 of 3,545 in two
+    runs of session 10), before the fix that fetches again what a stopped flow dropped; none in
+    6 runs of each of the two cases since.
+    Anything differing, duplicated with other content or unexpected fails."""
+    if live.lost and not (live.differing or live.conflicting or live.unexpected):
+        pytest.xfail(f"issue 26: first records of a moved partition lost ({live.summary()})")
+    live.assert_exact()
 
 
-@pytest.mark.parametrize("point", [pytest.param(BEFORE_CHECKPOINT, marks=FIRST_RECORDS_OPEN), AFTER_CHECKPOINT],
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("point", [BEFORE_CHECKPOINT, AFTER_CHECKPOINT], ids=lambda p: p.name)
 async def test_a_worker_killed_loses_no_verdict(lw, point):
     env = BEFORE_CHECKPOINT_ENV if not point.committed else {}
     case = FaultCase(lw, crash_workload(), workers=("a", "b"), env=env)
@@ -38,7 +43,10 @@ async def test_a_worker_killed_loses_no_verdict(lw, point):
         await kill9(case.workers["a"])
         case.workers["a"].start()
     [live] = await case.compare()
-    live.assert_exact()
+    if point.committed:
+        live.assert_exact()
+    else:
+        assert_exact_or_first_records_lost(live)
 
 
 async def test_a_worker_removed_while_its_partitions_are_busy_loses_no_verdict(lw):
@@ -53,9 +61,6 @@ async def test_a_worker_removed_while_its_partitions_are_busy_loses_no_verdict(l
     assert case.workers["b"].metric("loopwatch_events_consumed_total") > 0
 
 
-@pytest.mark.xfail(reason=(
-    "issue 26 item 1, still open here: with the fix for records dropped across a rebalance, exact in 2 runs, "
-    "3 of 3,545 verdicts lost in a third (the first calls of runs on one partition; docs/reliability.md)"))
 async def test_a_third_worker_joining_under_load_takes_partitions_and_loses_no_verdict(lw):
     # Six partitions: with four, two workers hold two each, which Faust's assignor counts as
     # its capacity for three workers, and the third gets none.
@@ -66,5 +71,5 @@ async def test_a_third_worker_joining_under_load_takes_partitions_and_loses_no_v
         third = case.add_worker("c").start()
         await asyncio.to_thread(third.wait_ready, 90)
     [live] = await case.compare()
-    live.assert_exact()
     assert third.metric("loopwatch_events_consumed_total") > 0, "the third worker received no partition"
+    assert_exact_or_first_records_lost(live)
