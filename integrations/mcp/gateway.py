@@ -80,9 +80,11 @@ class _Run:
     """One run's handle and its publishing queue.
 
     The agent never waits for an event's delivery it does not need: a completion (and in
-    advisory mode the request too) is published in the background, in order behind the run's
-    earlier events (``later``), and a gated request waits for them first (``settled``), so the
-    worker reads every run's events in the order they happened."""
+    advisory mode the request too) is hashed and queued in the background, in order behind the
+    run's earlier events (``later``); queued, not delivered (``RunHandle.queue_*``): the
+    producer delivers a partition's records in the order queued.  A gated request waits until
+    the run's earlier events are queued (``settled``), not delivered, so the worker reads every
+    run's events in the order they happened."""
 
     __slots__ = ("handle", "last_used", "surfaced_warnings", "surfaced_blocks", "_last")
 
@@ -318,7 +320,7 @@ class Gateway:
                     decision = await handle.before_tool_call(name, args, tool_call_id=call_id)
                 else:
                     handle.check()
-                    run.later(lambda: handle.before_tool_call(name, args, tool_call_id=call_id), self._publishing)
+                    run.later(lambda: handle.queue_before_tool_call(name, args, tool_call_id=call_id), self._publishing)
                     decision = None
             except RunAbortedError as aborted:
                 return _error_result(aborted.message)
@@ -384,7 +386,7 @@ class Gateway:
         return _error_result(message)
 
     def _complete(self, run: _Run, name: str, args: dict, call_id: str, **outcome: Any) -> None:
-        run.later(lambda: run.handle.after_tool_call(name, args, tool_call_id=call_id, **outcome), self._publishing)
+        run.later(lambda: run.handle.queue_after_tool_call(name, args, tool_call_id=call_id, **outcome), self._publishing)
 
     def _with_notices(self, run: _Run, result: types.CallToolResult, notice: str | None) -> types.CallToolResult:
         """The result with loopwatch's notices for the model appended: gate mode, this call's
