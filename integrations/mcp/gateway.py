@@ -48,6 +48,7 @@ __all__ = ["Gateway", "GatewayOptions", "RUN_ID_META", "RUN_ID_HEADER"]
 
 RUN_ID_META = "io.loopwatch/runId"
 RUN_ID_HEADER = "x-loopwatch-run-id"
+ADVISORY_LINGER_MS = 5
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 _IDENTITY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
 
@@ -137,6 +138,9 @@ class Gateway:
         self.client = client or LoopwatchClient(
             options.bootstrap_servers, mode=options.mode, timeout=options.timeout, fail_closed=options.fail_closed,
             tool_calls_topic=options.tool_calls_topic, verdicts_topic=options.verdicts_topic,
+            # advisory: no call waits on a delivery, so a call's two events (and those of the
+            # calls meanwhile) go in one produce request, at most ADVISORY_LINGER_MS later
+            linger_ms=ADVISORY_LINGER_MS if options.mode == "advisory" else 0,
             **dict(options.kafka_options),
         )
         self.upstreams = [Upstream(spec, connect_timeout=options.connect_timeout, on_notification=self._notification)

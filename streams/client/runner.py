@@ -75,6 +75,7 @@ class LoopwatchClient:
         start_timeout: float = 30.0,
         signing_key: SigningKey | None = None,
         key_by_session: bool = False,
+        linger_ms: int = 0,
         **kafka_options: Any,
     ) -> None:
         if mode not in ("gate", "advisory"):
@@ -100,7 +101,9 @@ class LoopwatchClient:
         # aiokafka's request timeout is also how long an undelivered batch is kept (40 s by
         # default); a runner's events are worth little later, and stop() waits for them.
         producer_options = {"request_timeout_ms": int(delivery_timeout * 1000), **kafka_options}
-        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0, **producer_options)
+        # linger 0: a gated request goes out at once.  An advisory runner that waits on no
+        # delivery can linger, so a call's request and completion go in one produce request.
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=linger_ms, **producer_options)
         self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, **kafka_options)
         self._prefix = uuid.uuid4().hex[:12]
         self._seq = itertools.count(1)
