@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import subprocess
@@ -76,11 +77,12 @@ def process_cpu(marker: str) -> float:
     return found[0]
 
 
-def gateway(names: WorkerNames, broker: str, mode: str, run_id: str) -> Client:
+def gateway(names: WorkerNames, broker: str, mode: str, run_id: str, tree: str | None = None) -> Client:
     args = ["mcp-gateway", "--bootstrap", broker, "--tool-calls-topic", names.tool_calls,
             "--verdicts-topic", names.verdicts, "--mode", mode, "--run-id", run_id, "--timeout", "10",
             "--upstream", " ".join(UPSTREAM), "--log-level", "warning", "--agent-id", run_id]
-    return Client(StdioServerParameters(command=LOOPWATCH, args=args, cwd=str(REPO), env={**os.environ}),
+    env = {**os.environ, **({"PYTHONPATH": tree} if tree else {})}  # --baseline: another checkout's gateway
+    return Client(StdioServerParameters(command=LOOPWATCH, args=args, cwd=tree or str(REPO), env=env),
                   read_timeout_seconds=60)
 
 
@@ -126,6 +128,7 @@ async def bench(args: argparse.Namespace) -> dict:
     config = tmp / "config.json"
     write_config(config, CONFIG)
     worker = WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp).start()
+    paths_run = PATHS + (("advisory-base", "gate-base") if args.baseline else ())
     try:
         worker.wait_ready(120)
         paths = {
@@ -136,19 +139,22 @@ async def bench(args: argparse.Namespace) -> dict:
             "advisory": gateway(names, broker, "advisory", f"{names.tag}-advisory"),
             "gate": gateway(names, broker, "gate", f"{names.tag}-gate"),
         }
+        if args.baseline:
+            for mode in ("advisory", "gate"):
+                paths[f"{mode}-base"] = gateway(names, broker, mode, f"{names.tag}-{mode}-base", args.baseline)
         lw = LoopwatchClient(broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls,
                              verdicts_topic=names.verdicts)
-        samples: dict[str, list[float]] = {k: [] for k in (*PATHS, "decision")}
-        markers = {"direct": "direct", "passthrough": "@passthrough", "advisory": f"{names.tag}-advisory",
-                   "gate": f"{names.tag}-gate"}
-        async with paths["direct"] as direct, paths["passthrough"] as passthrough, paths["advisory"] as advisory, \
-                paths["gate"] as gate, lw:
-            clients = {"direct": direct, "passthrough": passthrough, "advisory": advisory, "gate": gate}
+        samples: dict[str, list[float]] = {k: [] for k in (*paths_run, "decision")}
+        markers = {"direct": "direct", "passthrough": "@passthrough",
+                   **{k: f"{names.tag}-{k}" for k in paths_run if k not in ("direct", "passthrough")}}
+        async with contextlib.AsyncExitStack() as stack:
+            clients = {k: await stack.enter_async_context(paths[k]) for k in paths_run}
+            await stack.enter_async_context(lw)
             run = lw.run(f"{names.tag}-decision", session_key="bench:decision", agent_id="bench")
             for client in clients.values():  # warm up: imports, connections, the run's partition
                 await timed_calls(client, 10_000_000, 20)
             await timed_decisions(run, 10_000_000, 20)
-            order = [*PATHS, "decision"]
+            order = [*paths_run, "decision"]
             steal0 = steal_jiffies()
             for r in range(args.rounds):
                 start = r * args.calls
@@ -159,7 +165,7 @@ async def bench(args: argparse.Namespace) -> dict:
                         samples[path] += await timed_calls(clients[path], start, args.calls)
                 print(f"  round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
             rate, cpu = {}, {}
-            for i, mode in enumerate(PATHS):
+            for i, mode in enumerate(paths_run):
                 cpu0 = process_cpu(markers[mode])
                 rate[mode] = await throughput(clients[mode], args.throughput, args.concurrency,
                                               20_000_000 + i * args.throughput)
@@ -168,7 +174,7 @@ async def bench(args: argparse.Namespace) -> dict:
     finally:
         worker.stop(timeout=15)
     stats = {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v)} for k, v in samples.items()}
-    return {"stats": stats, "rate": rate, "cpu": cpu, "steal": None if steal0 is None else steal1 - steal0}
+    return {"paths": paths_run, "stats": stats, "rate": rate, "cpu": cpu, "steal": None if steal0 is None else steal1 - steal0}
 
 
 def report(result: dict, args: argparse.Namespace) -> bool:
@@ -177,7 +183,7 @@ def report(result: dict, args: argparse.Namespace) -> bool:
           f"{os.cpu_count()} cores (nproc), Python {platform.python_version()}; CPU steal {result['steal']} jiffies")
     print(f"{args.rounds} rounds x {args.calls} calls per path, alternated; throughput: {args.throughput} calls, "
           f"{args.concurrency} in flight")
-    for k in (*PATHS, "decision"):
+    for k in (*result["paths"], "decision"):
         print(f"  {k:9s} p50 {s[k]['p50']:7.3f} ms   p99 {s[k]['p99']:7.3f} ms   (n={s[k]['n']})")
     adv50 = s["advisory"]["p50"] - s["direct"]["p50"]
     adv99 = s["advisory"]["p99"] - s["direct"]["p99"]
@@ -202,7 +208,7 @@ def report(result: dict, args: argparse.Namespace) -> bool:
     print(f"  gate adds beyond the decision round trip at p50: {gate50:.3f} ms")
     for mode, value in rate.items():
         line = f"  throughput {mode}: {value:,.0f} calls/s, CPU {result['cpu'][mode]:.3f} ms per call"
-        if mode in ("advisory", "gate"):
+        if mode.startswith(("advisory", "gate")):
             met = value >= TARGETS["calls_per_s"]
             ok &= mode != "advisory" or met
             line += f" (target >= {TARGETS['calls_per_s']:,}: {'met' if met else 'NOT met'})"
@@ -216,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=8, help="rounds, each path once per round (default 8)")
     p.add_argument("--throughput", type=int, default=4000, help="calls of each throughput run (default 4000)")
     p.add_argument("--concurrency", type=int, default=32, help="calls in flight in the throughput runs (default 32)")
+    p.add_argument("--baseline", metavar="TREE", help="also time the gateway of another checkout (its PYTHONPATH), "
+                   "as rows advisory-base and gate-base alternated with the others")
     p.add_argument("--broker", help="bootstrap servers (default: scripts/kafka.sh env)")
     args = p.parse_args(argv)
     result = asyncio.run(bench(args))
