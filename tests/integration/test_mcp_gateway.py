@@ -172,6 +172,29 @@ async def test_stdio_pypi_time_server_identical_calls_warn_then_block(worker):
     assert isinstance(events[-1], RunEnded)  # the session closed: the run ended
 
 
+async def test_stdio_advisory_mode_never_blocks_and_publishes_each_call_in_order(worker):
+    """Advisory mode: no call waits on the broker (events are queued, lingering for one produce
+    request per call); still, the topic holds every call's request then its completion, in call
+    order, then run.ended; nothing is blocked, and any notice the model got is one the engine
+    gave (a warning with notify_model, or a block) appended after the upstream's answer."""
+    run_id = f"{worker.names.tag}-advisory"
+    async with over_stdio(worker, run_id, TIME_SERVER, mode="advisory") as agent:
+        results = [await agent.call_tool("convert_time", CONVERT) for _ in range(CALLS)]
+    events = await published(worker, run_id, CALLS)
+    kinds = [(type(e).__name__, e.tool_call_id) for e in events if not isinstance(e, RunEnded)]
+    assert kinds == [(kind, f"mcp-{n}") for n in range(1, CALLS + 1)
+                     for kind in ("ToolCallRequested", "ToolCallCompleted")]
+    assert isinstance(events[-1], RunEnded) and events[-1].reason == "session closed"
+    assert not any(e.gate for e in events if isinstance(e, ToolCallRequested))
+    answers = engine_answers(events)
+    assert first(answers, "block") == 21  # the engine would block; advisory mode only tells
+    notices = {d.message for d in answers if d is not None and (d.action == "block" or d.notify_model)}
+    answer = text_of(results[0])
+    for n, result in enumerate(results, 1):
+        assert not result.is_error and text_of(result)[:len(answer)] == answer, f"call {n}"
+        assert set(text_of(result)[len(answer):]) <= notices, f"call {n}"
+
+
 async def test_stdio_healthy_run_of_get_current_time_is_never_blocked(worker):
     run_id = f"{worker.names.tag}-time-healthy"
     results = []
