@@ -4,6 +4,9 @@ One run, on the local broker with a real worker, holds four paths open at once a
 them in rounds (the order rotates each round, so the shared machine's swings hit all alike):
 
 * **direct**: the ``mcp`` SDK's client calls ``bench/mcp_upstream.py`` (stdio) itself;
+* **passthrough**: the same call through ``bench/mcp_passthrough.py``, a pure pass-through proxy
+  on the same SDK and the gateway's stdio transport, without loopwatch: the floor of any proxy,
+  so what a gateway row adds beyond it is loopwatch's;
 * **advisory**: the same call through a gateway in advisory mode (stdio on both sides);
 * **gate**: the same call through a gateway in gate mode;
 * **decision**: loopwatch's decision round trip alone: ``LoopwatchClient.before_tool_call`` in
@@ -12,13 +15,15 @@ them in rounds (the order rotates each round, so the shared machine's swings hit
 Every call has new arguments (a healthy run: nothing is blocked).  Targets: advisory adds at
 most 1 ms at p50 and 3 ms at p99 over direct; gate adds at most 2 ms at p99 beyond direct plus
 the decision round trip; and at least 2,000 calls/s through one gateway process (advisory,
-``--concurrency`` calls in flight from one agent).
+``--concurrency`` calls in flight from one agent), with the CPU time each proxy process (the
+upstream's, for direct) spent per call.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import platform
 import subprocess
@@ -37,6 +42,8 @@ from streams.client import LoopwatchClient
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 UPSTREAM = [sys.executable, "-m", "bench.mcp_upstream"]
+PASSTHROUGH = [sys.executable, "-m", "bench.mcp_passthrough", *UPSTREAM]
+PATHS = ("direct", "passthrough", "advisory", "gate")
 LOOPWATCH = str(Path(sys.executable).parent / "loopwatch")
 TARGETS = {"advisory_p50_ms": 1.0, "advisory_p99_ms": 3.0, "gate_beyond_decision_p99_ms": 2.0, "calls_per_s": 2000}
 
@@ -52,11 +59,30 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-def gateway(names: WorkerNames, broker: str, mode: str, run_id: str) -> Client:
+def process_cpu(marker: str) -> float:
+    """CPU seconds (user + system) of the one process whose command line ends with ``marker``
+    (each path's proxy, or the direct path's upstream, is told apart by its last argument)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+            if argv and argv[-1].decode(errors="replace") == marker:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                found.append((int(fields[11]) + int(fields[12])) / tick)
+        except OSError:
+            continue
+    if len(found) != 1:
+        raise RuntimeError(f"{len(found)} processes end with {marker!r}")
+    return found[0]
+
+
+def gateway(names: WorkerNames, broker: str, mode: str, run_id: str, tree: str | None = None) -> Client:
     args = ["mcp-gateway", "--bootstrap", broker, "--tool-calls-topic", names.tool_calls,
             "--verdicts-topic", names.verdicts, "--mode", mode, "--run-id", run_id, "--timeout", "10",
-            "--upstream", " ".join(UPSTREAM)]
-    return Client(StdioServerParameters(command=LOOPWATCH, args=args, cwd=str(REPO), env={**os.environ}),
+            "--upstream", " ".join(UPSTREAM), "--log-level", "warning", "--agent-id", run_id]
+    env = {**os.environ, **({"PYTHONPATH": tree} if tree else {})}  # --baseline: another checkout's gateway
+    return Client(StdioServerParameters(command=LOOPWATCH, args=args, cwd=tree or str(REPO), env=env),
                   read_timeout_seconds=60)
 
 
@@ -102,40 +128,53 @@ async def bench(args: argparse.Namespace) -> dict:
     config = tmp / "config.json"
     write_config(config, CONFIG)
     worker = WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp).start()
+    paths_run = PATHS + (("advisory-base", "gate-base") if args.baseline else ())
     try:
         worker.wait_ready(120)
         paths = {
-            "direct": Client(StdioServerParameters(command=UPSTREAM[0], args=UPSTREAM[1:], cwd=str(REPO)),
+            "direct": Client(StdioServerParameters(command=UPSTREAM[0], args=[*UPSTREAM[1:], "direct"], cwd=str(REPO)),
                              read_timeout_seconds=60),
+            "passthrough": Client(StdioServerParameters(command=PASSTHROUGH[0], args=[*PASSTHROUGH[1:], "@passthrough"],
+                                                        cwd=str(REPO), env={**os.environ}), read_timeout_seconds=60),
             "advisory": gateway(names, broker, "advisory", f"{names.tag}-advisory"),
             "gate": gateway(names, broker, "gate", f"{names.tag}-gate"),
         }
+        if args.baseline:
+            for mode in ("advisory", "gate"):
+                paths[f"{mode}-base"] = gateway(names, broker, mode, f"{names.tag}-{mode}-base", args.baseline)
         lw = LoopwatchClient(broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls,
                              verdicts_topic=names.verdicts)
-        samples: dict[str, list[float]] = {k: [] for k in ("direct", "advisory", "gate", "decision")}
-        async with paths["direct"] as direct, paths["advisory"] as advisory, paths["gate"] as gate, lw:
-            clients = {"direct": direct, "advisory": advisory, "gate": gate}
+        samples: dict[str, list[float]] = {k: [] for k in (*paths_run, "decision")}
+        markers = {"direct": "direct", "passthrough": "@passthrough",
+                   **{k: f"{names.tag}-{k}" for k in paths_run if k not in ("direct", "passthrough")}}
+        async with contextlib.AsyncExitStack() as stack:
+            clients = {k: await stack.enter_async_context(paths[k]) for k in paths_run}
+            await stack.enter_async_context(lw)
             run = lw.run(f"{names.tag}-decision", session_key="bench:decision", agent_id="bench")
             for client in clients.values():  # warm up: imports, connections, the run's partition
                 await timed_calls(client, 10_000_000, 20)
             await timed_decisions(run, 10_000_000, 20)
-            order = ["direct", "advisory", "gate", "decision"]
+            order = [*paths_run, "decision"]
             steal0 = steal_jiffies()
             for r in range(args.rounds):
                 start = r * args.calls
-                for path in order[r % 4:] + order[:r % 4]:
+                for path in order[r % len(order):] + order[:r % len(order)]:
                     if path == "decision":
                         samples[path] += await timed_decisions(run, start, args.calls)
                     else:
                         samples[path] += await timed_calls(clients[path], start, args.calls)
                 print(f"  round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
-            rate = {mode: await throughput(clients[mode], args.throughput, args.concurrency, 20_000_000 + i * args.throughput)
-                    for i, mode in enumerate(("direct", "advisory", "gate"))}
+            rate, cpu = {}, {}
+            for i, mode in enumerate(paths_run):
+                cpu0 = process_cpu(markers[mode])
+                rate[mode] = await throughput(clients[mode], args.throughput, args.concurrency,
+                                              20_000_000 + i * args.throughput)
+                cpu[mode] = (process_cpu(markers[mode]) - cpu0) / args.throughput * 1000  # ms per call
             steal1 = steal_jiffies()
     finally:
         worker.stop(timeout=15)
     stats = {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v)} for k, v in samples.items()}
-    return {"stats": stats, "rate": rate, "steal": None if steal0 is None else steal1 - steal0}
+    return {"paths": paths_run, "stats": stats, "rate": rate, "cpu": cpu, "steal": None if steal0 is None else steal1 - steal0}
 
 
 def report(result: dict, args: argparse.Namespace) -> bool:
@@ -144,12 +183,18 @@ def report(result: dict, args: argparse.Namespace) -> bool:
           f"{os.cpu_count()} cores (nproc), Python {platform.python_version()}; CPU steal {result['steal']} jiffies")
     print(f"{args.rounds} rounds x {args.calls} calls per path, alternated; throughput: {args.throughput} calls, "
           f"{args.concurrency} in flight")
-    for k in ("direct", "advisory", "gate", "decision"):
+    for k in (*result["paths"], "decision"):
         print(f"  {k:9s} p50 {s[k]['p50']:7.3f} ms   p99 {s[k]['p99']:7.3f} ms   (n={s[k]['n']})")
     adv50 = s["advisory"]["p50"] - s["direct"]["p50"]
     adv99 = s["advisory"]["p99"] - s["direct"]["p99"]
     gate99 = s["gate"]["p99"] - s["direct"]["p99"] - s["decision"]["p99"]
     gate50 = s["gate"]["p50"] - s["direct"]["p50"] - s["decision"]["p50"]
+    hop50, hop99 = s["passthrough"]["p50"] - s["direct"]["p50"], s["passthrough"]["p99"] - s["direct"]["p99"]
+    print(f"  the SDK hop alone (passthrough - direct): p50 {hop50:.3f} ms, p99 {hop99:.3f} ms")
+    print(f"  loopwatch's own share, advisory - passthrough: p50 {s['advisory']['p50'] - s['passthrough']['p50']:.3f} ms, "
+          f"p99 {s['advisory']['p99'] - s['passthrough']['p99']:.3f} ms")
+    print(f"  loopwatch's own share, gate - passthrough - decision: p50 "
+          f"{gate50 - hop50:.3f} ms, p99 {gate99 - hop99:.3f} ms")
     checks = [
         ("advisory adds at p50", adv50, TARGETS["advisory_p50_ms"], "ms"),
         ("advisory adds at p99", adv99, TARGETS["advisory_p99_ms"], "ms"),
@@ -162,8 +207,8 @@ def report(result: dict, args: argparse.Namespace) -> bool:
         print(f"  {label}: {value:.3f} {unit} (target <= {target} {unit}: {'met' if met else 'NOT met'})")
     print(f"  gate adds beyond the decision round trip at p50: {gate50:.3f} ms")
     for mode, value in rate.items():
-        line = f"  throughput {mode}: {value:,.0f} calls/s"
-        if mode != "direct":
+        line = f"  throughput {mode}: {value:,.0f} calls/s, CPU {result['cpu'][mode]:.3f} ms per call"
+        if mode.startswith(("advisory", "gate")):
             met = value >= TARGETS["calls_per_s"]
             ok &= mode != "advisory" or met
             line += f" (target >= {TARGETS['calls_per_s']:,}: {'met' if met else 'NOT met'})"
@@ -177,6 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=8, help="rounds, each path once per round (default 8)")
     p.add_argument("--throughput", type=int, default=4000, help="calls of each throughput run (default 4000)")
     p.add_argument("--concurrency", type=int, default=32, help="calls in flight in the throughput runs (default 32)")
+    p.add_argument("--baseline", metavar="TREE", help="also time the gateway of another checkout (its PYTHONPATH), "
+                   "as rows advisory-base and gate-base alternated with the others")
     p.add_argument("--broker", help="bootstrap servers (default: scripts/kafka.sh env)")
     args = p.parse_args(argv)
     result = asyncio.run(bench(args))

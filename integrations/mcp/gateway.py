@@ -48,6 +48,7 @@ __all__ = ["Gateway", "GatewayOptions", "RUN_ID_META", "RUN_ID_HEADER"]
 
 RUN_ID_META = "io.loopwatch/runId"
 RUN_ID_HEADER = "x-loopwatch-run-id"
+ADVISORY_LINGER_MS = 5
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 _IDENTITY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
 
@@ -80,9 +81,11 @@ class _Run:
     """One run's handle and its publishing queue.
 
     The agent never waits for an event's delivery it does not need: a completion (and in
-    advisory mode the request too) is published in the background, in order behind the run's
-    earlier events (``later``), and a gated request waits for them first (``settled``), so the
-    worker reads every run's events in the order they happened."""
+    advisory mode the request too) is hashed and queued in the background, in order behind the
+    run's earlier events (``later``); queued, not delivered (``RunHandle.queue_*``): the
+    producer delivers a partition's records in the order queued.  A gated request waits until
+    the run's earlier events are queued (``settled``), not delivered, so the worker reads every
+    run's events in the order they happened."""
 
     __slots__ = ("handle", "last_used", "surfaced_warnings", "surfaced_blocks", "_last")
 
@@ -135,6 +138,9 @@ class Gateway:
         self.client = client or LoopwatchClient(
             options.bootstrap_servers, mode=options.mode, timeout=options.timeout, fail_closed=options.fail_closed,
             tool_calls_topic=options.tool_calls_topic, verdicts_topic=options.verdicts_topic,
+            # advisory: no call waits on a delivery, so a call's two events (and those of the
+            # calls meanwhile) go in one produce request, at most ADVISORY_LINGER_MS later
+            linger_ms=ADVISORY_LINGER_MS if options.mode == "advisory" else 0,
             **dict(options.kafka_options),
         )
         self.upstreams = [Upstream(spec, connect_timeout=options.connect_timeout, on_notification=self._notification)
@@ -318,7 +324,7 @@ class Gateway:
                     decision = await handle.before_tool_call(name, args, tool_call_id=call_id)
                 else:
                     handle.check()
-                    run.later(lambda: handle.before_tool_call(name, args, tool_call_id=call_id), self._publishing)
+                    run.later(lambda: handle.queue_before_tool_call(name, args, tool_call_id=call_id), self._publishing)
                     decision = None
             except RunAbortedError as aborted:
                 return _error_result(aborted.message)
@@ -384,7 +390,7 @@ class Gateway:
         return _error_result(message)
 
     def _complete(self, run: _Run, name: str, args: dict, call_id: str, **outcome: Any) -> None:
-        run.later(lambda: run.handle.after_tool_call(name, args, tool_call_id=call_id, **outcome), self._publishing)
+        run.later(lambda: run.handle.queue_after_tool_call(name, args, tool_call_id=call_id, **outcome), self._publishing)
 
     def _with_notices(self, run: _Run, result: types.CallToolResult, notice: str | None) -> types.CallToolResult:
         """The result with loopwatch's notices for the model appended: gate mode, this call's

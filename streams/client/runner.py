@@ -75,6 +75,7 @@ class LoopwatchClient:
         start_timeout: float = 30.0,
         signing_key: SigningKey | None = None,
         key_by_session: bool = False,
+        linger_ms: int = 0,
         **kafka_options: Any,
     ) -> None:
         if mode not in ("gate", "advisory"):
@@ -100,7 +101,9 @@ class LoopwatchClient:
         # aiokafka's request timeout is also how long an undelivered batch is kept (40 s by
         # default); a runner's events are worth little later, and stop() waits for them.
         producer_options = {"request_timeout_ms": int(delivery_timeout * 1000), **kafka_options}
-        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=0, **producer_options)
+        # linger 0: a gated request goes out at once.  An advisory runner that waits on no
+        # delivery can linger, so a call's request and completion go in one produce request.
+        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=linger_ms, **producer_options)
         self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, **kafka_options)
         self._prefix = uuid.uuid4().hex[:12]
         self._seq = itertools.count(1)
@@ -220,6 +223,33 @@ class LoopwatchClient:
             self.undelivered += 1
             log.warning("event %s (%s) not delivered: %s", event.event_id, type(event).__name__, _describe(exc))
             raise
+
+    async def _enqueue(self, event: ToolCallEvent) -> None:
+        """Hand ``event`` to the producer and return once it is queued, not delivered: the
+        producer sends a partition's records in the order they were queued (one request in
+        flight per partition), so a run's events keep their order without waiting for each
+        other's delivery, and those queued meanwhile go in one produce request.  A failed
+        delivery is logged and counted, as ``_publish``'s; ``stop`` waits for what is queued."""
+        value = encode_event(event)
+        headers = None if self.signing_key is None else self.signing_key.headers(value)
+        key = session_scope_key(event) if self.key_by_session and event.session_key else record_key(event)
+        try:
+            delivery = await self._producer.send(self.tool_calls_topic, value,
+                                                 key=key.encode("utf-8", "surrogatepass"), headers=headers)
+        except (KafkaError, OSError) as exc:
+            self.undelivered += 1
+            log.warning("event %s (%s) not delivered: %s", event.event_id, type(event).__name__, _describe(exc))
+            return
+        self._sending.add(delivery)
+
+        def delivered(future: asyncio.Future, event=event) -> None:
+            self._sending.discard(future)
+            exc = None if future.cancelled() else future.exception()
+            if exc is not None:
+                self.undelivered += 1
+                log.warning("event %s (%s) not delivered: %s", event.event_id, type(event).__name__, _describe(exc))
+
+        delivery.add_done_callback(delivered)
 
     def _sent(self, task: asyncio.Task) -> None:
         self._sending.discard(task)
@@ -358,6 +388,33 @@ class RunHandle:
             if client.raise_on_block:
                 raise LoopBlocked(decision)
         return decision
+
+    async def queue_before_tool_call(self, tool: str, args: Any, *, tool_call_id: str | None = None,
+                                     target: str | None = None) -> None:
+        """Advisory mode's ``before_tool_call`` that returns once the request is queued for
+        delivery (``LoopwatchClient._enqueue``), never waiting on the broker."""
+        self.check()
+        client = self.client
+        if client.mode == "gate":
+            raise RuntimeError("queue_before_tool_call is advisory mode's: gate mode waits for the decision")
+        await client._enqueue(requested_event(client._next_event_id(), tool, args, tool_call_id=tool_call_id, gate=False,
+                                              ts_ms=int(time.time() * 1000), trace_id=self.trace_id, target=target,
+                                              **self.fields))
+
+    async def queue_after_tool_call(
+        self, tool: str, args: Any, *, tool_call_id: str | None = None, result: Any = None, error: Any = UNDEFINED,
+        returned: bool = True, target: str | None = None,
+    ) -> None:
+        """``after_tool_call`` that returns once the completion is queued for delivery; a later
+        gated request of the run is delivered after it all the same (one partition, in order)."""
+        if tool_call_id in self._vetoed:
+            self._vetoed.discard(tool_call_id)
+            return
+        client = self.client
+        await client._enqueue(completed_event(
+            client._next_event_id(), tool, args, result=result, error=error, returned=returned,
+            provider_send_tools=client.provider_send_tools, tool_call_id=tool_call_id, ts_ms=int(time.time() * 1000),
+            trace_id=self.trace_id, target=target, **self.fields))
 
     async def after_tool_call(
         self, tool: str, args: Any, *, tool_call_id: str | None = None, result: Any = None, error: Any = UNDEFINED,

@@ -60,9 +60,9 @@ def everything() -> Path:
     return EVERYTHING
 
 
-def gateway_args(lw, run_id: str, *upstreams: str, **flags) -> list[str]:
+def gateway_args(lw, run_id: str, *upstreams: str, agent_id: str = "mcp-test", **flags) -> list[str]:
     args = ["mcp-gateway", "--bootstrap", lw.broker, "--tool-calls-topic", lw.names.tool_calls,
-            "--verdicts-topic", lw.names.verdicts, "--run-id", run_id, "--agent-id", "mcp-test",
+            "--verdicts-topic", lw.names.verdicts, "--run-id", run_id, "--agent-id", agent_id,
             "--timeout", "10"]  # a verdict takes milliseconds; 10 s only rides out a slow CI machine
     for upstream in upstreams:
         args += ["--upstream", upstream]
@@ -172,6 +172,29 @@ async def test_stdio_pypi_time_server_identical_calls_warn_then_block(worker):
     assert isinstance(events[-1], RunEnded)  # the session closed: the run ended
 
 
+async def test_stdio_advisory_mode_never_blocks_and_publishes_each_call_in_order(worker):
+    """Advisory mode: no call waits on the broker (events are queued, lingering for one produce
+    request per call); still, the topic holds every call's request then its completion, in call
+    order, then run.ended; nothing is blocked, and any notice the model got is one the engine
+    gave (a warning with notify_model, or a block) appended after the upstream's answer."""
+    run_id = f"{worker.names.tag}-advisory"
+    async with over_stdio(worker, run_id, TIME_SERVER, mode="advisory") as agent:
+        results = [await agent.call_tool("convert_time", CONVERT) for _ in range(CALLS)]
+    events = await published(worker, run_id, CALLS)
+    kinds = [(type(e).__name__, e.tool_call_id) for e in events if not isinstance(e, RunEnded)]
+    assert kinds == [(kind, f"mcp-{n}") for n in range(1, CALLS + 1)
+                     for kind in ("ToolCallRequested", "ToolCallCompleted")]
+    assert isinstance(events[-1], RunEnded) and events[-1].reason == "session closed"
+    assert not any(e.gate for e in events if isinstance(e, ToolCallRequested))
+    answers = engine_answers(events)
+    assert first(answers, "block") == 21  # the engine would block; advisory mode only tells
+    notices = {d.message for d in answers if d is not None and (d.action == "block" or d.notify_model)}
+    answer = text_of(results[0])
+    for n, result in enumerate(results, 1):
+        assert not result.is_error and text_of(result)[:len(answer)] == answer, f"call {n}"
+        assert set(text_of(result)[len(answer):]) <= notices, f"call {n}"
+
+
 async def test_stdio_healthy_run_of_get_current_time_is_never_blocked(worker):
     run_id = f"{worker.names.tag}-time-healthy"
     results = []
@@ -215,6 +238,119 @@ async def test_http_gateway_in_front_of_npm_everything_over_http(worker, everyth
     assert_agent_saw_the_engine(results, answers, lambda r: ["Echo: same"])
     assert (first(answers, "warn"), first(answers, "block")) == (11, 21)
     assert {e.tool_name for e in events if isinstance(e, ToolCallRequested)} == {"ev_echo"}
+
+
+# -- identity over streamable HTTP: the session, the trace, the idle expiry ---------------------------
+
+
+async def runs_of_agent(lw, agent_id: str, until) -> dict[str, list]:
+    """The events of every run the gateway published for ``agent_id``, by run id, once
+    ``until(runs)`` holds."""
+    def runs(records) -> dict[str, list]:
+        out: dict[str, list] = {}
+        for event in (decode_event(r.value) for r in records):
+            if event.agent_id == agent_id:
+                out.setdefault(event.run_id, []).append(event)
+        return out
+
+    records = await collect(lw.broker, lw.names.tool_calls, until=lambda rs: until(runs(rs)), timeout=60, settle=0.3)
+    return runs(records)
+
+
+def calls_in(events) -> int:
+    return sum(isinstance(e, ToolCallCompleted) for e in events)
+
+
+class HttpGateway:
+    """``loopwatch mcp-gateway --http`` in front of ``mcp-server-time`` (stdio)."""
+
+    def __init__(self, lw, name: str, **flags) -> None:
+        self.port = free_port()
+        self.agent_id = f"{lw.names.tag}-{name}"
+        self.default_run = f"{lw.names.tag}-{name}-default"
+        self.process = Process([LOOPWATCH, *gateway_args(lw, self.default_run, TIME_SERVER, agent_id=self.agent_id,
+                                                         http=self.port, **flags)],
+                               log=lw.tmp / f"gateway-{name}.log")
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+
+
+def http_client(headers: dict | None = None, seen_session_ids: list | None = None):
+    """The SDK's own HTTP client, with extra headers; the ``Mcp-Session-Id`` the server assigns is
+    read off its responses (``seen_session_ids``): the test's source of the expected run id."""
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    client = create_mcp_http_client(headers=headers)
+    if seen_session_ids is not None:
+        async def record(response) -> None:
+            sid = response.headers.get("mcp-session-id")
+            if sid and sid not in seen_session_ids:
+                seen_session_ids.append(sid)
+        client.event_hooks["response"] = [record]
+    return client
+
+
+async def test_http_each_mcp_session_is_one_run_and_ends_when_idle(worker):
+    """Handshake-era clients (``mode="legacy"``): the server assigns each session an
+    ``Mcp-Session-Id``; each session is its own run, named by it, whatever it calls; a session
+    idle past ``--run-idle-timeout`` ends its run (``run.ended``, reason ``idle``)."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    gw = HttpGateway(worker, "sessions", run_idle_timeout=2)
+    ids_a, ids_b = [], []
+    try:
+        await wait_http(gw.url)
+        # the client's own DELETE at close is not what ends the run: the idle expiry is
+        transport_a = streamable_http_client(gw.url, http_client=http_client(seen_session_ids=ids_a),
+                                             terminate_on_close=False)
+        transport_b = streamable_http_client(gw.url, http_client=http_client(seen_session_ids=ids_b),
+                                             terminate_on_close=False)
+        async with Client(transport_a, mode="legacy", read_timeout_seconds=60) as a, \
+                Client(transport_b, mode="legacy", read_timeout_seconds=60) as b:
+            for n in range(3):  # interleaved: the gateway tells the sessions apart per request
+                assert not (await a.call_tool("convert_time", CONVERT)).is_error
+                if n < 2:
+                    assert not (await b.call_tool("get_current_time", {"timezone": "UTC"})).is_error
+        assert len(ids_a) == 1 and len(ids_b) == 1 and ids_a != ids_b, (ids_a, ids_b)
+        started = time.monotonic()
+        runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: sum(
+            isinstance(e, RunEnded) for evs in rs.values() for e in evs) >= 2)
+        ended_after = time.monotonic() - started
+    finally:
+        gw.process.kill()
+    assert set(runs) == {ids_a[0], ids_b[0]}  # one run per session, none in the gateway's own
+    a_events, b_events = runs[ids_a[0]], runs[ids_b[0]]
+    assert calls_in(a_events) == 3 and calls_in(b_events) == 2
+    assert {e.tool_name for e in a_events if isinstance(e, ToolCallRequested)} == {"convert_time"}
+    assert {e.tool_name for e in b_events if isinstance(e, ToolCallRequested)} == {"get_current_time"}
+    for events in (a_events, b_events):
+        assert isinstance(events[-1], RunEnded) and events[-1].reason == "idle"
+        assert sum(isinstance(e, RunEnded) for e in events) == 1
+        assert {e.session_key for e in events} == {f"mcp:{gw.agent_id}:{events[0].run_id}"}
+    assert ended_after < 30  # the sweeper ran, while the gateway was still up (not its stop)
+
+
+async def test_http_traceparent_names_the_run_when_nothing_else_does(worker):
+    """Sessionless (2026-07-28) clients: a W3C ``traceparent`` header's trace id names the run
+    (``trace-<32 hex>``); two traces are two runs; without one, the gateway's own run."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    trace_a, trace_b = "4bf92f3577b34da6a3ce929d0e0e4736", "0af7651916cd43dd8448eb211c80319c"
+    gw = HttpGateway(worker, "traces")
+    try:
+        await wait_http(gw.url)
+        for trace, calls in ((trace_a, 3), (trace_b, 2)):
+            headers = {"traceparent": f"00-{trace}-00f067aa0ba902b7-01"}
+            async with Client(streamable_http_client(gw.url, http_client=http_client(headers)),
+                              read_timeout_seconds=60) as agent:
+                for _ in range(calls):
+                    assert not (await agent.call_tool("get_current_time", {"timezone": "UTC"})).is_error
+        async with Client(gw.url, read_timeout_seconds=60) as agent:
+            assert not (await agent.call_tool("get_current_time", {"timezone": "UTC"})).is_error
+        runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: sum(map(calls_in, rs.values())) >= 6)
+    finally:
+        gw.process.kill()
+    assert {k: calls_in(v) for k, v in runs.items()} == {f"trace-{trace_a}": 3, f"trace-{trace_b}": 2,
+                                                         gw.default_run: 1}
 
 
 async def test_stdio_npm_everything_unknown_tool_is_upstreams_unknown_tool_outcome(worker, everything):
@@ -359,5 +495,6 @@ def test_bench_gateway_runs(kafka_broker):
                            "--rounds", "1", "--throughput", "16", "--concurrency", "4"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for line in ("direct    p50", "advisory  p50", "gate      p50", "decision  p50", "throughput advisory"):
+    for line in ("direct    p50", "passthrough p50", "advisory  p50", "gate      p50", "decision  p50",
+                 "throughput advisory", "throughput passthrough", "CPU"):
         assert line in proc.stdout, proc.stdout
