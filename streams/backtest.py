@@ -50,7 +50,7 @@ from .app.run_store import event_digest, remember, seen_before
 from .engine import LoopEngine, RunDriver, copy_state, outcome
 from .engine.drive import NONE
 from .files import MAX_LINE_BYTES, OverlongLine, decompressed, read_lines
-from .sharded import ShardError, run_sharded, run_split, value_state_key
+from .sharded import ShardError, line_state_key, run_sharded, run_split, value_state_key
 
 __all__ = [
     "Backtest", "BacktestError", "FileRecords", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "checked", "records_sharded",
@@ -449,7 +449,8 @@ def _shard_lines(source: FileSource, shard: int, jobs: int, shared: Any) -> Iter
     """The lines of shard ``shard`` of ``jobs``, numbered by their place among all the file's
     records: every shard reads every line (``FileSource`` as one process reads it, the bound on
     each line included) and keeps those whose state key, read from the run fields alone
-    (``value_state_key``, as ``run_sharded``'s parent reads it), falls to it.  ``shared`` gets
+    (``line_state_key``: ``value_state_key``, as ``run_sharded``'s parent reads it, by a scan
+    of the bytes where that is certain), falls to it.  ``shared`` gets
     its records read and bytes on disk read every 16,384 records and at the end."""
     crc32 = zlib.crc32
     n = 0
@@ -457,7 +458,7 @@ def _shard_lines(source: FileSource, shard: int, jobs: int, shared: Any) -> Iter
     for line in source._records():
         if n & 0x3FFF == 0:
             shared[at], shared[at + 1] = n, source._at()
-        key = value_state_key(line.value)
+        key = line_state_key(line.value)
         if (crc32(key) % jobs if key else 0) == shard:
             yield n, line
         n += 1
@@ -487,16 +488,16 @@ def _files_sharded(
     source._shared = shared
     try:
         results = run_split(shard_work, jobs, cpu_s=cpu_s, poll=poll if progress is not None else None)
+        for ok, result, extra in results:
+            if not ok:
+                raise BacktestError(result, code=extra)
+        source.overlong += results[0][2]
+        if progress is not None:
+            progress(shared[0])
     except ShardError as exc:
         raise BacktestError(f"{what} process failed: {exc}", code=1) from None
     finally:
         source._shared = None
-    for ok, result, extra in results:
-        if not ok:
-            raise BacktestError(result, code=extra)
-    source.overlong += results[0][2]
-    if progress is not None:
-        progress(shared[0])
     return [result for _ok, result, _extra in results]
 
 
