@@ -50,7 +50,7 @@ from .app.run_store import event_digest, remember, seen_before
 from .engine import LoopEngine, RunDriver, copy_state, outcome
 from .engine.drive import NONE
 from .files import MAX_LINE_BYTES, OverlongLine, decompressed, read_lines
-from .sharded import ShardError, line_state_key, run_sharded, run_split, value_state_key
+from .sharded import ShardError, run_sharded, run_split, value_state_key
 
 __all__ = [
     "Backtest", "BacktestError", "FileRecords", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "checked", "records_sharded",
@@ -128,6 +128,17 @@ class FileSource:
         if not self.total:
             return None
         return min(1.0, (self._shared_at() if self._shared is not None else self._at()) / self.total)
+
+    def any_gzip(self) -> bool:
+        """Whether any of the files is gzip (by its magic bytes, as ``decompressed`` decides)."""
+        for path in self.paths:
+            try:
+                with open(path, "rb") as fh:
+                    if fh.read(2) == b"\x1f\x8b":
+                        return True
+            except OSError:
+                return True  # the one-process reader names the error as it always has
+        return False
 
     def _at(self) -> int:
         """Bytes on disk read so far (in this process)."""
@@ -437,7 +448,9 @@ def records_sharded(
         if progress is not None:
             progress(n)
 
-    if isinstance(records, FileRecords) and not keyed:
+    if isinstance(records, FileRecords) and not keyed and not records.source.any_gzip():
+        # gzip: this process inflates each file once and sends the lines (measured faster on
+        # two cores than every shard inflating all of it: docs/benchmarks.md, issue 30)
         return _files_sharded(records.source, work, jobs, progress=progress, what=what, cpu_s=cpu_s)
     try:
         return run_sharded(items(), lambda numbered: work(_rebuilt(numbered, keyed)), jobs, cpu_s=cpu_s)
@@ -449,8 +462,9 @@ def _shard_lines(source: FileSource, shard: int, jobs: int, shared: Any) -> Iter
     """The lines of shard ``shard`` of ``jobs``, numbered by their place among all the file's
     records: every shard reads every line (``FileSource`` as one process reads it, the bound on
     each line included) and keeps those whose state key, read from the run fields alone
-    (``line_state_key``: ``value_state_key``, as ``run_sharded``'s parent reads it, by a scan
-    of the bytes where that is certain), falls to it.  ``shared`` gets
+    (``value_state_key``, as ``run_sharded``'s parent reads it: the same shard for every line),
+    falls to it.  (A byte scan for the run id, with a decode wherever the scan is not certain,
+    cost more per line than this decode: docs/benchmarks.md, issue 30.)  ``shared`` gets
     its records read and bytes on disk read every 16,384 records and at the end."""
     crc32 = zlib.crc32
     n = 0
@@ -458,7 +472,7 @@ def _shard_lines(source: FileSource, shard: int, jobs: int, shared: Any) -> Iter
     for line in source._records():
         if n & 0x3FFF == 0:
             shared[at], shared[at + 1] = n, source._at()
-        key = line_state_key(line.value)
+        key = value_state_key(line.value)
         if (crc32(key) % jobs if key else 0) == shard:
             yield n, line
         n += 1

@@ -26,11 +26,9 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import msgspec
 
-from schemas.keys import JS_WHITESPACE, state_key
+from schemas.keys import state_key
 
-__all__ = [
-    "ShardError", "available_cores", "line_state_key", "run_split", "run_sharded", "shard_of", "value_state_key",
-]
+__all__ = ["ShardError", "available_cores", "run_split", "run_sharded", "shard_of", "value_state_key"]
 
 T = TypeVar("T")
 BATCH = 1024
@@ -75,48 +73,6 @@ def value_state_key(value: bytes | None) -> bytes | None:
         return state_key(fields).encode("utf-8", "surrogatepass")
     except Exception:  # noqa: BLE001 - not an event: the shard's own checks say why
         return None
-
-
-_RUN_ID = b'"run_id"'
-_RUN_ID_VALUE = b'"run_id":"'
-
-
-def line_state_key(value: bytes) -> bytes | None:
-    """``value_state_key(value)`` found by a scan of the bytes where that is certain, else by
-    ``value_state_key`` itself.  Certain: no backslash in the line (no escape: every ``"``
-    delimits a string), one ``{`` and the document starting with it (no nested object that
-    could hold a ``run_id`` of its own), ``"run_id"`` once and as a key followed at once by a string (``:"``), and that string,
-    trimmed as ``normalize_run_id`` trims, not blank; the key is then ``run:<run id>``.
-    Anything else (whitespace around the colon, a null or missing run id, escapes, nesting,
-    a duplicate key) is decoded.  One difference is left, on purpose: a line that is not JSON
-    at all but passes the scan gets its run's key here, None from the decode; such a line is
-    refused as undecodable whichever shard reads it, so the report is the same (the decode
-    for every line would cost more than the rest of a shard's reading)."""
-    if 92 in value or value.count(123) != 1 or value.count(_RUN_ID) != 1:  # 92: "\\", 123: "{"
-        return value_state_key(value)
-    brace = value.find(123)
-    if brace and value[:brace].strip(b" \t\n\r"):  # the one object must be the document itself
-        return value_state_key(value)
-    start = value.find(_RUN_ID_VALUE)
-    if start < 0:
-        return value_state_key(value)
-    start += 10
-    end = value.find(34, start)  # 34: the closing '"'
-    if end < 0:
-        return value_state_key(value)
-    raw = value[start:end]
-    if raw.isascii():
-        if raw and raw[0] > 32 and raw[-1] > 32:  # nothing to trim (the common case)
-            return b"run:" + raw
-        run_id = raw.decode().strip(JS_WHITESPACE)
-    else:
-        try:
-            run_id = raw.decode("utf-8").strip(JS_WHITESPACE)
-        except UnicodeDecodeError:
-            return value_state_key(value)
-    if not run_id:
-        return value_state_key(value)
-    return f"run:{run_id}".encode("utf-8", "surrogatepass")
 
 
 def shard_of(key: bytes | None, jobs: int) -> int:

@@ -318,15 +318,18 @@ def test_session_scope_is_refused_and_the_fleet_options_are_named(tmp_path, conf
     assert done.returncode == 0 and "--candidate: fleetIncidents and agentRings need the fleet topology" in done.stderr
 
 
-def test_jobs_over_gzip_and_several_files_give_the_report_of_one_process(tmp_path):
-    """With ``--jobs`` each shard reads the files itself (``streams.backtest._files_sharded``):
-    a gzip file and a plain one after it, numbered as one stream, the same report."""
+@pytest.mark.parametrize("first", ["gzip", "plain"])
+def test_jobs_over_several_files_give_the_report_of_one_process(tmp_path, first):
+    """Two files numbered as one stream, the same report: both plain, each shard reads them
+    itself (``streams.backtest._files_sharded``); a gzip one first, this process reads them."""
     from streams.backtest import Backtest, FileSource
 
     lines = mixed_fleet()
     half = len(lines) // 2
     packed = tmp_path / "first.jsonl.gz"
-    packed.write_bytes(gzip.compress(b"".join(line + b"\n" for line in lines[:half])))
+    data = b"".join(line + b"\n" for line in lines[:half])
+    packed.write_bytes(gzip.compress(data) if first == "gzip" else data)
+    assert FileSource([packed]).any_gzip() == (first == "gzip")
     plain = write_lines(tmp_path / "second.jsonl", lines[half:])
     reports = {}
     for jobs in (1, 2, 3):

@@ -151,3 +151,23 @@ def test_backtest_jobs_count_a_bomb_line_once_as_one_process_does(tmp_path):
         assert backtest.events == 12 and backtest.records == 13, jobs
         reports[jobs] = backtest.report().data
     assert reports[2] == reports[1]
+
+
+def test_backtest_jobs_over_a_plain_file_count_an_overlong_line_once(tmp_path):
+    """A plain file: with ``--jobs`` each shard reads it itself (gzip goes through the parent),
+    every shard through ``read_lines`` with its bound; the over-long line is counted once."""
+    events = [event_line(i, run=f"r{i % 4}") for i in range(12)]
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(b"".join(events[:6]) + b"x" * (4 * MAX_LINE_BYTES) + b"\n" + b"".join(events[6:]))
+    strict = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
+    reports = {}
+    for jobs in (1, 2, 3):
+        source = FileSource([path])
+        assert not source.any_gzip()
+        backtest = Backtest(LoopEngine(ENABLED), LoopEngine(strict))
+        backtest.run(source.records(), keyed=False, jobs=jobs)
+        assert source.overlong == 1, jobs
+        assert dict(backtest.dead) == {"oversized": 1}, jobs
+        assert backtest.events == 12 and backtest.records == 13, jobs
+        reports[jobs] = backtest.report().data
+    assert reports[2] == reports[1] == reports[3]

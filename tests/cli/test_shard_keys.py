@@ -1,9 +1,10 @@
-"""The shards' cheap key scan (``streams.sharded.line_state_key``) against the full decode of
-the run fields (``value_state_key``, what ``run_sharded``'s parent uses) and against the
-standard library's JSON decoder with ``schemas.keys.state_key`` (an independent decode): the
-same key, so the same shard, for every JSON line; generated with escapes, unicode, whitespace
-around the separators and around the run id, any field order, duplicate keys, nested objects
-and arrays that hold a ``run_id`` of their own."""
+"""The shard of a line (``streams.sharded.value_state_key``: the state key from the run fields
+alone, what every shard reading a file itself computes for every line, and what
+``run_sharded``'s parent computes) against the standard library's JSON decoder with
+``schemas.keys.state_key`` (an independent decode of the whole line): the same key, so the
+same shard, for every JSON line; generated with escapes, unicode, whitespace around the
+separators and around the run id, any field order, duplicate keys, nested objects and arrays
+that hold a ``run_id`` of their own."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from schemas.events import encode_event
 from schemas.keys import state_key
 from streams.engine import LoopEngine
 from streams.scenarios import fleet_trace
-from streams.sharded import line_state_key, value_state_key
+from streams.sharded import value_state_key
 from harness.fleets import BASELINE
 
 WS = st.sampled_from(["", " ", "\t", "\u00a0", "\ufeff", "\u2003", "\n", "  "])
@@ -79,11 +80,11 @@ def is_json(line: bytes) -> bool:
 
 @settings(max_examples=3000, deadline=None)
 @given(lines())
-def test_the_scan_gives_the_full_decodes_key_on_every_json_line(line):
+def test_the_run_fields_give_the_full_decodes_key_on_every_json_line(line):
     if not is_json(line):  # a lone surrogate from the text strategy: not UTF-8, so not JSON
         assert value_state_key(line) is None
         return
-    assert line_state_key(line) == value_state_key(line) == stdlib_key(line)
+    assert value_state_key(line) == stdlib_key(line)
 
 
 @pytest.mark.parametrize("line, key", [
@@ -98,12 +99,11 @@ def test_the_scan_gives_the_full_decodes_key_on_every_json_line(line):
     (b'{"run_id":null,"session_key":"s"}', b"session:s|"),
 ])
 def test_hand_worked_lines(line, key):
-    assert line_state_key(line) == key
     assert value_state_key(line) == key
 
 
-def test_the_scan_is_exact_on_the_events_the_runners_publish():
+def test_the_key_of_the_events_the_runners_publish():
     events, _ = fleet_trace(50, 10, seed=3, engine=LoopEngine(BASELINE), end=True)
     for event in events:
         line = encode_event(event) + b"\n"
-        assert line_state_key(line) == value_state_key(line) == stdlib_key(line) == f"run:{event.run_id}".encode()
+        assert value_state_key(line) == stdlib_key(line) == f"run:{event.run_id}".encode()
