@@ -34,7 +34,9 @@ from __future__ import annotations
 import asyncio
 import gzip
 import logging
+import multiprocessing
 import time
+import zlib
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,10 +50,10 @@ from .app.run_store import event_digest, remember, seen_before
 from .engine import LoopEngine, RunDriver, copy_state, outcome
 from .engine.drive import NONE
 from .files import MAX_LINE_BYTES, OverlongLine, decompressed, read_lines
-from .sharded import ShardError, run_sharded, value_state_key
+from .sharded import ShardError, run_sharded, run_split, value_state_key
 
 __all__ = [
-    "Backtest", "BacktestError", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "checked", "records_sharded",
+    "Backtest", "BacktestError", "FileRecords", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "checked", "records_sharded",
     "render_table",
 ]
 
@@ -118,15 +120,40 @@ class FileSource:
         self._raw: Any = None
         self.overlong = 0
         """Lines over ``streams.files.MAX_LINE_BYTES``, skipped unread (counted ``oversized``)."""
+        self._shared: Any = None
+        """In shards: each shard's (records read, bytes on disk read), for ``progress``."""
 
     def progress(self) -> float | None:
-        """The share of the input read (by bytes on disk)."""
+        """The share of the input read (by bytes on disk; in shards, by the slowest shard)."""
         if not self.total:
             return None
-        at = self._raw.tell() if self._raw is not None and not self._raw.closed else 0
-        return min(1.0, (self._done + at) / self.total)
+        return min(1.0, (self._shared_at() if self._shared is not None else self._at()) / self.total)
 
-    def records(self) -> Iterator[_Line]:
+    def any_gzip(self) -> bool:
+        """Whether any of the files is gzip (by its magic bytes, as ``decompressed`` decides)."""
+        for path in self.paths:
+            try:
+                with open(path, "rb") as fh:
+                    if fh.read(2) == b"\x1f\x8b":
+                        return True
+            except OSError:
+                return True  # the one-process reader names the error as it always has
+        return False
+
+    def _at(self) -> int:
+        """Bytes on disk read so far (in this process)."""
+        return self._done + (self._raw.tell() if self._raw is not None and not self._raw.closed else 0)
+
+    def _shared_at(self) -> int:
+        shared = self._shared
+        return min(shared[i] for i in range(1, len(shared), 2))
+
+    def records(self) -> "FileRecords":
+        """The records, in order (iterable; ``loopwatch backtest --jobs`` hands each shard
+        the files themselves: ``records_sharded``)."""
+        return FileRecords(self)
+
+    def _records(self) -> Iterator[_Line]:
         for path in self.paths:
             line = _Line(str(path))
             try:
@@ -147,6 +174,18 @@ class FileSource:
                 except (OSError, EOFError, gzip.BadGzipFile) as exc:
                     raise BacktestError(f"cannot read {path}: {exc}") from None
             self._done += self.total and path.stat().st_size
+
+
+class FileRecords:
+    """``FileSource.records()``: its lines as records, in order, each time it is iterated."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, source: FileSource) -> None:
+        self.source = source
+
+    def __iter__(self) -> Iterator[_Line]:
+        return self.source._records()
 
 
 def parse_time(text: str, now: float | None = None) -> int:
@@ -409,10 +448,71 @@ def records_sharded(
         if progress is not None:
             progress(n)
 
+    if isinstance(records, FileRecords) and not keyed and not records.source.any_gzip():
+        # gzip: this process inflates each file once and sends the lines (measured faster on
+        # two cores than every shard inflating all of it: docs/benchmarks.md, issue 30)
+        return _files_sharded(records.source, work, jobs, progress=progress, what=what, cpu_s=cpu_s)
     try:
         return run_sharded(items(), lambda numbered: work(_rebuilt(numbered, keyed)), jobs, cpu_s=cpu_s)
     except ShardError as exc:
         raise BacktestError(f"{what} process failed: {exc}", code=1) from None
+
+
+def _shard_lines(source: FileSource, shard: int, jobs: int, shared: Any) -> Iterator[tuple[int, _Line]]:
+    """The lines of shard ``shard`` of ``jobs``, numbered by their place among all the file's
+    records: every shard reads every line (``FileSource`` as one process reads it, the bound on
+    each line included) and keeps those whose state key, read from the run fields alone
+    (``value_state_key``, as ``run_sharded``'s parent reads it: the same shard for every line),
+    falls to it.  (A byte scan for the run id, with a decode wherever the scan is not certain,
+    cost more per line than this decode: docs/benchmarks.md, issue 30.)  ``shared`` gets
+    its records read and bytes on disk read every 16,384 records and at the end."""
+    crc32 = zlib.crc32
+    n = 0
+    at = 2 * shard
+    for line in source._records():
+        if n & 0x3FFF == 0:
+            shared[at], shared[at + 1] = n, source._at()
+        key = value_state_key(line.value)
+        if (crc32(key) % jobs if key else 0) == shard:
+            yield n, line
+        n += 1
+    shared[at], shared[at + 1] = n, source.total
+
+
+def _files_sharded(
+    source: FileSource, work: Callable[[Iterator[tuple[int, Any]]], T], jobs: int, *,
+    progress: Callable[[int], None] | None, what: str, cpu_s: list[float] | None,
+) -> list[T]:
+    """``records_sharded`` over files without a record through this process: each shard
+    reads the files itself (``_shard_lines``).  Its result comes back with the over-long lines
+    it met (every shard meets them all) or the read error it met (raised here as when one
+    process reads: ``cannot read ...``, code 2)."""
+    shared = multiprocessing.RawArray("q", 2 * jobs)
+
+    def shard_work(shard: int) -> tuple:
+        try:
+            return True, work(_shard_lines(source, shard, jobs, shared)), source.overlong
+        except BacktestError as exc:
+            return False, str(exc), exc.code
+
+    def poll() -> None:
+        if progress is not None:
+            progress(min(shared[i] for i in range(0, 2 * jobs, 2)))
+
+    source._shared = shared
+    try:
+        results = run_split(shard_work, jobs, cpu_s=cpu_s, poll=poll if progress is not None else None)
+        for ok, result, extra in results:
+            if not ok:
+                raise BacktestError(result, code=extra)
+        source.overlong += results[0][2]
+        if progress is not None:
+            progress(shared[0])
+    except ShardError as exc:
+        raise BacktestError(f"{what} process failed: {exc}", code=1) from None
+    finally:
+        source._shared = None
+    return [result for _ok, result, _extra in results]
 
 
 class _Side:

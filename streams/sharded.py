@@ -18,6 +18,7 @@ pickled back.
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import time
 import zlib
@@ -27,7 +28,7 @@ import msgspec
 
 from schemas.keys import state_key
 
-__all__ = ["ShardError", "available_cores", "run_sharded", "shard_of", "value_state_key"]
+__all__ = ["ShardError", "available_cores", "run_split", "run_sharded", "shard_of", "value_state_key"]
 
 T = TypeVar("T")
 BATCH = 1024
@@ -149,6 +150,74 @@ def run_sharded(
     if cpu_s is not None:
         cpu_s[:] = [cpu for _ok, _result, cpu in results]
     return [result for _ok, result, _cpu in results]
+
+
+def run_split(
+    work: Callable[[int], T], jobs: int, *, cpu_s: list[float] | None = None,
+    poll: Callable[[], None] | None = None, every_s: float = 0.5,
+) -> list[T]:
+    """``work(shard)`` in ``jobs`` forked processes, shard 0 to ``jobs - 1``, each reading its
+    own input (no record passes through this process: ``streams.backtest`` hands each shard
+    the file to read and keep its runs' lines of); the results come back in shard order.
+    ``poll`` is called about every ``every_s`` seconds while the shards work (progress).
+    A failure in a shard raises ``ShardError``; ``cpu_s`` as for ``run_sharded``."""
+    if jobs < 1:
+        raise ValueError("jobs must be at least 1")
+    context = multiprocessing.get_context("fork")
+    outputs, processes = [], []
+    try:
+        for shard in range(jobs):
+            result_in, result_out = context.Pipe(duplex=False)
+            process = context.Process(target=_serve_split, args=(work, shard, result_out, list(outputs)), daemon=True)
+            process.start()
+            result_out.close()
+            outputs.append(result_in)
+            processes.append(process)
+        results: list[Any] = [None] * jobs
+        waiting = dict(enumerate(outputs))
+        while waiting:
+            ready = multiprocessing.connection.wait(list(waiting.values()), timeout=every_s if poll else None)
+            if poll is not None:
+                poll()
+            for shard, output in list(waiting.items()):
+                if output not in ready:
+                    continue
+                del waiting[shard]
+                try:
+                    results[shard] = output.recv()
+                except EOFError:
+                    processes[shard].join(5)
+                    results[shard] = (False, f"shard {shard}'s process ended without its result "
+                                             f"(exit code {processes[shard].exitcode})", 0.0)
+        for process in processes:
+            process.join()
+    except BaseException:
+        for process in processes:
+            if process.is_alive():
+                process.kill()
+            process.join()
+        raise
+    finally:
+        for conn in outputs:
+            conn.close()
+    for ok, result, _cpu in results:
+        if not ok:
+            raise ShardError(result)
+    if cpu_s is not None:
+        cpu_s[:] = [cpu for _ok, _result, cpu in results]
+    return [result for _ok, result, _cpu in results]
+
+
+def _serve_split(work: Callable[[int], Any], shard: int, result_out: Any, inherited: list) -> None:
+    """A shard's process of ``run_split``: ``work(shard)``, then its result."""
+    for conn in inherited:
+        conn.close()
+    try:
+        result: tuple[bool, Any] = (True, work(shard))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent as one line
+        result = (False, " ".join(f"{type(exc).__name__}: {exc}".split()))
+    result_out.send((*result, time.process_time()))
+    result_out.close()
 
 
 def _serve(work: Callable[[Iterator[tuple[int, Any]]], Any], receive: Any, result_out: Any, inherited: list) -> None:

@@ -9,7 +9,9 @@ checked against ``harness.fleets.reference_report``, the engine driven directly.
 from __future__ import annotations
 
 import gzip
+import io
 import json
+import re
 from pathlib import Path
 
 import msgspec
@@ -314,3 +316,66 @@ def test_session_scope_is_refused_and_the_fleet_options_are_named(tmp_path, conf
     fleet.write_text(json.dumps({**BASELINE, "loopwatch": {"fleetIncidents": {"enabled": True}}}))
     done = loopwatch("backtest", path, "--baseline", configs[0], "--candidate", fleet)
     assert done.returncode == 0 and "--candidate: fleetIncidents and agentRings need the fleet topology" in done.stderr
+
+
+@pytest.mark.parametrize("first", ["gzip", "plain"])
+def test_jobs_over_several_files_give_the_report_of_one_process(tmp_path, first):
+    """Two files numbered as one stream, the same report: both plain, each shard reads them
+    itself (``streams.backtest._files_sharded``); a gzip one first, this process reads them."""
+    from streams.backtest import Backtest, FileSource
+
+    lines = mixed_fleet()
+    half = len(lines) // 2
+    packed = tmp_path / "first.jsonl.gz"
+    data = b"".join(line + b"\n" for line in lines[:half])
+    packed.write_bytes(gzip.compress(data) if first == "gzip" else data)
+    assert FileSource([packed]).any_gzip() == (first == "gzip")
+    plain = write_lines(tmp_path / "second.jsonl", lines[half:])
+    reports = {}
+    for jobs in (1, 2, 3):
+        backtest = Backtest(LoopEngine(BASELINE), LoopEngine(CANDIDATE))
+        backtest.run(FileSource([packed, plain]).records(), keyed=False, jobs=jobs)
+        reports[jobs] = backtest.report()
+    one = reports[1].data
+    assert one["dead_letters"] and len(one["changed_runs"]) > 20
+    for jobs in (2, 3):
+        assert json.dumps(reports[jobs].data) == json.dumps(one), jobs
+        assert reports[jobs].per_minute == reports[1].per_minute
+
+
+def test_jobs_over_a_cut_gzip_fail_as_one_process_does(tmp_path):
+    from streams.backtest import Backtest, BacktestError, FileSource
+
+    data = gzip.compress(b"".join(line + b"\n" for line in mixed_fleet()))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(data[: len(data) // 2])
+    errors = {}
+    for jobs in (1, 2):
+        with pytest.raises(BacktestError) as caught:
+            Backtest(LoopEngine(BASELINE), LoopEngine(CANDIDATE)).run(FileSource([cut]).records(), keyed=False,
+                                                                       jobs=jobs)
+        errors[jobs] = (str(caught.value), caught.value.code)
+    assert errors[1][0].startswith(f"cannot read {cut}: ") and errors[1][1] == 2
+    assert errors[2] == errors[1]
+
+
+def test_jobs_show_progress_and_count_the_records_read(tmp_path, monkeypatch):
+    import streams.backtest as backtest_module
+    from streams.backtest import Backtest, FileSource, Progress
+
+    events, _ = fleet_trace(400, 50, seed=11, engine=LoopEngine(BASELINE), end=True)
+    path = write_lines(tmp_path / "fleet.jsonl", [encode_event(e) for e in events])
+    ticks = iter(range(0, 10**6, 10))
+    monkeypatch.setattr(backtest_module.time, "monotonic", lambda: float(next(ticks)))
+    out, source = io.StringIO(), FileSource([path])
+    progress = Progress(out, source.progress)
+    backtest = Backtest(LoopEngine(BASELINE), LoopEngine(CANDIDATE))
+    backtest.run(source.records(), keyed=False, progress=progress, jobs=2)
+    progress.done(backtest.records)
+    lines = out.getvalue().splitlines()
+    shown = [re.fullmatch(r"backtest: ([\d,]+) records read, ([\d,]+)/s, (\d+)%, ETA (\d+) s", line) for line in lines[:-1]]
+    assert shown and all(shown), lines
+    read = [int(m[1].replace(",", "")) for m in shown]
+    assert read == sorted(read) and read[-1] == len(events) == backtest.records
+    assert int(shown[-1][3]) == 100
+    assert lines[-1].startswith(f"backtest: {len(events):,} records read in ")

@@ -133,3 +133,41 @@ def test_a_line_just_over_the_record_limit_is_still_checked_and_named_by_its_siz
     first = json.loads(proc.stdout.splitlines()[0])
     assert first == {"line": 2, "rejected": "oversized",
                      "detail": f"record is {len(line) - 1} bytes, the limit is {MAX_EVENT_BYTES}"}
+
+
+def test_backtest_jobs_count_a_bomb_line_once_as_one_process_does(tmp_path):
+    """With ``--jobs`` every shard reads the file through ``read_lines`` itself; the over-long
+    line is counted once (it falls to one shard), as by one process."""
+    events = [event_line(i, run=f"r{i % 4}") for i in range(12)]
+    path = gzip_bomb(tmp_path / "bomb.jsonl.gz", events[:6], events[6:], BOMB_LINE_BYTES)
+    strict = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
+    reports = {}
+    for jobs in (1, 2):
+        source = FileSource([path])
+        backtest = Backtest(LoopEngine(ENABLED), LoopEngine(strict))
+        backtest.run(source.records(), keyed=False, jobs=jobs)
+        assert source.overlong == 1, jobs
+        assert dict(backtest.dead) == {"oversized": 1}, jobs
+        assert backtest.events == 12 and backtest.records == 13, jobs
+        reports[jobs] = backtest.report().data
+    assert reports[2] == reports[1]
+
+
+def test_backtest_jobs_over_a_plain_file_count_an_overlong_line_once(tmp_path):
+    """A plain file: with ``--jobs`` each shard reads it itself (gzip goes through the parent),
+    every shard through ``read_lines`` with its bound; the over-long line is counted once."""
+    events = [event_line(i, run=f"r{i % 4}") for i in range(12)]
+    path = tmp_path / "long.jsonl"
+    path.write_bytes(b"".join(events[:6]) + b"x" * (4 * MAX_LINE_BYTES) + b"\n" + b"".join(events[6:]))
+    strict = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
+    reports = {}
+    for jobs in (1, 2, 3):
+        source = FileSource([path])
+        assert not source.any_gzip()
+        backtest = Backtest(LoopEngine(ENABLED), LoopEngine(strict))
+        backtest.run(source.records(), keyed=False, jobs=jobs)
+        assert source.overlong == 1, jobs
+        assert dict(backtest.dead) == {"oversized": 1}, jobs
+        assert backtest.events == 12 and backtest.records == 13, jobs
+        reports[jobs] = backtest.report().data
+    assert reports[2] == reports[1] == reports[3]
