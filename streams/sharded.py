@@ -130,26 +130,16 @@ def run_sharded(
             try:
                 results.append(output.recv())
             except EOFError:
-                processes[shard].join(5)
-                results.append((False, f"shard {shard}'s process ended without its result "
-                                       f"(exit code {processes[shard].exitcode})", 0.0))
+                results.append(_ended_without_result(shard, processes[shard]))
         for process in processes:
             process.join()
     except BaseException:
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-            process.join()
+        _kill_all(processes)
         raise
     finally:
         for conn in (*inputs, *outputs):
             conn.close()
-    for ok, result, _cpu in results:
-        if not ok:
-            raise ShardError(result)
-    if cpu_s is not None:
-        cpu_s[:] = [cpu for _ok, _result, cpu in results]
-    return [result for _ok, result, _cpu in results]
+    return _unwrap(results, cpu_s)
 
 
 def run_split(
@@ -186,26 +176,16 @@ def run_split(
                 try:
                     results[shard] = output.recv()
                 except EOFError:
-                    processes[shard].join(5)
-                    results[shard] = (False, f"shard {shard}'s process ended without its result "
-                                             f"(exit code {processes[shard].exitcode})", 0.0)
+                    results[shard] = _ended_without_result(shard, processes[shard])
         for process in processes:
             process.join()
     except BaseException:
-        for process in processes:
-            if process.is_alive():
-                process.kill()
-            process.join()
+        _kill_all(processes)
         raise
     finally:
         for conn in outputs:
             conn.close()
-    for ok, result, _cpu in results:
-        if not ok:
-            raise ShardError(result)
-    if cpu_s is not None:
-        cpu_s[:] = [cpu for _ok, _result, cpu in results]
-    return [result for _ok, result, _cpu in results]
+    return _unwrap(results, cpu_s)
 
 
 def _serve_split(work: Callable[[int], Any], shard: int, result_out: Any, inherited: list) -> None:
@@ -241,3 +221,25 @@ def _serve(work: Callable[[Iterator[tuple[int, Any]]], Any], receive: Any, resul
         pass
     result_out.send((*result, time.process_time()))
     result_out.close()
+
+
+def _ended_without_result(shard: int, process: Any) -> tuple[bool, str, float]:
+    process.join(5)
+    return (False, f"shard {shard}'s process ended without its result (exit code {process.exitcode})", 0.0)
+
+
+def _kill_all(processes: list[Any]) -> None:
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+        process.join()
+
+
+def _unwrap(results: list[Any], cpu_s: list[float] | None) -> list[Any]:
+    """The shards' results in shard order; the first failure raises ``ShardError``."""
+    for ok, result, _cpu in results:
+        if not ok:
+            raise ShardError(result)
+    if cpu_s is not None:
+        cpu_s[:] = [cpu for _ok, _result, cpu in results]
+    return [result for _ok, result, _cpu in results]
