@@ -264,12 +264,10 @@ def test_agents_the_candidate_leaves_alone_are_judged_once_and_the_same(tmp_path
     assert backtest.sides[1].driver.states[b"run:x-00000"] == directly.states["run:x-00000"]
 
 
-def test_the_progress_line_reports_records_rate_and_eta(tmp_path, monkeypatch):
-    # A clock that moves 10 s per reading: every progress call past the first couple of
-    # seconds prints a line (a file, not a terminal: one line each, not rewritten in place).
-    import io
-    import re
-
+def _backtest_with_progress(tmp_path, monkeypatch, **run_options):
+    """A fleet's backtest with progress on a clock that moves 10 s per reading: every progress
+    call past the first couple of seconds prints a line (a file, not a terminal: one line each,
+    not rewritten in place).  Returns the events, the backtest and the lines printed."""
     import streams.backtest as backtest_module
     from streams.backtest import Backtest, FileSource, Progress
 
@@ -280,9 +278,13 @@ def test_the_progress_line_reports_records_rate_and_eta(tmp_path, monkeypatch):
     out, source = io.StringIO(), FileSource([path])
     progress = Progress(out, source.progress)
     backtest = Backtest(LoopEngine(BASELINE), LoopEngine(CANDIDATE))
-    backtest.run(source.records(), keyed=False, progress=progress)
+    backtest.run(source.records(), keyed=False, progress=progress, **run_options)
     progress.done(backtest.records)
-    lines = out.getvalue().splitlines()
+    return events, backtest, out.getvalue().splitlines()
+
+
+def test_the_progress_line_reports_records_rate_and_eta(tmp_path, monkeypatch):
+    events, _backtest, lines = _backtest_with_progress(tmp_path, monkeypatch)
     calls = len(events) // 0x4000 + 1  # every 16,384 records, and once at the end
     assert len(lines) == calls + 1, lines
     shown = [re.fullmatch(r"backtest: ([\d,]+) records read, ([\d,]+)/s, (\d+)%, ETA (\d+) s", line) for line in lines[:-1]]
@@ -360,19 +362,7 @@ def test_jobs_over_a_cut_gzip_fail_as_one_process_does(tmp_path):
 
 
 def test_jobs_show_progress_and_count_the_records_read(tmp_path, monkeypatch):
-    import streams.backtest as backtest_module
-    from streams.backtest import Backtest, FileSource, Progress
-
-    events, _ = fleet_trace(400, 50, seed=11, engine=LoopEngine(BASELINE), end=True)
-    path = write_lines(tmp_path / "fleet.jsonl", [encode_event(e) for e in events])
-    ticks = iter(range(0, 10**6, 10))
-    monkeypatch.setattr(backtest_module.time, "monotonic", lambda: float(next(ticks)))
-    out, source = io.StringIO(), FileSource([path])
-    progress = Progress(out, source.progress)
-    backtest = Backtest(LoopEngine(BASELINE), LoopEngine(CANDIDATE))
-    backtest.run(source.records(), keyed=False, progress=progress, jobs=2)
-    progress.done(backtest.records)
-    lines = out.getvalue().splitlines()
+    events, backtest, lines = _backtest_with_progress(tmp_path, monkeypatch, jobs=2)
     shown = [re.fullmatch(r"backtest: ([\d,]+) records read, ([\d,]+)/s, (\d+)%, ETA (\d+) s", line) for line in lines[:-1]]
     assert shown and all(shown), lines
     read = [int(m[1].replace(",", "")) for m in shown]

@@ -140,16 +140,7 @@ def test_backtest_jobs_count_a_bomb_line_once_as_one_process_does(tmp_path):
     line is counted once (it falls to one shard), as by one process."""
     events = [event_line(i, run=f"r{i % 4}") for i in range(12)]
     path = gzip_bomb(tmp_path / "bomb.jsonl.gz", events[:6], events[6:], BOMB_LINE_BYTES)
-    strict = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
-    reports = {}
-    for jobs in (1, 2):
-        source = FileSource([path])
-        backtest = Backtest(LoopEngine(ENABLED), LoopEngine(strict))
-        backtest.run(source.records(), keyed=False, jobs=jobs)
-        assert source.overlong == 1, jobs
-        assert dict(backtest.dead) == {"oversized": 1}, jobs
-        assert backtest.events == 12 and backtest.records == 13, jobs
-        reports[jobs] = backtest.report().data
+    reports = _reports_counting_one_overlong_line(path, (1, 2))
     assert reports[2] == reports[1]
 
 
@@ -159,15 +150,22 @@ def test_backtest_jobs_over_a_plain_file_count_an_overlong_line_once(tmp_path):
     events = [event_line(i, run=f"r{i % 4}") for i in range(12)]
     path = tmp_path / "long.jsonl"
     path.write_bytes(b"".join(events[:6]) + b"x" * (4 * MAX_LINE_BYTES) + b"\n" + b"".join(events[6:]))
+    assert not FileSource([path]).any_gzip()
+    reports = _reports_counting_one_overlong_line(path, (1, 2, 3))
+    assert reports[2] == reports[1] == reports[3]
+
+
+def _reports_counting_one_overlong_line(path, jobs_tried) -> dict:
+    """The backtest report of 12 events and one over-long line in ``path`` per number of jobs,
+    each run checked to count the line once, as one dead-letter-worthy record."""
     strict = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
     reports = {}
-    for jobs in (1, 2, 3):
+    for jobs in jobs_tried:
         source = FileSource([path])
-        assert not source.any_gzip()
         backtest = Backtest(LoopEngine(ENABLED), LoopEngine(strict))
         backtest.run(source.records(), keyed=False, jobs=jobs)
         assert source.overlong == 1, jobs
         assert dict(backtest.dead) == {"oversized": 1}, jobs
         assert backtest.events == 12 and backtest.records == 13, jobs
         reports[jobs] = backtest.report().data
-    assert reports[2] == reports[1] == reports[3]
+    return reports
