@@ -325,18 +325,24 @@ async def kill9(worker: Any) -> None:
 
 NOT_A_MEMBER = "no longer a member of the group's generation"
 """What a worker logs when it stops because its group membership is gone (docs/reliability.md)."""
+NO_BROKER = "cannot use the Kafka cluster"
+"""What a worker says when it exits at its start because no broker answers (the broker is
+still down when it is started again)."""
 
 
-async def supervise(case: FaultCase) -> None:
+async def supervise(case: FaultCase, backoff_s: float = 1.0) -> None:
     """What a supervisor (Kubernetes' restart policy) does, until cancelled: start again every
-    worker of the case that exited.  A worker exits by design when it finds it is no longer a
-    member of its group's generation, as every member does after a broker outage longer than the
-    session timeout; any other exit fails the case."""
+    worker of the case that exited, after ``backoff_s``.  A worker exits by design when it finds
+    it is no longer a member of its group's generation, as every member does after a broker
+    outage longer than the session timeout, and at its start when no broker answers yet; any
+    other exit fails the case."""
     while True:
         for label, worker in case.workers.items():
             if worker.proc is not None and not worker.running:
                 last_start = worker.log_text().rsplit("===== start #", 1)[-1]
-                assert NOT_A_MEMBER in last_start, f"worker {label} exited for another reason"
+                assert NOT_A_MEMBER in last_start or NO_BROKER in last_start, \
+                    f"worker {label} exited for another reason: {last_start[-600:]}"
+                await asyncio.sleep(backoff_s)
                 case.restarts += 1
                 worker.start()
         await asyncio.sleep(0.2)

@@ -7,7 +7,9 @@ workers': nothing they had fetched but not checkpointed is lost, and a worker ki
 same moment resumes from what was committed.  An outage longer than the session timeout ends
 every member's membership: each worker then finds it is no longer a member at its next
 checkpoint, writes nothing and exits, and the case restarts it as a supervisor would
-(``supervise``); the restarted worker restores its partitions from the changelog.
+(``supervise``; a worker started again while the broker is still down exits at once, "no broker
+answers", and is started again after a second); the restarted worker restores its partitions
+from the changelog.
 """
 
 from __future__ import annotations
