@@ -60,13 +60,15 @@ OPENHANDS_DETECTORS = (OPENHANDS_ACTION_OBSERVATION, OPENHANDS_ACTION_ERROR, OPE
 
 # Profile gemini-cli (Gemini CLI's LoopDetectionService, @google/gemini-cli-core; docs/peer-profiles.md).
 GEMINI_TOOL_CALL_LOOP = "gemini_tool_call_loop"
+GEMINI_LLM_LOOP = "gemini_llm_detected_loop"
+"""Gemini's ``LoopType.LLM_DETECTED_LOOP``: a judge's confidence at or above 0.9 (off by default: ``streams.judge``)."""
 """A cycle of 1 to 5 calls repeated 5 times: the first time the call is blocked with Gemini's
 feedback, the second time the run is aborted too."""
 
 WARNING_DETECTORS = (GENERIC_REPEAT, KNOWN_POLL_NO_PROGRESS, PING_PONG, ARGUMENT_CHURN, CYCLE, AGENT_RING)
 """Detectors that can warn under the warning-bucket rule.  (OpenHands' nudge, a warning of
 ``openhands_action_error``, is never bucketed.)"""
-ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT, *OPENHANDS_DETECTORS, GEMINI_TOOL_CALL_LOOP)
+ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT, *OPENHANDS_DETECTORS, GEMINI_TOOL_CALL_LOOP, GEMINI_LLM_LOOP)
 """Detectors of ``loop.run_aborted``."""
 
 # -- fleet incidents (``type`` on loop-incidents) ----------------------------------------------------

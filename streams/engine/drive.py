@@ -19,12 +19,13 @@ candidate config and ``loopwatch backtest`` compare configs by it.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 from schemas.events import ToolCallEvent
 from schemas.verdicts import Decision, Verdict
 
 from .engine import LoopEngine, Step, allow_decision
+from .peers import gemini_judged, gemini_llm_check_due
 from .state import RunState
 
 __all__ = ["ABORT", "BLOCK", "NONE", "RunDriver", "WARN", "outcome", "published", "shadow_answer"]
@@ -79,8 +80,10 @@ class RunDriver:
     event: read it before the run's next event is handled.
     """
 
-    def __init__(self, engine: LoopEngine) -> None:
+    def __init__(self, engine: LoopEngine, judge: Any = None) -> None:
         self.engine = engine
+        self.judge = judge
+        """A ``streams.judge.Judge`` for Gemini's LLM check, or None (the default: no check)."""
         self.states: dict[str, RunState] = {}
         """State key -> the run's state."""
 
@@ -89,11 +92,20 @@ class RunDriver:
         if key is None:
             key = self.engine.key_of(event)
         step = self.engine.handle(self.states.get(key), event, validated)  # (positional: see LoopEngine.handle)
+        if self.judge is not None and gemini_llm_check_due(step):
+            step = self._judged(step, event)
         if step.state is None:
             self.states.pop(key, None)
         else:
             self.states[key] = step.state
         return step
+
+    def _judged(self, step: Step, event: ToolCallEvent) -> Step:
+        from streams.judge import RunContext, checked_confidence  # (outside the engine package)
+
+        context = RunContext(run_id=step.state.run_id, session_key=event.session_key, agent_id=event.agent_id,
+                             turn=step.state.peer.gemini.turns)
+        return gemini_judged(step, checked_confidence(self.judge(context)))
 
     def steps(self, events: Iterable[ToolCallEvent], *, validated: bool = False) -> Iterator[tuple[ToolCallEvent, Step]]:
         """``(event, step)`` for each event, lazily."""

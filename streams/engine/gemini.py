@@ -10,14 +10,26 @@ does with a detection (feedback first, then the end of the turn) is ``streams.en
 
 from __future__ import annotations
 
+import math
+
 import msgspec
 
-__all__ = ["CYCLES", "REPEATS", "GeminiState", "tool_call_loop"]
+__all__ = [
+    "CYCLES", "LLM_CHECK_AFTER_TURNS", "LLM_CONFIDENCE_THRESHOLD", "REPEATS", "GeminiState", "llm_answer",
+    "llm_check_due", "tool_call_loop", "turn_started",
+]
 
 REPEATS = 5
 """``TOOL_CALL_LOOP_THRESHOLD``."""
 CYCLES = 5
 """The longest cycle looked for."""
+
+# Gemini's LLM check (``turnStarted`` / ``checkForLoopWithLLM`` / ``updateCheckInterval``).
+LLM_CHECK_AFTER_TURNS = 30
+DEFAULT_LLM_CHECK_INTERVAL = 10
+MIN_LLM_CHECK_INTERVAL = 5
+MAX_LLM_CHECK_INTERVAL = 15
+LLM_CONFIDENCE_THRESHOLD = 0.9
 
 
 class GeminiState(msgspec.Struct, array_like=True, gc=False):
@@ -25,6 +37,13 @@ class GeminiState(msgspec.Struct, array_like=True, gc=False):
     """The prompt's last 25 call keys, oldest first."""
     strikes: int = 0
     """Detections in this prompt (``detectedCount``): the first gets feedback, the second ends the turn."""
+    turns: int = 0
+    """``turnsInCurrentPrompt``: the prompt's requested calls (a loopwatch turn: docs/peer-profiles.md).
+    Bounded by ``int`` only; a prompt of 2**63 calls is not a concern."""
+    llm_interval: int = DEFAULT_LLM_CHECK_INTERVAL
+    """``llmCheckInterval``: 5 to 15."""
+    last_check_turn: int = 0
+    """``lastCheckTurn``: the turn of the prompt's last LLM check (0: none yet)."""
 
 
 def tool_call_loop(g: GeminiState, key: str) -> bool:
@@ -42,4 +61,32 @@ def tool_call_loop(g: GeminiState, key: str) -> bool:
         # a cycle of k repeated: every key equals the one k places later
         if calls[n - span : n - k] == calls[n - span + k : n]:
             return True
+    return False
+
+
+def turn_started(g: GeminiState) -> None:
+    """``turnStarted``'s cadence: counts the turn and, from the 30th, starts a check every
+    ``llm_interval`` turns (``llm_check_due`` is then true until the next turn).  The check
+    itself is a judge's, outside the engine (``streams.judge``); with none, nothing follows."""
+    g.turns += 1
+    if g.turns >= LLM_CHECK_AFTER_TURNS and g.turns - g.last_check_turn >= g.llm_interval:
+        g.last_check_turn = g.turns
+
+
+def llm_check_due(g: GeminiState) -> bool:
+    """Whether the turn just counted started an LLM check."""
+    return g.turns >= LLM_CHECK_AFTER_TURNS and g.last_check_turn == g.turns
+
+
+def llm_answer(g: GeminiState, confidence: float | None) -> bool:
+    """``checkForLoopWithLLM`` given the deciding model's confidence: a loop at 0.9 or more;
+    below, the interval becomes ``round(5 + 10 * (1 - confidence))`` (JavaScript's
+    ``Math.round``: halves up, not Python's to-even); None (the model gave no answer) changes
+    nothing."""
+    if confidence is None:
+        return False
+    if confidence >= LLM_CONFIDENCE_THRESHOLD:
+        return True
+    span = MAX_LLM_CHECK_INTERVAL - MIN_LLM_CHECK_INTERVAL
+    g.llm_interval = math.floor(MIN_LLM_CHECK_INTERVAL + span * (1 - confidence) + 0.5)
     return False

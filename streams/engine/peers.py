@@ -17,7 +17,7 @@ from typing import Any
 from schemas.config import GEMINI_CLI, OPENHANDS
 from schemas.events import AgentMessage, CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested, check_event
 from schemas.keys import normalize_run_id
-from schemas.names import CRITICAL, GEMINI_TOOL_CALL_LOOP, OPENHANDS_ACTION_ERROR, WARNING
+from schemas.names import CRITICAL, GEMINI_LLM_LOOP, GEMINI_TOOL_CALL_LOOP, OPENHANDS_ACTION_ERROR, WARNING
 from schemas.verdicts import Decision
 
 from . import gemini as gm
@@ -26,7 +26,7 @@ from .engine import Step, _decision, _end_run, _run_aborted, refused_after_abort
 from .peer_state import PeerState
 from .state import RunState
 
-__all__ = ["peer_engine_class"]
+__all__ = ["gemini_judged", "gemini_llm_check_due", "peer_engine_class"]
 
 _CLASSES: dict[type, type] = {}
 
@@ -182,29 +182,66 @@ def _gemini(state: RunState, event: Any, kind: type) -> Step:
         if event.source == "user":  # a new prompt id: LoopDetectionService.reset
             g.calls = []
             g.strikes = 0
+            g.turns = 0  # resetLlmCheckTracking
+            g.llm_interval = gm.DEFAULT_LLM_CHECK_INTERVAL
+            g.last_check_turn = 0
         return Step(state)
     if kind is not ToolCallRequested:
         return Step(state)
+    gm.turn_started(g)  # the LLM check's cadence only: a judge, if any, answers beside the engine
     key = event.call_key if type(event.call_key) is str else event.args_hash
     if not gm.tool_call_loop(g, key):
         return Step(state, event)
+    return _gemini_strike(state, g, event, GEMINI_TOOL_CALL_LOOP, (
+        f"Repeated tool call: {event.tool_name} with the same arguments."
+    ), "the same tool calls repeated after its feedback")
+
+
+def _gemini_strike(state: RunState, g: gm.GeminiState, event: Any, detector: str, detail: str, again: str) -> Step:
+    """A detection in the prompt: the first blocks the call with Gemini's feedback, the second
+    blocks it and ends the run."""
     g.strikes += 1
     if g.strikes == 1:
         message = (
-            f"System: Potential loop detected. Details: Repeated tool call: {event.tool_name} with the same "
-            "arguments. Please take a step back and confirm you're making forward progress. If not, take a step "
-            "back, analyze your previous actions and rethink how you're approaching the problem. Avoid repeating "
-            "the same tool calls or responses without new results."
+            f"System: Potential loop detected. Details: {detail} Please take a step back and confirm you're making "
+            "forward progress. If not, take a step back, analyze your previous actions and rethink how you're "
+            "approaching the problem. Avoid repeating the same tool calls or responses without new results."
         )
-        decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=GEMINI_TOOL_CALL_LOOP,
+        decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=detector,
                              count=1, message=message)
         return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True)
-    _end_run(state, GEMINI_TOOL_CALL_LOOP)
-    message = "CRITICAL: Gemini CLI's loop detection ended this turn: the same tool calls repeated after its feedback."
-    decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=GEMINI_TOOL_CALL_LOOP,
+    _end_run(state, detector)
+    message = f"CRITICAL: Gemini CLI's loop detection ended this turn: {again}."
+    decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=detector,
                          count=g.strikes, message=message)
-    abort = _run_aborted(event, GEMINI_TOOL_CALL_LOOP, g.strikes, event.tool_name, message)
+    abort = _run_aborted(event, detector, g.strikes, event.tool_name, message)
     return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True, abort=abort)
+
+
+def gemini_llm_check_due(step: Step) -> bool:
+    """Whether Gemini's LLM check is due at this step (a requested call of an agent under
+    ``gemini-cli`` whose turn started one) and nothing else already answered the call: the
+    caller then asks its judge, if it has one (``streams.judge``), and hands the answer to
+    ``gemini_judged``."""
+    state = step.state
+    if state is None or step.request is None or step.vetoed or step.abort is not None or state.aborted is not None:
+        return False
+    peer = state.peer
+    g = peer.gemini if peer is not None else None
+    return g is not None and gm.llm_check_due(g)
+
+
+def gemini_judged(step: Step, confidence: float | None) -> Step:
+    """The step once the judge answered its due check (``gemini_llm_check_due``): a loop at
+    confidence 0.9 or more, handled like the tool-call loop (the prompt's first detection blocks
+    the call with feedback, its second ends the run); below, the next check's interval."""
+    state = step.state
+    g = state.peer.gemini
+    if not gm.llm_answer(g, confidence):
+        return step
+    event = step.request
+    # Gemini's feedback quotes the model's analysis, which the judge keeps: its fallback text
+    return _gemini_strike(state, g, event, GEMINI_LLM_LOOP, "Repetitive patterns identified.", "a judge model found the conversation still unproductive after its feedback")
 
 
 _RULES = {OPENHANDS: _openhands, GEMINI_CLI: _gemini}
