@@ -27,13 +27,21 @@ pytestmark = pytest.mark.kafka
 async def _consumer_after_a_dropped_fetch(broker: str, topic: str, group: str, committed: dict[int, int]):
     """A group consumer of both partitions of ``topic`` that fetched their records (and
     dropped them, as the fetch loop does), with ``committed`` committed before."""
+    tps = [TopicPartition(topic, p) for p in (0, 1)]
+    if committed:
+        # Committed by a consumer of its own first: the reading consumer looks its positions up
+        # as soon as it is assigned, before a commit of its own could be in place.
+        committer = AIOKafkaConsumer(bootstrap_servers=broker, group_id=group, enable_auto_commit=False)
+        await committer.start()
+        try:
+            committer.assign(tps)
+            await committer.commit({TopicPartition(topic, p): o for p, o in committed.items()})
+        finally:
+            await committer.stop()
     consumer = AIOKafkaConsumer(bootstrap_servers=broker, group_id=group, enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
-    tps = [TopicPartition(topic, p) for p in (0, 1)]
     consumer.assign(tps)
-    if committed:
-        await consumer.commit({TopicPartition(topic, p): o for p, o in committed.items()})
     fetched: dict = {}
     while sum(len(v) for v in fetched.values()) < 20 - sum(committed.values()):
         for tp, records in (await consumer.getmany(timeout_ms=1000)).items():
