@@ -108,6 +108,11 @@ CONFIG_HEADER = "loopwatch.config"
 CONFIG_SHA256_HEADER = "loopwatch.config_sha256"
 """The shadow topic's record headers: the config (``CONFIGS``) and the first 16 hex digits of the
 SHA-256 of its file's content (``defaults`` without a file)."""
+WORKER_HEADER = "loopwatch.worker"
+GENERATION_HEADER = "loopwatch.generation"
+"""Every verdict record's headers: the worker that published it (its ``group.instance.id``) and
+the consumer group generation it was decided in.  A verdict id published twice (a redelivery
+after a crash or a rebalance) can be traced to its publishers; runners need not read them."""
 OUTCOMES = ("none", "warn", "block", "abort")
 """A run's outcome under one config, weakest first: the strongest verdict it got (a published
 warning, a block, an abort).  ``streams.engine.drive.outcome`` ranks a step by this tuple."""

@@ -183,7 +183,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
         verdicts_topic=settings.verdicts_topic, dead_letter_topic=settings.dead_letter_topic,
         partitions=settings.partitions, shared_producer=producers.shared, new_producer=producers.new,
         sessions_topic=processor.sessions_topic, fleet_topic=None if fleet is None else fleet.topic.get_topic_name(),
-        shadow_topic=settings.shadow_verdicts_topic, metrics=metrics,
+        shadow_topic=settings.shadow_verdicts_topic, metrics=metrics, worker_id=settings.group_instance_id,
     )
     checkpoints = Checkpointer(processor, store, output, checkpoint_s=settings.checkpoint_s,
                                spawn=app.add_future, group=group)

@@ -223,7 +223,7 @@ class Checkpointer:
                     pending += await self.output.send_forwards(result.forwards)
                 if result.verdicts:
                     processor.observe_latency(result.verdicts)
-                    pending += await self.output.send_verdicts(result.verdicts)
+                    pending += await self.output.send_verdicts(result.verdicts, epoch[0])
                 if result.fleet:
                     pending += await self.output.send_fleet(result.fleet)
                 for letter in result.dead_letters:

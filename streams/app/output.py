@@ -33,7 +33,7 @@ import logging
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-from schemas.names import CONFIG_HEADER, CONFIG_SHA256_HEADER
+from schemas.names import CONFIG_HEADER, CONFIG_SHA256_HEADER, GENERATION_HEADER, WORKER_HEADER
 
 from .logs import FailureLog
 
@@ -171,8 +171,12 @@ class Output:
         fleet_topic: str | None = None,
         shadow_topic: str = "loop-verdicts-shadow",
         metrics: Any = None,
+        worker_id: str = "",
     ) -> None:
         self.verdicts_topic = verdicts_topic
+        self._worker_header = (WORKER_HEADER, worker_id.encode())
+        self._provenance: tuple[int, list[tuple[str, bytes]]] = (-1, _NO_HEADERS)
+        """The verdict headers of the last generation seen (``provenance``)."""
         self.dead_letter_topic = dead_letter_topic
         self.sessions_topic = sessions_topic
         """Under session scope, the repartition topic (``<app id>-sessions``)."""
@@ -217,16 +221,28 @@ class Output:
                             topic, n, self.partitions, n)
         return n
 
-    async def send_verdicts(self, verdicts: list[VerdictOut]) -> list[asyncio.Future]:
-        """Queue verdicts, one record batch per partition; returns their delivery futures."""
+    def provenance(self, generation: int) -> list[tuple[str, bytes]]:
+        """The headers of verdicts decided in ``generation``: which worker, in which group
+        generation.  Two copies of one verdict id with different contents can then be told
+        apart by who published them (a consumer deduplicating by id keeps either)."""
+        cached_generation, headers = self._provenance
+        if cached_generation != generation:
+            headers = [self._worker_header, (GENERATION_HEADER, str(generation).encode())]
+            self._provenance = (generation, headers)
+        return headers
+
+    async def send_verdicts(self, verdicts: list[VerdictOut], generation: int = -1) -> list[asyncio.Future]:
+        """Queue verdicts decided in group ``generation``, one record batch per partition, each
+        record with the ``provenance`` headers; returns their delivery futures."""
         n_partitions = await self._partition_count(self.verdicts_topic)
         producer = await self.start()
+        headers = self.provenance(generation)
         by_partition: dict[int, list[tuple[bytes, bytes]]] = defaultdict(list)
         for out in verdicts:
             by_partition[out.partition % n_partitions].append((out.key, out.value))
         futures = []
         for partition, items in by_partition.items():
-            for future, _n in await send_records(producer, self.verdicts_topic, partition, items):
+            for future, _n in await send_records(producer, self.verdicts_topic, partition, items, headers):
                 futures.append(future)
         return futures
 

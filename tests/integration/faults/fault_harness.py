@@ -51,6 +51,7 @@ from harness import (
     write_config,
 )
 from schemas import decode_verdict
+from schemas.names import GENERATION_HEADER, WORKER_HEADER
 from streams.scenarios import fleet_trace
 
 __all__ = [
@@ -122,6 +123,9 @@ class Comparison:
     partitions: dict[str, dict[int, int]] = field(default_factory=dict)
     """Per kind of fault (lost, differing, conflicting): how many on each partition (the run's
     record partition): a fault of one worker shows on its partitions."""
+    publishers: dict[str, int] = field(default_factory=dict)
+    """The copies of conflicting ids by publisher (``loopwatch.worker`` and
+    ``loopwatch.generation`` headers) and whether each is the reference's content."""
 
     @classmethod
     def of(cls, topic: str, records: list, expected: list) -> "Comparison":
@@ -129,15 +133,23 @@ class Comparison:
         got: dict[str, Any] = {}
         partition_of: dict[str, int] = {}
         conflicting: set[str] = set()
+        copies: dict[str, list] = {}
         duplicates = 0
         for record in records:
             verdict = decode_verdict(record.value)
+            copies.setdefault(verdict.verdict_id, []).append((verdict, record))
             partition_of.setdefault(verdict.run_id or "", record.partition)
             seen = got.setdefault(verdict.verdict_id, verdict)
             if seen is not verdict:
                 duplicates += 1
                 if seen != verdict:
                     conflicting.add(verdict.verdict_id)
+        publishers: dict[str, int] = {}
+        for i in conflicting:
+            for verdict, record in copies[i]:
+                who = (f"{header(record, WORKER_HEADER)}@{header(record, GENERATION_HEADER)} "
+                       f"{'reference' if want.get(i) == verdict else 'other'}")
+                publishers[who] = publishers.get(who, 0) + 1
         lost = sorted(set(want) - set(got))
         differing = sorted(i for i, v in got.items() if i in want and want[i] != v)
 
@@ -150,7 +162,7 @@ class Comparison:
 
         return cls(
             topic, len(want), len(records), lost=lost, differing=differing, conflicting=sorted(conflicting),
-            unexpected=sorted(set(got) - set(want)), duplicates=duplicates,
+            unexpected=sorted(set(got) - set(want)), duplicates=duplicates, publishers=publishers,
             partitions={"lost": by_partition(lost), "differing": by_partition(differing),
                         "conflicting": by_partition(sorted(conflicting))},
         )
@@ -163,7 +175,8 @@ class Comparison:
         return (f"{self.topic}: {self.expected} expected, {self.records} records, lost {len(self.lost)}, "
                 f"differing {len(self.differing)}, duplicated with other content {len(self.conflicting)}, "
                 f"unexpected {len(self.unexpected)}, duplicates {self.duplicates}"
-                + ("" if self.exact else f"; by partition {self.partitions}"))
+                + ("" if self.exact else f"; by partition {self.partitions}")
+                + (f"; conflicting copies by publisher {self.publishers}" if self.publishers else ""))
 
     def assert_exact(self) -> None:
         assert self.exact, self.summary() + f"; e.g. lost {self.lost[:5]}, differing {self.differing[:5]}"
