@@ -1,5 +1,7 @@
 """Idle expiry: runs without events for ``LOOPWATCH_IDLE_TIMEOUT_S`` are deleted.
 
+Ended runs' markers (``run_store.pack_ended``) go at the same age, not counted as runs.
+
 A periodic scan of the active partitions' RocksDB rather than Faust's windowed-table expiry:
 windows would cut one run's state into time buckets, while a run's history must live as long
 as the run.  The scan reads only each envelope's header (when this worker last wrote the
@@ -18,7 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from .logs import FailureLog
-from .run_store import idle_since_ms
+from .run_store import idle_since_ms, is_ended
 
 if TYPE_CHECKING:
     from .live_runs import LiveRuns
@@ -121,9 +123,12 @@ class Expiry:
             expire = not self.has_backlog(partition)
             candidates: list[bytes] = []
             seen = 0
+            markers = 0
             for key, value in store.items(db):
                 seen += 1
                 try:
+                    if is_ended(value):
+                        markers += 1  # an ended run's marker (run_store.pack_ended): not a run
                     if expire and idle_since_ms(value) < cutoff:
                         candidates.append(key)
                 except Exception:  # noqa: BLE001 - unreadable: leave it to the processor
@@ -132,7 +137,7 @@ class Expiry:
                     await asyncio.sleep(0)
                     if group.generation != generation or store.partition_db(partition) is not db:
                         return deleted  # rebalanced meanwhile: try again next time
-            expired = 0
+            expired = swept_markers = 0
             if candidates:
                 async with self.write_lock:
                     if group.generation != generation or store.partition_db(partition) is not db:
@@ -145,14 +150,16 @@ class Expiry:
                         value = db.get(key)
                         if value is not None and idle_since_ms(value) < cutoff:
                             doomed.append(((partition, key), None))
+                            swept_markers += is_ended(value)
                     if doomed:
                         await store.write(doomed)
                         for (p, key), _ in doomed:
                             self.runs.forget(p, key)
-                    expired = len(doomed)
+                    expired = len(doomed) - swept_markers
             deleted += expired
-            total += seen - expired
+            total += seen - markers - expired
         store.runs_tracked = total
         if deleted:
             log.info("expired %d idle runs (idle > %ss)", deleted, self.idle_timeout_s)
+        # (the markers of ended runs go at the same age, silently: they are not runs)
         return deleted

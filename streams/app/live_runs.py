@@ -17,7 +17,8 @@ from typing import Any, Callable
 from streams.engine import RunState, copy_state, decode_state
 
 from .run_store import (
-    COMPARED_FROM_START, MAX_STATE_BYTES, candidate_section, owner_of, pack_within_limit, parse_header, source_stamps,
+    COMPARED_FROM_START, MAX_STATE_BYTES, candidate_section, owner_of, pack_ended, pack_within_limit, parse_header,
+    source_stamps,
 )
 
 __all__ = ["Checkpoint", "LiveRun", "LiveRuns"]
@@ -39,7 +40,7 @@ class Checkpoint:
 class LiveRun:
     """A run touched since the last checkpoint: the authoritative copy until it is written."""
 
-    __slots__ = ("base", "state", "offset", "applied", "seen", "owner", "candidate", "compared", "sources")
+    __slots__ = ("base", "state", "offset", "applied", "seen", "owner", "candidate", "compared", "sources", "ended")
 
     def __init__(
         self, base: bytes | RunState | None, state: RunState | None, offset: int, seen: bytes = b"",
@@ -66,6 +67,9 @@ class LiveRun:
         self.sources = dict(sources) if sources else None
         """Under session scope: ``tool-calls`` partition -> offset of the last record forwarded
         from it and applied (``run_store.Envelope.sources``); None: none yet."""
+        self.ended = False
+        """The run ended (``run.ended``; or its marker was read): with no state, it is stored as
+        its marker (``run_store.pack_ended``), so a redelivery of its events is skipped."""
 
 
 class LiveRuns:
@@ -173,6 +177,12 @@ class LiveRuns:
 
     def _emit(self, pk: tuple[int, bytes], live: LiveRun) -> bytes | None:
         out = self._out
+        if live.state is None and live.ended:
+            out.writes[pk] = pack_ended(live.offset, self._now_ms, live.sources)
+            if live.base is not None:
+                out.deleted += 1  # a state replaced by the marker: one run fewer tracked
+            self._cache.pop(pk, None)
+            return None
         value = None if live.state is None else self._pack(pk, live)
         if value is None:
             if live.base is not None:
@@ -229,8 +239,10 @@ class LiveRuns:
                 self._cache.pop(pk, None)
                 if live.state is None:
                     del frozen[pk]
-                    self._emit(pk, live)  # a deletion: nothing to encode
-                    return LiveRun(None, None, live.offset)
+                    self._emit(pk, live)  # a deletion or a marker: nothing to encode
+                    again = LiveRun(None, None, live.offset, sources=live.sources)
+                    again.ended = live.ended
+                    return again
                 snapshot = copy_state(live.state)
                 candidate = live.candidate
                 frozen[pk] = LiveRun(live.base, snapshot, live.offset, live.seen, live.owner,
@@ -252,6 +264,10 @@ class LiveRuns:
             log.error("unreadable state for %r on partition %d (%r): starting the run afresh", key, partition, exc)
             self.count_error("state_decode")
             return LiveRun(None, None, -1)
+        if state_at == len(stored):  # an ended run's marker: its stamps, no state
+            marker = LiveRun(None, None, offset, sources=source_stamps(stored))
+            marker.ended = True
+            return marker
         if cached is not None and cached[0] == offset and cached[1] == touched_ms:
             # The objects this worker wrote: no decode.
             return LiveRun(stored, cached[2], offset, cached[3], cached[4], cached[5], cached[6], cached[7])

@@ -188,6 +188,8 @@ class Output:
         """The shadow topic's partition count once known (``find_shadow_topic``); until then
         shadow verdicts are lost (counted)."""
         self._shadow_failures = FailureLog(log, f"publishing shadow verdicts to {shadow_topic}")
+        self._shadow_lookup: asyncio.Future | None = None
+        """The shadow topic's lookup under way, if any (``find_shadow_topic``)."""
         self.partitions = partitions
         self._shared = shared_producer
         self._new = new_producer
@@ -261,9 +263,18 @@ class Output:
     async def find_shadow_topic(self, timeout: float = 10.0) -> bool:
         """Look the shadow topic up (its partition count), at most ``timeout`` seconds; True once
         it is known.  Called where waiting harms no decision: at start and after a config
-        reload, never by a batch."""
+        reload, never by a batch.  Shadow verdicts queued before the first lookup ended wait for
+        it in the background (``_send_shadow``): the first batches of a worker that has just
+        started (its partitions can come before its start-up task looks the topic up) lose
+        none of them."""
         if self.shadow_partitions is not None:
             return True
+        lookup = self._shadow_lookup
+        if lookup is None or lookup.done():
+            lookup = self._shadow_lookup = asyncio.ensure_future(self._look_up_shadow_topic(timeout))
+        return await asyncio.shield(lookup)
+
+    async def _look_up_shadow_topic(self, timeout: float) -> bool:
         try:
             partitions = await asyncio.wait_for(self._shared().partitions_for(self.shadow_topic), timeout)
         except Exception as exc:  # noqa: BLE001 - missing, not allowed, no broker: shadow verdicts wait
@@ -281,9 +292,14 @@ class Output:
         return asyncio.ensure_future(self._send_shadow(verdicts, config, sha256))
 
     async def _send_shadow(self, verdicts: list[VerdictOut], config: str, sha256: str) -> None:
-        n_partitions = self.shadow_partitions
         lost = len(verdicts)
         try:
+            lookup = self._shadow_lookup
+            if self.shadow_partitions is None and (lookup is None or not lookup.done()):
+                # the worker's first lookup (at start) is not over, or has not begun: wait for it
+                # here, off the batch; after a failed one, fail fast until the next (poll_files)
+                await self.find_shadow_topic()
+            n_partitions = self.shadow_partitions
             if n_partitions is None:
                 raise RuntimeError(f"topic {self.shadow_topic} not found (create it: README, Changing thresholds safely)")
             headers = [(CONFIG_HEADER, config.encode()), (CONFIG_SHA256_HEADER, sha256.encode())]

@@ -484,6 +484,7 @@ class BatchProcessor:
             if state is None:
                 seen.clear()  # the run ended: its ids and its owner go with its state
                 live.owner = None
+                live.ended = True  # stored as its marker (run_store.pack_ended)
             else:
                 seen += digest
                 if len(seen) > SEEN_BYTES:

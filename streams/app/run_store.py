@@ -60,6 +60,17 @@ carry no source (forwarded by an earlier release, ``streams.app.processor``).
 (Still read: version 2, the same as 3 without bytes 19-20 and the owner; version 1, with the
 run's last event time at bytes 17-24 and no digests.)
 
+**An ended run** (``run.ended``) is stored as its marker (``pack_ended``): the envelope's header
+with its offset stamp (and, under session scope, its source stamps), no digests, no owner and
+no state (version 3: 21 bytes; version 5: 27 + 12 per source).  A redelivery of the run's
+events after a crash or a rebalance (the changelog can be ahead of the committed offsets: a
+checkpoint's changelog records are accepted before its offsets are committed) is then skipped
+by the stamp, as for a live run; deleting the state instead let a redelivery start the run
+again from an empty history in mid-run, with verdicts under the same ids and other content
+(issue 26).  A later event of the same run id starts a new run, as before.  The idle sweep
+deletes markers like idle runs; ``loopwatch_runs_tracked`` does not count them.  (A worker of
+an earlier release reads a marker as an undecodable state and starts the run afresh.)
+
 * The source offset makes re-delivery idempotent: an event whose offset is not newer than
   its run's stamp is already in the state (``streams.app.processor``).  The source stamps of
   version 5 do the same for records forwarded by session, whatever the repartition topic's
@@ -112,6 +123,8 @@ __all__ = [
     "compared_outcomes",
     "event_digest",
     "idle_since_ms",
+    "is_ended",
+    "pack_ended",
     "pack_state",
     "pack_within_limit",
     "source_stamps",
@@ -189,13 +202,15 @@ class Envelope:
 
 
 def pack_state(
-    state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray = b"", owner: str | None = None,
+    state: RunState | None, offset: int, touched_ms: int, seen: bytes | bytearray = b"", owner: str | None = None,
     candidate: RunState | None = None, compared: int | None = None, sources: dict[int, int] | None = None,
 ) -> bytes:
     """The envelope: version 3, or version 4 with a candidate section when ``compared`` is
     not None (``candidate``: the candidate's state, None when it has none), or version 5 when
-    there are source stamps (``sources``, with or without a candidate section)."""
+    there are source stamps (``sources``, with or without a candidate section).  ``state``
+    None: an ended run's marker (``pack_ended``)."""
     who = owner.encode("utf-8", "surrogatepass") if owner else b""
+    encoded = b"" if state is None else encode_state(state)
     if compared is None:
         section = b""
     else:
@@ -207,17 +222,30 @@ def pack_state(
         return (
             _HEADER_V5.pack(SOURCES_ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who),
                             len(section), len(sources))
-            + section + stamps + seen + who + encode_state(state)
+            + section + stamps + seen + who + encoded
         )
     if compared is None:
         return (
             _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who))
-            + seen + who + encode_state(state)
+            + seen + who + encoded
         )
     return (
         _HEADER_V4.pack(CANDIDATE_ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who), len(section))
-        + section + seen + who + encode_state(state)
+        + section + seen + who + encoded
     )
+
+
+def pack_ended(offset: int, touched_ms: int, sources: dict[int, int] | None = None) -> bytes:
+    """An ended run's marker (module docstring): its offset stamp, and its source stamps under
+    session scope; no state."""
+    if sources:
+        return pack_state(None, offset, touched_ms, sources=sources)
+    return _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, 0, 0)
+
+
+def is_ended(value: bytes) -> bool:
+    """Whether a stored envelope is an ended run's marker (``pack_ended``)."""
+    return parse_header(value)[4] == len(value)
 
 
 def pack_within_limit(
@@ -328,7 +356,7 @@ def unpack_state(value: bytes) -> Envelope:
         compared, encoded = section
         candidate = decode_state(encoded) if encoded else None
     return Envelope(
-        offset, touched_ms, bytes(value[seen_at:owner_at]), decode_state(value[state_at:]),
+        offset, touched_ms, bytes(value[seen_at:owner_at]), decode_state(value[state_at:]) if state_at < len(value) else None,
         owner_of(value, owner_at, state_at), candidate, compared, source_stamps(value),
     )
 

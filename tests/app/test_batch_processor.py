@@ -13,7 +13,7 @@ from schemas import MAX_EVENT_BYTES, decode_verdict, encode_event
 from streams.app.metrics import Metrics
 from streams.app.processor import BatchProcessor
 from streams.app.records import Record
-from streams.app.run_store import HEADER_SIZE, idle_since_ms, pack_state, unpack_header, unpack_state
+from streams.app.run_store import HEADER_SIZE, Envelope, idle_since_ms, is_ended, pack_state, unpack_header, unpack_state
 from schemas.events import MAX_SAFE_INT
 from schemas.keys import record_key
 from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
@@ -170,7 +170,7 @@ def test_replay_after_a_lost_checkpoint_gives_the_same_verdict_ids_and_content()
     assert [v.value for v in replay.verdicts] == [v.value for v in lost.verdicts]
 
 
-def test_run_ended_deletes_the_state():
+def test_run_ended_keeps_only_its_marker():
     events = repeat_run(3) + [run_ended_event("end", run_id="r1", session_key="s")]
     p = BatchProcessor(engine())
     store = Store()
@@ -179,14 +179,35 @@ def test_run_ended_deletes_the_state():
     assert (0, b"run:r1") in store
     p.process(records(events[6:], start=6), store.read)
     cp = p.runs.checkpoint()
-    assert cp.writes == {(0, b"run:r1"): None} and cp.deleted == 1
-    store.apply(cp)
-    assert store == {}
-    # a run that starts and ends between two checkpoints never writes
+    # the state gives way to the 21-byte marker: version 3, the run.ended's offset (6), the
+    # write time, no digests, no owner, no state
+    marker = cp.writes[(0, b"run:r1")]
+    assert len(marker) == HEADER_SIZE and marker[0] == 3 and unpack_header(marker)[0] == 6, marker
+    assert is_ended(marker) and unpack_state(marker).state is None
+    assert list(cp.writes) == [(0, b"run:r1")] and cp.deleted == 1 and cp.created == 0
+    # a run that starts and ends between two checkpoints writes its marker and counts no run
     q = BatchProcessor(engine())
     q.process(records(events), Store().read)
     cp = q.runs.checkpoint()
-    assert cp.writes == {} and cp.created == 0 and cp.deleted == 0
+    assert [unpack_header(v)[0] for v in cp.writes.values()] == [6] and cp.created == 0 and cp.deleted == 0
+
+
+def test_an_ended_run_redelivered_from_before_its_end_publishes_nothing_again():
+    """The changelog ahead of the committed offsets (issue 26: a checkpoint's changelog records
+    were accepted, its commit was not): the ended run's events come again from offset 2.  With
+    the state deleted they were applied to an empty history and published under the same ids
+    with other content (a 'read' repeated at count 1 instead of 2 and 3); the marker skips them."""
+    events = repeat_run(3) + [run_ended_event("end", run_id="r1", session_key="s")]
+    recs = records(events)
+    p = BatchProcessor(engine())
+    store = Store()
+    first = p.process(recs, store.read)
+    store.apply(p.runs.checkpoint())
+    again = BatchProcessor(engine()).process(recs[2:], store.read)  # another worker, same store
+    assert first.verdicts and again.verdicts == [] and again.skipped == 5
+    # the run id used again after its end (a later offset) starts a new run
+    later = BatchProcessor(engine()).process(records(repeat_run(1), start=7), store.read)
+    assert [decode_verdict(v.value).action for v in later.verdicts] == ["allow"]
 
 
 def test_runs_are_grouped_per_partition():
@@ -442,7 +463,8 @@ def test_a_batch_copies_a_run_of_the_checkpoint_in_progress_instead_of_encoding_
     store.apply(cp)
     p.runs.checkpoint_written()
     cp = p.runs.checkpoint()
-    assert cp.writes[(0, b"run:r2")] is None and cp.deleted == 1 and cp.created == 0
+    ended = cp.writes[(0, b"run:r2")]  # its marker, at the run.ended's offset
+    assert is_ended(ended) and unpack_header(ended)[0] == 26 and cp.deleted == 1 and cp.created == 0
     assert unpack_state(cp.writes[(0, b"run:r1")]).offset == 13
     assert len(unpack_state(cp.writes[(0, b"run:r1")]).state) == 7
 
@@ -603,7 +625,11 @@ def test_an_ended_run_forgets_its_ids_with_its_state():
     store = Store()
     p.process(records(events), store.read)
     store.apply(p.runs.checkpoint())
-    assert store == {}
+    [marker] = store.values()  # the marker keeps the offset stamp only: no ids, no owner
+    assert unpack_state(marker) == Envelope(offset=4, touched_ms=unpack_header(marker)[1], seen=b"", state=None)
+    # the same event id at a later offset (a runner's retry) is a new run's event again
+    retry = p.process(records(events[:1], start=5), store.read)
+    assert retry.duplicates == 0 and retry.events == 1
 
 
 # -- event time: the worker's clock decides ------------------------------------------------------

@@ -2,6 +2,7 @@
 producers (no broker needed: nothing is started)."""
 
 import asyncio
+import time
 import gc
 
 import faust.stores
@@ -330,6 +331,29 @@ def test_the_sweep_expires_idle_runs_except_on_partitions_with_a_backlog(worker,
     assert store.read(1, b"run:1") is not None  # events may wait for it: not expired
     assert store.read(0, b"run:0") is None and store.read(2, b"run:2") is None
     assert store.runs_tracked == 1
+
+
+def test_the_sweep_deletes_old_markers_of_ended_runs_without_counting_them_as_runs(worker, app, monkeypatch):
+    from faust.types import TP
+
+    from streams.app.run_store import pack_ended, pack_state
+    from streams.engine import RunState
+
+    wired(worker)
+    store, expiry = worker.store, worker.expiry
+    loop = asyncio.get_event_loop()
+    now_ms = int(time.time() * 1000)
+    long_ago = 1_000
+    writes = [((0, b"run:old-end"), pack_ended(7, long_ago)), ((0, b"run:new-end"), pack_ended(8, now_ms)),
+              ((0, b"run:live"), pack_state(RunState(run_id="live"), 9, now_ms))]
+    loop.run_until_complete(store.write(writes))
+    monkeypatch.setattr(expiry, "ready", lambda: True)
+    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: {TP(store.changelog_topic, 0)})
+    monkeypatch.setattr(expiry, "has_backlog", lambda partition: False)
+    assert loop.run_until_complete(expiry.sweep()) == 0  # no run expired: one marker swept
+    assert store.read(0, b"run:old-end") is None
+    assert store.read(0, b"run:new-end") is not None and store.read(0, b"run:live") is not None
+    assert store.runs_tracked == 1  # the live run; a marker is not a run
 
 
 def test_a_partition_has_a_backlog_while_more_than_a_batch_is_unprocessed(worker, app, monkeypatch):

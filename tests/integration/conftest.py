@@ -126,7 +126,9 @@ def lw(kafka_broker, request):
         if failed:
             print(f"\nworker logs kept in {tmp / 'logs'}\n{state.dump_logs()}")
         state.delete_topics()
-        if not failed:
+        if os.environ.get("LOOPWATCH_TEST_KEEP_LOGS"):
+            print(f"\nworker logs kept in {tmp / 'logs'} (LOOPWATCH_TEST_KEEP_LOGS)")
+        elif not failed:
             shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -46,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
+import msgspec
+
 from harness import (
     collect, committed_offsets, encode_all, end_offsets, header, produce, reference_verdicts, signal_group,
     write_config,
@@ -56,7 +58,7 @@ from streams.scenarios import fleet_trace
 
 __all__ = [
     "AFTER_CHECKPOINT", "BEFORE_CHECKPOINT", "Comparison", "FaultCase", "Point", "Workload",
-    "crash_workload", "kill9", "pause", "supervise",
+    "Supervisor", "crash_workload", "kill9", "pause", "supervise",
 ]
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
@@ -126,6 +128,8 @@ class Comparison:
     publishers: dict[str, int] = field(default_factory=dict)
     """The copies of conflicting ids by publisher (``loopwatch.worker`` and
     ``loopwatch.generation`` headers) and whether each is the reference's content."""
+    examples: list = field(default_factory=list)
+    """A few conflicting ids' copies (publisher, generation, partition, offset, verdict) and the reference."""
 
     @classmethod
     def of(cls, topic: str, records: list, expected: list) -> "Comparison":
@@ -145,6 +149,11 @@ class Comparison:
                 if seen != verdict:
                     conflicting.add(verdict.verdict_id)
         publishers: dict[str, int] = {}
+        examples = []
+        for i in sorted(conflicting)[:3]:
+            examples.append([(header(record, WORKER_HEADER), header(record, GENERATION_HEADER), record.partition,
+                              record.offset, msgspec.to_builtins(verdict)) for verdict, record in copies[i]]
+                            + [("reference", msgspec.to_builtins(want.get(i)))])
         for i in conflicting:
             for verdict, record in copies[i]:
                 who = (f"{header(record, WORKER_HEADER)}@{header(record, GENERATION_HEADER)} "
@@ -162,7 +171,7 @@ class Comparison:
 
         return cls(
             topic, len(want), len(records), lost=lost, differing=differing, conflicting=sorted(conflicting),
-            unexpected=sorted(set(got) - set(want)), duplicates=duplicates, publishers=publishers,
+            unexpected=sorted(set(got) - set(want)), duplicates=duplicates, publishers=publishers, examples=examples,
             partitions={"lost": by_partition(lost), "differing": by_partition(differing),
                         "conflicting": by_partition(sorted(conflicting))},
         )
@@ -176,7 +185,8 @@ class Comparison:
                 f"differing {len(self.differing)}, duplicated with other content {len(self.conflicting)}, "
                 f"unexpected {len(self.unexpected)}, duplicates {self.duplicates}"
                 + ("" if self.exact else f"; by partition {self.partitions}")
-                + (f"; conflicting copies by publisher {self.publishers}" if self.publishers else ""))
+                + (f"; conflicting copies by publisher {self.publishers}" if self.publishers else "")
+                + "".join(f"\n  e.g. {example}" for example in self.examples))
 
     def assert_exact(self) -> None:
         assert self.exact, self.summary() + f"; e.g. lost {self.lost[:5]}, differing {self.differing[:5]}"
@@ -359,3 +369,29 @@ async def supervise(case: FaultCase, backoff_s: float = 1.0) -> None:
                 case.restarts += 1
                 worker.start()
         await asyncio.sleep(0.2)
+
+
+class Supervisor:
+    """``supervise`` as a context: ``start()`` begins it (at once, or after a fault); leaving
+    the context stops it and raises what made it fail (a worker that exited for another reason),
+    which would otherwise show only as offsets that never reach the end."""
+
+    def __init__(self, case: FaultCase) -> None:
+        self.case = case
+        self.task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self.task = asyncio.create_task(supervise(self.case))
+
+    async def __aenter__(self) -> "Supervisor":
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        task = self.task
+        if task is None:
+            return
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            raise task.exception()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from fault_harness import (
-    AFTER_CHECKPOINT, BEFORE_CHECKPOINT, BEFORE_CHECKPOINT_ENV, FaultCase, crash_workload, kill9, supervise,
+    AFTER_CHECKPOINT, BEFORE_CHECKPOINT, BEFORE_CHECKPOINT_ENV, FaultCase, Supervisor, crash_workload, kill9,
 )
 from harness import REPO, free_port
 
@@ -90,8 +90,8 @@ async def test_the_broker_killed_loses_no_verdict(lw, own_broker, point):
     env = BEFORE_CHECKPOINT_ENV if not point.committed else {}
     case = FaultCase(lw, crash_workload(), workers=("a", "b"), env=env, broker=own_broker.address)
     await case.start()
-    supervisor = asyncio.create_task(supervise(case))
-    try:
+    async with Supervisor(case) as supervisor:
+        supervisor.start()
         async with case.producing(rate=700):
             await case.reach(point, records=1000)
             await asyncio.to_thread(own_broker.kill9)
@@ -99,8 +99,6 @@ async def test_the_broker_killed_loses_no_verdict(lw, own_broker, point):
             await asyncio.to_thread(own_broker.start)
         assert own_broker.kills == 1
         [live] = await case.compare(timeout=180)
-    finally:
-        supervisor.cancel()
     print(f"{point.name}: {case.restarts} worker restarts after the broker's outage")
     live.assert_exact()
 
@@ -108,19 +106,15 @@ async def test_the_broker_killed_loses_no_verdict(lw, own_broker, point):
 async def test_the_broker_and_a_worker_killed_together_lose_no_verdict(lw, own_broker):
     case = FaultCase(lw, crash_workload(), workers=("a", "b"), broker=own_broker.address)
     await case.start()
-    supervisor: asyncio.Task | None = None
-    try:
+    async with Supervisor(case) as supervisor:
         async with case.producing(rate=700):
             await case.reach(AFTER_CHECKPOINT, records=1000)
             await asyncio.gather(asyncio.to_thread(own_broker.kill9), kill9(case.workers["a"]))
             await asyncio.sleep(DOWN_S)
             await asyncio.to_thread(own_broker.start)
             case.workers["a"].start()
-            supervisor = asyncio.create_task(supervise(case))
+            supervisor.start()
         assert own_broker.kills == 1
         [live] = await case.compare(timeout=180)
-    finally:
-        if supervisor is not None:
-            supervisor.cancel()
     print(f"{case.restarts} worker restarts after the broker's outage")
     live.assert_exact()
