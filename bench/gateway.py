@@ -18,10 +18,11 @@ the decision round trip; and at least 2,000 calls/s through one gateway process 
 ``--concurrency`` calls in flight from one agent), with the CPU time each proxy process (the
 upstream's, for direct) spent per call.
 
-The throughput runs have one more row, **advisory-http**: one gateway process in advisory mode
+The throughput runs have two more rows, **advisory-http**: one gateway process in advisory mode
 serving streamable HTTP (``--http``), ``--http-sessions`` agents each with a session of its own
 (handshake-era, ``Mcp-Session-Id``: one run each) and one call in flight each, in front of the
-same stdio upstream.  The throughput runs are alternated too: ``--throughput-rounds`` rounds,
+same stdio upstream; and its floor, **passthrough-http**: the pass-through proxy serving the
+same sessions over the SDK's streamable HTTP.  The throughput runs are alternated too: ``--throughput-rounds`` rounds,
 the order rotating, each path's rate its calls over its time summed over the rounds.
 """
 
@@ -136,12 +137,10 @@ async def throughput(clients: list[Client], total: int, concurrency: int, offset
 
 
 @contextlib.asynccontextmanager
-async def http_gateway(names: WorkerNames, broker: str, run_id: str, log: Path):
-    """A gateway process serving streamable HTTP: its URL; stopped with SIGTERM at the end."""
-    port = free_port()
+async def http_server(argv: list[str], port: int, log: Path):
+    """A process serving streamable HTTP on ``port``: its URL; stopped with SIGTERM at the end."""
     with open(log, "ab") as out:
-        proc = subprocess.Popen([LOOPWATCH, *gateway_args(names, broker, "advisory", run_id, "--http", str(port))],
-                                cwd=str(REPO), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+        proc = subprocess.Popen(argv, cwd=str(REPO), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -151,7 +150,7 @@ async def http_gateway(names: WorkerNames, broker: str, run_id: str, log: Path):
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the HTTP gateway did not come up (see {log})")
+                    raise RuntimeError(f"{argv[0]} did not come up on {port} (see {log})")
                 await asyncio.sleep(0.2)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
@@ -171,7 +170,7 @@ async def bench(args: argparse.Namespace) -> dict:
     write_config(config, CONFIG)
     worker = WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp).start()
     paths_run = PATHS + (("advisory-base", "gate-base") if args.baseline else ())
-    throughput_paths = (*paths_run, "advisory-http")
+    throughput_paths = (*paths_run, "passthrough-http", "advisory-http")
     try:
         worker.wait_ready(120)
         paths = {
@@ -188,17 +187,25 @@ async def bench(args: argparse.Namespace) -> dict:
         lw = LoopwatchClient(broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls,
                              verdicts_topic=names.verdicts)
         samples: dict[str, list[float]] = {k: [] for k in (*paths_run, "decision")}
-        markers = {"direct": "direct", "passthrough": "@passthrough",
-                   **{k: f"{names.tag}-{k}" for k in throughput_paths if k not in ("direct", "passthrough")}}
+        markers = {"direct": "direct", "passthrough": "@passthrough", "passthrough-http": "@passthrough-http",
+                   **{k: f"{names.tag}-{k}" for k in throughput_paths if not k.startswith(("direct", "passthrough"))}}
         async with contextlib.AsyncExitStack() as stack:
             clients = {k: await stack.enter_async_context(paths[k]) for k in paths_run}
-            url = await stack.enter_async_context(http_gateway(names, broker, markers["advisory-http"],
-                                                               tmp / "gateway-http.log"))
-            sessions = [await stack.enter_async_context(Client(streamable_http_client(url), mode="legacy",
-                                                               read_timeout_seconds=60))
-                        for _ in range(args.http_sessions)]
-            for session in sessions:
-                await timed_calls(session, 10_000_000, 20)
+            http_port = {"passthrough-http": free_port(), "advisory-http": free_port()}
+            http_argv = {
+                "passthrough-http": [*PASSTHROUGH[:3], "--http", str(http_port["passthrough-http"]), *UPSTREAM,
+                                     "@passthrough-http"],
+                "advisory-http": [LOOPWATCH, *gateway_args(names, broker, "advisory", markers["advisory-http"],
+                                                           "--http", str(http_port["advisory-http"]))],
+            }
+            sessions: dict[str, list[Client]] = {}
+            for mode, argv in http_argv.items():
+                url = await stack.enter_async_context(http_server(argv, http_port[mode], tmp / f"{mode}.log"))
+                sessions[mode] = [await stack.enter_async_context(Client(streamable_http_client(url), mode="legacy",
+                                                                         read_timeout_seconds=60))
+                                  for _ in range(args.http_sessions)]
+                for session in sessions[mode]:
+                    await timed_calls(session, 10_000_000, 20)
             await stack.enter_async_context(lw)
             run = lw.run(f"{names.tag}-decision", session_key="bench:decision", agent_id="bench")
             for client in clients.values():  # warm up: imports, connections, the run's partition
@@ -221,8 +228,9 @@ async def bench(args: argparse.Namespace) -> dict:
                 turn = r % len(throughput_paths)
                 for mode in throughput_paths[turn:] + throughput_paths[:turn]:
                     cpu0, agent0 = process_cpu(markers[mode]), time.process_time()
-                    if mode == "advisory-http":  # one call in flight per session
-                        seconds[mode] += await throughput(sessions, per_round, len(sessions), 20_000_000 + r * per_round)
+                    if mode in sessions:  # one call in flight per session
+                        seconds[mode] += await throughput(sessions[mode], per_round, len(sessions[mode]),
+                                                          20_000_000 + r * per_round)
                     else:
                         seconds[mode] += await throughput([clients[mode]], per_round, args.concurrency,
                                                           20_000_000 + r * per_round)
@@ -271,7 +279,7 @@ def report(result: dict, args: argparse.Namespace) -> bool:
         print(f"  {label}: {value:.3f} {unit} (target <= {target} {unit}: {'met' if met else 'NOT met'})")
     print(f"  gate adds beyond the decision round trip at p50: {gate50:.3f} ms")
     for mode, value in rate.items():
-        line = (f"  throughput {mode:13s}: {value:,.0f} calls/s, CPU {result['cpu'][mode]:.3f} ms per call "
+        line = (f"  throughput {mode:16s}: {value:,.0f} calls/s, CPU {result['cpu'][mode]:.3f} ms per call "
                 f"(the agents': {result['agent_cpu'][mode]:.3f} ms)")
         if mode.startswith(("advisory", "gate")):
             met = value >= TARGETS["calls_per_s"]

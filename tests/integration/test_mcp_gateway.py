@@ -379,6 +379,33 @@ async def test_http_closing_a_session_ends_its_run_and_only_its_run(worker):
         assert {e.session_key for e in events} == {f"mcp:{gw.agent_id}:{events[0].run_id}"}
 
 
+async def test_http_a_run_two_sessions_name_ends_when_the_last_of_them_closes(worker):
+    """Two sessions that name the same run (``X-Loopwatch-Run-Id``) share it: closing the first
+    leaves it open, closing the second ends it, once."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    gw = HttpGateway(worker, "shared", run_idle_timeout=3600)
+    run_id = f"{worker.names.tag}-shared-run"
+    headers = {"X-Loopwatch-Run-Id": run_id}
+    try:
+        await wait_http(gw.url)
+        async with Client(streamable_http_client(gw.url, http_client=http_client(headers)), mode="legacy",
+                          read_timeout_seconds=60) as second:
+            async with Client(streamable_http_client(gw.url, http_client=http_client(headers)), mode="legacy",
+                              read_timeout_seconds=60) as first:
+                assert not (await first.call_tool("convert_time", CONVERT)).is_error
+                assert not (await second.call_tool("convert_time", CONVERT)).is_error
+            assert not (await second.call_tool("convert_time", CONVERT)).is_error  # after first's DELETE
+            runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: calls_in(rs.get(run_id, [])) == 3)
+            assert ended(runs[run_id]) == []  # the second session still holds it
+        runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: ended(rs.get(run_id, [])))
+    finally:
+        gw.process.kill()
+    assert set(runs) == {run_id}
+    assert calls_in(runs[run_id]) == 3 and ended(runs[run_id]) == ["session closed"]
+    assert isinstance(runs[run_id][-1], RunEnded)
+
+
 async def test_http_traceparent_names_the_run_when_nothing_else_does(worker):
     """Sessionless (2026-07-28) clients: a W3C ``traceparent`` header's trace id names the run
     (``trace-<32 hex>``); two traces are two runs; without one, the gateway's own run."""
