@@ -302,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
                    "as rows advisory-base and gate-base alternated with the others")
     p.add_argument("--broker", help="bootstrap servers (default: scripts/kafka.sh env)")
     args = p.parse_args(argv)
+    if not 1 <= args.throughput_rounds <= args.throughput or args.http_sessions < 1:
+        p.error("--throughput-rounds must be between 1 and --throughput, --http-sessions at least 1")
     result = asyncio.run(bench(args))
     report(result, args)
     return 0  # the figures are recorded, met or not (docs/benchmarks.md)

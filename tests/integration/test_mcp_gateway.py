@@ -573,5 +573,6 @@ def test_bench_gateway_runs(kafka_broker):
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for line in ("direct    p50", "passthrough p50", "advisory  p50", "gate      p50", "decision  p50",
-                 "throughput advisory", "throughput passthrough", "CPU"):
+                 "throughput advisory", "throughput passthrough", "throughput passthrough-http",
+                 "throughput advisory-http", "CPU"):
         assert line in proc.stdout, proc.stdout
