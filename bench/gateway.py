@@ -17,6 +17,13 @@ most 1 ms at p50 and 3 ms at p99 over direct; gate adds at most 2 ms at p99 beyo
 the decision round trip; and at least 2,000 calls/s through one gateway process (advisory,
 ``--concurrency`` calls in flight from one agent), with the CPU time each proxy process (the
 upstream's, for direct) spent per call.
+
+The throughput runs have two more rows, **advisory-http**: one gateway process in advisory mode
+serving streamable HTTP (``--http``), ``--http-sessions`` agents each with a session of its own
+(handshake-era, ``Mcp-Session-Id``: one run each) and one call in flight each, in front of the
+same stdio upstream; and its floor, **passthrough-http**: the pass-through proxy serving the
+same sessions over the SDK's streamable HTTP.  The throughput runs are alternated too: ``--throughput-rounds`` rounds,
+the order rotating, each path's rate its calls over its time summed over the rounds.
 """
 
 from __future__ import annotations
@@ -34,10 +41,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
 
 from bench.core import steal_jiffies
 from bench.kafka import cpu_model
-from harness import REPO, WorkerNames, WorkerProcess, write_config
+from harness import REPO, WorkerNames, WorkerProcess, free_port, write_config
 from streams.client import LoopwatchClient
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
@@ -77,10 +85,15 @@ def process_cpu(marker: str) -> float:
     return found[0]
 
 
-def gateway(names: WorkerNames, broker: str, mode: str, run_id: str, tree: str | None = None) -> Client:
-    args = ["mcp-gateway", "--bootstrap", broker, "--tool-calls-topic", names.tool_calls,
+def gateway_args(names: WorkerNames, broker: str, mode: str, run_id: str, *extra: str) -> list[str]:
+    # the last argument (the agent id) tells the process apart (process_cpu)
+    return ["mcp-gateway", "--bootstrap", broker, "--tool-calls-topic", names.tool_calls,
             "--verdicts-topic", names.verdicts, "--mode", mode, "--run-id", run_id, "--timeout", "10",
-            "--upstream", " ".join(UPSTREAM), "--log-level", "warning", "--agent-id", run_id]
+            "--upstream", " ".join(UPSTREAM), "--log-level", "warning", *extra, "--agent-id", run_id]
+
+
+def gateway(names: WorkerNames, broker: str, mode: str, run_id: str, tree: str | None = None) -> Client:
+    args = gateway_args(names, broker, mode, run_id)
     env = {**os.environ, **({"PYTHONPATH": tree} if tree else {})}  # --baseline: another checkout's gateway
     return Client(StdioServerParameters(command=LOOPWATCH, args=args, cwd=tree or str(REPO), env=env),
                   read_timeout_seconds=60)
@@ -107,18 +120,46 @@ async def timed_decisions(run, start: int, n: int) -> list[float]:
     return out
 
 
-async def throughput(client: Client, total: int, concurrency: int, offset: int) -> float:
+async def throughput(clients: list[Client], total: int, concurrency: int, offset: int) -> float:
+    """Seconds for ``total`` calls, ``concurrency`` in flight, spread over ``clients`` (the
+    sessions) in turn."""
     counter = iter(range(offset, offset + total))
 
-    async def agent() -> None:
+    async def agent(client: Client) -> None:
         for i in counter:
             result = await client.call_tool("echo", {"n": i})
             if result.is_error:
                 raise RuntimeError(f"call {i} failed")
 
     t0 = time.perf_counter()
-    await asyncio.gather(*(agent() for _ in range(concurrency)))
-    return total / (time.perf_counter() - t0)
+    await asyncio.gather(*(agent(clients[n % len(clients)]) for n in range(concurrency)))
+    return time.perf_counter() - t0
+
+
+@contextlib.asynccontextmanager
+async def http_server(argv: list[str], port: int, log: Path):
+    """A process serving streamable HTTP on ``port``: its URL; stopped with SIGTERM at the end."""
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(argv, cwd=str(REPO), stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"{argv[0]} did not come up on {port} (see {log})")
+                await asyncio.sleep(0.2)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
 
 
 async def bench(args: argparse.Namespace) -> dict:
@@ -129,6 +170,7 @@ async def bench(args: argparse.Namespace) -> dict:
     write_config(config, CONFIG)
     worker = WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp).start()
     paths_run = PATHS + (("advisory-base", "gate-base") if args.baseline else ())
+    throughput_paths = (*paths_run, "passthrough-http", "advisory-http")
     try:
         worker.wait_ready(120)
         paths = {
@@ -145,10 +187,25 @@ async def bench(args: argparse.Namespace) -> dict:
         lw = LoopwatchClient(broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls,
                              verdicts_topic=names.verdicts)
         samples: dict[str, list[float]] = {k: [] for k in (*paths_run, "decision")}
-        markers = {"direct": "direct", "passthrough": "@passthrough",
-                   **{k: f"{names.tag}-{k}" for k in paths_run if k not in ("direct", "passthrough")}}
+        markers = {"direct": "direct", "passthrough": "@passthrough", "passthrough-http": "@passthrough-http",
+                   **{k: f"{names.tag}-{k}" for k in throughput_paths if not k.startswith(("direct", "passthrough"))}}
         async with contextlib.AsyncExitStack() as stack:
             clients = {k: await stack.enter_async_context(paths[k]) for k in paths_run}
+            http_port = {"passthrough-http": free_port(), "advisory-http": free_port()}
+            http_argv = {
+                "passthrough-http": [*PASSTHROUGH[:3], "--http", str(http_port["passthrough-http"]), *UPSTREAM,
+                                     "@passthrough-http"],
+                "advisory-http": [LOOPWATCH, *gateway_args(names, broker, "advisory", markers["advisory-http"],
+                                                           "--http", str(http_port["advisory-http"]))],
+            }
+            sessions: dict[str, list[Client]] = {}
+            for mode, argv in http_argv.items():
+                url = await stack.enter_async_context(http_server(argv, http_port[mode], tmp / f"{mode}.log"))
+                sessions[mode] = [await stack.enter_async_context(Client(streamable_http_client(url), mode="legacy",
+                                                                         read_timeout_seconds=60))
+                                  for _ in range(args.http_sessions)]
+                for session in sessions[mode]:
+                    await timed_calls(session, 10_000_000, 20)
             await stack.enter_async_context(lw)
             run = lw.run(f"{names.tag}-decision", session_key="bench:decision", agent_id="bench")
             for client in clients.values():  # warm up: imports, connections, the run's partition
@@ -164,25 +221,40 @@ async def bench(args: argparse.Namespace) -> dict:
                     else:
                         samples[path] += await timed_calls(clients[path], start, args.calls)
                 print(f"  round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
-            rate, cpu = {}, {}
-            for i, mode in enumerate(paths_run):
-                cpu0 = process_cpu(markers[mode])
-                rate[mode] = await throughput(clients[mode], args.throughput, args.concurrency,
-                                              20_000_000 + i * args.throughput)
-                cpu[mode] = (process_cpu(markers[mode]) - cpu0) / args.throughput * 1000  # ms per call
+            seconds, cpu_s = dict.fromkeys(throughput_paths, 0.0), dict.fromkeys(throughput_paths, 0.0)
+            agent_s = dict.fromkeys(throughput_paths, 0.0)  # this process: the agents' own CPU
+            per_round = args.throughput // args.throughput_rounds
+            for r in range(args.throughput_rounds):
+                turn = r % len(throughput_paths)
+                for mode in throughput_paths[turn:] + throughput_paths[:turn]:
+                    cpu0, agent0 = process_cpu(markers[mode]), time.process_time()
+                    if mode in sessions:  # one call in flight per session
+                        seconds[mode] += await throughput(sessions[mode], per_round, len(sessions[mode]),
+                                                          20_000_000 + r * per_round)
+                    else:
+                        seconds[mode] += await throughput([clients[mode]], per_round, args.concurrency,
+                                                          20_000_000 + r * per_round)
+                    cpu_s[mode] += process_cpu(markers[mode]) - cpu0
+                    agent_s[mode] += time.process_time() - agent0
+                print(f"  throughput round {r + 1}/{args.throughput_rounds}", file=sys.stderr, flush=True)
+            calls = per_round * args.throughput_rounds
+            rate = {k: calls / seconds[k] for k in throughput_paths}
+            cpu = {k: cpu_s[k] / calls * 1000 for k in throughput_paths}  # ms per call
+            agent_cpu = {k: agent_s[k] / calls * 1000 for k in throughput_paths}
             steal1 = steal_jiffies()
     finally:
         worker.stop(timeout=15)
     stats = {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v)} for k, v in samples.items()}
-    return {"paths": paths_run, "stats": stats, "rate": rate, "cpu": cpu, "steal": None if steal0 is None else steal1 - steal0}
+    return {"paths": paths_run, "throughput_paths": throughput_paths, "stats": stats, "rate": rate, "cpu": cpu, "agent_cpu": agent_cpu, "steal": None if steal0 is None else steal1 - steal0}
 
 
 def report(result: dict, args: argparse.Namespace) -> bool:
     s, rate = result["stats"], result["rate"]
     print(f"bench-gateway at {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {cpu_model()}, "
           f"{os.cpu_count()} cores (nproc), Python {platform.python_version()}; CPU steal {result['steal']} jiffies")
-    print(f"{args.rounds} rounds x {args.calls} calls per path, alternated; throughput: {args.throughput} calls, "
-          f"{args.concurrency} in flight")
+    print(f"{args.rounds} rounds x {args.calls} calls per path, alternated; throughput: {args.throughput} calls "
+          f"per path in {args.throughput_rounds} alternated rounds, {args.concurrency} in flight from one session "
+          f"(advisory-http: {args.http_sessions} HTTP sessions, one call in flight each)")
     for k in (*result["paths"], "decision"):
         print(f"  {k:9s} p50 {s[k]['p50']:7.3f} ms   p99 {s[k]['p99']:7.3f} ms   (n={s[k]['n']})")
     adv50 = s["advisory"]["p50"] - s["direct"]["p50"]
@@ -207,7 +279,8 @@ def report(result: dict, args: argparse.Namespace) -> bool:
         print(f"  {label}: {value:.3f} {unit} (target <= {target} {unit}: {'met' if met else 'NOT met'})")
     print(f"  gate adds beyond the decision round trip at p50: {gate50:.3f} ms")
     for mode, value in rate.items():
-        line = f"  throughput {mode}: {value:,.0f} calls/s, CPU {result['cpu'][mode]:.3f} ms per call"
+        line = (f"  throughput {mode:16s}: {value:,.0f} calls/s, CPU {result['cpu'][mode]:.3f} ms per call "
+                f"(the agents': {result['agent_cpu'][mode]:.3f} ms)")
         if mode.startswith(("advisory", "gate")):
             met = value >= TARGETS["calls_per_s"]
             ok &= mode != "advisory" or met
@@ -222,10 +295,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=8, help="rounds, each path once per round (default 8)")
     p.add_argument("--throughput", type=int, default=4000, help="calls of each throughput run (default 4000)")
     p.add_argument("--concurrency", type=int, default=32, help="calls in flight in the throughput runs (default 32)")
+    p.add_argument("--throughput-rounds", type=int, default=4, help="rounds the throughput runs alternate in (default 4)")
+    p.add_argument("--http-sessions", type=int, default=8,
+                   help="streamable HTTP sessions of the advisory-http throughput row, one call in flight each (default 8)")
     p.add_argument("--baseline", metavar="TREE", help="also time the gateway of another checkout (its PYTHONPATH), "
                    "as rows advisory-base and gate-base alternated with the others")
     p.add_argument("--broker", help="bootstrap servers (default: scripts/kafka.sh env)")
     args = p.parse_args(argv)
+    if not 1 <= args.throughput_rounds <= args.throughput or args.http_sessions < 1:
+        p.error("--throughput-rounds must be between 1 and --throughput, --http-sessions at least 1")
     result = asyncio.run(bench(args))
     report(result, args)
     return 0  # the figures are recorded, met or not (docs/benchmarks.md)

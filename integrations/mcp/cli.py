@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--connect-timeout", type=float, default=30.0, metavar="S",
                    help="seconds to connect to an upstream server (default 30)")
     p.add_argument("--run-idle-timeout", type=float, default=1800.0, metavar="S",
-                   help="over HTTP: a run ends after this long without a call (default 1800)")
+                   help="over HTTP: a run also ends after this long without a call (default 1800)")
     p.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on PORT instead of stdio")
     p.add_argument("--host", default="127.0.0.1", help="the HTTP address (default 127.0.0.1)")
     p.add_argument("--log-level", default="WARNING")
@@ -151,9 +152,21 @@ async def serve(options: GatewayOptions, *, http_port: int | None = None, host: 
         else:
             import uvicorn
 
-            app = server.streamable_http_app(host=host)
+            app = gateway.http_app(host)
             config = uvicorn.Config(app, host=host, port=http_port, log_level="warning", lifespan="on")
-            await uvicorn.Server(config).serve()
+            http = uvicorn.Server(config)
+            # uvicorn shuts down on SIGINT/SIGTERM, then raises the signal again for the handler it
+            # found: the default one would kill the process before ``stop`` ends the open runs.
+            # This one only asks uvicorn to shut down (a signal before it took over, too).
+            def shut_down(signum: int, frame: Any) -> None:
+                http.should_exit = True
+
+            previous = {sig: signal.signal(sig, shut_down) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                await http.serve()
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
     finally:
         await gateway.stop()
 

@@ -17,7 +17,11 @@ prefix).  A ``tools/call``:
 One MCP session is one run: over stdio the gateway's connection; over HTTP, the run named by the
 request (``_meta`` key ``io.loopwatch/runId``, header ``X-Loopwatch-Run-Id``, the HTTP session
 id, or the ``traceparent`` trace id; otherwise the gateway's own run).  A run ends when its
-session closes (stdio), or after ``run_idle_timeout`` without a call and when the gateway stops.
+session closes: over stdio the connection; over HTTP a handshake-era session (``Mcp-Session-Id``)
+that the client deletes (``http_app``), for the runs it used that no other open session uses.
+Sessionless (2026-07-28) HTTP has nothing that closes: its runs, and those of sessions that
+vanish without a ``DELETE``, end after ``run_idle_timeout`` without a call.  Every run ends
+when the gateway stops.
 """
 
 from __future__ import annotations
@@ -149,6 +153,9 @@ class Gateway:
         self._prompt_routes: dict[str, tuple[Upstream, str]] = {}
         self._resource_routes: dict[str, Upstream] = {}
         self._runs: dict[str, _Run] = {}
+        # Over HTTP: the open sessions (Mcp-Session-Id) that used each run, and the runs each used.
+        self._run_sessions: dict[str, set[str]] = {}
+        self._session_runs: dict[str, set[str]] = {}
         self._pending: dict[str, _Pending] = {}
         self._call_ids = itertools.count(1)
         self._gateway_run = options.run_id or f"mcp-{uuid.uuid4().hex[:16]}"
@@ -180,6 +187,38 @@ class Gateway:
         self.server = self._build_server()
         return self.server
 
+    def http_app(self, host: str = "127.0.0.1") -> Any:
+        """The agent-facing streamable HTTP ASGI app (after ``start``): the SDK's, watched for
+        the one message that closes a session.
+
+        A handshake-era client closes its session with ``DELETE`` and its ``Mcp-Session-Id``
+        (the SDK client's ``terminate_on_close``); a 2xx answer means the SDK terminated that
+        session (an unknown id, or another credential's, gets 404).  That is the protocol's own
+        signal, read here at the ASGI edge: the SDK hands handlers no public way to the
+        connection's teardown (``Connection.exit_stack`` is reachable only through
+        ``ServerSession``'s private ``_connection``).  A session the SDK drops by itself (its
+        own idle timeout, a crash) sends nothing: its runs end by ``run_idle_timeout``."""
+        assert self.server is not None, "start() first"
+        app = self.server.streamable_http_app(host=host)
+
+        async def asgi(scope: Any, receive: Any, send: Any) -> None:
+            session_id = _closing_session(scope)
+            if session_id is None:
+                return await app(scope, receive, send)
+            status = 0
+
+            async def watch(message: Any) -> None:
+                nonlocal status
+                if message["type"] == "http.response.start":
+                    status = message["status"]
+                await send(message)
+
+            await app(scope, receive, watch)
+            if 200 <= status < 300:
+                self._session_closed(session_id)
+
+        return asgi
+
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
@@ -198,10 +237,46 @@ class Gateway:
             await self._end_run(key, "session closed")
 
     async def _end_run(self, key: str, reason: str) -> None:
-        run = self._runs.pop(key, None)
+        run = self._forget_run(key)
         if run is not None:
             await run.settled()
             await run.handle.end(reason)
+
+    def _forget_run(self, key: str) -> _Run | None:
+        """No longer a run of the gateway's (nor of any session's): a later call naming it starts
+        it again."""
+        for session_id in self._run_sessions.pop(key, ()):
+            runs = self._session_runs.get(session_id)
+            if runs is not None:
+                runs.discard(key)
+                if not runs:  # a session that vanished without DELETE is forgotten with its runs
+                    del self._session_runs[session_id]
+        return self._runs.pop(key, None)
+
+    def _held_by_session(self, ctx: Any, key: str) -> None:
+        """Over HTTP, the run ``key`` is used by this request's session: once every session
+        that used it is closed, it ends."""
+        headers = getattr(getattr(ctx, "request", None), "headers", None)
+        session_id = headers.get("mcp-session-id") if headers is not None else None
+        if not session_id:
+            return  # stdio, or sessionless HTTP
+        self._session_runs.setdefault(session_id, set()).add(key)
+        self._run_sessions.setdefault(key, set()).add(session_id)
+
+    def _session_closed(self, session_id: str) -> None:
+        # The runs are forgotten now (a call naming one later starts it again) and their
+        # run.ended is published behind their earlier events, in the background: the DELETE's
+        # answer does not wait for it, ``stop`` does.
+        for key in self._session_runs.pop(session_id, ()):
+            holders = self._run_sessions.get(key)
+            if holders is None:
+                continue
+            holders.discard(session_id)
+            if holders:
+                continue  # another open session still uses it
+            run = self._forget_run(key)
+            if run is not None:
+                run.later(lambda run=run: run.handle.end("session closed"), self._publishing)
 
     async def _sweep_idle_runs(self) -> None:
         period = min(60.0, max(self.options.run_idle_timeout / 4, 0.05))
@@ -244,6 +319,7 @@ class Gateway:
             session_key = self.options.session_key or f"mcp:{agent_id}:{run_id}"
             run = _Run(self.client.run(run_id, session_key=session_key, agent_id=agent_id))
             self._runs[run_id] = run
+        self._held_by_session(ctx, run_id)
         run.last_used = time.monotonic()
         return run
 
@@ -509,6 +585,16 @@ def _progress(ctx: Any, params: Any):
             log.debug("progress not forwarded: %s", exc)
 
     return forward
+
+
+def _closing_session(scope: Any) -> str | None:
+    """The ``Mcp-Session-Id`` of an HTTP ``DELETE``: the client closing that session."""
+    if scope["type"] != "http" or scope["method"] != "DELETE":
+        return None
+    for name, value in scope["headers"]:
+        if name == b"mcp-session-id":
+            return value.decode("latin-1")
+    return None
 
 
 def _client_name(ctx: Any) -> str | None:

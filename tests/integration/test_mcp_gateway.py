@@ -299,7 +299,7 @@ async def test_http_each_mcp_session_is_one_run_and_ends_when_idle(worker):
     ids_a, ids_b = [], []
     try:
         await wait_http(gw.url)
-        # the client's own DELETE at close is not what ends the run: the idle expiry is
+        # no DELETE at close (that would end the runs: the test above): the idle expiry ends them
         transport_a = streamable_http_client(gw.url, http_client=http_client(seen_session_ids=ids_a),
                                              terminate_on_close=False)
         transport_b = streamable_http_client(gw.url, http_client=http_client(seen_session_ids=ids_b),
@@ -327,6 +327,83 @@ async def test_http_each_mcp_session_is_one_run_and_ends_when_idle(worker):
         assert sum(isinstance(e, RunEnded) for e in events) == 1
         assert {e.session_key for e in events} == {f"mcp:{gw.agent_id}:{events[0].run_id}"}
     assert ended_after < 30  # the sweeper ran, while the gateway was still up (not its stop)
+
+
+def ended(events) -> list[str]:
+    return [e.reason for e in events if isinstance(e, RunEnded)]
+
+
+async def test_http_closing_a_session_ends_its_run_and_only_its_run(worker):
+    """A handshake-era client that closes its session (the SDK's ``DELETE`` with the
+    ``Mcp-Session-Id``, ``terminate_on_close``) ends that session's run: ``run.ended``, reason
+    ``session closed``, while a concurrent session's run goes on until it closes in turn.  The
+    idle expiry is an hour here, so it cannot be what ended them; a session still open when the
+    gateway stops (SIGTERM) ends its run with ``gateway stopped``."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    gw = HttpGateway(worker, "closing", run_idle_timeout=3600)
+    ids_a, ids_b, ids_c = [], [], []
+    try:
+        await wait_http(gw.url)
+        transport_b = streamable_http_client(gw.url, http_client=http_client(seen_session_ids=ids_b))
+        async with Client(transport_b, mode="legacy", read_timeout_seconds=60) as b:
+            transport_a = streamable_http_client(gw.url, http_client=http_client(seen_session_ids=ids_a))
+            async with Client(transport_a, mode="legacy", read_timeout_seconds=60) as a:
+                for n in range(3):
+                    assert not (await a.call_tool("convert_time", CONVERT)).is_error
+                    if n < 2:
+                        assert not (await b.call_tool("get_current_time", {"timezone": "UTC"})).is_error
+            # a closed, b still open: a's run ended, b's did not
+            runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: ended(rs.get(ids_a[0], [])))
+            assert ended(runs[ids_a[0]]) == ["session closed"] and ended(runs[ids_b[0]]) == []
+            assert calls_in(runs[ids_a[0]]) == 3
+            assert not (await b.call_tool("get_current_time", {"timezone": "UTC"})).is_error  # b's run goes on
+        # c: closed without DELETE, so its session is still open when the gateway stops
+        transport_c = streamable_http_client(gw.url, http_client=http_client(seen_session_ids=ids_c),
+                                             terminate_on_close=False)
+        async with Client(transport_c, mode="legacy", read_timeout_seconds=60) as c:
+            assert not (await c.call_tool("convert_time", CONVERT)).is_error
+        runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: ended(rs.get(ids_b[0], []))
+                                   and calls_in(rs.get(ids_c[0], [])) == 1)
+        assert ended(runs[ids_c[0]]) == []
+        gw.process.proc.send_signal(signal.SIGTERM)
+        assert gw.process.proc.wait(30) == 0
+        runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: ended(rs.get(ids_c[0], [])))
+    finally:
+        gw.process.kill()
+    assert len({*ids_a, *ids_b, *ids_c}) == 3 and set(runs) == {ids_a[0], ids_b[0], ids_c[0]}, (ids_a, ids_b, ids_c)
+    a_events, b_events, c_events = runs[ids_a[0]], runs[ids_b[0]], runs[ids_c[0]]
+    assert (calls_in(a_events), calls_in(b_events), calls_in(c_events)) == (3, 3, 1)
+    for events, reason in ((a_events, "session closed"), (b_events, "session closed"), (c_events, "gateway stopped")):
+        assert ended(events) == [reason] and isinstance(events[-1], RunEnded)  # once, and last
+        assert {e.session_key for e in events} == {f"mcp:{gw.agent_id}:{events[0].run_id}"}
+
+
+async def test_http_a_run_two_sessions_name_ends_when_the_last_of_them_closes(worker):
+    """Two sessions that name the same run (``X-Loopwatch-Run-Id``) share it: closing the first
+    leaves it open, closing the second ends it, once."""
+    from mcp.client.streamable_http import streamable_http_client
+
+    gw = HttpGateway(worker, "shared", run_idle_timeout=3600)
+    run_id = f"{worker.names.tag}-shared-run"
+    headers = {"X-Loopwatch-Run-Id": run_id}
+    try:
+        await wait_http(gw.url)
+        async with Client(streamable_http_client(gw.url, http_client=http_client(headers)), mode="legacy",
+                          read_timeout_seconds=60) as second:
+            async with Client(streamable_http_client(gw.url, http_client=http_client(headers)), mode="legacy",
+                              read_timeout_seconds=60) as first:
+                assert not (await first.call_tool("convert_time", CONVERT)).is_error
+                assert not (await second.call_tool("convert_time", CONVERT)).is_error
+            assert not (await second.call_tool("convert_time", CONVERT)).is_error  # after first's DELETE
+            runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: calls_in(rs.get(run_id, [])) == 3)
+            assert ended(runs[run_id]) == []  # the second session still holds it
+        runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: ended(rs.get(run_id, [])))
+    finally:
+        gw.process.kill()
+    assert set(runs) == {run_id}
+    assert calls_in(runs[run_id]) == 3 and ended(runs[run_id]) == ["session closed"]
+    assert isinstance(runs[run_id][-1], RunEnded)
 
 
 async def test_http_traceparent_names_the_run_when_nothing_else_does(worker):
@@ -496,5 +573,6 @@ def test_bench_gateway_runs(kafka_broker):
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for line in ("direct    p50", "passthrough p50", "advisory  p50", "gate      p50", "decision  p50",
-                 "throughput advisory", "throughput passthrough", "CPU"):
+                 "throughput advisory", "throughput passthrough", "throughput passthrough-http",
+                 "throughput advisory-http", "CPU"):
         assert line in proc.stdout, proc.stdout
