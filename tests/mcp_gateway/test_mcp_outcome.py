@@ -1,10 +1,11 @@
 """The canonical form of an MCP tool result and the hashes the gateway publishes for it
 (docs/mcp-gateway.md §2), checked against an independent computation: Python's own ``json`` with
-sorted keys and ``hashlib`` (the form's spec, written out), and the spec's worked examples.
+keys in UTF-16 code-unit order and ``hashlib`` (the form's spec, written out), and the spec's
+worked examples.
 
 Values are limited to strings, integers, booleans, null, lists and objects: on those, JavaScript's
-``JSON.stringify`` with sorted keys and ``json.dumps(sort_keys=True, separators=(",", ":"),
-ensure_ascii=False)`` agree byte for byte (numbers with a fraction are JavaScript's own format:
+``JSON.stringify`` with sorted keys and ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)``
+of the keys so ordered agree byte for byte (numbers with a fraction are JavaScript's own format:
 streams/canonical.py, tested on its own).
 """
 
@@ -14,7 +15,7 @@ import hashlib
 import json
 
 import mcp_types as types
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from integrations.mcp.outcome import canonical_form, edge_outcome, unknown_tool_error
@@ -24,7 +25,17 @@ from streams.hashing import ThrownError
 
 
 def independent_digest(value) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
+    """sha256 of compact JSON with keys in UTF-16 code-unit order, as JavaScript sorts them
+    (big-endian UTF-16 bytes compare as the code units do; Python's own order is by code
+    point, which puts U+E000 before U+10000)."""
+    def ordered(v):
+        if isinstance(v, dict):
+            return {k: ordered(v[k]) for k in sorted(v, key=lambda k: k.encode("utf-16-be"))}
+        if isinstance(v, list):
+            return [ordered(x) for x in v]
+        return v
+
+    return hashlib.sha256(json.dumps(ordered(value), separators=(",", ":"), ensure_ascii=False).encode()).hexdigest()
 
 
 def published(result) -> object:
@@ -100,6 +111,7 @@ blocks = st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.tex
 
 @settings(max_examples=300, deadline=None)
 @given(content=blocks, structured=json_values)
+@example(content=[], structured={"\ue000": None, "\U00010000": None})  # code-unit order differs from code-point order
 def test_success_hash_is_the_digest_of_details_and_text(content, structured):
     wire = {"content": content, "structuredContent": structured, "isError": False}
     form = {"content": content, "structuredContent": structured, "isError": False}
