@@ -402,8 +402,16 @@ def _signature_streak(state: RunState, sig: str, kinds: bytearray, occurrences: 
             oldest = results.index(anchor)
             return n - oldest - kinds.count(AWAITING, oldest), anchor
     else:
-        outcomes = [r for s, r in zip(sigs, results) if s == sig]
-        own_kinds = [k for s, k in zip(sigs, kinds) if s == sig] if VETO in kinds else None
+        # The signature's records, oldest first, as C-level slices where they have a shape
+        # (a loop's tail of the history, or every other record: a ping-pong), else filtered.
+        first = sigs.index(sig)
+        if n - first == occurrences:
+            outcomes, own_kinds = results[first:], kinds[first:]
+        elif (n - first + 1) // 2 == occurrences and sigs[first::2].count(sig) == occurrences:
+            outcomes, own_kinds = results[first::2], kinds[first::2]
+        else:
+            outcomes = [r for s, r in zip(sigs, results) if s == sig]
+            own_kinds = [k for s, k in zip(sigs, kinds) if s == sig] if VETO in kinds else None
         distinct = set(outcomes)
         distinct.discard(None)
         if len(distinct) == 1:
@@ -590,7 +598,10 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
     latest = state.latest
     kinds = latest.flags
     is_exec = tool == "exec"
-    streak, anchor = _signature_streak(state, sig, kinds, occurrences) if occurrences else (0, None)
+    # The signature walk counts records of this signature only, so its streak is at most
+    # ``occurrences``: below 10 it reaches no threshold, and its anchor is read only by
+    # detections that need a streak (or occurrences) of 10 or more.
+    streak, anchor = _signature_streak(state, sig, kinds, occurrences) if occurrences >= LATEST_WARNING else (0, None)
     if is_exec and (TERMINAL_FAILURE in kinds or _OBSERVED_TERMINAL in kinds):
         terminal, terminal_anchor = _terminal_streak(state, sig, kinds, latest)
         if terminal > streak:

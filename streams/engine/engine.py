@@ -526,8 +526,20 @@ class _LatestEngine(LoopEngine):
             sigs, sig = state.sigs, event.args_hash
             # A loop's signature is usually the newest one already (and interned).
             sig = sigs[-1] if sigs and sigs[-1] == sig else intern(sig)
-            history.append_latest(state, latest, event.tool_name, sig, event.tool_call_id, event.ts_ms,
-                                  event.target_hash, None, None, VETO)
+            # history.append_latest of a veto record, inlined but for the trimming: every block
+            # of a loop comes back as one.
+            state.tools.append(event.tool_name)
+            sigs.append(sig)
+            state.call_ids.append(event.tool_call_id)
+            state.results.append(None)
+            state.unknowns.append(None)
+            state.stamps.append(event.ts_ms)
+            latest.flags.append(VETO)
+            target = event.target_hash
+            if target is not None:
+                latest.digests[latest.first + len(sigs) - 1] = target
+            if len(sigs) > LATEST_HISTORY_SIZE:
+                history.trim_latest(state, latest)
             at = len(sigs) - 1
         return Step(state, None, at)
 
