@@ -11,6 +11,7 @@ sometimes inside a surrogate pair), with tool calls and new prompts between them
   repeated, sometimes with one repeat changed;
 - near-loops: items with a long shared prefix (more than 5 distinct periods), a sentence
   repeated with more than 250 units between repeats, a sentence repeated fewer than 10 times;
+- chanting broken by chunks that only a wrong reading of Gemini's patterns resets;
 - periods drawn from 3 to 8 variants after one shared prefix (a loop with up to 5 distinct);
 - Gemini's resets: code fences (chanting inside a code block), tables, list items, headings,
   blockquotes, dividers, and the characters where JavaScript's regular expressions differ from
@@ -38,9 +39,12 @@ MARKUP = (
     "```", "```python\n", "\n```\n", "| a | b |\n", "|x\u2028|", "\n---\n", "+-+-+", "| --- |", "* item\n", "+ item\n",
     "- item\n", "\n- item", "1. first\n", "\n12. twelfth", "\u0661. arabic digit", "# Heading\n", "\n## h",
     "#nospace", "> quote\n", "\n>\tquote", ">no", "-----", "=====", "***", "\u2500\u2500\u2500", "ABC", "123",
-    "-----\n", "\x1c* not a list", "\u00a0* a list", "\ufeff# heading", "\x85# not", "\u2028* not after newline",
+    "-----\n", "\x1c* not a list", "#\x85not a heading", "\n>\x1cnot a quote", "*\x1fnot a list", "\u00a0* a list", "\ufeff# heading", "\x85# not", "\u2028* not after newline",
     " \t+ x", "\n\u3000* y", "**bold** text", "1.5 is a number", "OK", "",
 )
+
+LOOKALIKES = ("#\x85not a heading", "\n>\x1cnot a quote", "*\x1fnot a list", "\x1c* not a list", "- not a list",
+              "\u0661. not a list", "a\n|x\u2028| not a table", "HELLO\n", "\u2028* not after a newline", "#no", "x---")
 
 
 class Gen:
@@ -86,11 +90,20 @@ class Gen:
             prefix = self.sentence(50, 120)
             self.emit("".join(f"{prefix}{r.randint(0, 10**6)} {self.sentence(1, 30)}" for _ in range(r.randint(8, 20))))
         elif x < 0.5:  # repeats too far apart
+            if r.random() < 0.4:  # a period of exactly 250 units (an average distance of 250: a loop) or 251
+                period = "".join(r.choice("abcdefgh ") for _ in range(r.choice((250, 251))))
+                self.emit(period * r.randint(10, 13))
+                return
             s = self.sentence(50, 90)
             self.emit("".join(s + self.sentence(200, 400) for _ in range(r.randint(10, 14))))
         elif x < 0.55:  # fewer than 10 repeats of a short period
             s = self.sentence(5, 40)
             self.emit(s * r.randint(3, 9))
+        elif x < 0.62:  # chanting with a chunk between that only a wrong reading of the patterns resets
+            s = self.sentence(5, 60)
+            for _ in range(r.randint(2, 4)):
+                self.emit(s * r.randint(3, 8))
+                self.events.append({"k": "text", "text": r.choice(LOOKALIKES)})
         elif x < 0.72:  # markup between or inside repeats
             s = self.sentence(5, 120)
             for _ in range(r.randint(2, 12)):
