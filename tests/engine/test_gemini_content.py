@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from harness.cli import loopwatch
 from schemas.events import MAX_EVENT_BYTES, MAX_WINDOWS_BYTES, InvalidEvent, ModelText, decode_event, encode_event
 from schemas.names import GEMINI_CONTENT_LOOP
+from schemas.verdicts import RunAborted
 from streams.client import gemini_content as ce
 from streams.client.gemini_content import ContentEdge, utf16_length, window_hash
 from streams.conformance import peers
@@ -153,7 +154,7 @@ def test_ten_repeats_of_a_50_unit_sentence_warn_with_feedback_then_the_next_chun
     assert (warn.action, warn.detector, warn.notify_model) == ("warn", GEMINI_CONTENT_LOOP, True)
     assert warn.message.startswith("System: Potential loop detected. Details: Repeating content detected.")
     [abort] = out[10]
-    assert (abort.type, abort.detector, abort.count) == ("loop.run_aborted", GEMINI_CONTENT_LOOP, 2)
+    assert isinstance(abort, RunAborted) and (abort.detector, abort.count) == (GEMINI_CONTENT_LOOP, 2)
 
 
 def test_a_tool_call_before_the_tenth_repeat_starts_over():
@@ -162,10 +163,13 @@ def test_a_tool_call_before_the_tenth_repeat_starts_over():
 
 
 def test_an_astral_character_counts_two_units():
-    # 25 emoji = 50 UTF-16 units: one window per chunk, each the same; 10 chunks -> the 10th window.
-    out = _drive(["\U0001F600" * 25] * 10)
+    # An emoji and 48 characters: 50 UTF-16 units a chunk, so the window at 0 comes back every
+    # 50 units, and the 10th chunk completes its 10th occurrence (at 450).  (Counted in code
+    # points the period would be 49.)
+    chunk = "\U0001F600" + ("This is a unique sentence, id=1. " * 2)[:48]
+    assert utf16_length(chunk) == 50
+    out = _drive([chunk] * 10)
     assert out[9] and out[9][0].detector == GEMINI_CONTENT_LOOP and all(v == [] for v in out[:9])
-    assert utf16_length("\U0001F600" * 25) == 50
     e = ContentEdge()
     assert len(e.feed("\U0001F600" * 25).windows) == 8
     assert len(e.feed("\U0001F600").windows) == 16  # two more units: windows at 1 and 2
@@ -178,7 +182,8 @@ def test_js_pattern_semantics_by_hand():
     assert not reset("- item")  # [*-+] is the range * to +: '-' is not in it
     assert reset("---")  # but a table rule [|+-]{3,}
     assert not reset("\u0661. x")  # \d is ASCII only
-    assert reset("\u00a0* x") and reset("\ufeff# h") and not reset("\x1c* x") and not reset("\x85# h")
+    assert reset("\u00a0* x") and reset("\ufeff* h") and not reset("\x1c* x") and not reset("#\x85h")
+    assert not reset(" # h")  # a heading has no leading space
     assert reset("a\n|x|") and not reset("a\n|x\u2028|")  # . stops at U+2028
     assert ce.is_reset("HELLO")[1] and not ce.is_reset("HELLO\n")[1]  # [+-_] spans A-Z; $ is the very end
     assert ce.is_reset("```x```") == (2, False, True)
@@ -290,9 +295,10 @@ def test_other_profiles_ignore_model_text():
 def test_a_lost_chunk_resets_the_mirror_instead_of_guessing():
     edge = ContentEdge()
     c = gc.ContentState()
-    first = edge.feed("a" * 60)
-    edge.feed("b" * 30)  # never arrives
-    third = edge.feed("c" * 30)
+    first = edge.feed("".join(chr(0x61 + i % 26) + str(i) for i in range(30)))
+    assert len(first.windows) == 8 * 31
+    edge.feed("never arrives, this chunk is lost")
+    third = edge.feed("and this one comes after the lost one")
     assert not gc.content_loop(c, *first)
     assert not gc.content_loop(c, *third)
     assert c.windows == bytearray() and c.index == 0
