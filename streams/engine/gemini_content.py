@@ -19,6 +19,8 @@ docs/peer-profiles.md.
 
 from __future__ import annotations
 
+import sys
+
 import msgspec
 
 from schemas.events import CONTENT_WINDOW, WINDOW_HASH_BYTES
@@ -77,12 +79,26 @@ def content_loop(c: ContentState, was_reset: bool, skipped: bool, truncated: int
     return _analyse(c)
 
 
+def _keys(windows: bytearray, start: int) -> list[int]:
+    """The windows from ``start`` on as ints (their 8 bytes little endian), in one C call where
+    the machine is little endian."""
+    if _LITTLE:
+        # (every view released at once: a bytearray with a live view cannot be resized)
+        with memoryview(windows) as whole, whole[_H * start:] as tail, tail.cast("Q") as words:
+            return words.tolist()
+    return [int.from_bytes(windows[i:i + _H], "little") for i in range(_H * start, len(windows), _H)]
+
+
+_LITTLE = sys.byteorder == "little"
+
+
 def _analyse(c: ContentState) -> bool:
     windows, stats = c.windows, c.stats
-    end = len(windows) // _H
-    p = c.index
+    start = p = c.index
+    keys = _keys(windows, start)
+    end = start + len(keys)
     while p < end:
-        key = int.from_bytes(windows[_H * p:_H * p + _H], "little")
+        key = keys[p - start]
         positions = stats.get(key)
         if positions is None:
             stats[key] = [p]
