@@ -40,10 +40,12 @@ class ContentState(msgspec.Struct, array_like=True, gc=False):
     """The window hashes of the kept text, 8 bytes per position (at most 4,951 of them)."""
     index: int = 0
     """``lastContentIndex``: the next window to analyse."""
-    stats: dict[int, list[int]] = {}
+    stats: dict[int, int | list[int]] = {}
     """``contentStats``: a window hash (its 8 bytes, little endian) -> the analysed positions
-    with it, in order (the position of a loop's window twice when the next chunk saw it again).
-    At most one entry per analysed position, plus such repeats (one per detection)."""
+    with it, in order (the position of a loop's window twice when the next chunk saw it again):
+    a bare int while there is one.  (Most windows are seen once; ints keep the garbage
+    collector off the table, which lists of thousands of runs would keep busy.)  At most one
+    position per analysed position, plus such repeats (one per detection)."""
 
 
 def reset(c: ContentState) -> None:
@@ -67,9 +69,17 @@ def content_loop(c: ContentState, was_reset: bool, skipped: bool, truncated: int
         del c.windows[: _H * truncated]
         stats = c.stats
         for key, positions in list(stats.items()):
+            if type(positions) is int:
+                if positions >= truncated:
+                    stats[key] = positions - truncated
+                else:
+                    del stats[key]
+                continue
             kept = [p - truncated for p in positions if p >= truncated]
-            if kept:
+            if len(kept) > 1:
                 stats[key] = kept
+            elif kept:
+                stats[key] = kept[0]
             else:
                 del stats[key]
     c.windows += windows
@@ -101,9 +111,12 @@ def _analyse(c: ContentState) -> bool:
         key = keys[p - start]
         positions = stats.get(key)
         if positions is None:
-            stats[key] = [p]
+            stats[key] = p
         else:
-            positions.append(p)
+            if type(positions) is int:
+                positions = stats[key] = [positions, p]
+            else:
+                positions.append(p)
             if len(positions) >= THRESHOLD:
                 recent = positions[-THRESHOLD:]
                 # averageDistance = total / 9 <= 250, in integers

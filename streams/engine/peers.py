@@ -224,6 +224,8 @@ def _gemini_strike(state: RunState, g: gm.GeminiState, event: Any, detector: str
                              count=1, message=message)
         return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True)
     _end_run(state, detector)
+    if state.aborted is not None:
+        g.content = None  # the run is over: nothing will read its text again
     message = f"CRITICAL: Gemini CLI's loop detection ended this turn: {again}."
     decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=detector,
                          count=g.strikes, message=message)
@@ -259,6 +261,8 @@ def _gemini_text(state: RunState, g: gm.GeminiState, event: ModelText) -> Step:
         )
         return Step(state, built_decision=decision)
     _end_run(state, GEMINI_CONTENT_LOOP)
+    if state.aborted is not None:
+        g.content = None  # the run is over: nothing will read its text again
     message = "CRITICAL: Gemini CLI's loop detection ended this turn: the model's text repeated itself after its feedback."
     return Step(state, abort=_run_aborted(event, GEMINI_CONTENT_LOOP, g.strikes, "", message))
 
