@@ -130,6 +130,10 @@ test-traces-gemini: install
 	    --expected $(CONFORMANCE)/gemini-cli/expected.jsonl.gz
 	$(LOOPWATCH) conformance --profile gemini-cli --traces $(CONFORMANCE)/gemini-cli/cases.jsonl \
 	    --expected $(CONFORMANCE)/gemini-cli/cases-expected.jsonl
+	$(LOOPWATCH) conformance --profile gemini-cli --traces $(CONFORMANCE)/gemini-cli-content/sessions.jsonl.gz \
+	    --expected $(CONFORMANCE)/gemini-cli-content/expected.jsonl.gz
+	$(LOOPWATCH) conformance --profile gemini-cli --traces $(CONFORMANCE)/gemini-cli-content/cases.jsonl \
+	    --expected $(CONFORMANCE)/gemini-cli-content/cases-expected.jsonl
 
 # Regenerate the JSON Schema files runners in other languages consume.
 schemas: install

@@ -181,10 +181,46 @@ class AgentMessage(_Event, tag=names.AGENT_MESSAGE, kw_only=True):
     sends the model its corrective feedback, which takes a place in its event history."""
 
 
-ToolCallEvent = Union[ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded, AgentMessage]
+# Gemini CLI's content loop detector (loopDetectionService.ts): 50-unit windows of the last 5000
+# UTF-16 code units of the model's streamed text.
+CONTENT_WINDOW = 50
+"""``CONTENT_CHUNK_SIZE``: a window's length in UTF-16 code units (JavaScript string length)."""
+CONTENT_HISTORY = 5000
+"""``MAX_HISTORY_LENGTH``: the streamed text kept, in UTF-16 code units."""
+WINDOW_HASH_BYTES = 8
+"""Each window travels as the first 8 bytes of the SHA-256 of its UTF-8 (docs/peer-profiles.md:
+the collision risk)."""
+MAX_WINDOWS_BYTES = (CONTENT_HISTORY - CONTENT_WINDOW + 1) * WINDOW_HASH_BYTES
+"""39,608: a chunk completes at most every window of the 5000 kept, 4,951 of them, so one record
+always carries a chunk's windows (base64 in JSON: 52,812 characters, within ``MAX_EVENT_BYTES``)."""
+
+
+class ModelText(_Event, tag=names.MODEL_TEXT, kw_only=True):
+    """One chunk of the model's streamed text, as what Gemini CLI's content loop detector reads
+    of it, computed at the edge (``streams.client.gemini_content.ContentEdge``): raw text never
+    leaves the runner.  Read by profile gemini-cli; the other profiles ignore it, and runners
+    that never send it keep working (without content loop detection)."""
+
+    reset: bool = False
+    """The chunk held a code fence, table, list item, heading, blockquote or divider: Gemini
+    reset its content tracking before it."""
+    skipped: bool = False
+    """The chunk was not appended (inside or entering a code block, or a divider): nothing is analysed."""
+    truncated: Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)] = 0
+    """UTF-16 units dropped from the start of the kept text to keep its last 5000."""
+    length: Annotated[int, msgspec.Meta(ge=0, le=CONTENT_HISTORY)] = 0
+    """The kept text's length after this chunk, in UTF-16 units (a consistency check)."""
+    windows: Annotated[bytes, msgspec.Meta(max_length=MAX_WINDOWS_BYTES)] = b""
+    """The windows this chunk completed, in order of position (the kept text's last ones), 8
+    bytes each: the first 8 bytes of SHA-256 of the window's UTF-8 (a lone surrogate as
+    U+FFFD, as node's hash of a JavaScript string)."""
+
+
+ToolCallEvent = Union[ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded, AgentMessage, ModelText]
 
 EVENT_TYPE_OF = {
-    cls: cls.__struct_config__.tag for cls in (ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded, AgentMessage)
+    cls: cls.__struct_config__.tag
+    for cls in (ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded, AgentMessage, ModelText)
 }
 """Event class -> its ``type`` (``schemas.names.EVENT_TYPES``)."""
 
@@ -313,6 +349,12 @@ def check_event(event: ToolCallEvent) -> None:
                 _check_latest_outcome(event)
     elif kind is AgentMessage:
         _check_digest(event.text_hash, "text_hash", DIGEST_PATTERN)
+    elif kind is ModelText:
+        count, rest = divmod(len(event.windows), WINDOW_HASH_BYTES)
+        if rest:
+            raise InvalidEvent(names.INVALID_EVENT, "windows must be 8 bytes per window - at `$.windows`")
+        if count > max(0, event.length - CONTENT_WINDOW + 1):
+            raise InvalidEvent(names.INVALID_EVENT, "more windows than the kept text has - at `$.windows`")
     if not (event.run_id or event.session_key or event.session_id):
         raise InvalidEvent(names.MISSING_KEY, "one of run_id, session_key or session_id is required - at `$.run_id`")
 

@@ -18,7 +18,11 @@ RUN_ENDED = "run.ended"
 AGENT_MESSAGE = "agent.message"
 """A message of the agent (or of its user) without tool calls, hashed at the edge: read by the
 ``openhands`` profile (monologue, empty responses, a user message's reset); ignored by the others."""
-EVENT_TYPES = (TOOL_CALL_REQUESTED, TOOL_CALL_COMPLETED, COMPACTION_RETRIED, RUN_ENDED, AGENT_MESSAGE)
+MODEL_TEXT = "model.text"
+"""One chunk of the model's streamed text, as the window hashes of Gemini CLI's content loop
+detector (computed at the edge, ``streams.client.gemini_content``): read by the ``gemini-cli``
+profile; ignored by the others."""
+EVENT_TYPES = (TOOL_CALL_REQUESTED, TOOL_CALL_COMPLETED, COMPACTION_RETRIED, RUN_ENDED, AGENT_MESSAGE, MODEL_TEXT)
 
 # -- verdicts (``type`` on loop-verdicts, a decision's ``action`` and ``level``) ---------------------
 
@@ -60,15 +64,20 @@ OPENHANDS_DETECTORS = (OPENHANDS_ACTION_OBSERVATION, OPENHANDS_ACTION_ERROR, OPE
 
 # Profile gemini-cli (Gemini CLI's LoopDetectionService, @google/gemini-cli-core; docs/peer-profiles.md).
 GEMINI_TOOL_CALL_LOOP = "gemini_tool_call_loop"
-GEMINI_LLM_LOOP = "gemini_llm_detected_loop"
-"""Gemini's ``LoopType.LLM_DETECTED_LOOP``: a judge's confidence at or above 0.9 (off by default: ``streams.judge``)."""
 """A cycle of 1 to 5 calls repeated 5 times: the first time the call is blocked with Gemini's
 feedback, the second time the run is aborted too."""
+GEMINI_LLM_LOOP = "gemini_llm_detected_loop"
+"""Gemini's ``LoopType.LLM_DETECTED_LOOP``: a judge's confidence at or above 0.9 (off by default: ``streams.judge``)."""
+GEMINI_CONTENT_LOOP = "gemini_content_loop"
+"""Gemini's ``LoopType.CONTENT_CHANTING_LOOP``: a 50-character window of the model's streamed text
+10 times close together.  The prompt's first detection is a warning carrying Gemini's feedback
+(the runner cuts the stream and sends it); a second detection of any kind aborts."""
 
 WARNING_DETECTORS = (GENERIC_REPEAT, KNOWN_POLL_NO_PROGRESS, PING_PONG, ARGUMENT_CHURN, CYCLE, AGENT_RING)
 """Detectors that can warn under the warning-bucket rule.  (OpenHands' nudge, a warning of
 ``openhands_action_error``, is never bucketed.)"""
-ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT, *OPENHANDS_DETECTORS, GEMINI_TOOL_CALL_LOOP, GEMINI_LLM_LOOP)
+ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT, *OPENHANDS_DETECTORS, GEMINI_TOOL_CALL_LOOP, GEMINI_LLM_LOOP,
+                   GEMINI_CONTENT_LOOP)
 """Detectors of ``loop.run_aborted``."""
 
 # -- fleet incidents (``type`` on loop-incidents) ----------------------------------------------------

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from schemas.events import UNSET, AgentMessage, CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
+from schemas.events import UNSET, AgentMessage, CompactionRetried, ModelText, RunEnded, ToolCallCompleted, ToolCallRequested
 
 from .canonical import UNDEFINED
 from .hashing import Outcome, args_hash, gemini_call_key, hash_outcome, is_known_poll, text_hash, write_target_hash
 
 __all__ = [
-    "UNDEFINED", "agent_message_event", "blocked_result", "compaction_event", "completed_event", "requested_event",
-    "run_ended_event",
+    "UNDEFINED", "agent_message_event", "blocked_result", "compaction_event", "completed_event",
+    "model_text_event", "requested_event", "run_ended_event",
 ]
 
 
@@ -137,3 +137,11 @@ def agent_message_event(
     if empty is None:
         empty = source == "agent" and not text.strip()
     return AgentMessage(event_id=event_id, source=source, text_hash=text_hash(text), empty=empty, **fields)
+
+
+def model_text_event(event_id: str, edge: Any, text: str, **fields: Any) -> ModelText:
+    """A chunk of the model's streamed text as Gemini CLI's content loop detector reads it: the
+    run's ``edge`` (one ``streams.client.gemini_content.ContentEdge`` per run, told of its tool
+    calls and user prompts)
+    turns it into window hashes.  The text itself is not in the event."""
+    return ModelText(event_id=event_id, **edge.feed(text)._asdict(), **fields)

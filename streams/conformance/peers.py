@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from schemas.config import GEMINI_CLI, OPENHANDS
-from schemas.events import ToolCallRequested
-from schemas.names import OPENHANDS_ACTION_ERROR
+from schemas.events import ModelText, ToolCallRequested
+from schemas.names import GEMINI_CONTENT_LOOP, GEMINI_LLM_LOOP, GEMINI_TOOL_CALL_LOOP, OPENHANDS_ACTION_ERROR
 
-from ..edge import agent_message_event, compaction_event, completed_event, requested_event
+from ..client.gemini_content import ContentEdge
+from ..edge import agent_message_event, compaction_event, completed_event, model_text_event, requested_event
 from ..engine import LoopEngine, RunDriver, published
 from .traces import SessionResult, TraceFileError, _numbered_jsonl
 
@@ -61,21 +62,28 @@ def openhands_answers(session: dict, engine: LoopEngine | None = None) -> list[l
 
 def gemini_events(session: dict) -> Iterator[Any]:
     """The events a runner publishes: a call (with Gemini's own key of it), the outcome of each
-    call that ran (which the profile ignores), a user prompt."""
+    call that ran (which the profile ignores), a user prompt, a chunk of the model's streamed
+    text (through the run's ``ContentEdge``, which calls and prompts reset as Gemini does)."""
     sid = session["id"]
     ids = {"run_id": sid, "session_key": f"agent:main:{sid}"}
+    edge = ContentEdge()
     for i, e in enumerate(session["events"]):
         k, eid, fields = e["k"], f"{sid}:{i}", {**ids, "ts_ms": i + 1}
         if k == "call":
+            edge.tool_call()
             yield requested_event(eid, e["tool"], e["args"], tool_call_id=e["id"], gemini_key=True, **fields)
         elif k == "user":
+            edge.user_prompt()
             yield agent_message_event(eid, e["text"], source="user", **fields)
+        elif k == "text":
+            yield model_text_event(eid, edge, e["text"], **fields)
         else:
             raise ValueError(f"unknown event kind {k!r} at event {i}")
 
 
 def gemini_answers(session: dict, engine: LoopEngine | None = None) -> list[list | None]:
-    """The engine's answer at each event in the oracle's form: for a call, ["allow", None], or
+    """The engine's answer at each event in the oracle's form: for a call or a chunk of text,
+    ["allow", None], or
     ["feedback", the loop type] (blocked, Gemini's feedback to the model), or ["abort", the loop
     type] (blocked, the run aborted); None for a prompt.  The outcome of a call that ran is
     published as the runner would, and must change nothing."""
@@ -83,14 +91,24 @@ def gemini_answers(session: dict, engine: LoopEngine | None = None) -> list[list
     out: list[list | None] = []
     for event in gemini_events(session):
         step = driver.handle(event)
-        if type(event) is not ToolCallRequested:
+        kind = type(event)
+        if kind is ModelText:
+            verdicts = published(step)
+            if step.abort is not None:
+                out.append(["abort", _GEMINI_LOOP_TYPES[step.abort.detector]])
+            elif verdicts and verdicts[0].action == "warn":
+                out.append(["feedback", _GEMINI_LOOP_TYPES[verdicts[0].detector]])
+            else:
+                out.append(["allow", None])
+            continue
+        if kind is not ToolCallRequested:
             out.append(None)
             continue
         verdicts = published(step)
         if step.abort is not None:
-            out.append(["abort", _GEMINI_LOOP_TYPE])
+            out.append(["abort", _GEMINI_LOOP_TYPES[step.abort.detector]])
         elif verdicts and verdicts[0].action == "block":
-            out.append(["feedback", _GEMINI_LOOP_TYPE])
+            out.append(["feedback", _GEMINI_LOOP_TYPES[verdicts[0].detector]])
         else:
             out.append(["allow", None])
             assert not published(driver.handle(completed_event(
@@ -100,8 +118,12 @@ def gemini_answers(session: dict, engine: LoopEngine | None = None) -> list[list
     return out
 
 
-_GEMINI_LOOP_TYPE = "consecutive_identical_tool_calls"
-"""Gemini's ``LoopType`` of a tool-call loop."""
+_GEMINI_LOOP_TYPES = {
+    GEMINI_TOOL_CALL_LOOP: "consecutive_identical_tool_calls",
+    GEMINI_CONTENT_LOOP: "chanting_identical_sentences",
+    GEMINI_LLM_LOOP: "llm_detected_loop",
+}
+"""Gemini's ``LoopType`` of each of its detectors (telemetry/types.ts)."""
 
 _ANSWERS = {OPENHANDS: openhands_answers, GEMINI_CLI: gemini_answers}
 

@@ -20,6 +20,7 @@ from schemas.events import (
     AgentMessage,
     CompactionRetried,
     InvalidEvent,
+    ModelText,
     RunEnded,
     ToolCallCompleted,
     ToolCallEvent,
@@ -275,8 +276,8 @@ class LoopEngine:
             return Step(None)
         elif kind is CompactionRetried:
             step = self._compaction(state, event)
-        elif kind is AgentMessage:
-            return Step(state)  # read by profile openhands only (streams.engine.peers)
+        elif kind is AgentMessage or kind is ModelText:
+            return Step(state)  # read by the peer profiles only (streams.engine.peers)
         else:
             raise InvalidEvent(UNKNOWN_TYPE, f"unsupported event {kind.__name__}")
         if event.ts_ms > state.last_event_ms:

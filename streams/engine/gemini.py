@@ -14,6 +14,8 @@ import math
 
 import msgspec
 
+from .gemini_content import ContentState
+
 __all__ = [
     "CYCLES", "LLM_CHECK_AFTER_TURNS", "LLM_CONFIDENCE_THRESHOLD", "REPEATS", "GeminiState", "llm_answer",
     "llm_check_due", "tool_call_loop", "turn_started",
@@ -44,6 +46,9 @@ class GeminiState(msgspec.Struct, array_like=True, gc=False):
     """``llmCheckInterval``: 5 to 15."""
     last_check_turn: int = 0
     """``lastCheckTurn``: the turn of the prompt's last LLM check (0: none yet)."""
+    content: ContentState | None = None
+    """The content loop detector's tracking (``streams.engine.gemini_content``); None until the
+    run's first ``model.text`` (last: states stored before it decode unchanged)."""
 
 
 def tool_call_loop(g: GeminiState, key: str) -> bool:

@@ -15,12 +15,17 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.config import GEMINI_CLI, OPENHANDS
-from schemas.events import AgentMessage, CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested, check_event
+from schemas.events import (
+    AgentMessage, CompactionRetried, ModelText, RunEnded, ToolCallCompleted, ToolCallRequested, check_event,
+)
 from schemas.keys import normalize_run_id
-from schemas.names import CRITICAL, GEMINI_LLM_LOOP, GEMINI_TOOL_CALL_LOOP, OPENHANDS_ACTION_ERROR, WARNING
+from schemas.names import (
+    CRITICAL, GEMINI_CONTENT_LOOP, GEMINI_LLM_LOOP, GEMINI_TOOL_CALL_LOOP, OPENHANDS_ACTION_ERROR, WARNING,
+)
 from schemas.verdicts import Decision
 
 from . import gemini as gm
+from . import gemini_content as gc
 from . import openhands as oh
 from .engine import Step, _decision, _end_run, _run_aborted, refused_after_abort
 from .peer_state import PeerState
@@ -76,6 +81,8 @@ def _openhands(state: RunState, event: Any, kind: type) -> Step:
     if state.aborted is not None:
         # OpenHands stopped the agent: a late call is refused, anything else changes nothing.
         return refused_after_abort(state, event, state.aborted) if kind is ToolCallRequested else Step(state)
+    if kind is ModelText:
+        return Step(state)  # Gemini CLI's content detector reads it; OpenHands has no such event
     w = _window(state)
     if kind is ToolCallRequested:
         w.append(oh.ACTION, _action_key(event))
@@ -178,6 +185,8 @@ def _gemini(state: RunState, event: Any, kind: type) -> Step:
     g = peer.gemini
     if g is None:
         g = peer.gemini = gm.GeminiState()
+    if kind is ModelText:
+        return _gemini_text(state, g, event)
     if kind is AgentMessage:
         if event.source == "user":  # a new prompt id: LoopDetectionService.reset
             g.calls = []
@@ -185,9 +194,13 @@ def _gemini(state: RunState, event: Any, kind: type) -> Step:
             g.turns = 0  # resetLlmCheckTracking
             g.llm_interval = gm.DEFAULT_LLM_CHECK_INTERVAL
             g.last_check_turn = 0
+            if g.content is not None:  # resetContentTracking
+                gc.reset(g.content)
         return Step(state)
     if kind is not ToolCallRequested:
         return Step(state)
+    if g.content is not None:  # "content chanting only happens in one single stream": addAndCheck resets it
+        gc.reset(g.content)
     gm.turn_started(g)  # the LLM check's cadence only: a judge, if any, answers beside the engine
     key = event.call_key if type(event.call_key) is str else event.args_hash
     if not gm.tool_call_loop(g, key):
@@ -211,11 +224,47 @@ def _gemini_strike(state: RunState, g: gm.GeminiState, event: Any, detector: str
                              count=1, message=message)
         return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True)
     _end_run(state, detector)
+    if state.aborted is not None:
+        g.content = None  # the run is over: nothing will read its text again
     message = f"CRITICAL: Gemini CLI's loop detection ended this turn: {again}."
     decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=detector,
                          count=g.strikes, message=message)
     abort = _run_aborted(event, detector, g.strikes, event.tool_name, message)
     return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True, abort=abort)
+
+
+def _gemini_text(state: RunState, g: gm.GeminiState, event: ModelText) -> Step:
+    """A chunk of the model's streamed text (``addAndCheck``'s Content case).  The client's
+    answer to a content loop: the first in a prompt breaks the stream and sends the model
+    Gemini's feedback in a new turn of the same prompt (``_recoverFromLoop``: the content
+    tracking is kept), here a warning shown to the model (there is no call to block); a
+    second detection of any kind ends the turn: the run's abort."""
+    c = g.content
+    if c is None:
+        c = g.content = gc.ContentState()
+    if not gc.content_loop(c, event.reset, event.skipped, event.truncated, event.length, event.windows):
+        return Step(state)
+    g.strikes += 1
+    if g.strikes == 1:
+        # Gemini's detail quotes the repeated text, which never leaves the runner.
+        message = (
+            "System: Potential loop detected. Details: Repeating content detected. Please take a step back and "
+            "confirm you're making forward progress. If not, take a step back, analyze your previous actions and "
+            "rethink how you're approaching the problem. Avoid repeating the same tool calls or responses without "
+            "new results."
+        )
+        decision = Decision(
+            verdict_id=f"{event.event_id}/decision", cause_event_id=event.event_id, run_id=event.run_id,
+            session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms, tool_name="", args_hash="",
+            action="warn", level=WARNING, detector=GEMINI_CONTENT_LOOP, count=1, warning_emitted=True,
+            notify_model=True, message=message,
+        )
+        return Step(state, built_decision=decision)
+    _end_run(state, GEMINI_CONTENT_LOOP)
+    if state.aborted is not None:
+        g.content = None  # the run is over: nothing will read its text again
+    message = "CRITICAL: Gemini CLI's loop detection ended this turn: the model's text repeated itself after its feedback."
+    return Step(state, abort=_run_aborted(event, GEMINI_CONTENT_LOOP, g.strikes, "", message))
 
 
 def gemini_llm_check_due(step: Step) -> bool:

@@ -9,7 +9,10 @@
 // user prompt is a new prompt id (reset); each tool call request goes through addAndCheck; on
 // the first detection (count 1) the client breaks the stream before the call runs, clears the
 // detection and sends its feedback (_recoverFromLoop); on the second (count 2) it yields
-// LoopDetected and ends the turn.  The session then ends.
+// LoopDetected and ends the turn.  The session then ends.  A chunk of the model's text
+// (`text`) is a Content event through addAndCheck, with the same answers to a detection: on
+// the first the client breaks the stream and sends its feedback in a new turn of the same
+// prompt id (no reset: the content tracking goes on), on the second the turn ends.
 import { readFileSync } from 'node:fs';
 import { gunzipSync } from 'node:zlib';
 import { pathToFileURL } from 'node:url';
@@ -39,6 +42,17 @@ function answer(session) {
         type: GeminiEventType.ToolCallRequest,
         value: { callId: e.id, name: e.tool, args: e.args, isClientInitiated: false, prompt_id: `${session.id}#${prompt}` },
       });
+      if (result.count > 1) {
+        steps.push(['abort', result.type]);
+      } else if (result.count === 1) {
+        service.clearDetection();
+        steps.push(['feedback', result.type]);
+      } else {
+        steps.push(['allow', null]);
+      }
+    } else if (e.k === 'text') {
+      // A chunk of the model's streamed text, as Turn.run yields it: a Content event.
+      const result = service.addAndCheck({ type: GeminiEventType.Content, value: e.text });
       if (result.count > 1) {
         steps.push(['abort', result.type]);
       } else if (result.count === 1) {

@@ -4,6 +4,7 @@
  * is for Python). The wire shape is `schemas/jsonschema/tool-calls.event.v1.json`.
  */
 import { LoopwatchInputError } from "./errors.js";
+import type { ContentEdge } from "./geminiContent.js";
 import {
   argsHash,
   geminiCallKey,
@@ -94,7 +95,18 @@ export interface AgentMessage extends EventBase {
   empty: boolean;
 }
 
-export type ToolCallEvent = ToolCallRequested | ToolCallCompleted | CompactionRetried | RunEnded | AgentMessage;
+/** A chunk of the model's streamed text as Gemini CLI's content loop detector reads it (profile gemini-cli). */
+export interface ModelText extends EventBase {
+  type: "model.text";
+  reset: boolean;
+  skipped: boolean;
+  truncated: number;
+  length: number;
+  /** 8 bytes per window, base64 (as msgspec writes bytes). */
+  windows: string;
+}
+
+export type ToolCallEvent = ToolCallRequested | ToolCallCompleted | CompactionRetried | RunEnded | AgentMessage | ModelText;
 
 export interface EventFields extends RunFields {
   tsMs: number;
@@ -165,6 +177,24 @@ export function agentMessageEvent(
     source,
     text_hash: textHash(text),
     empty: fields.empty ?? (source === "agent" && PYTHON_BLANK.test(text)),
+  };
+}
+
+/**
+ * A chunk of the model's streamed text as its window hashes: the run's `edge` (one
+ * `ContentEdge` per run, told of its tool calls and user prompts) computes them. The text
+ * itself is not in the event.
+ */
+export function modelTextEvent(eventId: string, edge: ContentEdge, text: string, fields: EventFields): ModelText {
+  const w = edge.feed(text);
+  return {
+    type: "model.text",
+    ...base(eventId, fields),
+    reset: w.reset,
+    skipped: w.skipped,
+    truncated: w.truncated,
+    length: w.length,
+    windows: w.windows.toString("base64"),
   };
 }
 

@@ -23,12 +23,14 @@ export {
   completedFromOutcome,
   encodeEvent,
   eventKey,
+  modelTextEvent,
   requestedEvent,
   runEndedEvent,
   stateKey,
   MAX_EVENT_BYTES,
   type AgentMessage,
   type CompactionRetried,
+  type ModelText,
   type RunEnded,
   type RunFields,
   type ToolCallCompleted,
@@ -55,3 +57,4 @@ export {
   loadKeys,
   parseKeys,
 } from "./signing.js";
+export { ContentEdge, type ContentWindows } from "./geminiContent.js";

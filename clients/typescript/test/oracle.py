@@ -23,6 +23,8 @@ Requests:
   {"op": "peer_args", "tool": t, "args": V, "thought": s | null, "gemini": bool}
       -> the tool_call.requested event with the peer profiles' fields (thought_hash, call_key)
   {"op": "message", "text": s, "source": "agent" | "user"}  -> the agent.message event
+  {"op": "model_text", "chunks": [s | null, ...]}  -> the model.text event of each chunk through
+      one ContentEdge (null: a tool call, which resets it; no event)
 
 Every event is built with the same ids and fields (``_FIELDS``, event id "oracle", ts_ms 0), so
 the TypeScript side builds the same event and compares its record value byte for byte.
@@ -42,7 +44,8 @@ import msgspec
 from schemas.events import CompactionRetried, InvalidEvent, decode_event, encode_event
 from schemas.signing import SigningKey, SigningKeyError, parse_keys
 from streams.conformance.cases import expand_steps, load_cases, materialize, materialize_args
-from streams.edge import agent_message_event, completed_event, requested_event
+from streams.client.gemini_content import ContentEdge
+from streams.edge import agent_message_event, completed_event, model_text_event, requested_event
 from schemas.keys import record_key, state_key
 from streams.canonical import UNDEFINED
 from streams.hashing import ThrownError
@@ -197,6 +200,14 @@ def answer(request: dict) -> Any:
                                             gemini_key=bool(request.get("gemini")), **_FIELDS))
     if op == "message":
         return event_answer(agent_message_event("oracle", request["text"], source=request["source"], **_FIELDS))
+    if op == "model_text":
+        edge, out = ContentEdge(), []
+        for chunk in request["chunks"]:
+            if chunk is None:
+                edge.tool_call()
+            else:
+                out.append(event_answer(model_text_event("oracle", edge, chunk, **_FIELDS)))
+        return out
     if op == "args":
         return args_answer(request["tool"], decode(request["args"]))
     if op == "outcome":
