@@ -144,4 +144,6 @@ def model_text_event(event_id: str, edge: Any, text: str, **fields: Any) -> Mode
     run's ``edge`` (one ``streams.client.gemini_content.ContentEdge`` per run, told of its tool
     calls and user prompts)
     turns it into window hashes.  The text itself is not in the event."""
-    return ModelText(event_id=event_id, **edge.feed(text)._asdict(), **fields)
+    chunk = edge.feed(text)
+    return ModelText(event_id=event_id, reset=chunk.reset, skipped=chunk.skipped, truncated=chunk.truncated,
+                     length=chunk.length, windows=chunk.windows, **fields)
