@@ -51,7 +51,11 @@ from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted, decode_verdict
 
 from ..broker_access import BrokerAccessError, broker_access, redact_sasl_exchanges, speaks_tls
-from ..edge import UNDEFINED, blocked_result, compaction_event, completed_event, requested_event, run_ended_event
+from ..edge import (
+    UNDEFINED, agent_message_event, blocked_result, compaction_event, completed_event, model_text_event, requested_event,
+    run_ended_event,
+)
+from .gemini_content import ContentEdge
 from .errors import LoopBlocked, LoopwatchUnavailable, NoDecisionError, RunAbortedError
 
 log = logging.getLogger("loopwatch.client")
@@ -331,6 +335,8 @@ class RunHandle:
         """Decisions that carried a fleet incident (the tool is failing across the fleet:
         ``message`` says so, ``incident_id`` names it)."""
         self._vetoed: set[str | None] = set()
+        self._content: ContentEdge | None = None
+        """Gemini's content tracking of the run's streamed text (``model_text``), once it sends any."""
 
     def _advisory(self, decision: Decision) -> None:
         if decision.incident_id:
@@ -352,6 +358,8 @@ class RunHandle:
         self.check()
         client = self.client
         gate = client.mode == "gate"
+        if self._content is not None:
+            self._content.tool_call()  # a tool call resets Gemini's content tracking
         event = requested_event(client._next_event_id(), tool, args, tool_call_id=tool_call_id, gate=gate,
                                 ts_ms=int(time.time() * 1000), trace_id=self.trace_id, target=target, **self.fields)
         if not gate:
@@ -434,6 +442,29 @@ class RunHandle:
                                 provider_send_tools=client.provider_send_tools, tool_call_id=tool_call_id,
                                 ts_ms=int(time.time() * 1000), trace_id=self.trace_id, target=target, **self.fields)
         await client._publish(event, client.timeout)
+
+    async def agent_message(self, text: str, *, source: str = "agent", empty: bool | None = None) -> str:
+        """A message of the agent (or, ``source="user"``, a user prompt) as its hash: profile
+        openhands' monologue and empty-response rules read it, gemini-cli's a prompt's start.
+        The text stays here.  Returns the event's id (its verdicts' cause)."""
+        if source == "user" and self._content is not None:
+            self._content.user_prompt()
+        event = agent_message_event(self.client._next_event_id(), text, source=source, empty=empty,
+                                    ts_ms=int(time.time() * 1000), **self.fields)
+        await self.client._publish(event, self.client.timeout)
+        return event.event_id
+
+    async def model_text(self, text: str) -> str:
+        """A chunk of the model's streamed text, as window hashes (``streams.client.gemini_content``):
+        profile gemini-cli's content loop detector reads it; a detection comes back as a warning
+        (``warnings``, Gemini's feedback to the model) and the second as the run's abort.
+        The text stays here.  Returns the event's id (its verdicts' cause)."""
+        if self._content is None:
+            self._content = ContentEdge()
+        event = model_text_event(self.client._next_event_id(), self._content, text, ts_ms=int(time.time() * 1000),
+                                 **self.fields)
+        await self.client._publish(event, self.client.timeout)
+        return event.event_id
 
     async def compaction_retried(self) -> None:
         event = compaction_event(self.client._next_event_id(), ts_ms=int(time.time() * 1000), **self.fields)
