@@ -18,11 +18,13 @@
 import { randomBytes } from "node:crypto";
 import { LoopBlocked, LoopwatchInputError, LoopwatchUnavailableError, RunAbortedError } from "./errors.js";
 import {
+  agentMessageEvent,
   blockedResult,
   compactionEvent,
   completedEvent,
   encodeEvent,
   eventKey,
+  modelTextEvent,
   requestedEvent,
   runEndedEvent,
   stateKey,
@@ -30,6 +32,7 @@ import {
   type RunFields,
   type ToolCallEvent,
 } from "./events.js";
+import { ContentEdge } from "./geminiContent.js";
 import type { ToolOutcome } from "./hashing.js";
 import { describeKafkaError, KafkaTransport, withDeadline, type KafkaSettings, type VerdictRecord } from "./kafka.js";
 import type { SigningKey } from "./signing.js";
@@ -314,6 +317,8 @@ export class RunHandle {
   readonly #vetoed = new Set<string | null>();
   /** Events of one run are published one after another, in call order. */
   #tail: Promise<void> = Promise.resolve();
+  /** Gemini's content tracking of the run's streamed text (`modelText`), once it sends any. */
+  #content: ContentEdge | null = null;
 
   constructor(
     readonly client: LoopwatchClient,
@@ -402,6 +407,7 @@ export class RunHandle {
     const client = this.client;
     const deadline = Date.now() + client.timeoutMs;
     const gate = client.mode === "gate";
+    this.#content?.toolCall(); // a tool call resets Gemini's content tracking
     const event = requestedEvent(client.nextEventId(), toolName, args, { ...this.#eventFields(), toolCallId, gate });
     if (!gate) {
       try {
@@ -480,6 +486,39 @@ export class RunHandle {
     } catch (err) {
       rethrowInput(err) ?? this.#unavailable(err, `${toolName} outcome`);
     }
+  }
+
+  /**
+   * A message of the agent (or, `source` "user", a user prompt) as its hash: profile openhands'
+   * monologue and empty-response rules read it, gemini-cli's a prompt's start. The text stays
+   * here. Returns the event's id (its verdicts' cause).
+   */
+  async agentMessage(text: string, options: { source?: "agent" | "user"; empty?: boolean } = {}): Promise<string> {
+    if (options.source === "user") this.#content?.userPrompt();
+    const event = agentMessageEvent(this.client.nextEventId(), text, { ...this.#eventFields(), ...options });
+    try {
+      await this.#publish(event, Date.now() + this.client.timeoutMs);
+    } catch (err) {
+      rethrowInput(err) ?? this.#unavailable(err, "agent message");
+    }
+    return event.event_id;
+  }
+
+  /**
+   * A chunk of the model's streamed text, as window hashes (`ContentEdge`): profile gemini-cli's
+   * content loop detector reads it; a detection comes back as a warning (`warnings`, Gemini's
+   * feedback for the model: `takeModelNotices`) and the second as the run's abort. The text
+   * stays here. Returns the event's id (its verdicts' cause).
+   */
+  async modelText(text: string): Promise<string> {
+    this.#content ??= new ContentEdge();
+    const event = modelTextEvent(this.client.nextEventId(), this.#content, text, this.#eventFields());
+    try {
+      await this.#publish(event, Date.now() + this.client.timeoutMs);
+    } catch (err) {
+      rethrowInput(err) ?? this.#unavailable(err, "model text");
+    }
+    return event.event_id;
   }
 
   /** A context compaction followed by a retry: arms the post-compaction guard. */

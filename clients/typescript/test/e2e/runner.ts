@@ -10,6 +10,9 @@
  *   node runner.js plugin   plan: {kafka, loopRun, abortRun, sessionKey}
  *     Drives the OpenClaw plugin through a fake plugin API object as OpenClaw's runtime
  *     calls it, and reports what the host would see: blocks, and the text the model reads.
+ *   node runner.js text     plan: {kafka, runs: [{runId, sessionKey, events: [{k: "user"|"text", text}]}]}
+ *     Streams each run's prompts and text through RunHandle.agentMessage / modelText (advisory),
+ *     waits for the run's abort and reports the events' ids, the warnings and the abort.
  *   node runner.js start    plan: {kafka}
  *     Starts a client and reports whether it started, or the error it failed with.
  *
@@ -148,6 +151,32 @@ async function clientScenario(plan: { kafka: KafkaPlan; runs: RunPlan[] }): Prom
   await Promise.all([gate.stop(), advisory.stop()]);
 }
 
+// -- text ------------------------------------------------------------------------------------
+
+interface TextRunPlan {
+  runId: string;
+  sessionKey: string;
+  events: { k: "user" | "text"; text: string }[];
+}
+
+async function textScenario(plan: { kafka: KafkaPlan; runs: TextRunPlan[] }): Promise<void> {
+  const options = { ...clientOptionsFromConfig(plan.kafka), timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000 };
+  const client = new LoopwatchClient({ ...options, mode: "advisory", clientId: "e2e-text" });
+  await client.start();
+  const reports = [];
+  for (const r of plan.runs) {
+    const run = client.run({ runId: r.runId, sessionKey: r.sessionKey, agentId: "main" });
+    const eventIds: string[] = [];
+    for (const e of r.events) {
+      eventIds.push(e.k === "user" ? await run.agentMessage(e.text, { source: "user" }) : await run.modelText(e.text));
+    }
+    await until(() => run.aborted !== null, 30_000, `the abort of ${r.runId}`);
+    reports.push({ runId: r.runId, eventIds, warnings: [...run.warnings], aborted: run.aborted, notices: run.takeModelNotices() });
+  }
+  say({ event: "runs", runs: reports });
+  await client.stop();
+}
+
 // -- plugin ------------------------------------------------------------------------------------
 
 interface HostCall {
@@ -242,6 +271,8 @@ async function main(): Promise<void> {
     await pluginScenario(plan);
   } else if (scenario === "start") {
     await startScenario(plan);
+  } else if (scenario === "text") {
+    await textScenario(plan);
   } else {
     throw new Error(`unknown scenario ${scenario}`);
   }
