@@ -44,29 +44,41 @@ def _steps(path: Path) -> dict[str, list]:
     return {line["id"]: line["steps"] for line in open_jsonl(path)}
 
 
-def test_every_gemini_session_agrees_with_the_oracle():
-    proc = loopwatch("conformance", "--profile", "gemini-cli", "--traces", DATA / "sessions.jsonl.gz",
-                     "--expected", DATA / "expected.jsonl.gz", timeout=600)
+GOLDEN = {
+    "tool-calls": (DATA, 23622, 9),
+    "content": (REPO / "tests" / "data" / "conformance" / "gemini-cli-content", 15501, 26),
+}
+"""The golden sets (sessions answered by the oracle, and Gemini's own unit-test cases
+transcribed): the tool-call rule's, and the content detector's (tests/engine/test_gemini_content.py
+has its other tests).  Each: (directory, steps compared, cases)."""
+
+
+@pytest.mark.parametrize("data, steps, _cases", GOLDEN.values(), ids=GOLDEN)
+def test_every_gemini_session_agrees_with_the_oracle(data, steps, _cases):
+    proc = loopwatch("conformance", "--profile", "gemini-cli", "--traces", data / "sessions.jsonl.gz",
+                     "--expected", data / "expected.jsonl.gz", timeout=600)
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, "\n".join(lines[:20])
-    assert lines[-2:] == ["23622 steps compared", "600 passed, 0 failed, 0 skipped"]
+    assert lines[-2:] == [f"{steps} steps compared", "600 passed, 0 failed, 0 skipped"]
 
 
-def test_gemini_own_unit_test_cases_transcribed():
-    proc = loopwatch("conformance", "--profile", "gemini-cli", "--traces", DATA / "cases.jsonl",
-                     "--expected", DATA / "cases-expected.jsonl", timeout=120)
+@pytest.mark.parametrize("data, _steps_compared, cases", GOLDEN.values(), ids=GOLDEN)
+def test_gemini_own_unit_test_cases_transcribed(data, _steps_compared, cases):
+    proc = loopwatch("conformance", "--profile", "gemini-cli", "--traces", data / "cases.jsonl",
+                     "--expected", data / "cases-expected.jsonl", timeout=120)
     assert proc.returncode == 0, proc.stdout
-    assert proc.stdout.strip().splitlines()[-1] == "9 passed, 0 failed, 0 skipped"
+    assert proc.stdout.strip().splitlines()[-1] == f"{cases} passed, 0 failed, 0 skipped"
 
 
-def test_the_golden_answers_are_the_installed_oracles():
+@pytest.mark.parametrize("data", [d for d, _s, _c in GOLDEN.values()], ids=GOLDEN)
+def test_the_golden_answers_are_the_installed_oracles(data):
     core = _core()
     assert json.loads((core / "package.json").read_text())["version"] == "0.61.0"
     for sessions, expected in (("sessions.jsonl.gz", "expected.jsonl.gz"), ("cases.jsonl", "cases-expected.jsonl")):
-        proc = subprocess.run(["node", ORACLE, core, DATA / sessions], capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(["node", ORACLE, core, data / sessions], capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stderr[-2000:]
         got = {row["id"]: row["steps"] for row in map(json.loads, proc.stdout.splitlines())}
-        assert got == _steps(DATA / expected)
+        assert got == _steps(data / expected)
 
 
 _json = st.recursive(

@@ -26,12 +26,10 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import subprocess
 import sys
 import tempfile
-from pathlib import Path
 
-ORACLE = Path(__file__).with_name("gemini_oracle.mjs")
+from gemini_generate import answers, end_at_abort  # (run from this directory: the tool-call set's generator)
 WORDS = ("the", "loop", "model", "again", "I", "will", "now", "check", "file", "error", "😀", "é", "日本",
          "\U0001d400", "plan", "step", "value", "\u00a0", "x" * 30, "-", "*", "+", "|", "#", ">", "1.", "OK")
 # Chunks that reset (or, in JavaScript's reading, do not) and dividers.
@@ -147,11 +145,6 @@ def sessions(n: int, seed: int) -> list[dict]:
     return out
 
 
-def answers(core: str, path: str) -> dict[str, list]:
-    proc = subprocess.run(["node", ORACLE, core, path], capture_output=True, text=True, check=True)
-    return {row["id"]: row["steps"] for row in map(json.loads, proc.stdout.splitlines())}
-
-
 def _dumps(value) -> str:
     # ASCII escapes: a lone surrogate is \\udXXX in the file, which JSON.parse and json.loads both read back.
     return json.dumps(value, separators=(",", ":"), ensure_ascii=True)
@@ -165,10 +158,7 @@ def main(argv: list[str]) -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as tmp:
         tmp.write("".join(_dumps(s) + "\n" for s in made))
     got = answers(core, tmp.name)
-    for s in made:  # Gemini ends the turn at its second detection: the session ends there
-        steps = got[s["id"]]
-        end = next((i + 1 for i, st in enumerate(steps) if st and st[0] == "abort"), len(steps))
-        s["events"], got[s["id"]] = s["events"][:end], steps[:end]
+    end_at_abort(made, got)
     with gzip.GzipFile(sessions_path, "wb", mtime=0) as f:
         f.write("".join(_dumps(s) + "\n" for s in made).encode())
     with gzip.GzipFile(expected_path, "wb", mtime=0) as f:

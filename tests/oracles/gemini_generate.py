@@ -72,6 +72,14 @@ def answers(core: str, path: str) -> dict[str, list]:
     return {row["id"]: row["steps"] for row in map(json.loads, proc.stdout.splitlines())}
 
 
+def end_at_abort(made: list[dict], got: dict[str, list]) -> None:
+    """Gemini ends the turn at its second detection: each session (and its answers) ends there."""
+    for s in made:
+        steps = got[s["id"]]
+        end = next((i + 1 for i, st in enumerate(steps) if st and st[0] == "abort"), len(steps))
+        s["events"], got[s["id"]] = s["events"][:end], steps[:end]
+
+
 def main(argv: list[str]) -> int:
     core, sessions_path, expected_path = argv[:3]
     n = int(argv[3]) if len(argv) > 3 else 600
@@ -80,10 +88,7 @@ def main(argv: list[str]) -> int:
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as tmp:
         tmp.write("".join(json.dumps(s) + "\n" for s in made))
     got = answers(core, tmp.name)
-    for s in made:  # Gemini ends the turn at its second detection: the session ends there
-        steps = got[s["id"]]
-        end = next((i + 1 for i, st in enumerate(steps) if st and st[0] == "abort"), len(steps))
-        s["events"], got[s["id"]] = s["events"][:end], steps[:end]
+    end_at_abort(made, got)
     with gzip.open(sessions_path, "wt", encoding="utf-8") as f:
         f.write("".join(json.dumps(s, separators=(",", ":"), ensure_ascii=False) + "\n" for s in made))
     with gzip.open(expected_path, "wt", encoding="utf-8") as f:

@@ -37,22 +37,15 @@ function answer(session) {
       prompt += 1;
       service.reset(`${session.id}#${prompt}`, e.text);
       steps.push(null);
-    } else if (e.k === 'call') {
-      const result = service.addAndCheck({
-        type: GeminiEventType.ToolCallRequest,
-        value: { callId: e.id, name: e.tool, args: e.args, isClientInitiated: false, prompt_id: `${session.id}#${prompt}` },
-      });
-      if (result.count > 1) {
-        steps.push(['abort', result.type]);
-      } else if (result.count === 1) {
-        service.clearDetection();
-        steps.push(['feedback', result.type]);
-      } else {
-        steps.push(['allow', null]);
-      }
-    } else if (e.k === 'text') {
-      // A chunk of the model's streamed text, as Turn.run yields it: a Content event.
-      const result = service.addAndCheck({ type: GeminiEventType.Content, value: e.text });
+    } else if (e.k === 'call' || e.k === 'text') {
+      const event = e.k === 'call'
+        ? {
+            type: GeminiEventType.ToolCallRequest,
+            value: { callId: e.id, name: e.tool, args: e.args, isClientInitiated: false, prompt_id: `${session.id}#${prompt}` },
+          }
+        // A chunk of the model's streamed text, as Turn.run yields it: a Content event.
+        : { type: GeminiEventType.Content, value: e.text };
+      const result = service.addAndCheck(event);
       if (result.count > 1) {
         steps.push(['abort', result.type]);
       } else if (result.count === 1) {
