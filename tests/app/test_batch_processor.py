@@ -195,8 +195,9 @@ def test_run_ended_keeps_only_its_marker():
 def test_an_ended_run_redelivered_from_before_its_end_publishes_nothing_again():
     """The changelog ahead of the committed offsets (issue 26: a checkpoint's changelog records
     were accepted, its commit was not): the ended run's events come again from offset 2.  With
-    the state deleted they were applied to an empty history and published under the same ids
-    with other content (a 'read' repeated at count 1 instead of 2 and 3); the marker skips them."""
+    the state deleted they were applied to an empty history: calls 1 and 2 were decided again as
+    the first calls of a new run and published under their ids again (in a loop past its
+    warning, with other content: docs/reliability.md); the marker skips them."""
     events = repeat_run(3) + [run_ended_event("end", run_id="r1", session_key="s")]
     recs = records(events)
     p = BatchProcessor(engine())
