@@ -17,6 +17,7 @@ from streams.broker_access import BrokerAccessError
 from streams.client import LoopwatchUnavailable
 
 from .gateway import Gateway, GatewayOptions
+from .relay import Relay, relays
 from .upstream import UpstreamSpec, UpstreamUnavailable
 
 PROG = "loopwatch mcp-gateway"
@@ -54,6 +55,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-idle-timeout", type=float, default=1800.0, metavar="S",
                    help="over HTTP: a run also ends after this long without a call (default 1800)")
     p.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on PORT instead of stdio")
+    p.add_argument("--sdk-proxy", action="store_true",
+                   help="over stdio with one upstream command, serve through the SDK's server and client "
+                        "instead of relaying its messages as they are (the default; docs/mcp-gateway.md)")
     p.add_argument("--host", default="127.0.0.1", help="the HTTP address (default 127.0.0.1)")
     p.add_argument("--log-level", default="WARNING")
     return p
@@ -134,12 +138,15 @@ def options_from(args: argparse.Namespace) -> GatewayOptions:
         fail_closed=args.fail_closed, tool_calls_topic=args.tool_calls_topic, verdicts_topic=args.verdicts_topic,
         agent_id=args.agent_id, session_key=args.session_key, run_id=args.run_id,
         upstream_timeout=args.upstream_timeout, connect_timeout=args.connect_timeout,
-        run_idle_timeout=args.run_idle_timeout,
+        run_idle_timeout=args.run_idle_timeout, relay=not args.sdk_proxy,
     )
 
 
 async def serve(options: GatewayOptions, *, http_port: int | None = None, host: str = "127.0.0.1",
                 ready: Any = None) -> None:
+    if http_port is None and relays(options):
+        if await _relay(options):
+            return
     gateway = Gateway(options)
     server = await gateway.start()
     try:
@@ -169,6 +176,23 @@ async def serve(options: GatewayOptions, *, http_port: int | None = None, host: 
                     signal.signal(sig, handler)
     finally:
         await gateway.stop()
+
+
+async def _relay(options: GatewayOptions) -> bool:
+    """Serve stdio as a relay; False when stdin cannot be read by the event loop (a regular
+    file): the SDK's server reads it with threads then."""
+    from .stdio import agent_pipes
+
+    async with agent_pipes() as pipes:
+        if pipes is None:
+            return False
+        relay = Relay(options)
+        await relay.start()
+        try:
+            await relay.serve(*pipes)
+        finally:
+            await relay.stop()
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

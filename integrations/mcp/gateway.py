@@ -33,17 +33,18 @@ import re
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import mcp_types as types
 from mcp.server import Server
 from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
-from streams.client import LoopBlocked, LoopwatchClient, NoDecisionError, RunAbortedError, RunHandle
+from streams.client import LoopwatchClient
 from streams.hashing import ThrownError, unknown_tool_name
 
 from .outcome import edge_outcome, unknown_tool_error
+from .runs import GuardedRun, runner_client
 from .upstream import Upstream, UpstreamSpec, UpstreamUnavailable
 
 log = logging.getLogger("loopwatch.mcp")
@@ -52,7 +53,6 @@ __all__ = ["Gateway", "GatewayOptions", "RUN_ID_META", "RUN_ID_HEADER"]
 
 RUN_ID_META = "io.loopwatch/runId"
 RUN_ID_HEADER = "x-loopwatch-run-id"
-ADVISORY_LINGER_MS = 5
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 _IDENTITY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
 
@@ -78,48 +78,10 @@ class GatewayOptions:
     """How long a forwarded call may take before the agent gets an error."""
     connect_timeout: float = 30.0
     run_idle_timeout: float = 1800.0
+    relay: bool = True
+    """Over stdio with one upstream command and no prefix, relay its JSON-RPC messages as they
+    are (``relay.py``) instead of serving them through the SDK's server and client."""
     kafka_options: tuple[tuple[str, Any], ...] = ()
-
-
-class _Run:
-    """One run's handle and its publishing queue.
-
-    The agent never waits for an event's delivery it does not need: a completion (and in
-    advisory mode the request too) is hashed and queued in the background, in order behind the
-    run's earlier events (``later``); queued, not delivered (``RunHandle.queue_*``): the
-    producer delivers a partition's records in the order queued.  A gated request waits until
-    the run's earlier events are queued (``settled``), not delivered, so the worker reads every
-    run's events in the order they happened."""
-
-    __slots__ = ("handle", "last_used", "surfaced_warnings", "surfaced_blocks", "_last")
-
-    def __init__(self, handle: RunHandle) -> None:
-        self.handle = handle
-        self.last_used = time.monotonic()
-        self.surfaced_warnings = 0  # advisory mode: the verdicts already shown to the model
-        self.surfaced_blocks = 0
-        self._last: asyncio.Future | None = None
-
-    def later(self, publish: Callable[[], Awaitable[Any]], tasks: set) -> None:
-        previous = self._last
-
-        async def in_order() -> None:
-            if previous is not None:
-                await asyncio.wait([previous])
-            try:
-                await publish()
-            except RunAbortedError:
-                pass  # advisory mode: the abort arrived meanwhile; the next call is refused
-            except Exception as exc:  # noqa: BLE001 - the client logs failed deliveries; nothing else may stop the queue
-                log.warning("run %s: event not published: %s", self.handle.fields["run_id"], exc)
-
-        self._last = task = asyncio.ensure_future(in_order())
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
-    async def settled(self) -> None:
-        if self._last is not None and not self._last.done():
-            await asyncio.wait([self._last])
 
 
 @dataclass
@@ -127,7 +89,7 @@ class _Pending:
     """A call whose upstream asked for more input (``InputRequiredResult``): its retries are the
     same call, so they are not gated again, and it completes once, with the final result."""
 
-    run: _Run
+    run: GuardedRun
     tool_call_id: str
 
 
@@ -139,20 +101,13 @@ class Gateway:
         if len(set(names)) != len(names):
             raise ValueError(f"upstream names must differ: {', '.join(names)}")
         self.options = options
-        self.client = client or LoopwatchClient(
-            options.bootstrap_servers, mode=options.mode, timeout=options.timeout, fail_closed=options.fail_closed,
-            tool_calls_topic=options.tool_calls_topic, verdicts_topic=options.verdicts_topic,
-            # advisory: no call waits on a delivery, so a call's two events (and those of the
-            # calls meanwhile) go in one produce request, at most ADVISORY_LINGER_MS later
-            linger_ms=ADVISORY_LINGER_MS if options.mode == "advisory" else 0,
-            **dict(options.kafka_options),
-        )
+        self.client = client or runner_client(options)
         self.upstreams = [Upstream(spec, connect_timeout=options.connect_timeout, on_notification=self._notification)
                           for spec in options.upstreams]
         self._routes: dict[str, tuple[Upstream, str]] = {}
         self._prompt_routes: dict[str, tuple[Upstream, str]] = {}
         self._resource_routes: dict[str, Upstream] = {}
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, GuardedRun] = {}
         # Over HTTP: the open sessions (Mcp-Session-Id) that used each run, and the runs each used.
         self._run_sessions: dict[str, set[str]] = {}
         self._session_runs: dict[str, set[str]] = {}
@@ -239,10 +194,9 @@ class Gateway:
     async def _end_run(self, key: str, reason: str) -> None:
         run = self._forget_run(key)
         if run is not None:
-            await run.settled()
-            await run.handle.end(reason)
+            await run.end(reason)
 
-    def _forget_run(self, key: str) -> _Run | None:
+    def _forget_run(self, key: str) -> GuardedRun | None:
         """No longer a run of the gateway's (nor of any session's): a later call naming it starts
         it again."""
         for session_id in self._run_sessions.pop(key, ()):
@@ -276,7 +230,7 @@ class Gateway:
                 continue  # another open session still uses it
             run = self._forget_run(key)
             if run is not None:
-                run.later(lambda run=run: run.handle.end("session closed"), self._publishing)
+                run.later(lambda run=run: run.handle.end("session closed"))
 
     async def _sweep_idle_runs(self) -> None:
         period = min(60.0, max(self.options.run_idle_timeout / 4, 0.05))
@@ -310,14 +264,14 @@ class Gateway:
 
     # -- runs ---------------------------------------------------------------------------------------
 
-    def _run_for(self, ctx: Any, params: Any) -> _Run:
+    def _run_for(self, ctx: Any, params: Any) -> GuardedRun:
         self._remember_agent_session(ctx)
         run_id = self._run_id_of(ctx, params)
         run = self._runs.get(run_id)
         if run is None:
             agent_id = self.options.agent_id or _client_name(ctx) or "mcp"
             session_key = self.options.session_key or f"mcp:{agent_id}:{run_id}"
-            run = _Run(self.client.run(run_id, session_key=session_key, agent_id=agent_id))
+            run = GuardedRun(self.client.run(run_id, session_key=session_key, agent_id=agent_id), self._publishing)
             self._runs[run_id] = run
         self._held_by_session(ctx, run_id)
         run.last_used = time.monotonic()
@@ -327,13 +281,13 @@ class Gateway:
         meta = getattr(params, "meta", None)  # a TypedDict: a plain dict with any keys
         named = meta.get(RUN_ID_META) if isinstance(meta, dict) else None
         if isinstance(named, str) and named.strip():
-            return _IDENTITY_CHARS.sub("_", named.strip())[:200]
+            return identity(named, 200)
         headers = getattr(getattr(ctx, "request", None), "headers", None)
         if headers is not None:
             for header in (RUN_ID_HEADER, "mcp-session-id"):
                 value = headers.get(header)
                 if value:
-                    return _IDENTITY_CHARS.sub("_", value.strip())[:200]
+                    return identity(value, 200)
             trace = _TRACEPARENT.match(headers.get("traceparent", "").strip().lower())
             if trace:
                 return f"trace-{trace.group(1)}"
@@ -387,36 +341,22 @@ class Gateway:
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
         name, args = params.name, params.arguments if params.arguments is not None else {}
         run = self._run_for(ctx, params)
-        handle = run.handle
         pending = self._pending.pop(params.request_state, None) if params.request_state else None
         notice = None
         if pending is not None:
-            run, handle, call_id = pending.run, pending.run.handle, pending.tool_call_id
+            run, call_id = pending.run, pending.tool_call_id
         else:
             call_id = f"mcp-{next(self._call_ids)}"
-            try:
-                if self.client.mode == "gate":
-                    await run.settled()
-                    decision = await handle.before_tool_call(name, args, tool_call_id=call_id)
-                else:
-                    handle.check()
-                    run.later(lambda: handle.queue_before_tool_call(name, args, tool_call_id=call_id), self._publishing)
-                    decision = None
-            except RunAbortedError as aborted:
-                return _error_result(aborted.message)
-            except LoopBlocked as blocked:  # completed with upstream's blocked result by the client
-                return _error_result(blocked.decision.message or "blocked by loopwatch")
-            except NoDecisionError as exc:
-                return _error_result(f"{exc}; the call was not run")
-            if decision is not None and decision.action == "warn" and decision.notify_model:
-                notice = decision.message
+            refusal, notice = await run.admit(name, args, call_id)
+            if refusal is not None:
+                return error_result(refusal)
         return await self._forward(ctx, params, run, name, args, call_id, notice)
 
-    async def _forward(self, ctx: Any, params: types.CallToolRequestParams, run: _Run, name: str,
+    async def _forward(self, ctx: Any, params: types.CallToolRequestParams, run: GuardedRun, name: str,
                        args: dict, call_id: str, notice: str | None) -> Any:
         route = await self._route(name)
         if route is None:
-            self._complete(run, name, args, call_id, error=unknown_tool_error(name))
+            run.complete(name, args, call_id, error=unknown_tool_error(name))
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
         upstream, tool = route
         timeout = self.options.upstream_timeout
@@ -436,7 +376,7 @@ class Gateway:
                 error = unknown_tool_error(name, exc.message)
             else:
                 error = ThrownError(exc.message)
-            self._complete(run, name, args, call_id, error=error)
+            run.complete(name, args, call_id, error=error)
             raise  # a protocol error goes back to the agent as the upstream sent it
         except asyncio.TimeoutError:
             return await self._failed(run, name, args, call_id, upstream, f"no answer within {timeout:g}s")
@@ -456,32 +396,18 @@ class Gateway:
             return result  # the agent answers the input requests and retries: passed on unchanged
         if not isinstance(result, types.CallToolResult):
             return result  # a shape a client extension claimed: not a tool result to hash
-        self._complete(run, name, args, call_id, **edge_outcome(result))
-        return self._with_notices(run, result, notice)
-
-    async def _failed(self, run: _Run, name: str, args: dict, call_id: str, upstream: Upstream, reason: str,
-                      *, described: bool = False) -> types.CallToolResult:
-        message = reason if described else f"upstream MCP server {upstream.spec.name!r} failed: {reason}"
-        self._complete(run, name, args, call_id, error=ThrownError(message))
-        return _error_result(message)
-
-    def _complete(self, run: _Run, name: str, args: dict, call_id: str, **outcome: Any) -> None:
-        run.later(lambda: run.handle.queue_after_tool_call(name, args, tool_call_id=call_id, **outcome), self._publishing)
-
-    def _with_notices(self, run: _Run, result: types.CallToolResult, notice: str | None) -> types.CallToolResult:
-        """The result with loopwatch's notices for the model appended: gate mode, this call's
-        warning when its decision says ``notify_model``; advisory mode, the warnings (with
-        ``notify_model``) and blocks that arrived since the run's last result."""
-        handle = run.handle
-        notices = [notice] if notice else []
-        if self.client.mode == "advisory":
-            notices += [w.message for w in handle.warnings[run.surfaced_warnings:] if w.notify_model and w.message]
-            notices += [b.message for b in handle.blocked[run.surfaced_blocks:] if b.message]
-            run.surfaced_warnings, run.surfaced_blocks = len(handle.warnings), len(handle.blocked)
+        run.complete(name, args, call_id, **edge_outcome(result))
+        notices = run.notices(notice)
         if not notices:
             return result
         extra = [types.TextContent(type="text", text=text) for text in notices]
         return result.model_copy(update={"content": [*result.content, *extra]})
+
+    async def _failed(self, run: GuardedRun, name: str, args: dict, call_id: str, upstream: Upstream, reason: str,
+                      *, described: bool = False) -> types.CallToolResult:
+        message = reason if described else upstream_failed(upstream.spec.name, reason)
+        run.complete(name, args, call_id, error=ThrownError(message))
+        return error_result(message)
 
     # -- everything else: forwarded -----------------------------------------------------------------
 
@@ -566,8 +492,13 @@ class Gateway:
             params.context.arguments if params.context is not None else None))
 
 
-def _error_result(message: str) -> types.CallToolResult:
+def error_result(message: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=message)], is_error=True)
+
+
+def upstream_failed(upstream: str, reason: str) -> str:
+    """The text of a call that its upstream server failed (timed out, crashed, answered malformed)."""
+    return f"upstream MCP server {upstream!r} failed: {reason}"
 
 
 def _progress(ctx: Any, params: Any):
@@ -601,7 +532,12 @@ def _client_name(ctx: Any) -> str | None:
     params = getattr(ctx.session, "client_params", None)
     info = getattr(params, "client_info", None)
     name = getattr(info, "name", None)
-    return _IDENTITY_CHARS.sub("_", name)[:100] if isinstance(name, str) and name.strip() else None
+    return identity(name, 100) if isinstance(name, str) and name.strip() else None
+
+
+def identity(text: str, limit: int) -> str:
+    """A run id or agent id from what a client sent: trimmed, other characters as ``_``, bounded."""
+    return _IDENTITY_CHARS.sub("_", text.strip())[:limit]
 
 
 def _describe(exc: BaseException) -> str:

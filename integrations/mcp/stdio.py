@@ -1,5 +1,5 @@
-"""The agent-facing stdio transport: the SDK's ``stdio_server`` fed by pipes the event loop reads
-and writes itself.
+"""The agent-facing stdio wire: this process's stdin and stdout as pipes the event loop reads and
+writes itself, for the relay (``relay.py``) as they are, for the SDK's ``stdio_server`` wrapped.
 
 ``stdio_server()`` without arguments reads stdin and writes stdout through worker threads
 (``anyio.wrap_file``): two thread hand-offs per message, the larger part of what the gateway
@@ -15,11 +15,9 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 
-from mcp.server.stdio import stdio_server
+__all__ = ["LINE_LIMIT", "agent_pipes", "agent_stdio"]
 
-__all__ = ["agent_stdio"]
-
-_LINE_LIMIT = 64 * 1024 * 1024
+LINE_LIMIT = 64 * 1024 * 1024
 """The longest message line accepted (asyncio's default, 64 KiB, is less than a tool result can be)."""
 
 
@@ -49,20 +47,20 @@ class _Writer:
 
 
 @contextlib.asynccontextmanager
-async def agent_stdio() -> AsyncIterator[tuple]:
-    """``(read_stream, write_stream)`` for ``Server.run`` over this process's stdin and stdout.
-    While it serves, fd 1 points at stderr, so stray output cannot corrupt the wire."""
+async def agent_pipes() -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter] | None]:
+    """``(reader, writer)`` over this process's stdin and stdout, or None when stdin is not a
+    pipe, socket or terminal the event loop can poll.  While it is open, fd 1 points at stderr,
+    so stray output cannot corrupt the wire."""
     loop = asyncio.get_running_loop()
     wire_in, wire_out = os.dup(0), os.dup(1)
-    reader = asyncio.StreamReader(limit=_LINE_LIMIT)
+    reader = asyncio.StreamReader(limit=LINE_LIMIT)
     try:
         read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
                                                          os.fdopen(wire_in, "rb", buffering=0))
-    except (OSError, ValueError):  # not a pipe, socket or terminal: the SDK's own threads
+    except (OSError, ValueError):
         os.close(wire_in)
         os.close(wire_out)
-        async with stdio_server() as streams:
-            yield streams
+        yield None
         return
     write_transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
                                                               os.fdopen(wire_out, "wb", buffering=0))
@@ -70,10 +68,24 @@ async def agent_stdio() -> AsyncIterator[tuple]:
     saved_stdout = os.dup(1)
     os.dup2(2, 1)
     try:
-        async with stdio_server(_Lines(reader), _Writer(writer)) as streams:
-            yield streams
+        yield reader, writer
     finally:
         os.dup2(saved_stdout, 1)
         os.close(saved_stdout)
         write_transport.close()
         read_transport.close()
+
+
+@contextlib.asynccontextmanager
+async def agent_stdio() -> AsyncIterator[tuple]:
+    """``(read_stream, write_stream)`` for the SDK's ``Server.run`` over stdin and stdout."""
+    from mcp.server.stdio import stdio_server
+
+    async with agent_pipes() as pipes:
+        if pipes is None:  # not pollable: the SDK's own threads
+            async with stdio_server() as streams:
+                yield streams
+            return
+        reader, writer = pipes
+        async with stdio_server(_Lines(reader), _Writer(writer)) as streams:
+            yield streams

@@ -20,7 +20,7 @@ from mcp import Client, StdioServerParameters
 
 log = logging.getLogger("loopwatch.mcp")
 
-__all__ = ["Upstream", "UpstreamSpec", "UpstreamUnavailable"]
+__all__ = ["Upstream", "UpstreamSpec", "UpstreamUnavailable", "unavailable"]
 
 
 class UpstreamUnavailable(Exception):
@@ -173,9 +173,14 @@ class Upstream:
         return tools
 
     def describe(self) -> str:
-        where = self.spec.url or shlex.join(self.spec.command)
-        reason = _describe(self.error) if self.error is not None else "not connected"
-        return f"upstream MCP server {self.spec.name!r} ({where}) is unavailable: {reason}"
+        return unavailable(self.spec, self.error)
+
+
+def unavailable(spec: UpstreamSpec, error: BaseException | None) -> str:
+    """Why a call could not reach the upstream server ``spec``: one line."""
+    where = spec.url or shlex.join(spec.command)
+    reason = _describe(error) if error is not None else "not connected"
+    return f"upstream MCP server {spec.name!r} ({where}) is unavailable: {reason}"
 
 
 def _describe(exc: BaseException) -> str:

@@ -16,6 +16,7 @@ an ``isError`` result, a surfaced warning as an extra text block) and nothing el
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -452,6 +453,94 @@ async def test_stdio_npm_everything_unknown_tool_is_upstreams_unknown_tool_outco
             assert kind == "error" and got.code == types.INVALID_PARAMS and "no_such_tool" in got.message
         else:
             assert kind == "result" and got.is_error and text_of(got) == [decision.message]
+
+
+# -- the stdio relay: every other message passed on as it is ------------------------------------------
+
+
+RECORDER = [sys.executable, str(REPO / "tests" / "mcp_gateway" / "recording_server.py")]
+
+
+class RawAgent:
+    """The agent's side of a stdio gateway as bytes: lines written, lines read, nothing parsed."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+
+    async def send(self, line: str) -> None:
+        self.proc.stdin.write(line.encode() + b"\n")
+        await self.proc.stdin.drain()
+
+    async def read(self, n: int) -> list[str]:
+        return [(await asyncio.wait_for(self.proc.stdout.readline(), 30)).decode().rstrip("\n") for _ in range(n)]
+
+
+async def test_stdio_relay_passes_messages_on_byte_for_byte_and_replays_the_handshake(worker, tmp_path):
+    """Agent to upstream and back, every message but a guarded call's own refusal arrives as the
+    bytes that were sent (spacing, key order, escapes, ids of either side), including the
+    upstream's own request to the client and its notification; after the upstream crashes, the
+    server started again gets the agent's initialize (under the gateway's id, whose answer the
+    agent never sees) and initialized before the next call."""
+    record = tmp_path / "record.jsonl"
+    run_id = f"{worker.names.tag}-relay-bytes"
+    upstream = " ".join(RECORDER)
+    proc = await asyncio.create_subprocess_exec(
+        LOOPWATCH, *gateway_args(worker, run_id, upstream), stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, env={**os.environ, "RECORD": str(record)})
+    agent = RawAgent(proc)
+    sent = [
+        '{"jsonrpc":"2.0","id":"init-1","method":"initialize","params":{"protocolVersion":"2025-06-18",'
+        '"capabilities":{},"clientInfo":{"name":"raw-agent","version":"0"}}}',
+        '{"jsonrpc": "2.0", "method": "notifications/initialized"}',
+        '{"id":7,"jsonrpc":"2.0","method":"resources/list","params":{"cursor":null, "x":"\\u00e9"}}',
+        '{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"emit","arguments":{"b":1,"a":[1.0,2]}}}',
+        '{"jsonrpc":"2.0","id":"srv-1","result":{"roots":[]}}',
+        '{"jsonrpc":"2.0","id":9,"method":"ping"}',
+        '{"jsonrpc":"2.0","id":10,"method":"tools/call","params":{"name":"crash","arguments":{}}}',
+    ]
+    try:
+        await agent.send(sent[0])
+        init = await agent.read(1)
+        await agent.send(sent[1])
+        await agent.send(sent[2])
+        listed = await agent.read(1)
+        await agent.send(sent[3])
+        emitted = await agent.read(2)  # the upstream's roots/list request and its notification
+        await agent.send(sent[4])
+        called = await agent.read(1)
+        await agent.send(sent[5])
+        pinged = await agent.read(1)
+        await agent.send(sent[6])
+        crashed = json.loads((await agent.read(1))[0])
+        again = '{"jsonrpc":"2.0","id":11,"method":"tools/call","params":{"name":"emit","arguments":{}}}'
+        await agent.send(again)
+        after = await agent.read(3)
+        proc.stdin.close()
+        assert await asyncio.wait_for(proc.wait(), 30) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert init == ['{"jsonrpc":"2.0","id":"init-1","result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},'
+                    '"serverInfo":{"name":"recorder","version":"1"}}}']
+    assert listed == ['{"result" :{"echo": "resources/list", "n": 1.50},  "id":7 ,"jsonrpc":"2.0"}']
+    assert emitted == [' {"method" :"roots/list","jsonrpc":"2.0" , "id":"srv-1"}',
+                       '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"caf\\u00e9"}}']
+    assert called == ['{"id" : 8, "result":{"isError":false, "content":[{"text":"called \\u0041 emit","type":"text"}]},"jsonrpc":"2.0"}']
+    assert pinged == ['{"result" :{"echo": "ping", "n": 1.50},  "id":9 ,"jsonrpc":"2.0"}']
+    assert crashed["id"] == 10 and crashed["result"]["isError"] is True
+    assert crashed["result"]["content"] == [{"type": "text", "text": f"upstream MCP server {Path(sys.executable).name!r} failed: Connection closed"}]
+    assert after == [emitted[0], emitted[1], called[0].replace('"id" : 8', '"id" : 11')]
+    recorded = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
+    assert recorded[:7] == [line + "\n" for line in sent]
+    replayed = [json.loads(line) for line in recorded[7:9]]
+    assert replayed[0]["method"] == "initialize" and replayed[0]["id"].startswith("loopwatch-")
+    assert replayed[0]["params"] == json.loads(sent[0])["params"]
+    assert replayed[1] == json.loads(sent[1])
+    assert recorded[9:] == [again + "\n"]
+    events = await published(worker, run_id, 3)
+    completed = [e for e in events if isinstance(e, ToolCallCompleted)]
+    assert [(e.tool_name, e.is_error) for e in completed] == [("emit", False), ("crash", True), ("emit", False)]
+    assert isinstance(events[-1], RunEnded) and events[-1].reason == "session closed"
 
 
 # -- upstream faults ---------------------------------------------------------------------------------

@@ -1,0 +1,134 @@
+"""A gateway run and the guarding of its tool calls: what both agent-facing front ends share.
+
+The SDK gateway (``gateway.py``: streamable HTTP, several upstreams, prefixes) and the stdio
+relay (``relay.py``: one stdio upstream, messages passed on as they are) differ only in how a
+``tools/call`` reaches them and how its answer goes back.  What loopwatch does with the call is
+here, once: admit it (gate: publish and wait for the decision; advisory: queue the request),
+complete it with its outcome, and the notices the model reads with the result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
+
+from streams.client import LoopBlocked, LoopwatchClient, NoDecisionError, RunAbortedError, RunHandle
+
+if TYPE_CHECKING:
+    from .gateway import GatewayOptions
+
+log = logging.getLogger("loopwatch.mcp")
+
+__all__ = ["ADVISORY_LINGER_MS", "GuardedRun", "runner_client"]
+
+ADVISORY_LINGER_MS = 5
+
+
+def runner_client(options: "GatewayOptions") -> LoopwatchClient:
+    """The runner client a gateway publishes through, from its options."""
+    return LoopwatchClient(
+        options.bootstrap_servers, mode=options.mode, timeout=options.timeout, fail_closed=options.fail_closed,
+        tool_calls_topic=options.tool_calls_topic, verdicts_topic=options.verdicts_topic,
+        # advisory: no call waits on a delivery, so a call's two events (and those of the
+        # calls meanwhile) go in one produce request, at most ADVISORY_LINGER_MS later
+        linger_ms=ADVISORY_LINGER_MS if options.mode == "advisory" else 0,
+        **dict(options.kafka_options),
+    )
+
+
+class GuardedRun:
+    """One run's handle and its publishing queue.
+
+    The agent never waits for an event's delivery it does not need: a completion (and in
+    advisory mode the request too) is hashed and queued in the background, in order behind the
+    run's earlier events (``later``); queued, not delivered (``RunHandle.queue_*``): the
+    producer delivers a partition's records in the order queued.  A gated request waits until
+    the run's earlier events are queued (``settled``), not delivered, so the worker reads every
+    run's events in the order they happened.  One task drains the queue while it has events:
+    a broker that does not answer stalls the queue, never a call."""
+
+    __slots__ = ("handle", "last_used", "surfaced_warnings", "surfaced_blocks", "_tasks", "_queue", "_drainer")
+
+    def __init__(self, handle: RunHandle, tasks: set) -> None:
+        self.handle = handle
+        self.last_used = time.monotonic()
+        self.surfaced_warnings = 0  # advisory mode: the verdicts already shown to the model
+        self.surfaced_blocks = 0
+        self._tasks = tasks
+        """The owner's set of publishing tasks, which its ``stop`` waits for."""
+        self._queue: collections.deque[Callable[[], Awaitable[Any]]] = collections.deque()
+        self._drainer: asyncio.Task | None = None
+
+    @property
+    def mode(self) -> str:
+        return self.handle.client.mode
+
+    def later(self, publish: Callable[[], Awaitable[Any]]) -> None:
+        self._queue.append(publish)
+        if self._drainer is None:
+            self._drainer = task = asyncio.ensure_future(self._drain())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _drain(self) -> None:
+        try:
+            while self._queue:
+                publish = self._queue.popleft()
+                try:
+                    await publish()
+                except RunAbortedError:
+                    pass  # advisory mode: the abort arrived meanwhile; the next call is refused
+                except Exception as exc:  # noqa: BLE001 - the client logs failed deliveries; nothing else may stop the queue
+                    log.warning("run %s: event not published: %s", self.handle.fields["run_id"], exc)
+        finally:
+            self._drainer = None
+
+    async def settled(self) -> None:
+        while self._drainer is not None:
+            await asyncio.wait([self._drainer])
+
+    async def admit(self, name: str, args: Any, call_id: str) -> tuple[str | None, str | None]:
+        """``(refusal, notice)`` for a call about to be forwarded: ``refusal`` is the text the
+        agent gets instead of running it (a block, the run's abort, no decision failing closed);
+        ``notice`` is gate mode's warning for the model (``notify_model``)."""
+        handle = self.handle
+        try:
+            if self.mode == "gate":
+                await self.settled()
+                decision = await handle.before_tool_call(name, args, tool_call_id=call_id)
+            else:
+                handle.check()
+                self.later(lambda: handle.queue_before_tool_call(name, args, tool_call_id=call_id))
+                return None, None
+        except RunAbortedError as aborted:
+            return aborted.message, None
+        except LoopBlocked as blocked:  # completed with upstream's blocked result by the client
+            return blocked.decision.message or "blocked by loopwatch", None
+        except NoDecisionError as exc:
+            return f"{exc}; the call was not run", None
+        if decision is not None and decision.action == "warn" and decision.notify_model:
+            return None, decision.message
+        return None, None
+
+    def complete(self, name: str, args: Any, call_id: str, **outcome: Any) -> None:
+        """Queue the call's completion (``RunHandle.after_tool_call``'s keyword arguments)."""
+        self.later(lambda: self.handle.queue_after_tool_call(name, args, tool_call_id=call_id, **outcome))
+
+    def notices(self, notice: str | None) -> list[str]:
+        """What the model reads after the result: gate mode, this call's warning when its
+        decision says ``notify_model``; advisory mode, the warnings (with ``notify_model``) and
+        blocks that arrived since the run's last result."""
+        handle = self.handle
+        notices = [notice] if notice else []
+        if self.mode == "advisory":
+            notices += [w.message for w in handle.warnings[self.surfaced_warnings:] if w.notify_model and w.message]
+            notices += [b.message for b in handle.blocked[self.surfaced_blocks:] if b.message]
+            self.surfaced_warnings, self.surfaced_blocks = len(handle.warnings), len(handle.blocked)
+        return notices
+
+    async def end(self, reason: str) -> None:
+        await self.settled()
+        await self.handle.end(reason)
