@@ -7,8 +7,11 @@ them in rounds (the order rotates each round, so the shared machine's swings hit
 * **passthrough**: the same call through ``bench/mcp_passthrough.py``, a pure pass-through proxy
   on the same SDK and the gateway's stdio transport, without loopwatch: the floor of any proxy,
   so what a gateway row adds beyond it is loopwatch's;
-* **advisory**: the same call through a gateway in advisory mode (stdio on both sides);
+* **advisory**: the same call through a gateway in advisory mode (stdio on both sides: the
+  relay, ``integrations/mcp/relay.py``);
 * **gate**: the same call through a gateway in gate mode;
+* **advisory-sdk**, **gate-sdk**: the same gateways with ``--sdk-proxy`` (the SDK's server and
+  client back to back, as before the relay, and as HTTP and several upstreams are served);
 * **decision**: loopwatch's decision round trip alone: ``LoopwatchClient.before_tool_call`` in
   gate mode (publish the request, the worker decides, the verdict comes back), no MCP at all.
 
@@ -24,6 +27,14 @@ serving streamable HTTP (``--http``), ``--http-sessions`` agents each with a ses
 same stdio upstream; and its floor, **passthrough-http**: the pass-through proxy serving the
 same sessions over the SDK's streamable HTTP.  The throughput runs are alternated too: ``--throughput-rounds`` rounds,
 the order rotating, each path's rate its calls over its time summed over the rounds.
+
+The **capacity** rows take the SDK out of both ends, whose own CPU per call (0.3 ms the agent's,
+0.6-1 ms the upstream's) would otherwise be the limit on two cores: a wire-level agent here
+pipelines ``--concurrency`` ``tools/call`` lines and ``bench/mcp_raw_upstream.py`` answers
+them.  **direct-raw** is the two ends alone; **advisory-raw** and **gate-raw** put one gateway
+process between them: the 2,000 calls/s target is read there.  The same three are also timed
+one call at a time in the alternated latency rounds: what the gateway adds to a call when the
+ends cost next to nothing.
 """
 
 from __future__ import annotations
@@ -51,7 +62,9 @@ from streams.client import LoopwatchClient
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 UPSTREAM = [sys.executable, "-m", "bench.mcp_upstream"]
 PASSTHROUGH = [sys.executable, "-m", "bench.mcp_passthrough", *UPSTREAM]
-PATHS = ("direct", "passthrough", "advisory", "gate")
+RAW_UPSTREAM = [sys.executable, "-m", "bench.mcp_raw_upstream"]
+PATHS = ("direct", "passthrough", "advisory", "gate", "advisory-sdk", "gate-sdk")
+RAW_PATHS = ("direct-raw", "advisory-raw", "gate-raw")
 LOOPWATCH = str(Path(sys.executable).parent / "loopwatch")
 TARGETS = {"advisory_p50_ms": 1.0, "advisory_p99_ms": 3.0, "gate_beyond_decision_p99_ms": 2.0, "calls_per_s": 2000}
 
@@ -85,15 +98,16 @@ def process_cpu(marker: str) -> float:
     return found[0]
 
 
-def gateway_args(names: WorkerNames, broker: str, mode: str, run_id: str, *extra: str) -> list[str]:
+def gateway_args(names: WorkerNames, broker: str, mode: str, run_id: str, *extra: str,
+                 upstream: list[str] = UPSTREAM) -> list[str]:
     # the last argument (the agent id) tells the process apart (process_cpu)
     return ["mcp-gateway", "--bootstrap", broker, "--tool-calls-topic", names.tool_calls,
             "--verdicts-topic", names.verdicts, "--mode", mode, "--run-id", run_id, "--timeout", "10",
-            "--upstream", " ".join(UPSTREAM), "--log-level", "warning", *extra, "--agent-id", run_id]
+            "--upstream", " ".join(upstream), "--log-level", "warning", *extra, "--agent-id", run_id]
 
 
-def gateway(names: WorkerNames, broker: str, mode: str, run_id: str, tree: str | None = None) -> Client:
-    args = gateway_args(names, broker, mode, run_id)
+def gateway(names: WorkerNames, broker: str, mode: str, run_id: str, tree: str | None = None, *extra: str) -> Client:
+    args = gateway_args(names, broker, mode, run_id, *extra)
     env = {**os.environ, **({"PYTHONPATH": tree} if tree else {})}  # --baseline: another checkout's gateway
     return Client(StdioServerParameters(command=LOOPWATCH, args=args, cwd=tree or str(REPO), env=env),
                   read_timeout_seconds=60)
@@ -137,6 +151,63 @@ async def throughput(clients: list[Client], total: int, concurrency: int, offset
 
 
 @contextlib.asynccontextmanager
+async def raw_process(argv: list[str], log: Path):
+    """A stdio process the wire-level agent talks to; its stdin closed (then killed) at the end."""
+    with open(log, "ab") as err:
+        proc = await asyncio.create_subprocess_exec(*argv, cwd=str(REPO), stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.PIPE, stderr=err, limit=1 << 24)
+    try:
+        yield proc
+    finally:
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+async def timed_raw_calls(proc: asyncio.subprocess.Process, start: int, n: int) -> list[float]:
+    out = []
+    for i in range(start, start + n):
+        t0 = time.perf_counter()
+        proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"n":%d}}}\n'
+                         % (i, i))
+        await proc.stdin.drain()
+        line = await proc.stdout.readline()
+        out.append((time.perf_counter() - t0) * 1000)
+        if not line or b'"isError":true' in line:
+            raise RuntimeError(f"call {i} failed: {line[:300]!r}")
+    return out
+
+
+async def raw_throughput(proc: asyncio.subprocess.Process, total: int, concurrency: int, offset: int) -> float:
+    """Seconds for ``total`` ``tools/call`` lines written to ``proc`` and answered, at most
+    ``concurrency`` in flight: a wire-level agent, no SDK."""
+    room = asyncio.Semaphore(concurrency)
+
+    async def write() -> None:
+        for i in range(offset, offset + total):
+            await room.acquire()
+            proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"n":%d}}}\n'
+                             % (i, i))
+            await proc.stdin.drain()
+
+    async def read() -> None:
+        for _ in range(total):
+            line = await proc.stdout.readline()
+            if not line:
+                raise RuntimeError("the wire-level path closed its output")
+            if b'"isError":true' in line:
+                raise RuntimeError(f"a call failed: {line[:300]!r}")
+            room.release()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(write(), read())
+    return time.perf_counter() - t0
+
+
+@contextlib.asynccontextmanager
 async def http_server(argv: list[str], port: int, log: Path):
     """A process serving streamable HTTP on ``port``: its URL; stopped with SIGTERM at the end."""
     with open(log, "ab") as out:
@@ -170,7 +241,7 @@ async def bench(args: argparse.Namespace) -> dict:
     write_config(config, CONFIG)
     worker = WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp).start()
     paths_run = PATHS + (("advisory-base", "gate-base") if args.baseline else ())
-    throughput_paths = (*paths_run, "passthrough-http", "advisory-http")
+    throughput_paths = (*paths_run, "passthrough-http", "advisory-http", *RAW_PATHS)
     try:
         worker.wait_ready(120)
         paths = {
@@ -180,14 +251,17 @@ async def bench(args: argparse.Namespace) -> dict:
                                                         cwd=str(REPO), env={**os.environ}), read_timeout_seconds=60),
             "advisory": gateway(names, broker, "advisory", f"{names.tag}-advisory"),
             "gate": gateway(names, broker, "gate", f"{names.tag}-gate"),
+            "advisory-sdk": gateway(names, broker, "advisory", f"{names.tag}-advisory-sdk", None, "--sdk-proxy"),
+            "gate-sdk": gateway(names, broker, "gate", f"{names.tag}-gate-sdk", None, "--sdk-proxy"),
         }
         if args.baseline:
             for mode in ("advisory", "gate"):
                 paths[f"{mode}-base"] = gateway(names, broker, mode, f"{names.tag}-{mode}-base", args.baseline)
         lw = LoopwatchClient(broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls,
                              verdicts_topic=names.verdicts)
-        samples: dict[str, list[float]] = {k: [] for k in (*paths_run, "decision")}
+        samples: dict[str, list[float]] = {k: [] for k in (*paths_run, *RAW_PATHS, "decision")}
         markers = {"direct": "direct", "passthrough": "@passthrough", "passthrough-http": "@passthrough-http",
+                   "direct-raw": "@direct-raw",
                    **{k: f"{names.tag}-{k}" for k in throughput_paths if not k.startswith(("direct", "passthrough"))}}
         async with contextlib.AsyncExitStack() as stack:
             clients = {k: await stack.enter_async_context(paths[k]) for k in paths_run}
@@ -198,6 +272,14 @@ async def bench(args: argparse.Namespace) -> dict:
                 "advisory-http": [LOOPWATCH, *gateway_args(names, broker, "advisory", markers["advisory-http"],
                                                            "--http", str(http_port["advisory-http"]))],
             }
+            raw_argv = {
+                "direct-raw": [*RAW_UPSTREAM, "@direct-raw"],
+                **{f"{mode}-raw": [LOOPWATCH, *gateway_args(names, broker, mode, markers[f"{mode}-raw"], upstream=RAW_UPSTREAM)]
+                   for mode in ("advisory", "gate")},
+            }
+            raw = {k: await stack.enter_async_context(raw_process(argv, tmp / f"{k}.log")) for k, argv in raw_argv.items()}
+            for proc in raw.values():
+                await raw_throughput(proc, 50, 4, 10_000_000)  # warm up
             sessions: dict[str, list[Client]] = {}
             for mode, argv in http_argv.items():
                 url = await stack.enter_async_context(http_server(argv, http_port[mode], tmp / f"{mode}.log"))
@@ -211,13 +293,15 @@ async def bench(args: argparse.Namespace) -> dict:
             for client in clients.values():  # warm up: imports, connections, the run's partition
                 await timed_calls(client, 10_000_000, 20)
             await timed_decisions(run, 10_000_000, 20)
-            order = [*paths_run, "decision"]
+            order = [*paths_run, *RAW_PATHS, "decision"]
             steal0 = steal_jiffies()
             for r in range(args.rounds):
                 start = r * args.calls
                 for path in order[r % len(order):] + order[:r % len(order)]:
                     if path == "decision":
                         samples[path] += await timed_decisions(run, start, args.calls)
+                    elif path in raw:
+                        samples[path] += await timed_raw_calls(raw[path], 30_000_000 + start, args.calls)
                     else:
                         samples[path] += await timed_calls(clients[path], start, args.calls)
                 print(f"  round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
@@ -228,7 +312,10 @@ async def bench(args: argparse.Namespace) -> dict:
                 turn = r % len(throughput_paths)
                 for mode in throughput_paths[turn:] + throughput_paths[:turn]:
                     cpu0, agent0 = process_cpu(markers[mode]), time.process_time()
-                    if mode in sessions:  # one call in flight per session
+                    if mode in raw:
+                        seconds[mode] += await raw_throughput(raw[mode], per_round, args.concurrency,
+                                                              20_000_000 + r * per_round)
+                    elif mode in sessions:  # one call in flight per session
                         seconds[mode] += await throughput(sessions[mode], per_round, len(sessions[mode]),
                                                           20_000_000 + r * per_round)
                     else:
@@ -245,7 +332,7 @@ async def bench(args: argparse.Namespace) -> dict:
     finally:
         worker.stop(timeout=15)
     stats = {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v)} for k, v in samples.items()}
-    return {"paths": paths_run, "throughput_paths": throughput_paths, "stats": stats, "rate": rate, "cpu": cpu, "agent_cpu": agent_cpu, "steal": None if steal0 is None else steal1 - steal0}
+    return {"paths": (*paths_run, *RAW_PATHS), "throughput_paths": throughput_paths, "stats": stats, "rate": rate, "cpu": cpu, "agent_cpu": agent_cpu, "steal": None if steal0 is None else steal1 - steal0}
 
 
 def report(result: dict, args: argparse.Namespace) -> bool:
@@ -278,12 +365,21 @@ def report(result: dict, args: argparse.Namespace) -> bool:
         ok &= met
         print(f"  {label}: {value:.3f} {unit} (target <= {target} {unit}: {'met' if met else 'NOT met'})")
     print(f"  gate adds beyond the decision round trip at p50: {gate50:.3f} ms")
+    raw50 = s["advisory-raw"]["p50"] - s["direct-raw"]["p50"]
+    raw99 = s["advisory-raw"]["p99"] - s["direct-raw"]["p99"]
+    rawgate99 = s["gate-raw"]["p99"] - s["direct-raw"]["p99"] - s["decision"]["p99"]
+    print(f"  wire-level ends: advisory adds p50 {raw50:.3f} ms, p99 {raw99:.3f} ms; gate adds beyond the decision "
+          f"p50 {s['gate-raw']['p50'] - s['direct-raw']['p50'] - s['decision']['p50']:.3f} ms, p99 {rawgate99:.3f} ms")
+    for mode in ("advisory", "gate"):
+        sdk = f"{mode}-sdk"
+        print(f"  {mode} through the SDK proxy instead (--sdk-proxy) adds: p50 {s[sdk]['p50'] - s['direct']['p50']:.3f} ms, "
+              f"p99 {s[sdk]['p99'] - s['direct']['p99']:.3f} ms")
     for mode, value in rate.items():
         line = (f"  throughput {mode:16s}: {value:,.0f} calls/s, CPU {result['cpu'][mode]:.3f} ms per call "
                 f"(the agents': {result['agent_cpu'][mode]:.3f} ms)")
         if mode.startswith(("advisory", "gate")):
             met = value >= TARGETS["calls_per_s"]
-            ok &= mode != "advisory" or met
+            ok &= mode != "advisory-raw" or met
             line += f" (target >= {TARGETS['calls_per_s']:,}: {'met' if met else 'NOT met'})"
         print(line)
     return ok

@@ -151,9 +151,15 @@ def first(answers, action: str) -> int | None:
 # -- identical calls: the warning, then the block ---------------------------------------------------
 
 
-async def test_stdio_pypi_time_server_identical_calls_warn_then_block(worker):
-    run_id = f"{worker.names.tag}-time-loop"
-    async with over_stdio(worker, run_id, TIME_SERVER) as agent:
+# Over stdio with one upstream command the gateway relays messages (relay.py); --sdk-proxy serves
+# them through the SDK's server and client instead (gateway.py, as HTTP and several upstreams do).
+PROXIES = [pytest.param({}, id="relay"), pytest.param({"sdk_proxy": True}, id="sdk-proxy")]
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+async def test_stdio_pypi_time_server_identical_calls_warn_then_block(worker, proxy):
+    run_id = f"{worker.names.tag}-time-loop-{len(proxy)}"
+    async with over_stdio(worker, run_id, TIME_SERVER, **proxy) as agent:
         names = {t.name for t in (await agent.list_tools()).tools}
         assert {"convert_time", "get_current_time"} <= names
         results = [await agent.call_tool("convert_time", CONVERT) for _ in range(CALLS)]
@@ -431,10 +437,15 @@ async def test_http_traceparent_names_the_run_when_nothing_else_does(worker):
                                                          gw.default_run: 1}
 
 
-async def test_stdio_npm_everything_unknown_tool_is_upstreams_unknown_tool_outcome(worker, everything):
-    run_id = f"{worker.names.tag}-unknown"
+@pytest.mark.parametrize("proxy", PROXIES)
+async def test_stdio_npm_everything_unknown_tool_is_upstreams_unknown_tool_outcome(worker, everything, proxy):
+    """The relay passes on what the server answers (server-everything, at protocol 2025-11-25:
+    an isError result naming the tool); the SDK proxy answers a tool no upstream lists itself
+    (JSON-RPC -32602).  Either way the completion is the unknown-tool outcome, and the 11th
+    call is blocked by unknown_tool_repeat."""
+    run_id = f"{worker.names.tag}-unknown-{len(proxy)}"
     errors = []
-    async with over_stdio(worker, run_id, f"{everything} stdio") as agent:
+    async with over_stdio(worker, run_id, f"{everything} stdio", **proxy) as agent:
         assert "echo" in {t.name for t in (await agent.list_tools()).tools}
         for n in range(12):
             try:
@@ -449,8 +460,10 @@ async def test_stdio_npm_everything_unknown_tool_is_upstreams_unknown_tool_outco
     block = first(answers, "block")
     assert answers[block - 1].detector == "unknown_tool_repeat" and block == 11  # unknownToolThreshold 10
     for n, ((kind, got), decision) in enumerate(zip(errors, answers), 1):
-        if n < block:
+        if n < block and proxy:
             assert kind == "error" and got.code == types.INVALID_PARAMS and "no_such_tool" in got.message
+        elif n < block:
+            assert kind == "result" and got.is_error and text_of(got) == ["MCP error -32602: Tool no_such_tool not found"]
         else:
             assert kind == "result" and got.is_error and text_of(got) == [decision.message]
 
@@ -546,10 +559,11 @@ async def test_stdio_relay_passes_messages_on_byte_for_byte_and_replays_the_hand
 # -- upstream faults ---------------------------------------------------------------------------------
 
 
-async def test_upstream_hangs_crashes_answers_malformed_session_stays_up(worker):
-    run_id = f"{worker.names.tag}-faults"
+@pytest.mark.parametrize("proxy", PROXIES)
+async def test_upstream_hangs_crashes_answers_malformed_session_stays_up(worker, proxy):
+    run_id = f"{worker.names.tag}-faults-{len(proxy)}"
     fault = " ".join(FAULT_SERVER)
-    async with over_stdio(worker, run_id, fault, upstream_timeout=3) as agent:
+    async with over_stdio(worker, run_id, fault, upstream_timeout=3, **proxy) as agent:
         assert text_of(await agent.call_tool("ok", {})) == ["fine"]
         started = time.monotonic()
         hang = await agent.call_tool("hang", {})
@@ -662,6 +676,8 @@ def test_bench_gateway_runs(kafka_broker):
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     for line in ("direct    p50", "passthrough p50", "advisory  p50", "gate      p50", "decision  p50",
+                 "advisory-sdk p50", "gate-sdk  p50", "throughput advisory-raw", "throughput gate-raw",
+                 "throughput direct-raw", "throughput advisory-sdk",
                  "throughput advisory", "throughput passthrough", "throughput passthrough-http",
                  "throughput advisory-http", "CPU"):
         assert line in proc.stdout, proc.stdout
