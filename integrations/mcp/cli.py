@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -149,6 +150,7 @@ async def serve(options: GatewayOptions, *, http_port: int | None = None, host: 
             return
     gateway = Gateway(options)
     server = await gateway.start()
+    _freeze_startup_objects()
     try:
         if http_port is None:
             from .stdio import agent_stdio
@@ -178,6 +180,15 @@ async def serve(options: GatewayOptions, *, http_port: int | None = None, host: 
         await gateway.stop()
 
 
+def _freeze_startup_objects() -> None:
+    """Keep what start-up made (the SDK's, pydantic's and aiokafka's modules and classes, about
+    90,000 objects) out of every later garbage collection: they live as long as the process,
+    and a full collection that walks them takes about 50 ms, stalling every call in flight
+    (docs/benchmarks.md, issue 27)."""
+    gc.collect()
+    gc.freeze()
+
+
 async def _relay(options: GatewayOptions) -> bool:
     """Serve stdio as a relay; False when stdin cannot be read by the event loop (a regular
     file): the SDK's server reads it with threads then."""
@@ -188,6 +199,7 @@ async def _relay(options: GatewayOptions) -> bool:
             return False
         relay = Relay(options)
         await relay.start()
+        _freeze_startup_objects()
         try:
             await relay.serve(*pipes)
         finally:
