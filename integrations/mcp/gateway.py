@@ -531,7 +531,11 @@ def _closing_session(scope: Any) -> str | None:
 def _client_name(ctx: Any) -> str | None:
     params = getattr(ctx.session, "client_params", None)
     info = getattr(params, "client_info", None)
-    name = getattr(info, "name", None)
+    return agent_name(getattr(info, "name", None))
+
+
+def agent_name(name: Any) -> str | None:
+    """The agent id a client's name gives (``clientInfo.name``), or None when it names none."""
     return identity(name, 100) if isinstance(name, str) and name.strip() else None
 
 

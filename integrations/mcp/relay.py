@@ -39,7 +39,7 @@ from pydantic import ValidationError
 from streams.client import LoopwatchClient
 from streams.hashing import ThrownError, unknown_tool_name
 
-from .gateway import RUN_ID_META, GatewayOptions, identity, upstream_failed
+from .gateway import RUN_ID_META, GatewayOptions, agent_name, identity, upstream_failed
 from .outcome import edge_outcome, unknown_tool_error
 from .runs import GuardedRun, runner_client
 from .stdio import LINE_LIMIT
@@ -107,7 +107,6 @@ class Relay:
         self._gated: set[asyncio.Task] = set()
         self._agent_out: asyncio.StreamWriter | None = None
         self._stopping = False
-        self.error: BaseException | None = None
 
     # -- life cycle -------------------------------------------------------------------------------
 
@@ -165,9 +164,7 @@ class Relay:
                 *self.spec.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 env={**os.environ, **self.spec.env}, cwd=self.spec.cwd, limit=LINE_LIMIT)
         except OSError as exc:
-            self.error = exc
             raise UpstreamUnavailable(unavailable(self.spec, exc)) from None
-        self.error = None
         self._process, self._live = process, True
         self._reader = asyncio.create_task(self._read_upstream(process), name=f"mcp-relay-{self.spec.name}")
         for method, message in self._handshake.items():  # a server started again: the agent's handshake
@@ -196,7 +193,6 @@ class Relay:
             stdin.write(line if line.endswith(b"\n") else line + b"\n")
             await stdin.drain()
         except (ConnectionError, RuntimeError) as exc:
-            self.error = exc
             raise UpstreamUnavailable(unavailable(self.spec, exc)) from None
 
     async def _stop_upstream(self) -> None:
@@ -251,7 +247,6 @@ class Relay:
         if not self._stopping:
             log.warning("upstream %s: %s", self.spec.name, reason)
         self._live = False
-        self.error = ConnectionError(reason)
         calls, self._calls = self._calls, {}
         for request_id, call in calls.items():
             self._failed(request_id, call, upstream_failed(self.spec.name, reason))
@@ -475,5 +470,4 @@ def _key(request_id: Any) -> Any:
 
 
 def _client_name(info: Any) -> str | None:
-    name = info.get("name") if isinstance(info, dict) else None
-    return identity(name, 100) if isinstance(name, str) and name.strip() else None
+    return agent_name(info.get("name") if isinstance(info, dict) else None)
