@@ -167,12 +167,16 @@ async def raw_process(argv: list[str], log: Path):
             await proc.wait()
 
 
+def raw_call(i: int) -> bytes:
+    """Call ``i`` of the wire-level agent: ``echo`` with new arguments, one JSON-RPC line."""
+    return b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"n":%d}}}\n' % (i, i)
+
+
 async def timed_raw_calls(proc: asyncio.subprocess.Process, start: int, n: int) -> list[float]:
     out = []
     for i in range(start, start + n):
         t0 = time.perf_counter()
-        proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"n":%d}}}\n'
-                         % (i, i))
+        proc.stdin.write(raw_call(i))
         await proc.stdin.drain()
         line = await proc.stdout.readline()
         out.append((time.perf_counter() - t0) * 1000)
@@ -189,8 +193,7 @@ async def raw_throughput(proc: asyncio.subprocess.Process, total: int, concurren
     async def write() -> None:
         for i in range(offset, offset + total):
             await room.acquire()
-            proc.stdin.write(b'{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"n":%d}}}\n'
-                             % (i, i))
+            proc.stdin.write(raw_call(i))
             await proc.stdin.drain()
 
     async def read() -> None:
