@@ -61,13 +61,19 @@ class KafkaCutProxy:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._call(self._cut())
-            self._server.close()
+            self._call(self._close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
 
     def _call(self, coro):
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=30)
+
+    async def _close(self) -> None:
+        # On the proxy's own loop: asyncio's Server is not thread-safe, and closing it from the
+        # test's thread raced the loop detaching the transports _cut aborts (Python 3.11's
+        # Server._wakeup then ran twice: TypeError in a fresh-clone run).
+        await self._cut()
+        self._server.close()
 
     async def _cut(self) -> None:
         self._open = False
