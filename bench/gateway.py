@@ -35,6 +35,11 @@ them.  **direct-raw** is the two ends alone; **advisory-raw** and **gate-raw** p
 process between them: the 2,000 calls/s target is read there.  The same three are also timed
 one call at a time in the alternated latency rounds: what the gateway adds to a call when the
 ends cost next to nothing.
+
+**Placement** (``--placement``): by default the broker and the worker are pinned to the last CPU
+and everything timed (this process's agents, the gateways, the upstreams) to the others
+(``bench/placement.py``), as in a deployment, where loopwatch's side runs on machines of its
+own; ``shared`` leaves every process on every CPU, as runs before 2026-12-03 did.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from bench.core import steal_jiffies
 from bench.kafka import cpu_model
+from bench.placement import listening_pid, restore, split
 from harness import REPO, WorkerNames, WorkerProcess, free_port, write_config
 from streams.client import LoopwatchClient
 
@@ -245,8 +251,15 @@ async def bench(args: argparse.Namespace) -> dict:
     worker = WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp).start()
     paths_run = PATHS + (("advisory-base", "gate-base") if args.baseline else ())
     throughput_paths = (*paths_run, "passthrough-http", "advisory-http", *RAW_PATHS)
+    cpus = os.sched_getaffinity(0)
+    placement = "shared: every process on every CPU"
+    loopwatch_side: list[int] = []
     try:
         worker.wait_ready(120)
+        if args.placement == "split":
+            broker_pid = listening_pid(int(broker.split(",")[0].rsplit(":", 1)[1]))
+            loopwatch_side = [pid for pid in (broker_pid, worker.pid) if pid is not None]
+            placement = split(loopwatch_side) + ("" if broker_pid else " (the broker is not on this host or not ours: not pinned)")
         paths = {
             "direct": Client(StdioServerParameters(command=UPSTREAM[0], args=[*UPSTREAM[1:], "direct"], cwd=str(REPO)),
                              read_timeout_seconds=60),
@@ -334,14 +347,18 @@ async def bench(args: argparse.Namespace) -> dict:
             steal1 = steal_jiffies()
     finally:
         worker.stop(timeout=15)
+        if loopwatch_side:
+            restore(loopwatch_side, cpus)
     stats = {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v)} for k, v in samples.items()}
-    return {"paths": (*paths_run, *RAW_PATHS), "throughput_paths": throughput_paths, "stats": stats, "rate": rate, "cpu": cpu, "agent_cpu": agent_cpu, "steal": None if steal0 is None else steal1 - steal0}
+    return {"paths": (*paths_run, *RAW_PATHS), "throughput_paths": throughput_paths, "stats": stats, "rate": rate, "cpu": cpu, "agent_cpu": agent_cpu,
+            "steal": None if steal0 is None else steal1 - steal0, "placement": placement}
 
 
 def report(result: dict, args: argparse.Namespace) -> bool:
     s, rate = result["stats"], result["rate"]
     print(f"bench-gateway at {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {cpu_model()}, "
           f"{os.cpu_count()} cores (nproc), Python {platform.python_version()}; CPU steal {result['steal']} jiffies")
+    print(f"placement: {result['placement']}")
     print(f"{args.rounds} rounds x {args.calls} calls per path, alternated; throughput: {args.throughput} calls "
           f"per path in {args.throughput_rounds} alternated rounds, {args.concurrency} in flight from one session "
           f"(advisory-http: {args.http_sessions} HTTP sessions, one call in flight each)")
@@ -400,6 +417,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", metavar="TREE", help="also time the gateway of another checkout (its PYTHONPATH), "
                    "as rows advisory-base and gate-base alternated with the others")
     p.add_argument("--broker", help="bootstrap servers (default: scripts/kafka.sh env)")
+    p.add_argument("--placement", choices=("split", "shared"), default="split",
+                   help="split (default): the broker and the worker pinned to the last CPU, the paths timed to the "
+                        "others, as in a deployment, where they run elsewhere; shared: every process on every CPU")
     args = p.parse_args(argv)
     if not 1 <= args.throughput_rounds <= args.throughput or args.http_sessions < 1:
         p.error("--throughput-rounds must be between 1 and --throughput, --http-sessions at least 1")

@@ -30,6 +30,7 @@ import mcp_types as types  # the gateway's extra, loopwatch[mcp]: make install i
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
+from bench.placement import listening_pid
 from harness import REPO, collect, free_port, reference_verdicts, write_config
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
 
@@ -670,7 +671,13 @@ async def test_no_decision_fails_open_by_default_and_closed_when_asked(worker):
 # -- the benchmark runs (tiny; its figures are make bench-gateway's) ---------------------------------
 
 
+def _thread_affinities(pid: int) -> dict[int, set[int]]:
+    return {int(tid): os.sched_getaffinity(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
 def test_bench_gateway_runs(kafka_broker):
+    broker_pid = listening_pid(int(kafka_broker.rsplit(":", 1)[1]))
+    before = _thread_affinities(broker_pid) if broker_pid else {}
     proc = subprocess.run([sys.executable, "-m", "bench.gateway", "--broker", kafka_broker, "--calls", "3",
                            "--rounds", "1", "--throughput", "16", "--concurrency", "4"],
                           cwd=REPO, capture_output=True, text=True, timeout=300)
@@ -681,3 +688,7 @@ def test_bench_gateway_runs(kafka_broker):
                  "throughput advisory", "throughput passthrough", "throughput passthrough-http",
                  "throughput advisory-http", "CPU"):
         assert line in proc.stdout, proc.stdout
+    if len(os.sched_getaffinity(0)) >= 2 and broker_pid:
+        assert "placement: split: broker and worker" in proc.stdout, proc.stdout
+        after = _thread_affinities(broker_pid)  # the broker has every CPU it had again
+        assert {tid: after[tid] for tid in before if tid in after} == {tid: cpus for tid, cpus in before.items() if tid in after}
