@@ -22,9 +22,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("loopwatch.mcp")
 
-__all__ = ["ADVISORY_LINGER_MS", "GuardedRun", "runner_client"]
+__all__ = ["BATCH_WAIT_MS", "GuardedRun", "runner_client"]
 
-ADVISORY_LINGER_MS = 5
+BATCH_WAIT_MS = 5
+"""How long an event may wait to share a produce request: advisory mode's linger, gate mode's
+hold on a completion (``GuardedRun.complete``)."""
 
 
 def runner_client(options: "GatewayOptions") -> LoopwatchClient:
@@ -33,8 +35,8 @@ def runner_client(options: "GatewayOptions") -> LoopwatchClient:
         options.bootstrap_servers, mode=options.mode, timeout=options.timeout, fail_closed=options.fail_closed,
         tool_calls_topic=options.tool_calls_topic, verdicts_topic=options.verdicts_topic,
         # advisory: no call waits on a delivery, so a call's two events (and those of the
-        # calls meanwhile) go in one produce request, at most ADVISORY_LINGER_MS later
-        linger_ms=ADVISORY_LINGER_MS if options.mode == "advisory" else 0,
+        # calls meanwhile) go in one produce request, at most BATCH_WAIT_MS later
+        linger_ms=BATCH_WAIT_MS if options.mode == "advisory" else 0,
         **dict(options.kafka_options),
     )
 
@@ -48,9 +50,17 @@ class GuardedRun:
     producer delivers a partition's records in the order queued.  A gated request waits until
     the run's earlier events are queued (``settled``), not delivered, so the worker reads every
     run's events in the order they happened.  One task drains the queue while it has events:
-    a broker that does not answer stalls the queue, never a call."""
+    a broker that does not answer stalls the queue, never a call.
 
-    __slots__ = ("handle", "last_used", "surfaced_warnings", "surfaced_blocks", "_tasks", "_queue", "_drainer")
+    Gate mode holds a completion (``complete``) for the run's next request, which takes it along
+    in its own produce request (``RunHandle.before_tool_call``'s ``completions``), or queues it
+    after ``BATCH_WAIT_MS``, or ahead of anything else queued meanwhile.  Sent on its own, it
+    would be in flight when an agent's next call comes straight after (calls of one model turn),
+    and the producer keeps one produce request in flight per broker: the request would wait for
+    its acknowledgement, a broker round trip, before it went out."""
+
+    __slots__ = ("handle", "last_used", "surfaced_warnings", "surfaced_blocks", "_tasks", "_queue", "_drainer",
+                 "_held", "_hold_timer")
 
     def __init__(self, handle: RunHandle, tasks: set) -> None:
         self.handle = handle
@@ -61,14 +71,21 @@ class GuardedRun:
         """The owner's set of publishing tasks, which its ``stop`` waits for."""
         self._queue: collections.deque[Callable[[], Awaitable[Any]]] = collections.deque()
         self._drainer: asyncio.Task | None = None
+        self._held: list[dict[str, Any]] = []
+        """Gate mode: completions not yet queued, as ``queue_after_tool_call``'s arguments."""
+        self._hold_timer: asyncio.TimerHandle | None = None
 
     @property
     def mode(self) -> str:
         return self.handle.client.mode
 
     def later(self, publish: Callable[[], Awaitable[Any]]) -> None:
+        self._release()
         self._queue.append(publish)
-        if self._drainer is None:
+        self._drain_soon()
+
+    def _drain_soon(self) -> None:
+        if self._drainer is None and self._queue:
             self._drainer = task = asyncio.ensure_future(self._drain())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
@@ -86,6 +103,19 @@ class GuardedRun:
         finally:
             self._drainer = None
 
+    def _take_held(self) -> list[dict[str, Any]]:
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        held, self._held = self._held, []
+        return held
+
+    def _release(self) -> None:
+        """Queue the held completions, ahead of anything queued after."""
+        for completion in self._take_held():
+            self._queue.append(lambda c=completion: self.handle.queue_after_tool_call(**c))
+        self._drain_soon()
+
     async def settled(self) -> None:
         while self._drainer is not None:
             await asyncio.wait([self._drainer])
@@ -98,7 +128,7 @@ class GuardedRun:
         try:
             if self.mode == "gate":
                 await self.settled()
-                decision = await handle.before_tool_call(name, args, tool_call_id=call_id)
+                decision = await handle.before_tool_call(name, args, tool_call_id=call_id, completions=self._take_held())
             else:
                 handle.check()
                 self.later(lambda: handle.queue_before_tool_call(name, args, tool_call_id=call_id))
@@ -114,8 +144,14 @@ class GuardedRun:
         return None, None
 
     def complete(self, name: str, args: Any, call_id: str, **outcome: Any) -> None:
-        """Queue the call's completion (``RunHandle.after_tool_call``'s keyword arguments)."""
-        self.later(lambda: self.handle.queue_after_tool_call(name, args, tool_call_id=call_id, **outcome))
+        """Queue the call's completion (``RunHandle.after_tool_call``'s keyword arguments); gate
+        mode holds it for the run's next request, at most ``BATCH_WAIT_MS``."""
+        if self.mode != "gate":
+            self.later(lambda: self.handle.queue_after_tool_call(name, args, tool_call_id=call_id, **outcome))
+            return
+        self._held.append({"tool": name, "args": args, "tool_call_id": call_id, **outcome})
+        if self._hold_timer is None:
+            self._hold_timer = asyncio.get_running_loop().call_later(BATCH_WAIT_MS / 1000, self._release)
 
     def notices(self, notice: str | None) -> list[str]:
         """What the model reads after the result: gate mode, this call's warning when its
@@ -130,5 +166,6 @@ class GuardedRun:
         return notices
 
     async def end(self, reason: str) -> None:
+        self._release()
         await self.settled()
         await self.handle.end(reason)

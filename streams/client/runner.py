@@ -40,7 +40,7 @@ import time
 import uuid
 from collections import OrderedDict
 from types import SimpleNamespace
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping, Sequence
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
@@ -200,10 +200,12 @@ class LoopwatchClient:
     def _next_event_id(self) -> str:
         return f"{self._prefix}-{next(self._seq)}"
 
-    async def _publish(self, event: ToolCallEvent, timeout: float) -> bool:
+    async def _publish(self, event: ToolCallEvent, timeout: float, *, ahead: Sequence[ToolCallEvent] = ()) -> bool:
         """Publish ``event``, waiting at most ``timeout`` seconds; False when it was not
-        delivered by then (delivery goes on in the background and a failure is logged)."""
-        task = asyncio.ensure_future(self._send(event))
+        delivered by then (delivery goes on in the background and a failure is logged).
+        ``ahead``: events queued (``_enqueue``) just before it, in the same step, so in the
+        same produce request unless the batch is full."""
+        task = asyncio.ensure_future(self._send(event, ahead))
         self._sending.add(task)
         task.add_done_callback(self._sent)
         try:
@@ -215,7 +217,9 @@ class LoopwatchClient:
             return False  # logged by _sent
         return True
 
-    async def _send(self, event: ToolCallEvent) -> None:
+    async def _send(self, event: ToolCallEvent, ahead: Sequence[ToolCallEvent] = ()) -> None:
+        for earlier in ahead:
+            await self._enqueue(earlier)
         value = encode_event(event)
         headers = None if self.signing_key is None else self.signing_key.headers(value)
         try:
@@ -352,18 +356,32 @@ class RunHandle:
             raise RunAbortedError.from_verdict(self.aborted)
 
     async def before_tool_call(
-        self, tool: str, args: Any, *, tool_call_id: str | None = None, target: str | None = None
+        self, tool: str, args: Any, *, tool_call_id: str | None = None, target: str | None = None,
+        completions: Sequence[Mapping[str, Any]] = (),
     ) -> Decision | None:
-        """``target``: on a send, the session key or agent id the message goes to."""
-        self.check()
+        """``target``: on a send, the session key or agent id the message goes to.
+
+        ``completions``: the completions of the run's earlier calls, not yet queued, each as
+        ``queue_after_tool_call``'s keyword arguments (with ``tool`` and ``args``).  They are
+        queued just ahead of this request, in its produce request: a gateway holds a call's
+        completion for the run's next request, because queued on its own it would be one
+        produce request in flight, which the request then waits behind (one per broker)."""
         client = self.client
+        ahead = [self._completed(**c) for c in completions if c.get("tool_call_id") not in self._vetoed]
+        self._vetoed.difference_update(c.get("tool_call_id") for c in completions)
+        try:
+            self.check()
+        except RunAbortedError:
+            for event in ahead:  # what the run did is published all the same
+                await client._enqueue(event)
+            raise
         gate = client.mode == "gate"
         if self._content is not None:
             self._content.tool_call()  # a tool call resets Gemini's content tracking
         event = requested_event(client._next_event_id(), tool, args, tool_call_id=tool_call_id, gate=gate,
                                 ts_ms=int(time.time() * 1000), trace_id=self.trace_id, target=target, **self.fields)
         if not gate:
-            await client._publish(event, client.timeout)
+            await client._publish(event, client.timeout, ahead=ahead)
             return None
         loop = asyncio.get_running_loop()
         deadline = loop.time() + client.timeout
@@ -371,7 +389,7 @@ class RunHandle:
         client._waiting[event.event_id] = future
         decision = None
         try:
-            if await client._publish(event, client.timeout):
+            if await client._publish(event, client.timeout, ahead=ahead):
                 decision = await asyncio.wait_for(future, max(deadline - loop.time(), 0.0))
         except asyncio.TimeoutError:
             pass
@@ -418,11 +436,18 @@ class RunHandle:
         if tool_call_id in self._vetoed:
             self._vetoed.discard(tool_call_id)
             return
+        await self.client._enqueue(self._completed(tool, args, tool_call_id=tool_call_id, result=result, error=error,
+                                                   returned=returned, target=target))
+
+    def _completed(
+        self, tool: str, args: Any, *, tool_call_id: str | None = None, result: Any = None, error: Any = UNDEFINED,
+        returned: bool = True, target: str | None = None,
+    ) -> ToolCallEvent:
         client = self.client
-        await client._enqueue(completed_event(
+        return completed_event(
             client._next_event_id(), tool, args, result=result, error=error, returned=returned,
             provider_send_tools=client.provider_send_tools, tool_call_id=tool_call_id, ts_ms=int(time.time() * 1000),
-            trace_id=self.trace_id, target=target, **self.fields))
+            trace_id=self.trace_id, target=target, **self.fields)
 
     async def after_tool_call(
         self, tool: str, args: Any, *, tool_call_id: str | None = None, result: Any = None, error: Any = UNDEFINED,
@@ -437,11 +462,9 @@ class RunHandle:
         self, tool: str, args: Any, tool_call_id: str | None, *, result: Any = None, error: Any = UNDEFINED,
         returned: bool = True, target: str | None = None,
     ) -> None:
-        client = self.client
-        event = completed_event(client._next_event_id(), tool, args, result=result, error=error, returned=returned,
-                                provider_send_tools=client.provider_send_tools, tool_call_id=tool_call_id,
-                                ts_ms=int(time.time() * 1000), trace_id=self.trace_id, target=target, **self.fields)
-        await client._publish(event, client.timeout)
+        event = self._completed(tool, args, tool_call_id=tool_call_id, result=result, error=error, returned=returned,
+                                target=target)
+        await self.client._publish(event, self.client.timeout)
 
     async def agent_message(self, text: str, *, source: str = "agent", empty: bool | None = None) -> str:
         """A message of the agent (or, ``source="user"``, a user prompt) as its hash: profile

@@ -145,6 +145,11 @@ def assert_agent_saw_the_engine(results, answers, upstream_text):
             assert not result.is_error and text_of(result) == upstream_text(result), f"call {n}"
 
 
+def assert_each_call_requested_then_completed_in_order(events, calls: int) -> None:
+    kinds = [(type(e).__name__, e.tool_call_id) for e in events if not isinstance(e, RunEnded)]
+    assert kinds == [(kind, f"mcp-{n}") for n in range(1, calls + 1) for kind in ("ToolCallRequested", "ToolCallCompleted")]
+
+
 def first(answers, action: str) -> int | None:
     return next((n for n, d in enumerate(answers, 1) if d is not None and d.action == action), None)
 
@@ -174,6 +179,9 @@ async def test_stdio_pypi_time_server_identical_calls_warn_then_block(worker, pr
     assert (answers[block - 1].detector, answers[block - 1].count) == ("generic_repeat", 20)
     assert (warn, block) == (11, 21)  # 10 (20) identical calls before it
     assert all(a is not None and a.action == "block" for a in answers[block - 1:])
+    # gate mode holds a call's completion for the next request's produce request: still each one
+    # is on the topic, between its request and the next
+    assert_each_call_requested_then_completed_in_order(events, CALLS)
     # one run, hashed: no argument or result text in any record
     raw = b"".join(str(e).encode() for e in events)
     assert b"Europe/Berlin" not in raw and answer[0][:20].encode() not in raw
@@ -189,9 +197,7 @@ async def test_stdio_advisory_mode_never_blocks_and_publishes_each_call_in_order
     async with over_stdio(worker, run_id, TIME_SERVER, mode="advisory") as agent:
         results = [await agent.call_tool("convert_time", CONVERT) for _ in range(CALLS)]
     events = await published(worker, run_id, CALLS)
-    kinds = [(type(e).__name__, e.tool_call_id) for e in events if not isinstance(e, RunEnded)]
-    assert kinds == [(kind, f"mcp-{n}") for n in range(1, CALLS + 1)
-                     for kind in ("ToolCallRequested", "ToolCallCompleted")]
+    assert_each_call_requested_then_completed_in_order(events, CALLS)
     assert isinstance(events[-1], RunEnded) and events[-1].reason == "session closed"
     assert not any(e.gate for e in events if isinstance(e, ToolCallRequested))
     answers = engine_answers(events)
@@ -201,6 +207,18 @@ async def test_stdio_advisory_mode_never_blocks_and_publishes_each_call_in_order
     for n, result in enumerate(results, 1):
         assert not result.is_error and text_of(result)[:len(answer)] == answer, f"call {n}"
         assert set(text_of(result)[len(answer):]) <= notices, f"call {n}"
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+async def test_gate_mode_publishes_a_held_completion_with_no_next_call(worker, proxy):
+    """The completion gate mode holds for the run's next request goes out on its own when no
+    request comes (after runs.BATCH_WAIT_MS), not only when the session closes."""
+    run_id = f"{worker.names.tag}-held-{len(proxy)}"
+    async with over_stdio(worker, run_id, TIME_SERVER, **proxy) as agent:
+        result = await agent.call_tool("get_current_time", {"timezone": "UTC"})
+        events = await published(worker, run_id, 1)  # the session is still open
+        assert not result.is_error
+        assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted"]
 
 
 async def test_stdio_healthy_run_of_get_current_time_is_never_blocked(worker):
