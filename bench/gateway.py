@@ -157,10 +157,12 @@ async def throughput(clients: list[Client], total: int, concurrency: int, offset
 
 
 @contextlib.asynccontextmanager
-async def raw_process(argv: list[str], log: Path):
-    """A stdio process the wire-level agent talks to; its stdin closed (then killed) at the end."""
+async def raw_process(argv: list[str], log: Path, tree: str | None = None):
+    """A stdio process the wire-level agent talks to (``tree``: run from another checkout, as
+    ``gateway``'s); its stdin closed (then killed) at the end."""
+    env = {**os.environ, **({"PYTHONPATH": tree} if tree else {})}
     with open(log, "ab") as err:
-        proc = await asyncio.create_subprocess_exec(*argv, cwd=str(REPO), stdin=asyncio.subprocess.PIPE,
+        proc = await asyncio.create_subprocess_exec(*argv, cwd=tree or str(REPO), env=env, stdin=asyncio.subprocess.PIPE,
                                                     stdout=asyncio.subprocess.PIPE, stderr=err, limit=1 << 24)
     try:
         yield proc
@@ -250,7 +252,8 @@ async def bench(args: argparse.Namespace) -> dict:
     write_config(config, CONFIG)
     worker = WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp).start()
     paths_run = PATHS + (("advisory-base", "gate-base") if args.baseline else ())
-    throughput_paths = (*paths_run, "passthrough-http", "advisory-http", *RAW_PATHS)
+    raw_paths = RAW_PATHS + (("advisory-raw-base", "gate-raw-base") if args.baseline else ())
+    throughput_paths = (*paths_run, "passthrough-http", "advisory-http", *raw_paths)
     cpus = os.sched_getaffinity(0)
     placement = "shared: every process on every CPU"
     loopwatch_side: list[int] = []
@@ -275,7 +278,7 @@ async def bench(args: argparse.Namespace) -> dict:
                 paths[f"{mode}-base"] = gateway(names, broker, mode, f"{names.tag}-{mode}-base", args.baseline)
         lw = LoopwatchClient(broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls,
                              verdicts_topic=names.verdicts)
-        samples: dict[str, list[float]] = {k: [] for k in (*paths_run, *RAW_PATHS, "decision")}
+        samples: dict[str, list[float]] = {k: [] for k in (*paths_run, *raw_paths, "decision")}
         markers = {"direct": "direct", "passthrough": "@passthrough", "passthrough-http": "@passthrough-http",
                    "direct-raw": "@direct-raw",
                    **{k: f"{names.tag}-{k}" for k in throughput_paths if not k.startswith(("direct", "passthrough"))}}
@@ -292,8 +295,13 @@ async def bench(args: argparse.Namespace) -> dict:
                 "direct-raw": [*RAW_UPSTREAM, "@direct-raw"],
                 **{f"{mode}-raw": [LOOPWATCH, *gateway_args(names, broker, mode, markers[f"{mode}-raw"], upstream=RAW_UPSTREAM)]
                    for mode in ("advisory", "gate")},
+                **{f"{mode}-raw-base": [LOOPWATCH, *gateway_args(names, broker, mode, markers[f"{mode}-raw-base"],
+                                                                 upstream=RAW_UPSTREAM)]
+                   for mode in ("advisory", "gate") if args.baseline},
             }
-            raw = {k: await stack.enter_async_context(raw_process(argv, tmp / f"{k}.log")) for k, argv in raw_argv.items()}
+            raw = {k: await stack.enter_async_context(raw_process(argv, tmp / f"{k}.log",
+                                                                  args.baseline if k.endswith("-base") else None))
+                   for k, argv in raw_argv.items()}
             for proc in raw.values():
                 await raw_throughput(proc, 50, 4, 10_000_000)  # warm up
             sessions: dict[str, list[Client]] = {}
@@ -309,7 +317,7 @@ async def bench(args: argparse.Namespace) -> dict:
             for client in clients.values():  # warm up: imports, connections, the run's partition
                 await timed_calls(client, 10_000_000, 20)
             await timed_decisions(run, 10_000_000, 20)
-            order = [*paths_run, *RAW_PATHS, "decision"]
+            order = [*paths_run, *raw_paths, "decision"]
             steal0 = steal_jiffies()
             for r in range(args.rounds):
                 start = r * args.calls
@@ -350,7 +358,7 @@ async def bench(args: argparse.Namespace) -> dict:
         if loopwatch_side:
             restore(loopwatch_side, cpus)
     stats = {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v)} for k, v in samples.items()}
-    return {"paths": (*paths_run, *RAW_PATHS), "throughput_paths": throughput_paths, "stats": stats, "rate": rate, "cpu": cpu, "agent_cpu": agent_cpu,
+    return {"paths": (*paths_run, *raw_paths), "throughput_paths": throughput_paths, "stats": stats, "rate": rate, "cpu": cpu, "agent_cpu": agent_cpu,
             "steal": None if steal0 is None else steal1 - steal0, "placement": placement}
 
 
@@ -415,7 +423,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--http-sessions", type=int, default=8,
                    help="streamable HTTP sessions of the advisory-http throughput row, one call in flight each (default 8)")
     p.add_argument("--baseline", metavar="TREE", help="also time the gateway of another checkout (its PYTHONPATH), "
-                   "as rows advisory-base and gate-base alternated with the others")
+                   "as rows advisory-base, gate-base, advisory-raw-base and gate-raw-base alternated with the others")
     p.add_argument("--broker", help="bootstrap servers (default: scripts/kafka.sh env)")
     p.add_argument("--placement", choices=("split", "shared"), default="split",
                    help="split (default): the broker and the worker pinned to the last CPU, the paths timed to the "
