@@ -13,7 +13,8 @@ them in rounds (the order rotates each round, so the shared machine's swings hit
 * **advisory-sdk**, **gate-sdk**: the same gateways with ``--sdk-proxy`` (the SDK's server and
   client back to back, as before the relay, and as HTTP and several upstreams are served);
 * **decision**: loopwatch's decision round trip alone: ``LoopwatchClient.before_tool_call`` in
-  gate mode (publish the request, the worker decides, the verdict comes back), no MCP at all.
+  gate mode (publish the request, the worker decides, the verdict comes back), no MCP at all;
+  each request takes the previous call's completion along, as a gate-mode gateway's does.
 
 Every call has new arguments (a healthy run: nothing is blocked).  Targets: advisory adds at
 most 1 ms at p50 and 3 ms at p99 over direct; gate adds at most 2 ms at p99 beyond direct plus
@@ -71,6 +72,8 @@ PASSTHROUGH = [sys.executable, "-m", "bench.mcp_passthrough", *UPSTREAM]
 RAW_UPSTREAM = [sys.executable, "-m", "bench.mcp_raw_upstream"]
 PATHS = ("direct", "passthrough", "advisory", "gate", "advisory-sdk", "gate-sdk")
 RAW_PATHS = ("direct-raw", "advisory-raw", "gate-raw")
+HTTP_PATHS = ("passthrough-http", "advisory-http")
+ROWS = (*PATHS, *RAW_PATHS, *HTTP_PATHS, "decision", "advisory-base", "gate-base", "advisory-raw-base", "gate-raw-base")
 LOOPWATCH = str(Path(sys.executable).parent / "loopwatch")
 TARGETS = {"advisory_p50_ms": 1.0, "advisory_p99_ms": 3.0, "gate_beyond_decision_p99_ms": 2.0, "calls_per_s": 2000}
 
@@ -131,12 +134,17 @@ async def timed_calls(client: Client, start: int, n: int) -> list[float]:
 
 
 async def timed_decisions(run, start: int, n: int) -> list[float]:
-    out = []
+    """The decision round trips of ``n`` calls published as a gateway in gate mode publishes them
+    (``runs.GuardedRun``): each request carries the previous call's completion in its produce
+    request, so the worker reads both before it decides, in this row as in the gate rows."""
+    out, held = [], []
     for i in range(start, start + n):
         t0 = time.perf_counter()
-        await run.before_tool_call("echo", {"n": i}, tool_call_id=f"d{i}")
+        await run.before_tool_call("echo", {"n": i}, tool_call_id=f"d{i}", completions=held)
         out.append((time.perf_counter() - t0) * 1000)
-        await run.after_tool_call("echo", {"n": i}, tool_call_id=f"d{i}", result={"content": [{"type": "text", "text": str(i)}]})
+        held = [{"tool": "echo", "args": {"n": i}, "tool_call_id": f"d{i}",
+                 "result": {"content": [{"type": "text", "text": str(i)}]}}]
+    await run.after_tool_call(**held[0])
     return out
 
 
@@ -251,9 +259,11 @@ async def bench(args: argparse.Namespace) -> dict:
     config = tmp / "config.json"
     write_config(config, CONFIG)
     worker = WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp).start()
-    paths_run = PATHS + (("advisory-base", "gate-base") if args.baseline else ())
-    raw_paths = RAW_PATHS + (("advisory-raw-base", "gate-raw-base") if args.baseline else ())
-    throughput_paths = (*paths_run, "passthrough-http", "advisory-http", *raw_paths)
+    wanted = args.rows.__contains__ if args.rows else (lambda row: True)
+    paths_run = tuple(filter(wanted, PATHS + (("advisory-base", "gate-base") if args.baseline else ())))
+    raw_paths = tuple(filter(wanted, RAW_PATHS + (("advisory-raw-base", "gate-raw-base") if args.baseline else ())))
+    http_paths = tuple(filter(wanted, HTTP_PATHS))
+    throughput_paths = (*paths_run, *http_paths, *raw_paths)
     cpus = os.sched_getaffinity(0)
     placement = "shared: every process on every CPU"
     loopwatch_side: list[int] = []
@@ -276,12 +286,14 @@ async def bench(args: argparse.Namespace) -> dict:
         if args.baseline:
             for mode in ("advisory", "gate"):
                 paths[f"{mode}-base"] = gateway(names, broker, mode, f"{names.tag}-{mode}-base", args.baseline)
+        paths = {k: v for k, v in paths.items() if k in paths_run}  # a Client starts nothing until entered
         lw = LoopwatchClient(broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls,
                              verdicts_topic=names.verdicts)
-        samples: dict[str, list[float]] = {k: [] for k in (*paths_run, *raw_paths, "decision")}
+        latency_rows = (*paths_run, *raw_paths, *(("decision",) if wanted("decision") else ()))
+        samples: dict[str, list[float]] = {k: [] for k in latency_rows}
         markers = {"direct": "direct", "passthrough": "@passthrough", "passthrough-http": "@passthrough-http",
                    "direct-raw": "@direct-raw",
-                   **{k: f"{names.tag}-{k}" for k in throughput_paths if not k.startswith(("direct", "passthrough"))}}
+                   **{k: f"{names.tag}-{k}" for k in ROWS if not k.startswith(("direct", "passthrough"))}}
         async with contextlib.AsyncExitStack() as stack:
             clients = {k: await stack.enter_async_context(paths[k]) for k in paths_run}
             http_port = {"passthrough-http": free_port(), "advisory-http": free_port()}
@@ -291,6 +303,7 @@ async def bench(args: argparse.Namespace) -> dict:
                 "advisory-http": [LOOPWATCH, *gateway_args(names, broker, "advisory", markers["advisory-http"],
                                                            "--http", str(http_port["advisory-http"]))],
             }
+            http_argv = {k: v for k, v in http_argv.items() if k in http_paths}
             raw_argv = {
                 "direct-raw": [*RAW_UPSTREAM, "@direct-raw"],
                 **{f"{mode}-raw": [LOOPWATCH, *gateway_args(names, broker, mode, markers[f"{mode}-raw"], upstream=RAW_UPSTREAM)]
@@ -299,6 +312,7 @@ async def bench(args: argparse.Namespace) -> dict:
                                                                  upstream=RAW_UPSTREAM)]
                    for mode in ("advisory", "gate") if args.baseline},
             }
+            raw_argv = {k: v for k, v in raw_argv.items() if k in raw_paths}
             raw = {k: await stack.enter_async_context(raw_process(argv, tmp / f"{k}.log",
                                                                   args.baseline if k.endswith("-base") else None))
                    for k, argv in raw_argv.items()}
@@ -312,12 +326,13 @@ async def bench(args: argparse.Namespace) -> dict:
                                   for _ in range(args.http_sessions)]
                 for session in sessions[mode]:
                     await timed_calls(session, 10_000_000, 20)
-            await stack.enter_async_context(lw)
-            run = lw.run(f"{names.tag}-decision", session_key="bench:decision", agent_id="bench")
+            if "decision" in latency_rows:  # only then: every client reads every verdict
+                await stack.enter_async_context(lw)
+                run = lw.run(f"{names.tag}-decision", session_key="bench:decision", agent_id="bench")
+                await timed_decisions(run, 10_000_000, 20)
             for client in clients.values():  # warm up: imports, connections, the run's partition
                 await timed_calls(client, 10_000_000, 20)
-            await timed_decisions(run, 10_000_000, 20)
-            order = [*paths_run, *raw_paths, "decision"]
+            order = list(latency_rows)
             steal0 = steal_jiffies()
             for r in range(args.rounds):
                 start = r * args.calls
@@ -363,6 +378,8 @@ async def bench(args: argparse.Namespace) -> dict:
 
 
 def report(result: dict, args: argparse.Namespace) -> bool:
+    """Print the rows and what can be read from those run (``--rows``): True when every target
+    that could be checked is met."""
     s, rate = result["stats"], result["rate"]
     print(f"bench-gateway at {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {cpu_model()}, "
           f"{os.cpu_count()} cores (nproc), Python {platform.python_version()}; CPU steal {result['steal']} jiffies")
@@ -370,46 +387,55 @@ def report(result: dict, args: argparse.Namespace) -> bool:
     print(f"{args.rounds} rounds x {args.calls} calls per path, alternated; throughput: {args.throughput} calls "
           f"per path in {args.throughput_rounds} alternated rounds, {args.concurrency} in flight from one session "
           f"(advisory-http: {args.http_sessions} HTTP sessions, one call in flight each)")
-    for k in (*result["paths"], "decision"):
+    for k in s:
         print(f"  {k:9s} p50 {s[k]['p50']:7.3f} ms   p99 {s[k]['p99']:7.3f} ms   (n={s[k]['n']})")
-    adv50 = s["advisory"]["p50"] - s["direct"]["p50"]
-    adv99 = s["advisory"]["p99"] - s["direct"]["p99"]
-    gate99 = s["gate"]["p99"] - s["direct"]["p99"] - s["decision"]["p99"]
-    gate50 = s["gate"]["p50"] - s["direct"]["p50"] - s["decision"]["p50"]
-    hop50, hop99 = s["passthrough"]["p50"] - s["direct"]["p50"], s["passthrough"]["p99"] - s["direct"]["p99"]
-    print(f"  the SDK hop alone (passthrough - direct): p50 {hop50:.3f} ms, p99 {hop99:.3f} ms")
-    print(f"  loopwatch's own share, advisory - passthrough: p50 {s['advisory']['p50'] - s['passthrough']['p50']:.3f} ms, "
-          f"p99 {s['advisory']['p99'] - s['passthrough']['p99']:.3f} ms")
-    print(f"  loopwatch's own share, gate - passthrough - decision: p50 "
-          f"{gate50 - hop50:.3f} ms, p99 {gate99 - hop99:.3f} ms")
-    checks = [
-        ("advisory adds at p50", adv50, TARGETS["advisory_p50_ms"], "ms"),
-        ("advisory adds at p99", adv99, TARGETS["advisory_p99_ms"], "ms"),
-        ("gate adds beyond the decision round trip at p99", gate99, TARGETS["gate_beyond_decision_p99_ms"], "ms"),
-    ]
+
+    def added(row: str, *less: str, q: str) -> float | None:
+        """``row``'s percentile ``q`` less those of ``less``; None when one of them was not run."""
+        if not all(k in s for k in (row, *less)):
+            return None
+        return s[row][q] - sum(s[k][q] for k in less)
+
     ok = True
-    for label, value, target, unit in checks:
-        met = value <= target
-        ok &= met
-        print(f"  {label}: {value:.3f} {unit} (target <= {target} {unit}: {'met' if met else 'NOT met'})")
-    print(f"  gate adds beyond the decision round trip at p50: {gate50:.3f} ms")
-    raw50 = s["advisory-raw"]["p50"] - s["direct-raw"]["p50"]
-    raw99 = s["advisory-raw"]["p99"] - s["direct-raw"]["p99"]
-    rawgate99 = s["gate-raw"]["p99"] - s["direct-raw"]["p99"] - s["decision"]["p99"]
-    print(f"  wire-level ends: advisory adds p50 {raw50:.3f} ms, p99 {raw99:.3f} ms; gate adds beyond the decision "
-          f"p50 {s['gate-raw']['p50'] - s['direct-raw']['p50'] - s['decision']['p50']:.3f} ms, p99 {rawgate99:.3f} ms")
-    for mode in ("advisory", "gate"):
-        sdk = f"{mode}-sdk"
-        print(f"  {mode} through the SDK proxy instead (--sdk-proxy) adds: p50 {s[sdk]['p50'] - s['direct']['p50']:.3f} ms, "
-              f"p99 {s[sdk]['p99'] - s['direct']['p99']:.3f} ms")
+
+    def line(label: str, value: float | None, target: float | None = None) -> None:
+        nonlocal ok
+        if value is None:
+            return
+        text = f"  {label}: {value:.3f} ms"
+        if target is not None:
+            met = value <= target
+            ok &= met
+            text += f" (target <= {target} ms: {'met' if met else 'NOT met'})"
+        print(text)
+
+    for q in ("p50", "p99"):
+        line(f"the SDK hop alone (passthrough - direct) at {q}", added("passthrough", "direct", q=q))
+        line(f"loopwatch's own share (advisory - passthrough) at {q}", added("advisory", "passthrough", q=q))
+        line(f"loopwatch's own share (gate - passthrough - decision) at {q}", added("gate", "passthrough", "decision", q=q))
+    line("advisory adds at p50", added("advisory", "direct", q="p50"), TARGETS["advisory_p50_ms"])
+    line("advisory adds at p99", added("advisory", "direct", q="p99"), TARGETS["advisory_p99_ms"])
+    line("gate adds beyond the decision round trip at p99", added("gate", "direct", "decision", q="p99"),
+         TARGETS["gate_beyond_decision_p99_ms"])
+    line("gate adds beyond the decision round trip at p50", added("gate", "direct", "decision", q="p50"))
+    for q in ("p50", "p99"):
+        line(f"the baseline: advisory-base adds at {q}", added("advisory-base", "direct", q=q))
+        line(f"the baseline: gate-base adds beyond the decision at {q}", added("gate-base", "direct", "decision", q=q))
+    for q in ("p50", "p99"):
+        for base in ("", "-base"):
+            line(f"wire-level ends: advisory-raw{base} adds at {q}", added(f"advisory-raw{base}", "direct-raw", q=q))
+            line(f"wire-level ends: gate-raw{base} adds beyond the decision at {q}",
+                 added(f"gate-raw{base}", "direct-raw", "decision", q=q))
+        for mode in ("advisory", "gate"):
+            line(f"{mode} through the SDK proxy instead (--sdk-proxy) adds at {q}", added(f"{mode}-sdk", "direct", q=q))
     for mode, value in rate.items():
-        line = (f"  throughput {mode:16s}: {value:,.0f} calls/s, CPU {result['cpu'][mode]:.3f} ms per call "
+        text = (f"  throughput {mode:16s}: {value:,.0f} calls/s, CPU {result['cpu'][mode]:.3f} ms per call "
                 f"(the agents': {result['agent_cpu'][mode]:.3f} ms)")
         if mode.startswith(("advisory", "gate")):
             met = value >= TARGETS["calls_per_s"]
             ok &= mode != "advisory-raw" or met
-            line += f" (target >= {TARGETS['calls_per_s']:,}: {'met' if met else 'NOT met'})"
-        print(line)
+            text += f" (target >= {TARGETS['calls_per_s']:,}: {'met' if met else 'NOT met'})"
+        print(text)
     return ok
 
 
@@ -425,12 +451,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--baseline", metavar="TREE", help="also time the gateway of another checkout (its PYTHONPATH), "
                    "as rows advisory-base, gate-base, advisory-raw-base and gate-raw-base alternated with the others")
     p.add_argument("--broker", help="bootstrap servers (default: scripts/kafka.sh env)")
+    p.add_argument("--rows", type=lambda text: text.split(","), metavar="ROW,...",
+                   help=f"only these rows (default: all): {', '.join(ROWS)}.  Every gateway, advisory or gate, reads "
+                        "every verdict, so fewer rows take the other rows' verdicts out of a gate row's time")
     p.add_argument("--placement", choices=("split", "shared"), default="split",
                    help="split (default): the broker and the worker pinned to the last CPU, the paths timed to the "
                         "others, as in a deployment, where they run elsewhere; shared: every process on every CPU")
     args = p.parse_args(argv)
     if not 1 <= args.throughput_rounds <= args.throughput or args.http_sessions < 1:
         p.error("--throughput-rounds must be between 1 and --throughput, --http-sessions at least 1")
+    unknown = sorted(set(args.rows or ()) - set(ROWS))
+    if unknown:
+        p.error(f"unknown row(s) {', '.join(unknown)}; the rows: {', '.join(ROWS)}")
+    if any(row.endswith("-base") for row in args.rows or ()) and not args.baseline:
+        p.error("a -base row needs --baseline TREE")
     result = asyncio.run(bench(args))
     report(result, args)
     return 0  # the figures are recorded, met or not (docs/benchmarks.md)
