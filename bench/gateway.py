@@ -287,8 +287,6 @@ async def bench(args: argparse.Namespace) -> dict:
             for mode in ("advisory", "gate"):
                 paths[f"{mode}-base"] = gateway(names, broker, mode, f"{names.tag}-{mode}-base", args.baseline)
         paths = {k: v for k, v in paths.items() if k in paths_run}  # a Client starts nothing until entered
-        lw = LoopwatchClient(broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls,
-                             verdicts_topic=names.verdicts)
         latency_rows = (*paths_run, *raw_paths, *(("decision",) if wanted("decision") else ()))
         samples: dict[str, list[float]] = {k: [] for k in latency_rows}
         markers = {"direct": "direct", "passthrough": "@passthrough", "passthrough-http": "@passthrough-http",
@@ -327,7 +325,8 @@ async def bench(args: argparse.Namespace) -> dict:
                 for session in sessions[mode]:
                     await timed_calls(session, 10_000_000, 20)
             if "decision" in latency_rows:  # only then: every client reads every verdict
-                await stack.enter_async_context(lw)
+                lw = await stack.enter_async_context(LoopwatchClient(
+                    broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls, verdicts_topic=names.verdicts))
                 run = lw.run(f"{names.tag}-decision", session_key="bench:decision", agent_id="bench")
                 await timed_decisions(run, 10_000_000, 20)
             for client in clients.values():  # warm up: imports, connections, the run's partition

@@ -146,10 +146,11 @@ class GuardedRun:
     def complete(self, name: str, args: Any, call_id: str, **outcome: Any) -> None:
         """Queue the call's completion (``RunHandle.after_tool_call``'s keyword arguments); gate
         mode holds it for the run's next request, at most ``BATCH_WAIT_MS``."""
+        completion = {"tool": name, "args": args, "tool_call_id": call_id, **outcome}
         if self.mode != "gate":
-            self.later(lambda: self.handle.queue_after_tool_call(name, args, tool_call_id=call_id, **outcome))
+            self.later(lambda: self.handle.queue_after_tool_call(**completion))
             return
-        self._held.append({"tool": name, "args": args, "tool_call_id": call_id, **outcome})
+        self._held.append(completion)
         if self._hold_timer is None:
             self._hold_timer = asyncio.get_running_loop().call_later(BATCH_WAIT_MS / 1000, self._release)
 
