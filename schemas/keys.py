@@ -17,13 +17,20 @@ equal session id.
 
 Under ``loopwatch.scope: session`` (issue 17) one state holds every run of a session
 (``session_scope_key``); verdicts stay keyed by ``state_key``, so runners route them as before.
+
+Partitions follow from keys (``partition_for``, Kafka's default partitioner): a run's verdicts
+are published on the partition its events were processed from, so a runner reads only the
+partitions ``verdict_partitions`` names for its runs.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-__all__ = ["JS_WHITESPACE", "normalize_run_id", "record_key", "session_scope_key", "state_key"]
+__all__ = [
+    "JS_WHITESPACE", "normalize_run_id", "partition_for", "record_key", "session_scope_key", "state_key",
+    "verdict_partitions",
+]
 
 # ECMAScript String.prototype.trim() whitespace: note U+FEFF is included and U+0085 and
 # U+001C..U+001F are not, unlike Python's str.strip().
@@ -72,3 +79,25 @@ def session_scope_key(event: _Keyed) -> str:
     if event.session_key:
         return f"scope:session:{event.session_key}|"
     return "scope:" + state_key(event)
+
+
+def partition_for(key: bytes, partitions: int) -> int:
+    """The partition Kafka's default partitioner (murmur2, as aiokafka's and the Java client's)
+    gives a record keyed ``key``: where a run's events land, and its state lives."""
+    from aiokafka.partitioner import murmur2  # here only: the contract's types need no Kafka client
+
+    return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def verdict_partitions(event: _Keyed, tool_calls_partitions: int, verdicts_partitions: int) -> frozenset[int]:
+    """The ``loop-verdicts`` partitions a run's verdicts can be on, whatever the worker's scope.
+
+    The worker publishes a verdict on the partition its cause was processed from, modulo the
+    verdicts topic's partitions: under run scope, the ``tool-calls`` partition of the event's
+    ``record_key`` (or of ``session_scope_key`` when its runner keyed it by session); under
+    session scope, the repartition topic's (as many partitions as ``tool-calls``) partition of
+    its ``session_scope_key``.  The runner does not know the worker's scope, so both."""
+    return frozenset(
+        partition_for(key.encode("utf-8", "surrogatepass"), tool_calls_partitions) % verdicts_partitions
+        for key in (record_key(event), session_scope_key(event))
+    )

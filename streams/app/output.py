@@ -33,6 +33,7 @@ import logging
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+from schemas.keys import partition_for
 from schemas.names import CONFIG_HEADER, CONFIG_SHA256_HEADER, GENERATION_HEADER, WORKER_HEADER
 
 from .logs import FailureLog
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from .records import DeadLetter, VerdictOut
 
 __all__ = [
-    "DEAD_LETTER_VALUE_LIMIT", "DLQ_MAX_MESSAGE_BYTES", "Output", "dead_letter_record", "partition_for", "send_records",
+    "DEAD_LETTER_VALUE_LIMIT", "DLQ_MAX_MESSAGE_BYTES", "Output", "dead_letter_record", "send_records",
 ]
 
 log = logging.getLogger("loopwatch.worker")
@@ -129,13 +130,6 @@ async def _send_batches(
         sent.append((await producer.send_batch(batch, topic, partition=partition), n))
     return sent
 
-
-def partition_for(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner (murmur2, as aiokafka's and the Java
-    client's) gives a key: where a record keyed ``key`` is co-partitioned with the run table."""
-    from aiokafka.partitioner import murmur2
-
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 async def _send_keyed(

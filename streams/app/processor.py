@@ -81,7 +81,7 @@ from schemas.names import (
 )
 from schemas.signing import Keyring
 from schemas.verdicts import Decision, encode_verdict
-from schemas.keys import record_key, session_scope_key
+from schemas.keys import partition_for, record_key, session_scope_key
 from streams.engine import LoopEngine, RunState, copy_state, outcome, shadow_answer, state_key
 from streams.engine.extensions import FleetStep
 from streams.engine.fleet import fleet_outcome, fleet_send
@@ -89,7 +89,7 @@ from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 
 from . import logs
 from .live_runs import LiveRun, LiveRuns
-from .output import partition_for, source_offset
+from .output import source_offset
 from .records import BatchResult, DeadLetter, Record, VerdictOut
 from .run_store import COMPARED_FROM_START, DIGEST_SIZE, SEEN_BYTES, SOURCE, compare, compared_outcomes, seen_before
 
@@ -392,7 +392,7 @@ class BatchProcessor:
         return kept
 
     def _partition_of(self, key: bytes) -> int:
-        """``output.partition_for`` of a session's key, remembered (murmur2 in Python, per record)."""
+        """``schemas.keys.partition_for`` of a session's key, remembered (murmur2 in Python, per record)."""
         cache = self._partitions_of
         partition = cache.get(key)
         if partition is None:

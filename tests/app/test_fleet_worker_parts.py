@@ -185,7 +185,7 @@ def test_a_reload_that_changes_the_topology_is_refused(tmp_path):
 def session_keyed(events, partitions=4):
     """Records as a runner keying by session publishes them: on the partition their key gives."""
     from schemas.keys import session_scope_key
-    from streams.app.output import partition_for
+    from schemas.keys import partition_for
 
     out = []
     for i, e in enumerate(events):

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 from schemas import MAX_EVENT_BYTES, decode_verdict, encode_event
 from schemas.keys import record_key, session_scope_key
 from streams.app.metrics import Metrics
-from streams.app.output import partition_for
+from schemas.keys import partition_for
 from streams.app.processor import FORWARDED_FROM_HEADER, FORWARDED_OFFSETS, BatchProcessor, forwarded_from
 from streams.app.records import Record
 from streams.app.run_store import (

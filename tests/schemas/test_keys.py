@@ -11,7 +11,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.keys import normalize_run_id, record_key, state_key
+from aiokafka.partitioner import DefaultPartitioner
+
+from schemas.keys import normalize_run_id, partition_for, record_key, session_scope_key, state_key, verdict_partitions
 from streams.edge import completed_event, requested_event
 from streams.engine import LoopEngine
 
@@ -79,6 +81,78 @@ def test_record_key_is_the_run_id_or_the_state_key(run_id, session_key, session_
     else:
         assert record_key(event) == state_key(event)
         assert state_key(event).startswith("session:")
+
+
+# Kafka's own test vectors for its murmur2 (clients/src/test/java/org/apache/kafka/common/utils/
+# UtilsTest.java, testMurmur2), as signed 32-bit ints; the partition is the positive part mod n.
+JAVA_MURMUR2 = [(b"21", -973932308), (b"foobar", -790332482), (b"a-little-bit-long-string", -985981536),
+                (b"a-little-bit-longer-string", -1486304829),
+                (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971), (b"abc", 479470107)]
+
+
+@pytest.mark.parametrize("key, java", JAVA_MURMUR2)
+@pytest.mark.parametrize("partitions", [1, 3, 4, 12, 1000])
+def test_partition_for_is_the_java_clients_default_partition(key, java, partitions):
+    assert partition_for(key, partitions) == (java & 0x7FFFFFFF) % partitions
+
+
+@given(st.binary(max_size=300), st.integers(min_value=1, max_value=500))
+def test_partition_for_is_where_the_runner_clients_producer_sends_a_key(key, partitions):
+    everyone = list(range(partitions))
+    assert partition_for(key, partitions) == DefaultPartitioner()(key, everyone, everyone)
+
+
+def test_a_runs_verdict_partitions_are_its_run_ids_and_its_sessions():
+    # "r1" and the session key "scope:session:agent:main:1|" by hand, on 4 and 2 partitions.
+    run = keyed("r1", "agent:main:1")
+    by_run = (murmur2_java(b"r1") & 0x7FFFFFFF) % 4
+    by_session = (murmur2_java(b"scope:session:agent:main:1|") & 0x7FFFFFFF) % 4
+    assert verdict_partitions(run, 4, 4) == {by_run, by_session}
+    assert verdict_partitions(run, 4, 2) == {by_run % 2, by_session % 2}  # fewer verdict partitions: mod theirs
+    alone = keyed(None, None, "i-1")  # no run id, no session key: one key both ways, up to the prefix
+    assert verdict_partitions(alone, 8, 8) == {
+        (murmur2_java(b"session:|i-1") & 0x7FFFFFFF) % 8, (murmur2_java(b"scope:session:|i-1") & 0x7FFFFFFF) % 8}
+
+
+@given(st.one_of(st.none(), st.text(max_size=20)), st.one_of(st.none(), st.text(max_size=20)),
+       st.integers(min_value=1, max_value=64), st.integers(min_value=1, max_value=64))
+def test_verdict_partitions_hold_the_partitions_of_both_scopes_keys(run_id, session_key, calls, verdicts):
+    event = keyed(run_id, session_key, "i")
+    found = verdict_partitions(event, calls, verdicts)
+    for key in (record_key(event), session_scope_key(event)):
+        assert partition_for(key.encode("utf-8", "surrogatepass"), calls) % verdicts in found
+    assert 1 <= len(found) <= 2 and all(0 <= p < verdicts for p in found)
+
+
+def murmur2_java(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2``, transcribed from the Java source (signed 32-bit result), so the
+    hand-worked cases above do not rest on the function under test."""
+    length, seed, m, r = len(data), 0x9747B28C, 0x5BD1E995, 24
+    h = (seed ^ length) & 0xFFFFFFFF
+    for i in range(length // 4):
+        k = int.from_bytes(data[4 * i:4 * i + 4], "little")
+        k = (k * m) & 0xFFFFFFFF
+        k ^= k >> r
+        k = (k * m) & 0xFFFFFFFF
+        h = (h * m) & 0xFFFFFFFF
+        h ^= k
+    tail, rest = length & ~3, length % 4
+    if rest == 3:
+        h ^= data[tail + 2] << 16
+    if rest >= 2:
+        h ^= data[tail + 1] << 8
+    if rest >= 1:
+        h ^= data[tail]
+        h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 13
+    h = (h * m) & 0xFFFFFFFF
+    h ^= h >> 15
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@pytest.mark.parametrize("key, java", JAVA_MURMUR2)
+def test_the_transcribed_murmur2_gives_kafkas_vectors(key, java):
+    assert murmur2_java(key) == java
 
 
 def test_the_runner_client_depends_only_on_schemas_and_the_edge():
