@@ -18,6 +18,12 @@ in the background (up to ``delivery_timeout``, aiokafka's request timeout) and a
 delivery is logged with the event's id.  Verdicts are de-duplicated by ``verdict_id`` (Kafka
 delivers at least once).  The client depends only on ``schemas`` and ``streams.edge``.
 
+Verdicts are read only from the partitions this client's runs' verdicts land on
+(``verdict_partitions="runs"``, ``schemas.keys.verdict_partitions``): a partition is positioned
+at its end before a run's first event is published and read until its last run ends, so a
+gateway serving one run reads one or two partitions, not the fleet's verdicts.
+``verdict_partitions="all"`` reads every partition from the start, as clients before did.
+
 Security: ``kafka_options`` go to aiokafka as they are (``security_protocol``,
 ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``); a
 refused password or an untrusted certificate makes ``start`` raise ``BrokerAccessError``
@@ -46,7 +52,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 
 from schemas.events import ToolCallEvent, encode_event
-from schemas.keys import record_key, session_scope_key, state_key
+from schemas.keys import record_key, session_scope_key, state_key, verdict_partitions as partitions_of_run
 from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted, decode_verdict
 
@@ -80,10 +86,15 @@ class LoopwatchClient:
         signing_key: SigningKey | None = None,
         key_by_session: bool = False,
         linger_ms: int = 0,
+        verdict_partitions: str = "runs",
         **kafka_options: Any,
     ) -> None:
         if mode not in ("gate", "advisory"):
             raise ValueError("mode is 'gate' or 'advisory'")
+        if verdict_partitions not in ("runs", "all"):
+            raise ValueError("verdict_partitions is 'runs' or 'all'")
+        self.verdict_partitions = verdict_partitions
+        """``runs``: read only the verdict partitions of this client's runs; ``all``: every one."""
         self.mode = mode
         self.timeout = timeout
         self.fail_closed = fail_closed
@@ -114,6 +125,12 @@ class LoopwatchClient:
         self._waiting: dict[str, asyncio.Future] = {}
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._runs: dict[str, RunHandle] = {}
+        self._partition_counts = (0, 0)
+        """``tool-calls``' and ``loop-verdicts``' partitions (``_start``)."""
+        self._readers: dict[int, int] = {}
+        """Verdict partition: how many of this client's runs read it (``verdict_partitions="runs"``)."""
+        self._readable: dict[int, asyncio.Task] = {}
+        """Verdict partition read by some run: its positioning, done once it is being read."""
         self._reader: asyncio.Task | None = None
         self._sending: set[asyncio.Task] = set()
         self.duplicates_dropped = 0
@@ -145,28 +162,88 @@ class LoopwatchClient:
         async with broker_access(self.bootstrap_servers, **self._access):
             await self._producer.start()
             await self._consumer.start()
-        # Read every partition from its current end, positioned before anything is sent,
-        # so no decision for our own requests can be missed.
-        try:
-            partitions = await self._producer.partitions_for(self.verdicts_topic)
-        except UnknownTopicOrPartitionError:
-            raise UnknownTopicOrPartitionError(
-                f"topic {self.verdicts_topic!r} does not exist (is the loopwatch worker running?)"
-            ) from None
+        # Every partition is assigned once (aiokafka's assign replaces the positions of the
+        # partitions assigned before) and positioned at its current end before anything is
+        # sent, so no decision for our own requests can be missed.  Under "runs", all are
+        # paused, and a partition is sought to its end again and resumed when a run needs it.
+        partitions = await self._partitions(self.verdicts_topic)
+        if self.verdict_partitions == "runs":
+            self._partition_counts = (len(await self._partitions(self.tool_calls_topic)), len(partitions))
         assigned = [TopicPartition(self.verdicts_topic, p) for p in sorted(partitions)]
         self._consumer.assign(assigned)
         await self._consumer.seek_to_end(*assigned)
         for tp in assigned:
             await self._consumer.position(tp)
+        if self.verdict_partitions == "runs":
+            self._consumer.pause(*assigned)
         self._reader = asyncio.create_task(self._read_verdicts(), name="loopwatch-verdicts")
+
+    @property
+    def reading(self) -> frozenset[int]:
+        """The ``loop-verdicts`` partitions being read now: those of the runs that have published
+        and not ended (every partition under ``verdict_partitions="all"``)."""
+        return frozenset(tp.partition for tp in self._consumer.assignment() - self._consumer.paused())
+
+    async def _partitions(self, topic: str) -> set[int]:
+        try:
+            return await self._producer.partitions_for(topic)
+        except UnknownTopicOrPartitionError:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} does not exist (is the loopwatch worker running?)"
+            ) from None
+
+    def _read_for(self, run: "RunHandle") -> frozenset[int]:
+        """Count ``run`` as a reader of its verdict partitions; returns them."""
+        if self.verdict_partitions == "all":
+            return frozenset()
+        partitions = partitions_of_run(SimpleNamespace(**run.fields), *self._partition_counts)
+        for p in partitions:
+            self._readers[p] = self._readers.get(p, 0) + 1
+        return partitions
+
+    def _done_reading_for(self, partitions: frozenset[int]) -> None:
+        """A run has ended: pause the partitions no other run of this client reads."""
+        for p in partitions:
+            left = self._readers.get(p, 0) - 1
+            if left > 0:
+                self._readers[p] = left
+                continue
+            self._readers.pop(p, None)
+            positioning = self._readable.pop(p, None)
+            if positioning is not None and not positioning.done():
+                positioning.cancel()  # still paused: it resumes only once positioned
+            tp = TopicPartition(self.verdicts_topic, p)
+            if tp in self._consumer.assignment():
+                self._consumer.pause(tp)
+
+    def _positioning(self, partitions: frozenset[int]) -> list[asyncio.Task]:
+        """The tasks that position ``partitions`` at their end and resume them (started once per
+        partition, again after one failed)."""
+        tasks = []
+        for p in partitions:
+            task = self._readable.get(p)
+            if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+                task = self._readable[p] = asyncio.ensure_future(self._resume(p))
+                task.add_done_callback(_retrieved)
+            tasks.append(task)
+        return tasks
+
+    async def _resume(self, partition: int) -> None:
+        tp = TopicPartition(self.verdicts_topic, partition)
+        await self._consumer.seek_to_end(tp)
+        await self._consumer.position(tp)
+        self._consumer.resume(tp)
 
     async def stop(self) -> None:
         """Stop reading, deliver what can still be delivered (within ``delivery_timeout``),
         close both Kafka clients.  Never raises for a broker that is gone."""
         reader, self._reader = self._reader, None
-        if reader is not None:
-            reader.cancel()
-            await asyncio.gather(reader, return_exceptions=True)
+        positioning = [task for task in self._readable.values() if not task.done()]
+        self._readable.clear()
+        for task in (reader, *positioning):
+            if task is not None:
+                task.cancel()
+        await asyncio.gather(*(t for t in (reader, *positioning) if t is not None), return_exceptions=True)
         try:
             await _quietly(self._consumer.stop(), "consumer")
         finally:
@@ -317,6 +394,11 @@ async def _quietly(stopping: Any, what: str) -> None:
         log.warning("stopping the %s: %s", what, _describe(exc))
 
 
+def _retrieved(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()  # a failed positioning is reported by the run that waits for it
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return "timed out"
@@ -339,8 +421,32 @@ class RunHandle:
         """Decisions that carried a fleet incident (the tool is failing across the fleet:
         ``message`` says so, ``incident_id`` names it)."""
         self._vetoed: set[str | None] = set()
+        self._verdict_partitions: frozenset[int] | None = None
+        """The verdict partitions read for this run, once it has published (``_watched``)."""
+        self._read = False
+        """Its verdict partitions are positioned and being read."""
         self._content: ContentEdge | None = None
         """Gemini's content tracking of the run's streamed text (``model_text``), once it sends any."""
+
+    async def _watched(self, timeout: float) -> None:
+        """Before the run's events go out: its verdict partitions positioned at their end and
+        read, so none of its verdicts is published before the reader's position.  The run's
+        first event waits for this (a round trip to the broker), at most ``timeout``; after
+        that, a run whose partitions could not be positioned goes on (its decisions may then
+        time out: fail open, or closed), and the next event tries again."""
+        if self._read:
+            return
+        client = self.client
+        if self._verdict_partitions is None:
+            self._verdict_partitions = client._read_for(self)
+        tasks = client._positioning(self._verdict_partitions)
+        if tasks:
+            done, pending = await asyncio.wait(tasks, timeout=max(timeout, 0.0))
+            if pending or any(t.cancelled() or t.exception() is not None for t in done):
+                log.warning("verdict partition(s) %s of %s not positioned within %ss; its verdicts may be missed",
+                            sorted(self._verdict_partitions), self.key, timeout)
+                return
+        self._read = True
 
     def _advisory(self, decision: Decision) -> None:
         if decision.incident_id:
@@ -367,6 +473,9 @@ class RunHandle:
         completion for the run's next request, because queued on its own it would be one
         produce request in flight, which the request then waits behind (one per broker)."""
         client = self.client
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + client.timeout
+        await self._watched(client.timeout)
         ahead = [self._completed(**c) for c in completions if c.get("tool_call_id") not in self._vetoed]
         self._vetoed.difference_update(c.get("tool_call_id") for c in completions)
         try:
@@ -381,15 +490,13 @@ class RunHandle:
         event = requested_event(client._next_event_id(), tool, args, tool_call_id=tool_call_id, gate=gate,
                                 ts_ms=int(time.time() * 1000), trace_id=self.trace_id, target=target, **self.fields)
         if not gate:
-            await client._publish(event, client.timeout, ahead=ahead)
+            await client._publish(event, deadline - loop.time(), ahead=ahead)
             return None
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + client.timeout
         future = loop.create_future()
         client._waiting[event.event_id] = future
         decision = None
         try:
-            if await client._publish(event, client.timeout, ahead=ahead):
+            if await client._publish(event, deadline - loop.time(), ahead=ahead):
                 decision = await asyncio.wait_for(future, max(deadline - loop.time(), 0.0))
         except asyncio.TimeoutError:
             pass
@@ -423,6 +530,7 @@ class RunHandle:
         client = self.client
         if client.mode == "gate":
             raise RuntimeError("queue_before_tool_call is advisory mode's: gate mode waits for the decision")
+        await self._watched(client.timeout)
         await client._enqueue(requested_event(client._next_event_id(), tool, args, tool_call_id=tool_call_id, gate=False,
                                               ts_ms=int(time.time() * 1000), trace_id=self.trace_id, target=target,
                                               **self.fields))
@@ -436,6 +544,7 @@ class RunHandle:
         if tool_call_id in self._vetoed:
             self._vetoed.discard(tool_call_id)
             return
+        await self._watched(self.client.timeout)
         await self.client._enqueue(self._completed(tool, args, tool_call_id=tool_call_id, result=result, error=error,
                                                    returned=returned, target=target))
 
@@ -464,6 +573,7 @@ class RunHandle:
     ) -> None:
         event = self._completed(tool, args, tool_call_id=tool_call_id, result=result, error=error, returned=returned,
                                 target=target)
+        await self._watched(self.client.timeout)
         await self.client._publish(event, self.client.timeout)
 
     async def agent_message(self, text: str, *, source: str = "agent", empty: bool | None = None) -> str:
@@ -472,6 +582,7 @@ class RunHandle:
         The text stays here.  Returns the event's id (its verdicts' cause)."""
         if source == "user" and self._content is not None:
             self._content.user_prompt()
+        await self._watched(self.client.timeout)
         event = agent_message_event(self.client._next_event_id(), text, source=source, empty=empty,
                                     ts_ms=int(time.time() * 1000), **self.fields)
         await self.client._publish(event, self.client.timeout)
@@ -484,16 +595,22 @@ class RunHandle:
         The text stays here.  Returns the event's id (its verdicts' cause)."""
         if self._content is None:
             self._content = ContentEdge()
+        await self._watched(self.client.timeout)
         event = model_text_event(self.client._next_event_id(), self._content, text, ts_ms=int(time.time() * 1000),
                                  **self.fields)
         await self.client._publish(event, self.client.timeout)
         return event.event_id
 
     async def compaction_retried(self) -> None:
+        await self._watched(self.client.timeout)
         event = compaction_event(self.client._next_event_id(), ts_ms=int(time.time() * 1000), **self.fields)
         await self.client._publish(event, self.client.timeout)
 
     async def end(self, reason: str | None = None) -> None:
         event = run_ended_event(self.client._next_event_id(), reason, ts_ms=int(time.time() * 1000), **self.fields)
         await self.client._publish(event, self.client.timeout)
-        self.client._runs.pop(self.key, None)
+        if self.client._runs.get(self.key) is self:
+            self.client._runs.pop(self.key)
+        partitions, self._verdict_partitions, self._read = self._verdict_partitions, None, False
+        if partitions:
+            self.client._done_reading_for(partitions)

@@ -16,12 +16,15 @@ import shutil
 import subprocess
 import time
 import warnings
+from types import SimpleNamespace
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from schemas.verdicts import decode_verdict
-from harness import REPO, collect, free_port, produce
+from harness import REPO, collect, free_port
+from schemas.keys import verdict_partitions
 from streams.client import (
     LoopBlocked,
     LoopwatchClient,
@@ -146,6 +149,53 @@ async def test_a_session_id_only_run_gets_its_gate_decisions(worker):
     assert decision is not None and decision.action == "allow"
 
 
+# -- which verdict partitions a client reads ---------------------------------------------------------
+
+
+def runs_by_partitions(tag: str, count: int) -> dict[frozenset[int], list[str]]:
+    """Run ids (``<tag>-p<n>``, session ``agent:main:<run id>``) grouped by the verdict partitions
+    they can be read on, with the worker's 4 and 4 partitions; ``count`` candidates."""
+    groups: dict[frozenset[int], list[str]] = {}
+    for n in range(count):
+        run_id = f"{tag}-p{n}"
+        fields = SimpleNamespace(run_id=run_id, session_key=f"agent:main:{run_id}", session_id=None)
+        groups.setdefault(verdict_partitions(fields, 4, 4), []).append(run_id)
+    return groups
+
+
+async def test_a_client_reads_the_verdict_partitions_of_its_live_runs_only(worker):
+    """Fail-closed gate mode: a decision on a partition the client did not read raises.  The
+    partitions read are checked against where the worker really published each run's verdicts.
+    The runs are picked so that their run key and session key fall on one partition."""
+    tag = worker.names.tag
+    single = [ids for parts, ids in runs_by_partitions(tag, 200).items() if len(parts) == 1]
+    shared = next(ids for ids in single if len(ids) >= 2)  # two runs on one partition
+    other = next(ids[0] for ids in single if ids is not shared)  # one on another
+    async with worker.client(mode="gate", fail_closed=True, timeout=10.0) as client:
+        assert client.reading == frozenset()  # no run has published
+        first, second, third = (client.run(i, session_key=f"agent:main:{i}", agent_id="main")
+                                for i in (shared[0], shared[1], other))
+        assert client.reading == frozenset()  # nor yet: a run is read from its first event
+        for n in range(3):
+            for run in (first, second, third):
+                assert (await same_call(run, n)).action == "allow"
+        while_three = client.reading
+        await first.end()
+        after_one = client.reading
+        await second.end()
+        after_two = client.reading
+        assert (await same_call(third, 3)).action == "allow"
+        await third.end()
+        assert client.reading == frozenset()
+    ids = (shared[0], shared[1], other)
+    records = await collect(worker.broker, worker.names.verdicts,
+                            until=lambda rs: sum(decode_verdict(r.value).run_id in ids for r in rs) >= 10)
+    where = {run_id: {r.partition for r in records if decode_verdict(r.value).run_id == run_id} for run_id in ids}
+    assert where[shared[0]] == where[shared[1]] != where[other] and len(where[other]) == 1
+    assert while_three == after_one == where[shared[0]] | where[other]  # 2 of the 4: the first's end kept the second's
+    assert after_two == where[other]
+
+
 # -- duplicates ------------------------------------------------------------------------------------
 
 
@@ -162,10 +212,16 @@ async def test_duplicate_verdicts_are_dropped(worker):
             worker.broker, worker.names.verdicts,
             until=lambda rs: sum(decode_verdict(r.value).run_id == run_id for r in rs) >= 2,
         )
-        mine = [(r.key, r.value) for r in records if decode_verdict(r.value).run_id == run_id]
+        mine = [r for r in records if decode_verdict(r.value).run_id == run_id]
         assert len(mine) == 2  # the warning and the block
         before = client.duplicates_dropped
-        await produce(worker.broker, worker.names.verdicts, mine)
+        producer = AIOKafkaProducer(bootstrap_servers=worker.broker)
+        await producer.start()
+        try:  # a redelivery: the same records, on their own partition
+            for r in mine:
+                await producer.send_and_wait(worker.names.verdicts, r.value, key=r.key, partition=r.partition)
+        finally:
+            await producer.stop()
         await eventually(lambda: client.duplicates_dropped == before + 2, "2 duplicates dropped")
         assert len(run.warnings) == 1 and len(run.blocked) == 1
 

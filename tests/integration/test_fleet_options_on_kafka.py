@@ -16,7 +16,7 @@ import pytest
 from harness import collect, collect_verdicts, dedupe, encode_all, produce, reference_verdicts, write_config
 from schemas import decode_verdict
 from schemas.fleet import IncidentOpened, IncidentResolved, decode_incident
-from schemas.keys import session_scope_key
+from schemas.keys import partition_for, session_scope_key
 from streams.client import LoopwatchClient
 from streams.edge import completed_event, requested_event
 from streams.scenarios import agent_ring, run_events, session_loop, tool_outage
@@ -145,6 +145,35 @@ async def test_a_client_keying_by_session_is_warned_and_blocked_across_its_runs(
     assert (decisions[10].action, decisions[10].count) == ("warn", 10)
     assert [(d.action, d.count) for d in decisions[20:]] == [("block", 20)] * 4
     assert worker.metric("loopwatch_events_forwarded_total") == forwarded
+
+
+async def test_a_client_keying_by_run_reads_its_sessions_partition_for_the_verdicts(fleet_worker):
+    """Under session scope, a run keyed by its run id is decided on its session's partition,
+    and its verdicts are published there: a client reading only its runs' partitions reads that
+    one too (fail-closed: a decision it missed raises).  The runs are picked off that partition."""
+    lw, worker = fleet_worker
+    session = "agent:main:e2e-read-session"
+    home = partition_for(f"scope:session:{session}|".encode(), 4)
+    run_ids = [r for r in (f"e2e-read-run-{n}" for n in range(40)) if partition_for(r.encode(), 4) != home][:3]
+    decisions = []
+    async with LoopwatchClient(lw.broker, tool_calls_topic=lw.names.tool_calls, verdicts_topic=lw.names.verdicts,
+                               mode="gate", raise_on_block=False, timeout=10.0, fail_closed=True) as client:
+        for r, run_id in enumerate(run_ids):  # 3 runs of 8 identical reads, one session
+            run = client.run(run_id, session_key=session, agent_id="main")
+            for n in range(8):
+                decision = await run.before_tool_call("read", {"path": "/same"}, tool_call_id=f"c{r}-{n}")
+                assert home in client.reading
+                if decision.action != "block":
+                    await run.after_tool_call("read", {"path": "/same"}, tool_call_id=f"c{r}-{n}",
+                                              result={"content": [{"type": "text", "text": "same page"}]})
+                decisions.append(decision)
+            await run.end()
+    assert [d.action for d in decisions[:10]] == ["allow"] * 10
+    assert (decisions[10].action, decisions[10].count) == ("warn", 10)
+    assert [(d.action, d.count) for d in decisions[20:]] == [("block", 20)] * 4
+    records = await collect(lw.broker, lw.names.verdicts,
+                            until=lambda rs: sum(decode_verdict(r.value).run_id in run_ids for r in rs) >= 24)
+    assert {r.partition for r in records if decode_verdict(r.value).run_id in run_ids} == {home}
 
 
 async def test_a_cycle_of_three_calls_is_warned_then_blocked(fleet_worker):
