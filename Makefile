@@ -9,7 +9,7 @@ CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
 
 .PHONY: install ops-tools test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
-        kafka-status run bench-core bench bench-backtest bench-evaluate bench-gateway evaluate mcp-servers schemas conformance clean ts-client \
+        kafka-status run bench-core bench bench-backtest bench-evaluate bench-gateway bench-verdict-readers evaluate mcp-servers schemas conformance clean ts-client \
         oracles oracle-openhands oracle-gemini test-traces-openhands test-traces-gemini
 
 install: $(STAMP)
@@ -170,6 +170,11 @@ bench-backtest: install
 # The MCP gateway's own cost per call over a direct MCP call, alternated (issue 27).
 bench-gateway: install kafka
 	$(PY) -m bench.gateway $(BENCH_ARGS)
+
+# What other runners' clients cost a gated call, reading every verdict partition or only their
+# runs' (LoopwatchClient verdict_partitions), alternated.
+bench-verdict-readers: install kafka
+	$(PY) -m bench.verdict_readers $(BENCH_ARGS)
 
 # Import and evaluate throughput on one core (issue 28): tool calls/s, per config.  With
 # DATA=<directory> (as for `make evaluate`) it also times the recorded sets.

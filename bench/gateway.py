@@ -324,7 +324,7 @@ async def bench(args: argparse.Namespace) -> dict:
                                   for _ in range(args.http_sessions)]
                 for session in sessions[mode]:
                     await timed_calls(session, 10_000_000, 20)
-            if "decision" in latency_rows:  # only then: every client reads every verdict
+            if "decision" in latency_rows:  # only then: one more client, one more run
                 lw = await stack.enter_async_context(LoopwatchClient(
                     broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls, verdicts_topic=names.verdicts))
                 run = lw.run(f"{names.tag}-decision", session_key="bench:decision", agent_id="bench")
@@ -451,8 +451,8 @@ def main(argv: list[str] | None = None) -> int:
                    "as rows advisory-base, gate-base, advisory-raw-base and gate-raw-base alternated with the others")
     p.add_argument("--broker", help="bootstrap servers (default: scripts/kafka.sh env)")
     p.add_argument("--rows", type=lambda text: text.split(","), metavar="ROW,...",
-                   help=f"only these rows (default: all): {', '.join(ROWS)}.  Every gateway, advisory or gate, reads "
-                        "every verdict, so fewer rows take the other rows' verdicts out of a gate row's time")
+                   help=f"only these rows (default: all): {', '.join(ROWS)}.  Fewer rows are fewer processes "
+                        "taking turns on the CPUs, and fewer verdicts on the partitions a gate row reads")
     p.add_argument("--placement", choices=("split", "shared"), default="split",
                    help="split (default): the broker and the worker pinned to the last CPU, the paths timed to the "
                         "others, as in a deployment, where they run elsewhere; shared: every process on every CPU")

@@ -14,6 +14,7 @@ import gc
 import os
 import shutil
 import subprocess
+import sys
 import time
 import warnings
 from types import SimpleNamespace
@@ -194,6 +195,18 @@ async def test_a_client_reads_the_verdict_partitions_of_its_live_runs_only(worke
     assert where[shared[0]] == where[shared[1]] != where[other] and len(where[other]) == 1
     assert while_three == after_one == where[shared[0]] | where[other]  # 2 of the 4: the first's end kept the second's
     assert after_two == where[other]
+
+
+def test_bench_verdict_readers_runs(kafka_broker):
+    proc = subprocess.run([sys.executable, "-m", "bench.verdict_readers", "--broker", kafka_broker, "--readers", "2",
+                           "--partitions", "4", "--calls", "5", "--rounds", "2"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = {line.split()[0]: line for line in proc.stdout.splitlines() if "decision p50" in line}
+    assert set(rows) == {"all", "runs"}, proc.stdout
+    assert "partitions read per reader 4-4 " in rows["all"], proc.stdout  # every partition
+    read = rows["runs"].split("partitions read per reader ")[1].split()[0]
+    assert set(read.split("-")) <= {"1", "2"}, proc.stdout  # its run's one or two
 
 
 # -- duplicates ------------------------------------------------------------------------------------
