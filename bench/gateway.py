@@ -252,13 +252,19 @@ async def http_server(argv: list[str], port: int, log: Path):
             proc.wait(10)
 
 
-async def bench(args: argparse.Namespace) -> dict:
-    broker = args.broker or _bootstrap()
-    names = WorkerNames(prefix="lwbg")
-    tmp = Path(tempfile.mkdtemp(prefix="lwbg-"))
+def started_worker(broker: str, prefix: str, env: dict[str, str] | None = None) -> tuple[WorkerNames, Path, WorkerProcess]:
+    """A worker on topics of their own (``prefix``), with loop detection on, started (not yet
+    ready); its config, data and logs in a new temporary directory."""
+    names = WorkerNames(prefix=prefix)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{prefix}-"))
     config = tmp / "config.json"
     write_config(config, CONFIG)
-    worker = WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp).start()
+    return names, tmp, WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp, env=env).start()
+
+
+async def bench(args: argparse.Namespace) -> dict:
+    broker = args.broker or _bootstrap()
+    names, tmp, worker = started_worker(broker, "lwbg")
     wanted = args.rows.__contains__ if args.rows else (lambda row: True)
     paths_run = tuple(filter(wanted, PATHS + (("advisory-base", "gate-base") if args.baseline else ())))
     raw_paths = tuple(filter(wanted, RAW_PATHS + (("advisory-raw-base", "gate-raw-base") if args.baseline else ())))

@@ -27,19 +27,17 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from bench.core import steal_jiffies
-from bench.gateway import _bootstrap, percentile
-from bench.kafka import cpu_model
+from bench.gateway import percentile, started_worker
+from bench.kafka import bootstrap, cpu_model
 from bench.placement import listening_pid, restore, split
-from harness import REPO, WorkerNames, WorkerProcess, write_config
+from harness import REPO, WorkerNames
 from streams.client import LoopwatchClient
 
-CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 ROWS = ("all", "runs")
 
 
@@ -96,13 +94,8 @@ async def timed_decisions(run, start: int, n: int) -> list[float]:
 
 
 async def bench(args: argparse.Namespace) -> dict:
-    broker = args.broker or _bootstrap()
-    names = WorkerNames(prefix="lwbr")
-    tmp = Path(tempfile.mkdtemp(prefix="lwbr-"))
-    config = tmp / "config.json"
-    write_config(config, CONFIG)
-    worker = WorkerProcess(broker, names, config=config, data_dir=tmp / "data", log_dir=tmp,
-                           env={"LOOPWATCH_PARTITIONS": str(args.partitions)}).start()
+    broker = args.broker or bootstrap()
+    names, _tmp, worker = started_worker(broker, "lwbr", env={"LOOPWATCH_PARTITIONS": str(args.partitions)})
     cpus = os.sched_getaffinity(0)
     loopwatch_side: list[int] = []
     samples: dict[str, list[float]] = {row: [] for row in ROWS}
