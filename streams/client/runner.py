@@ -22,7 +22,8 @@ Verdicts are read only from the partitions this client's runs' verdicts land on
 (``verdict_partitions="runs"``, ``schemas.keys.verdict_partitions``): a partition is positioned
 at its end before a run's first event is published and read until its last run ends, so a
 gateway serving one run reads one or two partitions, not the fleet's verdicts.
-``verdict_partitions="all"`` reads every partition from the start, as clients before did.
+``verdict_partitions="all"`` reads every partition from the start, as clients before did: for a
+client that only watches runs other processes publish (its runs publish nothing).
 
 Security: ``kafka_options`` go to aiokafka as they are (``security_protocol``,
 ``ssl_context``, ``sasl_mechanism``, ``sasl_plain_username``, ``sasl_plain_password``); a

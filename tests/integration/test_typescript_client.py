@@ -65,9 +65,10 @@ async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worke
                    "calls": node_calls("generic_repeat", 8)}
     plan = {"kafka": kafka_plan(lw), "runs": [*gate_runs.values(), session_run]}
 
-    # The Python client watches the same runs (advisory: it only listens, the Node runner publishes).
+    # The Python client watches the same runs (advisory: it only listens, the Node runner publishes;
+    # its runs publish nothing, so it reads every partition from its start).
     observer = LoopwatchClient(lw.broker, mode="advisory", tool_calls_topic=lw.names.tool_calls,
-                               verdicts_topic=lw.names.verdicts)
+                               verdicts_topic=lw.names.verdicts, verdict_partitions="all")
     await observer.start()
     watched = {kind: observer.run(r["runId"], session_key=r["sessionKey"], agent_id="main") for kind, r in gate_runs.items()}
     runner = await NodeRunner.start(node, "client", plan)
