@@ -29,11 +29,10 @@ import subprocess
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 from bench.core import steal_jiffies
 from bench.gateway import percentile, started_worker
-from bench.kafka import bootstrap, cpu_model
+from bench.kafka import bootstrap, cpu_model, process_cpu_seconds
 from bench.placement import listening_pid, restore, split
 from harness import REPO, WorkerNames
 from streams.client import LoopwatchClient
@@ -49,12 +48,6 @@ async def reader(args: argparse.Namespace) -> None:
         await run.before_tool_call("echo", {"n": 0}, tool_call_id="r0")
         print(f"ready {len(client.reading)}", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-
-
-def process_cpu(pid: int) -> float:
-    tick = os.sysconf("SC_CLK_TCK")
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / tick
 
 
 def start_readers(args: argparse.Namespace, names: WorkerNames, broker: str, row: str,
@@ -117,9 +110,9 @@ async def bench(args: argparse.Namespace) -> dict:
                 reading[row] += read
                 try:
                     await asyncio.sleep(0.5)  # the readers' start-up settles
-                    cpu0 = sum(process_cpu(p.pid) for p in procs)
+                    cpu0 = sum(process_cpu_seconds(p.pid) for p in procs)
                     samples[row] += await timed_decisions(run, r * args.calls, args.calls)
-                    reader_cpu[row] += sum(process_cpu(p.pid) for p in procs) - cpu0
+                    reader_cpu[row] += sum(process_cpu_seconds(p.pid) for p in procs) - cpu0
                 finally:
                     stop_readers(procs)
                 print(f"  round {r + 1}/{args.rounds} ({row})", file=sys.stderr, flush=True)
