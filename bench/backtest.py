@@ -1,7 +1,7 @@
 """``make bench-backtest``: ``loopwatch backtest`` over a recorded fleet file, on one core.
 
 Generates (outside the timed region) a fleet as obedient runners publish it under the
-baseline config (``streams.scenarios.fleet_trace``: half the runs healthy, the rest looping
+baseline config (``streams.offline.scenarios.fleet_trace``: half the runs healthy, the rest looping
 in every way upstream detects, every run ended), writes it as JSONL and as JSONL.gz, then
 times the backtest over each file in turn (``--repeat`` passes of each, alternating): the
 baseline config against a candidate that differs for every agent (stricter thresholds), so
@@ -44,11 +44,11 @@ from bench.jobs import alternate_jobs, print_scaling
 from bench.kafka import cpu_model
 from harness.fleets import BASELINE, CANDIDATE
 from schemas.events import encode_event
-from streams.app.processor import check_record
-from streams.backtest import Backtest, FileSource
-from streams.engine import LoopEngine
-from streams.scenarios import fleet_trace
-from streams.sharded import available_cores
+from streams.engine.intake import check_record
+from streams.offline.backtest import Backtest, FileSource
+from streams.engine import engine_for
+from streams.offline.scenarios import fleet_trace
+from streams.offline.sharded import available_cores
 
 TARGET_RATE = 100_000
 
@@ -59,7 +59,7 @@ ONE_AGENT = {**BASELINE, "agents": {"list": [{"id": "agent-0", "tools": CANDIDAT
 
 def timed(path: Path, candidate: dict = CANDIDATE) -> tuple[float, float, Backtest]:
     """One backtest over ``path``: (CPU seconds, wall seconds, the backtest)."""
-    backtest = Backtest(LoopEngine(BASELINE), LoopEngine(candidate))
+    backtest = Backtest(engine_for(BASELINE), engine_for(candidate))
     gc.collect()
     cpu, wall = time.process_time(), time.perf_counter()
     backtest.run(FileSource([path]).records(), keyed=False)
@@ -71,7 +71,7 @@ def timed_jobs(path: Path, jobs: int) -> tuple[float, float, Backtest]:
     take on this machine's cores alone, the backtest).  The second is the larger of the busiest
     process's CPU seconds and all processes' CPU seconds over the cores: on a shared machine
     the wall clock measures the neighbours too."""
-    backtest = Backtest(LoopEngine(BASELINE), LoopEngine(CANDIDATE))
+    backtest = Backtest(engine_for(BASELINE), engine_for(CANDIDATE))
     gc.collect()
     wall, cpu = time.perf_counter(), time.process_time()
     backtest.run(FileSource([path]).records(), keyed=False, jobs=jobs)
@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     print(f"start: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC")
     t0 = time.perf_counter()
-    events, _kinds = fleet_trace(args.runs, args.calls_per_run, seed=args.seed, engine=LoopEngine(BASELINE), end=True)
+    events, _kinds = fleet_trace(args.runs, args.calls_per_run, seed=args.seed, engine=engine_for(BASELINE), end=True)
     events = [msgspec.structs.replace(e, agent_id=f"agent-{int(e.run_id.rsplit('-', 1)[1]) % args.agents}")
               for e in events]
     tmp = Path(tempfile.mkdtemp(prefix="lwbench-backtest-"))

@@ -6,7 +6,7 @@ RSS (``ru_maxrss``) is its own, alternating ``--repeat`` times:
 
 * ``iterate``: the file iterated as the readers did before (``for line in GzipFile``), which
   builds the whole line before any limit applies;
-* ``bounded``: ``streams.files.read_lines`` over the same file;
+* ``bounded``: ``streams.offline.files.read_lines`` over the same file;
 * ``backtest``: ``loopwatch backtest`` on it (the whole command: the line is counted as
   ``oversized`` and the events around it are judged).
 
@@ -49,7 +49,7 @@ def gzip_bomb(path: Path, before: list[bytes], after: list[bytes], size: int) ->
 
 READERS = {
     "iterate": "import gzip,sys\nn=0\nfor line in gzip.GzipFile(sys.argv[1]): n+=1\nprint(n)",
-    "bounded": ("import sys\nfrom streams.files import decompressed, read_lines\nn=0\n"
+    "bounded": ("import sys\nfrom streams.offline.files import decompressed, read_lines\nn=0\n"
                 "with open(sys.argv[1],'rb') as raw:\n    for line in read_lines(decompressed(raw)): n+=1\nprint(n)"),
 }
 
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeat", type=int, default=2)
     args = p.parse_args(argv)
     from schemas.events import encode_event
-    from streams.edge import requested_event
+    from streams.edge.events import requested_event
 
     events = [encode_event(requested_event(f"r:{i}", "read", {"p": 1}, tool_call_id=f"c{i}", run_id="r",
                                            session_key="agent:main:r", agent_id="main", ts_ms=1000 + i)) + b"\n"

@@ -26,8 +26,8 @@ import sys
 import time
 
 from schemas.events import encode_event, decode_event
-from streams.engine import LoopEngine, RunDriver, encode_state, state_key
-from streams.scenarios import FLEET_MIX, fleet_trace
+from streams.engine import engine_for, RunDriver, encode_state, state_key
+from streams.offline.scenarios import FLEET_MIX, fleet_trace
 
 MIX = FLEET_MIX
 PROFILES = ("configurable-final", "latest")
@@ -58,12 +58,12 @@ def steal_jiffies() -> int | None:
 def build_trace(runs: int, calls_per_run: int, seed: int) -> tuple[list, dict[str, str]]:
     # The obedient runners follow configurable-final's verdicts; both profiles then see the
     # very same events.
-    return fleet_trace(runs, calls_per_run, seed=seed, engine=LoopEngine(CONFIG))
+    return fleet_trace(runs, calls_per_run, seed=seed, engine=engine_for(CONFIG))
 
 
 def timed_pass(events: list, keys: list, profile: str) -> tuple[float, dict]:
     """One pass of one profile over the whole trace: wall seconds, and the final states."""
-    runs = RunDriver(LoopEngine(config_for(profile)))
+    runs = RunDriver(engine_for(config_for(profile)))
     start = time.perf_counter()
     runs.apply(events, keys, validated=True)
     return time.perf_counter() - start, runs.states
@@ -72,7 +72,7 @@ def timed_pass(events: list, keys: list, profile: str) -> tuple[float, dict]:
 def interleaved_pass(events: list, keys: list, chunk: int, first: int) -> tuple[dict[str, float], dict[str, dict]]:
     """One pass of both profiles, chunk by chunk, alternating which goes first: CPU seconds
     and final states per profile."""
-    runs = {p: RunDriver(LoopEngine(config_for(p))) for p in PROFILES}
+    runs = {p: RunDriver(engine_for(config_for(p))) for p in PROFILES}
     cpu = dict.fromkeys(PROFILES, 0.0)
     clock = time.process_time
     for n, start in enumerate(range(0, len(events), chunk)):
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     # The same with wire decoding (bytes -> validated event) included, as the worker does.
     sample = events[:200_000]
     wire = [encode_event(e) for e in sample]
-    runs = RunDriver(LoopEngine(config_for(profiles[0])))
+    runs = RunDriver(engine_for(config_for(profiles[0])))
     start = time.perf_counter()
     for raw in wire:
         runs.handle(decode_event(raw), validated=True)

@@ -36,13 +36,13 @@ from pathlib import Path
 
 from bench.jobs import alternate_jobs, print_scaling
 from bench.kafka import cpu_model
-from streams.backtest import FileSource
+from streams.offline.backtest import FileSource
 from streams.cli import UPSTREAM_DEFAULTS
-from streams.engine import LoopEngine
+from streams.engine import engine_for
 from streams.engine.config import with_profile
-from streams.evaluate import REFERENCE_ROWS, EngineRow, Evaluation
+from streams.offline.evaluate import REFERENCE_ROWS, EngineRow, Evaluation
 from streams.importers import import_files, open_output
-from streams.sharded import available_cores
+from streams.offline.sharded import available_cores
 
 TARGET = 50_000
 REPO = Path(__file__).resolve().parents[1]
@@ -175,9 +175,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<44}{calls:>9,}{size / 1e6:>9.1f}{cpu:>8.2f}{rate:>10,.0f}{size / 1e6 / cpu:>7.1f}  "
                   f"{'met' if rate >= TARGET else 'NOT met'}")
 
-        rows = [EngineRow("upstream defaults", LoopEngine(UPSTREAM_DEFAULTS)),
-                EngineRow("profile latest", LoopEngine(with_profile(UPSTREAM_DEFAULTS, "latest"))),
-                EngineRow("recommended", LoopEngine(_yaml(REPO / "examples" / "recommended.yaml"))),
+        rows = [EngineRow("upstream defaults", engine_for(UPSTREAM_DEFAULTS)),
+                EngineRow("profile latest", engine_for(with_profile(UPSTREAM_DEFAULTS, "latest"))),
+                EngineRow("recommended", engine_for(_yaml(REPO / "examples" / "recommended.yaml"))),
                 *REFERENCE_ROWS]
         for label, events in (("generated chat events", chat_events), ("mini-swe-agent events", mini_events)):
             if events is None:

@@ -1,5 +1,5 @@
 """The consumer's cost per record: aiokafka's ``FetchResult.getall`` against the adapter's
-``bulk_getall`` (``streams.faust_adapter``), on the same fetch response, without a broker.
+``bulk_getall`` (``streams.app.faust_adapter``), on the same fetch response, without a broker.
 
     python -m bench.fetch [--records 20000] [--value-bytes 477] [--passes 8]
 
@@ -23,7 +23,7 @@ from aiokafka.record.memory_records import MemoryRecords
 from aiokafka.record.util import calc_crc32c
 from aiokafka.structs import TopicPartition
 
-from streams import faust_adapter
+from streams.app import faust_adapter
 
 TOPIC = "tool-calls"
 ATTRIBUTES = 21

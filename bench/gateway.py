@@ -8,7 +8,7 @@ them in rounds (the order rotates each round, so the shared machine's swings hit
   on the same SDK and the gateway's stdio transport, without loopwatch: the floor of any proxy,
   so what a gateway row adds beyond it is loopwatch's;
 * **advisory**: the same call through a gateway in advisory mode (stdio on both sides: the
-  relay, ``integrations/mcp/relay.py``);
+  relay, ``streams/integrations/mcp/relay.py``);
 * **gate**: the same call through a gateway in gate mode;
 * **advisory-sdk**, **gate-sdk**: the same gateways with ``--sdk-proxy`` (the SDK's server and
   client back to back, as before the relay, and as HTTP and several upstreams are served);

@@ -21,7 +21,7 @@ workload (``bench.core.build_trace``, ``--runs`` runs of ``--calls-per-run`` cal
 events are decoded by the tree's own ``schemas.decode_event`` (fields the tree does not know
 left out) before the count begins, in both the full and the empty run, and fed as
 ``RunDriver.apply`` feeds them.  The child uses only what every version of the engine has
-had (``LoopEngine(config).handle(state, event, validated=True)``, ``Step.state``), so a TREE
+had (``engine_for(config).handle(state, event, validated=True)``, ``Step.state``), so a TREE
 may be any commit back to the engine's first (``git archive``); latest needs a tree that has
 the profile.  valgrind needs ``apt-get install valgrind`` (a bench-only tool: no test runs it).
 """
@@ -76,7 +76,7 @@ processor, as ``bench.processor`` does (``one_pass``: batches of 2,000, a checkp
 ENGINE_CHILD = """
 import gc, json, pickle, sys
 from schemas import events as ev
-from streams.engine import LoopEngine
+from streams.engine import LoopEngine, engine_for
 try:
     from schemas.keys import state_key
 except ImportError:
@@ -96,7 +96,7 @@ for data in raw:
     allowed = known[fields["type"]]
     events.append(ev.decode_event(json.dumps({k: v for k, v in fields.items() if k in allowed}).encode()))
 keys = [state_key(e) for e in events]
-engine = LoopEngine(config)
+engine = engine_for(config)
 gc.collect()
 gc.freeze()
 

@@ -43,7 +43,7 @@ Four measurements, in one run, on the local broker (``scripts/kafka.sh``):
     ratio (b)/(d) to each.
 
 The workload is a fleet of interleaved runs (mostly healthy, every kind of loop, as
-``streams.scenarios`` simulates them, obeyed as a runner would), every requested call in
+``streams.offline.scenarios`` simulates them, obeyed as a runner would), every requested call in
 gate mode, so every one of them gets a published decision.
 """
 
@@ -76,8 +76,8 @@ from harness import (
 from bench.peers import PEERS
 from bench.peers.runner import PeerFailed, measure_peer
 from schemas.keys import record_key, session_scope_key
-from streams.engine import LoopEngine
-from streams.scenarios import FLEET_MIX, fleet_trace
+from streams.engine import engine_for
+from streams.offline.scenarios import FLEET_MIX, fleet_trace
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 OPTIONS_CONFIG = {
@@ -128,7 +128,7 @@ def fleet(
     calls = max(2, n_events // (2 * runs))
     start_ms = start_ms if start_ms is not None else int(time.time() * 1000)
     events, _ = fleet_trace(runs, calls, seed=seed, mix=mix, run_prefix=f"bench-{seed}", gate=gate,
-                            start_ms=start_ms, end=True, engine=LoopEngine(CONFIG))
+                            start_ms=start_ms, end=True, engine=engine_for(CONFIG))
     return events
 
 

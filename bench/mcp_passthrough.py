@@ -1,6 +1,6 @@
 """The floor of ``make bench-gateway``: a pure pass-through MCP proxy on the same SDK, without
 loopwatch.  The agent-facing side is the gateway's own stdio transport
-(``integrations.mcp.stdio.agent_stdio``) and the upstream side the SDK's ``Client`` over stdio,
+(``streams.integrations.mcp.stdio.agent_stdio``) and the upstream side the SDK's ``Client`` over stdio,
 as in the gateway, so what the gateway adds beyond this row is loopwatch's.  With ``--http PORT``
 first, the agent-facing side is the SDK's streamable HTTP app under uvicorn, as the gateway's
 ``--http`` serves it."""
@@ -13,7 +13,7 @@ import sys
 from mcp import Client, StdioServerParameters
 from mcp.server import Server
 
-from integrations.mcp.stdio import agent_stdio
+from streams.integrations.mcp.stdio import agent_stdio
 
 
 async def main(argv: list[str]) -> None:

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import msgspec
 
-from streams.client.gemini_content import ContentEdge, utf16_length
+from streams.edge.content_windows import ContentEdge, utf16_length
 from streams.conformance import peers
 from streams.conformance.traces import open_jsonl
-from streams.engine import LoopEngine, RunDriver, encode_state, state_key
+from streams.engine import engine_for, RunDriver, encode_state, state_key
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "conformance"
 TRACES = {
@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.freeze()
         rates, states = [], {}
         for _ in range(args.repeat):
-            driver = RunDriver(LoopEngine({"loopwatch": {"profile": profile}}))
+            driver = RunDriver(engine_for({"loopwatch": {"profile": profile}}))
             began = time.process_time()
             driver.apply(events, keys, validated=True)
             rates.append(len(events) / (time.process_time() - began))

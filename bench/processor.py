@@ -30,8 +30,8 @@ from streams.app import logs
 from streams.app.metrics import Metrics
 from streams.app.processor import BatchProcessor
 from streams.app.records import Record
-from streams.engine import LoopEngine
-from streams.scenarios import FLEET_MIX, fleet_trace
+from streams.engine import engine_for
+from streams.offline.scenarios import FLEET_MIX, fleet_trace
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 PARTITIONS = 4
@@ -41,7 +41,7 @@ def workload(n_events: int, runs: int) -> list[Record]:
     """About ``n_events`` records of ``runs`` interleaved runs, as (b) drains them."""
     calls = max(2, n_events // (2 * runs))
     events, _ = fleet_trace(runs, calls, seed=7, mix=FLEET_MIX, run_prefix="bench-7", gate=True,
-                            start_ms=int(time.time() * 1000), end=True, engine=LoopEngine(CONFIG))
+                            start_ms=int(time.time() * 1000), end=True, engine=engine_for(CONFIG))
     records = []
     for offset, event in enumerate(events):
         key = record_key(event).encode("utf-8", "surrogatepass")
@@ -51,7 +51,7 @@ def workload(n_events: int, runs: int) -> list[Record]:
 
 def one_pass(records: list[Record], batch: int, checkpoint_every: int) -> float:
     """CPU seconds to run ``records`` through a fresh processor."""
-    processor = BatchProcessor(LoopEngine(CONFIG), Metrics(process_metrics=False))
+    processor = BatchProcessor(engine_for(CONFIG), Metrics(process_metrics=False))
     runs = processor.runs
     store: dict = {}
     read = lambda partition, key: store.get((partition, key))  # noqa: E731

@@ -34,7 +34,7 @@ __all__ = ["PARTS", "breakdown", "part_of", "read_stacks"]
 # (part, pattern on one frame as py-spy writes it: "function (file:line)"), first match wins.
 PARTS: list[tuple[str, str]] = [
     ("signing (issue 20)", r"\(schemas/signing\.py"),
-    ("dedupe: event-id digests (issue 13)", r"^(event_digest|seen_before|remember) \(streams/app/run_store"),
+    ("dedupe: event-id digests (issue 13)", r"^(event_digest|seen_before|remember) \(streams/engine/intake"),
     ("Kafka key check (issue 13)", r"^(kafka_key_problem|record_key) "),
     ("logging", r"\(streams/app/logs\.py|^BatchProcessor\._log |\(logging/|^Step\.logs |^_request_logs "
                 r"|^_tool_loop_line |^Detection\.message "),

@@ -8,7 +8,7 @@ only): run from the repository (``pytest`` and ``make bench`` put it on the path
 ``harness.cli``      the ``loopwatch`` command as a subprocess, and its one-line errors.
 """
 
-from streams.processes import signal_group, stop_group, wait_http_ok
+from streams.app.processes import signal_group, stop_group, wait_http_ok
 
 from .kafka import (
     collect,

@@ -2,7 +2,7 @@
 checked against.
 
 ``hand_worked_fleet`` is small enough to work out by hand (its docstring does); a generated
-fleet (``streams.scenarios.fleet_trace``) is checked against ``reference_report``: the engine
+fleet (``streams.offline.scenarios.fleet_trace``) is checked against ``reference_report``: the engine
 driven directly with each config, counted here without the backtest's code.
 """
 
@@ -13,8 +13,8 @@ from collections import defaultdict
 from typing import Any, Iterable
 
 from schemas.events import ToolCallEvent
-from streams.edge import blocked_result, compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import LoopEngine, RunDriver, published
+from streams.edge.events import blocked_result, compaction_event, completed_event, requested_event, run_ended_event
+from streams.engine import engine_for, RunDriver, published
 
 __all__ = ["BAD_RECORDS", "BASELINE", "CANDIDATE", "assert_matches_reference", "hand_worked_fleet", "reference_report"]
 
@@ -108,7 +108,7 @@ def reference_report(events: Iterable[ToolCallEvent], baseline: Any, candidate: 
     for name, config in (("baseline", baseline), ("candidate", candidate)):
         rows: dict = defaultdict(lambda: {"warned": set(), "blocked": set(), "aborted": set()})
         strongest: dict = {}
-        driver = RunDriver(LoopEngine(config))
+        driver = RunDriver(engine_for(config))
         for event in events:
             for verdict in published(driver.handle(event)):
                 action = getattr(verdict, "action", "abort")

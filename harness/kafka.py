@@ -18,7 +18,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallEvent
 from schemas.keys import record_key
-from streams.engine import LoopEngine, RunDriver
+from streams.engine import LoopEngine, engine_for, RunDriver
 
 __all__ = [
     "collect",
@@ -197,7 +197,7 @@ async def collect_verdicts(
 def reference_verdicts(events: Iterable[ToolCallEvent], config: Any = None) -> list:
     """What loopwatch publishes for these events, answered by the engine alone
     (``streams.engine.published``), in event order."""
-    engine = config if isinstance(config, LoopEngine) else LoopEngine(config)
+    engine = config if isinstance(config, LoopEngine) else engine_for(config)
     return RunDriver(engine).verdicts(events)
 
 

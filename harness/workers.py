@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from streams.processes import signal_group, stop_group, wait_http_ok
+from streams.app.processes import signal_group, stop_group, wait_http_ok
 
 __all__ = ["FAST_GROUP_ENV", "REPO", "WorkerNames", "WorkerProcess", "free_port", "write_config"]
 

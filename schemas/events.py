@@ -1,7 +1,7 @@
 """Events runners publish on ``tool-calls`` (key: run id, or session key without one).
 
 Events carry hashes, never raw arguments or results: the runner hashes at the edge with
-``streams.hashing`` (byte-compatible with upstream OpenClaw).  Every event has an
+``streams.edge.hashing`` (byte-compatible with upstream OpenClaw).  Every event has an
 ``event_id`` that is unique per event and reused on retries; verdict ids derive from it.
 """
 
@@ -136,7 +136,7 @@ class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True):
     loop_veto: bool = False
     """The result was loopwatch's/the loop detector's own block (never hashed)."""
     # Profile latest's outcome fields (openclaw-latest.md §4), all optional: a runner sets
-    # them whatever profile judges it (streams.edge does), and configurable-final ignores them.
+    # them whatever profile judges it (streams.edge.events does), and configurable-final ignores them.
     normalized_result_hash: ResultHash | None = None
     """The result hash under profile latest when it differs from ``result_hash``: untrusted-
     content envelope ids canonicalised, or a ``write`` that changed nothing."""
@@ -167,7 +167,7 @@ class RunEnded(_Event, tag=names.RUN_ENDED, kw_only=True):
 
 
 class AgentMessage(_Event, tag=names.AGENT_MESSAGE, kw_only=True):
-    """A message without tool calls, hashed at the edge (``streams.edge.agent_message_event``):
+    """A message without tool calls, hashed at the edge (``streams.edge.events.agent_message_event``):
     the model's reply (``source: agent``) or the user's (``source: user``).  Raw text never
     leaves the runner.  Read by profile openhands (monologue, empty responses, a user message
     ends every streak); the other profiles ignore it, and runners that never send it keep
@@ -197,7 +197,7 @@ always carries a chunk's windows (base64 in JSON: 52,812 characters, within ``MA
 
 class ModelText(_Event, tag=names.MODEL_TEXT, kw_only=True):
     """One chunk of the model's streamed text, as what Gemini CLI's content loop detector reads
-    of it, computed at the edge (``streams.client.gemini_content.ContentEdge``): raw text never
+    of it, computed at the edge (``streams.edge.content_windows.ContentEdge``): raw text never
     leaves the runner.  Read by profile gemini-cli; the other profiles ignore it, and runners
     that never send it keep working (without content loop detection)."""
 

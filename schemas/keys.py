@@ -84,9 +84,29 @@ def session_scope_key(event: _Keyed) -> str:
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition Kafka's default partitioner (murmur2, as aiokafka's and the Java client's)
     gives a record keyed ``key``: where a run's events land, and its state lives."""
-    from aiokafka.partitioner import murmur2  # here only: the contract's types need no Kafka client
-
     return (murmur2(key) & 0x7FFFFFFF) % partitions
+
+
+def murmur2(data: bytes) -> int:
+    """Kafka's ``Utils.murmur2`` (the Java client's default partitioner hash), as an unsigned
+    32-bit int.  Written out here so that the contract imports no Kafka client; the tests check
+    it against Kafka's own vectors and against aiokafka's partitioner."""
+    length, m = len(data), 0x5BD1E995
+    h = (0x9747B28C ^ length) & 0xFFFFFFFF
+    whole = length & ~3
+    for i in range(0, whole, 4):
+        k = (int.from_bytes(data[i:i + 4], "little") * m) & 0xFFFFFFFF
+        k = ((k ^ (k >> 24)) * m) & 0xFFFFFFFF
+        h = ((h * m) & 0xFFFFFFFF) ^ k
+    rest = length & 3
+    if rest == 3:
+        h ^= data[whole + 2] << 16
+    if rest >= 2:
+        h ^= data[whole + 1] << 8
+    if rest >= 1:
+        h = ((h ^ data[whole]) * m) & 0xFFFFFFFF
+    h = ((h ^ (h >> 13)) * m) & 0xFFFFFFFF
+    return h ^ (h >> 15)
 
 
 def verdict_partitions(event: _Keyed, tool_calls_partitions: int, verdicts_partitions: int) -> frozenset[int]:

@@ -20,7 +20,7 @@ AGENT_MESSAGE = "agent.message"
 ``openhands`` profile (monologue, empty responses, a user message's reset); ignored by the others."""
 MODEL_TEXT = "model.text"
 """One chunk of the model's streamed text, as the window hashes of Gemini CLI's content loop
-detector (computed at the edge, ``streams.client.gemini_content``): read by the ``gemini-cli``
+detector (computed at the edge, ``streams.edge.content_windows``): read by the ``gemini-cli``
 profile; ignored by the others."""
 EVENT_TYPES = (TOOL_CALL_REQUESTED, TOOL_CALL_COMPLETED, COMPACTION_RETRIED, RUN_ENDED, AGENT_MESSAGE, MODEL_TEXT)
 
@@ -67,7 +67,7 @@ GEMINI_TOOL_CALL_LOOP = "gemini_tool_call_loop"
 """A cycle of 1 to 5 calls repeated 5 times: the first time the call is blocked with Gemini's
 feedback, the second time the run is aborted too."""
 GEMINI_LLM_LOOP = "gemini_llm_detected_loop"
-"""Gemini's ``LoopType.LLM_DETECTED_LOOP``: a judge's confidence at or above 0.9 (off by default: ``streams.judge``)."""
+"""Gemini's ``LoopType.LLM_DETECTED_LOOP``: a judge's confidence at or above 0.9 (off by default: ``streams.engine.judge``)."""
 GEMINI_CONTENT_LOOP = "gemini_content_loop"
 """Gemini's ``LoopType.CONTENT_CHANTING_LOOP``: a 50-character window of the model's streamed text
 10 times close together.  The prompt's first detection is a warning carrying Gemini's feedback

@@ -73,8 +73,8 @@ def _load_root(path: str | None):
 def _replay(args: argparse.Namespace) -> int:
     from schemas.config import ConfigError
 
-    from .engine import LoopEngine
-    from .replay import print_summary, run_replay
+    from .engine import engine_for
+    from .offline.replay import print_summary, run_replay
 
     from .engine.config import with_profile, with_scope
 
@@ -87,7 +87,7 @@ def _replay(args: argparse.Namespace) -> int:
         root = with_profile(root, args.profile)
     if args.scope:
         root = with_scope(root, args.scope)
-    engine = LoopEngine(root)
+    engine = engine_for(root)
     try:
         summary = run_replay(Path(args.trace), engine, as_json=args.json, verbose=args.verbose, out=sys.stdout)
     except (OSError, EOFError) as exc:  # EOFError: a truncated .gz
@@ -107,9 +107,9 @@ def _replay(args: argparse.Namespace) -> int:
 def _backtest(args: argparse.Namespace) -> int:
     from schemas.config import RUN_SCOPE, ConfigError
 
-    from .backtest import Backtest, BacktestError, FileSource, KafkaRange, Progress, parse_time, plot, render_table
-    from .engine import LoopEngine
-    from .sharded import available_cores
+    from .offline.backtest import Backtest, BacktestError, FileSource, KafkaRange, Progress, parse_time, plot, render_table
+    from .engine import engine_for
+    from .offline.sharded import available_cores
 
     def fail(message: str, code: int = 2) -> int:
         print(f"loopwatch backtest: {message}", file=sys.stderr)
@@ -128,7 +128,7 @@ def _backtest(args: argparse.Namespace) -> int:
     engines = {}
     for name in ("baseline", "candidate"):
         try:
-            engines[name] = LoopEngine(_load_root(getattr(args, name)))
+            engines[name] = engine_for(_load_root(getattr(args, name)))
         except ConfigError as exc:
             return fail(f"--{name}: {exc}")
         config = engines[name].config
@@ -192,11 +192,11 @@ nothing, so the evaluation's baseline is its thresholds, switched on."""
 def _evaluate(args: argparse.Namespace) -> int:
     from schemas.config import RUN_SCOPE, ConfigError
 
-    from .backtest import BacktestError, FileSource, Progress
-    from .engine import LoopEngine
+    from .offline.backtest import BacktestError, FileSource, Progress
+    from .engine import engine_for
     from .engine.config import with_profile
-    from .evaluate import REFERENCE_ROWS, SUCCESSFUL, EngineRow, Evaluation, plot, render_table
-    from .sharded import available_cores
+    from .offline.evaluate import REFERENCE_ROWS, SUCCESSFUL, EngineRow, Evaluation, plot, render_table
+    from .offline.sharded import available_cores
 
     def fail(message: str, code: int = 2) -> int:
         print(f"loopwatch evaluate: {message}", file=sys.stderr)
@@ -207,10 +207,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     rows = []
     for profile in args.profile or ():
         rows.append(EngineRow(f"profile {profile} (upstream defaults, enabled)",
-                              LoopEngine(with_profile(UPSTREAM_DEFAULTS, profile))))
+                              engine_for(with_profile(UPSTREAM_DEFAULTS, profile))))
     for path in args.config or ():
         try:
-            engine = LoopEngine(_load_root(path))
+            engine = engine_for(_load_root(path))
         except ConfigError as exc:
             return fail(f"--config {path}: {exc}")
         if engine.config.scope != RUN_SCOPE:
@@ -223,8 +223,8 @@ def _evaluate(args: argparse.Namespace) -> int:
                   "its row detects nothing", file=sys.stderr)
         rows.append(EngineRow(Path(path).stem, engine))
     if not rows:
-        rows = [EngineRow("upstream defaults (enabled)", LoopEngine(UPSTREAM_DEFAULTS)),
-                EngineRow("profile latest (enabled)", LoopEngine(with_profile(UPSTREAM_DEFAULTS, "latest")))]
+        rows = [EngineRow("upstream defaults (enabled)", engine_for(UPSTREAM_DEFAULTS)),
+                EngineRow("profile latest (enabled)", engine_for(with_profile(UPSTREAM_DEFAULTS, "latest")))]
     if not args.no_reference:
         rows.extend(REFERENCE_ROWS)
     try:
@@ -377,7 +377,7 @@ def _worker(args: argparse.Namespace, rest: list[str]) -> int:
 
 
 def _demo(args: argparse.Namespace, rest: list[str]) -> int:
-    from .demo import run_demo
+    from .offline.demo import run_demo
 
     return run_demo(rest)
 
@@ -388,7 +388,7 @@ def _mcp_gateway(args: argparse.Namespace, rest: list[str]) -> int:
     except ImportError:
         print("loopwatch mcp-gateway: needs the optional extra: pip install 'loopwatch[mcp]'", file=sys.stderr)
         return 2
-    from integrations.mcp.cli import main as gateway_main
+    from streams.integrations.mcp.cli import main as gateway_main
 
     return gateway_main(rest)
 

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from schemas import decode_event, encode_verdict
-from streams.engine import LoopEngine, decode_state, encode_state, published
+from streams.engine import engine_for, decode_state, encode_state, published
 
 __all__ = ["EventStep", "PeerArgs", "Progress", "load_config", "parse_args"]
 
@@ -25,7 +25,7 @@ class EventStep:
     """One event through the engine, with the run's state as bytes on both sides."""
 
     def __init__(self, config: object) -> None:
-        self.engine = LoopEngine(config)
+        self.engine = engine_for(config)
 
     def __call__(self, stored: bytes | None, value: bytes) -> tuple[bytes | None, list[bytes]]:
         """``(new stored state or None to delete it, encoded verdicts to publish)``.

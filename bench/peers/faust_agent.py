@@ -4,7 +4,7 @@
 
 The same Faust (faust-streaming 0.15) as the worker, as its documentation shows an agent
 with a table, and with none of the worker's changes to Faust (no batching transport, no
-inline consumer thread: ``streams/faust_adapter.py`` is not used):
+inline consumer thread: ``streams/app/faust_adapter.py`` is not used):
 
 * a ``faust.App`` with a RocksDB store (the ``rocksdict`` driver: ``python-rocksdb`` does not
   build on current Pythons) and at-least-once processing (its default, stated);

@@ -17,7 +17,7 @@
 ``faust_options``  the Faust app's settings; ``gc_policy``: the cyclic GC's thresholds and freezes;
 ``worker``      ``run_worker(argv)`` (``python -m streams.app.worker``).
 
-Faust's and aiokafka's internals are touched in ``streams.faust_adapter`` only.  Importing
+Faust's and aiokafka's internals are touched in ``streams.app.faust_adapter`` only.  Importing
 this package is cheap; Faust is imported by ``app``/``worker`` only.
 """
 

@@ -14,7 +14,7 @@ Nothing here does work; each part has its own module (docs/design.md has the pic
 ``fleet``       the fleet topology (issue 17: fleet incidents, agent rings) and every
                 worker's mirror of what it finds;
 ``faust_options``, ``gc_policy``  what the Faust app is told; the cyclic GC's thresholds and freezes;
-``streams.faust_adapter``  every touch of Faust's and aiokafka's internals.
+``streams.app.faust_adapter``  every touch of Faust's and aiokafka's internals.
 
 The config's fleet-wide options (``loopwatch.scope``, ``fleetIncidents``, ``agentRings``:
 ``ConfigSet.topology``) decide the topics, tables and agents built here, at start; a reload
@@ -33,7 +33,7 @@ from typing import Any
 
 from schemas.config import SESSION_SCOPE
 from schemas.names import CANDIDATE, LIVE
-from streams import faust_adapter
+from streams.app import faust_adapter
 from streams.engine.fleet import FleetView
 
 from . import logs

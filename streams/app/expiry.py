@@ -39,7 +39,7 @@ class Expiry:
 
     ``runs``: the runs in memory (one touched since the last checkpoint is active, whatever
     its stored time says); ``write_lock``: the checkpointer's (``Checkpointer.write_lock``);
-    ``group``: the consumer and group (``streams.faust_adapter.ConsumerView``); ``ready()``:
+    ``group``: the consumer and group (``streams.app.faust_adapter.ConsumerView``); ``ready()``:
     the worker's readiness (no sweep before the tables are recovered).
     """
 

@@ -6,7 +6,7 @@ import functools
 import gc
 from typing import Any, Callable, Sequence
 
-from streams import faust_adapter
+from streams.app import faust_adapter
 
 __all__ = ["GC_THRESHOLDS", "freeze_before_first_batch", "freeze_start_up"]
 

@@ -16,7 +16,7 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
-from streams.faust_adapter import fetch_cluster_metadata
+from streams.app.faust_adapter import fetch_cluster_metadata
 
 from .checkpoint import describe_failure
 from .logs import FailureLog
@@ -40,7 +40,7 @@ REPORT_S = 60.0
 class Health:
     """Readiness and lag of one worker.
 
-    ``group``: the consumer and group (``streams.faust_adapter.ConsumerView``);
+    ``group``: the consumer and group (``streams.app.faust_adapter.ConsumerView``);
     ``checkpoints``: whether a batch or checkpoint failed, and the work done;
     ``output``: the verdict producer, whose connections the broker probe uses.
     """

@@ -57,7 +57,7 @@ class LiveRun:
         """Events applied since the checkpoint, in order (to rebuild after an engine error):
         each as its record's value, or as the event when that differs (``processor``)."""
         self.seen = bytearray(seen)
-        """Digests of the run's last applied event ids, oldest first (``run_store.SEEN_EVENT_IDS``)."""
+        """Digests of the run's last applied event ids, oldest first (``streams.engine.intake.SEEN_EVENT_IDS``)."""
         self.owner = owner
         """The agent id of the run's first applied event (None: not known yet)."""
         self.candidate = candidate

@@ -37,7 +37,7 @@ Without a keyring agent ids are unverified, so nothing is checked (the owner is 
 recorded, so that turning signing on protects the runs already open).
 
 Records are checked before they reach the engine: the Kafka key must be one of the forms
-``kafka_key_problem`` accepts (all of a run's events must land on one partition), and an
+``streams.engine.intake.kafka_key_problem`` accepts (all of a run's events must land on one partition), and an
 event time further ahead of the worker's clock than ``clock_skew_ms`` is clamped to the
 worker's clock (``loopwatch_event_time_clamped_total``).  Idle expiry never reads event
 times: a runner's clock cannot keep a run alive.
@@ -71,30 +71,31 @@ from typing import Any, Callable, Iterable
 import msgspec
 
 from schemas.events import (
-    EVENT_TYPE_OF, MAX_EVENT_BYTES, CompactionRetried, InvalidEvent, RunEnded, ToolCallCompleted, ToolCallEvent,
-    decode_event,
+    EVENT_TYPE_OF, MAX_EVENT_BYTES, CompactionRetried, InvalidEvent, RunEnded, ToolCallCompleted, decode_event,
 )
 from schemas.fleet import FleetSend, encode_fleet_record
 from schemas.names import (
-    BAD_SIGNATURE, CANDIDATE, ENFORCE, INVALID_JSON, KEY_MISMATCH, LIVE, MISSING_KEY, OUTCOMES, PROCESSING_ERROR,
+    BAD_SIGNATURE, CANDIDATE, ENFORCE, LIVE, OUTCOMES, PROCESSING_ERROR,
     WARNING,
 )
 from schemas.signing import Keyring
 from schemas.verdicts import Decision, encode_verdict
-from schemas.keys import partition_for, record_key, session_scope_key
+from schemas.keys import partition_for, session_scope_key
 from streams.engine import LoopEngine, RunState, copy_state, outcome, shadow_answer, state_key
 from streams.engine.extensions import FleetStep
 from streams.engine.fleet import fleet_outcome, fleet_send
 from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
+from streams.engine.intake import (
+    DIGEST_SIZE, SEEN_BYTES, check_record, forwarded_key_problem, kafka_key_problem, seen_before,
+)
 
 from . import logs
 from .live_runs import LiveRun, LiveRuns
 from .output import source_offset
 from .records import BatchResult, DeadLetter, Record, VerdictOut
-from .run_store import COMPARED_FROM_START, DIGEST_SIZE, SEEN_BYTES, SOURCE, compare, compared_outcomes, seen_before
+from .run_store import COMPARED_FROM_START, SOURCE, compare, compared_outcomes
 
-__all__ = ["BatchProcessor", "FORWARDED_FROM_HEADER", "check_record", "forwarded_from", "forwarded_key_problem",
-           "kafka_key_problem"]
+__all__ = ["BatchProcessor", "FORWARDED_FROM_HEADER", "forwarded_from"]
 
 log = logging.getLogger("loopwatch.worker")
 
@@ -112,85 +113,6 @@ FORWARDED_FROM_HEADER = "loopwatch.forwarded_from"
 record it was forwarded from (``run_store.SOURCE``: 4 and 8 bytes, big endian).  A session's state keeps, per partition, the offset of the last
 one it applied (``LiveRun.sources``): a record forwarded again is recognised whatever its offset
 in the repartition topic."""
-
-
-def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
-    """Why a record's Kafka key does not fit its event, as ``(reason, detail)``; None if it does.
-
-    Kafka picks a record's partition from its key, and a run's state lives on one partition:
-    a record keyed otherwise than its run's other events is processed against an empty
-    state elsewhere, and its loop is never seen.  Accepted keys, as UTF-8 bytes
-    (``schemas.keys``):
-
-    * the runner's key, ``record_key``: the event's run id, or without one its state key
-      (what the README tells runners, and what the clients of this repository send);
-    * the key the README gave before ``record_key``: the event's ``run_id`` exactly as
-      published, or without one its ``session_key``, else its ``session_id``;
-    * the event's state key, ``state_key``: ``run:<run id>``, ``session:<session key>|`` or
-      ``session:|<session id>`` (the form verdicts are keyed by);
-    * its session's key, ``session_scope_key`` (``scope:session:<session key>|``): runners that
-      key by session, for ``loopwatch.scope: session`` (a run's events share their session
-      key, so under run scope too they land on one partition).
-
-    A missing or empty key is ``missing_key``; any other key is ``key_mismatch``.
-    """
-    if not key:
-        return MISSING_KEY, "the record has no Kafka key: key every event by its run id (schemas.keys.record_key)"
-    if key == state_key_bytes:
-        return None
-    expected = record_key(event).encode("utf-8", "surrogatepass")
-    if key == expected:
-        return None
-    legacy = event.run_id or event.session_key or event.session_id
-    if legacy and key == legacy.encode("utf-8", "surrogatepass"):
-        return None
-    if key == session_scope_key(event).encode("utf-8", "surrogatepass"):
-        return None  # a runner keying by session (schemas.keys.session_scope_key): its runs stay whole
-    shown = key[:200].decode("utf-8", "replace")
-    return KEY_MISMATCH, (
-        f"Kafka key {shown!r} is not the event's run key {expected.decode('utf-8', 'replace')!r}"
-        f" nor its state key {state_key_bytes.decode('utf-8', 'replace')!r}"
-    )
-
-
-def check_record(
-    record: Any, keyring: Keyring | None = None, keyed: bool = True, key_of: Callable[[Any], str] = state_key,
-    key_problem: Callable[[bytes | None, Any, bytes], tuple[str, str] | None] = kafka_key_problem,
-    memo: dict[bytes | None, tuple[Any, ...]] | None = None,
-) -> tuple[ToolCallEvent, bytes]:
-    """The event in a ``tool-calls`` record and its state key (UTF-8), as the worker takes it;
-    ``InvalidEvent`` (the dead letter's reason and detail) when the worker would dead-letter
-    it: no value, a bad signature (with a ``keyring``), not a valid event
-    (``schemas.decode_event``: JSON, bounds, version, type), a Kafka key that does not fit
-    (``kafka_key_problem``; not checked when ``keyed`` is false: a record read from a file
-    has none).  ``loopwatch backtest`` counts what this refuses.  Under session scope the
-    worker passes the engine's ``key_of`` and ``forwarded_key_problem``.
-
-    ``memo``: a dict kept between calls (the worker's), in which the state key and the key
-    check are remembered: they depend on four values only, the Kafka key and the event's
-    run fields, which a run's events share, so they are worked out once per run, not per
-    event (the caller empties it when ``key_of`` changes).  It is looked up by the Kafka key
-    alone and the run fields compared: hashing one key costs less than hashing four."""
-    value = record.value
-    if value is None:
-        raise InvalidEvent(INVALID_JSON, "the record has no value (null)")
-    signer = keyring.verify(record.headers, value) if keyring is not None else None
-    event = decode_event(value)
-    if signer is not None:
-        signer.check_agent(event)
-    if memo is None or not keyed:
-        key = key_of(event).encode("utf-8", "surrogatepass")
-        problem = key_problem(record.key, event, key) if keyed else None
-    else:
-        known = memo.get(record.key)
-        run_id, session_key, session_id = event.run_id, event.session_key, event.session_id
-        if (known is None or known[0] != run_id or known[1] != session_key or known[2] != session_id):
-            key = key_of(event).encode("utf-8", "surrogatepass")
-            known = memo[record.key] = (run_id, session_key, session_id, key, key_problem(record.key, event, key))
-        key, problem = known[3], known[4]
-    if problem is not None:
-        raise InvalidEvent(*problem)
-    return event, key
 
 
 # -- the processor ----------------------------------------------------------------------------
@@ -791,16 +713,6 @@ def forwarded_from(headers: Any) -> tuple[int, int] | None:
     if name != FORWARDED_FROM_HEADER or type(value) is not bytes or len(value) != SOURCE.size:
         return None
     return _unpack_source(value)
-
-
-def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> tuple[str, str] | None:
-    """``kafka_key_problem`` under session scope, for the records of the repartition topic:
-    the worker forwarded each under its state key."""
-    if key == state_key_bytes:
-        return None
-    shown = (key or b"")[:200].decode("utf-8", "replace")
-    return KEY_MISMATCH, (f"Kafka key {shown!r} of a forwarded record is not its state key "
-                          f"{state_key_bytes.decode('utf-8', 'replace')!r}")
 
 
 class _Shadow:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from schemas.config import ConfigError, load_config_bytes, read_config_file, warnings
 from schemas.names import LIVE
 from schemas.signing import Keyring, SigningKeyError, keys_of, read_key_files
-from streams.engine import LoopEngine
+from streams.engine import LoopEngine, engine_for
 
 if TYPE_CHECKING:
     from .metrics import Metrics
@@ -44,17 +44,17 @@ log = logging.getLogger("loopwatch.config")
 def load_engine(path: Path | None) -> LoopEngine:
     """The engine for a config file (None: upstream defaults).  Raises ``ConfigError``."""
     if path is None:
-        return LoopEngine(None)
-    return engine_for(read_config_file(path), path)
+        return engine_for(None)
+    return engine_from_bytes(read_config_file(path), path)
 
 
-def engine_for(data: bytes, path: Path) -> LoopEngine:
+def engine_from_bytes(data: bytes, path: Path) -> LoopEngine:
     """The engine for a config file's content, logging what ``config check`` warns about
     (retired keys under profile latest).  Raises ``ConfigError``."""
     root = load_config_bytes(data, path)
     for note in warnings(root):
         log.warning("config %s: %s", path, note)
-    return LoopEngine(root)
+    return engine_for(root)
 
 
 class ConfigWatcher:
@@ -93,10 +93,10 @@ class ConfigWatcher:
     def load_initial(self) -> LoopEngine:
         """Load the file at start; a bad file is fatal here (there is no old config to keep)."""
         if self.path is None:
-            return LoopEngine(None)
+            return engine_for(None)
         self._stat = self._stat_of()
         data = read_config_file(self.path)
-        engine = engine_for(data, self.path)
+        engine = engine_from_bytes(data, self.path)
         self._digest = hashlib.sha256(data).hexdigest()
         log.info("%s loop-detection config loaded from %s", self.name, self.path)
         return engine
@@ -107,7 +107,7 @@ class ConfigWatcher:
         For the candidate: a shadow-only file must never keep a worker on its live config from
         starting, or a bad candidate would turn enforcement off at the next restart."""
         if self.path is None:
-            return LoopEngine(None)
+            return engine_for(None)
         self._stat = self._stat_of()
         engine = self._read_and_check()
         if engine is None:
@@ -128,7 +128,7 @@ class ConfigWatcher:
             self._set_refused(False)  # back to the content in force
             return None
         try:
-            engine = engine_for(data, self.path)
+            engine = engine_from_bytes(data, self.path)
             reason = self.check(engine) if self.check is not None else None
             if reason is not None:
                 raise ConfigError(f"{self.path}: {reason}")

@@ -94,7 +94,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import hashlib
 import logging
 import os
 import struct
@@ -104,6 +103,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from streams.engine import RunState, decode_state, encode_state
 from streams.engine.history import trim as trim_history
+from streams.engine.intake import DIGEST_SIZE, SEEN_BYTES, event_digest
 
 from .output import send_records
 
@@ -171,13 +171,6 @@ def compared_outcomes(compared: int) -> tuple[int, int]:
     return compared & 3, compared >> 2 & 3
 _HEADER_V2 = struct.Struct(">BqqH")
 _HEADER_V1 = struct.Struct(">Bqqq")
-DIGEST_SIZE = 8
-SEEN_EVENT_IDS = 64
-"""Per run, the ids of this many most recently applied events are remembered (as 8-byte
-digests, 512 bytes a run) to skip an event published again.  A retry follows its original
-within a few events of the same run; a run's events are sequential (each call waits for its
-tool), so 64 covers any retry a runner makes while the run goes on."""
-SEEN_BYTES = SEEN_EVENT_IDS * DIGEST_SIZE
 
 
 # -- the envelope -------------------------------------------------------------------------------
@@ -367,27 +360,6 @@ def idle_since_ms(value: bytes) -> int:
     return unpack_header(value)[1]
 
 
-def event_digest(event_id: str) -> bytes:
-    """The 8 bytes an event id is remembered by (a collision within one run's last 64 ids
-    is a 1 in 2^58 chance)."""
-    return hashlib.blake2b(event_id.encode("utf-8", "surrogatepass"), digest_size=DIGEST_SIZE).digest()
-
-
-def seen_before(seen: bytearray, digest: bytes) -> bool:
-    at = seen.find(digest)
-    while at >= 0:
-        if at % DIGEST_SIZE == 0:
-            return True
-        at = seen.find(digest, at + 1)
-    return False
-
-
-def remember(seen: bytearray, digest: bytes) -> None:
-    seen += digest
-    if len(seen) > SEEN_BYTES:
-        del seen[:DIGEST_SIZE]
-
-
 # -- the store ----------------------------------------------------------------------------------
 
 
@@ -408,7 +380,7 @@ def state_disk_full(exc: BaseException | None) -> bool:
 class RunStore:
     """Reads and writes of the run table.
 
-    ``table``: the table's partitions (``streams.faust_adapter.TableAccess``); ``producer()``:
+    ``table``: the table's partitions (``streams.app.faust_adapter.TableAccess``); ``producer()``:
     the aiokafka producer its changelog records go out on.  ``runs_tracked`` is how many runs
     this worker holds: set by each idle sweep (``streams.app.expiry``), moved by each
     checkpoint in between.

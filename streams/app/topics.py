@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from streams.broker_access import BrokerAccessError, broker_access
+from streams.edge.broker import BrokerAccessError, broker_access
 
 from .output import DLQ_MAX_MESSAGE_BYTES
 from .settings import Settings

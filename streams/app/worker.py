@@ -81,12 +81,12 @@ def run_worker(argv: list[str] | None = None) -> int:
     from schemas.signing import SigningKeyError
 
     try:
-        from streams.broker_access import BrokerAccessError, redact_sasl_exchanges
+        from streams.edge.broker import BrokerAccessError, redact_sasl_exchanges
 
         from . import logs
         from .app import build_worker
         from .topics import ensure_topics
-    except ImportError as exc:  # streams.faust_adapter.DependencyVersionError among them
+    except ImportError as exc:  # streams.app.faust_adapter.DependencyVersionError among them
         print(f"loopwatch worker: {exc}", file=sys.stderr)
         return 2
 

@@ -2,7 +2,7 @@
 
 from schemas.signing import SigningKey
 
-from ..broker_access import BrokerAccessError
+from ..edge.broker import BrokerAccessError
 from .errors import (
     LoopBlocked,
     LoopwatchUnavailable,

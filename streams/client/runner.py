@@ -1,6 +1,6 @@
 """An async runner client.
 
-It hashes arguments and outcomes at the edge (``streams.edge``), publishes ``tool-calls``
+It hashes arguments and outcomes at the edge (``streams.edge.events``), publishes ``tool-calls``
 events under their record key (``schemas.keys.record_key``), and reads ``loop-verdicts``,
 whose Kafka key is the run's state key (``schemas.keys.state_key``, the same function the
 worker keys them with):
@@ -16,7 +16,7 @@ worker keys them with):
 No call waits on Kafka longer than ``timeout``: an event that is not delivered by then goes on
 in the background (up to ``delivery_timeout``, aiokafka's request timeout) and a failed
 delivery is logged with the event's id.  Verdicts are de-duplicated by ``verdict_id`` (Kafka
-delivers at least once).  The client depends only on ``schemas`` and ``streams.edge``.
+delivers at least once).  The client depends only on ``schemas`` and ``streams.edge.events``.
 
 Verdicts are read only from the partitions this client's runs' verdicts land on
 (``verdict_partitions="runs"``, ``schemas.keys.verdict_partitions``): a partition is positioned
@@ -57,12 +57,12 @@ from schemas.keys import record_key, session_scope_key, state_key, verdict_parti
 from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted, decode_verdict
 
-from ..broker_access import BrokerAccessError, broker_access, redact_sasl_exchanges, speaks_tls
-from ..edge import (
+from ..edge.broker import BrokerAccessError, broker_access, redact_sasl_exchanges, speaks_tls
+from ..edge.events import (
     UNDEFINED, agent_message_event, blocked_result, compaction_event, completed_event, model_text_event, requested_event,
     run_ended_event,
 )
-from .gemini_content import ContentEdge
+from ..edge.content_windows import ContentEdge
 from .errors import LoopBlocked, LoopwatchUnavailable, NoDecisionError, RunAbortedError
 
 log = logging.getLogger("loopwatch.client")
@@ -590,7 +590,7 @@ class RunHandle:
         return event.event_id
 
     async def model_text(self, text: str) -> str:
-        """A chunk of the model's streamed text, as window hashes (``streams.client.gemini_content``):
+        """A chunk of the model's streamed text, as window hashes (``streams.edge.content_windows``):
         profile gemini-cli's content loop detector reads it; a detection comes back as a warning
         (``warnings``, Gemini's feedback to the model) and the second as the run's abort.
         The text stays here.  Returns the event's id (its verdicts' cause)."""

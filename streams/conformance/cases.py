@@ -16,7 +16,7 @@ from schemas.events import InvalidEvent
 from schemas.names import MISSING_KEY
 
 from ..client.errors import PostCompactionLoopPersistedError, RunAbortedError
-from ..edge import blocked_result, completed_event, requested_event
+from ..edge.events import blocked_result, completed_event, requested_event
 from ..engine import guard as guard_mod
 from ..engine import history as history_mod
 from ..engine.config import (
@@ -31,8 +31,9 @@ from ..engine.config import (
 )
 from ..engine.detectors import detect
 from ..engine.drive import RunDriver
-from ..engine.engine import LoopEngine, normalize_run_id
-from ..hashing import ThrownError, args_hash, hash_outcome, is_known_poll
+from ..engine.engine import normalize_run_id
+from ..engine.choose import engine_for
+from ..edge.hashing import ThrownError, args_hash, hash_outcome, is_known_poll
 from ..engine.state import CompactionRereads, GuardWindow, RunState
 
 
@@ -334,7 +335,7 @@ class HookSession:
     def __init__(self, case: dict) -> None:
         ctx = case["context"]
         self.ctx = ctx
-        self.engine = LoopEngine({"tools": {"loopDetection": ctx.get("loop_detection")}})
+        self.engine = engine_for({"tools": {"loopDetection": ctx.get("loop_detection")}})
         self.send_tools = frozenset((case.get("environment") or {}).get("provider_send_tools") or ())
         self.runs = RunDriver(self.engine)
         self.loop_events: list[dict] = []

@@ -12,9 +12,9 @@ from schemas.config import GEMINI_CLI, OPENHANDS
 from schemas.events import ModelText, ToolCallRequested
 from schemas.names import GEMINI_CONTENT_LOOP, GEMINI_LLM_LOOP, GEMINI_TOOL_CALL_LOOP, OPENHANDS_ACTION_ERROR
 
-from ..client.gemini_content import ContentEdge
-from ..edge import agent_message_event, compaction_event, completed_event, model_text_event, requested_event
-from ..engine import LoopEngine, RunDriver, published
+from ..edge.content_windows import ContentEdge
+from ..edge.events import agent_message_event, compaction_event, completed_event, model_text_event, requested_event
+from ..engine import LoopEngine, engine_for, RunDriver, published
 from .traces import SessionResult, TraceFileError, _numbered_jsonl
 
 __all__ = ["gemini_answers", "gemini_events", "openhands_answers", "openhands_events", "run_peer_traces"]
@@ -47,7 +47,7 @@ def openhands_events(session: dict) -> Iterator[Any]:
 def openhands_answers(session: dict, engine: LoopEngine | None = None) -> list[list]:
     """The engine's answer at each event, in the oracle's form: [the tool OpenHands nudged
     about, or None; the stuck pattern that stopped the agent, or None]."""
-    driver = RunDriver(engine or LoopEngine({"loopwatch": {"profile": OPENHANDS}}))
+    driver = RunDriver(engine or engine_for({"loopwatch": {"profile": OPENHANDS}}))
     out = []
     for event in openhands_events(session):
         nudged = pattern = None
@@ -87,7 +87,7 @@ def gemini_answers(session: dict, engine: LoopEngine | None = None) -> list[list
     ["feedback", the loop type] (blocked, Gemini's feedback to the model), or ["abort", the loop
     type] (blocked, the run aborted); None for a prompt.  The outcome of a call that ran is
     published as the runner would, and must change nothing."""
-    driver = RunDriver(engine or LoopEngine({"loopwatch": {"profile": GEMINI_CLI}}))
+    driver = RunDriver(engine or engine_for({"loopwatch": {"profile": GEMINI_CLI}}))
     out: list[list | None] = []
     for event in gemini_events(session):
         step = driver.handle(event)
@@ -139,7 +139,7 @@ def run_peer_traces(sessions_path: str | Path, expected_path: str | Path, profil
         if not isinstance(line.get("id"), str) or not isinstance(line.get("steps"), list):
             raise TraceFileError(f"{expected_path}:{number}: not an expected line (no \"id\" and \"steps\")")
         expected[line["id"]] = line["steps"]
-    engine = LoopEngine({"loopwatch": {"profile": profile}})
+    engine = engine_for({"loopwatch": {"profile": profile}})
     results = []
     for number, session in _numbered_jsonl(sessions_path):
         if not isinstance(session.get("id"), str) or not isinstance(session.get("events"), list):

@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..edge import blocked_result, compaction_event, completed_event, requested_event
-from ..engine import LoopEngine, RunDriver, RunState
+from ..edge.events import blocked_result, compaction_event, completed_event, requested_event
+from ..engine import LoopEngine, engine_for, RunDriver, RunState
 from ..engine import guard as guard_mod
-from ..canonical import UNDEFINED
+from ..edge.canonical import UNDEFINED
 from ..engine.config import CONFIGURABLE_FINAL, LATEST, PROFILES, with_profile
 from ..engine.engine import normalize_run_id
-from ..files import OverlongLine, read_lines
-from ..hashing import ThrownError
+from ..offline.files import OverlongLine, read_lines
+from ..edge.hashing import ThrownError
 
 __all__ = [
     "PROFILES", "SessionDriver", "SessionResult", "TraceFileError", "compare_session", "history_digest", "open_jsonl",
@@ -130,7 +130,7 @@ class SessionDriver:
     def __post_init__(self) -> None:
         self.latest = self.profile == LATEST
         cfg = self.session.get("cfg")
-        self.engine = LoopEngine(cfg if self.profile == CONFIGURABLE_FINAL else with_profile(cfg, self.profile))
+        self.engine = engine_for(cfg if self.profile == CONFIGURABLE_FINAL else with_profile(cfg, self.profile))
         self.driver = RunDriver(self.engine)
         self.sid = self.session["id"]
         self.session_key = self.session.get("sessionKey")

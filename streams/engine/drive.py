@@ -83,7 +83,7 @@ class RunDriver:
     def __init__(self, engine: LoopEngine, judge: Any = None) -> None:
         self.engine = engine
         self.judge = judge
-        """A ``streams.judge.Judge`` for Gemini's LLM check, or None (the default: no check)."""
+        """A ``streams.engine.judge.Judge`` for Gemini's LLM check, or None (the default: no check)."""
         self.states: dict[str, RunState] = {}
         """State key -> the run's state."""
 
@@ -101,7 +101,7 @@ class RunDriver:
         return step
 
     def _judged(self, step: Step, event: ToolCallEvent) -> Step:
-        from streams.judge import RunContext, checked_confidence  # (outside the engine package)
+        from streams.engine.judge import RunContext, checked_confidence  # (outside the engine package)
 
         context = RunContext(run_id=step.state.run_id, session_key=event.session_key, agent_id=event.agent_id,
                              turn=step.state.peer.gemini.turns)

@@ -3,7 +3,7 @@
 ``LoopEngine.handle(state, event)`` is the only entry point.  It reproduces upstream's
 before-tool-call wrapper (spec §3) around the detectors, history and post-compaction
 guard, on one run's ``RunState``, in the profile its agent's config names: profile latest
-(openclaw-latest.md §6) lives in ``_LatestEngine``, the engine of a config that uses it.  No Kafka, clock or logging happens here: the Faust app,
+(openclaw-latest.md §6) lives in ``LatestEngine``, the engine of a config that uses it.  No Kafka, clock or logging happens here: the Faust app,
 ``loopwatch replay``, the conformance runners and the benchmarks all drive this object.
 
 An event the engine rejects raises ``InvalidEvent`` before any state is touched.
@@ -36,7 +36,7 @@ from . import history
 from .history import LATEST_HISTORY_SIZE
 from .config import ConfigSet, Settings
 from .detectors import Detection, LatestDetection, detect, detect_latest, write_churn
-from streams.hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
+from streams.edge.hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
 from .state import (
     AWAITING,
     MUTATION,
@@ -104,7 +104,7 @@ class Step(msgspec.Struct, gc=False):
     @property
     def decision(self) -> Decision | None:
         if self.built_decision is None and self.request is not None:
-            self.built_decision = _decision(self.request, self.action, self.detection, self.emitted, self.notify)
+            self.built_decision = build_decision(self.request, self.action, self.detection, self.emitted, self.notify)
         return self.built_decision
 
     @property
@@ -119,7 +119,7 @@ class Step(msgspec.Struct, gc=False):
         if decision is None:
             if request is None or (self.action == "allow" and not request.gate):
                 return None
-            decision = self.built_decision = _decision(request, self.action, self.detection, self.emitted, self.notify)
+            decision = self.built_decision = build_decision(request, self.action, self.detection, self.emitted, self.notify)
             return decision
         if decision.action != "allow" or (request is not None and request.gate):
             return decision
@@ -138,7 +138,7 @@ class Step(msgspec.Struct, gc=False):
         return self.built_logs
 
 
-def _decision(
+def build_decision(
     event: ToolCallRequested, action: str, d: Detection | None, emitted: bool | None, notify: bool, **override: Any
 ) -> Decision:
     # A gated runner gets a decision for every call, and msgspec matches keyword arguments
@@ -163,16 +163,16 @@ def _decision(
 def refused_after_abort(state: RunState, event: ToolCallRequested, detector: str) -> Step:
     """The block of a late call of a run that loopwatch aborted (``detector``)."""
     message = f"CRITICAL: this run was aborted by loopwatch ({detector}); no further tool calls are allowed."
-    decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=detector, message=message)
+    decision = build_decision(event, "block", None, None, True, level=CRITICAL, detector=detector, message=message)
     return Step(state=state, built_decision=decision, request=event, vetoed=True)
 
 
 def allow_decision(event: ToolCallRequested) -> Decision:
     """A plain ``allow`` for a requested call, as the engine decides one without detection."""
-    return _decision(event, "allow", None, None, False)
+    return build_decision(event, "allow", None, None, False)
 
 
-def _run_aborted(event: ToolCallEvent, detector: str, count: int, tool_name: str, message: str) -> RunAborted:
+def build_run_aborted(event: ToolCallEvent, detector: str, count: int, tool_name: str, message: str) -> RunAborted:
     # A verdict's id derives from its event's id, so a redelivered event yields the same id.
     return RunAborted(
         verdict_id=f"{event.event_id}/abort", cause_event_id=event.event_id, run_id=event.run_id,
@@ -219,9 +219,11 @@ def _tool_loop_line(event: ToolCallRequested, d: Detection, action: str, message
 class LoopEngine:
     """Loop detection for many runs; holds only configuration, never run state.
 
-    A config in which some agent uses profile latest gets a ``_LatestEngine``, whose every
-    event first looks up its agent's profile; any other config keeps configurable-final's
-    paths free of that check (about 1 % of the engine's instructions, docs/benchmarks.md).
+    The engine of profile configurable-final.  ``streams.engine.choose.engine_for(config)``
+    picks the class a config needs: ``LatestEngine`` when some agent uses profile latest (each
+    event first looks up its agent's profile, a check kept off configurable-final's paths), the
+    extensions' and the peer profiles' classes above them.  Built directly, this class refuses
+    a config that needs another.
     """
 
     key_of = staticmethod(state_key)
@@ -233,25 +235,12 @@ class LoopEngine:
     """What the fleet topology found (``streams.engine.fleet.FleetView``), for the engines of
     configs that use it."""
 
-    def __new__(cls, config: ConfigSet | dict | None = None) -> "LoopEngine":
-        if cls is LoopEngine:
-            config = config if isinstance(config, ConfigSet) else ConfigSet(config)
-            latest = config.uses_latest()
-            if config.uses_extensions():  # loopwatch's own options (issue 17): their own classes
-                from .extensions import engine_class
-
-                cls = engine_class(latest)
-            elif latest:
-                cls = _LatestEngine
-            if config.uses_peers():  # profiles openhands and gemini-cli (issue 29): a mixin of their own
-                from .peers import peer_engine_class
-
-                cls = peer_engine_class(cls)
-        return super().__new__(cls)
-
     def __init__(self, config: ConfigSet | dict | None = None) -> None:
         self.config = config if isinstance(config, ConfigSet) else ConfigSet(config)
         self._settings = self.config.resolved  # resolved once per agent
+        if type(self) is LoopEngine and (self.config.uses_latest() or self.config.uses_extensions()
+                                         or self.config.uses_peers()):
+            raise TypeError("this config needs another engine class: build it with streams.engine.engine_for(config)")
 
     def settings_for(self, agent_id: str | None) -> Settings:
         return self._settings.get(agent_id) or self.config.settings_for(agent_id)
@@ -337,8 +326,8 @@ class LoopEngine:
         limit = settings.abort_after_critical_blocks
         if limit is not None and state.critical_blocks >= limit:
             blocks = state.critical_blocks
-            _end_run(state, CRITICAL_BLOCK_LIMIT)
-            abort = _run_aborted(
+            end_run(state, CRITICAL_BLOCK_LIMIT)
+            abort = build_run_aborted(
                 event, CRITICAL_BLOCK_LIMIT, blocks, event.tool_name,
                 f"CRITICAL: loopwatch ended this run after {blocks} critical tool-loop blocks "
                 f"(last: {detection.detector} on {event.tool_name}). Blocking single calls did not stop the loop.",
@@ -396,8 +385,8 @@ class LoopEngine:
         verdict, error_line = guard_mod.observe(guard, True, event.tool_name, event.args_hash, result_hash)
         if not verdict.should_abort:
             return Step(state, None, record_at, verdict, record)
-        _end_run(state, verdict.detector)
-        abort = _run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
+        end_run(state, verdict.detector)
+        abort = build_run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
         log = LogLine("error", guard_mod.SUBSYSTEM, error_line)
         return Step(state, None, record_at, verdict, record, abort=abort, built_logs=(log,))
 
@@ -410,10 +399,10 @@ class LoopEngine:
         return Step(state=state, built_logs=logs)
 
 
-class _LatestEngine(LoopEngine):
+class LatestEngine(LoopEngine):
     """The engine for a config in which some agent uses profile latest: each event first
     looks up its agent's profile.  (A config without latest gets ``LoopEngine`` itself,
-    whose configurable-final paths carry no such check: see ``LoopEngine.__new__``.)"""
+    whose configurable-final paths carry no such check: see ``streams.engine.choose``.)"""
 
     # -- profile latest (openclaw-latest.md §6) ---------------------------------------------
 
@@ -556,7 +545,7 @@ class _LatestEngine(LoopEngine):
         if latest.flags[at] & 7 == MUTATION and settings.detection.outcome_warnings:
             warning = self._outcome_churn_warning(state, latest, at)
         if warning is not None:
-            decision = _decision(event, "warn", warning, True, True)
+            decision = build_decision(event, "warn", warning, True, True)
             message = decision.message
             logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {tool}: {message}"))
             logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, warning, "warn", message)))
@@ -569,8 +558,8 @@ class _LatestEngine(LoopEngine):
         if info_line is not None:
             logs.append(LogLine("info", guard_mod.SUBSYSTEM, info_line))
         if verdict.should_abort:
-            _end_run(state, verdict.detector)
-            abort = _run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
+            end_run(state, verdict.detector)
+            abort = build_run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
             logs.append(LogLine("error", guard_mod.SUBSYSTEM, error_line))
         return Step(state, None, at, verdict, abort=abort, detection=warning, built_logs=tuple(logs),
                     built_decision=decision)
@@ -599,7 +588,7 @@ class _LatestEngine(LoopEngine):
         return found if self.warning_bucket(state, found) else None
 
 
-def _end_run(state: RunState, detector: str) -> None:
+def end_run(state: RunState, detector: str) -> None:
     """An abort ends the run.  A run-id scope stays closed (late calls are refused); the
     session's "no run" scope goes on with the next run, which gets a fresh guard and block
     count while sharing the history, as upstream's per-session buffer does."""

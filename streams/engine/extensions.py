@@ -40,7 +40,7 @@ from schemas.verdicts import Decision
 from . import history
 from .config import Settings
 from .detectors import detect, detect_cycle, detect_latest
-from .engine import LoopEngine, Step, _LatestEngine, refused_after_abort
+from .engine import LoopEngine, Step, LatestEngine, refused_after_abort
 from .fleet import FleetView, RingDetection
 from .state import RunState
 
@@ -172,7 +172,7 @@ class _ExtendedEngine(_Extensions, LoopEngine):
     """configurable-final with loopwatch's extensions."""
 
 
-class _ExtendedLatestEngine(_Extensions, _LatestEngine):
+class _ExtendedLatestEngine(_Extensions, LatestEngine):
     """Profile latest (for some agent) with loopwatch's extensions."""
 
 

@@ -72,7 +72,7 @@ def tool_call_loop(g: GeminiState, key: str) -> bool:
 def turn_started(g: GeminiState) -> None:
     """``turnStarted``'s cadence: counts the turn and, from the 30th, starts a check every
     ``llm_interval`` turns (``llm_check_due`` is then true until the next turn).  The check
-    itself is a judge's, outside the engine (``streams.judge``); with none, nothing follows."""
+    itself is a judge's, outside the engine (``streams.engine.judge``); with none, nothing follows."""
     g.turns += 1
     if g.turns >= LLM_CHECK_AFTER_TURNS and g.turns - g.last_check_turn >= g.llm_interval:
         g.last_check_turn = g.turns

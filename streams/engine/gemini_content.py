@@ -1,6 +1,6 @@
 """Gemini CLI's content loop detector ("chanting", ``analyzeContentChunksForLoop`` and
 ``isLoopDetectedForChunk`` in ``@google/gemini-cli-core`` 0.61.0's loopDetectionService.ts) on
-the window hashes the edge sends (``model.text``, ``streams.client.gemini_content``), sans I/O.
+the window hashes the edge sends (``model.text``, ``streams.edge.content_windows``), sans I/O.
 
 Gemini hashes every 50-unit window of the model's last 5000 UTF-16 units of streamed text, from
 ``lastContentIndex`` on, and keeps each hash's positions.  A window seen for the 10th time or more

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from schemas.names import COMPACTION_LOOP_PERSISTED
-from streams.canonical import js_number
+from streams.edge.canonical import js_number
 
 from .config import GuardSettings
 from .state import CompactionRereads, GuardWindow

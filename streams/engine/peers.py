@@ -27,7 +27,7 @@ from schemas.verdicts import Decision
 from . import gemini as gm
 from . import gemini_content as gc
 from . import openhands as oh
-from .engine import Step, _decision, _end_run, _run_aborted, refused_after_abort
+from .engine import Step, build_decision, end_run, build_run_aborted, refused_after_abort
 from .peer_state import PeerState
 from .state import RunState
 
@@ -127,14 +127,14 @@ def _check(state: RunState, w: oh.OpenHandsWindow, event: Any) -> Step:
     pattern = oh.stuck_pattern(w)
     if pattern is None:
         return Step(state)
-    _end_run(state, pattern)
+    end_run(state, pattern)
     message = (
         f"CRITICAL: OpenHands' stuck detection ({pattern}) ended this run: "
         f"{_PATTERN_TEXT[pattern]}. The agent is stopped."
     )
     args_hash = next((k for k, kind in zip(reversed(w.keys), reversed(w.kinds)) if kind == oh.ACTION), "")
     tool = args_hash.partition("|")[0][:-65]
-    return Step(state, abort=_run_aborted(event, pattern, _PATTERN_COUNT[pattern], tool, message))
+    return Step(state, abort=build_run_aborted(event, pattern, _PATTERN_COUNT[pattern], tool, message))
 
 
 _PATTERN_TEXT = {
@@ -220,16 +220,16 @@ def _gemini_strike(state: RunState, g: gm.GeminiState, event: Any, detector: str
             "forward progress. If not, take a step back, analyze your previous actions and rethink how you're "
             "approaching the problem. Avoid repeating the same tool calls or responses without new results."
         )
-        decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=detector,
+        decision = build_decision(event, "block", None, None, True, level=CRITICAL, detector=detector,
                              count=1, message=message)
         return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True)
-    _end_run(state, detector)
+    end_run(state, detector)
     if state.aborted is not None:
         g.content = None  # the run is over: nothing will read its text again
     message = f"CRITICAL: Gemini CLI's loop detection ended this turn: {again}."
-    decision = _decision(event, "block", None, None, True, level=CRITICAL, detector=detector,
+    decision = build_decision(event, "block", None, None, True, level=CRITICAL, detector=detector,
                          count=g.strikes, message=message)
-    abort = _run_aborted(event, detector, g.strikes, event.tool_name, message)
+    abort = build_run_aborted(event, detector, g.strikes, event.tool_name, message)
     return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True, abort=abort)
 
 
@@ -260,17 +260,17 @@ def _gemini_text(state: RunState, g: gm.GeminiState, event: ModelText) -> Step:
             notify_model=True, message=message,
         )
         return Step(state, built_decision=decision)
-    _end_run(state, GEMINI_CONTENT_LOOP)
+    end_run(state, GEMINI_CONTENT_LOOP)
     if state.aborted is not None:
         g.content = None  # the run is over: nothing will read its text again
     message = "CRITICAL: Gemini CLI's loop detection ended this turn: the model's text repeated itself after its feedback."
-    return Step(state, abort=_run_aborted(event, GEMINI_CONTENT_LOOP, g.strikes, "", message))
+    return Step(state, abort=build_run_aborted(event, GEMINI_CONTENT_LOOP, g.strikes, "", message))
 
 
 def gemini_llm_check_due(step: Step) -> bool:
     """Whether Gemini's LLM check is due at this step (a requested call of an agent under
     ``gemini-cli`` whose turn started one) and nothing else already answered the call: the
-    caller then asks its judge, if it has one (``streams.judge``), and hands the answer to
+    caller then asks its judge, if it has one (``streams.engine.judge``), and hands the answer to
     ``gemini_judged``."""
     state = step.state
     if state is None or step.request is None or step.vetoed or step.abort is not None or state.aborted is not None:

@@ -17,7 +17,7 @@ from sys import intern
 
 import msgspec
 
-from streams.hashing import TERMINAL_EXEC_FAILURE, TOOL_LOOP_VETO, WRITE_MUTATION
+from streams.edge.hashing import TERMINAL_EXEC_FAILURE, TOOL_LOOP_VETO, WRITE_MUTATION
 
 from .peer_state import PeerState
 

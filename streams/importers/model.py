@@ -1,7 +1,7 @@
 """What every importer produces: runs of tool calls, turned into ``tool-calls`` events here.
 
 A format's module reads its files and yields ``Run``s; ``run_events`` hashes each call's raw
-arguments and result at the edge (``streams.edge``, ``streams.hashing``: the bytes a runner
+arguments and result at the edge (``streams.edge.events``, ``streams.edge.hashing``: the bytes a runner
 would publish) and drops them.  The raw values live only in memory, one run at a time.
 """
 
@@ -12,8 +12,8 @@ from typing import Any, Iterator
 
 from schemas.events import MAX_ID_LENGTH, MAX_TOOL_NAME_LENGTH, ToolCallEvent
 
-from ..edge import compaction_event, completed_from_outcome, requested_event, run_ended_event
-from ..hashing import hash_outcome
+from ..edge.events import compaction_event, completed_from_outcome, requested_event, run_ended_event
+from ..edge.hashing import hash_outcome
 
 __all__ = ["Call", "Compaction", "ENDED", "ImportFailed", "MAX_ITERATIONS", "Run", "iso_ms", "label_reason", "run_events", "text_of"]
 

@@ -13,7 +13,7 @@ from typing import IO, Any, Iterator
 
 import msgspec
 
-from streams.files import decompressed
+from streams.offline.files import decompressed
 
 from .model import ImportFailed
 
@@ -115,7 +115,7 @@ class Opened:
     def lines(self, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
         """``(line number, decoded object)`` per non-empty line; a line over ``limit`` bytes is
         refused (only ``limit`` + 1 bytes of it are read), a last line cut short is reported
-        as a truncated file.  (Not ``streams.files.read_lines``: that one reads an over-long
+        as a truncated file.  (Not ``streams.offline.files.read_lines``: that one reads an over-long
         line through to go on with the next, where an import stops at the first.)"""
         self._rewind()
         number = 0

@@ -1,6 +1,6 @@
 """A simulated fleet that keeps a worker busy for a while: ``loopwatch demo``'s runners
-(``streams.demo.simulate_run``: the runner client in gate mode, obeying verdicts) started
-continuously, every scenario of ``streams.scenarios`` in turn, on any topics.
+(``streams.offline.demo.simulate_run``: the runner client in gate mode, obeying verdicts) started
+continuously, every scenario of ``streams.offline.scenarios`` in turn, on any topics.
 
 Used by ``streams.ops.render`` (the README's metrics picture) and the dashboard test on a
 real Prometheus.  ``concurrency`` may be a number or a function of the elapsed seconds, so a
@@ -19,8 +19,8 @@ from collections import Counter, defaultdict
 from typing import Callable, Sequence
 
 from streams.client import LoopwatchClient
-from streams.demo import simulate_run
-from streams.scenarios import SCENARIOS
+from streams.offline.demo import simulate_run
+from streams.offline.scenarios import SCENARIOS
 
 __all__ = ["drive_fleet"]
 

@@ -103,7 +103,7 @@ def delete_topics(broker: str, prefix: str) -> None:
 def record_demo(duration_s: float, config: Path, settle_s: float = 4.0) -> tuple[list[Snapshot], Phases, dict, float]:
     """Run the worker and the fleet; returns (scrapes, phases, fleet stats, fleet start time)."""
     from harness import WorkerNames, WorkerProcess
-    from streams.demo import ensure_broker
+    from streams.offline.demo import ensure_broker
 
     from .fleet import drive_fleet
 

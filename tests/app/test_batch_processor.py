@@ -16,15 +16,15 @@ from streams.app.records import Record
 from streams.app.run_store import HEADER_SIZE, Envelope, idle_since_ms, is_ended, pack_state, unpack_header, unpack_state
 from schemas.events import MAX_SAFE_INT
 from schemas.keys import record_key
-from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import LoopEngine, RunState, encode_state, state_key
+from streams.edge.events import compaction_event, completed_event, requested_event, run_ended_event
+from streams.engine import LoopEngine, engine_for, RunState, encode_state, state_key
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 LIVE_ENFORCE = {"config": "live", "mode": "enforce"}
 
 
 def engine() -> LoopEngine:
-    return LoopEngine(CONFIG)
+    return engine_for(CONFIG)
 
 
 class Store(dict):
@@ -61,7 +61,7 @@ def repeat_run(n: int, run_id="r1", gate=True, result="same"):
 
 def reference(events, config=CONFIG):
     """What the engine alone publishes for these events."""
-    eng = LoopEngine(config)
+    eng = engine_for(config)
     states: dict = {}
     out = []
     for event in events:
@@ -599,7 +599,7 @@ def test_event_ids_are_remembered_across_checkpoints_and_restarts():
 
 
 def test_the_remembered_ids_are_bounded_per_run():
-    from streams.app.run_store import SEEN_EVENT_IDS, event_digest
+    from streams.engine.intake import SEEN_EVENT_IDS, event_digest
 
     events = repeat_run(SEEN_EVENT_IDS, gate=False)  # 2 x 64 events
     p = BatchProcessor(engine())
@@ -711,7 +711,7 @@ def test_a_state_over_the_size_limit_keeps_its_newest_history():
     events = [requested_event(f"e{i}", "read", {"i": i}, run_id="r1", session_key="s", tool_call_id=f"{long_id}{i % 10}")
               for i in range(1000)]
     registry = CollectorRegistry()
-    p = BatchProcessor(LoopEngine(config), Metrics(registry, process_metrics=False))
+    p = BatchProcessor(engine_for(config), Metrics(registry, process_metrics=False))
     p.process(records(events), Store().read)
     value = p.runs.checkpoint().writes[(0, b"run:r1")]
     assert len(value) <= MAX_STATE_BYTES

@@ -11,7 +11,7 @@ import pytest
 from faust.types import TP
 
 from streams.app.settings import Settings
-from streams.faust_adapter import BatchingConsumer, InlineConsumerThread
+from streams.app.faust_adapter import BatchingConsumer, InlineConsumerThread
 
 class Message:  # stands in for the Faust message tracked while batches are open
     acked = False

@@ -1,4 +1,4 @@
-"""The batch topics' records fetched in bulk (``streams.faust_adapter.bulk_getall``) are the
+"""The batch topics' records fetched in bulk (``streams.app.faust_adapter.bulk_getall``) are the
 records aiokafka's own ``FetchResult.getall`` returns, call by call, with the same position
 afterwards: checked against aiokafka itself on generated fetch responses (record batches with
 compacted-away offsets, null keys and values, headers, control batches, a fetch offset inside
@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.fetch import TOPIC, Assignment, fetch_result, record_batch
-from streams import faust_adapter
+from streams.app import faust_adapter
 
 TP = TopicPartition(TOPIC, 3)
 

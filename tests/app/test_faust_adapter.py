@@ -1,9 +1,9 @@
-"""The adapter to Faust's, mode's and aiokafka's internals (``streams.faust_adapter``).
+"""The adapter to Faust's, mode's and aiokafka's internals (``streams.app.faust_adapter``).
 
 Every private name it uses exists, with the shape it relies on, in the installed versions;
 the list of those names is complete; nothing else in the project touches a dependency's
 private name; the version check fails in one line; aiokafka's log line that
-``streams.broker_access`` reads is still the one aiokafka logs.
+``streams.edge.broker`` reads is still the one aiokafka logs.
 """
 
 from __future__ import annotations
@@ -12,18 +12,16 @@ import ast
 import asyncio
 import importlib
 import inspect
-import logging
 import re
-import socket
 from pathlib import Path
 
 import pytest
 
-from streams import faust_adapter
-from streams.faust_adapter import OWN_NAMES, PRIVATE_NAMES, DependencyVersionError, check_versions
+from streams.app import faust_adapter
+from streams.app.faust_adapter import OWN_NAMES, PRIVATE_NAMES, DependencyVersionError, check_versions
 
 REPO = Path(__file__).resolve().parents[2]
-ADAPTER = REPO / "streams" / "faust_adapter.py"
+ADAPTER = REPO / "streams" / "app" / "faust_adapter.py"
 DEPENDENCIES = ("faust", "mode", "aiokafka")
 
 
@@ -131,7 +129,7 @@ def test_a_version_it_was_not_written_for_fails_in_one_line():
         check_versions(installed.__getitem__)
     message = str(error.value)
     assert "\n" not in message
-    assert message.startswith("aiokafka 0.15.0 is installed, but streams/faust_adapter.py was written for 0.14.0")
+    assert message.startswith("aiokafka 0.15.0 is installed, but streams/app/faust_adapter.py was written for 0.14.0")
 
 
 def test_pyproject_pins_the_versions_the_adapter_was_written_for():
@@ -141,36 +139,6 @@ def test_pyproject_pins_the_versions_the_adapter_was_written_for():
     for package, versions in faust_adapter.WRITTEN_FOR.items():
         pinned = [d for d in dependencies if re.match(rf"{re.escape(package)}\s*==", d)]
         assert pinned == [f"{package}=={versions[0]}"], (package, pinned)
-
-
-async def test_aiokafka_still_logs_why_its_bootstrap_failed(caplog):
-    # The record streams.broker_access explains: a closed port gives ConnectionRefusedError.
-    from aiokafka import AIOKafkaProducer
-    from aiokafka.errors import KafkaConnectionError
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed once the block ends
-    producer = AIOKafkaProducer(bootstrap_servers=f"127.0.0.1:{port}", request_timeout_ms=2000)
-    with caplog.at_level(logging.ERROR, logger=faust_adapter.AIOKAFKA_CLIENT_LOGGER):
-        with pytest.raises(KafkaConnectionError):
-            await producer.start()
-    await producer.stop()
-    parsed = [faust_adapter.unable_to_connect(r) for r in caplog.records]
-    assert [(where, type(error)) for where, error in filter(None, parsed)] == [(f"127.0.0.1:{port}", ConnectionRefusedError)]
-
-
-def test_sasl_bytes_are_redacted_in_the_request_line_aiokafka_logs():
-    from aiokafka.protocol.admin import SaslAuthenticateRequest_v0
-
-    request = SaslAuthenticateRequest_v0(sasl_auth_bytes=b"\x00user\x00secret")
-    record = logging.LogRecord(faust_adapter.AIOKAFKA_CONN_LOGGER, logging.DEBUG, "conn.py", 1,
-                               "Request to %s:%d %d: %s", ("127.0.0.1", 9092, 7, request), None)
-    line = record.getMessage()  # as aiokafka.conn logs each request
-    assert "secret" in line
-    redacted = faust_adapter.redact_sasl_bytes(line)
-    assert redacted is not None and "secret" not in redacted and "sasl_auth_bytes=<redacted>" in redacted
-    assert faust_adapter.redact_sasl_bytes("Sending request MetadataRequest_v1(topics=[])") is None
 
 
 # -- nothing else touches a dependency's private name ------------------------------------------

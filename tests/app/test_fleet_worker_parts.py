@@ -21,11 +21,11 @@ from streams.app.processor import BatchProcessor
 from streams.app.records import Record
 from streams.app.reload import ConfigWatcher
 from streams.app.settings import Settings
-from streams.edge import completed_event, requested_event
-from streams.engine import LoopEngine, RunDriver
+from streams.edge.events import requested_event
+from streams.engine import engine_for, RunDriver
 from streams.engine.fleet import FleetView
-from streams.replay import fleet_simulator
-from streams.scenarios import agent_ring, session_loop, tool_outage
+from streams.offline.replay import fleet_simulator
+from streams.offline.scenarios import agent_ring, session_loop, tool_outage
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 SESSION = {**ENABLED, "loopwatch": {"scope": "session"}}
@@ -42,7 +42,7 @@ def no_store(partition, key):
 
 
 def processor(config):
-    p = BatchProcessor(LoopEngine(config), Metrics(CollectorRegistry(), process_metrics=False))
+    p = BatchProcessor(engine_for(config), Metrics(CollectorRegistry(), process_metrics=False))
     p.sessions_topic = "lw-sessions" if "scope" in config.get("loopwatch", {}) else None
     return p
 
@@ -68,7 +68,7 @@ def test_session_scope_forwarded_records_reach_the_engine_and_verdicts_stay_the_
     records = [Record("lw-sessions", 2, i, key, value, 1.0) for i, (key, value, _h) in enumerate(forwards)]
     result = p.process(records, no_store)
     got = [decode_verdict(v.value) for v in result.verdicts]
-    want = RunDriver(LoopEngine(SESSION)).verdicts(events)  # the engine under session scope
+    want = RunDriver(engine_for(SESSION)).verdicts(events)  # the engine under session scope
     assert got == want and any(v.action == "block" for v in got)
     assert all(v.key == f"run:{v.verdict.run_id}".encode() and v.partition == 2 for v in result.verdicts)
 
@@ -128,12 +128,12 @@ def test_a_runs_identical_sends_in_a_batch_go_as_one_record_with_their_count():
 
 def test_without_the_options_the_processor_sends_nothing_more():
     events = tool_outage(runs=3) + agent_ring(rounds=1)
-    result = BatchProcessor(LoopEngine(ENABLED)).process(tool_calls(events), no_store)
+    result = BatchProcessor(engine_for(ENABLED)).process(tool_calls(events), no_store)
     assert result.fleet == [] and result.forwards == [] and result.incident_decisions == 0
 
 
 def test_decisions_during_an_incident_are_published_and_counted():
-    engine = LoopEngine({**ENABLED, "loopwatch": {"fleetIncidents": {"enabled": True}}})
+    engine = engine_for({**ENABLED, "loopwatch": {"fleetIncidents": {"enabled": True}}})
     simulator = fleet_simulator(engine)
     for event in tool_outage(runs=30):
         simulator.observe(event)
@@ -145,7 +145,7 @@ def test_decisions_during_an_incident_are_published_and_counted():
 
 
 def test_the_mirror_applies_incidents_rings_and_tombstones():
-    engine = LoopEngine(FLEET)
+    engine = engine_for(FLEET)
     simulator = fleet_simulator(engine)
     published = []
     for event in tool_outage(runs=30) + agent_ring(rounds=4) + tool_outage(
@@ -173,7 +173,7 @@ def test_a_reload_that_changes_the_topology_is_refused(tmp_path):
     path = tmp_path / "config.json"
     path.write_text(json.dumps(FLEET))
     applied = []
-    initial = LoopEngine(FLEET).config.topology()
+    initial = engine_for(FLEET).config.topology()
     watcher = ConfigWatcher(path, applied.append, check=lambda engine: _topology_change(initial, engine))
     watcher.load_initial()
     path.write_text(json.dumps({**FLEET, "tools": {"loopDetection": {"enabled": True, "warningThreshold": 5}}}))
@@ -201,14 +201,14 @@ def test_session_keyed_records_on_their_partition_skip_the_repartition():
     records = session_keyed(events)
     direct = p.process(records, no_store)
     assert direct.forwards == [] and direct.events == len(events)
-    assert [decode_verdict(v.value) for v in direct.verdicts] == RunDriver(LoopEngine(SESSION)).verdicts(events)
+    assert [decode_verdict(v.value) for v in direct.verdicts] == RunDriver(engine_for(SESSION)).verdicts(events)
     moved = [Record(r.topic, (r.partition + 1) % 4, r.offset, r.key, r.value) for r in records]
     assert len(processor(SESSION).process(moved, no_store).forwards) == len(events)  # elsewhere: forwarded
 
 
 def test_under_run_scope_a_session_key_is_accepted():
     events = session_loop(gate=True)
-    result = BatchProcessor(LoopEngine(ENABLED)).process(session_keyed(events), no_store)
+    result = BatchProcessor(engine_for(ENABLED)).process(session_keyed(events), no_store)
     assert result.dead_letters == [] and result.events == len(events)
 
 
@@ -216,7 +216,6 @@ def test_a_state_fed_from_both_topics_compares_offsets_within_each():
     """A session whose runners key differently: its state gets records of tool-calls (direct)
     and of the repartition topic (forwarded), whose offsets are not comparable.  None is
     skipped as a redelivery, and a true redelivery of either is."""
-    from streams.app.live_runs import LiveRuns
 
     events = session_loop(gate=True)[:8]
     p = processor(SESSION)
@@ -251,7 +250,7 @@ def test_under_session_scope_a_shadow_agents_verdicts_stay_keyed_by_run():
     forwards = p.process(tool_calls(events), no_store).forwards
     result = p.process([Record("lw-sessions", 1, i, k, v) for i, (k, v, _h) in enumerate(forwards)], no_store)
     shadow = [decode_verdict(v.value) for v in result.shadow]
-    assert shadow == RunDriver(LoopEngine(SESSION)).verdicts(events)  # what enforce mode would publish
+    assert shadow == RunDriver(engine_for(SESSION)).verdicts(events)  # what enforce mode would publish
     assert any(v.action == "block" for v in shadow)
     answers = [decode_verdict(v.value) for v in result.verdicts]
     assert len(answers) == sum(1 for e in events if getattr(e, "gate", False)) and {a.action for a in answers} == {"allow"}
@@ -271,13 +270,13 @@ def test_a_candidate_config_under_session_scope_keys_its_verdicts_by_run_and_com
               "loopwatch": {"scope": "session"}}
     events = session_loop(gate=True)
     registry = CollectorRegistry()
-    p = BatchProcessor(LoopEngine(SESSION), Metrics(registry, process_metrics=False))
+    p = BatchProcessor(engine_for(SESSION), Metrics(registry, process_metrics=False))
     p.sessions_topic = "lw-sessions"
-    p.use_candidate(LoopEngine(strict), "c0ffee")
+    p.use_candidate(engine_for(strict), "c0ffee")
     forwards = p.process(tool_calls(events), no_store).forwards
     result = p.process([Record("lw-sessions", 1, i, k, v) for i, (k, v, _h) in enumerate(forwards)], no_store)
     judged = [decode_verdict(v.value) for v in result.candidate]
-    assert judged == RunDriver(LoopEngine(strict)).verdicts(events)  # the engine driven directly
+    assert judged == RunDriver(engine_for(strict)).verdicts(events)  # the engine driven directly
     assert all(v.key == f"run:{v.verdict.run_id}".encode() for v in result.candidate + result.verdicts)
     g = registry.get_sample_value
     assert g("loopwatch_candidate_outcome_changes_total", {"live": "warn", "candidate": "block"}) == 1

@@ -1,6 +1,6 @@
 """Bad Kafka security and signing settings stop the worker at start with one clear line;
 refusals the broker will repeat for ever (credentials, TLS trust) are told apart from a
-broker that is merely unreachable (streams.broker_access).  The same refusals from the real
+broker that is merely unreachable (streams.edge.broker).  The same refusals from the real
 broker are in tests/integration/test_secure_kafka.py."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 from aiokafka import errors
 
 from streams.app.settings import Settings, SettingsError
-from streams.broker_access import BrokerAccessError, broker_access, explain
+from streams.edge.broker import BrokerAccessError, broker_access, explain
 
 REPO = Path(__file__).resolve().parents[2]
 SASL = {
@@ -148,7 +148,7 @@ async def test_broker_access_turns_an_explained_bootstrap_failure_into_one_error
 def test_sasl_bytes_are_redacted_from_aiokafka_debug_records(caplog):
     """What aiokafka.conn logs at DEBUG for a SASL PLAIN exchange (the request's repr carries
     ``\\x00user\\x00password``); the real exchange is in the secured-broker tests."""
-    from streams.broker_access import redact_sasl_exchanges
+    from streams.edge.broker import redact_sasl_exchanges
 
     class Request:
         def __repr__(self) -> str:

@@ -27,9 +27,9 @@ from streams.app.records import Record
 from streams.app.run_store import (
     COMPARED_FROM_START, HEADER_SIZE, pack_state, source_stamps, unpack_header, unpack_state,
 )
-from streams.edge import requested_event
-from streams.engine import LoopEngine, RunDriver
-from streams.scenarios import overlapping_runs
+from streams.edge.events import requested_event
+from streams.engine import engine_for, RunDriver
+from streams.offline.scenarios import overlapping_runs
 
 SESSION = {"tools": {"loopDetection": {"enabled": True, "historySize": 1000}}, "loopwatch": {"scope": "session"}}
 TOPIC = "lw-sessions"
@@ -43,7 +43,7 @@ def source(partition: int, offset: int) -> bytes:
 
 
 def processor() -> BatchProcessor:
-    p = BatchProcessor(LoopEngine(SESSION), Metrics(CollectorRegistry(), process_metrics=False))
+    p = BatchProcessor(engine_for(SESSION), Metrics(CollectorRegistry(), process_metrics=False))
     p.sessions_topic = TOPIC
     p.partitions = PARTITIONS
     return p
@@ -139,7 +139,7 @@ def test_a_batch_forwarded_again_after_a_crash_is_applied_once():
     pipe.checkpoint()
     forwarded = sum(len(records) for records in pipe.sessions.values())
     assert forwarded == len(events) + 200  # the crash's stretch went through the repartition twice
-    want = RunDriver(LoopEngine(SESSION)).verdicts(events)
+    want = RunDriver(engine_for(SESSION)).verdicts(events)
     assert by_id(pipe.verdicts) == {v.verdict_id: v for v in want}
     assert max(v.count or 0 for v in want) >= 100  # counts that a second application would move
     metrics = pipe.processor.metrics
@@ -164,7 +164,7 @@ def test_the_crash_case_fails_without_the_source_header():
     pipe.step(up_to_ms=300)
     pipe.restart()
     pipe.step()
-    want = {v.verdict_id: v for v in RunDriver(LoopEngine(SESSION)).verdicts(events)}
+    want = {v.verdict_id: v for v in RunDriver(engine_for(SESSION)).verdicts(events)}
     with pytest.raises(AssertionError, match="different content"):
         by_id(pipe.verdicts)
     assert {v.verdict_id: v for v in pipe.verdicts} != want
@@ -187,7 +187,7 @@ def test_copies_from_a_paused_worker_and_the_new_owner_are_applied_once_however_
         result = p.process(records[at:at + 17], lambda part, key: stored.get((part, key)))
         verdicts += [decode_verdict(v.value) for v in result.verdicts]
         stored.update(p.runs.checkpoint().writes)
-    assert by_id(verdicts) == {v.verdict_id: v for v in RunDriver(LoopEngine(SESSION)).verdicts(events)}
+    assert by_id(verdicts) == {v.verdict_id: v for v in RunDriver(engine_for(SESSION)).verdicts(events)}
     assert len(verdicts) == 40 and p.metrics.events_forwarded_again._value.get() == len(mixed) - len(events)
     [envelope] = stored.values()
     assert unpack_state(envelope).sources == {1: len(events) - 1}
@@ -265,7 +265,7 @@ def test_a_malformed_source_header_is_no_source(raw):
 
 
 def _state(events):
-    engine, state = LoopEngine(SESSION), None
+    engine, state = engine_for(SESSION), None
     for event in events:
         state = engine.handle(state, event, validated=True).state
     return state
@@ -302,14 +302,14 @@ def test_a_state_stored_by_an_earlier_release_goes_on_and_is_stored_as_version_5
     records are applied, and the state is stored with their source stamp (version 5)."""
     events = overlapping_runs("agent:main:upgrade", run_ids=["u"], calls_per_run=6, gate=True)
     key = session_scope_key(events[0]).encode()
-    engine = LoopEngine(SESSION)
+    engine = engine_for(SESSION)
     before = _state(events[:6])
     old = pack_state(before, FORWARDED_OFFSETS + 5, 1000, b"", "main", *((None, 0) if with_candidate else ()))
     assert old[0] == (4 if with_candidate else 3)
     stored = {(2, key): old}
     p = processor()
     if with_candidate:
-        p.use_candidate(LoopEngine(SESSION))
+        p.use_candidate(engine_for(SESSION))
 
     def read(part, k):
         return stored.get((part, k))

@@ -16,8 +16,8 @@ from schemas import decode_verdict
 from streams.app.metrics import Metrics
 from streams.app.processor import BatchProcessor
 from streams.app.run_store import COMPARED_FROM_START, unpack_state
-from streams.edge import completed_event, requested_event, run_ended_event
-from streams.engine import LoopEngine, RunDriver
+from streams.edge.events import completed_event, requested_event, run_ended_event
+from streams.engine import engine_for, RunDriver
 
 from test_batch_processor import Store, records, reference
 
@@ -62,7 +62,7 @@ def shadow_config(agent: str = "trial", root=LIVE) -> dict:
 
 def test_a_shadow_agents_runner_gets_only_allows_and_the_shadow_topic_gets_its_verdicts():
     config = shadow_config()
-    p = BatchProcessor(LoopEngine(config))
+    p = BatchProcessor(engine_for(config))
     events = repeat("t", 21, agent="trial") + repeat("m", 21, agent="main")
     r = p.process(records(events), Store().read)
     # The enforce agent: call 11 warns (count 10), call 21 blocks (count 20), every other call
@@ -80,7 +80,7 @@ def test_a_shadow_agents_runner_gets_only_allows_and_the_shadow_topic_gets_its_v
 
 
 def test_an_ungated_shadow_runner_gets_nothing_at_all():
-    p = BatchProcessor(LoopEngine(shadow_config()))
+    p = BatchProcessor(engine_for(shadow_config()))
     r = p.process(records(repeat("t", 21, agent="trial", gate=False)), Store().read)
     assert r.verdicts == []
     assert actions(r.shadow) == ["warn", "block"]
@@ -88,7 +88,7 @@ def test_an_ungated_shadow_runner_gets_nothing_at_all():
 
 def test_a_shadow_agent_that_would_be_aborted_is_never_aborted():
     root = {**LIVE, "loopwatch": {"abortAfterCriticalBlocks": 1, "mode": "shadow"}}
-    p = BatchProcessor(LoopEngine(root))
+    p = BatchProcessor(engine_for(root))
     r = p.process(records(repeat("t", 23, agent="trial")), Store().read)
     assert set(actions(r.verdicts)) == {"allow"} and len(r.verdicts) == 23
     # call 21 blocks and ends the run; the late calls 22 and 23 are refused: on the shadow topic
@@ -103,7 +103,7 @@ def test_a_shadow_agents_engine_log_lines_are_logged_as_an_enforce_agents(caplog
     def logged(config):
         caplog.clear()
         with caplog.at_level("INFO", logger="loopwatch"):
-            BatchProcessor(LoopEngine(config)).process(records(events), Store().read)
+            BatchProcessor(engine_for(config)).process(records(events), Store().read)
         return [(r.name, r.levelname, r.getMessage()) for r in caplog.records if r.name != "loopwatch.worker"]
 
     enforced = logged(LIVE)
@@ -113,7 +113,7 @@ def test_a_shadow_agents_engine_log_lines_are_logged_as_an_enforce_agents(caplog
 
 def test_shadow_and_enforce_metrics_carry_their_mode():
     registry = CollectorRegistry()
-    p = BatchProcessor(LoopEngine(shadow_config()), Metrics(registry, process_metrics=False))
+    p = BatchProcessor(engine_for(shadow_config()), Metrics(registry, process_metrics=False))
     p.process(records(repeat("t", 21, agent="trial") + repeat("m", 11, agent="main")), Store().read)
     g = registry.get_sample_value
 
@@ -131,7 +131,7 @@ def test_shadow_and_enforce_metrics_carry_their_mode():
 
 
 def test_without_shadow_agents_or_candidate_nothing_goes_to_the_shadow_topic():
-    p = BatchProcessor(LoopEngine(LIVE))
+    p = BatchProcessor(engine_for(LIVE))
     r = p.process(records(repeat("m", 21)), Store().read)
     assert (r.shadow, r.candidate) == ([], [])
     cp = p.runs.checkpoint()
@@ -142,14 +142,14 @@ def test_without_shadow_agents_or_candidate_nothing_goes_to_the_shadow_topic():
 
 
 def candidate_processor(live=LIVE, candidate=STRICT, metrics=None) -> BatchProcessor:
-    p = BatchProcessor(LoopEngine(live), metrics)
-    p.use_candidate(LoopEngine(candidate), "c0ffee")
+    p = BatchProcessor(engine_for(live), metrics)
+    p.use_candidate(engine_for(candidate), "c0ffee")
     return p
 
 
 def test_the_candidate_judges_the_same_events_and_nothing_of_it_reaches_loop_verdicts():
     events = repeat("r", 10, end=True)
-    alone = BatchProcessor(LoopEngine(LIVE)).process(records(events), Store().read)
+    alone = BatchProcessor(engine_for(LIVE)).process(records(events), Store().read)
     p = candidate_processor()
     r = p.process(records(events), Store().read)
     assert [o.value for o in r.verdicts] == [o.value for o in alone.verdicts]  # the live verdicts, unchanged
@@ -197,7 +197,7 @@ def test_a_worker_without_candidate_ignores_and_drops_a_stored_candidate_section
     p.process(records(events), store.read)
     store.apply(p.runs.checkpoint())
     assert store[(0, b"run:r")][0] == 4
-    plain = BatchProcessor(LoopEngine(LIVE))
+    plain = BatchProcessor(engine_for(LIVE))
     r = plain.process(records(repeat("r", 15, start=6), start=12), store.read)
     assert actions(r.verdicts) == ["allow"] * 4 + ["warn"] + ["allow"] * 9 + ["block"]  # calls 11, 21: the history was read
     store.apply(plain.runs.checkpoint())
@@ -207,7 +207,7 @@ def test_a_worker_without_candidate_ignores_and_drops_a_stored_candidate_section
 def test_a_run_the_candidate_joined_late_is_judged_but_not_compared():
     registry = CollectorRegistry()
     store = Store()
-    plain = BatchProcessor(LoopEngine(LIVE))
+    plain = BatchProcessor(engine_for(LIVE))
     plain.process(records(repeat("r", 4)), store.read)
     store.apply(plain.runs.checkpoint())
     p = candidate_processor(metrics=Metrics(registry, process_metrics=False))
@@ -253,7 +253,7 @@ def test_candidate_metrics_carry_the_candidates_mode(mode):
 def test_the_candidate_envelope_round_trips_and_reads_like_version_3():
     from streams.app.run_store import MAX_STATE_BYTES, idle_since_ms, pack_state, pack_within_limit, unpack_header
 
-    live, candidate = RunDriver(LoopEngine(LIVE)), RunDriver(LoopEngine(STRICT))
+    live, candidate = RunDriver(engine_for(LIVE)), RunDriver(engine_for(STRICT))
     for event in repeat("r", 9):
         live.handle(event)
         candidate.handle(event)
@@ -270,7 +270,7 @@ def test_the_candidate_envelope_round_trips_and_reads_like_version_3():
     assert (empty.candidate, empty.compared, empty.state) == (None, 0, state)
     # Over the size limit, both histories lose their oldest records.
     big = {"tools": {"loopDetection": {"enabled": True, "historySize": 1000}}}
-    drivers = RunDriver(LoopEngine(big)), RunDriver(LoopEngine(big))
+    drivers = RunDriver(engine_for(big)), RunDriver(engine_for(big))
     for i in range(1000):
         for d in drivers:
             d.handle(requested_event(f"e{i}", "t" * 200, {"i": i}, run_id="big", session_key="s",
@@ -292,7 +292,7 @@ def test_a_run_touched_while_a_checkpoint_encodes_it_keeps_its_candidate_state_a
     assert len(unpack_state(cp.writes[(0, b"run:r")]).candidate) == 5  # as frozen
     store.apply(cp)
     store.apply(p.runs.checkpoint())
-    directly = RunDriver(LoopEngine(STRICT))
+    directly = RunDriver(engine_for(STRICT))
     for event in repeat("r", 10):
         directly.handle(event)
     assert unpack_state(store[(0, b"run:r")]).candidate == directly.states["run:r"]

@@ -17,8 +17,8 @@ from streams.app.metrics import Metrics
 from streams.app.processor import BatchProcessor
 from streams.app.records import Record
 from streams.app.reload import KeyringWatcher
-from streams.edge import completed_event, requested_event
-from streams.engine import LoopEngine
+from streams.edge.events import completed_event, requested_event
+from streams.engine import engine_for
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 MAIN = SigningKey("main-1", "main", b"m" * 32)
@@ -57,7 +57,7 @@ def run(processor, records):
 def test_with_a_keyring_only_events_signed_by_their_agent_are_applied():
     keyring = Keyring([MAIN, BILLING])
     metrics = Metrics(CollectorRegistry())
-    p = BatchProcessor(LoopEngine(CONFIG), metrics, keyring=keyring)
+    p = BatchProcessor(engine_for(CONFIG), metrics, keyring=keyring)
     good = loop_events("good", "main")
     batch = (
         signed(good, MAIN)
@@ -67,7 +67,7 @@ def test_with_a_keyring_only_events_signed_by_their_agent_are_applied():
     )
     result = run(p, batch)
     # The signed run is processed exactly as without signing.
-    plain = run(BatchProcessor(LoopEngine(CONFIG)), signed(good, None))
+    plain = run(BatchProcessor(engine_for(CONFIG)), signed(good, None))
     assert [v.value for v in result.verdicts] == [v.value for v in plain.verdicts]
     assert any(v.verdict.action == "warn" for v in result.verdicts)
     assert result.events == len(good)
@@ -83,13 +83,13 @@ def test_with_a_keyring_only_events_signed_by_their_agent_are_applied():
 
 
 def test_without_a_keyring_signatures_are_ignored():
-    p = BatchProcessor(LoopEngine(CONFIG))
+    p = BatchProcessor(engine_for(CONFIG))
     result = run(p, signed(loop_events("r", "main", 2), None) + signed(loop_events("s", "x", 2), MAIN, start=10))
     assert result.dead_letters == [] and result.events == 8
 
 
 def test_a_rotated_key_is_accepted_next_to_the_old_one():
-    p = BatchProcessor(LoopEngine(CONFIG), keyring=Keyring([MAIN, MAIN_NEXT]))
+    p = BatchProcessor(engine_for(CONFIG), keyring=Keyring([MAIN, MAIN_NEXT]))
     events = loop_events("r", "main", 4)
     result = run(p, signed(events[:4], MAIN) + signed(events[4:], MAIN_NEXT, start=4))
     assert result.dead_letters == [] and result.events == 8
@@ -129,7 +129,7 @@ def test_a_key_of_one_agent_cannot_write_into_a_run_of_another_agent_even_after_
     """A compromised runner of agent billing, holding billing's key, names main's run id: its
     correctly signed events are dead-lettered, in the same batch and after main's run was
     stored and read back, and main's run is exactly what main's own events made of it."""
-    p = BatchProcessor(LoopEngine(CONFIG), keyring=Keyring([MAIN, BILLING]))
+    p = BatchProcessor(engine_for(CONFIG), keyring=Keyring([MAIN, BILLING]))
     store: dict = {}
 
     def read(partition, key):
@@ -150,19 +150,19 @@ def test_a_key_of_one_agent_cannot_write_into_a_run_of_another_agent_even_after_
     ]
     first = p.process(signed(main_events[:4], MAIN) + signed(hostile[:1], BILLING, start=4), read)
     checkpoint()
-    p2 = BatchProcessor(LoopEngine(CONFIG), keyring=Keyring([MAIN, BILLING]))  # a restarted worker
+    p2 = BatchProcessor(engine_for(CONFIG), keyring=Keyring([MAIN, BILLING]))  # a restarted worker
     p2_result = p2.process(signed(hostile[1:], BILLING, start=5) + signed(main_events[4:], MAIN, start=7), read)
 
     letters = first.dead_letters + p2_result.dead_letters
     assert [(l.reason, l.record.offset) for l in letters] == [("bad_signature", 4), ("bad_signature", 5), ("bad_signature", 6)]
     assert all("belongs to agent 'main'" in l.detail for l in letters)
     # main's verdicts are those of the same events without the hostile ones and without signing.
-    plain = BatchProcessor(LoopEngine(CONFIG)).process(signed(main_events, None), lambda partition, key: None)
+    plain = BatchProcessor(engine_for(CONFIG)).process(signed(main_events, None), lambda partition, key: None)
     assert [v.value for v in first.verdicts + p2_result.verdicts] == [v.value for v in plain.verdicts]
 
 
 def test_without_a_keyring_the_owner_is_recorded_but_not_enforced():
-    p = BatchProcessor(LoopEngine(CONFIG))
+    p = BatchProcessor(engine_for(CONFIG))
     other = [
         requested_event(f"other-{i}", "read", {"p": 1}, run_id="r", session_key="s-r", agent_id="other", ts_ms=9000 + i)
         for i in range(4)
@@ -185,7 +185,7 @@ def test_with_signed_events_a_fleet_incident_counts_only_agents_whose_signatures
     from schemas.fleet import FleetOutcome, decode_fleet_record
     from streams.engine.config import FleetIncidentSettings
     from streams.engine.fleet import count_outcome, digest16, qualifies
-    from streams.scenarios import tool_outage
+    from streams.offline.scenarios import tool_outage
 
     config = {**CONFIG, "loopwatch": {"fleetIncidents": {"enabled": True}}}
     events = [e for e in tool_outage(runs=20, agents=3, calls_per_run=1) if isinstance(e, ToolCallCompleted)]
@@ -202,10 +202,10 @@ def test_with_signed_events_a_fleet_incident_counts_only_agents_whose_signatures
             value = count_outcome(value, o.run, o.agent, settings)
         return {o.agent for o in outcomes}, qualifies(value, settings)
 
-    signed_agents, signed_qualifies = agents_sent(BatchProcessor(LoopEngine(config), keyring=Keyring([key])),
+    signed_agents, signed_qualifies = agents_sent(BatchProcessor(engine_for(config), keyring=Keyring([key])),
                                                   signed(events, key))
     assert signed_agents == {digest16("agent-0")} and not signed_qualifies
-    claimed_agents, claimed_qualifies = agents_sent(BatchProcessor(LoopEngine(config)), signed(events, key))
+    claimed_agents, claimed_qualifies = agents_sent(BatchProcessor(engine_for(config)), signed(events, key))
     assert claimed_agents == {digest16(f"agent-{i}") for i in range(3)} and claimed_qualifies
 
 
@@ -213,9 +213,9 @@ def test_a_signed_event_replayed_within_the_64_id_window_is_skipped_and_after_it
     # Issue 26: a replay is the record's exact bytes (its signature verifies) on a new offset.
     # The worker skips an event id among the last SEEN_EVENT_IDS (64) its run applied; an older
     # one replayed counts again (README, Signed events: what it does not cover).
-    from streams.app.run_store import SEEN_EVENT_IDS
+    from streams.engine.intake import SEEN_EVENT_IDS
 
-    p = BatchProcessor(LoopEngine(CONFIG), keyring=Keyring([MAIN]))
+    p = BatchProcessor(engine_for(CONFIG), keyring=Keyring([MAIN]))
     events = loop_events("r", "main", 40)  # 80 events
     records = signed(events, MAIN)
     first = run(p, records)
@@ -234,7 +234,7 @@ def test_a_signed_event_replayed_within_the_64_id_window_is_skipped_and_after_it
 def test_events_signed_with_a_key_rotated_out_are_refused_from_the_next_batch_on():
     # An expired key is one removed from the keyring (keys carry no expiry date): the worker
     # swaps its keyring between batches (KeyringWatcher -> BatchProcessor.keyring).
-    p = BatchProcessor(LoopEngine(CONFIG), keyring=Keyring([MAIN, MAIN_NEXT]))
+    p = BatchProcessor(engine_for(CONFIG), keyring=Keyring([MAIN, MAIN_NEXT]))
     events = loop_events("r", "main", 4)
     assert run(p, signed(events[:2], MAIN)).dead_letters == []
     p.keyring = Keyring([MAIN_NEXT])

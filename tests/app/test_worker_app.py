@@ -81,7 +81,7 @@ def test_the_gc_freezes_what_is_alive_before_the_first_batch_only(monkeypatch):
 
 def test_only_the_health_pages_are_served_on_the_web_port(app):
     # Faust's views show a run's raw state (/table/runs/<key>/) and more, to anyone.
-    from streams.faust_adapter import HealthOnlyWeb
+    from streams.app.faust_adapter import HealthOnlyWeb
 
     web = app.web
     assert isinstance(web, HealthOnlyWeb)  # no built-in blueprint at all (404s: test_worker_reliability)
@@ -164,7 +164,7 @@ def test_decisions_and_state_writes_go_out_on_separate_producers(worker):
     # decision made during a checkpoint waited behind its changelog records.
     from schemas import decode_verdict, encode_event
     from streams.app.records import Record
-    from streams.edge import requested_event
+    from streams.edge.events import requested_event
 
     lw, faust_producer, verdict_producer = wired(worker)
     loop = asyncio.get_event_loop()
@@ -240,7 +240,7 @@ def wired(worker, fail=None):
 def gated_record(run_id="r1", offset=0, partition=2, value=None):
     from schemas import encode_event
     from streams.app.records import Record
-    from streams.edge import requested_event
+    from streams.edge.events import requested_event
 
     event = requested_event(f"{run_id}:{offset}", "read", {"path": "/a"}, run_id=run_id, session_key="s", gate=True, ts_ms=1)
     return Record("tool-calls", partition, offset, run_id.encode(), value if value is not None else encode_event(event), 1)

@@ -9,7 +9,7 @@ LOOP = "<module> (streams/app/worker.py:40);BaseEventLoop._run_once (asyncio/bas
 PROCESS = LOOP + ";Checkpointer._handle (streams/app/checkpoint.py:401);BatchProcessor.process (streams/app/processor.py:210)"
 
 RAW = f"""\
-{PROCESS};kafka_key_problem (streams/app/processor.py:120) 7
+{PROCESS};kafka_key_problem (streams/engine/intake.py:120) 7
 {PROCESS};decode_event (schemas/events.py:300);check_event (schemas/events.py:250) 11
 {PROCESS};LoopEngine.handle (streams/engine/engine.py:400) 13
 {PROCESS} 3

@@ -20,8 +20,8 @@ import pytest
 from harness.cli import loopwatch, one_line_error
 from harness.fleets import BAD_RECORDS, BASELINE, CANDIDATE, assert_matches_reference, hand_worked_fleet
 from schemas import encode_event
-from streams.engine import LoopEngine, RunDriver
-from streams.scenarios import fleet_trace
+from streams.engine import engine_for, RunDriver
+from streams.offline.scenarios import fleet_trace
 
 
 def hand_fleet() -> list[bytes]:
@@ -113,7 +113,7 @@ def test_only_the_agents_asked_for(tmp_path, configs):
 def test_a_generated_fleet_matches_the_engine_driven_directly(tmp_path, configs):
     # Runs of 15 calls: a loop warns at call 11 under the baseline and is blocked at call 9
     # under the candidate.
-    events, _kinds = fleet_trace(300, 15, seed=11, engine=LoopEngine(BASELINE), end=True)
+    events, _kinds = fleet_trace(300, 15, seed=11, engine=engine_for(BASELINE), end=True)
     path = write_lines(tmp_path / "fleet.jsonl.gz", [encode_event(e) for e in events])
     proc = loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1], "--json")
     assert proc.returncode == 0, proc.stderr
@@ -130,23 +130,23 @@ def mixed_fleet() -> list[bytes]:
     """A generated fleet of three agents (runs of 15 calls: the candidate changes outcomes),
     with every kind of bad record early, retries of ten events, and run ids used again after
     their run ended (a second run of the key)."""
-    events, _kinds = fleet_trace(300, 15, seed=11, engine=LoopEngine(BASELINE), end=True)
+    events, _kinds = fleet_trace(300, 15, seed=11, engine=engine_for(BASELINE), end=True)
     events = [msgspec.structs.replace(e, agent_id=f"agent-{int(e.run_id.rsplit('-', 1)[1]) % 3}") for e in events]
-    again, _ = fleet_trace(20, 15, seed=12, engine=LoopEngine(BASELINE), end=True)
+    again, _ = fleet_trace(20, 15, seed=12, engine=engine_for(BASELINE), end=True)
     lines = [encode_event(e) for e in events]
     return lines[:100] + list(BAD_RECORDS.values()) + lines[50:60] + lines[100:] + [encode_event(e) for e in again]
 
 
 @pytest.mark.parametrize("candidate", ["all agents", "one agent"])
 def test_jobs_give_the_report_of_one_process_field_for_field(tmp_path, candidate):
-    from streams.backtest import Backtest, FileSource
+    from streams.offline.backtest import Backtest, FileSource
 
     cand = CANDIDATE if candidate == "all agents" else {
         **BASELINE, "agents": {"list": [{"id": "agent-1", "tools": CANDIDATE["tools"]}]}}
     path = write_lines(tmp_path / "fleet.jsonl", mixed_fleet())
     reports = {}
     for jobs in (1, 2, 3):
-        backtest = Backtest(LoopEngine(BASELINE), LoopEngine(cand))
+        backtest = Backtest(engine_for(BASELINE), engine_for(cand))
         backtest.run(FileSource([path]).records(), keyed=False, jobs=jobs)
         reports[jobs] = backtest.report()
     one = reports[1].data
@@ -238,19 +238,19 @@ def test_a_plot_without_a_writable_place(tmp_path, configs):
 def test_agents_the_candidate_leaves_alone_are_judged_once_and_the_same(tmp_path):
     # The candidate changes agent main only: cron's runs reuse the baseline's steps, and a run
     # whose events move from cron to main takes its own candidate state at main's first event.
-    from streams.backtest import Backtest, FileSource
+    from streams.offline.backtest import Backtest, FileSource
 
-    main, _ = fleet_trace(60, 15, seed=3, engine=LoopEngine(BASELINE), end=True, run_prefix="m")
-    cron, _ = fleet_trace(60, 15, seed=4, engine=LoopEngine(BASELINE), end=True, run_prefix="c")
+    main, _ = fleet_trace(60, 15, seed=3, engine=engine_for(BASELINE), end=True, run_prefix="m")
+    cron, _ = fleet_trace(60, 15, seed=4, engine=engine_for(BASELINE), end=True, run_prefix="c")
     cron = [msgspec.structs.replace(e, agent_id="cron") for e in cron]
     mixed = [e for e in fleet_trace(1, 30, seed=5, mix={"generic_repeat": 1.0}, run_prefix="x",
-                                    engine=LoopEngine(BASELINE))[0]]
+                                    engine=engine_for(BASELINE))[0]]
     mixed = [msgspec.structs.replace(e, agent_id="cron" if i < 12 else "main") for i, e in enumerate(mixed)]
     events = [e for trio in zip(main, cron) for e in trio] + mixed
     candidate = {**BASELINE, "agents": {"list": [
         {"id": "main", "tools": {"loopDetection": {"warningThreshold": 5, "criticalThreshold": 8}}}]}}
     path = write_lines(tmp_path / "two-agents.jsonl", [encode_event(e) for e in events])
-    backtest = Backtest(LoopEngine(BASELINE), LoopEngine(candidate))
+    backtest = Backtest(engine_for(BASELINE), engine_for(candidate))
     backtest.run(FileSource([path]).records(), keyed=False)
     report = backtest.report().data
     assert assert_matches_reference(report, events, BASELINE, candidate)
@@ -258,7 +258,7 @@ def test_agents_the_candidate_leaves_alone_are_judged_once_and_the_same(tmp_path
     # Only the run that moved from cron to main (still open) has a candidate state of its own,
     # and it is the state the candidate reaches when it judges the run from its start.
     assert set(backtest.sides[1].driver.states) == {b"run:x-00000"}
-    directly = RunDriver(LoopEngine(candidate))
+    directly = RunDriver(engine_for(candidate))
     for event in events:
         directly.handle(event)
     assert backtest.sides[1].driver.states[b"run:x-00000"] == directly.states["run:x-00000"]
@@ -268,16 +268,16 @@ def _backtest_with_progress(tmp_path, monkeypatch, **run_options):
     """A fleet's backtest with progress on a clock that moves 10 s per reading: every progress
     call past the first couple of seconds prints a line (a file, not a terminal: one line each,
     not rewritten in place).  Returns the events, the backtest and the lines printed."""
-    import streams.backtest as backtest_module
-    from streams.backtest import Backtest, FileSource, Progress
+    import streams.offline.backtest as backtest_module
+    from streams.offline.backtest import Backtest, FileSource, Progress
 
-    events, _ = fleet_trace(400, 50, seed=11, engine=LoopEngine(BASELINE), end=True)
+    events, _ = fleet_trace(400, 50, seed=11, engine=engine_for(BASELINE), end=True)
     path = write_lines(tmp_path / "fleet.jsonl", [encode_event(e) for e in events])
     ticks = iter(range(0, 10**6, 10))
     monkeypatch.setattr(backtest_module.time, "monotonic", lambda: float(next(ticks)))
     out, source = io.StringIO(), FileSource([path])
     progress = Progress(out, source.progress)
-    backtest = Backtest(LoopEngine(BASELINE), LoopEngine(CANDIDATE))
+    backtest = Backtest(engine_for(BASELINE), engine_for(CANDIDATE))
     backtest.run(source.records(), keyed=False, progress=progress, **run_options)
     progress.done(backtest.records)
     return events, backtest, out.getvalue().splitlines()
@@ -323,8 +323,8 @@ def test_session_scope_is_refused_and_the_fleet_options_are_named(tmp_path, conf
 @pytest.mark.parametrize("first", ["gzip", "plain"])
 def test_jobs_over_several_files_give_the_report_of_one_process(tmp_path, first):
     """Two files numbered as one stream, the same report: both plain, each shard reads them
-    itself (``streams.backtest._files_sharded``); a gzip one first, this process reads them."""
-    from streams.backtest import Backtest, FileSource
+    itself (``streams.offline.backtest._files_sharded``); a gzip one first, this process reads them."""
+    from streams.offline.backtest import Backtest, FileSource
 
     lines = mixed_fleet()
     half = len(lines) // 2
@@ -335,7 +335,7 @@ def test_jobs_over_several_files_give_the_report_of_one_process(tmp_path, first)
     plain = write_lines(tmp_path / "second.jsonl", lines[half:])
     reports = {}
     for jobs in (1, 2, 3):
-        backtest = Backtest(LoopEngine(BASELINE), LoopEngine(CANDIDATE))
+        backtest = Backtest(engine_for(BASELINE), engine_for(CANDIDATE))
         backtest.run(FileSource([packed, plain]).records(), keyed=False, jobs=jobs)
         reports[jobs] = backtest.report()
     one = reports[1].data
@@ -346,7 +346,7 @@ def test_jobs_over_several_files_give_the_report_of_one_process(tmp_path, first)
 
 
 def test_jobs_over_a_cut_gzip_fail_as_one_process_does(tmp_path):
-    from streams.backtest import Backtest, BacktestError, FileSource
+    from streams.offline.backtest import Backtest, BacktestError, FileSource
 
     data = gzip.compress(b"".join(line + b"\n" for line in mixed_fleet()))
     cut = tmp_path / "cut.jsonl.gz"
@@ -354,7 +354,7 @@ def test_jobs_over_a_cut_gzip_fail_as_one_process_does(tmp_path):
     errors = {}
     for jobs in (1, 2):
         with pytest.raises(BacktestError) as caught:
-            Backtest(LoopEngine(BASELINE), LoopEngine(CANDIDATE)).run(FileSource([cut]).records(), keyed=False,
+            Backtest(engine_for(BASELINE), engine_for(CANDIDATE)).run(FileSource([cut]).records(), keyed=False,
                                                                        jobs=jobs)
         errors[jobs] = (str(caught.value), caught.value.code)
     assert errors[1][0].startswith(f"cannot read {cut}: ") and errors[1][1] == 2

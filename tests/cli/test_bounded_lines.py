@@ -1,4 +1,4 @@
-"""``streams.files.read_lines``: every file reader's line splitting, with a bound on a line (issue 26).
+"""``streams.offline.files.read_lines``: every file reader's line splitting, with a bound on a line (issue 26).
 
 The reference for the splitting is ``bytes.split(b"\\n")`` on the whole input (an independent
 rule: a line is what lies between two line ends). The gzip bomb is one line of 64 MiB that
@@ -11,7 +11,6 @@ import gzip
 import io
 import json
 import tracemalloc
-from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,11 +18,11 @@ from hypothesis import strategies as st
 from bench.bounded_lines import gzip_bomb
 from harness.cli import loopwatch
 from schemas.events import encode_event
-from streams.edge import requested_event
-from streams.engine import LoopEngine
-from streams import files
-from streams.backtest import Backtest, FileSource
-from streams.files import MAX_LINE_BYTES, OverlongLine, decompressed, read_lines
+from streams.edge.events import requested_event
+from streams.engine import engine_for
+from streams.offline import files
+from streams.offline.backtest import Backtest, FileSource
+from streams.offline.files import MAX_LINE_BYTES, OverlongLine, decompressed, read_lines
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 BOMB_LINE_BYTES = 64 * 1024 * 1024
@@ -91,7 +90,7 @@ def test_backtest_counts_a_bomb_line_as_oversized_with_bounded_memory_and_goes_o
     path = gzip_bomb(tmp_path / "bomb.jsonl.gz", events[:6], events[6:], BOMB_LINE_BYTES)
     source = FileSource([path])
     strict = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
-    backtest = Backtest(LoopEngine(ENABLED), LoopEngine(strict))
+    backtest = Backtest(engine_for(ENABLED), engine_for(strict))
     tracemalloc.start()
     try:
         backtest.run(source.records(), keyed=False)
@@ -162,7 +161,7 @@ def _reports_counting_one_overlong_line(path, jobs_tried) -> dict:
     reports = {}
     for jobs in jobs_tried:
         source = FileSource([path])
-        backtest = Backtest(LoopEngine(ENABLED), LoopEngine(strict))
+        backtest = Backtest(engine_for(ENABLED), engine_for(strict))
         backtest.run(source.records(), keyed=False, jobs=jobs)
         assert source.overlong == 1, jobs
         assert dict(backtest.dead) == {"oversized": 1}, jobs

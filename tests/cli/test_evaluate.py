@@ -32,7 +32,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.cli import loopwatch, one_line_error
-from streams.evaluate import gemini_cli, openhands, roo_code, strict_loops
+from streams.offline.evaluate import gemini_cli, openhands, roo_code, strict_loops
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "transcripts"
@@ -197,7 +197,7 @@ def test_runs_are_judged_alone_in_any_order(tmp_path):
     """evaluate_run is a function of one run's events: the report of the runs in reverse order
     is the report of the runs in order."""
     from schemas.events import decode_event
-    from streams.evaluate import REFERENCE_ROWS, Evaluation, evaluate_run
+    from streams.offline.evaluate import REFERENCE_ROWS, Evaluation, evaluate_run
 
     events_path = tmp_path / "events.jsonl"
     assert loopwatch("import", DATA / "hand-made" / "loops.json", "-o", events_path).returncode == 0
@@ -227,7 +227,7 @@ def labelled_fleet() -> list[bytes]:
     from harness.fleets import BAD_RECORDS
     from schemas import encode_event
     from schemas.events import RunEnded
-    from streams.scenarios import fleet_trace
+    from streams.offline.scenarios import fleet_trace
 
     reasons = ("completed", "failed", "compacted")
 
@@ -250,16 +250,16 @@ def labelled_fleet() -> list[bytes]:
 
 
 def test_jobs_give_the_report_of_one_process_field_for_field(tmp_path):
-    from streams.backtest import FileSource
+    from streams.offline.backtest import FileSource
     from streams.cli import UPSTREAM_DEFAULTS
-    from streams.engine import LoopEngine
+    from streams.engine import engine_for
     from streams.engine.config import with_profile
-    from streams.evaluate import REFERENCE_ROWS, EngineRow, Evaluation
+    from streams.offline.evaluate import REFERENCE_ROWS, EngineRow, Evaluation
 
     path = tmp_path / "fleet.jsonl"
     path.write_bytes(b"".join(line + b"\n" for line in labelled_fleet()))
-    rows = [EngineRow("upstream", LoopEngine(UPSTREAM_DEFAULTS)),
-            EngineRow("latest", LoopEngine(with_profile(UPSTREAM_DEFAULTS, "latest"))), *REFERENCE_ROWS]
+    rows = [EngineRow("upstream", engine_for(UPSTREAM_DEFAULTS)),
+            EngineRow("latest", engine_for(with_profile(UPSTREAM_DEFAULTS, "latest"))), *REFERENCE_ROWS]
     reports = {}
     for jobs in (1, 2, 3):
         evaluation = Evaluation(rows)

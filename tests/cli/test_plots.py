@@ -1,4 +1,4 @@
-"""The CLI's charts (``streams.plots``; ``loopwatch backtest --plot``, ``loopwatch evaluate
+"""The CLI's charts (``streams.offline.plots``; ``loopwatch backtest --plot``, ``loopwatch evaluate
 --plot``) as a person sees them: each series (each row of a scatter chart) has marks inside
 the plotting area of the PNG (pixels of its colour there, not only in the legend, which is
 outside it), every point a marker, the time axis the data's span, the axes labelled.  Checked
@@ -15,7 +15,7 @@ matplotlib = pytest.importorskip("matplotlib")  # the ops extra, which make inst
 from matplotlib.image import imread  # noqa: E402
 
 from harness.cli import loopwatch  # noqa: E402
-from streams.plots import (  # noqa: E402
+from streams.offline.plots import (  # noqa: E402
     BASELINE_COLOR, CANDIDATE_COLOR, ROW_COLORS, SCATTER_BOX, Marker, Points, Series, axes_pixels, counts_per_bucket,
     save, scatter_chart, time_chart,
 )

@@ -1,4 +1,4 @@
-"""The shard of a line (``streams.sharded.value_state_key``: the state key from the run fields
+"""The shard of a line (``streams.offline.sharded.value_state_key``: the state key from the run fields
 alone, what every shard reading a file itself computes for every line, and what
 ``run_sharded``'s parent computes) against the standard library's JSON decoder with
 ``schemas.keys.state_key`` (an independent decode of the whole line): the same key, so the
@@ -18,9 +18,9 @@ from hypothesis import strategies as st
 
 from schemas.events import encode_event
 from schemas.keys import state_key
-from streams.engine import LoopEngine
-from streams.scenarios import fleet_trace
-from streams.sharded import value_state_key
+from streams.engine import engine_for
+from streams.offline.scenarios import fleet_trace
+from streams.offline.sharded import value_state_key
 from harness.fleets import BASELINE
 
 WS = st.sampled_from(["", " ", "\t", "\u00a0", "\ufeff", "\u2003", "\n", "  "])
@@ -103,7 +103,7 @@ def test_hand_worked_lines(line, key):
 
 
 def test_the_key_of_the_events_the_runners_publish():
-    events, _ = fleet_trace(50, 10, seed=3, engine=LoopEngine(BASELINE), end=True)
+    events, _ = fleet_trace(50, 10, seed=3, engine=engine_for(BASELINE), end=True)
     for event in events:
         line = encode_event(event) + b"\n"
         assert value_state_key(line) == stdlib_key(line) == f"run:{event.run_id}".encode()

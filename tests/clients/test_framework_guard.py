@@ -1,4 +1,4 @@
-"""The part the framework adapters share (``integrations/frameworks/guard.py``), without Kafka:
+"""The part the framework adapters share (``streams/integrations/frameworks/guard.py``), without Kafka:
 what framework values become before the edge hashes them, and a run's default identity."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import given, strategies as st
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from integrations.frameworks.guard import json_args, open_run, plain, thrown
+from streams.integrations.frameworks.guard import json_args, open_run, plain, thrown
 from streams.client import LoopwatchClient
-from streams.hashing import ThrownError, args_hash
+from streams.edge.hashing import ThrownError, args_hash
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.text(max_size=8),

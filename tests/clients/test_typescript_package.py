@@ -1,6 +1,6 @@
 """The TypeScript client's own tests (clients/typescript, `npm test`): hashing against the
 spec, the events against schemas/jsonschema, the cross-language hashing proof against
-streams/edge.py, the client and the OpenClaw plugin with an unreachable broker. No broker
+streams/edge/events.py, the client and the OpenClaw plugin with an unreachable broker. No broker
 is needed; the end-to-end tests on the real one are tests/integration/test_typescript_client.py.
 `make test` installs the npm dependencies from the lock file and builds the package first.
 """
@@ -25,7 +25,7 @@ def test_npm_test_passes():
         pytest.fail("npm (Node.js 20.19 or newer) is not installed; the TypeScript client's tests need it")
     if not (PACKAGE / "node_modules" / ".package-lock.json").exists():
         pytest.fail("clients/typescript has no node_modules: run `make ts-client` (make test does)")
-    # The cross-language tests run streams/edge.py with this very interpreter.
+    # The cross-language tests run streams/edge/events.py with this very interpreter.
     env = {**os.environ, "LOOPWATCH_PYTHON": sys.executable}
     run = subprocess.run([npm, "test"], cwd=PACKAGE, env=env, capture_output=True, text=True, timeout=900)
     summary = "\n".join(line for line in run.stdout.splitlines() if line.startswith(("ℹ", "✖", "#")))

@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.edge import completed_event, requested_event
-from streams.engine import LoopEngine, RunDriver
+from streams.edge.events import completed_event, requested_event
+from streams.engine import LoopEngine, engine_for, RunDriver
 from streams.engine.detectors import CycleDetection, detect_cycle
 from streams.engine.state import RunState
-from streams.scenarios import run_events
+from streams.offline.scenarios import run_events
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 CYCLE = {**ENABLED, "loopwatch": {"detectors": {"cycle": True}}}
@@ -28,7 +28,7 @@ GREP = ("grep", {"pattern": "main"}, "app.py:1")
 
 def drive(config, calls, *, obey=True):
     """Each call requested (gated) then completed unless blocked; the decisions, in order."""
-    runs = RunDriver(LoopEngine(config))
+    runs = RunDriver(engine_for(config))
     decisions = []
     for n, (tool, args, result) in enumerate(calls):
         decision = runs.handle(requested_event(f"e{n}", tool, args, tool_call_id=f"c{n}", gate=True, **FIELDS)).decision
@@ -66,7 +66,7 @@ def test_a_read_edit_test_cycle_warns_at_10_calls_and_blocks_at_20():
 
 def test_off_by_default_and_the_default_engine_is_upstreams():
     calls = [(READ, EDIT, TEST)[n % 3] for n in range(30)]
-    assert type(LoopEngine(ENABLED)) is LoopEngine
+    assert type(engine_for(ENABLED)) is LoopEngine
     assert not any(d.detector == "cycle" for d in drive(ENABLED, calls))
 
 
@@ -119,11 +119,11 @@ def test_upstream_block_is_never_weakened_to_a_cycle_warning():
 
 def test_the_cycle_loop_scenario():
     events = list(run_events("cycle_loop", "cyc", gate=True, length=24))
-    verdicts = RunDriver(LoopEngine(CYCLE)).verdicts(events)
+    verdicts = RunDriver(engine_for(CYCLE)).verdicts(events)
     cycle = [v for v in verdicts if getattr(v, "detector", None) == "cycle"]
     assert (cycle[0].action, cycle[0].count) == ("warn", 10)
     assert any(v.action == "block" and v.count == 20 for v in cycle)
-    assert not any(getattr(v, "detector", None) == "cycle" for v in RunDriver(LoopEngine(ENABLED)).verdicts(events))
+    assert not any(getattr(v, "detector", None) == "cycle" for v in RunDriver(engine_for(ENABLED)).verdicts(events))
 
 
 SEVERITY = {"allow": 0, "warn": 1, "block": 2}

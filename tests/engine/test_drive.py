@@ -3,8 +3,8 @@
 
 from schemas.config import validate
 from schemas.verdicts import Decision, RunAborted
-from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import ConfigSet, LoopEngine, RunDriver, outcome, published, shadow_answer
+from streams.edge.events import compaction_event, completed_event, requested_event, run_ended_event
+from streams.engine import ConfigSet, engine_for, RunDriver, outcome, published, shadow_answer
 from streams.engine.drive import ABORT, BLOCK, NONE, WARN
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
@@ -21,7 +21,7 @@ def loop(run_id: str, n: int, *, gate: bool, start: int = 0):
 
 
 def test_what_each_step_publishes():
-    runs = RunDriver(LoopEngine(ENABLED))
+    runs = RunDriver(engine_for(ENABLED))
     shown = []
     for event, step in runs.steps(loop("r", 21, gate=False)):
         shown.append([(type(v).__name__, getattr(v, "action", None)) for v in published(step)])
@@ -34,14 +34,14 @@ def test_what_each_step_publishes():
 
 
 def test_a_gated_call_gets_every_decision():
-    runs = RunDriver(LoopEngine(ENABLED))
+    runs = RunDriver(engine_for(ENABLED))
     actions = [[v.action for v in published(step)] for event, step in runs.steps(loop("r", 21, gate=True))][0::2]
     assert actions == [["allow"]] * 10 + [["warn"]] + [["allow"]] * 9 + [["block"]]
 
 
 def test_a_block_that_ends_the_run_publishes_the_decision_then_the_abort():
     root = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"abortAfterCriticalBlocks": 1}}
-    steps = [step for _event, step in RunDriver(LoopEngine(root)).steps(loop("r", 21, gate=False))]
+    steps = [step for _event, step in RunDriver(engine_for(root)).steps(loop("r", 21, gate=False))]
     verdicts = published(steps[40])  # the 21st request
     assert [type(v) for v in verdicts] == [Decision, RunAborted]
     assert (verdicts[0].action, verdicts[1].detector) == ("block", "critical_block_limit")
@@ -49,7 +49,7 @@ def test_a_block_that_ends_the_run_publishes_the_decision_then_the_abort():
 
 
 def test_a_loop_that_survives_a_compaction_publishes_its_abort():
-    runs = RunDriver(LoopEngine(ENABLED))
+    runs = RunDriver(engine_for(ENABLED))
     fields = dict(run_id="r", session_key="s", agent_id="main")
     runs.handle(compaction_event("arm", **fields))
     out = []
@@ -62,7 +62,7 @@ def test_a_loop_that_survives_a_compaction_publishes_its_abort():
 
 
 def test_runs_keep_their_own_state_and_lose_it_when_they_end():
-    runs = RunDriver(LoopEngine(ENABLED))
+    runs = RunDriver(engine_for(ENABLED))
     a, b = list(loop("a", 12, gate=False)), list(loop("b", 3, gate=False))
     for event in a[:12] + b + a[12:]:  # b in the middle of a
         runs.handle(event)
@@ -74,7 +74,7 @@ def test_runs_keep_their_own_state_and_lose_it_when_they_end():
 
 def test_apply_keeps_the_same_states_as_handle():
     events = [*loop("a", 25, gate=False), *loop("b", 5, gate=True)]
-    one, bulk = RunDriver(LoopEngine(ENABLED)), RunDriver(LoopEngine(ENABLED))
+    one, bulk = RunDriver(engine_for(ENABLED)), RunDriver(engine_for(ENABLED))
     for event in events:
         one.handle(event)
     bulk.apply(events, [f"run:{e.run_id}" for e in events])
@@ -84,9 +84,9 @@ def test_apply_keeps_the_same_states_as_handle():
 def test_verdicts_are_what_the_steps_publish_in_order():
     events = [*loop("a", 21, gate=False), *loop("b", 2, gate=True)]
     expected = []
-    for event, step in RunDriver(LoopEngine(ENABLED)).steps(events):
+    for event, step in RunDriver(engine_for(ENABLED)).steps(events):
         expected += published(step)
-    assert RunDriver(LoopEngine(ENABLED)).verdicts(events) == expected
+    assert RunDriver(engine_for(ENABLED)).verdicts(events) == expected
     assert [v.action for v in expected] == ["warn", "block", "allow", "allow"]
 
 
@@ -94,17 +94,17 @@ def test_verdicts_are_what_the_steps_publish_in_order():
 
 
 def test_outcome_ranks_what_each_step_publishes():
-    steps = [step for _event, step in RunDriver(LoopEngine(ENABLED)).steps(loop("r", 21, gate=True))]
+    steps = [step for _event, step in RunDriver(engine_for(ENABLED)).steps(loop("r", 21, gate=True))]
     # Gated: every request publishes a decision; only the shown warning and the block count.
     assert [outcome(s) for s in steps[0::2]] == [NONE] * 10 + [WARN] + [NONE] * 9 + [BLOCK]
     assert {outcome(s) for s in steps[1::2]} == {NONE}
     root = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"abortAfterCriticalBlocks": 1}}
-    ending = [step for _event, step in RunDriver(LoopEngine(root)).steps(loop("r", 21, gate=False))]
+    ending = [step for _event, step in RunDriver(engine_for(root)).steps(loop("r", 21, gate=False))]
     assert outcome(ending[40]) == ABORT  # the block that ends the run: the abort outranks it
 
 
 def test_a_shadow_runner_gets_an_allow_for_a_gated_call_and_nothing_else():
-    steps = [step for _event, step in RunDriver(LoopEngine(ENABLED)).steps(loop("r", 21, gate=True))]
+    steps = [step for _event, step in RunDriver(engine_for(ENABLED)).steps(loop("r", 21, gate=True))]
     answers = [shadow_answer(s) for s in steps]
     assert answers[1::2] == [None] * 21  # completions
     for step, answer in zip(steps[0::2], answers[0::2]):
@@ -112,7 +112,7 @@ def test_a_shadow_runner_gets_an_allow_for_a_gated_call_and_nothing_else():
             "allow", None, None, None, False)
         assert answer.verdict_id == step.published_decision.verdict_id  # the id the runner waits for
     assert steps[40].published_decision.action == "block"  # what the shadow topic gets instead
-    ungated = [step for _event, step in RunDriver(LoopEngine(ENABLED)).steps(loop("u", 21, gate=False))]
+    ungated = [step for _event, step in RunDriver(engine_for(ENABLED)).steps(loop("u", 21, gate=False))]
     assert [shadow_answer(s) for s in ungated] == [None] * 42
 
 

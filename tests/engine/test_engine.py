@@ -7,9 +7,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.events import InvalidEvent, ToolCallCompleted, ToolCallRequested, decode_event, encode_event
-from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import LoopEngine, RunState, copy_state, decode_state, encode_state, state_key
-from streams.scenarios import SCENARIOS, run_events
+from streams.edge.events import compaction_event, completed_event, requested_event, run_ended_event
+from streams.engine import engine_for, RunState, copy_state, decode_state, encode_state, state_key
+from streams.offline.scenarios import SCENARIOS, run_events
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 SAME = {"content": [{"type": "text", "text": "same"}], "details": {"ok": True}}
@@ -25,7 +25,7 @@ def call(engine, state, n, tool="read", args=None, result=SAME, run_id="r1"):
 
 
 def test_generic_repeat_blocks_the_21st_identical_call_and_stays_blocked():
-    engine = LoopEngine(ENABLED)
+    engine = engine_for(ENABLED)
     state = None
     actions = []
     for n in range(25):
@@ -43,13 +43,13 @@ def test_generic_repeat_blocks_the_21st_identical_call_and_stays_blocked():
 
 
 def test_verdict_ids_derive_from_the_event():
-    engine = LoopEngine(ENABLED)
+    engine = engine_for(ENABLED)
     req = requested_event("evt-42", "read", {}, run_id="r", session_key="s")
     assert engine.handle(None, req).decision.verdict_id == engine.handle(None, req).decision.verdict_id == "evt-42/decision"
 
 
 def test_rejected_events_leave_state_untouched():
-    engine = LoopEngine(ENABLED)
+    engine = engine_for(ENABLED)
     state = call(engine, None, 0).state
     before = encode_state(state)
     bad = ToolCallRequested(event_id="x", run_id="r1", session_key="s", tool_name="read", args_hash="write:" + "0" * 64)
@@ -105,7 +105,7 @@ def test_decoding_arbitrary_objects_only_raises_invalid_event(obj):
         event = decode_event(msgspec.json.encode(obj))
     except InvalidEvent:
         return
-    LoopEngine(ENABLED).handle(None, event, validated=True)  # whatever decodes, the engine takes
+    engine_for(ENABLED).handle(None, event, validated=True)  # whatever decodes, the engine takes
 
 
 def decisions_of(events, engine, roundtrip):
@@ -132,8 +132,8 @@ def test_state_survives_serialisation_between_any_two_events(runs, rnd):
     while any(streams):
         s = rnd.choice([s for s in streams if s])
         events.append(s.pop(0))
-    engine = LoopEngine(ENABLED)
-    assert decisions_of(events, engine, roundtrip=True) == decisions_of(events, LoopEngine(ENABLED), roundtrip=False)
+    engine = engine_for(ENABLED)
+    assert decisions_of(events, engine, roundtrip=True) == decisions_of(events, engine_for(ENABLED), roundtrip=False)
 
 
 def test_wire_round_trip_of_events():
@@ -142,13 +142,13 @@ def test_wire_round_trip_of_events():
 
 
 def test_run_ended_frees_state():
-    engine = LoopEngine(ENABLED)
+    engine = engine_for(ENABLED)
     state = call(engine, None, 0).state
     assert engine.handle(state, run_ended_event("end", run_id="r1", session_key="s")).state is None
 
 
 def test_post_compaction_abort_then_late_calls_are_refused():
-    engine = LoopEngine(ENABLED)
+    engine = engine_for(ENABLED)
     state = engine.handle(None, compaction_event("c", run_id="r1", session_key="s")).state
     aborts = []
     for n in range(3):
@@ -163,7 +163,7 @@ def test_post_compaction_abort_then_late_calls_are_refused():
 
 def test_guard_runs_even_when_detection_is_disabled_unless_explicitly_off():
     for block, expect_abort in ((None, True), ({"enabled": False}, False)):
-        engine = LoopEngine({"tools": {"loopDetection": block}})
+        engine = engine_for({"tools": {"loopDetection": block}})
         state = engine.handle(None, compaction_event("c", run_id="r1", session_key="s")).state
         steps = [call(engine, state, n) for n in range(3)]
         assert (steps[-1].abort is not None) == expect_abort
@@ -171,7 +171,7 @@ def test_guard_runs_even_when_detection_is_disabled_unless_explicitly_off():
 
 def test_option_abort_after_critical_blocks():
     root = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"abortAfterCriticalBlocks": 2}}
-    engine = LoopEngine(root)
+    engine = engine_for(root)
     state, aborts = None, []
     for n in range(24):
         step = call(engine, state, n)
@@ -180,7 +180,7 @@ def test_option_abort_after_critical_blocks():
             aborts.append((n, step.abort.detector, step.abort.count))
     assert aborts == [(21, "critical_block_limit", 2)]
     # Upstream default: blocks go on for ever, the run is never ended.
-    default = LoopEngine(ENABLED)
+    default = engine_for(ENABLED)
     state, blocks = None, 0
     for n in range(24):
         step = call(default, state, n)
@@ -193,7 +193,7 @@ def test_option_abort_after_critical_blocks():
 def test_option_surface_warnings():
     for surface in (False, True):
         root = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"surfaceWarnings": surface}}
-        engine = LoopEngine(root)
+        engine = engine_for(root)
         state = None
         for n in range(11):
             step = call(engine, state, n)
@@ -201,7 +201,7 @@ def test_option_surface_warnings():
         req = engine.handle(state, requested_event("w", "read", {"path": "/x"}, run_id="r1", session_key="s"))
         # count 11 is in the same bucket as 10: hidden by upstream's bucket rule
         assert req.decision.action == "allow" and req.decision.level == "warning"
-    engine = LoopEngine({"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"surfaceWarnings": True}})
+    engine = engine_for({"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"surfaceWarnings": True}})
     state = None
     notified = []
     for n in range(12):
@@ -212,7 +212,7 @@ def test_option_surface_warnings():
 
 
 def test_state_size_at_default_history_is_recorded():
-    engine = LoopEngine(ENABLED)
+    engine = engine_for(ENABLED)
     state = None
     for n in range(40):
         state = call(engine, state, n, args={"path": f"/f{n}"}, result={"content": [{"type": "text", "text": str(n)}]}).state
@@ -228,7 +228,7 @@ def test_state_size_at_default_history_is_recorded():
     st.dictionaries(st.text(max_size=5), st.integers(0, 9), max_size=3),
 )
 def test_compact_state_encoding_round_trips_any_history(rows, buckets):
-    from streams.hashing import args_hash
+    from streams.edge.hashing import args_hash
 
     state = RunState(run_id="r", warning_buckets=buckets, last_event_ms=1000)
     for n, (tool, arg, result) in enumerate(rows):
@@ -296,7 +296,7 @@ def test_ping_pong_key_orders_astral_below_high_bmp_characters():
 def test_copy_state_copies_every_part_the_engine_changes_in_place():
     # A field added to RunState later must be copied too, or a checkpoint in progress
     # would store changes made after it froze the run.
-    engine = LoopEngine(ENABLED)
+    engine = engine_for(ENABLED)
     state = None
     for n in range(12):
         state = call(engine, state, n).state

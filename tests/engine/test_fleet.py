@@ -1,6 +1,6 @@
 """The fleet rules without I/O (issue 17): hopping windows as Faust computes them, incidents,
 agent rings, and how the engine tells the runs.  Expected values are worked out by hand from
-the scenarios (``streams.scenarios.tool_outage``: run r is agent r mod 5's; ``agent_ring``:
+the scenarios (``streams.offline.scenarios.tool_outage``: run r is agent r mod 5's; ``agent_ring``:
 one send per agent per round)."""
 
 import random
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from schemas.events import ToolCallCompleted
 from schemas.fleet import FleetSend, IncidentOpened, IncidentResolved, RingNotice
 from schemas.names import CRITICAL, WARNING
-from streams.edge import completed_event, requested_event
-from streams.engine import LoopEngine, RunDriver
+from streams.edge.events import completed_event, requested_event
+from streams.engine import engine_for, RunDriver
 from streams.engine.config import AgentRingSettings, FleetIncidentSettings
 from streams.engine.fleet import (
     WITHDRAWN,
@@ -30,8 +30,8 @@ from streams.engine.fleet import (
     qualifies,
     window_starts,
 )
-from streams.replay import fleet_simulator
-from streams.scenarios import agent_ring, tool_outage
+from streams.offline.replay import fleet_simulator
+from streams.offline.scenarios import agent_ring, tool_outage
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 INCIDENTS = {**ENABLED, "loopwatch": {"fleetIncidents": {"enabled": True}}}
@@ -77,7 +77,7 @@ def test_which_outcomes_count():
 
 
 def simulate(config, events):
-    engine = LoopEngine(config)
+    engine = engine_for(config)
     runs, fleet = RunDriver(engine), fleet_simulator(engine)
     published, decisions = [], []
     for event in events:
@@ -130,7 +130,7 @@ def test_incidents_only_touch_their_tool_and_only_with_the_option():
     events = tool_outage(runs=30) + tool_outage("read", runs=1, failing=False, run_prefix="other")
     _, decisions = simulate(INCIDENTS, events)
     assert {d.tool_name for d in decisions} == {"web_search"}
-    assert RunDriver(LoopEngine(ENABLED)).verdicts(events) == []  # off: nothing published for allows
+    assert RunDriver(engine_for(ENABLED)).verdicts(events) == []  # off: nothing published for allows
 
 
 def test_the_view():
@@ -226,11 +226,11 @@ def test_every_run_of_the_ring_is_told():
     block = next(d for d in decisions if d.action == "block")
     assert block.message.startswith("CRITICAL: agents agent:ring-0:trace-standup → agent:ring-1:trace-standup → "
                                     "agent:ring-2:trace-standup → agent:ring-0:trace-standup have sent each other")
-    assert not any(d.detector == "agent_ring" for d in RunDriver(LoopEngine(ENABLED)).verdicts(events))
+    assert not any(d.detector == "agent_ring" for d in RunDriver(engine_for(ENABLED)).verdicts(events))
 
 
 def test_sends_off_the_ring_are_not_touched():
-    engine = LoopEngine(RINGS)
+    engine = engine_for(RINGS)
     simulator = fleet_simulator(engine)
     runs = RunDriver(engine)
     for event in agent_ring(rounds=6):

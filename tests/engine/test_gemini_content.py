@@ -1,5 +1,5 @@
 """Profile gemini-cli's content loop detector (issue 29): Gemini CLI's "chanting" rule on the
-model's streamed text, split between the runner's edge (``streams.client.gemini_content``:
+model's streamed text, split between the runner's edge (``streams.edge.content_windows``:
 resets, code blocks, truncation, window hashes, in UTF-16 units) and the engine
 (``streams.engine.gemini_content``), against the peer's own published code
 (``@google/gemini-cli-core`` 0.61.0's LoopDetectionService driven in node by
@@ -15,7 +15,6 @@ import subprocess
 from pathlib import Path
 from unittest import mock
 
-import msgspec
 import pytest
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
@@ -23,12 +22,12 @@ from hypothesis import strategies as st
 from schemas.events import MAX_EVENT_BYTES, MAX_WINDOWS_BYTES, InvalidEvent, ModelText, decode_event, encode_event
 from schemas.names import GEMINI_CONTENT_LOOP
 from schemas.verdicts import RunAborted
-from streams.client import gemini_content as ce
-from streams.client.gemini_content import ContentEdge, utf16_length, window_hash
+from streams.edge import content_windows as ce
+from streams.edge.content_windows import ContentEdge, utf16_length, window_hash
 from streams.conformance import peers
 from streams.conformance.traces import open_jsonl
-from streams.edge import agent_message_event, model_text_event, requested_event
-from streams.engine import LoopEngine, RunDriver, decode_state, encode_state, published
+from streams.edge.events import agent_message_event, model_text_event, requested_event
+from streams.engine import engine_for, RunDriver, decode_state, encode_state, published
 from streams.engine import gemini_content as gc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,7 +80,7 @@ def test_the_content_traces_tell_another_rule_apart(module, name, value):
 
 
 def test_a_state_stored_and_restored_at_every_event_decides_the_same():
-    engine = LoopEngine(GEMINI)
+    engine = engine_for(GEMINI)
     expected = _steps(DATA / "expected.jsonl.gz")
     for session in list(open_jsonl(DATA / "sessions.jsonl.gz"))[:120]:
         state, got = None, []
@@ -101,7 +100,7 @@ def test_a_state_stored_and_restored_at_every_event_decides_the_same():
 
 
 def _drive(chunks, engine=None):
-    driver, edge = RunDriver(engine or LoopEngine(GEMINI)), ContentEdge()
+    driver, edge = RunDriver(engine or engine_for(GEMINI)), ContentEdge()
     out = []
     for i, chunk in enumerate(chunks):
         if chunk is None:
@@ -257,7 +256,7 @@ def test_a_malformed_model_text_is_rejected():
 def test_other_profiles_ignore_model_text():
     for config in ({}, {"loopwatch": {"profile": "latest"}}, {"loopwatch": {"profile": "openhands"}}):
         sentence = ("This is a unique sentence, id=1. " * 2)[:50]
-        assert all(v == [] for v in _drive([sentence] * 12, LoopEngine(config)))
+        assert all(v == [] for v in _drive([sentence] * 12, engine_for(config)))
 
 
 def test_a_lost_chunk_resets_the_mirror_instead_of_guessing():
@@ -276,7 +275,7 @@ def test_a_user_prompt_resets_the_content_tracking_and_agent_messages_do_not():
     sentence = ("This is a unique sentence, id=1. " * 2)[:50]
     for between, loops in ((agent_message_event("u", "again", source="user", **IDS), False),
                            (agent_message_event("m", "thinking", **IDS), True)):
-        driver, edge = RunDriver(LoopEngine(GEMINI)), ContentEdge()
+        driver, edge = RunDriver(engine_for(GEMINI)), ContentEdge()
         for i in range(5):
             driver.handle(model_text_event(f"a{i}", edge, sentence, **IDS))
         driver.handle(between)

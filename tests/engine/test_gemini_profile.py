@@ -21,10 +21,10 @@ from schemas.events import ToolCallRequested, decode_event, encode_event
 from schemas.names import GEMINI_TOOL_CALL_LOOP
 from streams.conformance import peers
 from streams.conformance.traces import open_jsonl
-from streams.edge import agent_message_event, requested_event
-from streams.engine import LoopEngine, RunDriver, decode_state, encode_state, published
+from streams.edge.events import agent_message_event, requested_event
+from streams.engine import engine_for, RunDriver, decode_state, encode_state, published
 from streams.engine import gemini as gm
-from streams.hashing import gemini_call_key
+from streams.edge.hashing import gemini_call_key
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "conformance" / "gemini-cli"
@@ -119,7 +119,7 @@ def test_the_traces_need_geminis_own_key():
     """Sessions repeat the same arguments in another key order: one call for loopwatch's
     ``args_hash``, two for Gemini.  Without ``call_key`` some answers differ."""
     expected = _steps(DATA / "expected.jsonl.gz")
-    engine = LoopEngine(GEMINI)
+    engine = engine_for(GEMINI)
     differ = 0
     for session in open_jsonl(DATA / "sessions.jsonl.gz"):
         driver, got = RunDriver(engine), []
@@ -135,7 +135,7 @@ def test_the_traces_need_geminis_own_key():
 
 
 def test_a_state_stored_and_restored_at_every_event_decides_the_same():
-    engine = LoopEngine(GEMINI)
+    engine = engine_for(GEMINI)
     expected = _steps(DATA / "expected.jsonl.gz")
     for session in list(open_jsonl(DATA / "sessions.jsonl.gz"))[:150]:
         state, got = None, []
@@ -152,7 +152,7 @@ def test_a_state_stored_and_restored_at_every_event_decides_the_same():
 
 def test_first_detection_blocks_with_feedback_the_second_aborts_and_later_calls_are_refused():
     ids = {"run_id": "r1", "session_key": "agent:main:s1"}
-    driver = RunDriver(LoopEngine(GEMINI))
+    driver = RunDriver(engine_for(GEMINI))
     verdicts = [published(driver.handle(requested_event(f"e{i}", "read_file", {"path": "a"}, gemini_key=True,
                                                         gate=True, **ids))) for i in range(7)]
     assert all(v[0].action == "allow" for v in verdicts[:4])
@@ -170,6 +170,6 @@ def test_a_user_prompt_starts_over_and_agent_messages_do_not():
     more = [requested_event(f"f{i}", "glob", {"p": 1}, gemini_key=True, **ids) for i in range(1)]
     for between, loops in ((agent_message_event("u", "again", source="user", **ids), False),
                            (agent_message_event("m", "thinking", **ids), True)):
-        driver = RunDriver(LoopEngine(GEMINI))
+        driver = RunDriver(engine_for(GEMINI))
         steps = [driver.handle(e) for e in [*calls, between, *more]]
         assert (steps[-1].vetoed) is loops

@@ -7,8 +7,8 @@ import hashlib
 import pytest
 
 from schemas.config import check
-from streams.edge import blocked_result, compaction_event, completed_event, requested_event
-from streams.engine import LoopEngine, encode_state
+from streams.edge.events import blocked_result, compaction_event, completed_event, requested_event
+from streams.engine import LoopEngine, engine_for, encode_state
 from streams.engine.config import ConfigSet, resolve_latest
 
 LATEST = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"profile": "latest"}}
@@ -24,7 +24,7 @@ class Runner:
     """An obedient runner: a blocked call is completed with the blocked result, as the client does."""
 
     def __init__(self, config, run_id="r1"):
-        self.engine = LoopEngine(config)
+        self.engine = engine_for(config)
         self.state = None
         self.fields = dict(run_id=run_id, session_key="agent:main:r1", agent_id="main")
         self.n = 0
@@ -295,11 +295,11 @@ def test_profile_per_agent_and_the_merge_of_enabled():
 
 def test_only_a_config_using_latest_pays_for_the_profile_check():
     """A configurable-final config gets the plain engine (no per-event profile lookup)."""
-    assert type(LoopEngine(FINAL)) is LoopEngine
-    assert type(LoopEngine(None)) is LoopEngine
-    assert type(LoopEngine(LATEST)) is not LoopEngine
+    assert type(engine_for(FINAL)) is LoopEngine
+    assert type(engine_for(None)) is LoopEngine
+    assert type(engine_for(LATEST)) is not LoopEngine
     mixed = {"agents": {"list": [{"id": "x", "loopwatch": {"profile": "latest"}}]}}
-    assert type(LoopEngine(mixed)) is not LoopEngine
+    assert type(engine_for(mixed)) is not LoopEngine
 
 
 def test_a_mixed_engine_keeps_each_agents_profile():

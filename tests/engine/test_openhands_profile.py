@@ -23,8 +23,8 @@ from schemas.names import (
 )
 from streams.conformance import peers
 from streams.conformance.traces import open_jsonl
-from streams.edge import agent_message_event, completed_event, requested_event
-from streams.engine import LoopEngine, RunDriver, decode_state, encode_state, published
+from streams.edge.events import agent_message_event, completed_event, requested_event
+from streams.engine import engine_for, RunDriver, decode_state, encode_state, published
 from streams.engine import openhands as oh
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,7 +110,7 @@ def test_the_traces_tell_a_window_one_event_off_apart(monkeypatch, window):
 
 def test_a_state_stored_and_restored_at_every_event_decides_the_same():
     """The worker stores states between batches: encode/decode at every event changes nothing."""
-    engine = LoopEngine(OPENHANDS)
+    engine = engine_for(OPENHANDS)
     sessions = list(open_jsonl(DATA / "sessions.jsonl.gz"))[:120]
     expected = _steps(DATA / "expected.jsonl.gz")
     for session in sessions:
@@ -148,7 +148,7 @@ def _loop(n, thought=lambda i: "same", error=None, gate=False, agent_id=None):
 
 
 def test_four_identical_pairs_stop_the_agent_and_later_calls_are_refused():
-    verdicts = _run(LoopEngine(OPENHANDS), _loop(5, gate=True))
+    verdicts = _run(engine_for(OPENHANDS), _loop(5, gate=True))
     assert [type(v).__name__ for v in verdicts[0]] == ["Decision"] and verdicts[0][0].action == "allow"
     abort = verdicts[7][0]
     assert (abort.type if hasattr(abort, "type") else type(abort).__name__) in ("RunAborted", "loop.run_aborted")
@@ -157,12 +157,12 @@ def test_four_identical_pairs_stop_the_agent_and_later_calls_are_refused():
 
 
 def test_a_different_thought_is_a_different_action():
-    verdicts = _run(LoopEngine(OPENHANDS), _loop(6, thought=lambda i: f"attempt {i}"))
+    verdicts = _run(engine_for(OPENHANDS), _loop(6, thought=lambda i: f"attempt {i}"))
     assert not any(verdicts)
 
 
 def test_three_failing_calls_nudge_the_model_once():
-    verdicts = _run(LoopEngine(OPENHANDS), _loop(3, error="boom"))
+    verdicts = _run(engine_for(OPENHANDS), _loop(3, error="boom"))
     nudge = verdicts[5][0]
     assert (nudge.action, nudge.detector, nudge.count, nudge.notify_model) == ("warn", OPENHANDS_ACTION_ERROR, 3, True)
     assert "`terminal` with the same arguments 3 times in a row" in nudge.message
@@ -178,7 +178,7 @@ def test_parallel_calls_are_judged_after_the_whole_step():
                    requested_event(f"q{i}b", "grep", {"p": 1}, tool_call_id=f"b{i}", **ids),
                    completed_event(f"o{i}a", "grep", {"p": 1}, result="x", tool_call_id=f"a{i}", **ids),
                    completed_event(f"o{i}b", "grep", {"p": 1}, result="x", tool_call_id=f"b{i}", **ids)]
-    verdicts = _run(LoopEngine(OPENHANDS), events)
+    verdicts = _run(engine_for(OPENHANDS), events)
     # 4 identical pairs are complete after the second step's first outcome, but OpenHands looks
     # only when the step's last outcome is in.
     flagged = [i for i, v in enumerate(verdicts) if v]
@@ -190,7 +190,7 @@ def test_three_empty_replies_are_a_monologue_and_a_user_message_resets():
     ids = {"run_id": "r1", "session_key": "agent:main:s1"}
     empty = [agent_message_event(f"m{i}", "", **ids) for i in range(2)]
     user = agent_message_event("u", "try again", source="user", **ids)
-    verdicts = _run(LoopEngine(OPENHANDS), [*empty, user, *[agent_message_event(f"n{i}", " ", **ids) for i in range(3)]])
+    verdicts = _run(engine_for(OPENHANDS), [*empty, user, *[agent_message_event(f"n{i}", " ", **ids) for i in range(3)]])
     assert [bool(v) for v in verdicts] == [False, False, False, False, False, True]
     assert verdicts[-1][0].detector == OPENHANDS_MONOLOGUE
 
@@ -198,7 +198,7 @@ def test_three_empty_replies_are_a_monologue_and_a_user_message_resets():
 def test_the_profile_is_chosen_per_agent_and_openclaw_agents_decide_as_before():
     detection = {"tools": {"loopDetection": {"enabled": True}}}
     config = {**detection, "agents": {"list": [{"id": "oh", "loopwatch": {"profile": "openhands"}}]}}
-    mixed, plain = LoopEngine(config), LoopEngine(detection)
+    mixed, plain = engine_for(config), engine_for(detection)
     openclaw = _loop(25, agent_id="claw")
     assert _run(mixed, openclaw) == _run(plain, openclaw)
     assert any(_run(mixed, openclaw))  # (OpenClaw warns and blocks this loop)
@@ -209,7 +209,7 @@ def test_the_profile_is_chosen_per_agent_and_openclaw_agents_decide_as_before():
 def test_openclaw_profiles_take_agent_messages_and_ignore_them():
     event = decode_event(encode_event(agent_message_event("m1", "hello", run_id="r1", session_key="s")))
     for config in (None, {"loopwatch": {"profile": "latest"}}):
-        step = LoopEngine(config).handle(None, event, validated=True)
+        step = engine_for(config).handle(None, event, validated=True)
         assert published(step) == []
 
 
@@ -226,9 +226,9 @@ def test_the_worker_publishes_the_peer_verdicts_across_batches_and_checkpoints()
                                        ("gemini-cli", gemini, peers.gemini_events)):
         config = {"loopwatch": {"profile": profile}}
         events = [e for s in list(sessions_of(folder / "sessions.jsonl.gz"))[:40] for e in events_of(s)]
-        want = [v for v in RunDriver(LoopEngine(config)).verdicts(events)]
+        want = [v for v in RunDriver(engine_for(config)).verdicts(events)]
         store: dict = {}
-        processor = BatchProcessor(LoopEngine(config))
+        processor = BatchProcessor(engine_for(config))
         got = []
         recs = [Record("tool-calls", 0, i, record_key(e).encode(), encode_event(e), 1.0) for i, e in enumerate(events)]
         for i in range(0, len(recs), 97):
@@ -237,5 +237,5 @@ def test_the_worker_publishes_the_peer_verdicts_across_batches_and_checkpoints()
             checkpoint = processor.runs.checkpoint()
             for pk, value in checkpoint.writes.items():
                 store.pop(pk, None) if value is None else store.__setitem__(pk, value)
-            processor = BatchProcessor(LoopEngine(config))  # a restarted worker: states from the table only
+            processor = BatchProcessor(engine_for(config))  # a restarted worker: states from the table only
         assert got == want and any(getattr(v, "detector", None) for v in got), profile

@@ -2,16 +2,16 @@
 Expected answers are worked out by hand from the traces (8 identical reads per run)."""
 
 from schemas.keys import session_scope_key, state_key
-from streams.edge import compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import LoopEngine, RunDriver
-from streams.scenarios import session_loop
+from streams.edge.events import compaction_event, completed_event, requested_event, run_ended_event
+from streams.engine import engine_for, RunDriver
+from streams.offline.scenarios import session_loop
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 SESSION = {**ENABLED, "loopwatch": {"scope": "session"}}
 
 
 def decisions_of(config, events):
-    runs = RunDriver(LoopEngine(config))
+    runs = RunDriver(engine_for(config))
     return [(e.event_id, s.decision) for e, s in runs.steps(events) if s.decision is not None], runs
 
 
@@ -37,8 +37,8 @@ def test_keys():
     in_session = requested_event("e", "read", {}, run_id="r1", session_key="s1")
     assert session_scope_key(in_session) == "scope:session:s1|"
     assert session_scope_key(requested_event("e", "read", {}, run_id="r1")) == "scope:run:r1"
-    assert LoopEngine(SESSION).key_of(in_session) == "scope:session:s1|"
-    assert LoopEngine(ENABLED).key_of(in_session) == "run:r1"
+    assert engine_for(SESSION).key_of(in_session) == "scope:session:s1|"
+    assert engine_for(ENABLED).key_of(in_session) == "run:r1"
 
 
 def test_an_abort_ends_its_run_and_the_session_goes_on():
@@ -46,7 +46,7 @@ def test_an_abort_ends_its_run_and_the_session_goes_on():
     (with the abort's detector); run 3 of the session continues the shared history with a
     fresh block count (so it is blocked, and aborted, at its own first block)."""
     config = {**ENABLED, "loopwatch": {"scope": "session", "abortAfterCriticalBlocks": 1}}
-    runs = RunDriver(LoopEngine(config))
+    runs = RunDriver(engine_for(config))
     common = {"session_key": "s1", "agent_id": "main"}
     aborts = []
     n = 0
@@ -80,7 +80,7 @@ def test_the_post_compaction_guard_watches_the_next_run():
     """A compaction arms the guard in run 1; the identical outcomes that follow in run 2 (the
     run the compaction started) abort run 2 after the window (3), as upstream's per-session
     guard would."""
-    runs = RunDriver(LoopEngine(SESSION))
+    runs = RunDriver(engine_for(SESSION))
     common = {"session_key": "s1", "agent_id": "main"}
     runs.handle(compaction_event("c", run_id="run-1", **common))
     runs.handle(run_ended_event("end-1", run_id="run-1", **common))
@@ -95,7 +95,7 @@ def test_the_post_compaction_guard_watches_the_next_run():
 
 
 def test_events_without_a_session_key_keep_their_run():
-    runs = RunDriver(LoopEngine(SESSION))
+    runs = RunDriver(engine_for(SESSION))
     runs.handle(requested_event("e", "read", {}, run_id="r1"))
     assert list(runs.states) == ["scope:run:r1"]
     runs.handle(run_ended_event("end", run_id="r1"))

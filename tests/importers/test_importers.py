@@ -4,7 +4,7 @@ properties under hypothesis.
 
 Expected values come from the source files themselves, read here with plain ``json`` and
 counted independently of the importers' code (tests/data/README.md says where each file is
-from), and the hashes from ``streams.hashing`` on the raw values the test reads.
+from), and the hashes from ``streams.edge.hashing`` on the raw values the test reads.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from harness.cli import loopwatch, one_line_error
 from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
-from streams.hashing import args_hash, hash_outcome
+from streams.edge.hashing import args_hash, hash_outcome
 from streams.importers import FORMATS, import_files
 from streams.importers.model import ImportFailed
 from streams.importers.reader import Opened

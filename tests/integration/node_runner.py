@@ -15,7 +15,7 @@ import msgspec
 from schemas.events import ToolCallCompleted, ToolCallRequested
 from schemas.keys import state_key
 from harness import REPO
-from streams.scenarios import scenario_calls
+from streams.offline.scenarios import scenario_calls
 
 PACKAGE = REPO / "clients" / "typescript"
 RUNNER = PACKAGE / "dist" / "test" / "e2e" / "runner.js"
@@ -96,7 +96,7 @@ def plain(verdict) -> dict:
 
 
 def node_calls(kind: str, seed: int, length: int = 24) -> list:
-    """A scenario's tool calls (streams.scenarios) as the runner's plan lists them."""
+    """A scenario's tool calls (streams.offline.scenarios) as the runner's plan lists them."""
     out = []
     for call in scenario_calls(kind, random.Random(f"{seed}:{kind}"), length):
         if call == "compaction":

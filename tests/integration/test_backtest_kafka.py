@@ -23,9 +23,9 @@ from harness import REPO, encode_all, produce, wait_for_topic
 from harness.cli import one_line_error
 from harness.fleets import BAD_RECORDS, BASELINE, CANDIDATE, assert_matches_reference, hand_worked_fleet
 from schemas import encode_event
-from streams.edge import run_ended_event
-from streams.engine import LoopEngine
-from streams.scenarios import fleet_trace
+from streams.edge.events import run_ended_event
+from streams.engine import engine_for
+from streams.offline.scenarios import fleet_trace
 
 pytestmark = pytest.mark.kafka
 
@@ -82,7 +82,7 @@ async def test_a_hand_worked_fleet_read_from_the_topic(lw):
 
 
 async def test_a_generated_fleet_matches_the_engine_driven_directly(lw):
-    events, _kinds = fleet_trace(200, 15, seed=5, engine=LoopEngine(BASELINE), end=True, run_prefix=lw.names.tag)
+    events, _kinds = fleet_trace(200, 15, seed=5, engine=engine_for(BASELINE), end=True, run_prefix=lw.names.tag)
     await fleet_topic(lw, encode_all(events))
     report = report_of(backtest(lw, "--topic", lw.names.tool_calls, "--json"))
     assert assert_matches_reference(report, events, BASELINE, CANDIDATE)

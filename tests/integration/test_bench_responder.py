@@ -12,7 +12,7 @@ from aiokafka.partitioner import murmur2
 from schemas import decode_verdict
 from harness import collect, encode_all, produce
 from bench.kafka import PARTITIONS, ResponderProcess, create_topics
-from streams.edge import completed_event, requested_event
+from streams.edge.events import completed_event, requested_event
 
 pytestmark = pytest.mark.kafka
 

@@ -40,7 +40,7 @@ import pytest
 import yaml
 
 from harness import REPO, encode_all, free_port, produce, wait_http_ok
-from streams.scenarios import run_events
+from streams.offline.scenarios import run_events
 
 pytestmark = pytest.mark.kafka
 

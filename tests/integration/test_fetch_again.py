@@ -19,7 +19,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from harness import wait_for_topic
-from streams.faust_adapter import _BatchingConsumer
+from streams.app.faust_adapter import _BatchingConsumer
 
 pytestmark = pytest.mark.kafka
 

@@ -1,7 +1,7 @@
 """Issue 17's options end to end on the real broker: one worker with every option on (fleet
 incidents, session scope, agent rings, the cycle detector) and a short quiet window.
 
-Expected answers are worked out by hand from the scenarios (``streams.scenarios``) and
+Expected answers are worked out by hand from the scenarios (``streams.offline.scenarios``) and
 checked against the engine alone where the options make the worker publish verdicts.
 """
 
@@ -18,8 +18,8 @@ from schemas import decode_verdict
 from schemas.fleet import IncidentOpened, IncidentResolved, decode_incident
 from schemas.keys import partition_for, session_scope_key
 from streams.client import LoopwatchClient
-from streams.edge import completed_event, requested_event
-from streams.scenarios import agent_ring, run_events, session_loop, tool_outage
+from streams.edge.events import completed_event, requested_event
+from streams.offline.scenarios import agent_ring, run_events, session_loop, tool_outage
 
 pytestmark = pytest.mark.kafka
 

@@ -1,4 +1,4 @@
-"""The framework adapters (``integrations/frameworks``) in each framework's REAL agent loop,
+"""The framework adapters (``streams/integrations/frameworks``) in each framework's REAL agent loop,
 driven by that framework's own fake model, on the real broker and a real worker.
 
 What the model must receive is computed twice, independently of the adapters:
@@ -28,7 +28,7 @@ from harness import collect, reference_verdicts
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
 from schemas.verdicts import Decision, RunAborted
 from streams.client import LoopwatchClient, RunAbortedError
-from streams.hashing import args_hash
+from streams.edge.hashing import args_hash
 
 pytestmark = pytest.mark.kafka
 
@@ -111,7 +111,7 @@ from langgraph.graph import START, StateGraph  # noqa: E402
 from langgraph.graph.message import add_messages  # noqa: E402
 from langgraph.prebuilt import ToolNode, tools_condition  # noqa: E402
 
-from integrations.frameworks.langchain import LoopwatchMiddleware  # noqa: E402
+from streams.integrations.frameworks.langchain import LoopwatchMiddleware  # noqa: E402
 
 
 class ScriptedChatModel(FakeMessagesListChatModel):
@@ -263,7 +263,7 @@ async def test_langchain_abort_raises_with_on_abort_error(worker):
 from agents import Agent, Runner, ToolInputGuardrailTripwireTriggered, function_tool, set_tracing_disabled  # noqa: E402
 from agents.testing import ScriptedModel, assistant_message, function_call  # noqa: E402
 
-from integrations.frameworks.openai_agents import LoopwatchGuardrails  # noqa: E402
+from streams.integrations.frameworks.openai_agents import LoopwatchGuardrails  # noqa: E402
 
 set_tracing_disabled(True)  # offline: no trace exporter
 
@@ -360,7 +360,7 @@ from pydantic_ai.exceptions import AgentRunError  # noqa: E402
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart  # noqa: E402
 from pydantic_ai.models.function import FunctionModel  # noqa: E402
 
-from integrations.frameworks.pydantic_ai import Loopwatch, LoopwatchRunAborted  # noqa: E402
+from streams.integrations.frameworks.pydantic_ai import Loopwatch, LoopwatchRunAborted  # noqa: E402
 
 pai_models.ALLOW_MODEL_REQUESTS = False  # offline: only the FunctionModel answers
 

@@ -23,9 +23,9 @@ from harness import (
     collect, collect_verdicts, committed_offsets, dedupe, encode_all, end_offsets, group_lag, header, produce,
     reference_verdicts, write_config,
 )
-from streams.edge import completed_event, requested_event, run_ended_event
+from streams.edge.events import completed_event, requested_event, run_ended_event
 from aiokafka.partitioner import murmur2
-from streams.scenarios import run_events
+from streams.offline.scenarios import run_events
 
 pytestmark = pytest.mark.kafka
 
@@ -224,7 +224,7 @@ async def test_graceful_stop_mid_stream_loses_and_repeats_nothing(lw):
     assert differing == 0
     assert duplicates == 0, f"{duplicates} verdicts published twice after a graceful stop"
     # Every record is committed once the worker has caught up (acks are per-partition
-    # watermarks, streams.faust_adapter): nothing would be processed again after a restart.
+    # watermarks, streams.app.faust_adapter): nothing would be processed again after a restart.
     deadline = time.monotonic() + 30
     while any((lag := await group_lag(lw.broker, lw.names.app_id, lw.names.tool_calls)).values()):
         assert time.monotonic() < deadline, f"offsets not committed up to the end: {lag}"

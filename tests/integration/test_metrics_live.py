@@ -25,10 +25,10 @@ import pytest
 from schemas import MAX_EVENT_BYTES
 from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
 from harness import REPO, encode_all, produce, write_config
-from streams.edge import run_ended_event
-from streams.engine import LoopEngine, state_key
+from streams.edge.events import run_ended_event
+from streams.engine import engine_for, state_key
 from streams.ops.scrape import Snapshot, scrape
-from streams.scenarios import run_events
+from streams.offline.scenarios import run_events
 
 pytestmark = pytest.mark.kafka
 
@@ -87,7 +87,7 @@ class Expected:
     engine is conformance-checked elsewhere; this checks the counting and the wiring)."""
 
     def __init__(self, config: Any) -> None:
-        self.engine = LoopEngine(config)
+        self.engine = engine_for(config)
         self.states: dict[str, Any] = {}
         self.events: Counter = Counter()
         self.decisions: Counter = Counter()

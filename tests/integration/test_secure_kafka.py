@@ -38,10 +38,10 @@ from harness import (
     REPO, WorkerNames, WorkerProcess, collect, encode_all, header, produce, reference_verdicts, wait_http_ok,
 )
 from streams.app.reload import load_engine
-from streams.broker_access import redact_sasl_exchanges
+from streams.edge.broker import redact_sasl_exchanges
 from streams.client import BrokerAccessError, LoopBlocked, LoopwatchClient, RunAbortedError
-from streams.edge import requested_event
-from streams.scenarios import scenario_calls
+from streams.edge.events import requested_event
+from streams.offline.scenarios import scenario_calls
 
 pytestmark = pytest.mark.kafka
 

@@ -17,7 +17,7 @@ import pytest
 from harness import collect, collect_verdicts, dedupe, encode_all, group_lag, header, produce, reference_verdicts, write_config
 from schemas.verdicts import decode_verdict
 from streams.client import LoopBlocked
-from streams.edge import completed_event, requested_event, run_ended_event
+from streams.edge.events import completed_event, requested_event, run_ended_event
 
 pytestmark = pytest.mark.kafka
 

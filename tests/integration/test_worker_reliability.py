@@ -20,7 +20,7 @@ from harness import (
     collect, collect_verdicts, committed_offsets, dedupe, encode_all, group_lag, header, produce,
     reference_verdicts, write_config,
 )
-from streams.edge import completed_event, requested_event
+from streams.edge.events import completed_event, requested_event
 
 from kafka_proxy import KafkaCutProxy
 
@@ -332,7 +332,7 @@ async def test_a_full_state_disk_is_shown_on_readyz_and_a_metric_before_the_work
     import sys
     from pathlib import Path
 
-    from streams.scenarios import run_events
+    from streams.offline.scenarios import run_events
 
     trigger = lw.tmp / "disk-full"
     worker = lw.worker(env={"LOOPWATCH_TEST_DISK_FULL": str(trigger)},

@@ -6,7 +6,7 @@ worked examples.
 Values are limited to strings, integers, booleans, null, lists and objects: on those, JavaScript's
 ``JSON.stringify`` with sorted keys and ``json.dumps(..., separators=(",", ":"), ensure_ascii=False)``
 of the keys so ordered agree byte for byte (numbers with a fraction are JavaScript's own format:
-streams/canonical.py, tested on its own).
+streams/edge/canonical.py, tested on its own).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import mcp_types as types
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from integrations.mcp.outcome import canonical_form, edge_outcome, unknown_tool_error
-from streams.canonical import js_trim  # JavaScript's trim (spec §2.2), tested on its own
-from streams.edge import completed_event
-from streams.hashing import ThrownError
+from streams.integrations.mcp.outcome import canonical_form, edge_outcome, unknown_tool_error
+from streams.edge.canonical import js_trim  # JavaScript's trim (spec §2.2), tested on its own
+from streams.edge.events import completed_event
+from streams.edge.hashing import ThrownError
 
 
 def independent_digest(value) -> str:

@@ -19,7 +19,7 @@ from schemas.events import (
 )
 from schemas.verdicts import decode_verdict, encode_verdict
 from streams.app.run_store import pack_state, unpack_state
-from streams.engine import LoopEngine, state_key
+from streams.engine import engine_for, state_key
 
 REPO = Path(__file__).resolve().parents[2]
 JSONSCHEMA = REPO / "schemas" / "jsonschema"
@@ -207,7 +207,7 @@ extreme_ints = st.sampled_from([0, -1, 1, 2**31, 2**53 - 1, 2**53, 2**63 - 1, 2*
 
 def _accepted_event_is_storable(event) -> None:
     """What the worker does with an accepted event: run the engine, store the state, answer."""
-    engine = LoopEngine({"tools": {"loopDetection": {"enabled": True}}})
+    engine = engine_for({"tools": {"loopDetection": {"enabled": True}}})
     step = engine.handle(None, event, validated=True)
     for verdict in (step.decision, step.abort):
         if verdict is not None:
@@ -270,7 +270,7 @@ def test_verdicts_built_from_events_at_their_bounds_decode():
     config = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 4,
                                            "globalCircuitBreakerThreshold": 6}},
               "loopwatch": {"abortAfterCriticalBlocks": 2}}
-    engine = LoopEngine(config)
+    engine = engine_for(config)
     state, verdicts = None, []
     hashes = {tool: f"{tool}:{'1' * 64}", other: f"{other}:{'2' * 64}"}
     for n in range(12):

@@ -21,7 +21,7 @@ from schemas.signing import (
     load_keys,
     parse_keys,
 )
-from streams.edge import requested_event
+from streams.edge.events import requested_event
 
 # RFC 4231 §4.7 and §4.8 (HMAC-SHA-256): a 131-byte key of 0xaa (test cases 1-5 use keys
 # shorter than the 32 bytes this module insists on).

@@ -1,6 +1,6 @@
 /**
  * The four `tool-calls` events, built from raw tool calls at the runner's edge: the one
- * place in this package where arguments and results become hashes (as `streams/edge.py`
+ * place in this package where arguments and results become hashes (as `streams/edge/events.py`
  * is for Python). The wire shape is `schemas/jsonschema/tool-calls.event.v1.json`.
  */
 import { LoopwatchInputError } from "./errors.js";
@@ -198,7 +198,7 @@ export function modelTextEvent(eventId: string, edge: ContentEdge, text: string,
   };
 }
 
-/** Only Python's whitespace (`str.strip`, as OpenHands and `streams/edge.py` test a reply), not JavaScript's `trim`. */
+/** Only Python's whitespace (`str.strip`, as OpenHands and `streams/edge/events.py` test a reply), not JavaScript's `trim`. */
 const PYTHON_BLANK = /^[\t\n\v\f\r\x1c-\x20\x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000]*$/;
 
 export function completedEvent(
@@ -241,7 +241,7 @@ export function completedFromOutcome(
 
 /**
  * The result a vetoed call gets instead of running: upstream's blocked result (spec §3,
- * `streams.edge.blocked_result`). A runner completes the call with it at once: it never
+ * `streams.edge.events.blocked_result`). A runner completes the call with it at once: it never
  * hashes (`loop_veto`), and under profile latest it records the veto.
  */
 export function blockedResult(message: string): { content: { type: "text"; text: string }[]; details: Record<string, string> } {

@@ -1,6 +1,6 @@
 /**
  * The runner's side of Gemini CLI's content loop detector (`checkContentLoop` in
- * `@google/gemini-cli-core`'s loopDetectionService.ts), the same as `streams/client/gemini_content.py`:
+ * `@google/gemini-cli-core`'s loopDetectionService.ts), the same as `streams/edge/content_windows.py`:
  * what Gemini does with each chunk of the model's streamed text before it looks for a loop, so
  * that only window hashes leave the runner. In JavaScript the patterns, the string lengths (UTF-16
  * code units) and the hashing of a string (UTF-8, a lone surrogate as U+FFFD) are Gemini's own.

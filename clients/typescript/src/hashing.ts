@@ -1,6 +1,6 @@
 /**
  * Edge hashing: call signatures and outcome hashes (spec §2.2, §2.3, §5), the same rules as
- * `streams/hashing.py` and upstream's `hashToolOutcome` (tool-loop-detection.ts), for
+ * `streams/edge/hashing.py` and upstream's `hashToolOutcome` (tool-loop-detection.ts), for
  * both profiles at once: `configurable-final`'s hash, and what profile `latest` adds
  * (openclaw-latest.md §4: envelope ids canonicalised, exec terminal failures, write outcomes
  * and targets, no-progress flags), so a runner never needs to know which profile judges it.
@@ -19,7 +19,7 @@ export type OutcomeKind = "terminal-exec-failure" | "write-mutation";
 
 /**
  * What upstream's `recordToolCallOutcome` derives from a result or an error, for both profiles
- * (`streams.hashing.Outcome`); `events.completedFromOutcome` maps each field onto the
+ * (`streams.edge.hashing.Outcome`); `events.completedFromOutcome` maps each field onto the
  * event.
  */
 export interface Outcome {
@@ -69,7 +69,7 @@ const VOLATILE_SEND_KEYS = new Set([
  * Whether a call is an outbound send whose result carries volatile ids (spec §5.2).
  * `providerSendTools` names the provider-docked channel tools (telegram, discord, …) that
  * count as sends: upstream asks the channel plugin, which the runner knows and loopwatch
- * does not, so the runner lists them (as `streams.edge` does).
+ * does not, so the runner lists them (as `streams.edge.events` does).
  */
 export function isSendCall(toolName: string, args: unknown, providerSendTools: ReadonlySet<string>): boolean {
   if (toolName === "sessions_send") {
@@ -108,7 +108,7 @@ export function stripVolatileSendIds(value: unknown): unknown {
       continue;
     }
     // Plain assignment, as upstream: a `__proto__` key sets the copy's prototype instead of
-    // adding a key, so it drops out of the hash (streams/hashing.py lists it).
+    // adding a key, so it drops out of the hash (streams/edge/hashing.py lists it).
     stripped[key] = stripVolatileSendIds(nested);
   }
   return stripped;

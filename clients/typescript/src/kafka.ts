@@ -5,7 +5,7 @@
  *
  * A broker that refuses this client for good (a wrong password, an untrusted certificate, a
  * missing ACL) is told apart from one that is merely unreachable: `start()` fails with
- * `BrokerAccessError` and one line saying why, as `streams/broker_access.py` does for Python.
+ * `BrokerAccessError` and one line saying why, as `streams/edge/broker.py` does for Python.
  */
 import { once } from "node:events";
 import { randomUUID } from "node:crypto";

@@ -1,14 +1,14 @@
 """The Python side of the TypeScript client's cross-language tests.
 
 Reads JSON requests, one per line, on stdin and answers each with one JSON line on stdout,
-computed by the project's own Python: ``streams.edge`` (which hashes with
-``streams.hashing``), ``schemas`` (events, keys, signing) and aiokafka's partitioner.
+computed by the project's own Python: ``streams.edge.events`` (which hashes with
+``streams.edge.hashing``), ``schemas`` (events, keys, signing) and aiokafka's partitioner.
 Values arrive in the transport encoding of test/support/transport.ts, which keeps what
 JSON would lose (-0, NaN, undefined, bigint, shared and cyclic references).
 
 Requests:
   {"op": "args", "tool": t, "args": V}
-      -> the tool_call.requested event streams.edge builds: {"event": {...}, "wire": "<encode_event>"}
+      -> the tool_call.requested event streams.edge.events builds: {"event": {...}, "wire": "<encode_event>"}
   {"op": "outcome", "tool": t, "args": V, "result": V | "error": V, "send_tools": [...]}
       (no "result" and no "error": the tool returned undefined)
       -> the tool_call.completed event, the same way
@@ -44,11 +44,11 @@ import msgspec
 from schemas.events import CompactionRetried, InvalidEvent, decode_event, encode_event
 from schemas.signing import SigningKey, SigningKeyError, parse_keys
 from streams.conformance.cases import expand_steps, load_cases, materialize, materialize_args
-from streams.client.gemini_content import ContentEdge
-from streams.edge import agent_message_event, completed_event, model_text_event, requested_event
+from streams.edge.content_windows import ContentEdge
+from streams.edge.events import agent_message_event, completed_event, model_text_event, requested_event
 from schemas.keys import record_key, state_key
-from streams.canonical import UNDEFINED
-from streams.hashing import ThrownError
+from streams.edge.canonical import UNDEFINED
+from streams.edge.hashing import ThrownError
 
 _FIELDS = dict(run_id="oracle-run", session_key="oracle")
 _OUTCOME_OPS = frozenset({"record_outcome", "call", "execute"})

@@ -54,7 +54,7 @@ from harness import (
 )
 from schemas import decode_verdict
 from schemas.names import GENERATION_HEADER, WORKER_HEADER
-from streams.scenarios import fleet_trace
+from streams.offline.scenarios import fleet_trace
 
 __all__ = [
     "AFTER_CHECKPOINT", "BEFORE_CHECKPOINT", "Comparison", "FaultCase", "Point", "Workload",

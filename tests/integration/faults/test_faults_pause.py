@@ -8,7 +8,7 @@ sequence: docs/reliability.md).  Now a checkpoint asks the group coordinator fir
 worker that is no longer a member writes nothing and stops; restarted (as its supervisor
 would), it restores what the new owner wrote.  The loss that remained after that fix (the new
 owner dropping its first records when a rebalance came while its fetch loop waited, with no
-seek back) is closed in ``streams/faust_adapter.py`` (``_fetch_again``; docs/reliability.md);
+seek back) is closed in ``streams/app/faust_adapter.py`` (``_fetch_again``; docs/reliability.md);
 the verdicts published again with other content, in ``streams/app/run_store.py`` (an ended
 run's marker).
 """

@@ -27,7 +27,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from harness import collect_verdicts, committed_offsets, dedupe, encode_all, produce, reference_verdicts, write_config
 from fault_harness import Comparison
 from schemas.keys import partition_for
-from streams.scenarios import overlapping_runs
+from streams.offline.scenarios import overlapping_runs
 
 pytestmark = pytest.mark.kafka
 

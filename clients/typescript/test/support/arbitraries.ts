@@ -139,7 +139,7 @@ const deep: fc.Arbitrary<unknown> = fc
  * Replace some slots with references to an ancestor (a cycle) or to another container.
  * Not below an own `__proto__` key: upstream's stripVolatileSendIds walks into that key's
  * value before the assignment drops it, so a cycle there overflows upstream's stack (and
- * this client's) while streams/hashing.py skips the key unvisited and hashes; that
+ * this client's) while streams/edge/hashing.py skips the key unvisited and hashes; that
  * one known difference has its own test (hashing.test.ts).
  */
 function withReferences(value: unknown, choices: readonly number[]): unknown {

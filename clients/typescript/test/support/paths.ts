@@ -30,7 +30,7 @@ export function conformanceCasesPath(): string {
 }
 
 /**
- * The Python that runs `streams/edge.py` for the cross-language tests: `$LOOPWATCH_PYTHON`,
+ * The Python that runs `streams/edge/events.py` for the cross-language tests: `$LOOPWATCH_PYTHON`,
  * else the repository's virtualenv (`make install` creates it).
  */
 export function pythonExecutable(): string {

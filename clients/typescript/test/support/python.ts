@@ -1,4 +1,4 @@
-/** Ask the Python oracle (test/oracle.py, the project's own streams/edge.py) in one batch. */
+/** Ask the Python oracle (test/oracle.py, the project's own streams/edge/events.py) in one batch. */
 import { spawnSync } from "node:child_process";
 import { ORACLE_SCRIPT, REPO_ROOT, pythonExecutable } from "./paths.js";
 

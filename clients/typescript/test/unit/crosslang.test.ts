@@ -1,6 +1,6 @@
 /**
  * The same event for every call: TypeScript's edge hashing and events against the project's
- * own Python (`streams/edge.py` over `streams/hashing.py`), every field of both
+ * own Python (`streams/edge/events.py` over `streams/edge/hashing.py`), every field of both
  * profiles and the record value byte for byte, on the shared conformance vectors' arguments
  * and outcomes and on 10,000+ random values of each kind with JavaScript's edge cases and
  * profile latest's (envelopes, drifting failures, writes). The worker's own decoder accepts

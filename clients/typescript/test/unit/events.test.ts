@@ -154,7 +154,7 @@ test("a huge result hashes like any other and the event stays small", () => {
 test("a cycle below __proto__ in a send result: upstream and this client overflow; Python hashes (known difference)", () => {
   // Upstream's stripVolatileSendIds assigns `stripped[key] = strip(nested)`: it walks the
   // value of an own "__proto__" key before the assignment drops it, and a cycle there never
-  // ends. streams/hashing.py filters the key out unvisited. Pinned here so a change
+  // ends. streams/edge/hashing.py filters the key out unvisited. Pinned here so a change
   // on either side is noticed.
   const inner: Record<string, unknown> = {};
   inner.loop = inner;

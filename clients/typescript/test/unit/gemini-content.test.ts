@@ -1,6 +1,6 @@
 /**
  * Gemini CLI's content loop detector at the edge (src/geminiContent.ts): the same model.text
- * records, byte for byte, as the project's Python edge (streams/client/gemini_content.py via
+ * records, byte for byte, as the project's Python edge (streams/edge/content_windows.py via
  * test/oracle.py) on shared vectors: the golden content sessions' chunks (resets, code blocks,
  * truncation, astral characters and lone surrogates) and random text.
  */

@@ -1,7 +1,7 @@
 """loopwatch for the OpenAI Agents SDK (``openai-agents``).
 
     from agents import Agent, Runner
-    from integrations.frameworks.openai_agents import LoopwatchGuardrails
+    from streams.integrations.frameworks.openai_agents import LoopwatchGuardrails
 
     guard = LoopwatchGuardrails(client, agent_id="main")
     agent = Agent(name="main", tools=guard.protect([search, fetch]), model=...)

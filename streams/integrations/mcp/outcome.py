@@ -1,6 +1,6 @@
 """What the gateway hashes of an MCP tool result: its canonical form (docs/mcp-gateway.md §2).
 
-The gateway hands the edge hashing (``streams.edge`` through ``streams.client``) what an
+The gateway hands the edge hashing (``streams.edge.events`` through ``streams.client``) what an
 OpenClaw tool would: a result ``{"content": ..., "details": ...}`` or a thrown error, so every
 rule of spec §2.3 applies unchanged and no raw result leaves the gateway.
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from streams.canonical import js_trim, stable_stringify
-from streams.hashing import ThrownError, unknown_tool_name
+from streams.edge.canonical import js_trim, stable_stringify
+from streams.edge.hashing import ThrownError, unknown_tool_name
 
 __all__ = ["canonical_form", "edge_outcome", "unknown_tool_error"]
 

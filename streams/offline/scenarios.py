@@ -1,7 +1,7 @@
 """Simulated agent runs: healthy work and each kind of loop, as runner-side tool calls.
 
 The example traces, ``loopwatch demo``'s fleet and the benchmarks all draw from here, and
-every event is built by ``streams.edge`` exactly as a runner would build it.
+every event is built by ``streams.edge.events`` exactly as a runner would build it.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Iterator
 
 from schemas.events import ToolCallEvent
 
-from .edge import compaction_event, completed_event, requested_event, run_ended_event
+from ..edge.events import compaction_event, completed_event, requested_event, run_ended_event
 
 SCENARIOS = (
     "healthy", "polling_loop", "ping_pong", "generic_repeat", "unknown_tool", "post_compaction", "send_loop", "cycle_loop",
@@ -118,7 +118,7 @@ def obey(events: Iterator[ToolCallEvent], engine) -> Iterator[ToolCallEvent]:
     with ``run.ended``.  ``engine`` is a ``LoopEngine`` answering as the worker would."""
     from schemas.events import ToolCallCompleted, ToolCallRequested
 
-    from .engine import RunDriver, state_key
+    from ..engine import RunDriver, state_key
 
     runs = RunDriver(engine)
     blocked: set[tuple[str, str | None]] = set()
@@ -171,7 +171,7 @@ def fleet_trace(
     """Interleaved runs as obedient runners publish them (``obey`` with ``engine``), and the
     scenario of each run by state key.  Runs progress concurrently: each event comes from
     a random live run."""
-    from .engine import LoopEngine
+    from ..engine import engine_for
 
     rng = random.Random(seed)
     mix = mix or FLEET_MIX
@@ -194,7 +194,7 @@ def fleet_trace(
             else:
                 yield event
 
-    engine = engine or LoopEngine({"tools": {"loopDetection": {"enabled": True}}})
+    engine = engine or engine_for({"tools": {"loopDetection": {"enabled": True}}})
     kind_of = {f"run:{name}": kind for name, kind in zip(names, kinds)}
     return list(obey(interleaved(), engine)), kind_of
 

@@ -13,12 +13,17 @@ import asyncio
 import collections
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
-from streams.client import LoopBlocked, LoopwatchClient, NoDecisionError, RunAbortedError, RunHandle
+from streams.client import (
+    LoopBlocked,
+    LoopwatchClient,
+    NoDecisionError,
+    RunAbortedError,
+    RunHandle,
+)
 
-if TYPE_CHECKING:
-    from .gateway import GatewayOptions
+from .options import GatewayOptions
 
 log = logging.getLogger("loopwatch.mcp")
 
@@ -29,7 +34,7 @@ BATCH_WAIT_MS = 5
 hold on a completion (``GuardedRun.complete``)."""
 
 
-def runner_client(options: "GatewayOptions") -> LoopwatchClient:
+def runner_client(options: GatewayOptions) -> LoopwatchClient:
     """The runner client a gateway publishes through, from its options."""
     return LoopwatchClient(
         options.bootstrap_servers, mode=options.mode, timeout=options.timeout, fail_closed=options.fail_closed,

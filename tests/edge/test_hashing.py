@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.hashing import (
+from streams.edge.hashing import (
     ThrownError,
     hash_outcome,
     is_known_poll,

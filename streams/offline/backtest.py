@@ -1,7 +1,7 @@
 """``loopwatch backtest``: a baseline config and a candidate config over the same recorded events.
 
 Each config gets its own engine and fresh state (``streams.engine.RunDriver``), and every
-record goes through the worker's own checks first (``streams.app.processor.check_record``):
+record goes through the worker's own checks first (``streams.engine.intake.check_record``):
 what it refuses is counted by the reason the worker would dead-letter it with, and an event
 whose id its run already applied (a runner's retry) is skipped as the worker skips it
 (``streams.app.run_store``'s per-run event-id digests).  Records come from JSONL files (plain
@@ -45,10 +45,9 @@ from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
 from schemas.events import EVENT_TYPE_OF, InvalidEvent, RunEnded
 from schemas.names import OUTCOMES, PROCESSING_ERROR
 
-from .app.processor import check_record
-from .app.run_store import event_digest, remember, seen_before
-from .engine import LoopEngine, RunDriver, copy_state, outcome
-from .engine.drive import NONE
+from ..engine.intake import check_record, event_digest, remember, seen_before
+from ..engine import LoopEngine, RunDriver, copy_state, outcome
+from ..engine.drive import NONE
 from .files import MAX_LINE_BYTES, OverlongLine, decompressed, read_lines
 from .sharded import ShardError, run_sharded, run_split, value_state_key
 
@@ -119,7 +118,7 @@ class FileSource:
         self._done = 0
         self._raw: Any = None
         self.overlong = 0
-        """Lines over ``streams.files.MAX_LINE_BYTES``, skipped unread (counted ``oversized``)."""
+        """Lines over ``streams.offline.files.MAX_LINE_BYTES``, skipped unread (counted ``oversized``)."""
         self._shared: Any = None
         """In shards: each shard's (records read, bytes on disk read), for ``progress``."""
 
@@ -271,7 +270,7 @@ class KafkaRange:
         from aiokafka import AIOKafkaConsumer, TopicPartition
         from aiokafka.errors import KafkaError
 
-        from .broker_access import BrokerAccessError, broker_access, speaks_tls
+        from ..edge.broker import BrokerAccessError, broker_access, speaks_tls
 
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.broker, enable_auto_commit=False, auto_offset_reset="earliest",
@@ -431,7 +430,7 @@ def records_sharded(
     records: Iterable[Any], work: Callable[[Iterator[tuple[int, Any]]], T], jobs: int, *, keyed: bool,
     progress: Callable[[int], None] | None, what: str, cpu_s: list[float] | None = None,
 ) -> list[T]:
-    """``streams.sharded.run_sharded`` over a source's records (``FileSource``, ``KafkaRange``):
+    """``streams.offline.sharded.run_sharded`` over a source's records (``FileSource``, ``KafkaRange``):
     each shard's ``work`` gets ``(number in the stream, record)`` of its runs, rebuilt as the
     worker's record check reads them; ``progress`` counts the records read here.  A shard's
     failure is a ``BacktestError`` naming ``what`` failed (``loopwatch backtest`` and
@@ -590,7 +589,7 @@ class Backtest:
         self.ended: Counter = Counter()
         """run.ended reasons."""
         self._open: dict[bytes, bytearray] = {}
-        """Open runs: their last applied event ids (``run_store.remember``)."""
+        """Open runs: their last applied event ids (``streams.engine.intake.remember``)."""
         self._same: dict[str | None, bool] = {}
         """Agent -> whether both configs give it the same settings."""
         self._apart: set[bytes] = set()
@@ -606,7 +605,7 @@ class Backtest:
     def run(self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None = None,
             jobs: int = 1) -> None:
         """Every record through the worker's checks and both configs, in order; with ``jobs``
-        above 1, the runs split by state key over that many processes (``streams.sharded``)
+        above 1, the runs split by state key over that many processes (``streams.offline.sharded``)
         and their tallies merged: the same report, field for field."""
         if jobs > 1:
             self._run_sharded(records, keyed=keyed, progress=progress, jobs=jobs)
@@ -917,7 +916,7 @@ def render_table(report: Report, out: IO[str], *, examples: int = EXAMPLES) -> N
 
 def plot(report: Report, path: Path, *, baseline: str, candidate: str) -> None:
     """Would-fire per minute of event time (warnings, blocks and aborts published), baseline
-    and candidate (``streams.plots``)."""
+    and candidate (``streams.offline.plots``)."""
     from .plots import BASELINE_COLOR, CANDIDATE_COLOR, PlotError, Series, counts_per_bucket, save, time_chart
 
     times, (base, cand) = counts_per_bucket(report.per_minute, 60)

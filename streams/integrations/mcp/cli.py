@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from streams.broker_access import BrokerAccessError
 from streams.client import LoopwatchUnavailable
+from streams.edge.broker import BrokerAccessError
 
 from .gateway import Gateway, GatewayOptions
 from .relay import Relay, relays

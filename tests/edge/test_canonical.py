@@ -7,8 +7,8 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.canonical import UNDEFINED, digest, js_number, js_trim, stable_stringify
-from streams.hashing import ThrownError, args_hash, hash_outcome
+from streams.edge.canonical import UNDEFINED, digest, js_number, js_trim, stable_stringify
+from streams.edge.hashing import ThrownError, args_hash, hash_outcome
 
 
 def test_golden_digests_from_the_spec():
@@ -128,7 +128,7 @@ def test_quoting_fast_path_escapes_as_the_character_rules_do(text):
     """The C encoder's quoting (the fast path for text without lone surrogates) gives the
     bytes that upstream's character rules (``_SHORT_ESCAPES``, ``\\u%04x``) give, character by
     character, for any text."""
-    from streams.canonical import _NEEDS_ESCAPE, _escape_char, _quote
+    from streams.edge.canonical import _NEEDS_ESCAPE, _escape_char, _quote
 
     assert _quote(text) == '"' + _NEEDS_ESCAPE.sub(_escape_char, text) + '"'
 
@@ -148,7 +148,7 @@ def test_the_plain_json_fast_path_writes_what_the_value_walk_writes(value):
     """For any value (floats, big integers, lone surrogates, keys past U+D800 included), the
     C encoder's fast path and the value-at-a-time serialisation give the same text: the fast
     path is taken only where they agree."""
-    from streams.canonical import _write
+    from streams.edge.canonical import _write
 
     out: list[str] = []
     _write(value, out, [])
@@ -156,7 +156,7 @@ def test_the_plain_json_fast_path_writes_what_the_value_walk_writes(value):
 
 
 def test_the_fast_path_leaves_cycles_and_deep_values_to_the_walk():
-    from streams.canonical import _PLAIN_DEPTH
+    from streams.edge.canonical import _PLAIN_DEPTH
 
     cyclic: dict = {"a": 1}
     cyclic["self"] = cyclic
@@ -168,9 +168,9 @@ def test_the_fast_path_leaves_cycles_and_deep_values_to_the_walk():
 
 
 def _plain_before(value, depth):
-    """``streams.canonical._plain`` as it was at 968e5d1 (a call per leaf): the reference for
+    """``streams.edge.canonical._plain`` as it was at 968e5d1 (a call per leaf): the reference for
     the version that checks ASCII string leaves inline."""
-    from streams.canonical import _MAX_SAFE, _PLAIN_DEPTH, _SURROGATE
+    from streams.edge.canonical import _MAX_SAFE, _PLAIN_DEPTH, _SURROGATE
 
     kind = type(value)
     if kind is str:
@@ -192,7 +192,7 @@ def _plain_before(value, depth):
 @settings(max_examples=500)
 @given(any_values)
 def test_the_fast_path_is_taken_for_exactly_the_values_it_was_taken_for_before(value):
-    from streams.canonical import _plain
+    from streams.edge.canonical import _plain
 
     assert _plain(value, 0) == _plain_before(value, 0)
 
@@ -208,7 +208,7 @@ def test_the_bytes_hashed_are_the_value_walks_text_in_utf8(value):
     the value-at-a-time serialisation, for any value, every escaped character included."""
     import hashlib
 
-    from streams.canonical import _write, digest, stable_bytes
+    from streams.edge.canonical import _write, digest, stable_bytes
 
     out: list[str] = []
     _write(value, out, [])

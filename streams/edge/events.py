@@ -141,7 +141,7 @@ def agent_message_event(
 
 def model_text_event(event_id: str, edge: Any, text: str, **fields: Any) -> ModelText:
     """A chunk of the model's streamed text as Gemini CLI's content loop detector reads it: the
-    run's ``edge`` (one ``streams.client.gemini_content.ContentEdge`` per run, told of its tool
+    run's ``edge`` (one ``streams.edge.content_windows.ContentEdge`` per run, told of its tool
     calls and user prompts)
     turns it into window hashes.  The text itself is not in the event."""
     chunk = edge.feed(text)

@@ -13,9 +13,6 @@ version that differs raises ``DependencyVersionError`` with one line saying what
 What is here, and why (docs/design.md has the decision, docs/benchmarks.md the
 measurements behind it):
 
-* **aiokafka's log lines** (``unable_to_connect``, ``redact_sasl_bytes``): aiokafka's bootstrap
-  says why it could not connect only in a log record; ``streams.broker_access`` reads them.
-  This part needs no Faust: the runner client imports this module for it.
 * **Batch delivery** (``BatchingConsumer``, ``BatchingTransport``): Faust's consumer hands
   records of the worker's topic to a handler as one list per fetch, acks them as a
   per-partition watermark and commits in the background; everything else of Faust's
@@ -38,15 +35,14 @@ measurements behind it):
 
 Faust's classes (``WorkerApp`` and the consumer, transport and web classes) are composed on
 first use (``__getattr__``): their method code is in the mixins below, readable like any
-class, but the runner client, which imports this module for aiokafka's log lines only, must
-not load Faust, aiohttp and their 300 modules.
+class, but importing this module (``fetch_cluster_metadata``, the version check) must not load
+Faust, aiohttp and their 300 modules.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import dataclass
 from functools import cache, partial
 from importlib.metadata import PackageNotFoundError, version
@@ -57,8 +53,6 @@ from typing import Any, Awaitable, Callable, ClassVar, Sequence
 import msgspec
 
 __all__ = [
-    "AIOKAFKA_CLIENT_LOGGER",
-    "AIOKAFKA_CONN_LOGGER",
     "BatchHandler",
     "ConsumerView",
     "DependencyVersionError",
@@ -72,8 +66,6 @@ __all__ = [
     "bulk_getall",
     "fetch_cluster_metadata",
     "fetch_in_bulk",
-    "redact_sasl_bytes",
-    "unable_to_connect",
 ]
 
 log = logging.getLogger("loopwatch.transport")
@@ -106,7 +98,7 @@ def check_versions(installed: Callable[[str], str] = version) -> None:
                                          "(pip install -e .)") from None
         if found not in versions:
             raise DependencyVersionError(
-                f"{package} {found} is installed, but streams/faust_adapter.py was written for {' or '.join(versions)}: "
+                f"{package} {found} is installed, but streams/app/faust_adapter.py was written for {' or '.join(versions)}: "
                 f"install that (pip install -e .), or check the adapter against {found} "
                 f"(pytest tests/app/test_faust_adapter.py) and add it to WRITTEN_FOR"
             )
@@ -204,32 +196,7 @@ OWN_NAMES = frozenset({
 them (a same-named internal in a later version would be silently replaced)."""
 
 
-# -- aiokafka: its log lines -------------------------------------------------------------------
-
-AIOKAFKA_CLIENT_LOGGER = "aiokafka"
-"""The logger aiokafka's client (bootstrap) logs to."""
-AIOKAFKA_CONN_LOGGER = "aiokafka.conn"
-"""Every request and response, at DEBUG."""
-_UNABLE_TO_CONNECT = "Unable connect"
-_SASL_BYTES = re.compile(r"(sasl_auth_bytes=)(b'(?:[^'\\]|\\.)*'|b\"(?:[^\"\\]|\\.)*\"|\S+)")
-
-
-def unable_to_connect(record: logging.LogRecord) -> tuple[str, BaseException] | None:
-    """``("host:port", error)`` when ``record`` is aiokafka's bootstrap failing on one host
-    (``'Unable connect to "%s:%s": %s', host, port, err``); else None."""
-    args = record.args if isinstance(record.args, tuple) else ()
-    if len(args) != 3 or not isinstance(args[2], BaseException) or not str(record.msg).startswith(_UNABLE_TO_CONNECT):
-        return None
-    return f"{args[0]}:{args[1]}", args[2]
-
-
-def redact_sasl_bytes(text: str) -> str | None:
-    """``text`` with the SASL bytes of a logged ``SaslAuthenticateRequest`` blanked (a SASL
-    PLAIN request carries the password in clear); None when it has none."""
-    if "sasl_auth_bytes=" not in text:
-        return None
-    return _SASL_BYTES.sub(r"\1<redacted>", text)
-
+# -- aiokafka: cluster metadata ------------------------------------------------------------------
 
 async def fetch_cluster_metadata(producer: Any) -> None:
     """Ask a broker for the cluster's metadata on ``producer``'s connections (aiokafka's

@@ -41,11 +41,12 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from streams.client import LoopwatchClient
-from streams.hashing import ThrownError, unknown_tool_name
+from streams.edge.hashing import ThrownError, unknown_tool_name
 
+from .options import GatewayOptions
 from .outcome import edge_outcome, unknown_tool_error
 from .runs import GuardedRun, runner_client
-from .upstream import Upstream, UpstreamSpec, UpstreamUnavailable
+from .upstream import Upstream, UpstreamUnavailable
 
 log = logging.getLogger("loopwatch.mcp")
 
@@ -55,33 +56,6 @@ RUN_ID_META = "io.loopwatch/runId"
 RUN_ID_HEADER = "x-loopwatch-run-id"
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 _IDENTITY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
-
-
-@dataclass(frozen=True)
-class GatewayOptions:
-    upstreams: tuple[UpstreamSpec, ...]
-    bootstrap_servers: str = "127.0.0.1:19092"
-    mode: str = "gate"
-    timeout: float = 1.0
-    """loopwatch's decision timeout: the runner client's default."""
-    fail_closed: bool = False
-    tool_calls_topic: str = "tool-calls"
-    verdicts_topic: str = "loop-verdicts"
-    agent_id: str | None = None
-    """Default: the MCP client's name (``clientInfo.name``), else ``mcp``."""
-    session_key: str | None = None
-    """Default: ``mcp:<agent id>:<run id>``."""
-    run_id: str | None = None
-    """The stdio session's run id (default: a fresh one per session); over HTTP, the run of
-    requests that name none."""
-    upstream_timeout: float = 60.0
-    """How long a forwarded call may take before the agent gets an error."""
-    connect_timeout: float = 30.0
-    run_idle_timeout: float = 1800.0
-    relay: bool = True
-    """Over stdio with one upstream command and no prefix, relay its JSON-RPC messages as they
-    are (``relay.py``) instead of serving them through the SDK's server and client."""
-    kafka_options: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclass

@@ -6,8 +6,7 @@ of retrying something that cannot succeed.
 aiokafka's bootstrap raises only ``KafkaConnectionError("Unable to bootstrap from [...]")``;
 the cause is in the error line it logs just before (logger ``aiokafka``), with the
 exception as the record's last argument.  ``broker_access`` reads those records through a
-logging filter (their format is aiokafka's internal: ``streams.faust_adapter`` parses
-them), keeps the ones it can explain out of the logs, and raises ``BrokerAccessError`` with
+logging filter (their format is aiokafka's, parsed by ``unable_to_connect`` below), keeps the ones it can explain out of the logs, and raises ``BrokerAccessError`` with
 the explanation.  Unexplained failures (connection refused, timeouts) are logged as before
 and re-raised unchanged: those may pass.
 
@@ -20,14 +19,41 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 import ssl
 from typing import AsyncIterator, Iterable
 
 from aiokafka import errors
 
-from .faust_adapter import AIOKAFKA_CLIENT_LOGGER, AIOKAFKA_CONN_LOGGER, redact_sasl_bytes, unable_to_connect
 
 __all__ = ["BrokerAccessError", "NOT_TLS", "broker_access", "explain", "redact_sasl_exchanges", "speaks_tls"]
+
+
+# -- aiokafka's log lines -------------------------------------------------------------------
+
+AIOKAFKA_CLIENT_LOGGER = "aiokafka"
+"""The logger aiokafka's client (bootstrap) logs to."""
+AIOKAFKA_CONN_LOGGER = "aiokafka.conn"
+"""Every request and response, at DEBUG."""
+_UNABLE_TO_CONNECT = "Unable connect"
+_SASL_BYTES = re.compile(r"(sasl_auth_bytes=)(b'(?:[^'\\]|\\.)*'|b\"(?:[^\"\\]|\\.)*\"|\S+)")
+
+
+def unable_to_connect(record: logging.LogRecord) -> tuple[str, BaseException] | None:
+    """``("host:port", error)`` when ``record`` is aiokafka's bootstrap failing on one host
+    (``'Unable connect to "%s:%s": %s', host, port, err``); else None."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    if len(args) != 3 or not isinstance(args[2], BaseException) or not str(record.msg).startswith(_UNABLE_TO_CONNECT):
+        return None
+    return f"{args[0]}:{args[1]}", args[2]
+
+
+def redact_sasl_bytes(text: str) -> str | None:
+    """``text`` with the SASL bytes of a logged ``SaslAuthenticateRequest`` blanked (a SASL
+    PLAIN request carries the password in clear); None when it has none."""
+    if "sasl_auth_bytes=" not in text:
+        return None
+    return _SASL_BYTES.sub(r"\1<redacted>", text)
 
 
 class BrokerAccessError(ConnectionError):

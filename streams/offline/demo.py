@@ -1,7 +1,7 @@
 """``loopwatch demo`` / ``make run``: the whole product on this machine.
 
 Starts the local Kafka broker if needed, a loopwatch worker, and a simulated fleet of
-runners (healthy runs and every kind of loop, ``streams.scenarios``) that talk to it with
+runners (healthy runs and every kind of loop, ``streams.offline.scenarios``) that talk to it with
 the runner client in gate mode and obey its verdicts.  Decisions show live; a summary
 follows.  The worker is stopped at the end unless ``--keep-worker``.
 """
@@ -18,8 +18,8 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from .processes import stop_group, wait_http_ok
-from .client import LoopBlocked, LoopwatchClient, RunAbortedError
+from ..app.processes import stop_group, wait_http_ok
+from ..client import LoopBlocked, LoopwatchClient, RunAbortedError
 from .scenarios import SCENARIOS, scenario_calls
 
 REPO = Path(__file__).resolve().parents[1]

@@ -1,7 +1,7 @@
 """loopwatch for LangChain 1.x agents (``create_agent``) and LangGraph's ``ToolNode``.
 
     from langchain.agents import create_agent
-    from integrations.frameworks.langchain import LoopwatchMiddleware
+    from streams.integrations.frameworks.langchain import LoopwatchMiddleware
 
     agent = create_agent(model, tools, middleware=[LoopwatchMiddleware(client, agent_id="main")])
     await agent.ainvoke({"messages": [...]})

@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.events import InvalidEvent, ToolCallCompleted, decode_event, encode_event
-from streams.edge import completed_event, requested_event
-from streams.hashing import canonicalize_untrusted_envelopes, failure_shape, hash_outcome, write_target_hash
+from streams.edge.events import completed_event, requested_event
+from streams.edge.hashing import canonicalize_untrusted_envelopes, failure_shape, hash_outcome, write_target_hash
 
 ids = st.text(alphabet="0123456789abcdef", min_size=16, max_size=16)
 # Content between the markers: anything without a marker of its own.
@@ -186,7 +186,7 @@ def test_inconsistent_latest_fields_are_rejected_naming_the_field(fields, field)
 
 def test_a_completed_event_without_a_hash_or_kind_changes_nothing():
     event = ToolCallCompleted(event_id="e", run_id="r", session_key="s", tool_name="read", args_hash="read:" + "0" * 64)
-    from streams.engine import LoopEngine
+    from streams.engine import engine_for
 
-    step = LoopEngine({"loopwatch": {"profile": "latest"}}).handle(None, event)
+    step = engine_for({"loopwatch": {"profile": "latest"}}).handle(None, event)
     assert len(step.state) == 0

@@ -2,7 +2,7 @@
 over the same recorded runs, with what each would have caught and whom it would have stopped.
 
 Records are read and checked as ``loopwatch backtest`` reads them (``backtest.FileSource``,
-``streams.app.processor.check_record``; duplicates by event id skipped), grouped into runs by
+``streams.engine.intake.check_record``; duplicates by event id skipped), grouped into runs by
 state key (a run ends at its ``run.ended``), and each run is judged alone:
 ``evaluate_run(events, rows)`` is a function of one run's events, so runs can be judged in any
 order and split across processes.  Each config's engine is driven through ``RunDriver`` and
@@ -50,8 +50,8 @@ from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 from schemas.events import RunEnded, ToolCallCompleted
 
 from .backtest import BacktestError, checked, records_sharded
-from .engine import LoopEngine, RunDriver, outcome
-from .engine.drive import BLOCK, WARN
+from ..engine import LoopEngine, RunDriver, outcome
+from ..engine.drive import BLOCK, WARN
 
 __all__ = [
     "LOOP_LENGTHS", "EngineRow", "Evaluation", "ReferenceRow", "RunResult", "REFERENCE_ROWS", "evaluate_run",
@@ -320,7 +320,7 @@ class Evaluation:
 
     def run(self, records: Iterable[Any], *, progress: Callable[[int], None] | None = None, jobs: int = 1) -> None:
         """Every run judged by every row; with ``jobs`` above 1, the runs split by state key
-        over that many processes (``streams.backtest.records_sharded``) and their results
+        over that many processes (``streams.offline.backtest.records_sharded``) and their results
         added here in the order one process adds them: the same report, field for field."""
         if jobs <= 1:
             for _order, key, events in self.runs_of(enumerate(records), progress=progress):
@@ -450,7 +450,7 @@ def render_table(report: dict, out: IO[str]) -> None:
 
 def plot(report: dict, path: Path) -> None:
     """Catch rate against false-alarm rate, a colour per row and a marker per loop length
-    (3+, 5+, 10+; ``streams.plots.scatter_chart``)."""
+    (3+, 5+, 10+; ``streams.offline.plots.scatter_chart``)."""
     from .plots import ROW_COLORS, Marker, PlotError, Points, save, scatter_chart
 
     markers = {"3": Marker("o", 16, "strict loops of 3+ calls"), "5": Marker("s", 10.5, "strict loops of 5+ calls"),

@@ -2,7 +2,7 @@
 events and its verdicts into "run it", "refuse it with this message" or "end the run".
 
 Everything goes through ``streams.client`` (``RunHandle``): it hashes arguments and results at
-the edge (``streams.edge``), waits for the gate's decision within its timeout, fails open or
+the edge (``streams.edge.events``), waits for the gate's decision within its timeout, fails open or
 closed, and completes a blocked call with upstream's blocked result.  This module only
 translates framework values into the JSON-like values the hashing takes, and the client's
 answers into the three outcomes an adapter maps onto its framework.
@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.verdicts import Decision
-from streams.canonical import UNDEFINED
+from streams.edge.canonical import UNDEFINED
 from streams.client import LoopBlocked, LoopwatchClient, NoDecisionError, RunAbortedError, RunHandle
-from streams.hashing import ThrownError
+from streams.edge.hashing import ThrownError
 
 __all__ = ["Admitted", "Refused", "RunGuard", "json_args", "open_run", "plain", "thrown", "unknown_tool_error"]
 

@@ -1,7 +1,7 @@
 """loopwatch for Pydantic AI (``pydantic-ai-slim``), as a capability.
 
     from pydantic_ai import Agent
-    from integrations.frameworks.pydantic_ai import Loopwatch
+    from streams.integrations.frameworks.pydantic_ai import Loopwatch
 
     agent = Agent(model, tools=[...], capabilities=[Loopwatch(client, agent_id="main")])
     result = await agent.run("…")

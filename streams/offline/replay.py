@@ -1,6 +1,6 @@
 """``loopwatch replay``: run the engine over a JSONL file of ``tool-calls`` events, no Kafka.
 
-The file is plain or gzip, and read a bounded line at a time (``streams.files.read_lines``).
+The file is plain or gzip, and read a bounded line at a time (``streams.offline.files.read_lines``).
 
 With ``loopwatch.fleetIncidents`` or ``loopwatch.agentRings`` on, the fleet topology runs
 beside the engine (``streams.engine.fleet.FleetSimulator``): the events' times are its clock,
@@ -23,8 +23,8 @@ from schemas.fleet import IncidentOpened, IncidentResolved, RingNotice
 from schemas.names import OVERSIZED
 from schemas.verdicts import Decision
 
-from .engine import LoopEngine, RunDriver, Step
-from .engine.fleet import FleetSimulator, ring_members
+from ..engine import LoopEngine, RunDriver, Step
+from ..engine.fleet import FleetSimulator, ring_members
 from .files import OverlongLine, decompressed, read_lines
 
 
@@ -77,7 +77,7 @@ def fleet_simulator(engine: LoopEngine) -> FleetSimulator | None:
 
 
 def replay_lines(lines: Iterator[bytes | OverlongLine], engine: LoopEngine) -> Iterator[ReplayLine]:
-    """``lines``: ``streams.files.read_lines``'s (an over-long line is rejected as ``oversized``)."""
+    """``lines``: ``streams.offline.files.read_lines``'s (an over-long line is rejected as ``oversized``)."""
     runs = RunDriver(engine)
     fleet = fleet_simulator(engine)
     for number, raw in enumerate(lines, start=1):

@@ -37,7 +37,7 @@ import msgspec
 from pydantic import ValidationError
 
 from streams.client import LoopwatchClient
-from streams.hashing import ThrownError, unknown_tool_name
+from streams.edge.hashing import ThrownError, unknown_tool_name
 
 from .gateway import RUN_ID_META, GatewayOptions, agent_name, identity, upstream_failed
 from .outcome import edge_outcome, unknown_tool_error

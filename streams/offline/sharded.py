@@ -4,7 +4,7 @@ Runs are independent: a run's verdicts depend on its own events only, in their o
 stream can be cut into ``jobs`` shards by state key, every run whole in one shard and its
 events in their order, each shard worked through in a process of its own, and the shards'
 results merged by the caller.  ``loopwatch backtest --jobs`` does this
-(``streams.backtest.Backtest.run``); so can any other command that drives the engine over
+(``streams.offline.backtest.Backtest.run``); so can any other command that drives the engine over
 recorded traffic.
 
 ``run_sharded`` reads the stream in the calling process (a file's lines, a topic's records)
@@ -147,7 +147,7 @@ def run_split(
     poll: Callable[[], None] | None = None, every_s: float = 0.5,
 ) -> list[T]:
     """``work(shard)`` in ``jobs`` forked processes, shard 0 to ``jobs - 1``, each reading its
-    own input (no record passes through this process: ``streams.backtest`` hands each shard
+    own input (no record passes through this process: ``streams.offline.backtest`` hands each shard
     the file to read and keep its runs' lines of); the results come back in shard order.
     ``poll`` is called about every ``every_s`` seconds while the shards work (progress).
     A failure in a shard raises ``ShardError``; ``cpu_s`` as for ``run_sharded``."""
