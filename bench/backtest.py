@@ -44,9 +44,9 @@ from bench.jobs import alternate_jobs, print_scaling
 from bench.kafka import cpu_model
 from harness.fleets import BASELINE, CANDIDATE
 from schemas.events import encode_event
+from streams.engine import engine_for
 from streams.engine.intake import check_record
 from streams.offline.backtest import Backtest, FileSource
-from streams.engine import engine_for
 from streams.offline.scenarios import fleet_trace
 from streams.offline.sharded import available_cores
 
@@ -89,33 +89,43 @@ def checks_only(path: Path) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.backtest", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.backtest", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=4_000)
     parser.add_argument("--calls-per-run", type=int, default=50)
     parser.add_argument("--repeat", type=int, default=3, help="timed passes over each file (default 3)")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--agents", type=int, default=10, help="agents the runs belong to (default 10)")
-    parser.add_argument("--jobs", type=int, default=max(2, available_cores()),
-                        help="processes of the parallel passes (default: the cores available, at least 2)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=max(2, available_cores()),
+        help="processes of the parallel passes (default: the cores available, at least 2)",
+    )
     args = parser.parse_args(argv)
 
     load = os.getloadavg()
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores (nproc), Python {platform.python_version()}, "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} cores (nproc), Python {platform.python_version()}, "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print(f"start: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC")
     t0 = time.perf_counter()
     events, _kinds = fleet_trace(args.runs, args.calls_per_run, seed=args.seed, engine=engine_for(BASELINE), end=True)
-    events = [msgspec.structs.replace(e, agent_id=f"agent-{int(e.run_id.rsplit('-', 1)[1]) % args.agents}")
-              for e in events]
+    events = [
+        msgspec.structs.replace(e, agent_id=f"agent-{int(e.run_id.rsplit('-', 1)[1]) % args.agents}") for e in events
+    ]
     tmp = Path(tempfile.mkdtemp(prefix="lwbench-backtest-"))
     plain, packed = tmp / "fleet.jsonl", tmp / "fleet.jsonl.gz"
     data = b"".join(encode_event(e) + b"\n" for e in events)
     plain.write_bytes(data)
     packed.write_bytes(gzip.compress(data, compresslevel=6))
-    print(f"workload: {len(events):,} events over {args.runs:,} interleaved runs, {len(data) / len(events):.0f} B mean; "
-          f"{plain.stat().st_size / 2**20:.0f} MiB JSONL, {packed.stat().st_size / 2**20:.0f} MiB gzip; "
-          f"generated in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"workload: {len(events):,} events over {args.runs:,} interleaved runs, {len(data) / len(events):.0f} B mean; "
+        f"{plain.stat().st_size / 2**20:.0f} MiB JSONL, {packed.stat().st_size / 2**20:.0f} MiB gzip; "
+        f"generated in {time.perf_counter() - t0:.1f} s"
+    )
     events = data = None
     gc.collect()
 
@@ -127,12 +137,15 @@ def main(argv: list[str] | None = None) -> int:
             cpu, wall, backtest = timed(path)
             rates[name].append((backtest.records / cpu, backtest.records / wall))
             report = report or backtest.report().data
-            print(f"  pass {attempt + 1} {name:8}: {backtest.records:,} records in {cpu:.2f} s CPU "
-                  f"= {rates[name][-1][0]:,.0f} events/s ({rates[name][-1][1]:,.0f}/s wall)")
+            print(
+                f"  pass {attempt + 1} {name:8}: {backtest.records:,} records in {cpu:.2f} s CPU "
+                f"= {rates[name][-1][0]:,.0f} events/s ({rates[name][-1][1]:,.0f}/s wall)"
+            )
         name = "jsonl, one agent changed"
         cpu, wall, backtest = timed(plain, ONE_AGENT)
         rates[name].append((backtest.records / cpu, backtest.records / wall))
         print(f"  pass {attempt + 1} {name}: {rates[name][-1][0]:,.0f} events/s ({rates[name][-1][1]:,.0f}/s wall)")
+
     def timed_pass(jobs: int) -> tuple[float, float, int, dict]:
         wall, cpu, backtest = timed_jobs(plain, jobs)
         return wall, cpu, backtest.records, backtest.report().data
@@ -143,17 +156,25 @@ def main(argv: list[str] | None = None) -> int:
     steal_after = steal_jiffies()
     n = report["records"]
     print()
-    print(f"baseline / candidate: {report['verdicts']['baseline']} / {report['verdicts']['candidate']}; "
-          f"{len(report['changed_runs']):,} runs change outcome")
+    print(
+        f"baseline / candidate: {report['verdicts']['baseline']} / {report['verdicts']['candidate']}; "
+        f"{len(report['changed_runs']):,} runs change outcome"
+    )
     for name, pairs in rates.items():
         cpu_rates = [cpu for cpu, _wall in pairs]
-        print(f"backtest from {name}: best {max(cpu_rates):,.0f} events/s, median {statistics.median(cpu_rates):,.0f} "
-              f"events/s (CPU time, one core)")
+        print(
+            f"backtest from {name}: best {max(cpu_rates):,.0f} events/s, median {statistics.median(cpu_rates):,.0f} "
+            f"events/s (CPU time, one core)"
+        )
     for jobs, wall_rates in parallel.items():
-        print(f"backtest from jsonl, --jobs {jobs}: best {max(wall_rates):,.0f} events/s, median "
-              f"{statistics.median(wall_rates):,.0f} events/s (wall time)")
-        print(f"backtest from jsonl, --jobs {jobs}, on the cores alone (CPU times): best "
-              f"{max(busiest[jobs]):,.0f} events/s, median {statistics.median(busiest[jobs]):,.0f} events/s")
+        print(
+            f"backtest from jsonl, --jobs {jobs}: best {max(wall_rates):,.0f} events/s, median "
+            f"{statistics.median(wall_rates):,.0f} events/s (wall time)"
+        )
+        print(
+            f"backtest from jsonl, --jobs {jobs}, on the cores alone (CPU times): best "
+            f"{max(busiest[jobs]):,.0f} events/s, median {statistics.median(busiest[jobs]):,.0f} events/s"
+        )
     print_scaling(parallel, busiest, args.jobs)
     print(f"reports identical to one process: {'yes' if same_report else 'NO'}")
     print(f"reading + the worker's record checks alone: {n / checks:,.0f} events/s (JSONL, CPU time)")
@@ -161,12 +182,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"CPU steal during the passes: {steal_after - steal} jiffies (/proc/stat)")
     print(f"end: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC")
     best = statistics.median(cpu for cpu, _wall in rates["jsonl"])
-    print(f"target: >= {TARGET_RATE:,} events/s from a file (median, JSONL): {best:,.0f}, "
-          f"{'met' if best >= TARGET_RATE else 'NOT MET'}")
+    print(
+        f"target: >= {TARGET_RATE:,} events/s from a file (median, JSONL): {best:,.0f}, "
+        f"{'met' if best >= TARGET_RATE else 'NOT MET'}"
+    )
     two = statistics.median(parallel[args.jobs])
-    print(f"target: >= {TARGET_RATE:,} events/s with --jobs {args.jobs} (median, JSONL, wall time): {two:,.0f}, "
-          f"{'met' if two >= TARGET_RATE and same_report else 'NOT MET'} (on the cores alone: "
-          f"{statistics.median(busiest[args.jobs]):,.0f})")
+    print(
+        f"target: >= {TARGET_RATE:,} events/s with --jobs {args.jobs} (median, JSONL, wall time): {two:,.0f}, "
+        f"{'met' if two >= TARGET_RATE and same_report else 'NOT MET'} (on the cores alone: "
+        f"{statistics.median(busiest[args.jobs]):,.0f})"
+    )
     return 0
 
 

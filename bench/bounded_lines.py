@@ -49,16 +49,20 @@ def gzip_bomb(path: Path, before: list[bytes], after: list[bytes], size: int) ->
 
 READERS = {
     "iterate": "import gzip,sys\nn=0\nfor line in gzip.GzipFile(sys.argv[1]): n+=1\nprint(n)",
-    "bounded": ("import sys\nfrom streams.offline.files import decompressed, read_lines\nn=0\n"
-                "with open(sys.argv[1],'rb') as raw:\n    for line in read_lines(decompressed(raw)): n+=1\nprint(n)"),
+    "bounded": (
+        "import sys\nfrom streams.offline.files import decompressed, read_lines\nn=0\n"
+        "with open(sys.argv[1],'rb') as raw:\n    for line in read_lines(decompressed(raw)): n+=1\nprint(n)"
+    ),
 }
 
 
 def peak_rss_child(argv: list[str]) -> tuple[float, float, float, int]:
     """Run ``argv`` under a tiny wrapper that reports its own child's peak RSS (KiB)."""
-    wrapper = ("import resource,subprocess,sys,time\nt=time.monotonic()\nr=subprocess.run(sys.argv[1:],"
-               "stdout=subprocess.DEVNULL,stderr=subprocess.DEVNULL).returncode\nu=resource.getrusage("
-               "resource.RUSAGE_CHILDREN)\nprint(time.monotonic()-t,u.ru_utime+u.ru_stime,u.ru_maxrss,r)")
+    wrapper = (
+        "import resource,subprocess,sys,time\nt=time.monotonic()\nr=subprocess.run(sys.argv[1:],"
+        "stdout=subprocess.DEVNULL,stderr=subprocess.DEVNULL).returncode\nu=resource.getrusage("
+        "resource.RUSAGE_CHILDREN)\nprint(time.monotonic()-t,u.ru_utime+u.ru_stime,u.ru_maxrss,r)"
+    )
     out = subprocess.run([sys.executable, "-c", wrapper, *argv], capture_output=True, text=True, check=True).stdout
     wall, cpu, rss_kib, code = out.split()
     return float(wall), float(cpu), int(rss_kib) / 1024, int(code)
@@ -72,26 +76,52 @@ def main(argv: list[str] | None = None) -> int:
     from schemas.events import encode_event
     from streams.edge.events import requested_event
 
-    events = [encode_event(requested_event(f"r:{i}", "read", {"p": 1}, tool_call_id=f"c{i}", run_id="r",
-                                           session_key="agent:main:r", agent_id="main", ts_ms=1000 + i)) + b"\n"
-              for i in range(10)]
+    events = [
+        encode_event(
+            requested_event(
+                f"r:{i}",
+                "read",
+                {"p": 1},
+                tool_call_id=f"c{i}",
+                run_id="r",
+                session_key="agent:main:r",
+                agent_id="main",
+                ts_ms=1000 + i,
+            )
+        )
+        + b"\n"
+        for i in range(10)
+    ]
     with tempfile.TemporaryDirectory(prefix="lw-bomb-") as tmp:
         tmp_path = Path(tmp)
         path = gzip_bomb(tmp_path / "bomb.jsonl.gz", events[:5], events[5:], args.size_mib * 1024 * 1024)
         config = tmp_path / "loop.json"
         config.write_text(json.dumps({"tools": {"loopDetection": {"enabled": True}}}))
-        print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, {platform.node()}, {os.cpu_count()} cores, "
-              f"load {os.getloadavg()[0]:.2f}; {path.stat().st_size:,} bytes of gzip, one line of {args.size_mib} MiB")
+        print(
+            f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, {platform.node()}, {os.cpu_count()} cores, "
+            f"load {os.getloadavg()[0]:.2f}; {path.stat().st_size:,} bytes of gzip, one line of {args.size_mib} MiB"
+        )
         runs = {
             "iterate": [sys.executable, "-c", READERS["iterate"], str(path)],
             "bounded": [sys.executable, "-c", READERS["bounded"], str(path)],
-            "backtest": [sys.executable, "-m", "streams.cli", "backtest", "--baseline", str(config),
-                         "--candidate", str(config), str(path)],
+            "backtest": [
+                sys.executable,
+                "-m",
+                "streams.cli",
+                "backtest",
+                "--baseline",
+                str(config),
+                "--candidate",
+                str(config),
+                str(path),
+            ],
         }
         for n in range(args.repeat):
             for name, cmd in runs.items():
                 wall, cpu, rss, code = peak_rss_child(cmd)
-                print(f"round {n + 1} {name:9} wall {wall:6.2f} s  cpu {cpu:6.2f} s  peak RSS {rss:8.1f} MiB  exit {code}")
+                print(
+                    f"round {n + 1} {name:9} wall {wall:6.2f} s  cpu {cpu:6.2f} s  peak RSS {rss:8.1f} MiB  exit {code}"
+                )
     return 0
 
 

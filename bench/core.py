@@ -25,8 +25,8 @@ import statistics
 import sys
 import time
 
-from schemas.events import encode_event, decode_event
-from streams.engine import engine_for, RunDriver, encode_state, state_key
+from schemas.events import decode_event, encode_event
+from streams.engine import RunDriver, encode_state, engine_for, state_key
 from streams.offline.scenarios import FLEET_MIX, fleet_trace
 
 MIX = FLEET_MIX
@@ -76,7 +76,7 @@ def interleaved_pass(events: list, keys: list, chunk: int, first: int) -> tuple[
     cpu = dict.fromkeys(PROFILES, 0.0)
     clock = time.process_time
     for n, start in enumerate(range(0, len(events), chunk)):
-        part_keys, part_events = keys[start:start + chunk], events[start:start + chunk]
+        part_keys, part_events = keys[start : start + chunk], events[start : start + chunk]
         order = PROFILES if (n + first) % 2 == 0 else PROFILES[::-1]
         for profile in order:
             began = clock()
@@ -91,19 +91,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls-per-run", type=int, default=52)
     parser.add_argument("--repeat", type=int, default=5, help="timed passes per profile (best and median are reported)")
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--profile", choices=(*PROFILES, "both"), default="both",
-                        help="the profile(s) to time; both alternate on the same trace (default)")
-    parser.add_argument("--chunk", type=int, default=20_000,
-                        help="with --profile both: events per chunk of the alternation (default 20,000)")
+    parser.add_argument(
+        "--profile",
+        choices=(*PROFILES, "both"),
+        default="both",
+        help="the profile(s) to time; both alternate on the same trace (default)",
+    )
+    parser.add_argument(
+        "--chunk",
+        type=int,
+        default=20_000,
+        help="with --profile both: events per chunk of the alternation (default 20,000)",
+    )
     args = parser.parse_args(argv)
     profiles = PROFILES if args.profile == "both" else (args.profile,)
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
     print(f"start: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC")
     t0 = time.perf_counter()
     events, kind_of = build_trace(args.runs, args.calls_per_run, args.seed)
-    print(f"generated {len(events):,} events over {args.runs:,} interleaved runs in {time.perf_counter() - t0:.1f} s "
-          f"(peak RSS so far {peak_rss_mib():.0f} MiB)")
+    print(
+        f"generated {len(events):,} events over {args.runs:,} interleaved runs in {time.perf_counter() - t0:.1f} s "
+        f"(peak RSS so far {peak_rss_mib():.0f} MiB)"
+    )
     keys = [state_key(e) for e in events]
     # The trace is input, not engine state: keep the cyclic GC from rescanning its million
     # objects during the timed passes (the worker never holds a trace in memory).
@@ -118,13 +130,19 @@ def main(argv: list[str] | None = None) -> int:
             cpu, final_states = interleaved_pass(events, keys, args.chunk, attempt)
             for profile in profiles:
                 rates[profile].append(len(events) / cpu[profile])
-            print(f"  pass {attempt + 1}: " + ", ".join(
-                f"{p} {len(events):,} events in {cpu[p]:.2f} s CPU = {rates[p][-1]:,.0f} events/s" for p in profiles))
+            print(
+                f"  pass {attempt + 1}: "
+                + ", ".join(
+                    f"{p} {len(events):,} events in {cpu[p]:.2f} s CPU = {rates[p][-1]:,.0f} events/s" for p in profiles
+                )
+            )
         else:
             (profile,) = profiles
             elapsed, final_states[profile] = timed_pass(events, keys, profile)
             rates[profile].append(len(events) / elapsed)
-            print(f"  pass {attempt + 1} {profile}: {len(events):,} events in {elapsed:.2f} s = {rates[profile][-1]:,.0f} events/s")
+            print(
+                f"  pass {attempt + 1} {profile}: {len(events):,} events in {elapsed:.2f} s = {rates[profile][-1]:,.0f} events/s"
+            )
     steal_after = steal_jiffies()
 
     # The same with wire decoding (bytes -> validated event) included, as the worker does.
@@ -146,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         clock = "CPU time, interleaved" if len(profiles) == 2 else "wall time"
         print(f"engine alone:            best {best:,.0f} events/s, median {median:,.0f} events/s (one core, {clock})")
         print(f"active runs at the end:  {len(sizes):,} (history full at historySize 30)")
-        print(f"state per active run:    mean {mean_size:,.0f} B, max {max(sizes.values()):,} B (msgpack, as stored in the table)")
+        print(
+            f"state per active run:    mean {mean_size:,.0f} B, max {max(sizes.values()):,} B (msgpack, as stored in the table)"
+        )
         by_kind: dict[str, list[int]] = {}
         for key, size in sizes.items():
             by_kind.setdefault(kind_of.get(key, "?"), []).append(size)
@@ -156,17 +176,23 @@ def main(argv: list[str] | None = None) -> int:
         print()
         if profile == "configurable-final":
             verdicts.append(f">= {TARGET_RATE:,} events/s -> {'met' if best >= TARGET_RATE else 'NOT met'}")
-        verdicts.append(f"{profile} < {TARGET_SIZE} B state per run -> {'met' if mean_size < TARGET_SIZE else 'NOT met'}")
+        verdicts.append(
+            f"{profile} < {TARGET_SIZE} B state per run -> {'met' if mean_size < TARGET_SIZE else 'NOT met'}"
+        )
     print(f"with JSON decoding:      {decode_rate:,.0f} events/s ({profiles[0]}, first 200,000 events)")
     if len(profiles) == 2:
         # Each pass's latest against the configurable-final of the same pass.
         shares = [b / a for a, b in zip(rates[PROFILES[0]], rates[PROFILES[1]])]
         # (CPU time, chunks of both in turn: see the module docstring.)
         share = statistics.median(shares)
-        print(f"latest / configurable-final: median of the passes {share:.2f} "
-              f"(passes {', '.join(f'{s:.2f}' for s in shares)}; best against best "
-              f"{max(rates[PROFILES[1]]) / max(rates[PROFILES[0]]):.2f})")
-        verdicts.append(f"latest >= {TARGET_SHARE} x configurable-final -> {'met' if share >= TARGET_SHARE else 'NOT met'}")
+        print(
+            f"latest / configurable-final: median of the passes {share:.2f} "
+            f"(passes {', '.join(f'{s:.2f}' for s in shares)}; best against best "
+            f"{max(rates[PROFILES[1]]) / max(rates[PROFILES[0]]):.2f})"
+        )
+        verdicts.append(
+            f"latest >= {TARGET_SHARE} x configurable-final -> {'met' if share >= TARGET_SHARE else 'NOT met'}"
+        )
     if steal_before is not None and steal_after is not None:
         print(f"CPU steal during the timed passes: {steal_after - steal_before} jiffies (/proc/stat)")
     print(f"peak RSS:                {peak_rss_mib():,.0f} MiB (includes the pre-generated trace held in memory)")

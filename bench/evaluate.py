@@ -36,12 +36,12 @@ from pathlib import Path
 
 from bench.jobs import alternate_jobs, print_scaling
 from bench.kafka import cpu_model
-from streams.offline.backtest import FileSource
 from streams.cli import UPSTREAM_DEFAULTS
 from streams.engine import engine_for
 from streams.engine.config import with_profile
-from streams.offline.evaluate import REFERENCE_ROWS, EngineRow, Evaluation
 from streams.importers import import_files, open_output
+from streams.offline.backtest import FileSource
+from streams.offline.evaluate import REFERENCE_ROWS, EngineRow, Evaluation
 from streams.offline.sharded import available_cores
 
 TARGET = 50_000
@@ -62,8 +62,19 @@ def chat_runs(runs: int, calls: int, seed: int = 7) -> list[dict]:
             result = json.dumps({"status": rnd.choice(["ok", "not found"]), "n": rnd.randrange(100)})
             repeat = 6 if rnd.random() < 0.05 else 1
             for _ in range(min(repeat, calls - i)):
-                traj.append({"role": "assistant", "content": None, "tool_calls": [
-                    {"id": f"c{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]})
+                traj.append(
+                    {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": f"c{i}",
+                                "type": "function",
+                                "function": {"name": name, "arguments": json.dumps(args)},
+                            }
+                        ],
+                    }
+                )
                 traj.append({"role": "tool", "tool_call_id": f"c{i}", "content": result})
                 i += 1
         out.append({"task_id": task, "trial": 0, "reward": float(rnd.random() < 0.5), "traj": traj})
@@ -73,21 +84,53 @@ def chat_runs(runs: int, calls: int, seed: int = 7) -> list[dict]:
 def claude_session(doc: list[dict], path: Path) -> None:
     """The same calls as one Claude Code session per run, a file per run."""
     for run in doc:
-        lines = [{"type": "user", "sessionId": f"s{run['task_id']}", "uuid": "u0",
-                  "message": {"role": "user", "content": "go"}}]
+        lines = [
+            {
+                "type": "user",
+                "sessionId": f"s{run['task_id']}",
+                "uuid": "u0",
+                "message": {"role": "user", "content": "go"},
+            }
+        ]
         for m in run["traj"]:
             if m.get("tool_calls"):
                 tc = m["tool_calls"][0]
-                lines.append({"type": "assistant", "uuid": tc["id"], "message": {"role": "assistant", "content": [
-                    {"type": "tool_use", "id": tc["id"], "name": tc["function"]["name"],
-                     "input": json.loads(tc["function"]["arguments"])}]}})
+                lines.append(
+                    {
+                        "type": "assistant",
+                        "uuid": tc["id"],
+                        "message": {
+                            "role": "assistant",
+                            "content": [
+                                {
+                                    "type": "tool_use",
+                                    "id": tc["id"],
+                                    "name": tc["function"]["name"],
+                                    "input": json.loads(tc["function"]["arguments"]),
+                                }
+                            ],
+                        },
+                    }
+                )
             elif m["role"] == "tool":
-                lines.append({"type": "user", "uuid": "r" + m["tool_call_id"], "message": {"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}]}})
+                lines.append(
+                    {
+                        "type": "user",
+                        "uuid": "r" + m["tool_call_id"],
+                        "message": {
+                            "role": "user",
+                            "content": [
+                                {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
+                            ],
+                        },
+                    }
+                )
         (path / f"s{run['task_id']}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
 
 
-def time_import(files: list[Path], out: Path, fmt: str | None = None, labels=None, repeat: int = 3) -> tuple[float, int, int]:
+def time_import(
+    files: list[Path], out: Path, fmt: str | None = None, labels=None, repeat: int = 3
+) -> tuple[float, int, int]:
     """(median CPU seconds, calls, input bytes) of importing ``files`` into ``out``."""
     times = []
     calls = 0
@@ -130,11 +173,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=400, help="generated runs (default 400)")
     parser.add_argument("--calls", type=int, default=100, help="calls per generated run (default 100)")
     parser.add_argument("--repeat", type=int, default=3, help="passes of each measurement; the median is shown")
-    parser.add_argument("--jobs", type=int, default=max(2, available_cores()),
-                        help="processes to compare with one (default: the cores available, at least 2)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=max(2, available_cores()),
+        help="processes to compare with one (default: the cores available, at least 2)",
+    )
     args = parser.parse_args(argv)
-    print(f"bench.evaluate  {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}  {platform.node()}  "
-          f"{cpu_model()}  {os.cpu_count()} CPUs  python {platform.python_version()}")
+    print(
+        f"bench.evaluate  {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime())}  {platform.node()}  "
+        f"{cpu_model()}  {os.cpu_count()} CPUs  python {platform.python_version()}"
+    )
     with tempfile.TemporaryDirectory(prefix="bench-evaluate-") as tmp:
         tmpdir = Path(tmp)
         doc = chat_runs(args.runs, args.calls)
@@ -156,8 +205,14 @@ def main(argv: list[str] | None = None) -> int:
                     tar.extractall(unpacked, filter="data")
                 from streams.importers import load_labels
 
-                sets.append(("recorded mini-swe-agent set (500 runs)", sorted(unpacked.glob("trajs/*/*.traj.json")),
-                             "mini-swe-agent", load_labels(unpacked / "results_summary.json")))
+                sets.append(
+                    (
+                        "recorded mini-swe-agent set (500 runs)",
+                        sorted(unpacked.glob("trajs/*/*.traj.json")),
+                        "mini-swe-agent",
+                        load_labels(unpacked / "results_summary.json"),
+                    )
+                )
             tau = args.data / "tau-bench-gpt-4o-airline.json.gz"
             if tau.exists():
                 sets.append(("recorded tau-bench airline set (200 runs)", [tau], "openai-chat", None))
@@ -172,19 +227,25 @@ def main(argv: list[str] | None = None) -> int:
                 mini_events = out
             cpu, calls, size = time_import(files, out, fmt, labels, args.repeat)
             rate = calls / cpu
-            print(f"{name:<44}{calls:>9,}{size / 1e6:>9.1f}{cpu:>8.2f}{rate:>10,.0f}{size / 1e6 / cpu:>7.1f}  "
-                  f"{'met' if rate >= TARGET else 'NOT met'}")
+            print(
+                f"{name:<44}{calls:>9,}{size / 1e6:>9.1f}{cpu:>8.2f}{rate:>10,.0f}{size / 1e6 / cpu:>7.1f}  "
+                f"{'met' if rate >= TARGET else 'NOT met'}"
+            )
 
-        rows = [EngineRow("upstream defaults", engine_for(UPSTREAM_DEFAULTS)),
-                EngineRow("profile latest", engine_for(with_profile(UPSTREAM_DEFAULTS, "latest"))),
-                EngineRow("recommended", engine_for(_yaml(REPO / "examples" / "recommended.yaml"))),
-                *REFERENCE_ROWS]
+        rows = [
+            EngineRow("upstream defaults", engine_for(UPSTREAM_DEFAULTS)),
+            EngineRow("profile latest", engine_for(with_profile(UPSTREAM_DEFAULTS, "latest"))),
+            EngineRow("recommended", engine_for(_yaml(REPO / "examples" / "recommended.yaml"))),
+            *REFERENCE_ROWS,
+        ]
         for label, events in (("generated chat events", chat_events), ("mini-swe-agent events", mini_events)):
             if events is None:
                 continue
             base, calls = time_evaluate(events, [], args.repeat)
-            print(f"\nevaluate: {label}, {calls:,} calls ({events.stat().st_size / 1e6:.1f} MB gzip); reading and "
-                  f"record checks alone {base:.2f} s ({calls / base:,.0f} calls/s)")
+            print(
+                f"\nevaluate: {label}, {calls:,} calls ({events.stat().st_size / 1e6:.1f} MB gzip); reading and "
+                f"record checks alone {base:.2f} s ({calls / base:,.0f} calls/s)"
+            )
             print(f"{'row':<44}{'CPU s':>8}{'calls/s':>10}{'marginal':>11}  target")
             for row in rows:
                 cpu, _ = time_evaluate(events, [row], args.repeat)
@@ -192,20 +253,29 @@ def main(argv: list[str] | None = None) -> int:
                 extra = cpu - base
                 # below 10 ms the row's share is within the timer's and the machine's noise
                 marginal = f"{calls / extra:>11,.0f}" if extra > 0.01 else f"{'(noise)':>11}"
-                print(f"{row.name[:43]:<44}{cpu:>8.2f}{rate:>10,.0f}{marginal}  {'met' if rate >= TARGET else 'NOT met'}")
+                print(
+                    f"{row.name[:43]:<44}{cpu:>8.2f}{rate:>10,.0f}{marginal}  {'met' if rate >= TARGET else 'NOT met'}"
+                )
             cpu, _ = time_evaluate(events, rows, args.repeat)
-            print(f"{f'all {len(rows)} rows together':<44}{cpu:>8.2f}{calls * len(rows) / cpu:>10,.0f}"
-                  f"{'':>11}  (calls x rows / s)")
-        print(f"\nevaluate --jobs: all {len(rows)} rows over the generated chat events, --jobs 1 and --jobs {args.jobs} "
-              f"alternated (tool calls per second)")
+            print(
+                f"{f'all {len(rows)} rows together':<44}{cpu:>8.2f}{calls * len(rows) / cpu:>10,.0f}"
+                f"{'':>11}  (calls x rows / s)"
+            )
+        print(
+            f"\nevaluate --jobs: all {len(rows)} rows over the generated chat events, --jobs 1 and --jobs {args.jobs} "
+            f"alternated (tool calls per second)"
+        )
+
         def timed(jobs: int) -> tuple[float, float, int, dict]:
             wall, alone, evaluation = timed_jobs(chat_events, rows, jobs)
             return wall, alone, evaluation.calls, evaluation.report()
 
         wall_rates, alone_rates, reports = alternate_jobs(timed, args.jobs, args.repeat, unit="calls", per="calls/s")
         for jobs in (1, args.jobs):
-            print(f"--jobs {jobs}: median {statistics.median(wall_rates[jobs]):,.0f} calls/s wall time, "
-                  f"{statistics.median(alone_rates[jobs]):,.0f} calls/s on the cores alone")
+            print(
+                f"--jobs {jobs}: median {statistics.median(wall_rates[jobs]):,.0f} calls/s wall time, "
+                f"{statistics.median(alone_rates[jobs]):,.0f} calls/s on the cores alone"
+            )
         print_scaling(wall_rates, alone_rates, args.jobs)
         same = all(report == reports[1][0] for both in reports.values() for report in both)
         print(f"reports identical to one process: {'yes' if same else 'NO'}")

@@ -32,23 +32,34 @@ LAST_OFFSET_DELTA = 23
 CONTROL = 0x20
 
 
-def record_batch(base: int, records: list[tuple[int, bytes | None, bytes | None, list]], control: bool = False,
-                 tail: int = 0) -> bytes:
+def record_batch(
+    base: int, records: list[tuple[int, bytes | None, bytes | None, list]], control: bool = False, tail: int = 0
+) -> bytes:
     """A v2 record batch at offset ``base`` of ``(relative offset, key, value, headers)``
     records, as a broker sends it; gaps in the relative offsets, and ``tail`` offsets after
     the last record, are records a compaction removed; ``control``: a transaction marker."""
-    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=0, producer_id=-1,
-                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=0,
+        is_transactional=0,
+        producer_id=-1,
+        producer_epoch=-1,
+        base_sequence=-1,
+        batch_size=1 << 20,
+    )
     for relative, key, value, headers in records:
-        if builder.append(relative, timestamp=1_700_000_000_000 + relative, key=key, value=value, headers=headers) is None:
+        if (
+            builder.append(relative, timestamp=1_700_000_000_000 + relative, key=key, value=value, headers=headers)
+            is None
+        ):
             raise ValueError("a record batch holds at most 1 MiB here")
     data = bytearray(builder.build())
     data[0:8] = base.to_bytes(8, "big")  # the broker sets a batch's base offset
     if control:
         data[ATTRIBUTES + 1] |= CONTROL
     if tail:
-        last_delta = int.from_bytes(data[LAST_OFFSET_DELTA:LAST_OFFSET_DELTA + 4], "big")
-        data[LAST_OFFSET_DELTA:LAST_OFFSET_DELTA + 4] = (last_delta + tail).to_bytes(4, "big")
+        last_delta = int.from_bytes(data[LAST_OFFSET_DELTA : LAST_OFFSET_DELTA + 4], "big")
+        data[LAST_OFFSET_DELTA : LAST_OFFSET_DELTA + 4] = (last_delta + tail).to_bytes(4, "big")
     data[17:21] = calc_crc32c(bytes(data[ATTRIBUTES:])).to_bytes(4, "big")
     return bytes(data)
 
@@ -76,7 +87,9 @@ class Assignment:
         return self.state
 
 
-def fetch_result(data: bytes, fetch_offset: int, topic: str = TOPIC, partition: int = 3) -> tuple[FetchResult, Assignment]:
+def fetch_result(
+    data: bytes, fetch_offset: int, topic: str = TOPIC, partition: int = 3
+) -> tuple[FetchResult, Assignment]:
     """A partition's part of a fetch response, as aiokafka's fetcher builds it."""
     tp = TopicPartition(topic, partition)
     assignment = Assignment(fetch_offset)
@@ -88,8 +101,9 @@ def response(n_records: int, value_bytes: int) -> bytes:
     value = b"x" * value_bytes
     batches = []
     for base in range(0, n_records, 500):
-        batches.append(record_batch(base, [(i, f"run-{base + i}".encode(), value, [])
-                                           for i in range(min(500, n_records - base))]))
+        batches.append(
+            record_batch(base, [(i, f"run-{base + i}".encode(), value, []) for i in range(min(500, n_records - base))])
+        )
     return b"".join(batches)
 
 
@@ -103,8 +117,9 @@ def drain(data: bytes, getall, max_records: int) -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.fetch", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.fetch", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--records", type=int, default=20_000)
     p.add_argument("--value-bytes", type=int, default=477)
     p.add_argument("--max-records", type=int, default=20_000, help="records asked for per call (LOOPWATCH_MAX_BATCH)")

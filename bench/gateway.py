@@ -54,7 +54,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from mcp import Client, StdioServerParameters
@@ -107,19 +107,40 @@ def process_cpu(marker: str) -> float:
     return found[0]
 
 
-def gateway_args(names: WorkerNames, broker: str, mode: str, run_id: str, *extra: str,
-                 upstream: list[str] = UPSTREAM) -> list[str]:
+def gateway_args(
+    names: WorkerNames, broker: str, mode: str, run_id: str, *extra: str, upstream: list[str] = UPSTREAM
+) -> list[str]:
     # the last argument (the agent id) tells the process apart (process_cpu)
-    return ["mcp-gateway", "--bootstrap", broker, "--tool-calls-topic", names.tool_calls,
-            "--verdicts-topic", names.verdicts, "--mode", mode, "--run-id", run_id, "--timeout", "10",
-            "--upstream", " ".join(upstream), "--log-level", "warning", *extra, "--agent-id", run_id]
+    return [
+        "mcp-gateway",
+        "--bootstrap",
+        broker,
+        "--tool-calls-topic",
+        names.tool_calls,
+        "--verdicts-topic",
+        names.verdicts,
+        "--mode",
+        mode,
+        "--run-id",
+        run_id,
+        "--timeout",
+        "10",
+        "--upstream",
+        " ".join(upstream),
+        "--log-level",
+        "warning",
+        *extra,
+        "--agent-id",
+        run_id,
+    ]
 
 
 def gateway(names: WorkerNames, broker: str, mode: str, run_id: str, tree: str | None = None, *extra: str) -> Client:
     args = gateway_args(names, broker, mode, run_id, *extra)
     env = {**os.environ, **({"PYTHONPATH": tree} if tree else {})}  # --baseline: another checkout's gateway
-    return Client(StdioServerParameters(command=LOOPWATCH, args=args, cwd=tree or str(REPO), env=env),
-                  read_timeout_seconds=60)
+    return Client(
+        StdioServerParameters(command=LOOPWATCH, args=args, cwd=tree or str(REPO), env=env), read_timeout_seconds=60
+    )
 
 
 async def timed_calls(client: Client, start: int, n: int) -> list[float]:
@@ -142,8 +163,14 @@ async def timed_decisions(run, start: int, n: int) -> list[float]:
         t0 = time.perf_counter()
         await run.before_tool_call("echo", {"n": i}, tool_call_id=f"d{i}", completions=held)
         out.append((time.perf_counter() - t0) * 1000)
-        held = [{"tool": "echo", "args": {"n": i}, "tool_call_id": f"d{i}",
-                 "result": {"content": [{"type": "text", "text": str(i)}]}}]
+        held = [
+            {
+                "tool": "echo",
+                "args": {"n": i},
+                "tool_call_id": f"d{i}",
+                "result": {"content": [{"type": "text", "text": str(i)}]},
+            }
+        ]
     await run.after_tool_call(**held[0])
     return out
 
@@ -170,15 +197,22 @@ async def raw_process(argv: list[str], log: Path, tree: str | None = None):
     ``gateway``'s); its stdin closed (then killed) at the end."""
     env = {**os.environ, **({"PYTHONPATH": tree} if tree else {})}
     with open(log, "ab") as err:
-        proc = await asyncio.create_subprocess_exec(*argv, cwd=tree or str(REPO), env=env, stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.PIPE, stderr=err, limit=1 << 24)
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=tree or str(REPO),
+            env=env,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=err,
+            limit=1 << 24,
+        )
     try:
         yield proc
     finally:
         proc.stdin.close()
         try:
             await asyncio.wait_for(proc.wait(), 30)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             proc.kill()
             await proc.wait()
 
@@ -240,7 +274,7 @@ async def http_server(argv: list[str], port: int, log: Path):
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"{argv[0]} did not come up on {port} (see {log})")
+                    raise RuntimeError(f"{argv[0]} did not come up on {port} (see {log})") from None
                 await asyncio.sleep(0.2)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
@@ -252,7 +286,9 @@ async def http_server(argv: list[str], port: int, log: Path):
             proc.wait(10)
 
 
-def started_worker(broker: str, prefix: str, env: dict[str, str] | None = None) -> tuple[WorkerNames, Path, WorkerProcess]:
+def started_worker(
+    broker: str, prefix: str, env: dict[str, str] | None = None
+) -> tuple[WorkerNames, Path, WorkerProcess]:
     """A worker on topics of their own (``prefix``), with loop detection on, started (not yet
     ready); its config, data and logs in a new temporary directory."""
     names = WorkerNames(prefix=prefix)
@@ -278,12 +314,20 @@ async def bench(args: argparse.Namespace) -> dict:
         if args.placement == "split":
             broker_pid = listening_pid(int(broker.split(",")[0].rsplit(":", 1)[1]))
             loopwatch_side = [pid for pid in (broker_pid, worker.pid) if pid is not None]
-            placement = split(loopwatch_side) + ("" if broker_pid else " (the broker is not on this host or not ours: not pinned)")
+            placement = split(loopwatch_side) + (
+                "" if broker_pid else " (the broker is not on this host or not ours: not pinned)"
+            )
         paths = {
-            "direct": Client(StdioServerParameters(command=UPSTREAM[0], args=[*UPSTREAM[1:], "direct"], cwd=str(REPO)),
-                             read_timeout_seconds=60),
-            "passthrough": Client(StdioServerParameters(command=PASSTHROUGH[0], args=[*PASSTHROUGH[1:], "@passthrough"],
-                                                        cwd=str(REPO), env={**os.environ}), read_timeout_seconds=60),
+            "direct": Client(
+                StdioServerParameters(command=UPSTREAM[0], args=[*UPSTREAM[1:], "direct"], cwd=str(REPO)),
+                read_timeout_seconds=60,
+            ),
+            "passthrough": Client(
+                StdioServerParameters(
+                    command=PASSTHROUGH[0], args=[*PASSTHROUGH[1:], "@passthrough"], cwd=str(REPO), env={**os.environ}
+                ),
+                read_timeout_seconds=60,
+            ),
             "advisory": gateway(names, broker, "advisory", f"{names.tag}-advisory"),
             "gate": gateway(names, broker, "gate", f"{names.tag}-gate"),
             "advisory-sdk": gateway(names, broker, "advisory", f"{names.tag}-advisory-sdk", None, "--sdk-proxy"),
@@ -295,44 +339,80 @@ async def bench(args: argparse.Namespace) -> dict:
         paths = {k: v for k, v in paths.items() if k in paths_run}  # a Client starts nothing until entered
         latency_rows = (*paths_run, *raw_paths, *(("decision",) if wanted("decision") else ()))
         samples: dict[str, list[float]] = {k: [] for k in latency_rows}
-        markers = {"direct": "direct", "passthrough": "@passthrough", "passthrough-http": "@passthrough-http",
-                   "direct-raw": "@direct-raw",
-                   **{k: f"{names.tag}-{k}" for k in ROWS if not k.startswith(("direct", "passthrough"))}}
+        markers = {
+            "direct": "direct",
+            "passthrough": "@passthrough",
+            "passthrough-http": "@passthrough-http",
+            "direct-raw": "@direct-raw",
+            **{k: f"{names.tag}-{k}" for k in ROWS if not k.startswith(("direct", "passthrough"))},
+        }
         async with contextlib.AsyncExitStack() as stack:
             clients = {k: await stack.enter_async_context(paths[k]) for k in paths_run}
             http_port = {"passthrough-http": free_port(), "advisory-http": free_port()}
             http_argv = {
-                "passthrough-http": [*PASSTHROUGH[:3], "--http", str(http_port["passthrough-http"]), *UPSTREAM,
-                                     "@passthrough-http"],
-                "advisory-http": [LOOPWATCH, *gateway_args(names, broker, "advisory", markers["advisory-http"],
-                                                           "--http", str(http_port["advisory-http"]))],
+                "passthrough-http": [
+                    *PASSTHROUGH[:3],
+                    "--http",
+                    str(http_port["passthrough-http"]),
+                    *UPSTREAM,
+                    "@passthrough-http",
+                ],
+                "advisory-http": [
+                    LOOPWATCH,
+                    *gateway_args(
+                        names, broker, "advisory", markers["advisory-http"], "--http", str(http_port["advisory-http"])
+                    ),
+                ],
             }
             http_argv = {k: v for k, v in http_argv.items() if k in http_paths}
             raw_argv = {
                 "direct-raw": [*RAW_UPSTREAM, "@direct-raw"],
-                **{f"{mode}-raw": [LOOPWATCH, *gateway_args(names, broker, mode, markers[f"{mode}-raw"], upstream=RAW_UPSTREAM)]
-                   for mode in ("advisory", "gate")},
-                **{f"{mode}-raw-base": [LOOPWATCH, *gateway_args(names, broker, mode, markers[f"{mode}-raw-base"],
-                                                                 upstream=RAW_UPSTREAM)]
-                   for mode in ("advisory", "gate") if args.baseline},
+                **{
+                    f"{mode}-raw": [
+                        LOOPWATCH,
+                        *gateway_args(names, broker, mode, markers[f"{mode}-raw"], upstream=RAW_UPSTREAM),
+                    ]
+                    for mode in ("advisory", "gate")
+                },
+                **{
+                    f"{mode}-raw-base": [
+                        LOOPWATCH,
+                        *gateway_args(names, broker, mode, markers[f"{mode}-raw-base"], upstream=RAW_UPSTREAM),
+                    ]
+                    for mode in ("advisory", "gate")
+                    if args.baseline
+                },
             }
             raw_argv = {k: v for k, v in raw_argv.items() if k in raw_paths}
-            raw = {k: await stack.enter_async_context(raw_process(argv, tmp / f"{k}.log",
-                                                                  args.baseline if k.endswith("-base") else None))
-                   for k, argv in raw_argv.items()}
+            raw = {
+                k: await stack.enter_async_context(
+                    raw_process(argv, tmp / f"{k}.log", args.baseline if k.endswith("-base") else None)
+                )
+                for k, argv in raw_argv.items()
+            }
             for proc in raw.values():
                 await raw_throughput(proc, 50, 4, 10_000_000)  # warm up
             sessions: dict[str, list[Client]] = {}
             for mode, argv in http_argv.items():
                 url = await stack.enter_async_context(http_server(argv, http_port[mode], tmp / f"{mode}.log"))
-                sessions[mode] = [await stack.enter_async_context(Client(streamable_http_client(url), mode="legacy",
-                                                                         read_timeout_seconds=60))
-                                  for _ in range(args.http_sessions)]
+                sessions[mode] = [
+                    await stack.enter_async_context(
+                        Client(streamable_http_client(url), mode="legacy", read_timeout_seconds=60)
+                    )
+                    for _ in range(args.http_sessions)
+                ]
                 for session in sessions[mode]:
                     await timed_calls(session, 10_000_000, 20)
             if "decision" in latency_rows:  # only then: one more client, one more run
-                lw = await stack.enter_async_context(LoopwatchClient(
-                    broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls, verdicts_topic=names.verdicts))
+                lw = await stack.enter_async_context(
+                    LoopwatchClient(
+                        broker,
+                        mode="gate",
+                        timeout=10,
+                        tool_calls_topic=names.tool_calls,
+                        verdicts_topic=names.verdicts,
+                    )
+                )
                 run = lw.run(f"{names.tag}-decision", session_key="bench:decision", agent_id="bench")
                 await timed_decisions(run, 10_000_000, 20)
             for client in clients.values():  # warm up: imports, connections, the run's partition
@@ -341,7 +421,7 @@ async def bench(args: argparse.Namespace) -> dict:
             steal0 = steal_jiffies()
             for r in range(args.rounds):
                 start = r * args.calls
-                for path in order[r % len(order):] + order[:r % len(order)]:
+                for path in order[r % len(order) :] + order[: r % len(order)]:
                     if path == "decision":
                         samples[path] += await timed_decisions(run, start, args.calls)
                     elif path in raw:
@@ -357,14 +437,17 @@ async def bench(args: argparse.Namespace) -> dict:
                 for mode in throughput_paths[turn:] + throughput_paths[:turn]:
                     cpu0, agent0 = process_cpu(markers[mode]), time.process_time()
                     if mode in raw:
-                        seconds[mode] += await raw_throughput(raw[mode], per_round, args.concurrency,
-                                                              20_000_000 + r * per_round)
+                        seconds[mode] += await raw_throughput(
+                            raw[mode], per_round, args.concurrency, 20_000_000 + r * per_round
+                        )
                     elif mode in sessions:  # one call in flight per session
-                        seconds[mode] += await throughput(sessions[mode], per_round, len(sessions[mode]),
-                                                          20_000_000 + r * per_round)
+                        seconds[mode] += await throughput(
+                            sessions[mode], per_round, len(sessions[mode]), 20_000_000 + r * per_round
+                        )
                     else:
-                        seconds[mode] += await throughput([clients[mode]], per_round, args.concurrency,
-                                                          20_000_000 + r * per_round)
+                        seconds[mode] += await throughput(
+                            [clients[mode]], per_round, args.concurrency, 20_000_000 + r * per_round
+                        )
                     cpu_s[mode] += process_cpu(markers[mode]) - cpu0
                     agent_s[mode] += time.process_time() - agent0
                 print(f"  throughput round {r + 1}/{args.throughput_rounds}", file=sys.stderr, flush=True)
@@ -378,20 +461,32 @@ async def bench(args: argparse.Namespace) -> dict:
         if loopwatch_side:
             restore(loopwatch_side, cpus)
     stats = {k: {"p50": percentile(v, 0.5), "p99": percentile(v, 0.99), "n": len(v)} for k, v in samples.items()}
-    return {"paths": (*paths_run, *raw_paths), "throughput_paths": throughput_paths, "stats": stats, "rate": rate, "cpu": cpu, "agent_cpu": agent_cpu,
-            "steal": None if steal0 is None else steal1 - steal0, "placement": placement}
+    return {
+        "paths": (*paths_run, *raw_paths),
+        "throughput_paths": throughput_paths,
+        "stats": stats,
+        "rate": rate,
+        "cpu": cpu,
+        "agent_cpu": agent_cpu,
+        "steal": None if steal0 is None else steal1 - steal0,
+        "placement": placement,
+    }
 
 
 def report(result: dict, args: argparse.Namespace) -> bool:
     """Print the rows and what can be read from those run (``--rows``): True when every target
     that could be checked is met."""
     s, rate = result["stats"], result["rate"]
-    print(f"bench-gateway at {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {cpu_model()}, "
-          f"{os.cpu_count()} cores (nproc), Python {platform.python_version()}; CPU steal {result['steal']} jiffies")
+    print(
+        f"bench-gateway at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {cpu_model()}, "
+        f"{os.cpu_count()} cores (nproc), Python {platform.python_version()}; CPU steal {result['steal']} jiffies"
+    )
     print(f"placement: {result['placement']}")
-    print(f"{args.rounds} rounds x {args.calls} calls per path, alternated; throughput: {args.throughput} calls "
-          f"per path in {args.throughput_rounds} alternated rounds, {args.concurrency} in flight from one session "
-          f"(advisory-http: {args.http_sessions} HTTP sessions, one call in flight each)")
+    print(
+        f"{args.rounds} rounds x {args.calls} calls per path, alternated; throughput: {args.throughput} calls "
+        f"per path in {args.throughput_rounds} alternated rounds, {args.concurrency} in flight from one session "
+        f"(advisory-http: {args.http_sessions} HTTP sessions, one call in flight each)"
+    )
     for k in s:
         print(f"  {k:9s} p50 {s[k]['p50']:7.3f} ms   p99 {s[k]['p99']:7.3f} ms   (n={s[k]['n']})")
 
@@ -417,11 +512,17 @@ def report(result: dict, args: argparse.Namespace) -> bool:
     for q in ("p50", "p99"):
         line(f"the SDK hop alone (passthrough - direct) at {q}", added("passthrough", "direct", q=q))
         line(f"loopwatch's own share (advisory - passthrough) at {q}", added("advisory", "passthrough", q=q))
-        line(f"loopwatch's own share (gate - passthrough - decision) at {q}", added("gate", "passthrough", "decision", q=q))
+        line(
+            f"loopwatch's own share (gate - passthrough - decision) at {q}",
+            added("gate", "passthrough", "decision", q=q),
+        )
     line("advisory adds at p50", added("advisory", "direct", q="p50"), TARGETS["advisory_p50_ms"])
     line("advisory adds at p99", added("advisory", "direct", q="p99"), TARGETS["advisory_p99_ms"])
-    line("gate adds beyond the decision round trip at p99", added("gate", "direct", "decision", q="p99"),
-         TARGETS["gate_beyond_decision_p99_ms"])
+    line(
+        "gate adds beyond the decision round trip at p99",
+        added("gate", "direct", "decision", q="p99"),
+        TARGETS["gate_beyond_decision_p99_ms"],
+    )
     line("gate adds beyond the decision round trip at p50", added("gate", "direct", "decision", q="p50"))
     for q in ("p50", "p99"):
         line(f"the baseline: advisory-base adds at {q}", added("advisory-base", "direct", q=q))
@@ -429,13 +530,17 @@ def report(result: dict, args: argparse.Namespace) -> bool:
     for q in ("p50", "p99"):
         for base in ("", "-base"):
             line(f"wire-level ends: advisory-raw{base} adds at {q}", added(f"advisory-raw{base}", "direct-raw", q=q))
-            line(f"wire-level ends: gate-raw{base} adds beyond the decision at {q}",
-                 added(f"gate-raw{base}", "direct-raw", "decision", q=q))
+            line(
+                f"wire-level ends: gate-raw{base} adds beyond the decision at {q}",
+                added(f"gate-raw{base}", "direct-raw", "decision", q=q),
+            )
         for mode in ("advisory", "gate"):
             line(f"{mode} through the SDK proxy instead (--sdk-proxy) adds at {q}", added(f"{mode}-sdk", "direct", q=q))
     for mode, value in rate.items():
-        text = (f"  throughput {mode:16s}: {value:,.0f} calls/s, CPU {result['cpu'][mode]:.3f} ms per call "
-                f"(the agents': {result['agent_cpu'][mode]:.3f} ms)")
+        text = (
+            f"  throughput {mode:16s}: {value:,.0f} calls/s, CPU {result['cpu'][mode]:.3f} ms per call "
+            f"(the agents': {result['agent_cpu'][mode]:.3f} ms)"
+        )
         if mode.startswith(("advisory", "gate")):
             met = value >= TARGETS["calls_per_s"]
             ok &= mode != "advisory-raw" or met
@@ -450,18 +555,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=8, help="rounds, each path once per round (default 8)")
     p.add_argument("--throughput", type=int, default=4000, help="calls of each throughput run (default 4000)")
     p.add_argument("--concurrency", type=int, default=32, help="calls in flight in the throughput runs (default 32)")
-    p.add_argument("--throughput-rounds", type=int, default=4, help="rounds the throughput runs alternate in (default 4)")
-    p.add_argument("--http-sessions", type=int, default=8,
-                   help="streamable HTTP sessions of the advisory-http throughput row, one call in flight each (default 8)")
-    p.add_argument("--baseline", metavar="TREE", help="also time the gateway of another checkout (its PYTHONPATH), "
-                   "as rows advisory-base, gate-base, advisory-raw-base and gate-raw-base alternated with the others")
+    p.add_argument(
+        "--throughput-rounds", type=int, default=4, help="rounds the throughput runs alternate in (default 4)"
+    )
+    p.add_argument(
+        "--http-sessions",
+        type=int,
+        default=8,
+        help="streamable HTTP sessions of the advisory-http throughput row, one call in flight each (default 8)",
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="TREE",
+        help="also time the gateway of another checkout (its PYTHONPATH), "
+        "as rows advisory-base, gate-base, advisory-raw-base and gate-raw-base alternated with the others",
+    )
     p.add_argument("--broker", help="bootstrap servers (default: scripts/kafka.sh env)")
-    p.add_argument("--rows", type=lambda text: text.split(","), metavar="ROW,...",
-                   help=f"only these rows (default: all): {', '.join(ROWS)}.  Fewer rows are fewer processes "
-                        "taking turns on the CPUs, and fewer verdicts on the partitions a gate row reads")
-    p.add_argument("--placement", choices=("split", "shared"), default="split",
-                   help="split (default): the broker and the worker pinned to the last CPU, the paths timed to the "
-                        "others, as in a deployment, where they run elsewhere; shared: every process on every CPU")
+    p.add_argument(
+        "--rows",
+        type=lambda text: text.split(","),
+        metavar="ROW,...",
+        help=f"only these rows (default: all): {', '.join(ROWS)}.  Fewer rows are fewer processes "
+        "taking turns on the CPUs, and fewer verdicts on the partitions a gate row reads",
+    )
+    p.add_argument(
+        "--placement",
+        choices=("split", "shared"),
+        default="split",
+        help="split (default): the broker and the worker pinned to the last CPU, the paths timed to the "
+        "others, as in a deployment, where they run elsewhere; shared: every process on every CPU",
+    )
     args = p.parse_args(argv)
     if not 1 <= args.throughput_rounds <= args.throughput or args.http_sessions < 1:
         p.error("--throughput-rounds must be between 1 and --throughput, --http-sessions at least 1")

@@ -34,9 +34,14 @@ print(summary.calls / (time.process_time() - cpu))
 
 
 def one_pass(tree: Path, files: list[Path], out: Path) -> float:
-    proc = subprocess.run([sys.executable, "-c", _PASS, json.dumps([str(f) for f in files]), str(out)],
-                          cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)}, capture_output=True, text=True,
-                          check=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PASS, json.dumps([str(f) for f in files]), str(out)],
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return float(proc.stdout)
 
 
@@ -61,15 +66,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.data:
             with tarfile.open(args.data / "mini-swe-agent-gemini-3-pro-swebench-verified.tar.gz") as tar:
                 tar.extractall(tmpdir / "mini", filter="data")
-            sets[f"mini-swe-agent, {args.mini} files"] = sorted((tmpdir / "mini").glob("trajs/*/*.traj.json"))[:args.mini]
+            sets[f"mini-swe-agent, {args.mini} files"] = sorted((tmpdir / "mini").glob("trajs/*/*.traj.json"))[
+                : args.mini
+            ]
         for name, files in sets.items():
             rates: dict[str, list[float]] = {"A": [], "B": []}
             for _ in range(args.rounds):
                 for side in "ABBA":
                     rates[side].append(one_pass(args.a if side == "A" else args.b, files, tmpdir / "out.jsonl.gz"))
             a, b = statistics.median(rates["A"]), statistics.median(rates["B"])
-            print(f"{name:<32} A {' '.join(f'{r:,.0f}' for r in rates['A'])} (median {a:,.0f})  "
-                  f"B {' '.join(f'{r:,.0f}' for r in rates['B'])} (median {b:,.0f})  {b / a - 1:+.0%}")
+            print(
+                f"{name:<32} A {' '.join(f'{r:,.0f}' for r in rates['A'])} (median {a:,.0f})  "
+                f"B {' '.join(f'{r:,.0f}' for r in rates['B'])} (median {b:,.0f})  {b / a - 1:+.0%}"
+            )
         print(f"end {time.strftime('%H:%M:%SZ', time.gmtime())}  load {os.getloadavg()[0]:.1f}")
     return 0
 

@@ -129,18 +129,35 @@ before there was one, the same loop written out)."""
 def time_engine(tree: Path, events_file: Path, count: int, profile: str) -> float:
     """CPU seconds of the engine child's loop, run natively (``--timed``)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
-    done = subprocess.run([sys.executable, "-c", ENGINE_CHILD, str(events_file), str(count), profile],
-                          cwd=tree, env=env, capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-c", ENGINE_CHILD, str(events_file), str(count), profile],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if done.returncode != 0:
-        raise SystemExit(f"bench.instructions: the run in {tree} failed (exit {done.returncode}):\n{done.stderr[-500:]}")
+        raise SystemExit(
+            f"bench.instructions: the run in {tree} failed (exit {done.returncode}):\n{done.stderr[-500:]}"
+        )
     return float(done.stdout.split()[-1])
 
 
 def count_instructions(tree: Path, records_file: Path, count: int, valgrind: str, profile: str | None = None) -> int:
     env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": "0"}
     child = [CHILD] if profile is None else [ENGINE_CHILD]
-    command = [valgrind, "--tool=cachegrind", "--cache-sim=no", "--cachegrind-out-file=/dev/null",
-               sys.executable, "-c", *child, str(records_file), str(count), *([profile] if profile else [])]
+    command = [
+        valgrind,
+        "--tool=cachegrind",
+        "--cache-sim=no",
+        "--cachegrind-out-file=/dev/null",
+        sys.executable,
+        "-c",
+        *child,
+        str(records_file),
+        str(count),
+        *([profile] if profile else []),
+    ]
     done = subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True)
     found = _REFS.search(done.stderr)
     if done.returncode != 0 or found is None:
@@ -150,16 +167,25 @@ def count_instructions(tree: Path, records_file: Path, count: int, valgrind: str
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.instructions", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.instructions", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--events", type=int, default=30_000)
     p.add_argument("--runs", type=int, default=300)
-    p.add_argument("--engine", choices=("configurable-final", "latest"),
-                   help="count the engine alone under this profile on bench-core's workload")
+    p.add_argument(
+        "--engine",
+        choices=("configurable-final", "latest"),
+        help="count the engine alone under this profile on bench-core's workload",
+    )
     p.add_argument("--calls-per-run", type=int, default=52, help="with --engine (default 52, as bench-core)")
-    p.add_argument("--timed", type=int, metavar="K", default=0,
-                   help="with --engine: no valgrind; time the same child natively, K rounds of the trees in "
-                        "turn (order alternating), CPU time of the loop (an A/B across commits in time)")
+    p.add_argument(
+        "--timed",
+        type=int,
+        metavar="K",
+        default=0,
+        help="with --engine: no valgrind; time the same child natively, K rounds of the trees in "
+        "turn (order alternating), CPU time of the loop (an A/B across commits in time)",
+    )
     p.add_argument("trees", nargs="*", type=Path, help="checkouts to count (default: this one)")
     args = p.parse_args(argv)
     if args.events < 1 or args.runs < 1:
@@ -205,8 +231,11 @@ def count_engine(trees: list[Path], args: argparse.Namespace, valgrind: str) -> 
         with open(events_file, "wb") as f:
             pickle.dump([encode_event(e) for e in events], f)
         if args.timed:
-            print(f"{len(events):,} events of {args.runs:,} runs (bench-core's fleet), engine alone, {args.engine}; "
-                  f"CPU time, {args.timed} rounds alternating", flush=True)
+            print(
+                f"{len(events):,} events of {args.runs:,} runs (bench-core's fleet), engine alone, {args.engine}; "
+                f"CPU time, {args.timed} rounds alternating",
+                flush=True,
+            )
             rates: dict[Path, list[float]] = {tree: [] for tree in trees}
             for round_ in range(args.timed):
                 for tree in trees[:: 1 if round_ % 2 == 0 else -1]:
@@ -215,8 +244,11 @@ def count_engine(trees: list[Path], args: argparse.Namespace, valgrind: str) -> 
             for tree, got in rates.items():
                 print(f"{tree}: best {max(got):,.0f} events/s, median {statistics.median(got):,.0f}", flush=True)
             return 0
-        print(f"{len(events):,} events of {args.runs:,} runs (bench-core's fleet), engine alone, {args.engine}; "
-              "valgrind cachegrind", flush=True)
+        print(
+            f"{len(events):,} events of {args.runs:,} runs (bench-core's fleet), engine alone, {args.engine}; "
+            "valgrind cachegrind",
+            flush=True,
+        )
         for tree in trees:
             full = count_instructions(tree, events_file, len(events), valgrind, args.engine)
             empty = count_instructions(tree, events_file, 0, valgrind, args.engine)

@@ -67,14 +67,21 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from schemas import decode_verdict, encode_event
-from schemas.events import RunEnded, ToolCallRequested
-from harness import (
-    REPO, WorkerNames, WorkerProcess, delete_topics, encode_all, reference_verdicts, stop_group, wait_for_topic,
-    write_config,
-)
 from bench.peers import PEERS
 from bench.peers.runner import PeerFailed, measure_peer
+from harness import (
+    REPO,
+    WorkerNames,
+    WorkerProcess,
+    delete_topics,
+    encode_all,
+    reference_verdicts,
+    stop_group,
+    wait_for_topic,
+    write_config,
+)
+from schemas import decode_verdict, encode_event
+from schemas.events import RunEnded, ToolCallRequested
 from schemas.keys import record_key, session_scope_key
 from streams.engine import engine_for
 from streams.offline.scenarios import FLEET_MIX, fleet_trace
@@ -82,8 +89,12 @@ from streams.offline.scenarios import FLEET_MIX, fleet_trace
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 OPTIONS_CONFIG = {
     **CONFIG,
-    "loopwatch": {"scope": "session", "detectors": {"cycle": True}, "fleetIncidents": {"enabled": True},
-                  "agentRings": {"enabled": True}},
+    "loopwatch": {
+        "scope": "session",
+        "detectors": {"cycle": True},
+        "fleetIncidents": {"enabled": True},
+        "agentRings": {"enabled": True},
+    },
 }
 """(e): every option of issue 17 on, at its defaults."""
 TARGET_OPTIONS_RATIO = 0.7
@@ -127,8 +138,17 @@ def fleet(
     """About ``n_events`` events of ``runs`` interleaved runs, as an obedient runner publishes them."""
     calls = max(2, n_events // (2 * runs))
     start_ms = start_ms if start_ms is not None else int(time.time() * 1000)
-    events, _ = fleet_trace(runs, calls, seed=seed, mix=mix, run_prefix=f"bench-{seed}", gate=gate,
-                            start_ms=start_ms, end=True, engine=engine_for(CONFIG))
+    events, _ = fleet_trace(
+        runs,
+        calls,
+        seed=seed,
+        mix=mix,
+        run_prefix=f"bench-{seed}",
+        gate=gate,
+        start_ms=start_ms,
+        end=True,
+        engine=engine_for(CONFIG),
+    )
     return events
 
 
@@ -228,8 +248,13 @@ async def preload(broker: str, topic: str, records: list[tuple[bytes, bytes]]) -
 
 async def raw_passthrough(broker: str, source: str, sink: str, n: int, *, batched: bool, group: str) -> float:
     consumer = AIOKafkaConsumer(
-        source, bootstrap_servers=broker, group_id=group, enable_auto_commit=False,
-        auto_offset_reset="earliest", max_partition_fetch_bytes=4 * 1024 * 1024, fetch_max_bytes=16 * 1024 * 1024,
+        source,
+        bootstrap_servers=broker,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        max_partition_fetch_bytes=4 * 1024 * 1024,
+        fetch_max_bytes=16 * 1024 * 1024,
     )
     producer = AIOKafkaProducer(bootstrap_servers=broker, linger_ms=2, max_batch_size=512 * 1024, acks="all")
     await consumer.start()
@@ -269,9 +294,15 @@ async def raw_passthrough(broker: str, source: str, sink: str, n: int, *, batche
 
 
 async def worker_throughput(
-    broker: str, records: list[tuple[bytes, bytes]], tmp: Path, *, max_batch: int | None, used: list[str],
+    broker: str,
+    records: list[tuple[bytes, bytes]],
+    tmp: Path,
+    *,
+    max_batch: int | None,
+    used: list[str],
     config_root: dict = CONFIG,
-    candidate: bool = False, profile_to: Path | None = None,
+    candidate: bool = False,
+    profile_to: Path | None = None,
 ) -> dict:
     """(b), or with ``candidate`` (b''): the same worker with ``CANDIDATE`` loaded beside ``CONFIG``.
     ``profile_to``: record the worker with py-spy (``--format raw``, folded stacks) from its
@@ -291,8 +322,9 @@ async def worker_throughput(
         write_config(candidate_config, CANDIDATE)
         env["LOOPWATCH_CANDIDATE_CONFIG"] = str(candidate_config)
         label = "bench-b-candidate"
-    worker = WorkerProcess(broker, names, data_dir=tmp / f"worker-b-{names.tag}", config=config, env=env, label=label,
-                           log_dir=tmp)
+    worker = WorkerProcess(
+        broker, names, data_dir=tmp / f"worker-b-{names.tag}", config=config, env=env, label=label, log_dir=tmp
+    )
     n = len(records)
     admin = AIOKafkaAdminClient(bootstrap_servers=broker)
     await admin.start()
@@ -324,7 +356,11 @@ async def worker_throughput(
                 m = worker.metrics()
                 if not m:
                     continue
-                done = sum(v for (name, _), v in m.items() if name in ("loopwatch_events_consumed_total", "loopwatch_dead_letters_total"))
+                done = sum(
+                    v
+                    for (name, _), v in m.items()
+                    if name in ("loopwatch_events_consumed_total", "loopwatch_dead_letters_total")
+                )
                 if first is None and done > 0:
                     first = (time.perf_counter(), done)
                     cpu0 = process_cpu_seconds(worker.pid)
@@ -351,7 +387,8 @@ async def worker_throughput(
                 if counted <= 0 or elapsed <= 0:
                     raise BenchFailed(
                         f"(b): all {n:,} events were processed by the first reading of the worker's "
-                        f"metrics, so there is no rate to measure: use more --events")
+                        f"metrics, so there is no rate to measure: use more --events"
+                    )
                 return {
                     "rate": counted / elapsed,
                     "durable_rate": counted / (durable_at - first[0]),
@@ -382,9 +419,24 @@ def start_profiler(pid: int, out: Path) -> subprocess.Popen:
     return subprocess.Popen(
         # --idle: the samples in which the event loop waits for the broker count too, so the
         # profile shows whether (b) is bound by the worker's CPU or by waiting.
-        [str(spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "250", "--nonblocking", "--idle",
-         "--output", str(out)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True,
+        [
+            str(spy),
+            "record",
+            "--pid",
+            str(pid),
+            "--format",
+            "raw",
+            "--rate",
+            "250",
+            "--nonblocking",
+            "--idle",
+            "--output",
+            str(out),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
     )
 
 
@@ -413,8 +465,17 @@ async def peer_throughput(
     await preload(broker, names.tool_calls, records)
     config = tmp / "loop-detection.json"
     write_config(config, CONFIG)
-    return await measure_peer(name, broker, source=names.tool_calls, sink=names.verdicts, group=names.app_id,
-                              events=len(records), expected=expected, config=config, work_dir=tmp)
+    return await measure_peer(
+        name,
+        broker,
+        source=names.tool_calls,
+        sink=names.verdicts,
+        group=names.app_id,
+        events=len(records),
+        expected=expected,
+        config=config,
+        work_dir=tmp,
+    )
 
 
 # -- (c) latency at a fixed offered load ---------------------------------------------------------------
@@ -434,9 +495,20 @@ class ResponderProcess:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "bench.responder", self.broker, self.names.tool_calls,
-                 self.names.verdicts, str(self.ready_file)],
-                cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                [
+                    sys.executable,
+                    "-m",
+                    "bench.responder",
+                    self.broker,
+                    self.names.tool_calls,
+                    self.names.verdicts,
+                    str(self.ready_file),
+                ],
+                cwd=str(REPO),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
             )
 
     def wait_ready(self, timeout: float) -> None:
@@ -453,7 +525,14 @@ class ResponderProcess:
 
 
 async def latency(
-    broker: str, tmp: Path, *, rate: float, duration: float, runs: int, used: list[str], samples_to: Path | None = None,
+    broker: str,
+    tmp: Path,
+    *,
+    rate: float,
+    duration: float,
+    runs: int,
+    used: list[str],
+    samples_to: Path | None = None,
     floor: bool = False,
 ) -> dict:
     """(c), or with ``floor`` (c'): the same load answered by the raw responder instead of a worker."""
@@ -466,7 +545,9 @@ async def latency(
     else:
         config = tmp / "loop-detection.json"
         write_config(config, CONFIG)
-        worker = WorkerProcess(broker, names, data_dir=tmp / f"worker-c-{names.tag}", config=config, label="bench-c", log_dir=tmp)
+        worker = WorkerProcess(
+            broker, names, data_dir=tmp / f"worker-c-{names.tag}", config=config, label="bench-c", log_dir=tmp
+        )
     worker.start()
     try:
         await asyncio.get_running_loop().run_in_executor(None, worker.wait_ready, 120)
@@ -480,7 +561,10 @@ async def latency(
         await wait_for_topic(broker, names.verdicts)
         consumer = AIOKafkaConsumer(bootstrap_servers=broker, enable_auto_commit=False, fetch_max_wait_ms=100)
         await consumer.start()
-        tps = [TopicPartition(names.verdicts, p) for p in sorted(consumer.partitions_for_topic(names.verdicts) or range(PARTITIONS))]
+        tps = [
+            TopicPartition(names.verdicts, p)
+            for p in sorted(consumer.partitions_for_topic(names.verdicts) or range(PARTITIONS))
+        ]
         consumer.assign(tps)
         await consumer.seek_to_end(*tps)
         for tp in tps:
@@ -507,10 +591,12 @@ async def latency(
         try:
             # Warm-up (not measured): connections, metadata and the first fetches.
             warm = fleet(int(rate * 2), 20, seed=13, start_ms=0)
-            for i, event in enumerate(warm):
+            for _i, event in enumerate(warm):
                 await asyncio.sleep(max(0.0, 1 / rate))
                 event = msgspec.structs.replace(event, ts_ms=int(time.time() * 1000))
-                await producer.send(names.tool_calls, encode_event(event), key=record_key(event).encode("utf-8", "surrogatepass"))
+                await producer.send(
+                    names.tool_calls, encode_event(event), key=record_key(event).encode("utf-8", "surrogatepass")
+                )
             await asyncio.sleep(1.0)
             received.clear()
             # This process is the instrument: its own GC pauses (tens of ms for a full
@@ -551,8 +637,10 @@ async def latency(
                 for k, t in sent.items():
                     if k in received:
                         inbound_ms = (produced_wall[k] - sent_wall[k]) * 1000 if k in produced_wall else float("nan")
-                        fh.write(f"{sent_wall[k] - first_sent:.4f},{(received[k] - t) * 1000:.2f},{inbound_ms:.2f},"
-                                 f"{sent_wall[k]:.4f}\n")
+                        fh.write(
+                            f"{sent_wall[k] - first_sent:.4f},{(received[k] - t) * 1000:.2f},{inbound_ms:.2f},"
+                            f"{sent_wall[k]:.4f}\n"
+                        )
         samples = sorted((received[k] - t) * 1000 for k, t in sent.items() if k in received)
         inbound = sorted((produced_wall[k] - t) * 1000 for k, t in sent_wall.items() if k in produced_wall)
         outbound = sorted((received_wall[k] - produced_wall[k]) * 1000 for k in sent_wall if k in produced_wall)
@@ -592,30 +680,40 @@ def target_verdicts(results: dict) -> list[str]:
     share = results.get("latency_share")
     if c and c["rate"] == TARGET_RATE and share is not None:
         rounds = f", median of {c['rounds']} rounds" if c.get("rounds", 1) > 1 else ""
-        lines.append(f"(c) - (c') at p99 <= {TARGET_SHARE_MS:g} ms at {TARGET_RATE:,.0f} events/s{rounds}: "
-                     f"{share:+.1f} ms, {_verdict(share <= TARGET_SHARE_MS)}")
+        lines.append(
+            f"(c) - (c') at p99 <= {TARGET_SHARE_MS:g} ms at {TARGET_RATE:,.0f} events/s{rounds}: "
+            f"{share:+.1f} ms, {_verdict(share <= TARGET_SHARE_MS)}"
+        )
     if b and "peak_rss_mib" in b:
         rss = b["peak_rss_mib"]
-        lines.append(f"(b) the worker's peak RSS <= {BASELINE_PEAK_RSS_MIB:,.0f} MiB (before issue 19): {rss:,.0f} MiB, "
-                     f"{_verdict(rss <= BASELINE_PEAK_RSS_MIB)}")
+        lines.append(
+            f"(b) the worker's peak RSS <= {BASELINE_PEAK_RSS_MIB:,.0f} MiB (before issue 19): {rss:,.0f} MiB, "
+            f"{_verdict(rss <= BASELINE_PEAK_RSS_MIB)}"
+        )
     for name, d in results.get("peers", {}).items():
         if b:
             ratio = b["rate"] / d["rate"]
             lines.append(f"loopwatch ahead of {PEERS[name].label}: {_verdict(ratio > 1)} ({ratio:.2f}×)")
     if "options_ratio" in results:
         ratio = results["options_ratio"]
-        lines.append(f"(e) all four options >= {TARGET_OPTIONS_RATIO} of the default config: {ratio:.2f}, "
-                     f"{_verdict(ratio >= TARGET_OPTIONS_RATIO)}")
+        lines.append(
+            f"(e) all four options >= {TARGET_OPTIONS_RATIO} of the default config: {ratio:.2f}, "
+            f"{_verdict(ratio >= TARGET_OPTIONS_RATIO)}"
+        )
     if "options_run_keyed_ratio" in results:
         ratio = results["options_run_keyed_ratio"]
-        lines.append(f"(e) the same, runners keying by run (the repartition hop): {ratio:.2f}, "
-                     f"{_verdict(ratio >= TARGET_OPTIONS_RATIO)}")
+        lines.append(
+            f"(e) the same, runners keying by run (the repartition hop): {ratio:.2f}, "
+            f"{_verdict(ratio >= TARGET_OPTIONS_RATIO)}"
+        )
     pairs = results.get("candidate_pairs")
     if pairs:
         share = statistics.median(cand["rate"] / plain["rate"] for plain, cand in pairs)
-        lines.append(f"(b'')/(b) >= {TARGET_CANDIDATE_SHARE} with a candidate config: {share:.2f}"
-                     + (f" (median of {len(pairs)} pairs)" if len(pairs) > 1 else "")
-                     + f", {_verdict(share >= TARGET_CANDIDATE_SHARE)}")
+        lines.append(
+            f"(b'')/(b) >= {TARGET_CANDIDATE_SHARE} with a candidate config: {share:.2f}"
+            + (f" (median of {len(pairs)} pairs)" if len(pairs) > 1 else "")
+            + f", {_verdict(share >= TARGET_CANDIDATE_SHARE)}"
+        )
     return lines
 
 
@@ -670,7 +768,8 @@ def throughput_medians(raw_rounds: list[float], worker_rounds: list[dict]) -> di
             worker["peak_rss_mib"] = max(b["peak_rss_mib"] for b in worker_rounds)
     if raw_rounds and worker_rounds:
         out["batched_ratio"] = statistics.median_low(
-            b["rate"] / raw for raw, b in zip(raw_rounds, worker_rounds, strict=True))
+            b["rate"] / raw for raw, b in zip(raw_rounds, worker_rounds, strict=True)
+        )
     return out
 
 
@@ -726,16 +825,20 @@ async def run(args: argparse.Namespace) -> int:
     load = os.getloadavg()
     steal0 = cpu_steal_jiffies()
     print(f"started: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC")
-    print(f"machine: {cpu_model()}, {os.cpu_count()} cores (nproc), Python {platform.python_version()}, "
-          f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"machine: {cpu_model()}, {os.cpu_count()} cores (nproc), Python {platform.python_version()}, "
+        f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print(f"broker:  {broker} (scripts/kafka.sh), {PARTITIONS} partitions per topic")
     t0 = time.perf_counter()
     events = fleet(args.events, args.runs, seed=7, mix=MIXES[args.mix])
     records = encode_all(events)
     n = len(records)
     gated = sum(1 for e in events if isinstance(e, ToolCallRequested) and e.gate)
-    print(f"workload: {args.mix} mix, {n:,} events over {args.runs:,} interleaved runs ({gated:,} gate calls), "
-          f"mean {sum(len(v) for _, v in records) / n:.0f} B, generated in {time.perf_counter() - t0:.1f} s")
+    print(
+        f"workload: {args.mix} mix, {n:,} events over {args.runs:,} interleaved runs ({gated:,} gate calls), "
+        f"mean {sum(len(v) for _, v in records) / n:.0f} B, generated in {time.perf_counter() - t0:.1f} s"
+    )
     results: dict = {}
     used: list[str] = []
     try:
@@ -746,7 +849,9 @@ async def run(args: argparse.Namespace) -> int:
             sinks = [f"{names.app_id}-sink2-{i}" for i in range(args.throughput_rounds)]
             await create_topics(broker, [src, sink1, *sinks])
             await preload(broker, src, records)
-            results["raw"] = await raw_passthrough(broker, src, sink1, n, batched=False, group=f"lwbench-{names.tag}-raw1")
+            results["raw"] = await raw_passthrough(
+                broker, src, sink1, n, batched=False, group=f"lwbench-{names.tag}-raw1"
+            )
             print(f"(a)  raw aiokafka pass-through, send() per record: {results['raw']:>9,.0f} events/s")
         # (a') and (b) alternate: this machine's swings (±20 % from one minute to the next)
         # then hit both alike, and their ratio is judged on the median of the rounds' ratios.
@@ -754,18 +859,30 @@ async def run(args: argparse.Namespace) -> int:
         for i in range(rounds):
             tag = f" {i + 1}/{rounds}" if rounds > 1 else "    "
             if not args.skip_raw:
-                raw = await raw_passthrough(broker, src, sinks[i], n, batched=True, group=f"lwbench-{names.tag}-raw2-{i}")
+                raw = await raw_passthrough(
+                    broker, src, sinks[i], n, batched=True, group=f"lwbench-{names.tag}-raw2-{i}"
+                )
                 results.setdefault("raw_batched_rounds", []).append(raw)
                 print(f"(a'){tag} raw aiokafka pass-through, record batches:{raw:>9,.0f} events/s")
             if not args.skip_worker:
-                b = await worker_throughput(broker, records, tmp, max_batch=args.max_batch, used=used,
-                                            profile_to=args.profile_worker if i == 0 else None)
+                b = await worker_throughput(
+                    broker,
+                    records,
+                    tmp,
+                    max_batch=args.max_batch,
+                    used=used,
+                    profile_to=args.profile_worker if i == 0 else None,
+                )
                 results.setdefault("worker_rounds", []).append(b)
-                print(f"(b){tag}  loopwatch worker end to end:              {b['rate']:>9,.0f} events/s "
-                      f"({b['events']:,} events in {b['elapsed']:.1f} s; {b['cpu_us']:.0f} µs CPU/event, {b['cpu_cores']:.2f} cores, "
-                      f"waited for a core {b['runqueue_share'] * 100:.0f} % of the time); {b['durable_rate']:,.0f} events/s to all offsets committed; peak RSS {b['peak_rss_mib']:.0f} MiB")
+                print(
+                    f"(b){tag}  loopwatch worker end to end:              {b['rate']:>9,.0f} events/s "
+                    f"({b['events']:,} events in {b['elapsed']:.1f} s; {b['cpu_us']:.0f} µs CPU/event, {b['cpu_cores']:.2f} cores, "
+                    f"waited for a core {b['runqueue_share'] * 100:.0f} % of the time); {b['durable_rate']:,.0f} events/s to all offsets committed; peak RSS {b['peak_rss_mib']:.0f} MiB"
+                )
                 if args.profile_worker and i == 0:
-                    print(f"     py-spy profile of (b): {args.profile_worker} (python -m bench.profile {args.profile_worker})")
+                    print(
+                        f"     py-spy profile of (b): {args.profile_worker} (python -m bench.profile {args.profile_worker})"
+                    )
         results.update(throughput_medians(results.get("raw_batched_rounds", []), results.get("worker_rounds", [])))
         if args.options_rounds:
             # The default config on records keyed by session (schemas.keys.session_scope_key), as
@@ -775,30 +892,45 @@ async def run(args: argparse.Namespace) -> int:
             traced = with_traces(events)
             by_session = [(session_scope_key(e).encode("utf-8", "surrogatepass"), encode_event(e)) for e in traced]
             by_run = encode_all(traced)
-            variants = [("default", CONFIG, by_session), ("options", OPTIONS_CONFIG, by_session),
-                        ("options-run-keyed", OPTIONS_CONFIG, by_run)]
+            variants = [
+                ("default", CONFIG, by_session),
+                ("options", OPTIONS_CONFIG, by_session),
+                ("options-run-keyed", OPTIONS_CONFIG, by_run),
+            ]
             for i in range(args.options_rounds):
                 # Rotating which goes first, so that none always runs on a warmer machine.
-                for label, root, keyed in variants[i % 3:] + variants[:i % 3]:
-                    e = await worker_throughput(broker, keyed, tmp, max_batch=args.max_batch, used=used,
-                                                config_root=root)
+                for label, root, keyed in variants[i % 3 :] + variants[: i % 3]:
+                    e = await worker_throughput(
+                        broker, keyed, tmp, max_batch=args.max_batch, used=used, config_root=root
+                    )
                     results.setdefault("options_rounds", {}).setdefault(label, []).append(e)
-                    print(f"(e)  round {i + 1}/{args.options_rounds}, {label + ':':<19}          {e['rate']:>9,.0f} events/s "
-                          f"({e['cpu_us']:.0f} µs CPU/event, {e['cpu_cores']:.2f} cores)")
+                    print(
+                        f"(e)  round {i + 1}/{args.options_rounds}, {label + ':':<19}          {e['rate']:>9,.0f} events/s "
+                        f"({e['cpu_us']:.0f} µs CPU/event, {e['cpu_cores']:.2f} cores)"
+                    )
             traced = by_session = by_run = None
         if args.candidate:
             # (b) and (b'') in turn, so that the shared machine's swings hit both alike.
             for i in range(args.candidate_rounds):
-                plain = results["worker"] if i == 0 and "worker" in results else await worker_throughput(
-                    broker, records, tmp, max_batch=args.max_batch, used=used)
+                plain = (
+                    results["worker"]
+                    if i == 0 and "worker" in results
+                    else await worker_throughput(broker, records, tmp, max_batch=args.max_batch, used=used)
+                )
                 if i > 0 or "worker" not in results:
-                    print(f"(b)  pair {i + 1}, without a candidate:              {plain['rate']:>9,.0f} events/s "
-                          f"({plain['cpu_us']:.0f} µs CPU/event)")
-                cand = await worker_throughput(broker, records, tmp, max_batch=args.max_batch, used=used, candidate=True)
+                    print(
+                        f"(b)  pair {i + 1}, without a candidate:              {plain['rate']:>9,.0f} events/s "
+                        f"({plain['cpu_us']:.0f} µs CPU/event)"
+                    )
+                cand = await worker_throughput(
+                    broker, records, tmp, max_batch=args.max_batch, used=used, candidate=True
+                )
                 results.setdefault("candidate_pairs", []).append((plain, cand))
-                print(f"(b'') pair {i + 1}, with a candidate config:           {cand['rate']:>9,.0f} events/s "
-                      f"({cand['cpu_us']:.0f} µs CPU/event, {cand['cpu_cores']:.2f} cores); "
-                      f"(b'')/(b) {cand['rate'] / plain['rate']:.2f}")
+                print(
+                    f"(b'') pair {i + 1}, with a candidate config:           {cand['rate']:>9,.0f} events/s "
+                    f"({cand['cpu_us']:.0f} µs CPU/event, {cand['cpu_cores']:.2f} cores); "
+                    f"(b'')/(b) {cand['rate'] / plain['rate']:.2f}"
+                )
         if args.peer:
             expected = reference_verdicts(events, CONFIG)
             for name in sorted(set(args.peer), key=list(PEERS).index):
@@ -807,10 +939,14 @@ async def run(args: argparse.Namespace) -> int:
                 d["version"] = version(peer.distribution)
                 results.setdefault("peers", {})[name] = d
                 head = f"({peer.tag}) {peer.label} {d['version']} peer:"
-                print(f"{head:<51}{d['rate']:>9,.0f} events/s ({d['events']:,} events in {d['elapsed']:.1f} s; {d['cpu_us']:.0f} µs "
-                      f"CPU/event, {d['cpu_cores']:.2f} cores); {d['durable_rate']:,.0f} events/s to all offsets committed")
-                print(f"     its verdicts are the engine's: {describe_counts(d['verdicts'])}"
-                      + (f" ({d['duplicates']:,} duplicates dropped)" if d["duplicates"] else ""))
+                print(
+                    f"{head:<51}{d['rate']:>9,.0f} events/s ({d['events']:,} events in {d['elapsed']:.1f} s; {d['cpu_us']:.0f} µs "
+                    f"CPU/event, {d['cpu_cores']:.2f} cores); {d['durable_rate']:,.0f} events/s to all offsets committed"
+                )
+                print(
+                    f"     its verdicts are the engine's: {describe_counts(d['verdicts'])}"
+                    + (f" ({d['duplicates']:,} duplicates dropped)" if d["duplicates"] else "")
+                )
                 if "worker" in results:
                     print(f"     loopwatch (b) / {peer.label}: {results['worker']['rate'] / d['rate']:.2f}×")
             expected = None
@@ -826,19 +962,39 @@ async def run(args: argparse.Namespace) -> int:
                 samples_to = args.latency_samples
                 if samples_to is not None and rounds > 1:
                     samples_to = samples_to.with_name(f"{samples_to.stem}-r{i + 1}{samples_to.suffix}")
-                c = await latency(broker, tmp, rate=args.rate, duration=args.duration, runs=args.latency_runs, used=used,
-                                  samples_to=samples_to)
+                c = await latency(
+                    broker,
+                    tmp,
+                    rate=args.rate,
+                    duration=args.duration,
+                    runs=args.latency_runs,
+                    used=used,
+                    samples_to=samples_to,
+                )
                 results.setdefault("latency_rounds", []).append(c)
-                print(f"(c){tag or ' '} decision latency at {c['offered']:,.0f} events/s offered: p50 {c['p50']:.1f} ms, "
-                      f"p99 {c['p99']:.1f} ms, p999 {c['p999']:.1f} ms ({c['answered']:,}/{c['gated']:,} decisions)")
-                print(f"     split: event sent -> verdict produced p50 {c['inbound'][0]:.1f} / p99 {c['inbound'][1]:.1f} ms; "
-                      f"verdict produced -> received p50 {c['outbound'][0]:.1f} / p99 {c['outbound'][1]:.1f} ms")
+                print(
+                    f"(c){tag or ' '} decision latency at {c['offered']:,.0f} events/s offered: p50 {c['p50']:.1f} ms, "
+                    f"p99 {c['p99']:.1f} ms, p999 {c['p999']:.1f} ms ({c['answered']:,}/{c['gated']:,} decisions)"
+                )
+                print(
+                    f"     split: event sent -> verdict produced p50 {c['inbound'][0]:.1f} / p99 {c['inbound'][1]:.1f} ms; "
+                    f"verdict produced -> received p50 {c['outbound'][0]:.1f} / p99 {c['outbound'][1]:.1f} ms"
+                )
                 if not args.skip_floor:
-                    f = await latency(broker, tmp, rate=args.rate, duration=args.duration, runs=args.latency_runs,
-                                      used=used, floor=True)
+                    f = await latency(
+                        broker,
+                        tmp,
+                        rate=args.rate,
+                        duration=args.duration,
+                        runs=args.latency_runs,
+                        used=used,
+                        floor=True,
+                    )
                     results.setdefault("floor_rounds", []).append(f)
-                    print(f"(c'){tag or ''} raw aiokafka responder, same load:      p50 {f['p50']:.1f} ms, p99 {f['p99']:.1f} ms, "
-                          f"p999 {f['p999']:.1f} ms ({f['answered']:,}/{f['gated']:,} decisions)")
+                    print(
+                        f"(c'){tag or ''} raw aiokafka responder, same load:      p50 {f['p50']:.1f} ms, p99 {f['p99']:.1f} ms, "
+                        f"p999 {f['p999']:.1f} ms ({f['answered']:,}/{f['gated']:,} decisions)"
+                    )
                     print(f"     loopwatch's own share at p99 (c) - (c'): {c['p99'] - f['p99']:+.1f} ms")
             results["latency"] = median_round(results["latency_rounds"])
             if "floor_rounds" in results:
@@ -857,59 +1013,90 @@ async def run(args: argparse.Namespace) -> int:
     if "raw" in results:
         print(f"| (a) raw aiokafka pass-through, `send()` per record | {results['raw']:,.0f} events/s |")
     for i, raw in enumerate(results.get("raw_batched_rounds", []), 1):
-        print(f"| (a') raw aiokafka pass-through, record batches{f', round {i}' if several else ''} | {raw:,.0f} events/s |")
+        print(
+            f"| (a') raw aiokafka pass-through, record batches{f', round {i}' if several else ''} | {raw:,.0f} events/s |"
+        )
     for i, b in enumerate(results.get("worker_rounds", []) if several else [], 1):
-        print(f"| (b) round {i} | {b['rate']:,.0f} events/s ({b['cpu_us']:.0f} µs CPU/event, peak RSS {b['peak_rss_mib']:,.0f} MiB)"
-              + (f"; (b)/(a') {b['rate'] / results['raw_batched_rounds'][i - 1]:.2f}" if "raw_batched_rounds" in results else "")
-              + " |")
+        print(
+            f"| (b) round {i} | {b['rate']:,.0f} events/s ({b['cpu_us']:.0f} µs CPU/event, peak RSS {b['peak_rss_mib']:,.0f} MiB)"
+            + (
+                f"; (b)/(a') {b['rate'] / results['raw_batched_rounds'][i - 1]:.2f}"
+                if "raw_batched_rounds" in results
+                else ""
+            )
+            + " |"
+        )
     if "worker" in results:
         b = results["worker"]
         median = ", the round of the median" if several else ""
-        print(f"| (b) loopwatch worker end to end ({b['events']:,} events, {args.runs:,} runs, {args.mix} mix{median}) | {b['rate']:,.0f} events/s "
-              f"processed ({b['cpu_us']:.0f} µs CPU/event); {b['durable_rate']:,.0f} events/s until every offset is committed |")
-        print(f"| (b) the worker's peak RSS{', the highest of the rounds' if several else ''} | {b['peak_rss_mib']:,.0f} MiB |")
-        print(f"| (b) the worker's main thread ready but waiting for a core | {b['runqueue_share'] * 100:.0f} % of the time "
-              f"({b['cpu_cores']:.2f} cores used) |")
+        print(
+            f"| (b) loopwatch worker end to end ({b['events']:,} events, {args.runs:,} runs, {args.mix} mix{median}) | {b['rate']:,.0f} events/s "
+            f"processed ({b['cpu_us']:.0f} µs CPU/event); {b['durable_rate']:,.0f} events/s until every offset is committed |"
+        )
+        print(
+            f"| (b) the worker's peak RSS{', the highest of the rounds' if several else ''} | {b['peak_rss_mib']:,.0f} MiB |"
+        )
+        print(
+            f"| (b) the worker's main thread ready but waiting for a core | {b['runqueue_share'] * 100:.0f} % of the time "
+            f"({b['cpu_cores']:.2f} cores used) |"
+        )
         if "raw" in results:
             print(f"| ratio (b)/(a) | {b['rate'] / results['raw']:.2f} |")
         if "batched_ratio" in results:
             print(f"| ratio (b)/(a'){', median of the rounds' if several else ''} | {results['batched_ratio']:.2f} |")
     for i, (plain, cand) in enumerate(results.get("candidate_pairs", []), 1):
-        print(f"| pair {i}: (b) without / (b'') with a candidate config | {plain['rate']:,.0f} / {cand['rate']:,.0f} "
-              f"events/s ({plain['cpu_us']:.0f} / {cand['cpu_us']:.0f} µs CPU/event); ratio {cand['rate'] / plain['rate']:.2f} |")
+        print(
+            f"| pair {i}: (b) without / (b'') with a candidate config | {plain['rate']:,.0f} / {cand['rate']:,.0f} "
+            f"events/s ({plain['cpu_us']:.0f} / {cand['cpu_us']:.0f} µs CPU/event); ratio {cand['rate'] / plain['rate']:.2f} |"
+        )
     for name, d in results.get("peers", {}).items():
         peer = PEERS[name]
-        print(f"| ({peer.tag}) {peer.label} {d['version']} peer ({peer.shape}), same workload and engine | "
-              f"{d['rate']:,.0f} events/s processed ({d['cpu_us']:.0f} µs CPU/event); {d['durable_rate']:,.0f} events/s "
-              f"until every offset is committed; verdicts = the engine's ({describe_counts(d['verdicts'])}) |")
+        print(
+            f"| ({peer.tag}) {peer.label} {d['version']} peer ({peer.shape}), same workload and engine | "
+            f"{d['rate']:,.0f} events/s processed ({d['cpu_us']:.0f} µs CPU/event); {d['durable_rate']:,.0f} events/s "
+            f"until every offset is committed; verdicts = the engine's ({describe_counts(d['verdicts'])}) |"
+        )
         if "worker" in results:
             print(f"| ratio (b)/({peer.tag}) | {results['worker']['rate'] / d['rate']:.2f} |")
     if "options_rounds" in results:
         rounds = results["options_rounds"]
         for i, (a, b, c) in enumerate(zip(rounds["default"], rounds["options"], rounds["options-run-keyed"])):
-            print(f"| (e) round {i + 1}: default config / all four options on (session scope, cycle, rings, incidents), "
-                  f"keyed by session / the same keyed by run | {a['rate']:,.0f} / {b['rate']:,.0f} / {c['rate']:,.0f} events/s "
-                  f"({a['cpu_us']:.0f} / {b['cpu_us']:.0f} / {c['cpu_us']:.0f} µs CPU/event); "
-                  f"ratios {b['rate'] / a['rate']:.2f}, {c['rate'] / a['rate']:.2f} |")
-        results["options_ratio"] = statistics.median(b["rate"] / a["rate"] for a, b in zip(rounds["default"], rounds["options"]))
+            print(
+                f"| (e) round {i + 1}: default config / all four options on (session scope, cycle, rings, incidents), "
+                f"keyed by session / the same keyed by run | {a['rate']:,.0f} / {b['rate']:,.0f} / {c['rate']:,.0f} events/s "
+                f"({a['cpu_us']:.0f} / {b['cpu_us']:.0f} / {c['cpu_us']:.0f} µs CPU/event); "
+                f"ratios {b['rate'] / a['rate']:.2f}, {c['rate'] / a['rate']:.2f} |"
+            )
+        results["options_ratio"] = statistics.median(
+            b["rate"] / a["rate"] for a, b in zip(rounds["default"], rounds["options"])
+        )
         results["options_run_keyed_ratio"] = statistics.median(
-            c["rate"] / a["rate"] for a, c in zip(rounds["default"], rounds["options-run-keyed"]))
-        print(f"| (e) options / default, median of {len(rounds['default'])} rounds | {results['options_ratio']:.2f} "
-              f"(keyed by run: {results['options_run_keyed_ratio']:.2f}) |")
+            c["rate"] / a["rate"] for a, c in zip(rounds["default"], rounds["options-run-keyed"])
+        )
+        print(
+            f"| (e) options / default, median of {len(rounds['default'])} rounds | {results['options_ratio']:.2f} "
+            f"(keyed by run: {results['options_run_keyed_ratio']:.2f}) |"
+        )
     floors = results.get("floor_rounds", [])
     for i, c in enumerate(results.get("latency_rounds", [])):
         tag = f", round {i + 1}" if args.latency_rounds > 1 else ""
-        print(f"| (c) decision latency p50 / p99 / p999 at {c['offered']:,.0f} events/s for {args.duration:.0f} s{tag} "
-              f"| {c['p50']:.1f} / {c['p99']:.1f} / {c['p999']:.1f} ms (max {c['max']:.1f}; {c['answered']:,} decisions) |")
+        print(
+            f"| (c) decision latency p50 / p99 / p999 at {c['offered']:,.0f} events/s for {args.duration:.0f} s{tag} "
+            f"| {c['p50']:.1f} / {c['p99']:.1f} / {c['p999']:.1f} ms (max {c['max']:.1f}; {c['answered']:,} decisions) |"
+        )
         if i < len(floors):
             f = floors[i]
-            print(f"| (c') raw aiokafka responder (decode, fixed allow verdict; no engine, state or checkpoints), same load{tag} "
-                  f"| {f['p50']:.1f} / {f['p99']:.1f} / {f['p999']:.1f} ms (max {f['max']:.1f}) |")
+            print(
+                f"| (c') raw aiokafka responder (decode, fixed allow verdict; no engine, state or checkpoints), same load{tag} "
+                f"| {f['p50']:.1f} / {f['p99']:.1f} / {f['p999']:.1f} ms (max {f['max']:.1f}) |"
+            )
             print(f"| p99 (c) - (c'){tag} | {c['p99'] - f['p99']:+.1f} ms |")
         if c["worker"]:
             w = c["worker"]
-            print(f"| worker's own histogram (event ts -> verdict produced), p50 / p99 bucket{tag} | "
-                  f"≤ {w[0.5] * 1000:g} / ≤ {w[0.99] * 1000:g} ms |")
+            print(
+                f"| worker's own histogram (event ts -> verdict produced), p50 / p99 bucket{tag} | "
+                f"≤ {w[0.5] * 1000:g} / ≤ {w[0.99] * 1000:g} ms |"
+            )
     if args.latency_rounds > 1 and "latency" in results:
         c = results["latency"]
         line = f"| p99, median of {c['rounds']} rounds | (c) {c['p99']:.1f} ms"
@@ -923,8 +1110,10 @@ async def run(args: argparse.Namespace) -> int:
             print(f"  {line}")
         for line in issue3_lines(results):
             print(f"  information, issue 3's target: {line}")
-    print(f"\nended: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; CPU steal during the run: "
-          f"{cpu_steal_jiffies() - steal0:,} jiffies")
+    print(
+        f"\nended: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC; CPU steal during the run: "
+        f"{cpu_steal_jiffies() - steal0:,} jiffies"
+    )
     print(f"logs: {tmp}")
     return 0
 
@@ -937,39 +1126,76 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.kafka", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.kafka", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--broker", help="bootstrap servers (default: start scripts/kafka.sh and use it)")
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--runs", type=int, default=2_000, help="interleaved runs in the throughput workload")
     p.add_argument("--max-batch", type=int, default=None, help="LOOPWATCH_MAX_BATCH for (b)")
-    p.add_argument("--mix", choices=sorted(MIXES), default="fleet",
-                   help="fleet: half the runs loop in every way upstream detects (as bench-core); healthy: no loops")
+    p.add_argument(
+        "--mix",
+        choices=sorted(MIXES),
+        default="fleet",
+        help="fleet: half the runs loop in every way upstream detects (as bench-core); healthy: no loops",
+    )
     p.add_argument("--rate", type=float, default=2_000.0, help="offered events/s for (c)")
     p.add_argument("--duration", type=float, default=20.0, help="seconds of offered load for (c)")
     p.add_argument("--latency-runs", type=int, default=400, help="interleaved runs in the latency workload")
-    p.add_argument("--latency-rounds", type=_positive_int, default=3,
-                   help="(c) and (c') alternate this many times; the targets are judged on the median p99 (default 3)")
-    p.add_argument("--latency-samples", type=Path, metavar="CSV",
-                   help="write every decision's latency of (c) here (with several rounds: CSV-r1, CSV-r2, ...)")
-    p.add_argument("--profile-worker", type=Path, metavar="FILE",
-                   help="record the worker during (b) with py-spy into FILE (folded stacks; python -m bench.profile FILE)")
-    p.add_argument("--throughput-rounds", type=_positive_int, default=3, metavar="N",
-                   help="(a') and (b) alternate N times; their targets are judged on the medians")
-    p.add_argument("--candidate", action="store_true",
-                   help="(b''): (b) with a candidate config loaded, alternating with (b) (issue 16)")
-    p.add_argument("--candidate-rounds", type=_positive_int, default=2,
-                   help="with --candidate: pairs of (b) and (b'') (default 2)")
+    p.add_argument(
+        "--latency-rounds",
+        type=_positive_int,
+        default=3,
+        help="(c) and (c') alternate this many times; the targets are judged on the median p99 (default 3)",
+    )
+    p.add_argument(
+        "--latency-samples",
+        type=Path,
+        metavar="CSV",
+        help="write every decision's latency of (c) here (with several rounds: CSV-r1, CSV-r2, ...)",
+    )
+    p.add_argument(
+        "--profile-worker",
+        type=Path,
+        metavar="FILE",
+        help="record the worker during (b) with py-spy into FILE (folded stacks; python -m bench.profile FILE)",
+    )
+    p.add_argument(
+        "--throughput-rounds",
+        type=_positive_int,
+        default=3,
+        metavar="N",
+        help="(a') and (b) alternate N times; their targets are judged on the medians",
+    )
+    p.add_argument(
+        "--candidate",
+        action="store_true",
+        help="(b''): (b) with a candidate config loaded, alternating with (b) (issue 16)",
+    )
+    p.add_argument(
+        "--candidate-rounds", type=_positive_int, default=2, help="with --candidate: pairs of (b) and (b'') (default 2)"
+    )
     p.add_argument("--skip-raw", action="store_true")
     p.add_argument("--skip-worker", action="store_true")
     p.add_argument("--skip-latency", action="store_true")
     p.add_argument("--skip-floor", action="store_true", help="no (c'): the raw responder's latency at the same load")
-    p.add_argument("--peer", action="append", choices=sorted(PEERS),
-                   help="run only this peer of (d) (repeat for several; default: all of them)")
-    p.add_argument("--skip-peers", action="store_true", help="no (d): the workload in Quix Streams and in a Faust agent")
-    p.add_argument("--options-rounds", type=int, default=0, metavar="N",
-                   help="(e): (b) with the default config and with all four fleet options on (records keyed by session, "
-                        "then by run), in turn, N times each")
+    p.add_argument(
+        "--peer",
+        action="append",
+        choices=sorted(PEERS),
+        help="run only this peer of (d) (repeat for several; default: all of them)",
+    )
+    p.add_argument(
+        "--skip-peers", action="store_true", help="no (d): the workload in Quix Streams and in a Faust agent"
+    )
+    p.add_argument(
+        "--options-rounds",
+        type=int,
+        default=0,
+        metavar="N",
+        help="(e): (b) with the default config and with all four fleet options on (records keyed by session, "
+        "then by run), in turn, N times each",
+    )
     args = p.parse_args(argv)
     args.peer = [] if args.skip_peers else (args.peer or list(PEERS))
     try:

@@ -33,8 +33,9 @@ async def main(argv: list[str]) -> None:
         if port is not None:
             import uvicorn
 
-            config = uvicorn.Config(server.streamable_http_app(), host="127.0.0.1", port=port, log_level="warning",
-                                    lifespan="on")
+            config = uvicorn.Config(
+                server.streamable_http_app(), host="127.0.0.1", port=port, log_level="warning", lifespan="on"
+            )
             await uvicorn.Server(config).serve()
             return
         async with agent_stdio() as (read, write):

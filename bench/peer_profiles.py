@@ -21,10 +21,10 @@ from pathlib import Path
 
 import msgspec
 
-from streams.edge.content_windows import ContentEdge, utf16_length
 from streams.conformance import peers
 from streams.conformance.traces import open_jsonl
-from streams.engine import engine_for, RunDriver, encode_state, state_key
+from streams.edge.content_windows import ContentEdge, utf16_length
+from streams.engine import RunDriver, encode_state, engine_for, state_key
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data" / "conformance"
 TRACES = {
@@ -57,8 +57,10 @@ def trace(name: str, copies: int) -> list:
 def edge_rate() -> None:
     """The runner's side of Gemini's content detector (``ContentEdge.feed``: patterns, truncation,
     window hashes) over every chunk of the content set's sessions."""
-    chunks = [[e["text"] if e["k"] == "text" else None for e in s["events"]]
-              for s in open_jsonl(DATA / "gemini-cli-content" / "sessions.jsonl.gz")]
+    chunks = [
+        [e["text"] if e["k"] == "text" else None for e in s["events"]]
+        for s in open_jsonl(DATA / "gemini-cli-content" / "sessions.jsonl.gz")
+    ]
     n = sum(1 for c in chunks for t in c if t is not None)
     units = sum(utf16_length(t) for c in chunks for t in c if t is not None)
     began = time.process_time()
@@ -70,8 +72,10 @@ def edge_rate() -> None:
             else:
                 edge.feed(text)
     took = time.process_time() - began
-    print(f"[gemini-cli content edge] {n:,} chunks, {units:,} UTF-16 units: {n / took:,.0f} chunks/s, "
-          f"{units / took / 1e6:.2f} M units/s (one core, CPU time)")
+    print(
+        f"[gemini-cli content edge] {n:,} chunks, {units:,} UTF-16 units: {n / took:,.0f} chunks/s, "
+        f"{units / took / 1e6:.2f} M units/s (one core, CPU time)"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,9 +98,11 @@ def main(argv: list[str] | None = None) -> int:
             rates.append(len(events) / (time.process_time() - began))
             states = driver.states
         sizes = [len(encode_state(s)) for s in states.values()]
-        print(f"[{name}] {len(events):,} events over {len(states):,} runs: best {max(rates):,.0f} events/s, "
-              f"median {statistics.median(rates):,.0f} events/s (one core, CPU time); state per run mean "
-              f"{statistics.fmean(sizes):,.0f} B, max {max(sizes):,} B")
+        print(
+            f"[{name}] {len(events):,} events over {len(states):,} runs: best {max(rates):,.0f} events/s, "
+            f"median {statistics.median(rates):,.0f} events/s (one core, CPU time); state per run mean "
+            f"{statistics.fmean(sizes):,.0f} B, max {max(sizes):,} B"
+        )
         gc.unfreeze()
     print(f"end: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC")
     return 0

@@ -68,8 +68,10 @@ def split(loopwatch_side: list[int]) -> str:
         return "shared (one CPU: nothing to split)"
     pin(os.getpid(), set(cpus[:-1]))  # first: the worker is one of this process's children
     threads = sum(pin(pid, {cpus[-1]}) for pid in loopwatch_side)
-    return (f"split: broker and worker ({threads} threads) on CPU {cpus[-1]}; everything timed (agents, gateways, "
-            f"upstreams, other clients) on CPU {','.join(map(str, cpus[:-1]))}")
+    return (
+        f"split: broker and worker ({threads} threads) on CPU {cpus[-1]}; everything timed (agents, gateways, "
+        f"upstreams, other clients) on CPU {','.join(map(str, cpus[:-1]))}"
+    )
 
 
 def restore(pids: list[int], cpus: set[int]) -> None:

@@ -40,12 +40,23 @@ PARTITIONS = 4
 def workload(n_events: int, runs: int) -> list[Record]:
     """About ``n_events`` records of ``runs`` interleaved runs, as (b) drains them."""
     calls = max(2, n_events // (2 * runs))
-    events, _ = fleet_trace(runs, calls, seed=7, mix=FLEET_MIX, run_prefix="bench-7", gate=True,
-                            start_ms=int(time.time() * 1000), end=True, engine=engine_for(CONFIG))
+    events, _ = fleet_trace(
+        runs,
+        calls,
+        seed=7,
+        mix=FLEET_MIX,
+        run_prefix="bench-7",
+        gate=True,
+        start_ms=int(time.time() * 1000),
+        end=True,
+        engine=engine_for(CONFIG),
+    )
     records = []
     for offset, event in enumerate(events):
         key = record_key(event).encode("utf-8", "surrogatepass")
-        records.append(Record("tool-calls", zlib.crc32(key) % PARTITIONS, offset, key, encode_event(event), time.time()))
+        records.append(
+            Record("tool-calls", zlib.crc32(key) % PARTITIONS, offset, key, encode_event(event), time.time())
+        )
     return records
 
 
@@ -71,7 +82,7 @@ def one_pass(records: list[Record], batch: int, checkpoint_every: int) -> float:
     since = 0
     start = time.process_time()
     for i in range(0, len(records), batch):
-        result = processor.process(records[i:i + batch], read)
+        result = processor.process(records[i : i + batch], read)
         if result.verdicts:
             processor.observe_latency(result.verdicts)
         logs.flush()
@@ -84,8 +95,9 @@ def one_pass(records: list[Record], batch: int, checkpoint_every: int) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.processor", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.processor", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--events", type=int, default=200_000)
     p.add_argument("--runs", type=int, default=2_000)
     p.add_argument("--batch", type=int, default=2_000, help="records per batch")
@@ -93,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--passes", type=int, default=3)
     args = p.parse_args(argv)
     if min(args.events, args.runs, args.batch, args.checkpoint_every, args.passes) < 1:
-        print("bench.processor: --events, --runs, --batch, --checkpoint-every and --passes must be at least 1",
-              file=sys.stderr)
+        print(
+            "bench.processor: --events, --runs, --batch, --checkpoint-every and --passes must be at least 1",
+            file=sys.stderr,
+        )
         return 1
     logs.configure("/dev/null")
     logging.getLogger("loopwatch").setLevel(logging.INFO)
@@ -108,8 +122,10 @@ def main(argv: list[str] | None = None) -> int:
     # they cost no collection time the worker does not pay.
     gc.collect()
     gc.freeze()
-    print(f"{len(records):,} records, batches of {args.batch:,}, GC thresholds {GC_THRESHOLDS or gc.get_threshold()}",
-          flush=True)
+    print(
+        f"{len(records):,} records, batches of {args.batch:,}, GC thresholds {GC_THRESHOLDS or gc.get_threshold()}",
+        flush=True,
+    )
     if GC_THRESHOLDS:
         gc.set_threshold(*GC_THRESHOLDS)
     for n in range(1, args.passes + 1):

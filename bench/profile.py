@@ -36,20 +36,32 @@ PARTS: list[tuple[str, str]] = [
     ("signing (issue 20)", r"\(schemas/signing\.py"),
     ("dedupe: event-id digests (issue 13)", r"^(event_digest|seen_before|remember) \(streams/engine/intake"),
     ("Kafka key check (issue 13)", r"^(kafka_key_problem|record_key) "),
-    ("logging", r"\(streams/app/logs\.py|^BatchProcessor\._log |\(logging/|^Step\.logs |^_request_logs "
-                r"|^_tool_loop_line |^Detection\.message "),
-    ("metrics", r"\(prometheus_client/|^BatchProcessor\._account |^BatchProcessor\.observe_latency "
-                r"|\(streams/app/metrics\.py|\(socketserver\.py|\(wsgiref/"),
+    (
+        "logging",
+        r"\(streams/app/logs\.py|^BatchProcessor\._log |\(logging/|^Step\.logs |^_request_logs "
+        r"|^_tool_loop_line |^Detection\.message ",
+    ),
+    (
+        "metrics",
+        r"\(prometheus_client/|^BatchProcessor\._account |^BatchProcessor\.observe_latency "
+        r"|\(streams/app/metrics\.py|\(socketserver\.py|\(wsgiref/",
+    ),
     ("verdicts built and encoded", r"^encode_verdict |^Step\.published_decision |\(schemas/verdicts\.py"),
     ("verdicts produced (queued in record batches)", r"^Output\.send_verdicts "),
     ("state load (read, decode, copy)", r"^LiveRuns\.(load|decode) |^decode_state|^copy_state"),
-    ("state store (encode, RocksDB, changelog)", r"^Checkpointer\.checkpoint |^LiveRuns\.|^encode_state|^pack_"
-                                                 r"|\(streams/app/run_store\.py|^RunStore\.|rocksdict"),
+    (
+        "state store (encode, RocksDB, changelog)",
+        r"^Checkpointer\.checkpoint |^LiveRuns\.|^encode_state|^pack_"
+        r"|\(streams/app/run_store\.py|^RunStore\.|rocksdict",
+    ),
     ("decode events", r"^decode_event |^check_event |\(schemas/events\.py"),
     ("engine", r"\(streams/engine/"),
     ("aiokafka producer (sender, both producers)", r"\(aiokafka/producer/"),
-    ("consume: Faust fetch loop, aiokafka fetcher, acks", r"\(aiokafka/consumer/|\(faust/transport/"
-                                                          r"|\(streams/faust_adapter\.py"),
+    (
+        "consume: Faust fetch loop, aiokafka fetcher, acks",
+        r"\(aiokafka/consumer/|\(faust/transport/"
+        r"|\(streams/faust_adapter\.py",
+    ),
     ("batch processor's own loop (group, clamp, bookkeeping)", r"\(streams/app/(processor|checkpoint)\.py"),
     ("timers, health, expiry, config reload", r"\(streams/app/(app|health|expiry|reload|topics)\.py|\(faust/app/"),
     ("asyncio, sockets (reads), aiokafka connections, the rest", r""),
@@ -111,8 +123,9 @@ def _frame_name(frame: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m bench.profile", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("file", type=Path, help="py-spy --format raw output (make bench --profile-worker FILE)")
     p.add_argument("--cpu-us", type=float, help="the worker's µs CPU/event in the same run")
     p.add_argument("--frames", type=int, default=0, help="also list this many frames by inclusive share")
@@ -125,10 +138,14 @@ def main(argv: list[str] | None = None) -> int:
     parts, idle, waiting = breakdown(stacks)
     total = sum(parts.values())
     if not total:
-        print(f"bench.profile: {args.file} holds no busy samples (is it py-spy's --format raw output?)", file=sys.stderr)
+        print(
+            f"bench.profile: {args.file} holds no busy samples (is it py-spy's --format raw output?)", file=sys.stderr
+        )
         return 1
-    print(f"{total + idle + waiting:,} samples in {args.file}: {total:,} busy; the event loop idle (waiting in "
-          f"select) in {idle:,}, {idle / (total + idle) * 100:.0f} % of its samples; {waiting:,} of other threads waiting")
+    print(
+        f"{total + idle + waiting:,} samples in {args.file}: {total:,} busy; the event loop idle (waiting in "
+        f"select) in {idle:,}, {idle / (total + idle) * 100:.0f} % of its samples; {waiting:,} of other threads waiting"
+    )
     print()
     print("| part of the worker | share of busy samples |" + (" µs per event |" if args.cpu_us else ""))
     print("|---|---|" + ("---|" if args.cpu_us else ""))

@@ -16,19 +16,27 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from harness import wait_for_topic
 from schemas import encode_verdict
 from schemas.events import InvalidEvent, ToolCallRequested, decode_event
 from schemas.verdicts import Decision
 
-from harness import wait_for_topic
-
 
 def allow(event: ToolCallRequested) -> bytes:
-    return encode_verdict(Decision(
-        verdict_id=f"floor:{event.event_id}", cause_event_id=event.event_id, run_id=event.run_id,
-        session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms,
-        tool_call_id=event.tool_call_id, tool_name=event.tool_name, args_hash=event.args_hash, action="allow",
-    ))
+    return encode_verdict(
+        Decision(
+            verdict_id=f"floor:{event.event_id}",
+            cause_event_id=event.event_id,
+            run_id=event.run_id,
+            session_key=event.session_key,
+            agent_id=event.agent_id,
+            ts_ms=event.ts_ms,
+            tool_call_id=event.tool_call_id,
+            tool_name=event.tool_name,
+            args_hash=event.args_hash,
+            action="allow",
+        )
+    )
 
 
 async def respond(broker: str, source: str, sink: str, ready_file: Path) -> None:

@@ -28,7 +28,7 @@ import platform
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from bench.core import steal_jiffies
 from bench.gateway import percentile, started_worker
@@ -42,22 +42,48 @@ ROWS = ("all", "runs")
 
 async def reader(args: argparse.Namespace) -> None:
     """One reader process: a client, one run that publishes a call, then idle until stdin closes."""
-    async with LoopwatchClient(args.broker, mode="gate", timeout=30, tool_calls_topic=args.tool_calls,
-                               verdicts_topic=args.verdicts, verdict_partitions=args.reader) as client:
+    async with LoopwatchClient(
+        args.broker,
+        mode="gate",
+        timeout=30,
+        tool_calls_topic=args.tool_calls,
+        verdicts_topic=args.verdicts,
+        verdict_partitions=args.reader,
+    ) as client:
         run = client.run(args.run_id, session_key=f"bench:{args.run_id}", agent_id="bench")
         await run.before_tool_call("echo", {"n": 0}, tool_call_id="r0")
         print(f"ready {len(client.reading)}", flush=True)
         await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 
-def start_readers(args: argparse.Namespace, names: WorkerNames, broker: str, row: str,
-                  r: int) -> tuple[list[subprocess.Popen], list[int]]:
+def start_readers(
+    args: argparse.Namespace, names: WorkerNames, broker: str, row: str, r: int
+) -> tuple[list[subprocess.Popen], list[int]]:
     """``--readers`` reader processes of ``row``, each ready; and how many partitions each reads."""
-    procs = [subprocess.Popen([sys.executable, "-m", "bench.verdict_readers", "--reader", row, "--broker", broker,
-                               "--tool-calls", names.tool_calls, "--verdicts", names.verdicts,
-                               "--run-id", f"{names.tag}-{row}-{r}-{i}"],
-                              cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-             for i in range(args.readers)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.verdict_readers",
+                "--reader",
+                row,
+                "--broker",
+                broker,
+                "--tool-calls",
+                names.tool_calls,
+                "--verdicts",
+                names.verdicts,
+                "--run-id",
+                f"{names.tag}-{row}-{r}-{i}",
+            ],
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(args.readers)
+    ]
     reading = []
     for proc in procs:
         line = proc.stdout.readline()
@@ -81,8 +107,9 @@ async def timed_decisions(run, start: int, n: int) -> list[float]:
         t0 = time.perf_counter()
         await run.before_tool_call("echo", {"n": i}, tool_call_id=f"t{i}")
         out.append((time.perf_counter() - t0) * 1000)
-        await run.queue_after_tool_call("echo", {"n": i}, tool_call_id=f"t{i}",
-                                        result={"content": [{"type": "text", "text": str(i)}]})
+        await run.queue_after_tool_call(
+            "echo", {"n": i}, tool_call_id=f"t{i}", result={"content": [{"type": "text", "text": str(i)}]}
+        )
     return out
 
 
@@ -99,8 +126,9 @@ async def bench(args: argparse.Namespace) -> dict:
         broker_pid = listening_pid(int(broker.split(",")[0].rsplit(":", 1)[1]))
         loopwatch_side = [pid for pid in (broker_pid, worker.pid) if pid is not None]
         placement = split(loopwatch_side)
-        async with LoopwatchClient(broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls,
-                                   verdicts_topic=names.verdicts) as client:
+        async with LoopwatchClient(
+            broker, mode="gate", timeout=10, tool_calls_topic=names.tool_calls, verdicts_topic=names.verdicts
+        ) as client:
             run = client.run(f"{names.tag}-timed", session_key="bench:timed", agent_id="bench")
             await timed_decisions(run, 10_000_000, 20)  # warm up
             steal0 = steal_jiffies()
@@ -121,22 +149,33 @@ async def bench(args: argparse.Namespace) -> dict:
         worker.stop(timeout=15)
         if loopwatch_side:
             restore(loopwatch_side, cpus)
-    return {"samples": samples, "reader_cpu": reader_cpu, "reading": reading, "placement": placement,
-            "steal": None if steal0 is None else steal1 - steal0}
+    return {
+        "samples": samples,
+        "reader_cpu": reader_cpu,
+        "reading": reading,
+        "placement": placement,
+        "steal": None if steal0 is None else steal1 - steal0,
+    }
 
 
 def report(result: dict, args: argparse.Namespace) -> None:
-    print(f"bench-verdict-readers at {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; machine: {cpu_model()}, "
-          f"{os.cpu_count()} cores (nproc), Python {platform.python_version()}; CPU steal {result['steal']} jiffies")
+    print(
+        f"bench-verdict-readers at {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; machine: {cpu_model()}, "
+        f"{os.cpu_count()} cores (nproc), Python {platform.python_version()}; CPU steal {result['steal']} jiffies"
+    )
     print(f"placement: {result['placement']}")
-    print(f"{args.readers} reader processes, {args.partitions} partitions; {args.rounds} rounds x {args.calls} "
-          "timed decisions, the rows alternated")
+    print(
+        f"{args.readers} reader processes, {args.partitions} partitions; {args.rounds} rounds x {args.calls} "
+        "timed decisions, the rows alternated"
+    )
     for row in ROWS:
         values = result["samples"][row]
         per_call = result["reader_cpu"][row] / len(values) * 1000
-        print(f"  {row:4s} decision p50 {percentile(values, 0.5):7.3f} ms   p99 {percentile(values, 0.99):7.3f} ms   "
-              f"readers' CPU {per_call:.3f} ms per timed call   partitions read per reader "
-              f"{min(result['reading'][row])}-{max(result['reading'][row])}   (n={len(values)})")
+        print(
+            f"  {row:4s} decision p50 {percentile(values, 0.5):7.3f} ms   p99 {percentile(values, 0.99):7.3f} ms   "
+            f"readers' CPU {per_call:.3f} ms per timed call   partitions read per reader "
+            f"{min(result['reading'][row])}-{max(result['reading'][row])}   (n={len(values)})"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:

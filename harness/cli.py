@@ -12,8 +12,13 @@ __all__ = ["loopwatch", "one_line_error"]
 
 
 def loopwatch(*args: object, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "streams.cli", *map(str, args)], capture_output=True, text=True,
-                          cwd=REPO, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "streams.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=timeout,
+    )
 
 
 def one_line_error(proc: subprocess.CompletedProcess[str], code: int, *needles: str) -> str:

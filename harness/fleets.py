@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from schemas.events import ToolCallEvent
 from streams.edge.events import blocked_result, compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import engine_for, RunDriver, published
+from streams.engine import RunDriver, engine_for, published
 
 __all__ = ["BAD_RECORDS", "BASELINE", "CANDIDATE", "assert_matches_reference", "hand_worked_fleet", "reference_report"]
 
@@ -41,14 +42,23 @@ def _reads(run_id: str, n: int, *, agent: str = "main", veto_from: int | None = 
         ts = T0 + i * 1000
         out.append(requested_event(f"{run_id}:{i}", "read", args, tool_call_id=f"c{i}", ts_ms=ts, **fields))
         result = blocked_result("blocked") if veto_from is not None and i >= veto_from else SAME
-        out.append(completed_event(f"{run_id}:{i}:done", "read", args, tool_call_id=f"c{i}", result=result,
-                                   ts_ms=ts + 1, **fields))
+        out.append(
+            completed_event(
+                f"{run_id}:{i}:done", "read", args, tool_call_id=f"c{i}", result=result, ts_ms=ts + 1, **fields
+            )
+        )
     return out
 
 
 def _ended(run_id: str, reason: str, agent: str = "main"):
-    return run_ended_event(f"{run_id}:end", reason=reason, run_id=run_id, session_key=f"agent:{agent}:{run_id}",
-                           agent_id=agent, ts_ms=T0 + 100_000)
+    return run_ended_event(
+        f"{run_id}:end",
+        reason=reason,
+        run_id=run_id,
+        session_key=f"agent:{agent}:{run_id}",
+        agent_id=agent,
+        ts_ms=T0 + 100_000,
+    )
 
 
 def hand_worked_fleet() -> tuple[list[ToolCallEvent], ToolCallEvent]:
@@ -84,8 +94,11 @@ def hand_worked_fleet() -> tuple[list[ToolCallEvent], ToolCallEvent]:
     d = [compaction_event("d:compaction", ts_ms=T0 + 500, **fields)]
     for i in range(1, 4):
         d.append(requested_event(f"d:{i}", "gateway", {"op": "x"}, tool_call_id=f"g{i}", ts_ms=T0 + 600 + i, **fields))
-        d.append(completed_event(f"d:{i}:done", "gateway", {"op": "x"}, tool_call_id=f"g{i}", result=SAME,
-                                 ts_ms=T0 + 600 + i, **fields))
+        d.append(
+            completed_event(
+                f"d:{i}:done", "gateway", {"op": "x"}, tool_call_id=f"g{i}", result=SAME, ts_ms=T0 + 600 + i, **fields
+            )
+        )
     d.append(_ended("d", "aborted"))
     events = []
     runs = [a, b, c, d]
@@ -128,12 +141,18 @@ def assert_matches_reference(report: dict, events: Iterable[ToolCallEvent], base
     candidate))."""
     expected = reference_report(events, baseline, candidate)
     for name in ("baseline", "candidate"):
-        got = {(r["agent"], r["detector"], r["tool"]): r[name] for r in report["by_agent_detector_tool"]
-               if any(r[name].values())}
+        got = {
+            (r["agent"], r["detector"], r["tool"]): r[name]
+            for r in report["by_agent_detector_tool"]
+            if any(r[name].values())
+        }
         assert got == expected[name][0], name
     names = ("none", "warn", "block", "abort")
     base, cand = expected["baseline"][1], expected["candidate"][1]
-    changed = {f"run:{run}": (names[base.get(run, 0)], names[cand.get(run, 0)]) for run in set(base) | set(cand)
-               if base.get(run, 0) != cand.get(run, 0)}
+    changed = {
+        f"run:{run}": (names[base.get(run, 0)], names[cand.get(run, 0)])
+        for run in set(base) | set(cand)
+        if base.get(run, 0) != cand.get(run, 0)
+    }
     assert {r["run"]: (r["baseline"], r["candidate"]) for r in report["changed_runs"]} == changed
     return changed

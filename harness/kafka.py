@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
@@ -18,7 +19,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallEvent
 from schemas.keys import record_key
-from streams.engine import LoopEngine, engine_for, RunDriver
+from streams.engine import LoopEngine, RunDriver, engine_for
 
 __all__ = [
     "collect",
@@ -119,8 +120,12 @@ async def produce(
     """Produce records (in order, keyed; a third item is the record's headers); ``rate``
     events/s paces them.  Returns seconds taken."""
     producer = AIOKafkaProducer(
-        bootstrap_servers=broker, linger_ms=2 if rate else 10, max_batch_size=512 * 1024,
-        max_request_size=4 * 1024 * 1024, acks="all", **(client_options or {}),
+        bootstrap_servers=broker,
+        linger_ms=2 if rate else 10,
+        max_batch_size=512 * 1024,
+        max_request_size=4 * 1024 * 1024,
+        acks="all",
+        **(client_options or {}),
     )
     await producer.start()
     start = time.perf_counter()
@@ -183,7 +188,12 @@ async def collect(
 
 
 async def collect_verdicts(
-    broker: str, topic: str, expected_ids: Iterable[str], *, timeout: float = 60.0, settle: float = 0.5,
+    broker: str,
+    topic: str,
+    expected_ids: Iterable[str],
+    *,
+    timeout: float = 60.0,
+    settle: float = 0.5,
 ) -> list:
     """Every verdict record of ``topic``, read until each of ``expected_ids`` has arrived."""
     want = set(expected_ids)

@@ -139,7 +139,7 @@ class WorkerProcess:
         env.setdefault("PYTHONUNBUFFERED", "1")
         return env
 
-    def start(self) -> "WorkerProcess":
+    def start(self) -> WorkerProcess:
         if self.running:
             raise RuntimeError(f"{self.label} is already running")
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -189,8 +189,13 @@ class WorkerProcess:
             return 0, ""
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        wait_http_ok(f"http://127.0.0.1:{self.web_port}/readyz", self.proc, what=self.label, timeout=timeout,
-                     log_tail=self.log_tail)
+        wait_http_ok(
+            f"http://127.0.0.1:{self.web_port}/readyz",
+            self.proc,
+            what=self.label,
+            timeout=timeout,
+            log_tail=self.log_tail,
+        )
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Parsed ``/metrics``: (name, sorted labels) -> value."""

@@ -74,8 +74,15 @@ MAX_OPEN_INCIDENTS = 10_000
 """``fleetIncidents.maxOpenIncidents``'s bound."""
 MAX_TOOLS_PER_AGENT = 10_000
 """``fleetIncidents.maxToolsPerAgentPerMinute``'s bound."""
-FLEET_INCIDENT_DEFAULTS = {"minRuns": 20, "minAgents": 3, "windowSeconds": 300, "hopSeconds": 60, "quietSeconds": 300,
-                           "maxOpenIncidents": 50, "maxToolsPerAgentPerMinute": 30}
+FLEET_INCIDENT_DEFAULTS = {
+    "minRuns": 20,
+    "minAgents": 3,
+    "windowSeconds": 300,
+    "hopSeconds": 60,
+    "quietSeconds": 300,
+    "maxOpenIncidents": 50,
+    "maxToolsPerAgentPerMinute": 30,
+}
 AGENT_RING_DEFAULTS = {"warningThreshold": 3, "criticalThreshold": 5, "windowSeconds": 3600}
 FleetCount = Annotated[int, msgspec.Meta(gt=0, le=MAX_FLEET_COUNT)]
 WindowSeconds = Annotated[int, msgspec.Meta(gt=0, le=MAX_WINDOW_SECONDS)]
@@ -268,7 +275,9 @@ def _type_name(value: Any) -> str:
 
 def _check_positive_int(value: Any, path: str, issues: list[ConfigIssue], maximum: int = MAX_COUNT_SETTING) -> None:
     if not _is_number(value):
-        issues.append(ConfigIssue(path, f"Invalid input: expected number, received {_type_name(value)}", "invalid_type"))
+        issues.append(
+            ConfigIssue(path, f"Invalid input: expected number, received {_type_name(value)}", "invalid_type")
+        )
     elif not math.isfinite(value) or value != math.floor(value):
         issues.append(ConfigIssue(path, "Invalid input: expected int, received number", "not_integer"))
     elif value <= 0:
@@ -290,7 +299,13 @@ def validate_loop_detection(block: Any, path: str = "tools.loopDetection") -> li
         return [ConfigIssue(path, f"Invalid input: expected object, received {_type_name(block)}", "invalid_type")]
     _check_strict(block, _BLOCK_KEYS, path, issues)
     if "enabled" in block and not isinstance(block["enabled"], bool):
-        issues.append(ConfigIssue(f"{path}.enabled", f"Invalid input: expected boolean, received {_type_name(block['enabled'])}", "invalid_type"))
+        issues.append(
+            ConfigIssue(
+                f"{path}.enabled",
+                f"Invalid input: expected boolean, received {_type_name(block['enabled'])}",
+                "invalid_type",
+            )
+        )
     for key in _INT_KEYS:
         if key in block:
             maximum = MAX_HISTORY_SIZE if key == "historySize" else MAX_COUNT_SETTING
@@ -299,17 +314,27 @@ def validate_loop_detection(block: Any, path: str = "tools.loopDetection") -> li
         detectors = block["detectors"]
         sub = f"{path}.detectors"
         if not isinstance(detectors, dict):
-            issues.append(ConfigIssue(sub, f"Invalid input: expected object, received {_type_name(detectors)}", "invalid_type"))
+            issues.append(
+                ConfigIssue(sub, f"Invalid input: expected object, received {_type_name(detectors)}", "invalid_type")
+            )
         else:
             _check_strict(detectors, _DETECTOR_KEYS, sub, issues)
             for key in _DETECTOR_KEYS:
                 if key in detectors and not isinstance(detectors[key], bool):
-                    issues.append(ConfigIssue(f"{sub}.{key}", f"Invalid input: expected boolean, received {_type_name(detectors[key])}", "invalid_type"))
+                    issues.append(
+                        ConfigIssue(
+                            f"{sub}.{key}",
+                            f"Invalid input: expected boolean, received {_type_name(detectors[key])}",
+                            "invalid_type",
+                        )
+                    )
     if "postCompactionGuard" in block:
         guard = block["postCompactionGuard"]
         sub = f"{path}.postCompactionGuard"
         if not isinstance(guard, dict):
-            issues.append(ConfigIssue(sub, f"Invalid input: expected object, received {_type_name(guard)}", "invalid_type"))
+            issues.append(
+                ConfigIssue(sub, f"Invalid input: expected object, received {_type_name(guard)}", "invalid_type")
+            )
         else:
             _check_strict(guard, ("windowSize",), sub, issues)
             if "windowSize" in guard:
@@ -320,21 +345,27 @@ def validate_loop_detection(block: Any, path: str = "tools.loopDetection") -> li
     warning, critical = block.get("warningThreshold"), block.get("criticalThreshold")
     breaker = block.get("globalCircuitBreakerThreshold")
     if warning is not None and critical is not None and warning >= critical:
-        issues.append(ConfigIssue(
-            f"{path}.criticalThreshold",
-            "tools.loopDetection.warningThreshold must be lower than criticalThreshold.",
-            "custom",
-        ))
+        issues.append(
+            ConfigIssue(
+                f"{path}.criticalThreshold",
+                "tools.loopDetection.warningThreshold must be lower than criticalThreshold.",
+                "custom",
+            )
+        )
     if critical is not None and breaker is not None and critical >= breaker:
-        issues.append(ConfigIssue(
-            f"{path}.globalCircuitBreakerThreshold",
-            "tools.loopDetection.criticalThreshold must be lower than globalCircuitBreakerThreshold.",
-            "custom",
-        ))
+        issues.append(
+            ConfigIssue(
+                f"{path}.globalCircuitBreakerThreshold",
+                "tools.loopDetection.criticalThreshold must be lower than globalCircuitBreakerThreshold.",
+                "custom",
+            )
+        )
     return issues
 
 
-def validate_loop_detection_latest(block: Any, path: str = "tools.loopDetection") -> tuple[list[ConfigIssue], list[ConfigIssue]]:
+def validate_loop_detection_latest(
+    block: Any, path: str = "tools.loopDetection"
+) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
     """A block only profile latest reads: (errors, warnings).  ``enabled`` must be a
     boolean and unknown keys are errors as before; the retired keys are warnings."""
     if not isinstance(block, dict):
@@ -342,9 +373,17 @@ def validate_loop_detection_latest(block: Any, path: str = "tools.loopDetection"
     issues: list[ConfigIssue] = []
     _check_strict(block, _BLOCK_KEYS, path, issues)
     if "enabled" in block and not isinstance(block["enabled"], bool):
-        issues.append(ConfigIssue(f"{path}.enabled", f"Invalid input: expected boolean, received {_type_name(block['enabled'])}", "invalid_type"))
+        issues.append(
+            ConfigIssue(
+                f"{path}.enabled",
+                f"Invalid input: expected boolean, received {_type_name(block['enabled'])}",
+                "invalid_type",
+            )
+        )
     warnings = [
-        ConfigIssue(f"{path}.{key}", "retired under profile latest (upstream's values are fixed); ignored", "retired_key")
+        ConfigIssue(
+            f"{path}.{key}", "retired under profile latest (upstream's values are fixed); ignored", "retired_key"
+        )
         for key in block
         if key in _BLOCK_KEYS and key != "enabled"
     ]
@@ -359,7 +398,9 @@ keyed and repartitioned: one setting for every agent, at the root."""
 
 def _check_bool(value: Any, path: str, issues: list[ConfigIssue]) -> None:
     if value is not None and not isinstance(value, bool):
-        issues.append(ConfigIssue(path, f"Invalid input: expected boolean, received {_type_name(value)}", "invalid_type"))
+        issues.append(
+            ConfigIssue(path, f"Invalid input: expected boolean, received {_type_name(value)}", "invalid_type")
+        )
 
 
 def _check_block_of(
@@ -368,7 +409,9 @@ def _check_block_of(
     """An options object with boolean and bounded positive integer keys; the block if it has
     no issue of its own (for the cross-key checks), else None."""
     if not isinstance(block, dict):
-        issues.append(ConfigIssue(path, f"Invalid input: expected object, received {_type_name(block)}", "invalid_type"))
+        issues.append(
+            ConfigIssue(path, f"Invalid input: expected object, received {_type_name(block)}", "invalid_type")
+        )
         return None
     before = len(issues)
     _check_strict(block, (*bools, *ints), path, issues)
@@ -382,45 +425,79 @@ def _check_block_of(
 
 def _validate_fleet_options(options: dict, path: str, issues: list[ConfigIssue]) -> None:
     if "scope" in options and options["scope"] not in SCOPES:
-        issues.append(ConfigIssue(
-            f"{path}.scope", f"Invalid option: expected one of {' | '.join(repr(s) for s in SCOPES)}", "invalid_value"
-        ))
+        issues.append(
+            ConfigIssue(
+                f"{path}.scope",
+                f"Invalid option: expected one of {' | '.join(repr(s) for s in SCOPES)}",
+                "invalid_value",
+            )
+        )
     if "fleetIncidents" in options:
         where = f"{path}.fleetIncidents"
-        block = _check_block_of(options["fleetIncidents"], where, issues, {
-            "minRuns": MAX_FLEET_COUNT, "minAgents": MAX_FLEET_COUNT, "windowSeconds": MAX_WINDOW_SECONDS,
-            "hopSeconds": MAX_WINDOW_SECONDS, "quietSeconds": MAX_WINDOW_SECONDS,
-            "maxOpenIncidents": MAX_OPEN_INCIDENTS, "maxToolsPerAgentPerMinute": MAX_TOOLS_PER_AGENT,
-        })
+        block = _check_block_of(
+            options["fleetIncidents"],
+            where,
+            issues,
+            {
+                "minRuns": MAX_FLEET_COUNT,
+                "minAgents": MAX_FLEET_COUNT,
+                "windowSeconds": MAX_WINDOW_SECONDS,
+                "hopSeconds": MAX_WINDOW_SECONDS,
+                "quietSeconds": MAX_WINDOW_SECONDS,
+                "maxOpenIncidents": MAX_OPEN_INCIDENTS,
+                "maxToolsPerAgentPerMinute": MAX_TOOLS_PER_AGENT,
+            },
+        )
         if block is not None:
             merged = {**FLEET_INCIDENT_DEFAULTS, **block}
             if merged["minAgents"] > merged["minRuns"]:
-                issues.append(ConfigIssue(f"{where}.minAgents", f"{where}.minAgents must not exceed minRuns.", "custom"))
+                issues.append(
+                    ConfigIssue(f"{where}.minAgents", f"{where}.minAgents must not exceed minRuns.", "custom")
+                )
             if merged["hopSeconds"] > merged["windowSeconds"]:
-                issues.append(ConfigIssue(f"{where}.hopSeconds", f"{where}.hopSeconds must not exceed windowSeconds.", "custom"))
+                issues.append(
+                    ConfigIssue(f"{where}.hopSeconds", f"{where}.hopSeconds must not exceed windowSeconds.", "custom")
+                )
     if "agentRings" in options:
         where = f"{path}.agentRings"
-        block = _check_block_of(options["agentRings"], where, issues, {
-            "warningThreshold": MAX_RING_ROUNDS, "criticalThreshold": MAX_RING_ROUNDS, "windowSeconds": MAX_WINDOW_SECONDS,
-        })
+        block = _check_block_of(
+            options["agentRings"],
+            where,
+            issues,
+            {
+                "warningThreshold": MAX_RING_ROUNDS,
+                "criticalThreshold": MAX_RING_ROUNDS,
+                "windowSeconds": MAX_WINDOW_SECONDS,
+            },
+        )
         if block is not None:
             merged = {**AGENT_RING_DEFAULTS, **block}
             if merged["warningThreshold"] >= merged["criticalThreshold"]:
-                issues.append(ConfigIssue(
-                    f"{where}.criticalThreshold", f"{where}.warningThreshold must be lower than criticalThreshold.", "custom"
-                ))
+                issues.append(
+                    ConfigIssue(
+                        f"{where}.criticalThreshold",
+                        f"{where}.warningThreshold must be lower than criticalThreshold.",
+                        "custom",
+                    )
+                )
 
 
 def _validate_options(options: Any, path: str, issues: list[ConfigIssue], *, root: bool = False) -> None:
     if not isinstance(options, dict):
-        issues.append(ConfigIssue(path, f"Invalid input: expected object, received {_type_name(options)}", "invalid_type"))
+        issues.append(
+            ConfigIssue(path, f"Invalid input: expected object, received {_type_name(options)}", "invalid_type")
+        )
         return
     if not root:
-        for key in _ROOT_OPTIONS[len(_AGENT_OPTIONS):]:
+        for key in _ROOT_OPTIONS[len(_AGENT_OPTIONS) :]:
             if key in options:
-                issues.append(ConfigIssue(
-                    f"{path}.{key}", f"{key} applies to the whole fleet: set it in the root loopwatch block", "root_only"
-                ))
+                issues.append(
+                    ConfigIssue(
+                        f"{path}.{key}",
+                        f"{key} applies to the whole fleet: set it in the root loopwatch block",
+                        "root_only",
+                    )
+                )
     _check_strict(options, _ROOT_OPTIONS, path, issues)
     if root:
         _validate_fleet_options(options, path, issues)
@@ -428,20 +505,32 @@ def _validate_options(options: Any, path: str, issues: list[ConfigIssue], *, roo
         _check_block_of(options["detectors"], f"{path}.detectors", issues, {}, bools=("cycle",))
     profile = options.get("profile")
     if profile is not None and profile not in PROFILES:
-        issues.append(ConfigIssue(
-            f"{path}.profile", f"Invalid option: expected one of {' | '.join(repr(p) for p in PROFILES)}", "invalid_value"
-        ))
+        issues.append(
+            ConfigIssue(
+                f"{path}.profile",
+                f"Invalid option: expected one of {' | '.join(repr(p) for p in PROFILES)}",
+                "invalid_value",
+            )
+        )
     limit = options.get("abortAfterCriticalBlocks")
     if limit is not None:
         _check_positive_int(limit, f"{path}.abortAfterCriticalBlocks", issues)
     mode = options.get("mode")
     if mode is not None and mode not in MODES:
-        issues.append(ConfigIssue(
-            f"{path}.mode", f"Invalid option: expected one of {' | '.join(repr(m) for m in MODES)}", "invalid_value"
-        ))
+        issues.append(
+            ConfigIssue(
+                f"{path}.mode", f"Invalid option: expected one of {' | '.join(repr(m) for m in MODES)}", "invalid_value"
+            )
+        )
     warn = options.get("surfaceWarnings")
     if warn is not None and not isinstance(warn, bool):
-        issues.append(ConfigIssue(f"{path}.surfaceWarnings", f"Invalid input: expected boolean, received {_type_name(warn)}", "invalid_type"))
+        issues.append(
+            ConfigIssue(
+                f"{path}.surfaceWarnings",
+                f"Invalid input: expected boolean, received {_type_name(warn)}",
+                "invalid_type",
+            )
+        )
 
 
 def _profile_of(options: Any, default: str) -> str:
@@ -482,7 +571,9 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
     if root is None:
         return [], []
     if not isinstance(root, dict):
-        return [ConfigIssue("(root)", f"Invalid input: expected object, received {_type_name(root)}", "invalid_type")], []
+        return [
+            ConfigIssue("(root)", f"Invalid input: expected object, received {_type_name(root)}", "invalid_type")
+        ], []
     issues: list[ConfigIssue] = []
     notes: list[ConfigIssue] = []
     root_profile = _profile_of(root.get("loopwatch"), CONFIGURABLE_FINAL)
@@ -497,7 +588,9 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
     tools = root.get("tools")
     if tools is not None:
         if not isinstance(tools, dict):
-            issues.append(ConfigIssue("tools", f"Invalid input: expected object, received {_type_name(tools)}", "invalid_type"))
+            issues.append(
+                ConfigIssue("tools", f"Invalid input: expected object, received {_type_name(tools)}", "invalid_type")
+            )
         elif "loopDetection" in tools:
             _check_block(tools["loopDetection"], "tools.loopDetection", global_latest_only, issues, notes)
     if "loopwatch" in root:
@@ -511,21 +604,27 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
             issues.append(ConfigIssue("agents.list", "Invalid input: expected array", "invalid_type"))
             entries = None
         elif entries is not None and len(entries) > MAX_AGENTS:
-            issues.append(ConfigIssue("agents.list", f"Too big: expected array to have <={MAX_AGENTS} items", "too_big"))
+            issues.append(
+                ConfigIssue("agents.list", f"Too big: expected array to have <={MAX_AGENTS} items", "too_big")
+            )
             entries = None
         seen: set[str] = set()
         for i, entry in enumerate(entries or []):
             where = f"agents.list[{i}]"
             if not isinstance(entry, dict):
-                issues.append(ConfigIssue(where, f"Invalid input: expected object, received {_type_name(entry)}", "invalid_type"))
+                issues.append(
+                    ConfigIssue(where, f"Invalid input: expected object, received {_type_name(entry)}", "invalid_type")
+                )
                 continue
             agent_id = entry.get("id")
             if not isinstance(agent_id, str) or not agent_id:
                 issues.append(ConfigIssue(f"{where}.id", "Invalid input: expected a non-empty string", "invalid_type"))
             elif len(agent_id) > MAX_AGENT_ID_LENGTH:
-                issues.append(ConfigIssue(
-                    f"{where}.id", f"Too big: expected string to have <={MAX_AGENT_ID_LENGTH} characters", "too_big"
-                ))
+                issues.append(
+                    ConfigIssue(
+                        f"{where}.id", f"Too big: expected string to have <={MAX_AGENT_ID_LENGTH} characters", "too_big"
+                    )
+                )
             elif agent_id in seen:
                 issues.append(ConfigIssue(f"{where}.id", f'duplicate agent id "{agent_id}"', "custom"))
             else:

@@ -8,7 +8,7 @@ Events carry hashes, never raw arguments or results: the runner hashes at the ed
 from __future__ import annotations
 
 from binascii import a2b_hex
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -53,7 +53,8 @@ DIGEST_PATTERN = r"^[0-9a-f]{64}$"
 ResultHash = Annotated[
     str,
     msgspec.Meta(
-        max_length=MAX_RESULT_HASH_LENGTH, description="64 hex, or error: + 64 hex",
+        max_length=MAX_RESULT_HASH_LENGTH,
+        description="64 hex, or error: + 64 hex",
         extra_json_schema={"pattern": RESULT_HASH_PATTERN},
     ),
 ]
@@ -61,12 +62,16 @@ TimestampMs = Annotated[
     int, msgspec.Meta(ge=0, le=MAX_SAFE_INT, description="event time, epoch milliseconds (at most 2^53 - 1)")
 ]
 Digest = Annotated[
-    str, msgspec.Meta(max_length=HASH_LENGTH, description="64 lowercase hex (SHA-256)",
-                      extra_json_schema={"pattern": DIGEST_PATTERN})
+    str,
+    msgspec.Meta(
+        max_length=HASH_LENGTH, description="64 lowercase hex (SHA-256)", extra_json_schema={"pattern": DIGEST_PATTERN}
+    ),
 ]
 CheckedDigest = Annotated[
-    str, msgspec.Meta(min_length=HASH_LENGTH, max_length=HASH_LENGTH, pattern=DIGEST_PATTERN,
-                      description="64 lowercase hex (SHA-256)")
+    str,
+    msgspec.Meta(
+        min_length=HASH_LENGTH, max_length=HASH_LENGTH, pattern=DIGEST_PATTERN, description="64 lowercase hex (SHA-256)"
+    ),
 ]
 """A digest msgspec checks itself while decoding: for optional fields that are rarely present
 (the peer profiles'), where its ``re`` search costs nothing on the events without them and
@@ -78,7 +83,8 @@ TraceId = Annotated[
     str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH, description="a conversation or task shared by agents")
 ]
 Target = Annotated[
-    str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH, description="the session key or agent id a message goes to")
+    str,
+    msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH, description="the session key or agent id a message goes to"),
 ]
 
 
@@ -216,7 +222,7 @@ class ModelText(_Event, tag=names.MODEL_TEXT, kw_only=True):
     U+FFFD, as node's hash of a JavaScript string)."""
 
 
-ToolCallEvent = Union[ToolCallRequested, ToolCallCompleted, CompactionRetried, RunEnded, AgentMessage, ModelText]
+ToolCallEvent = ToolCallRequested | ToolCallCompleted | CompactionRetried | RunEnded | AgentMessage | ModelText
 
 EVENT_TYPE_OF = {
     cls: cls.__struct_config__.tag
@@ -320,10 +326,14 @@ def check_event(event: ToolCallEvent) -> None:
     if kind is ToolCallRequested or kind is ToolCallCompleted:
         tool, args_hash = event.tool_name, event.args_hash
         n = len(tool)
-        hexes = args_hash[n + 1:]
+        hexes = args_hash[n + 1 :]
         try:  # _is_hex, written out: a call costs as much as the check, on every event
-            valid = (len(hexes) == HASH_LENGTH and args_hash[n] == ":" and args_hash.startswith(tool)
-                     and a2b_hex(hexes).hex() == hexes)
+            valid = (
+                len(hexes) == HASH_LENGTH
+                and args_hash[n] == ":"
+                and args_hash.startswith(tool)
+                and a2b_hex(hexes).hex() == hexes
+            )
         except ValueError:
             valid = False
         if not valid:
@@ -377,7 +387,13 @@ def _check_digest(value: str, field: str, pattern: str) -> None:
 
 def _check_latest_outcome(event: ToolCallCompleted) -> None:
     if event.result_hash is None:
-        field = "outcome_kind" if event.outcome_kind else "normalized_result_hash" if event.normalized_result_hash else "failure_identity_hash"
+        field = (
+            "outcome_kind"
+            if event.outcome_kind
+            else "normalized_result_hash"
+            if event.normalized_result_hash
+            else "failure_identity_hash"
+        )
         raise InvalidEvent(names.INVALID_EVENT, f"{field} needs a result_hash - at `$.{field}`")
     if event.normalized_result_hash is not None:
         _check_digest(event.normalized_result_hash, "normalized_result_hash", RESULT_HASH_PATTERN)
@@ -385,11 +401,14 @@ def _check_latest_outcome(event: ToolCallCompleted) -> None:
         _check_digest(event.failure_identity_hash, "failure_identity_hash", DIGEST_PATTERN)
     if event.failure_identity_hash is not None and event.outcome_kind != "terminal-exec-failure":
         raise InvalidEvent(
-            names.INVALID_EVENT, "failure_identity_hash needs outcome_kind 'terminal-exec-failure' - at `$.failure_identity_hash`"
+            names.INVALID_EVENT,
+            "failure_identity_hash needs outcome_kind 'terminal-exec-failure' - at `$.failure_identity_hash`",
         )
     owner = _OUTCOME_KIND_TOOL.get(event.outcome_kind)
     if owner is not None and event.tool_name != owner:
-        raise InvalidEvent(names.INVALID_EVENT, f"outcome_kind {event.outcome_kind!r} is for tool {owner!r} only - at `$.outcome_kind`")
+        raise InvalidEvent(
+            names.INVALID_EVENT, f"outcome_kind {event.outcome_kind!r} is for tool {owner!r} only - at `$.outcome_kind`"
+        )
 
 
 _OUTCOME_KIND_TOOL = {"terminal-exec-failure": "exec", "write-mutation": "write"}

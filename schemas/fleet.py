@@ -22,7 +22,7 @@ Every field is bounded as the events' are.
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -93,7 +93,7 @@ class IncidentResolved(_Incident, tag=names.INCIDENT_RESOLVED, kw_only=True):
     resolved_ms: TimestampMs
 
 
-Incident = Union[IncidentOpened, IncidentResolved]
+Incident = IncidentOpened | IncidentResolved
 
 _incident_decoder = msgspec.json.Decoder(Incident)
 _encoder = msgspec.json.Encoder()
@@ -142,7 +142,7 @@ class FleetSend(msgspec.Struct, frozen=True, array_like=True, tag="s", gc=False)
     """How many such sends in a row (a run's identical sends of one batch go as one record)."""
 
 
-FleetRecord = Union[FleetOutcome, FleetTick, FleetSend]
+FleetRecord = FleetOutcome | FleetTick | FleetSend
 
 _fleet_decoder = msgspec.json.Decoder(FleetRecord)
 

@@ -28,7 +28,12 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 __all__ = [
-    "JS_WHITESPACE", "normalize_run_id", "partition_for", "record_key", "session_scope_key", "state_key",
+    "JS_WHITESPACE",
+    "normalize_run_id",
+    "partition_for",
+    "record_key",
+    "session_scope_key",
+    "state_key",
     "verdict_partitions",
 ]
 
@@ -95,7 +100,7 @@ def murmur2(data: bytes) -> int:
     h = (0x9747B28C ^ length) & 0xFFFFFFFF
     whole = length & ~3
     for i in range(0, whole, 4):
-        k = (int.from_bytes(data[i:i + 4], "little") * m) & 0xFFFFFFFF
+        k = (int.from_bytes(data[i : i + 4], "little") * m) & 0xFFFFFFFF
         k = ((k ^ (k >> 24)) * m) & 0xFFFFFFFF
         h = ((h * m) & 0xFFFFFFFF) ^ k
     rest = length & 3

@@ -76,8 +76,14 @@ GEMINI_CONTENT_LOOP = "gemini_content_loop"
 WARNING_DETECTORS = (GENERIC_REPEAT, KNOWN_POLL_NO_PROGRESS, PING_PONG, ARGUMENT_CHURN, CYCLE, AGENT_RING)
 """Detectors that can warn under the warning-bucket rule.  (OpenHands' nudge, a warning of
 ``openhands_action_error``, is never bucketed.)"""
-ABORT_DETECTORS = (COMPACTION_LOOP_PERSISTED, CRITICAL_BLOCK_LIMIT, *OPENHANDS_DETECTORS, GEMINI_TOOL_CALL_LOOP, GEMINI_LLM_LOOP,
-                   GEMINI_CONTENT_LOOP)
+ABORT_DETECTORS = (
+    COMPACTION_LOOP_PERSISTED,
+    CRITICAL_BLOCK_LIMIT,
+    *OPENHANDS_DETECTORS,
+    GEMINI_TOOL_CALL_LOOP,
+    GEMINI_LLM_LOOP,
+    GEMINI_CONTENT_LOOP,
+)
 """Detectors of ``loop.run_aborted``."""
 
 # -- fleet incidents (``type`` on loop-incidents) ----------------------------------------------------
@@ -97,8 +103,15 @@ KEY_MISMATCH = "key_mismatch"
 BAD_SIGNATURE = "bad_signature"
 PROCESSING_ERROR = "processing_error"
 DEAD_LETTER_REASONS = (
-    INVALID_JSON, INVALID_EVENT, OVERSIZED, MISSING_KEY, KEY_MISMATCH, UNKNOWN_TYPE, UNSUPPORTED_VERSION,
-    BAD_SIGNATURE, PROCESSING_ERROR,
+    INVALID_JSON,
+    INVALID_EVENT,
+    OVERSIZED,
+    MISSING_KEY,
+    KEY_MISMATCH,
+    UNKNOWN_TYPE,
+    UNSUPPORTED_VERSION,
+    BAD_SIGNATURE,
+    PROCESSING_ERROR,
 )
 
 # -- shadow mode and the candidate config (``loopwatch.mode``, ``LOOPWATCH_CANDIDATE_CONFIG``) -------

@@ -36,9 +36,9 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from .events import InvalidEvent, ToolCallEvent
 from .names import BAD_SIGNATURE

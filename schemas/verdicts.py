@@ -6,7 +6,8 @@ a redelivery reproduces the same id and a runner can drop duplicates by id.
 
 from __future__ import annotations
 
-from typing import Annotated, Callable, Literal, Union
+from collections.abc import Callable
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -32,13 +33,18 @@ LivenessSignal = Literal["argument_churn"]
 # Bounds.  Every value a verdict carries comes from its event (bounded there) or from the
 # engine's own texts; the limits leave room for the longest the engine builds from the
 # longest event fields (tests/schemas/test_bounds.py drives events at their bounds through it).
-VerdictId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH + 16, description="<event_id>/decision or <event_id>/abort")]
+VerdictId = Annotated[
+    str,
+    msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH + 16, description="<event_id>/decision or <event_id>/abort"),
+]
 ToolName = Annotated[str, msgspec.Meta(max_length=MAX_TOOL_NAME_LENGTH)]
 Detector = Annotated[str, msgspec.Meta(max_length=64, description="generic_repeat, ping_pong, ... (docs/metrics.md)")]
 Count = Annotated[int, msgspec.Meta(ge=0, le=MAX_SAFE_INT)]
 Message = Annotated[str, msgspec.Meta(max_length=4096)]
 WarningKey = Annotated[str, msgspec.Meta(max_length=2048)]
-IncidentId = Annotated[str, msgspec.Meta(min_length=1, max_length=64, description="the fleet incident (loop-incidents)")]
+IncidentId = Annotated[
+    str, msgspec.Meta(min_length=1, max_length=64, description="the fleet incident (loop-incidents)")
+]
 
 
 class _Verdict(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid_unknown_fields=True, gc=False):
@@ -102,7 +108,7 @@ class RunAborted(_Verdict, tag=names.RUN_ABORTED, kw_only=True):
     message: Message
 
 
-Verdict = Union[Decision, RunAborted]
+Verdict = Decision | RunAborted
 
 _decoder = msgspec.json.Decoder(Verdict)
 _encoder = msgspec.json.Encoder()

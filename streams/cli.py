@@ -74,9 +74,8 @@ def _replay(args: argparse.Namespace) -> int:
     from schemas.config import ConfigError
 
     from .engine import engine_for
-    from .offline.replay import print_summary, run_replay
-
     from .engine.config import with_profile, with_scope
+    from .offline.replay import print_summary, run_replay
 
     try:
         root = _load_root(args.config)
@@ -107,8 +106,17 @@ def _replay(args: argparse.Namespace) -> int:
 def _backtest(args: argparse.Namespace) -> int:
     from schemas.config import RUN_SCOPE, ConfigError
 
-    from .offline.backtest import Backtest, BacktestError, FileSource, KafkaRange, Progress, parse_time, plot, render_table
     from .engine import engine_for
+    from .offline.backtest import (
+        Backtest,
+        BacktestError,
+        FileSource,
+        KafkaRange,
+        Progress,
+        parse_time,
+        plot,
+        render_table,
+    )
     from .offline.sharded import available_cores
 
     def fail(message: str, code: int = 2) -> int:
@@ -123,7 +131,9 @@ def _backtest(args: argparse.Namespace) -> int:
         return fail("give JSONL files of tool-calls events, or --broker and --topic")
     if args.broker and not args.topic:
         return fail("--broker needs --topic")
-    if args.files and (args.topic or args.from_offset is not None or args.to_offset is not None or args.since or args.until):
+    if args.files and (
+        args.topic or args.from_offset is not None or args.to_offset is not None or args.since or args.until
+    ):
         return fail("--topic, --from-offset, --to-offset, --since and --until read a topic: they need --broker")
     engines = {}
     for name in ("baseline", "candidate"):
@@ -134,11 +144,16 @@ def _backtest(args: argparse.Namespace) -> int:
         config = engines[name].config
         if config.scope != RUN_SCOPE:
             # The backtest runs each run id's events from fresh state, as its report counts runs.
-            return fail(f"--{name}: loopwatch.scope: session is not backtested (loopwatch replay --scope session "
-                        "runs a session's history)")
+            return fail(
+                f"--{name}: loopwatch.scope: session is not backtested (loopwatch replay --scope session "
+                "runs a session's history)"
+            )
         if config.fleet_incidents is not None or config.agent_rings is not None:
-            print(f"loopwatch backtest: --{name}: fleetIncidents and agentRings need the fleet topology and are not "
-                  "backtested (loopwatch replay runs them)", file=sys.stderr)
+            print(
+                f"loopwatch backtest: --{name}: fleetIncidents and agentRings need the fleet topology and are not "
+                "backtested (loopwatch replay runs them)",
+                file=sys.stderr,
+            )
     try:
         if args.files:
             source = FileSource([Path(f) for f in args.files])
@@ -150,13 +165,21 @@ def _backtest(args: argparse.Namespace) -> int:
             except SettingsError as exc:
                 return fail(str(exc))
             source = KafkaRange(
-                args.broker, args.topic, start=args.from_offset, end=args.to_offset,
+                args.broker,
+                args.topic,
+                start=args.from_offset,
+                end=args.to_offset,
                 since_ms=parse_time(args.since) if args.since else None,
                 until_ms=parse_time(args.until) if args.until else None,
-                timeout_s=args.timeout, client_options=options,
+                timeout_s=args.timeout,
+                client_options=options,
             )
-        backtest = Backtest(engines["baseline"], engines["candidate"], agents=args.agent,
-                            normal_reasons=args.normal_end or ("completed",))
+        backtest = Backtest(
+            engines["baseline"],
+            engines["candidate"],
+            agents=args.agent,
+            normal_reasons=args.normal_end or ("completed",),
+        )
         progress = Progress(sys.stderr, source.progress)
         backtest.run(source.records(), keyed=source.keyed, progress=progress, jobs=args.jobs or available_cores())
         progress.done(backtest.records)
@@ -166,7 +189,9 @@ def _backtest(args: argparse.Namespace) -> int:
         missing = [a for a in args.agent if a not in backtest.agents_seen]
         if missing:
             seen = ", ".join(sorted(str(a) for a in backtest.agents_seen)[:10]) or "none"
-            return fail(f"unknown agent {', '.join(map(repr, missing))}: no event of it in the input (agents seen: {seen})", 1)
+            return fail(
+                f"unknown agent {', '.join(map(repr, missing))}: no event of it in the input (agents seen: {seen})", 1
+            )
     report = backtest.report()
     if args.plot:
         try:
@@ -192,9 +217,9 @@ nothing, so the evaluation's baseline is its thresholds, switched on."""
 def _evaluate(args: argparse.Namespace) -> int:
     from schemas.config import RUN_SCOPE, ConfigError
 
-    from .offline.backtest import BacktestError, FileSource, Progress
     from .engine import engine_for
     from .engine.config import with_profile
+    from .offline.backtest import BacktestError, FileSource, Progress
     from .offline.evaluate import REFERENCE_ROWS, SUCCESSFUL, EngineRow, Evaluation, plot, render_table
     from .offline.sharded import available_cores
 
@@ -206,8 +231,11 @@ def _evaluate(args: argparse.Namespace) -> int:
         return fail(f"--jobs must be at least 1, not {args.jobs}")
     rows = []
     for profile in args.profile or ():
-        rows.append(EngineRow(f"profile {profile} (upstream defaults, enabled)",
-                              engine_for(with_profile(UPSTREAM_DEFAULTS, profile))))
+        rows.append(
+            EngineRow(
+                f"profile {profile} (upstream defaults, enabled)", engine_for(with_profile(UPSTREAM_DEFAULTS, profile))
+            )
+        )
     for path in args.config or ():
         try:
             engine = engine_for(_load_root(path))
@@ -216,15 +244,23 @@ def _evaluate(args: argparse.Namespace) -> int:
         if engine.config.scope != RUN_SCOPE:
             return fail(f"--config {path}: loopwatch.scope: session is not evaluated (runs are judged one by one)")
         if engine.config.fleet_incidents is not None or engine.config.agent_rings is not None:
-            print(f"loopwatch evaluate: --config {path}: fleetIncidents and agentRings need the fleet topology and "
-                  "are not evaluated (loopwatch replay runs them)", file=sys.stderr)
+            print(
+                f"loopwatch evaluate: --config {path}: fleetIncidents and agentRings need the fleet topology and "
+                "are not evaluated (loopwatch replay runs them)",
+                file=sys.stderr,
+            )
         if not engine.settings_for(None).detection.enabled:
-            print(f"loopwatch evaluate: note: {path} leaves detection off (tools.loopDetection.enabled): "
-                  "its row detects nothing", file=sys.stderr)
+            print(
+                f"loopwatch evaluate: note: {path} leaves detection off (tools.loopDetection.enabled): "
+                "its row detects nothing",
+                file=sys.stderr,
+            )
         rows.append(EngineRow(Path(path).stem, engine))
     if not rows:
-        rows = [EngineRow("upstream defaults (enabled)", engine_for(UPSTREAM_DEFAULTS)),
-                EngineRow("profile latest (enabled)", engine_for(with_profile(UPSTREAM_DEFAULTS, "latest")))]
+        rows = [
+            EngineRow("upstream defaults (enabled)", engine_for(UPSTREAM_DEFAULTS)),
+            EngineRow("profile latest (enabled)", engine_for(with_profile(UPSTREAM_DEFAULTS, "latest"))),
+        ]
     if not args.no_reference:
         rows.extend(REFERENCE_ROWS)
     try:
@@ -267,8 +303,9 @@ def _import(args: argparse.Namespace) -> int:
         fh, finish = open_output(out)
         ok = False
         try:
-            summary = import_files(files, fh, fmt=fmt, labels=labels, agent_id=args.agent,
-                                   progress=progress, total_bytes=total)
+            summary = import_files(
+                files, fh, fmt=fmt, labels=labels, agent_id=args.agent, progress=progress, total_bytes=total
+            )
             ok = True
         finally:
             finish(ok)
@@ -283,8 +320,10 @@ def _import(args: argparse.Namespace) -> int:
     progress.clear()
     print(f"loopwatch import: {summary.line(str(out))}", file=sys.stderr)
     if labels is not None:
-        print(f"loopwatch import: {summary.labelled:,} of {summary.runs:,} runs labelled from {args.labels}",
-              file=sys.stderr)
+        print(
+            f"loopwatch import: {summary.labelled:,} of {summary.runs:,} runs labelled from {args.labels}",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -301,7 +340,9 @@ class _ImportProgress:
 
     def __call__(self, summary, share: float | None) -> None:
         now = self.clock()
-        if now - self.started < self.after_s or (self.shown_at is not None and now - self.shown_at < (0.5 if self.tty else 5)):
+        if now - self.started < self.after_s or (
+            self.shown_at is not None and now - self.shown_at < (0.5 if self.tty else 5)
+        ):
             return
         self.shown_at = now
         elapsed = now - self.started
@@ -341,8 +382,10 @@ def _config_check(args: argparse.Namespace) -> int:
             **s.detection.as_dict(),
             "postCompactionGuard": {"enabled": s.guard.enabled, "windowSize": s.guard.window_size},
             "loopwatch": {
-                "abortAfterCriticalBlocks": s.abort_after_critical_blocks, "surfaceWarnings": s.surface_warnings,
-                "mode": config.mode_for(agent), "detectors": {"cycle": s.cycle},
+                "abortAfterCriticalBlocks": s.abort_after_critical_blocks,
+                "surfaceWarnings": s.surface_warnings,
+                "mode": config.mode_for(agent),
+                "detectors": {"cycle": s.cycle},
             },
         }
     fleet = {  # root only: how the whole fleet's events are keyed and repartitioned
@@ -401,8 +444,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("files", nargs="*", help="case files (JSON arrays, spec §6)")
     p.add_argument("--traces", help="golden sessions (JSONL, optionally .gz)")
     p.add_argument("--expected", help="upstream's expected step lines (JSONL, optionally .gz)")
-    p.add_argument("--profile", choices=("configurable-final", "latest", "openhands", "gemini-cli"), default="configurable-final",
-                   help="the profile the golden traces answer for (case files name their own)")
+    p.add_argument(
+        "--profile",
+        choices=("configurable-final", "latest", "openhands", "gemini-cli"),
+        default="configurable-final",
+        help="the profile the golden traces answer for (case files name their own)",
+    )
     p.set_defaults(func=_conformance)
 
     p = sub.add_parser("replay", help="run the engine over a JSONL file of tool-calls events, without Kafka")
@@ -410,73 +457,116 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="loop-detection config (JSON5 or YAML)")
     p.add_argument("--json", action="store_true", help="machine output: one verdict per line, then a summary line")
     p.add_argument("--verbose", "-v", action="store_true", help="also print allow decisions")
-    p.add_argument("--profile", choices=("configurable-final", "latest", "openhands", "gemini-cli"),
-                   help="the default profile (loopwatch.profile); agents that name their own keep it")
-    p.add_argument("--scope", choices=("run", "session"),
-                   help="one history per run or per session key (loopwatch.scope)")
+    p.add_argument(
+        "--profile",
+        choices=("configurable-final", "latest", "openhands", "gemini-cli"),
+        help="the default profile (loopwatch.profile); agents that name their own keep it",
+    )
+    p.add_argument(
+        "--scope", choices=("run", "session"), help="one history per run or per session key (loopwatch.scope)"
+    )
     p.set_defaults(func=_replay)
 
     p = sub.add_parser(
-        "backtest", help="compare a candidate config with a baseline over recorded events (files or a topic range)",
+        "backtest",
+        help="compare a candidate config with a baseline over recorded events (files or a topic range)",
         description="Run a baseline and a candidate loop-detection config over the same recorded tool-calls "
-                    "events, each with fresh state, and report what each would have warned, blocked and aborted.",
+        "events, each with fresh state, and report what each would have warned, blocked and aborted.",
     )
     p.add_argument("files", nargs="*", help="JSONL files of tool-calls events (.gz: gzip), in order")
     p.add_argument("--baseline", required=True, metavar="CONFIG", help="the config in force (JSON5 or YAML)")
     p.add_argument("--candidate", required=True, metavar="CONFIG", help="the config to try")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="write would-fire per minute, baseline against candidate")
-    p.add_argument("--broker", help="read a tool-calls topic instead of files (bootstrap servers; TLS/SASL from "
-                                    "the worker's LOOPWATCH_KAFKA_* variables)")
+    p.add_argument(
+        "--broker",
+        help="read a tool-calls topic instead of files (bootstrap servers; TLS/SASL from "
+        "the worker's LOOPWATCH_KAFKA_* variables)",
+    )
     p.add_argument("--topic", help="the topic to read (with --broker)")
-    p.add_argument("--from-offset", type=int, metavar="N", help="first offset of every partition (default: the beginning)")
-    p.add_argument("--to-offset", type=int, metavar="N", help="end offset of every partition, exclusive (default: the end)")
+    p.add_argument(
+        "--from-offset", type=int, metavar="N", help="first offset of every partition (default: the beginning)"
+    )
+    p.add_argument(
+        "--to-offset", type=int, metavar="N", help="end offset of every partition, exclusive (default: the end)"
+    )
     p.add_argument("--since", metavar="TIME", help="from this record time: ISO 8601, epoch ms, or 30m/2h/7d ago")
     p.add_argument("--until", metavar="TIME", help="up to this record time, exclusive (same forms)")
-    p.add_argument("--timeout", type=float, default=15.0, metavar="S", help="seconds to wait for the broker (default 15)")
+    p.add_argument(
+        "--timeout", type=float, default=15.0, metavar="S", help="seconds to wait for the broker (default 15)"
+    )
     p.add_argument("--agent", action="append", metavar="ID", help="only this agent's events (repeat for several)")
-    p.add_argument("--normal-end", action="append", metavar="REASON",
-                   help="a run.ended reason of a run that finished normally (default: completed; repeat for several)")
-    p.add_argument("--jobs", type=int, metavar="N",
-                   help="processes to split the runs over (default: the cores available to this process)")
+    p.add_argument(
+        "--normal-end",
+        action="append",
+        metavar="REASON",
+        help="a run.ended reason of a run that finished normally (default: completed; repeat for several)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="processes to split the runs over (default: the cores available to this process)",
+    )
     p.set_defaults(func=_backtest)
 
     from .importers import FORMATS
 
     p = sub.add_parser(
-        "import", help="turn recorded agent transcripts into tool-calls events (hashed, as a runner would)",
+        "import",
+        help="turn recorded agent transcripts into tool-calls events (hashed, as a runner would)",
         description="Read recorded transcripts of other agents (formats: " + ", ".join(FORMATS) + "; told by "
-                    "content unless given) and write loopwatch tool-calls events, one a line: raw arguments and "
-                    "results are hashed in memory and never written.",
+        "content unless given) and write loopwatch tool-calls events, one a line: raw arguments and "
+        "results are hashed in memory and never written.",
     )
-    p.add_argument("format_positional", nargs="?", metavar="FORMAT",
-                   help="the format of every file (" + ", ".join(FORMATS) + "); leave out to detect each file's")
+    p.add_argument(
+        "format_positional",
+        nargs="?",
+        metavar="FORMAT",
+        help="the format of every file (" + ", ".join(FORMATS) + "); leave out to detect each file's",
+    )
     p.add_argument("files", nargs="*", help="transcript files (.gz: gzip)")
     p.add_argument("-o", "--output", required=True, metavar="EVENTS.jsonl[.gz]", help="the events file to write")
     p.add_argument("--format", choices=sorted(FORMATS), help="force the format (same as the FORMAT argument)")
-    p.add_argument("--labels", metavar="FILE", help="outcome labels by run id: results_summary.json, a SWE-bench "
-                                                   "report (resolved_ids), or {id: true/false}")
+    p.add_argument(
+        "--labels",
+        metavar="FILE",
+        help="outcome labels by run id: results_summary.json, a SWE-bench report (resolved_ids), or {id: true/false}",
+    )
     p.add_argument("--agent", metavar="ID", help="the agent_id to give every event (default: none)")
     p.set_defaults(func=_import)
 
     p = sub.add_parser(
-        "evaluate", help="configs, profiles and the peers' simple rules side by side over recorded runs",
+        "evaluate",
+        help="configs, profiles and the peers' simple rules side by side over recorded runs",
         description="Judge the same recorded runs (tool-calls events: loopwatch import writes them) under several "
-                    "configs and profiles and the peers' reference rules (Roo Code, Gemini CLI, OpenHands): runs "
-                    "warned, blocked and aborted, strict loops caught and how early, false alarms on runs "
-                    "labelled successful, calls saved.",
+        "configs and profiles and the peers' reference rules (Roo Code, Gemini CLI, OpenHands): runs "
+        "warned, blocked and aborted, strict loops caught and how early, false alarms on runs "
+        "labelled successful, calls saved.",
     )
     p.add_argument("files", nargs="+", help="JSONL files of tool-calls events (.gz: gzip)")
-    p.add_argument("--profile", action="append", choices=("configurable-final", "latest"),
-                   help="a row: the profile with upstream's defaults, detection on (repeat for several)")
+    p.add_argument(
+        "--profile",
+        action="append",
+        choices=("configurable-final", "latest"),
+        help="a row: the profile with upstream's defaults, detection on (repeat for several)",
+    )
     p.add_argument("--config", action="append", metavar="FILE", help="a row: a config file (repeat for several)")
     p.add_argument("--no-reference", action="store_true", help="leave out the peers' reference rows")
-    p.add_argument("--success", action="append", metavar="REASON",
-                   help="another run.ended reason of a successful run (besides completed, resolved, reward:1)")
+    p.add_argument(
+        "--success",
+        action="append",
+        metavar="REASON",
+        help="another run.ended reason of a successful run (besides completed, resolved, reward:1)",
+    )
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="write catch rate against false-alarm rate per row")
-    p.add_argument("--jobs", type=int, metavar="N",
-                   help="processes to split the runs over (default: the cores available to this process)")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="processes to split the runs over (default: the cores available to this process)",
+    )
     p.set_defaults(func=_evaluate)
 
     p = sub.add_parser("config", help="configuration tools")
@@ -494,14 +584,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     # These two parse their own options (and answer --help with all of them): add_help=False
     # leaves -h/--help in the arguments they are given.
-    p = sub.add_parser("worker", add_help=False, help="start the stream processor (loopwatch worker --help: its options)")
+    p = sub.add_parser(
+        "worker", add_help=False, help="start the stream processor (loopwatch worker --help: its options)"
+    )
     p.set_defaults(func=_worker, passthrough=True)
 
-    p = sub.add_parser("demo", add_help=False, help="start broker (if needed), worker and a simulated fleet; show decisions live")
+    p = sub.add_parser(
+        "demo", add_help=False, help="start broker (if needed), worker and a simulated fleet; show decisions live"
+    )
     p.set_defaults(func=_demo, passthrough=True)
 
-    p = sub.add_parser("mcp-gateway", add_help=False,
-                       help="an MCP server in front of MCP servers, guarding every tool call (needs loopwatch[mcp])")
+    p = sub.add_parser(
+        "mcp-gateway",
+        add_help=False,
+        help="an MCP server in front of MCP servers, guarding every tool call (needs loopwatch[mcp])",
+    )
     p.set_defaults(func=_mcp_gateway, passthrough=True)
     return parser
 

@@ -26,9 +26,19 @@ class Peer(NamedTuple):
 
 
 PEERS = {
-    "quix": Peer("d1", "Quix Streams", "bench.peers.quix_streams", "quixstreams",
-                 "Application, keyed stateful function, RocksDB state + changelog, at-least-once"),
-    "faust": Peer("d2", "Faust", "bench.peers.faust_agent", "faust-streaming",
-                  "agent (concurrency 1), a table write per event, RocksDB + changelog, at-least-once"),
+    "quix": Peer(
+        "d1",
+        "Quix Streams",
+        "bench.peers.quix_streams",
+        "quixstreams",
+        "Application, keyed stateful function, RocksDB state + changelog, at-least-once",
+    ),
+    "faust": Peer(
+        "d2",
+        "Faust",
+        "bench.peers.faust_agent",
+        "faust-streaming",
+        "agent (concurrency 1), a table write per event, RocksDB + changelog, at-least-once",
+    ),
 }
 """Peer name (``make bench --peer NAME``) -> what it is."""

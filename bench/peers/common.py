@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from schemas import decode_event, encode_verdict
-from streams.engine import engine_for, decode_state, encode_state, published
+from streams.engine import decode_state, encode_state, engine_for, published
 
 __all__ = ["EventStep", "PeerArgs", "Progress", "load_config", "parse_args"]
 
@@ -72,10 +72,17 @@ class Progress:
             elapsed = time.perf_counter() - self._first
             cpu = time.process_time() - self._first_cpu
             tmp = self.result_file.with_name(self.result_file.name + ".tmp")
-            tmp.write_text(json.dumps({
-                "events": self.done, "elapsed": elapsed, "cpu": cpu, "verdicts": self.verdicts,
-                "first_monotonic": self._first_monotonic,
-            }))
+            tmp.write_text(
+                json.dumps(
+                    {
+                        "events": self.done,
+                        "elapsed": elapsed,
+                        "cpu": cpu,
+                        "verdicts": self.verdicts,
+                        "first_monotonic": self._first_monotonic,
+                    }
+                )
+            )
             os.replace(tmp, self.result_file)  # the bench sees the whole file or none
 
 

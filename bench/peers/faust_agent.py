@@ -57,8 +57,9 @@ def create_app(args) -> faust.App:
     raw = dict(key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw")
     tool_calls = app.topic(args.source, **raw)
     verdicts = app.topic(args.sink, **raw)
-    runs = app.Table("runs", default=None, partitions=PARTITIONS, options={"driver": "rocksdict"},
-                     key_type=bytes, value_type=bytes)
+    runs = app.Table(
+        "runs", default=None, partitions=PARTITIONS, options={"driver": "rocksdict"}, key_type=bytes, value_type=bytes
+    )
 
     @app.agent(tool_calls, concurrency=1)
     async def detect(stream):

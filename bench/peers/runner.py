@@ -18,11 +18,12 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from schemas.verdicts import RunAborted
 from harness import REPO, collect, committed_offsets, dedupe, end_offsets, stop_group
+from schemas.verdicts import RunAborted
 
 from . import PEERS
 
@@ -42,7 +43,15 @@ class PeerProcess:
     """``python -m <peer module> ...`` in its own process group, logging to ``log_dir``."""
 
     def __init__(
-        self, name: str, broker: str, *, source: str, sink: str, group: str, expected: int, config: Path,
+        self,
+        name: str,
+        broker: str,
+        *,
+        source: str,
+        sink: str,
+        group: str,
+        expected: int,
+        config: Path,
         work_dir: Path,
     ) -> None:
         self.name = name
@@ -51,15 +60,28 @@ class PeerProcess:
         self.result_file = work_dir / f"peer-{name}.result.json"
         self.log_path = work_dir / f"peer-{name}.log"
         self.argv = [
-            sys.executable, "-m", self.module, broker, source, sink, group, str(expected), str(config),
-            str(work_dir / f"peer-{name}-state"), str(self.result_file),
+            sys.executable,
+            "-m",
+            self.module,
+            broker,
+            source,
+            sink,
+            group,
+            str(expected),
+            str(config),
+            str(work_dir / f"peer-{name}-state"),
+            str(self.result_file),
         ]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                self.argv, cwd=str(REPO), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                self.argv,
+                cwd=str(REPO),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: stopped by its id, never by name
             )
 
@@ -99,13 +121,24 @@ def compare_verdicts(label: str, got: dict[str, Any], expected: Iterable[Any]) -
     extra = got.keys() - want.keys()
     differing = sum(1 for k in want.keys() & got.keys() if got[k] != want[k])
     if missing or extra or differing:
-        raise PeerFailed(f"{label}: {len(missing)} of the engine's verdicts missing, {len(extra)} others published, "
-                         f"{differing} differing (though the counts by action agree)")
+        raise PeerFailed(
+            f"{label}: {len(missing)} of the engine's verdicts missing, {len(extra)} others published, "
+            f"{differing} differing (though the counts by action agree)"
+        )
 
 
 async def measure_peer(
-    name: str, broker: str, *, source: str, sink: str, group: str, events: int, expected: list,
-    config: Path, work_dir: Path, timeout: float | None = None,
+    name: str,
+    broker: str,
+    *,
+    source: str,
+    sink: str,
+    group: str,
+    events: int,
+    expected: list,
+    config: Path,
+    work_dir: Path,
+    timeout: float | None = None,
 ) -> dict:
     """Run peer ``name`` on ``source`` (``events`` records already in it), verdicts to ``sink``.
 
@@ -116,8 +149,9 @@ async def measure_peer(
     """
     if timeout is None:
         timeout = 60.0 + events / 200
-    peer = PeerProcess(name, broker, source=source, sink=sink, group=group, expected=events, config=config,
-                       work_dir=work_dir)
+    peer = PeerProcess(
+        name, broker, source=source, sink=sink, group=group, expected=events, config=config, work_dir=work_dir
+    )
     peer.start()
     try:
         started = time.monotonic()
@@ -125,16 +159,22 @@ async def measure_peer(
         progress_at = started + PROGRESS_S
         while (result := peer.result()) is None:
             if not peer.running:
-                raise PeerFailed(f"{peer.label} exited (code {peer.proc.returncode}) after processing fewer than "
-                                 f"{events:,} events (see {peer.log_path}):\n{peer.log_tail()}")
+                raise PeerFailed(
+                    f"{peer.label} exited (code {peer.proc.returncode}) after processing fewer than "
+                    f"{events:,} events (see {peer.log_path}):\n{peer.log_tail()}"
+                )
             if time.monotonic() > deadline:
-                raise PeerFailed(f"{peer.label} did not process {events:,} events within {timeout:.0f} s "
-                                 f"(see {peer.log_path})")
+                raise PeerFailed(
+                    f"{peer.label} did not process {events:,} events within {timeout:.0f} s (see {peer.log_path})"
+                )
             if time.monotonic() > progress_at:
                 progress_at += PROGRESS_S
                 committed = sum((await committed_offsets(broker, group, source)).values())
-                print(f"     {peer.label}: {committed:,} of {events:,} events committed after "
-                      f"{time.monotonic() - started:.0f} s", flush=True)
+                print(
+                    f"     {peer.label}: {committed:,} of {events:,} events committed after "
+                    f"{time.monotonic() - started:.0f} s",
+                    flush=True,
+                )
             await asyncio.sleep(0.1)
         # At least once: done means every offset committed, hence every state and verdict safe.
         deadline = time.monotonic() + 120

@@ -54,6 +54,7 @@ __all__ = ["Worker", "build_worker"]
 
 log = logging.getLogger("loopwatch.worker")
 
+
 @dataclass
 class Worker:
     """The Faust app and the parts the wiring connected (not started)."""
@@ -106,8 +107,9 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     declared = dict(partitions=settings.partitions, replicas=settings.replication, internal=True)
     tool_calls = app.topic(settings.tool_calls_topic, **declared, **raw)
     verdicts = app.topic(settings.verdicts_topic, **declared, **raw)
-    dead_letters = app.topic(settings.dead_letter_topic, **declared, **raw,
-                             config={"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)})
+    dead_letters = app.topic(
+        settings.dead_letter_topic, **declared, **raw, config={"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)}
+    )
     table = app.Table(
         TABLE_NAME,
         partitions=settings.partitions,
@@ -141,22 +143,31 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     def use_keyring(keyring: Any) -> None:  # new signing keys: the next batch checks with them
         processor.keyring = keyring
 
-    config = ConfigWatcher(settings.config, use_engine, metrics, check=lambda engine: _topology_change(topology, engine),
-                           name=LIVE)
+    config = ConfigWatcher(
+        settings.config, use_engine, metrics, check=lambda engine: _topology_change(topology, engine), name=LIVE
+    )
     candidate = None
     if settings.candidate_config is not None:
         # A candidate runs on the live config's topology and its states are grouped by the live
         # config's state keys, so its scope must be the live one (its fleet-wide options are
         # not applied).
-        candidate = ConfigWatcher(settings.candidate_config, use_candidate, metrics, name=CANDIDATE,
-                                  check=lambda engine: _scope_change(scope, engine))
+        candidate = ConfigWatcher(
+            settings.candidate_config,
+            use_candidate,
+            metrics,
+            name=CANDIDATE,
+            check=lambda engine: _scope_change(scope, engine),
+        )
     keys = None if settings.signing_keys is None else KeyringWatcher(settings.signing_keys, use_keyring)
     engine = config.load_initial()
     engine.fleet = view
     topology = engine.config.topology()
     scope, incidents, rings = topology
     processor = BatchProcessor(
-        engine, metrics, clock_skew_s=settings.clock_skew_s, keyring=None if keys is None else keys.load_initial(),
+        engine,
+        metrics,
+        clock_skew_s=settings.clock_skew_s,
+        keyring=None if keys is None else keys.load_initial(),
     )
     processor.use_config(processor.engine, config.sha256)
     if candidate is not None:
@@ -176,31 +187,57 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     fleet = mirror = None
     if incidents is not None or rings is not None:
         fleet = FleetTopology(app, settings, incidents, rings, view, metrics)
-        mirror = FleetMirror(settings, [t.get_topic_name() for t in fleet.output_topics], view, metrics,
-                             None if fleet.incidents_topic is None else fleet.incidents_topic.get_topic_name())
+        mirror = FleetMirror(
+            settings,
+            [t.get_topic_name() for t in fleet.output_topics],
+            view,
+            metrics,
+            None if fleet.incidents_topic is None else fleet.incidents_topic.get_topic_name(),
+        )
     store = RunStore(faust_adapter.TableAccess(table), producers.shared)
     output = Output(
-        verdicts_topic=settings.verdicts_topic, dead_letter_topic=settings.dead_letter_topic,
-        partitions=settings.partitions, shared_producer=producers.shared, new_producer=producers.new,
-        sessions_topic=processor.sessions_topic, fleet_topic=None if fleet is None else fleet.topic.get_topic_name(),
-        shadow_topic=settings.shadow_verdicts_topic, metrics=metrics, worker_id=settings.group_instance_id,
+        verdicts_topic=settings.verdicts_topic,
+        dead_letter_topic=settings.dead_letter_topic,
+        partitions=settings.partitions,
+        shared_producer=producers.shared,
+        new_producer=producers.new,
+        sessions_topic=processor.sessions_topic,
+        fleet_topic=None if fleet is None else fleet.topic.get_topic_name(),
+        shadow_topic=settings.shadow_verdicts_topic,
+        metrics=metrics,
+        worker_id=settings.group_instance_id,
     )
-    checkpoints = Checkpointer(processor, store, output, checkpoint_s=settings.checkpoint_s,
-                               spawn=app.add_future, group=group)
-    health = Health(group, checkpoints, output, store, metrics, tool_calls_topic=settings.tool_calls_topic,
-                    broker_unreachable_s=settings.broker_unreachable_s)
+    checkpoints = Checkpointer(
+        processor, store, output, checkpoint_s=settings.checkpoint_s, spawn=app.add_future, group=group
+    )
+    health = Health(
+        group,
+        checkpoints,
+        output,
+        store,
+        metrics,
+        tool_calls_topic=settings.tool_calls_topic,
+        broker_unreachable_s=settings.broker_unreachable_s,
+    )
     expiry = Expiry(
-        store, processor.runs, write_lock=checkpoints.write_lock, group=group, ready=health.is_ready,
+        store,
+        processor.runs,
+        write_lock=checkpoints.write_lock,
+        group=group,
+        ready=health.is_ready,
         # the topic the states are fed from (a session's backlog in tool-calls is on other partitions)
-        tool_calls_topic=processor.sessions_topic or settings.tool_calls_topic, idle_timeout_s=settings.idle_timeout_s,
+        tool_calls_topic=processor.sessions_topic or settings.tool_calls_topic,
+        idle_timeout_s=settings.idle_timeout_s,
         max_batch=settings.max_batch,
     )
-    app.attach(faust_adapter.WorkerHooks(
-        batch_topics=frozenset(batch_topics),
-        handle_batch=freeze_before_first_batch(checkpoints.handle_batch),
-        before_wait_empty=checkpoints.checkpoint,  # rebalances and shutdown checkpoint first
-        after_stop=output.close,
-    ))
+    app.attach(
+        faust_adapter.WorkerHooks(
+            batch_topics=frozenset(batch_topics),
+            handle_batch=freeze_before_first_batch(checkpoints.handle_batch),
+            before_wait_empty=checkpoints.checkpoint,  # rebalances and shutdown checkpoint first
+            after_stop=output.close,
+        )
+    )
 
     # Evaluated at scrape time (in the metrics server's thread; plain attribute reads).
     metrics.ready.set_function(lambda: 1.0 if health.is_ready() else 0.0)
@@ -208,8 +245,27 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     metrics.runs_tracked.set_function(lambda: float(store.runs_tracked))
     metrics.state_disk_full.set_function(lambda: 1.0 if state_disk_full(checkpoints.failed) else 0.0)
 
-    worker = Worker(app, settings, metrics, tool_calls, verdicts, dead_letters, table, processor, store, output,
-                    checkpoints, expiry, health, config, keys, candidate, fleet, mirror, sessions)
+    worker = Worker(
+        app,
+        settings,
+        metrics,
+        tool_calls,
+        verdicts,
+        dead_letters,
+        table,
+        processor,
+        store,
+        output,
+        checkpoints,
+        expiry,
+        health,
+        config,
+        keys,
+        candidate,
+        fleet,
+        mirror,
+        sessions,
+    )
     _schedule(worker)
     return worker
 
@@ -218,16 +274,20 @@ def _topology_change(topology: tuple, engine: Any) -> str | None:
     """Why a reloaded config cannot be applied to a running worker, or None."""
     if engine.config.topology() == topology:
         return None
-    return ("loopwatch.scope, loopwatch.fleetIncidents or loopwatch.agentRings changed: they decide the worker's "
-            "topics and tables, so restart the workers to apply them")
+    return (
+        "loopwatch.scope, loopwatch.fleetIncidents or loopwatch.agentRings changed: they decide the worker's "
+        "topics and tables, so restart the workers to apply them"
+    )
 
 
 def _scope_change(scope: str, engine: Any) -> str | None:
     """Why a candidate config cannot run beside a live config of ``scope``, or None."""
     if engine.config.scope == scope:
         return None
-    return (f"the candidate's loopwatch.scope ({engine.config.scope}) is not the live config's ({scope}): "
-            "a candidate runs on the live config's run states, so it must group events as the live config does")
+    return (
+        f"the candidate's loopwatch.scope ({engine.config.scope}) is not the live config's ({scope}): "
+        "a candidate runs on the live config's run states, so it must group events as the live config does"
+    )
 
 
 def _schedule(worker: Worker) -> None:

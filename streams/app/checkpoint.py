@@ -63,7 +63,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from schemas.names import CANDIDATE, LIVE
 
@@ -92,6 +93,7 @@ def describe_failure(exc: BaseException | None) -> str | None:
     if state_disk_full(exc):
         return f"state disk full: the run table's write failed ({str(exc)[:300]})"
     return f"a batch or checkpoint failed: {type(exc).__name__}: {str(exc)[:300]}"
+
 
 MAX_DIRTY_RUNS = 50_000
 """A checkpoint is taken early (and waited for) when this many runs wait for one."""
@@ -278,8 +280,11 @@ class Checkpointer:
             async with self.write_lock:
                 self._checkpointed_at = time.monotonic()
                 if self.failed is not None:
-                    log.warning("no checkpoint after an interrupted batch or checkpoint (%r): the work "
-                                "since the last one is redone after a restart", self.failed)
+                    log.warning(
+                        "no checkpoint after an interrupted batch or checkpoint (%r): the work "
+                        "since the last one is redone after a restart",
+                        self.failed,
+                    )
                     return
                 if not self._dones and not runs.dirty:
                     return
@@ -304,15 +309,17 @@ class Checkpointer:
                         f"this worker is no longer a member of the group's generation "
                         f"{epoch if epoch is MIXED else epoch[0]} (paused past its session timeout?): its checkpoint "
                         f"is dropped, nothing written or acked; the worker stops and its partitions' owner redoes the "
-                        f"work from the committed offsets")
+                        f"work from the committed offsets"
+                    )
                 async with self.write_lock:
                     cp = runs.end_checkpoint()
                 # Batches go on while the states are written: until ``checkpoint_written`` the
                 # runs serve reads of these runs themselves, and the next checkpoint waits for
                 # this one (the checkpoint lock).
                 if cp.writes:
-                    sent = await self.store.write(cp.writes.items(), on_stored=runs.checkpoint_written,
-                                                  step_aside=self.step_aside)
+                    sent = await self.store.write(
+                        cp.writes.items(), on_stored=runs.checkpoint_written, step_aside=self.step_aside
+                    )
                     await asyncio.gather(*sent)
                 else:
                     runs.checkpoint_written()
@@ -334,8 +341,12 @@ class Checkpointer:
         ``error``) and ``loopwatch_state_disk_full`` show it to the probes and the scrapes
         before the exit (README: alert-loopwatchworkernotready, cause state disk full)."""
         self._hold_until = time.monotonic() + FULL_DISK_HOLD_S
-        log.error("%s; the worker stops in %.0f s: free space on the state volume (LOOPWATCH_DATA_DIR) or grow it, "
-                  "then restart (README: a full state disk)", describe_failure(exc), FULL_DISK_HOLD_S)
+        log.error(
+            "%s; the worker stops in %.0f s: free space on the state volume (LOOPWATCH_DATA_DIR) or grow it, "
+            "then restart (README: a full state disk)",
+            describe_failure(exc),
+            FULL_DISK_HOLD_S,
+        )
         logs.flush()
         await asyncio.sleep(FULL_DISK_HOLD_S)
 
@@ -346,8 +357,10 @@ class Checkpointer:
         handler itself waits for it (``MAX_DIRTY_RUNS``)."""
         group = self._group
         keeping_up = (
-            self._last_batch_size < BUSY_BATCH and not self._batches_wait
-            and not group.rebalancing and not group.stopping
+            self._last_batch_size < BUSY_BATCH
+            and not self._batches_wait
+            and not group.rebalancing
+            and not group.stopping
         )
         await asyncio.sleep(CHECKPOINT_PAUSE_S if keeping_up else 0)
 

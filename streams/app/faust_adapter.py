@@ -43,12 +43,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
 from importlib.metadata import PackageNotFoundError, version
 from inspect import GEN_CREATED, getgeneratorstate
 from types import SimpleNamespace
-from typing import Any, Awaitable, Callable, ClassVar, Sequence
+from typing import Any, ClassVar
 
 import msgspec
 
@@ -94,8 +95,9 @@ def check_versions(installed: Callable[[str], str] = version) -> None:
         try:
             found = installed(package)
         except PackageNotFoundError:
-            raise DependencyVersionError(f"loopwatch needs {package} {' or '.join(versions)}, which is not installed "
-                                         "(pip install -e .)") from None
+            raise DependencyVersionError(
+                f"loopwatch needs {package} {' or '.join(versions)}, which is not installed (pip install -e .)"
+            ) from None
         if found not in versions:
             raise DependencyVersionError(
                 f"{package} {found} is installed, but streams/app/faust_adapter.py was written for {' or '.join(versions)}: "
@@ -176,8 +178,12 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName(_PARTITION_RECORDS, "_key_deserializer", "attribute", type_name="types:NoneType"),
     PrivateName(_PARTITION_RECORDS, "_value_deserializer", "attribute", type_name="types:NoneType"),
     # the group coordinator under Faust's consumer (ConsumerView.still_member)
-    PrivateName("faust.transport.consumer:ThreadDelegateConsumer", "_thread", "attribute",
-                type_name="faust.transport.drivers.aiokafka:AIOKafkaConsumerThread"),
+    PrivateName(
+        "faust.transport.consumer:ThreadDelegateConsumer",
+        "_thread",
+        "attribute",
+        type_name="faust.transport.drivers.aiokafka:AIOKafkaConsumerThread",
+    ),
     PrivateName("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread", "_ensure_consumer", "method", ("self",)),
     PrivateName("aiokafka.consumer.consumer:AIOKafkaConsumer", "_coordinator", "attribute", type_name="types:NoneType"),
     PrivateName("aiokafka.consumer.group_coordinator:GroupCoordinator", "_do_heartbeat", "async method", ("self",)),
@@ -188,15 +194,26 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
 """Checked by ``tests/app/test_faust_adapter.py`` against the installed versions; the test
 also fails when this module uses a private name that is missing here."""
 
-OWN_NAMES = frozenset({
-    "_watermarks", "_open_batches", "_batch_message", "_commit_task", "_ack_batch", "_batch_closed",
-    "_commit_in_background", "_bulk_rest", "_bulk_end", "_fetch_again",
-})
+OWN_NAMES = frozenset(
+    {
+        "_watermarks",
+        "_open_batches",
+        "_batch_message",
+        "_commit_task",
+        "_ack_batch",
+        "_batch_closed",
+        "_commit_in_background",
+        "_bulk_rest",
+        "_bulk_end",
+        "_fetch_again",
+    }
+)
 """Private names this module adds to Faust's objects: the test checks that Faust has none of
 them (a same-named internal in a later version would be silently replaced)."""
 
 
 # -- aiokafka: cluster metadata ------------------------------------------------------------------
+
 
 async def fetch_cluster_metadata(producer: Any) -> None:
     """Ask a broker for the cluster's metadata on ``producer``'s connections (aiokafka's
@@ -295,10 +312,21 @@ def bulk_getall(self: Any, max_records: int | None = None) -> list[Any]:
         if not batch.is_control_batch:
             topic, partition, first = tp.topic, tp.partition, records.next_fetch_offset
             rest = [
-                FetchedRecord(topic, partition, r.offset, r.timestamp, r.timestamp_type, r.key, r.value, r.checksum,
-                              -1 if r.key is None else len(r.key), -1 if r.value is None else len(r.value),
-                              tuple(r.headers))
-                for r in batch if r.offset >= first
+                FetchedRecord(
+                    topic,
+                    partition,
+                    r.offset,
+                    r.timestamp,
+                    r.timestamp_type,
+                    r.key,
+                    r.value,
+                    r.checksum,
+                    -1 if r.key is None else len(r.key),
+                    -1 if r.value is None else len(r.value),
+                    tuple(r.headers),
+                )
+                for r in batch
+                if r.offset >= first
             ]
         else:
             rest = []
@@ -590,7 +618,7 @@ class _BatchingConsumer:
                 continue  # (other topics: the changelogs, which Faust's recovery seeks itself)
             try:
                 position = await asyncio.wait_for(consumer.position(tp), timeout=1.0)
-            except (asyncio.TimeoutError, IllegalStateError):
+            except (TimeoutError, IllegalStateError):
                 continue  # being reset or no longer assigned: a seek will place it
             if position > tp_records[-1].offset:
                 log.info("fetching %s again from %d (records %s)", tp, tp_records[0].offset, why)

@@ -39,7 +39,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 
@@ -61,9 +62,9 @@ from streams.engine.fleet import (
     WITHDRAWN,
     FleetView,
     IncidentState,
+    SourceLimit,
     TraceSends,
     count_outcome,
-    SourceLimit,
     observe_send,
     open_or_refresh,
     opening_refused,
@@ -115,20 +116,31 @@ class FleetTopology:
         """Tools whose incident this worker opened, until its view holds them (or RECENT_MS)."""
         self._cap_logged = False
         if incidents is not None:
-            self.incidents_topic = app.topic(settings.incidents_topic, **declared, compacting=True, internal=True, **raw)
-            self.outcomes = app.Table(
-                "fleet-outcomes", default=list, partitions=settings.partitions,
-                help="tool and outcome -> [distinct runs, distinct agents] per hopping window",
-            ).hopping(incidents.window_s, incidents.hop_s, expires=incidents.window_s + incidents.hop_s
-                      ).relative_to_stream()
-            self.incidents = app.Table("fleet-incidents", partitions=settings.partitions,
-                                       help="tool -> its open incident")
+            self.incidents_topic = app.topic(
+                settings.incidents_topic, **declared, compacting=True, internal=True, **raw
+            )
+            self.outcomes = (
+                app.Table(
+                    "fleet-outcomes",
+                    default=list,
+                    partitions=settings.partitions,
+                    help="tool and outcome -> [distinct runs, distinct agents] per hopping window",
+                )
+                .hopping(incidents.window_s, incidents.hop_s, expires=incidents.window_s + incidents.hop_s)
+                .relative_to_stream()
+            )
+            self.incidents = app.Table(
+                "fleet-incidents", partitions=settings.partitions, help="tool -> its open incident"
+            )
         if rings is not None:
-            self.rings_topic = app.topic(settings.internal_topic("rings"), **declared, compacting=True, internal=True,
-                                         **raw)
-            self.traces = app.Table("fleet-traces", default=list, partitions=settings.partitions,
-                                    help="trace -> its last sends").tumbling(
-                rings.window_s, expires=2 * rings.window_s).relative_to_stream()
+            self.rings_topic = app.topic(
+                settings.internal_topic("rings"), **declared, compacting=True, internal=True, **raw
+            )
+            self.traces = (
+                app.Table("fleet-traces", default=list, partitions=settings.partitions, help="trace -> its last sends")
+                .tumbling(rings.window_s, expires=2 * rings.window_s)
+                .relative_to_stream()
+            )
         app.agent(self.topic, name="loopwatch.fleet")(self._agent)
 
     @property
@@ -143,8 +155,12 @@ class FleetTopology:
             try:
                 record = decode_fleet_record(event.value)
             except (msgspec.MsgspecError, TypeError) as exc:
-                log.warning("undecodable fleet record at partition %d offset %d: %s",
-                            event.message.partition, event.message.offset, exc)
+                log.warning(
+                    "undecodable fleet record at partition %d offset %d: %s",
+                    event.message.partition,
+                    event.message.offset,
+                    exc,
+                )
                 continue
             now_ms = int(self.clock() * 1000)
             kind = type(record)
@@ -180,8 +196,12 @@ class FleetTopology:
             self.metrics.fleet_incidents_capped.inc()
             if not self._cap_logged:
                 self._cap_logged = True
-                log.warning("fleet incidents: %d open, the maxOpenIncidents cap: tool %s qualifies but is not opened "
-                            "(counted in loopwatch_fleet_incidents_capped_total; logged once)", open_now, tool)
+                log.warning(
+                    "fleet incidents: %d open, the maxOpenIncidents cap: tool %s qualifies but is not opened "
+                    "(counted in loopwatch_fleet_incidents_capped_total; logged once)",
+                    open_now,
+                    tool,
+                )
         state, opened = open_or_refresh(current, record, value, now_ms, settings, open_now)
         if opened is not None:
             recent[tool] = now_ms
@@ -207,8 +227,12 @@ class FleetTopology:
             del self.incidents[tool]
         await self._publish_incident(resolved)
         self.metrics.fleet_incidents_resolved.labels(self.metrics.tool_label(tool)).inc()
-        log.info("fleet incident %s resolved (tool %s quiet for %d s)", resolved.incident_id, tool,
-                 self.incident_settings.quiet_s)
+        log.info(
+            "fleet incident %s resolved (tool %s quiet for %d s)",
+            resolved.incident_id,
+            tool,
+            self.incident_settings.quiet_s,
+        )
 
     async def _send(self, record: FleetSend, event: Any, now_ms: int) -> None:
         windows = self.traces[record.trace_id]
@@ -226,12 +250,18 @@ class FleetTopology:
             return
         await self._publish(self.rings_topic, key, encode_ring_notice(found))
         self.metrics.agent_rings.labels(found.level).inc()
-        log.warning("agent ring in trace %s: %d agents, %d rounds (%s)", found.trace_id, len(found.hops),
-                    found.rounds, found.level)
+        log.warning(
+            "agent ring in trace %s: %d agents, %d rounds (%s)",
+            found.trace_id,
+            len(found.hops),
+            found.rounds,
+            found.level,
+        )
 
     async def _publish_incident(self, incident: Any) -> None:
-        await self._publish(self.incidents_topic, incident.tool_name.encode("utf-8", "surrogatepass"),
-                            encode_incident(incident))
+        await self._publish(
+            self.incidents_topic, incident.tool_name.encode("utf-8", "surrogatepass"), encode_incident(incident)
+        )
 
     @staticmethod
     async def _publish(topic: Any, key: bytes, value: bytes | None) -> None:
@@ -255,8 +285,9 @@ class FleetMirror:
     """Every worker's copy of ``loop-incidents`` and ``<app id>-rings``: a consumer of every
     partition of both, without a consumer group, from the beginning, into a ``FleetView``."""
 
-    def __init__(self, settings: Settings, topics: list[str], view: FleetView, metrics: Metrics,
-                 incidents_topic: str | None) -> None:
+    def __init__(
+        self, settings: Settings, topics: list[str], view: FleetView, metrics: Metrics, incidents_topic: str | None
+    ) -> None:
         self.settings = settings
         self.topics = topics
         self.view = view
@@ -280,8 +311,13 @@ class FleetMirror:
         from aiokafka.errors import KafkaError
 
         consumer = AIOKafkaConsumer(
-            *self.topics, bootstrap_servers=self.settings.broker_hosts, group_id=None, enable_auto_commit=False,
-            auto_offset_reset="earliest", fetch_max_wait_ms=MIRROR_WAIT_MS, **self.settings.kafka_client_options(),
+            *self.topics,
+            bootstrap_servers=self.settings.broker_hosts,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=MIRROR_WAIT_MS,
+            **self.settings.kafka_client_options(),
         )
         while True:
             try:
@@ -313,7 +349,8 @@ class FleetMirror:
                 if value is not None:
                     self.view.apply_incident(decode_incident(value))
             elif key is not None:
-                self.view.apply_ring(key.decode("utf-8", "surrogatepass"),
-                                     None if value is None else decode_ring_notice(value))
+                self.view.apply_ring(
+                    key.decode("utf-8", "surrogatepass"), None if value is None else decode_ring_notice(value)
+                )
         except msgspec.MsgspecError as exc:
             log.warning("fleet mirror: undecodable record on %s: %s", topic, exc)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import gc
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from streams.app import faust_adapter
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from streams.app.faust_adapter import fetch_cluster_metadata
 
@@ -126,8 +127,9 @@ class Health:
             silent = time.monotonic() - self._broker_answered_at
             if not self._broker_lost_logged and silent > self.broker_unreachable_s:
                 self._broker_lost_logged = True
-                log.error("no Kafka broker has answered for %.0f s (last error: %r): not ready until one does",
-                          silent, exc)
+                log.error(
+                    "no Kafka broker has answered for %.0f s (last error: %r): not ready until one does", silent, exc
+                )
             return
         if self._broker_lost_logged:
             self._broker_lost_logged = False
@@ -172,8 +174,12 @@ class Health:
         if n:
             log.info(
                 "%d records in %d batches (%.0f/s), %d verdicts, %d dead letters; %d runs tracked",
-                n, cp.batches - batches, n / (now - then), cp.verdicts_sent - verdicts,
-                cp.dead_lettered - dead, self.store.runs_tracked,
+                n,
+                cp.batches - batches,
+                n / (now - then),
+                cp.verdicts_sent - verdicts,
+                cp.dead_lettered - dead,
+                self.store.runs_tracked,
             )
 
     # -- web pages --------------------------------------------------------------------------------------

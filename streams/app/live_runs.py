@@ -11,13 +11,20 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from streams.engine import RunState, copy_state, decode_state
 
 from .run_store import (
-    COMPARED_FROM_START, MAX_STATE_BYTES, candidate_section, owner_of, pack_ended, pack_within_limit, parse_header,
+    COMPARED_FROM_START,
+    MAX_STATE_BYTES,
+    candidate_section,
+    owner_of,
+    pack_ended,
+    pack_within_limit,
+    parse_header,
     source_stamps,
 )
 
@@ -43,8 +50,14 @@ class LiveRun:
     __slots__ = ("base", "state", "offset", "applied", "seen", "owner", "candidate", "compared", "sources", "ended")
 
     def __init__(
-        self, base: bytes | RunState | None, state: RunState | None, offset: int, seen: bytes = b"",
-        owner: str | None = None, candidate: RunState | None = None, compared: int = COMPARED_FROM_START,
+        self,
+        base: bytes | RunState | None,
+        state: RunState | None,
+        offset: int,
+        seen: bytes = b"",
+        owner: str | None = None,
+        candidate: RunState | None = None,
+        compared: int = COMPARED_FROM_START,
         sources: dict[int, int] | None = None,
     ) -> None:
         self.base = base
@@ -99,8 +112,9 @@ class LiveRuns:
         self._written: dict[tuple[int, bytes], bytes | None] | None = None
         """The last checkpoint's writes until the store has them."""
         self._now_ms = 0
-        self._cache: dict[tuple[int, bytes], tuple[int, int, RunState, bytes, str | None, RunState | None, int,
-                                                   dict[int, int] | None]] = {}
+        self._cache: dict[
+            tuple[int, bytes], tuple[int, int, RunState, bytes, str | None, RunState | None, int, dict[int, int] | None]
+        ] = {}
         """The state object this worker last wrote per run (insertion-ordered, LRU-ish):
         used only while the stored envelope still carries the same offset and time stamp,
         so a state changed elsewhere (another worker, a deletion) is never used."""
@@ -195,8 +209,16 @@ class LiveRuns:
         if live.base is None:
             out.created += 1
         cache = self._cache
-        cache[pk] = (live.offset, self._now_ms, live.state, bytes(live.seen), live.owner, live.candidate, live.compared,
-                     live.sources)
+        cache[pk] = (
+            live.offset,
+            self._now_ms,
+            live.state,
+            bytes(live.seen),
+            live.owner,
+            live.candidate,
+            live.compared,
+            live.sources,
+        )
         if len(cache) > self.cache_size:
             del cache[next(iter(cache))]
         return value
@@ -208,18 +230,31 @@ class LiveRuns:
         state = live.state
         candidate, compared = (live.candidate, live.compared) if self.with_candidate else (None, None)
         try:
-            value, trimmed = pack_within_limit(state, live.offset, self._now_ms, live.seen, live.owner, candidate, compared,
-                                               live.sources)
+            value, trimmed = pack_within_limit(
+                state, live.offset, self._now_ms, live.seen, live.owner, candidate, compared, live.sources
+            )
         except Exception as exc:  # noqa: BLE001 - one bad state must not stop the worker
-            log.error("cannot store the state of %r on partition %d (%r): the run starts afresh at its next event",
-                      pk[1], pk[0], exc)
+            log.error(
+                "cannot store the state of %r on partition %d (%r): the run starts afresh at its next event",
+                pk[1],
+                pk[0],
+                exc,
+            )
             self.count_error("state_encode")
             self._cache.pop(pk, None)
             return None
         if trimmed is not None:
             size, records = trimmed
-            log.error("state of %r on partition %d was %d bytes, over the %d-byte limit: kept its newest %d of %d "
-                      "history records", pk[1], pk[0], size, MAX_STATE_BYTES, len(state), records)
+            log.error(
+                "state of %r on partition %d was %d bytes, over the %d-byte limit: kept its newest %d of %d "
+                "history records",
+                pk[1],
+                pk[0],
+                size,
+                MAX_STATE_BYTES,
+                len(state),
+                records,
+            )
             if self.metrics is not None:
                 self.metrics.states_trimmed.inc()
         return value
@@ -245,10 +280,19 @@ class LiveRuns:
                     return again
                 snapshot = copy_state(live.state)
                 candidate = live.candidate
-                frozen[pk] = LiveRun(live.base, snapshot, live.offset, live.seen, live.owner,
-                                     None if candidate is None else copy_state(candidate), live.compared, live.sources)
-                return LiveRun(snapshot, live.state, live.offset, live.seen, live.owner, candidate, live.compared,
-                               live.sources)
+                frozen[pk] = LiveRun(
+                    live.base,
+                    snapshot,
+                    live.offset,
+                    live.seen,
+                    live.owner,
+                    None if candidate is None else copy_state(candidate),
+                    live.compared,
+                    live.sources,
+                )
+                return LiveRun(
+                    snapshot, live.state, live.offset, live.seen, live.owner, candidate, live.compared, live.sources
+                )
         partition, key = pk
         written = self._written if self._written is not None else (self._out.writes if self._out is not None else None)
         if written is not None and pk in written:
@@ -274,8 +318,14 @@ class LiveRuns:
         state = self.decode(stored, pk)
         if state is None:
             return LiveRun(None, None, -1)
-        live = LiveRun(stored, state, offset, stored[seen_at:owner_at], owner_of(stored, owner_at, state_at),
-                       sources=source_stamps(stored))
+        live = LiveRun(
+            stored,
+            state,
+            offset,
+            stored[seen_at:owner_at],
+            owner_of(stored, owner_at, state_at),
+            sources=source_stamps(stored),
+        )
         if self.with_candidate:
             self._load_candidate(live, stored, pk)
         return live
@@ -290,15 +340,19 @@ class LiveRuns:
                 live.compared, encoded = section
                 live.candidate = decode_state(encoded) if encoded else None
         except Exception as exc:  # noqa: BLE001 - the live state is fine: only the candidate starts afresh
-            log.error("undecodable candidate state for %r on partition %d (%r): the candidate starts the run afresh",
-                      pk[1], pk[0], exc)
+            log.error(
+                "undecodable candidate state for %r on partition %d (%r): the candidate starts the run afresh",
+                pk[1],
+                pk[0],
+                exc,
+            )
             self.count_error("state_decode")
             live.compared, live.candidate = 0, None
 
     def decode(self, stored: bytes, pk: tuple[int, bytes]) -> RunState | None:
         """The state in a stored envelope; None (logged, counted) when it cannot be decoded."""
         try:
-            return decode_state(stored[parse_header(stored)[4]:])
+            return decode_state(stored[parse_header(stored)[4] :])
         except Exception as exc:  # noqa: BLE001
             log.error("undecodable state for %r on partition %d (%r): starting the run afresh", pk[1], pk[0], exc)
             self.count_error("state_decode")

@@ -18,13 +18,14 @@ import logging
 import os
 import sys
 import time
-from typing import IO, Any, Sequence
+from collections.abc import Sequence
+from typing import IO, Any
 
 __all__ = ["FORMAT", "LEVELS", "BufferedHandler", "FailureLog", "configure", "direct_handler", "flush", "log_many"]
 
 FORMAT = "[%(asctime)s] [%(process)d] [%(levelname)s] %(name)s: %(message)s"
 
-_handlers: list["BufferedHandler"] = []
+_handlers: list[BufferedHandler] = []
 
 
 class _Formatter(logging.Formatter):
@@ -93,7 +94,9 @@ def configure(logfile: str | None = None, *, buffer_bytes: int = 256 * 1024) -> 
     else:
         stream = io.TextIOWrapper(
             open(os.dup(sys.stderr.fileno()), "wb", buffering=buffer_bytes),
-            encoding="utf-8", errors="replace", write_through=False,
+            encoding="utf-8",
+            errors="replace",
+            write_through=False,
         )
     handler = BufferedHandler(stream)
     logger.addHandler(handler)
@@ -102,8 +105,13 @@ def configure(logfile: str | None = None, *, buffer_bytes: int = 256 * 1024) -> 
     return handler
 
 
-LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warn": logging.WARNING, "warning": logging.WARNING,
-          "error": logging.ERROR}
+LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warn": logging.WARNING,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+}
 """The engine's level names (``LogLine.level``) as ``logging`` levels."""
 
 
@@ -153,7 +161,7 @@ def log_many(prefix: str, lines: Sequence[Any]) -> None:
         handler.write_text("".join(parts))
 
 
-def direct_handler(logger: logging.Logger) -> "BufferedHandler | None":
+def direct_handler(logger: logging.Logger) -> BufferedHandler | None:
     """The handler ``configure`` installed, when it alone would handle ``logger``'s records
     (a ``loopwatch.*`` logger): no handlers or filters on ``logger`` or its ancestors below
     ``loopwatch``, and ``loopwatch`` holding only that handler, unfiltered, not propagating.

@@ -11,10 +11,10 @@ import threading
 from bisect import bisect_left
 from collections import Counter as Tally
 from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from itertools import accumulate
 from socketserver import ThreadingMixIn
-from typing import Iterable, Mapping, Sequence
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
@@ -55,11 +55,27 @@ ERROR_STAGES = ("decode", "state_decode", "state_encode", "engine", CANDIDATE)
 VERDICT_LABELS = ["config", "mode"]
 """The labels every verdict metric ends with: which config decided (``live``, ``candidate``)
 and in which mode (``enforce``, ``shadow``) that config runs the agent."""
-LIVENESS_SIGNALS = ((ARGUMENT_CHURN, KNOWN_POLL_NO_PROGRESS), (ARGUMENT_CHURN, PING_PONG), (ARGUMENT_CHURN, ARGUMENT_CHURN))
+LIVENESS_SIGNALS = (
+    (ARGUMENT_CHURN, KNOWN_POLL_NO_PROGRESS),
+    (ARGUMENT_CHURN, PING_PONG),
+    (ARGUMENT_CHURN, ARGUMENT_CHURN),
+)
 """(signal, detector) pairs a decision can carry (profile latest, openclaw-latest.md §5.1)."""
 
 LATENCY_BUCKETS = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 
 
@@ -76,99 +92,134 @@ class Metrics:
             "loopwatch_events_consumed", "valid events processed", ["type"], registry=registry
         )
         self.decisions = Counter(
-            "loopwatch_decisions", "decisions made for requested calls (and, under profile latest, write-churn "
-            "warnings raised by an outcome)", ["detector", "level", "action", *VERDICT_LABELS],
+            "loopwatch_decisions",
+            "decisions made for requested calls (and, under profile latest, write-churn warnings raised by an outcome)",
+            ["detector", "level", "action", *VERDICT_LABELS],
             registry=registry,
         )
         self.liveness_signals = Counter(
-            "loopwatch_liveness_signals", "decisions flagging stalled run activity (profile latest's livenessSignal)",
-            ["signal", "detector", *VERDICT_LABELS], registry=registry,
+            "loopwatch_liveness_signals",
+            "decisions flagging stalled run activity (profile latest's livenessSignal)",
+            ["signal", "detector", *VERDICT_LABELS],
+            registry=registry,
         )
         self.loop_detections = Counter(
-            "loopwatch_loop_detections", "detections (emitted or bucket-suppressed) by tool",
-            ["detector", "level", "tool", *VERDICT_LABELS], registry=registry,
+            "loopwatch_loop_detections",
+            "detections (emitted or bucket-suppressed) by tool",
+            ["detector", "level", "tool", *VERDICT_LABELS],
+            registry=registry,
         )
         self.warnings_suppressed = Counter(
-            "loopwatch_warnings_suppressed", "warnings hidden by upstream's warning-bucket rule",
-            ["detector", *VERDICT_LABELS], registry=registry,
+            "loopwatch_warnings_suppressed",
+            "warnings hidden by upstream's warning-bucket rule",
+            ["detector", *VERDICT_LABELS],
+            registry=registry,
         )
-        self.run_aborts = Counter("loopwatch_run_aborts", "run aborts published", ["detector", *VERDICT_LABELS],
-                                  registry=registry)
+        self.run_aborts = Counter(
+            "loopwatch_run_aborts", "run aborts published", ["detector", *VERDICT_LABELS], registry=registry
+        )
         self.candidate_outcome_changes = Counter(
-            "loopwatch_candidate_outcome_changes", "runs ended (run.ended) whose outcome under the candidate config "
-            "differs from the live config's, by each one's outcome", ["live", "candidate"], registry=registry,
+            "loopwatch_candidate_outcome_changes",
+            "runs ended (run.ended) whose outcome under the candidate config "
+            "differs from the live config's, by each one's outcome",
+            ["live", "candidate"],
+            registry=registry,
         )
         self.shadow_verdicts_lost = Counter(
-            "loopwatch_shadow_verdicts_lost", "verdicts for the shadow topic not delivered (the topic missing or "
-            "refusing them); the worker goes on", ["config"], registry=registry,
+            "loopwatch_shadow_verdicts_lost",
+            "verdicts for the shadow topic not delivered (the topic missing or refusing them); the worker goes on",
+            ["config"],
+            registry=registry,
         )
         self.runs_tracked = Gauge("loopwatch_runs_tracked", "runs with state on this worker", registry=registry)
-        self.guard_armings = Counter(
-            "loopwatch_guard_armings", "post-compaction guard armings", registry=registry
-        )
+        self.guard_armings = Counter("loopwatch_guard_armings", "post-compaction guard armings", registry=registry)
         self.dead_letters = Counter(
             "loopwatch_dead_letters", "records sent to the dead-letter topic", ["reason"], registry=registry
         )
         self.decision_latency = BatchHistogram(
-            "loopwatch_decision_latency_seconds", "event timestamp -> verdict produced",
-            buckets=LATENCY_BUCKETS, registry=registry,
+            "loopwatch_decision_latency_seconds",
+            "event timestamp -> verdict produced",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
         )
         self.table_recovery_in_progress = Gauge(
             "loopwatch_table_recovery_in_progress", "1 while tables recover from changelogs", registry=registry
         )
         self.ready = Gauge("loopwatch_ready", "1 when /readyz would answer 200", registry=registry)
         self.processing_errors = Counter(
-            "loopwatch_processing_errors", "unexpected errors (the record is dead-lettered, the worker continues)",
-            ["stage"], registry=registry,
+            "loopwatch_processing_errors",
+            "unexpected errors (the record is dead-lettered, the worker continues)",
+            ["stage"],
+            registry=registry,
         )
         self.duplicate_events = Counter(
-            "loopwatch_duplicate_events", "events skipped because their run already applied an event with the same id",
+            "loopwatch_duplicate_events",
+            "events skipped because their run already applied an event with the same id",
             registry=registry,
         )
         self.event_time_clamped = Counter(
-            "loopwatch_event_time_clamped", "events whose ts_ms was too far ahead of the worker's clock (clamped to it)",
+            "loopwatch_event_time_clamped",
+            "events whose ts_ms was too far ahead of the worker's clock (clamped to it)",
             registry=registry,
         )
         self.states_trimmed = Counter(
-            "loopwatch_state_trimmed", "run states over the size limit whose oldest history was dropped",
+            "loopwatch_state_trimmed",
+            "run states over the size limit whose oldest history was dropped",
             registry=registry,
         )
         self.consumer_lag = Gauge(
-            "loopwatch_consumer_lag_records", "end offset - committed offset of tool-calls", ["partition"],
+            "loopwatch_consumer_lag_records",
+            "end offset - committed offset of tool-calls",
+            ["partition"],
             registry=registry,
         )
         self.config_reloads = Counter(
-            "loopwatch_config_reloads", "config file changes applied or refused (the running config stays)",
-            ["result", "config"], registry=registry,
+            "loopwatch_config_reloads",
+            "config file changes applied or refused (the running config stays)",
+            ["result", "config"],
+            registry=registry,
         )
         self.config_file_refused = Gauge(
-            "loopwatch_config_file_refused", "1 while the config file on disk is one this worker refused",
-            ["config"], registry=registry,
+            "loopwatch_config_file_refused",
+            "1 while the config file on disk is one this worker refused",
+            ["config"],
+            registry=registry,
         )
         # Issue 17's options: declared (and their known label values at 0) on every worker;
         # they move only where the config turns the option on.
         self.events_forwarded = Counter(
-            "loopwatch_events_forwarded", "tool-calls records repartitioned by session (loopwatch.scope: session)",
+            "loopwatch_events_forwarded",
+            "tool-calls records repartitioned by session (loopwatch.scope: session)",
             registry=registry,
         )
         self.events_forwarded_again = Counter(
-            "loopwatch_events_forwarded_again", "records forwarded by session again (a batch redone after a crash or "
-            "a rebalance) that their session's state already holds: not applied twice", registry=registry,
+            "loopwatch_events_forwarded_again",
+            "records forwarded by session again (a batch redone after a crash or "
+            "a rebalance) that their session's state already holds: not applied twice",
+            registry=registry,
         )
         self.fleet_records = Counter(
-            "loopwatch_fleet_records", "records sent to the fleet topology: failing outcomes by tool, sends by trace",
-            ["kind"], registry=registry,
+            "loopwatch_fleet_records",
+            "records sent to the fleet topology: failing outcomes by tool, sends by trace",
+            ["kind"],
+            registry=registry,
         )
         self.fleet_incidents_open = Gauge(
-            "loopwatch_fleet_incidents_open", "open fleet incidents by tool, as this worker's view holds them "
-            "(every worker holds the same view: aggregate with max)", ["tool"], registry=registry,
+            "loopwatch_fleet_incidents_open",
+            "open fleet incidents by tool, as this worker's view holds them "
+            "(every worker holds the same view: aggregate with max)",
+            ["tool"],
+            registry=registry,
         )
         self.fleet_incidents_opened = Counter(
-            "loopwatch_fleet_incidents_opened", "fleet incidents opened (by the worker owning the tool)", ["tool"],
+            "loopwatch_fleet_incidents_opened",
+            "fleet incidents opened (by the worker owning the tool)",
+            ["tool"],
             registry=registry,
         )
         self.state_disk_full = Gauge(
-            "loopwatch_state_disk_full", "1 once a write of the run table failed for a full disk (the worker stops)",
+            "loopwatch_state_disk_full",
+            "1 once a write of the run table failed for a full disk (the worker stops)",
             registry=registry,
         )
         self.fleet_incidents_capped = Counter(
@@ -182,14 +233,20 @@ class Metrics:
             registry=registry,
         )
         self.fleet_incidents_resolved = Counter(
-            "loopwatch_fleet_incidents_resolved", "fleet incidents resolved (by the worker owning the tool)", ["tool"],
+            "loopwatch_fleet_incidents_resolved",
+            "fleet incidents resolved (by the worker owning the tool)",
+            ["tool"],
             registry=registry,
         )
         self.fleet_incident_decisions = Counter(
-            "loopwatch_fleet_incident_decisions", "decisions that carried an open fleet incident", registry=registry,
+            "loopwatch_fleet_incident_decisions",
+            "decisions that carried an open fleet incident",
+            registry=registry,
         )
         self.agent_rings = Counter(
-            "loopwatch_agent_rings", "agent-ring notices published (a ring reaching a level or a new round)", ["level"],
+            "loopwatch_agent_rings",
+            "agent-ring notices published (a ring reaching a level or a new round)",
+            ["level"],
             registry=registry,
         )
         self._tools: set[str] = set()
@@ -319,7 +376,8 @@ class BatchHistogram:
             total = self._sum
         cumulative = list(accumulate(counts))
         family = HistogramMetricFamily(
-            self.name, self.documentation,
+            self.name,
+            self.documentation,
             buckets=[(floatToGoString(bound), n) for bound, n in zip(self._bounds, cumulative)],
             sum_value=total,
         )

@@ -31,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from schemas.keys import partition_for
 from schemas.names import CONFIG_HEADER, CONFIG_SHA256_HEADER, GENERATION_HEADER, WORKER_HEADER
@@ -42,7 +43,11 @@ if TYPE_CHECKING:
     from .records import DeadLetter, VerdictOut
 
 __all__ = [
-    "DEAD_LETTER_VALUE_LIMIT", "DLQ_MAX_MESSAGE_BYTES", "Output", "dead_letter_record", "send_records",
+    "DEAD_LETTER_VALUE_LIMIT",
+    "DLQ_MAX_MESSAGE_BYTES",
+    "Output",
+    "dead_letter_record",
+    "send_records",
 ]
 
 log = logging.getLogger("loopwatch.worker")
@@ -54,7 +59,9 @@ DEAD_LETTER_VALUE_LIMIT = 1024 * 1024
 _NO_HEADERS: list = []  # aiokafka's batch builder wants a list; never mutated
 
 
-def dead_letter_record(letter: DeadLetter, value_limit: int) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
+def dead_letter_record(
+    letter: DeadLetter, value_limit: int
+) -> tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]:
     """``(key, value, headers)`` of a dead letter for the dead-letter topic.
 
     A key or value larger than ``value_limit`` bytes is cut to its first ``value_limit``
@@ -97,7 +104,10 @@ def source_offset(record: Any) -> int:
 
 
 async def send_records(
-    producer: Any, topic: str, partition: int, items: Iterable[tuple[bytes | None, bytes | None]],
+    producer: Any,
+    topic: str,
+    partition: int,
+    items: Iterable[tuple[bytes | None, bytes | None]],
     headers: list[tuple[str, bytes]] = _NO_HEADERS,
 ) -> list[tuple[asyncio.Future, int]]:
     """Produce records to one partition as few record batches, each record with ``headers``;
@@ -106,7 +116,10 @@ async def send_records(
 
 
 async def _send_batches(
-    producer: Any, topic: str, partition: int, records: Iterable[tuple[bytes | None, bytes | None, list]],
+    producer: Any,
+    topic: str,
+    partition: int,
+    records: Iterable[tuple[bytes | None, bytes | None, list]],
 ) -> list[tuple[asyncio.Future, int]]:
     """Produce ``(key, value, headers)`` records to one partition as few record batches;
     returns (future, count) per batch."""
@@ -129,7 +142,6 @@ async def _send_batches(
     if n:
         sent.append((await producer.send_batch(batch, topic, partition=partition), n))
     return sent
-
 
 
 async def _send_keyed(
@@ -213,8 +225,9 @@ class Output:
         if n is None:
             n = self._partition_counts[topic] = len(await self._shared().partitions_for(topic))
             if n != self.partitions:
-                log.warning("%s has %d partitions, not %d: verdicts go to source partition mod %d",
-                            topic, n, self.partitions, n)
+                log.warning(
+                    "%s has %d partitions, not %d: verdicts go to source partition mod %d", topic, n, self.partitions, n
+                )
         return n
 
     def provenance(self, generation: int) -> list[tuple[str, bytes]]:
@@ -252,8 +265,13 @@ class Output:
     async def send_fleet(self, records: list[tuple[bytes, bytes]]) -> list[asyncio.Future]:
         """The fleet topology's input records (``<app id>-fleet``), by key (tool or trace)."""
         topic = self.fleet_topic
-        return await _send_keyed(self._shared(), topic, await self._partition_count(topic),
-                                 [(key, value, _NO_HEADERS) for key, value in records])
+        return await _send_keyed(
+            self._shared(),
+            topic,
+            await self._partition_count(topic),
+            [(key, value, _NO_HEADERS) for key, value in records],
+        )
+
     async def find_shadow_topic(self, timeout: float = 10.0) -> bool:
         """Look the shadow topic up (its partition count), at most ``timeout`` seconds; True once
         it is known.  Called where waiting harms no decision: at start and after a config
@@ -295,7 +313,9 @@ class Output:
                 await self.find_shadow_topic()
             n_partitions = self.shadow_partitions
             if n_partitions is None:
-                raise RuntimeError(f"topic {self.shadow_topic} not found (create it: README, Changing thresholds safely)")
+                raise RuntimeError(
+                    f"topic {self.shadow_topic} not found (create it: README, Changing thresholds safely)"
+                )
             headers = [(CONFIG_HEADER, config.encode()), (CONFIG_SHA256_HEADER, sha256.encode())]
             by_partition: dict[int, list[tuple[bytes, bytes]]] = defaultdict(list)
             for out in verdicts:
@@ -341,8 +361,14 @@ class Output:
             return await self._send_alone(letter, DEAD_LETTER_VALUE_LIMIT, partition)
         except too_large as exc:
             record = letter.record
-            log.error("dead letter of %s[%d]@%d refused by %s (%r): sending its headers without key or value",
-                      record.topic, record.partition, source_offset(record), self.dead_letter_topic, exc)
+            log.error(
+                "dead letter of %s[%d]@%d refused by %s (%r): sending its headers without key or value",
+                record.topic,
+                record.partition,
+                source_offset(record),
+                self.dead_letter_topic,
+                exc,
+            )
         return await self._send_alone(letter, 0, partition)
 
     async def _send_alone(self, letter: DeadLetter, limit: int, partition: int) -> Any:

@@ -11,13 +11,18 @@ import signal
 import subprocess
 import time
 import urllib.request
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["signal_group", "stop_group", "wait_http_ok"]
 
 
 def wait_http_ok(
-    url: str, process: subprocess.Popen, *, what: str, timeout: float, interval: float = 0.2,
+    url: str,
+    process: subprocess.Popen,
+    *,
+    what: str,
+    timeout: float,
+    interval: float = 0.2,
     log_tail: Callable[[], str] | None = None,
 ) -> None:
     """Poll ``url`` until it answers 200.  Raises ``RuntimeError`` when ``process`` exits

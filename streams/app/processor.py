@@ -65,28 +65,45 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from hashlib import blake2b
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import msgspec
 
 from schemas.events import (
-    EVENT_TYPE_OF, MAX_EVENT_BYTES, CompactionRetried, InvalidEvent, RunEnded, ToolCallCompleted, decode_event,
+    EVENT_TYPE_OF,
+    MAX_EVENT_BYTES,
+    CompactionRetried,
+    InvalidEvent,
+    RunEnded,
+    ToolCallCompleted,
+    decode_event,
 )
 from schemas.fleet import FleetSend, encode_fleet_record
+from schemas.keys import partition_for, session_scope_key
 from schemas.names import (
-    BAD_SIGNATURE, CANDIDATE, ENFORCE, LIVE, OUTCOMES, PROCESSING_ERROR,
+    BAD_SIGNATURE,
+    CANDIDATE,
+    ENFORCE,
+    LIVE,
+    OUTCOMES,
+    PROCESSING_ERROR,
     WARNING,
 )
 from schemas.signing import Keyring
 from schemas.verdicts import Decision, encode_verdict
-from schemas.keys import partition_for, session_scope_key
 from streams.engine import LoopEngine, RunState, copy_state, outcome, shadow_answer, state_key
 from streams.engine.extensions import FleetStep
 from streams.engine.fleet import fleet_outcome, fleet_send
 from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 from streams.engine.intake import (
-    DIGEST_SIZE, SEEN_BYTES, check_record, forwarded_key_problem, kafka_key_problem, seen_before,
+    DIGEST_SIZE,
+    SEEN_BYTES,
+    check_record,
+    forwarded_key_problem,
+    kafka_key_problem,
+    seen_before,
 )
 
 from . import logs
@@ -203,7 +220,9 @@ class BatchProcessor:
             except Exception as exc:  # noqa: BLE001 - a bad record must never stop the worker
                 dead.append(DeadLetter(record, PROCESSING_ERROR, _cut(f"decode: {exc!r}")))
                 self._count_error("decode")
-                log.exception("unexpected error decoding %s[%d]@%d", record.topic, record.partition, source_offset(record))
+                log.exception(
+                    "unexpected error decoding %s[%d]@%d", record.topic, record.partition, source_offset(record)
+                )
                 continue
             # Kept to rebuild the run after an engine error: the record's value (the decoded
             # event is a third larger, and a busy worker holds seconds of events), or the
@@ -273,8 +292,19 @@ class BatchProcessor:
         for record in records:
             key = record.key
             if record.topic == own:
-                kept.append(Record(own, record.partition, record.offset + FORWARDED_OFFSETS, key, record.value,
-                                   record.timestamp, record.headers, record.offset, forwarded_from(record.headers)))
+                kept.append(
+                    Record(
+                        own,
+                        record.partition,
+                        record.offset + FORWARDED_OFFSETS,
+                        key,
+                        record.value,
+                        record.timestamp,
+                        record.headers,
+                        record.offset,
+                        forwarded_from(record.headers),
+                    )
+                )
             elif key is not None and key.startswith(b"scope:") and partition_of(key) == record.partition:
                 # Keyed by session by its runner, on that key's partition: its state is here (the
                 # key check after decoding makes sure the key is its event's).
@@ -332,8 +362,8 @@ class BatchProcessor:
         live: LiveRun,
         items: list[tuple[Any, Any, Any]],
         result: BatchResult,
-        counts: "_Counts",
-        shadow: "_Shadow | None",
+        counts: _Counts,
+        shadow: _Shadow | None,
         session: bool = False,
         with_steps: bool = False,
     ) -> list[tuple[Any, Any, Any]] | None:
@@ -384,10 +414,16 @@ class BatchProcessor:
                 continue
             owner = live.owner
             if check_owner and owner is not None and event.agent_id != owner:
-                result.dead_letters.append(DeadLetter(record, BAD_SIGNATURE, _cut(
-                    f"run {key.decode('utf-8', 'replace')} belongs to agent {owner!r}; "
-                    f"the event (signed by a key of agent {event.agent_id!r}) may not change it"
-                )))
+                result.dead_letters.append(
+                    DeadLetter(
+                        record,
+                        BAD_SIGNATURE,
+                        _cut(
+                            f"run {key.decode('utf-8', 'replace')} belongs to agent {owner!r}; "
+                            f"the event (signed by a key of agent {event.agent_id!r}) may not change it"
+                        ),
+                    )
+                )
                 continue
             try:
                 step = handle(state, event, True)  # validated (decode_event)
@@ -416,8 +452,13 @@ class BatchProcessor:
             applied.append(replay)
             if plain:
                 lines = step.built_logs
-                if (lines is not None and not lines and step.request is None and step.built_decision is None
-                        and step.abort is None):
+                if (
+                    lines is not None
+                    and not lines
+                    and step.request is None
+                    and step.built_decision is None
+                    and step.abort is None
+                ):
                     types[type(event)] += 1  # what _collect counts of a step that publishes and logs nothing
                 else:
                     collect(partition, key, event, step, verdicts, counts)
@@ -434,7 +475,9 @@ class BatchProcessor:
 
     @staticmethod
     def _session_fresh(
-        live: LiveRun, items: list[tuple[Any, Any, Any]], own: str | None,
+        live: LiveRun,
+        items: list[tuple[Any, Any, Any]],
+        own: str | None,
     ) -> tuple[list[tuple[Any, Any, Any]], int, int]:
         """Under session scope, a state's records of this batch not applied yet, as
         ``(fresh, the state's offset stamp after them, how many were forwarded again)``.
@@ -490,7 +533,9 @@ class BatchProcessor:
         def flush() -> None:
             if last_send is not None:
                 send = last_send if repeats == 1 else msgspec.structs.replace(last_send, count=repeats)
-                result.fleet.append((f"trace:{send.trace_id}".encode("utf-8", "surrogatepass"), encode_fleet_record(send)))
+                result.fleet.append(
+                    (f"trace:{send.trace_id}".encode("utf-8", "surrogatepass"), encode_fleet_record(send))
+                )
                 result.fleet_kinds["send"] += 1
 
         for _record, event, step in outputs:
@@ -501,8 +546,9 @@ class BatchProcessor:
             outcome = fleet_outcome(event) if incidents else None
             if outcome is not None and (seen := (outcome.run, outcome.tool_name, outcome.fingerprint)) not in outcomes:
                 outcomes.add(seen)  # (by run: under session scope a state holds several runs)
-                result.fleet.append((f"tool:{event.tool_name}".encode("utf-8", "surrogatepass"),
-                                     encode_fleet_record(outcome)))
+                result.fleet.append(
+                    (f"tool:{event.tool_name}".encode("utf-8", "surrogatepass"), encode_fleet_record(outcome))
+                )
                 result.fleet_kinds["outcome"] += 1
             send = fleet_send(event) if rings else None
             if send is not None:
@@ -528,7 +574,7 @@ class BatchProcessor:
                 pass
         return state
 
-    def _collect(self, partition, key, event, step, out: list[VerdictOut], counts: "_Counts", live: bool = True) -> None:
+    def _collect(self, partition, key, event, step, out: list[VerdictOut], counts: _Counts, live: bool = True) -> None:
         """Count a step and put what it publishes in ``out``; ``live``: a step of the live
         config (its event and log lines count; a candidate's are neither counted nor logged)."""
         if live:
@@ -575,8 +621,17 @@ class BatchProcessor:
             counts.aborts[abort.detector] += 1
             out.append(VerdictOut(partition, key, encode_verdict(abort), abort))
 
-    def _collect_moded(self, partition, key, event, step, result: BatchResult, counts: "_Counts",
-                       shadow: "_Shadow | None", by_run: bool = False) -> None:
+    def _collect_moded(
+        self,
+        partition,
+        key,
+        event,
+        step,
+        result: BatchResult,
+        counts: _Counts,
+        shadow: _Shadow | None,
+        by_run: bool = False,
+    ) -> None:
         """``_collect`` when the live config has agents in shadow mode: theirs go to the shadow
         topic, and their runners get ``shadow_answer`` on ``loop-verdicts``.  ``by_run``
         (session scope): verdicts are keyed by their run (``state_key``), whose runner routes
@@ -594,8 +649,16 @@ class BatchProcessor:
 
     # -- the candidate config ----------------------------------------------------------------------
 
-    def _run_candidate(self, engine: LoopEngine, pk, live: LiveRun, applied, result: BatchResult, judged: "_Shadow",
-                       session: bool = False) -> None:
+    def _run_candidate(
+        self,
+        engine: LoopEngine,
+        pk,
+        live: LiveRun,
+        applied,
+        result: BatchResult,
+        judged: _Shadow,
+        session: bool = False,
+    ) -> None:
         """The candidate on the events the live config applied to a run, on the run's
         candidate state; compares the run's outcomes when it ends (``run.ended``).
         ``session`` (session scope): the state is a session's, which outlives its runs; its
@@ -608,8 +671,12 @@ class BatchProcessor:
                 judged_step = engine.handle(state, event, validated=True)
             except Exception:  # noqa: BLE001 - the candidate never affects the live run
                 self._count_error(CANDIDATE)
-                log.exception("the candidate config's engine failed on %s[%d]@%d: the candidate starts the run "
-                              "afresh", record.topic, record.partition, source_offset(record))
+                log.exception(
+                    "the candidate config's engine failed on %s[%d]@%d: the candidate starts the run afresh",
+                    record.topic,
+                    record.partition,
+                    source_offset(record),
+                )
                 state, compared = None, 0
                 continue
             state = judged_step.state
@@ -617,8 +684,9 @@ class BatchProcessor:
                 compared = compare(compared, outcome(step), outcome(judged_step))
             if session:
                 key = state_key(event).encode("utf-8", "surrogatepass")
-            self._collect(partition, key, event, judged_step, result.candidate, judged.tally_for(event.agent_id),
-                          live=False)
+            self._collect(
+                partition, key, event, judged_step, result.candidate, judged.tally_for(event.agent_id), live=False
+            )
             if state is None or type(event) is RunEnded:  # the run ended under both configs
                 if compared & COMPARED_FROM_START:
                     was, would = compared_outcomes(compared)
@@ -633,7 +701,7 @@ class BatchProcessor:
         if self.metrics is not None:
             self.metrics.count_error(stage)
 
-    def _account(self, result: BatchResult, tallies: dict[tuple[str, str], "_Counts"], counts: "_Counts") -> None:
+    def _account(self, result: BatchResult, tallies: dict[tuple[str, str], _Counts], counts: _Counts) -> None:
         """Add a batch's counts to the metrics: ``tallies`` by (config, mode), the metrics'
         labels; ``counts``, the live enforce ones, also hold the run-level counts."""
         m = self.metrics
@@ -723,12 +791,12 @@ class _Shadow:
 
     __slots__ = ("config", "tag", "tallies")
 
-    def __init__(self, config: Any, tag: str, tallies: dict[tuple[str, str], "_Counts"]) -> None:
+    def __init__(self, config: Any, tag: str, tallies: dict[tuple[str, str], _Counts]) -> None:
         self.config = config
         self.tag = tag
         self.tallies = tallies
 
-    def tally_for(self, agent_id: str | None) -> "_Counts | None":
+    def tally_for(self, agent_id: str | None) -> _Counts | None:
         mode = self.config.mode_for(agent_id)
         if mode == ENFORCE and self.tag == LIVE:
             return None
@@ -743,7 +811,18 @@ class _Shadow:
 class _Counts:
     """What one batch adds to the metrics and the log, gathered as plain values and added once."""
 
-    __slots__ = ("types", "allows", "decisions", "detections", "suppressed", "aborts", "armings", "liveness", "lines", "changes")
+    __slots__ = (
+        "types",
+        "allows",
+        "decisions",
+        "detections",
+        "suppressed",
+        "aborts",
+        "armings",
+        "liveness",
+        "lines",
+        "changes",
+    )
 
     def __init__(self, lines: list[Any] | None = None) -> None:
         self.types: dict[type, int] = defaultdict(int)

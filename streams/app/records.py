@@ -7,8 +7,8 @@ checkpointer and output ship them) depend on these types, not on each other.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 import msgspec
 

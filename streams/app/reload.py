@@ -25,8 +25,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from schemas.config import ConfigError, load_config_bytes, read_config_file, warnings
 from schemas.names import LIVE
@@ -182,8 +183,11 @@ class ConfigWatcher:
         self.rejections += 1
         if self.metrics is not None:
             self.metrics.config_reloads.labels("refused", self.name).inc()
-        keeping = ("keeping the running configuration" if self._digest is not None
-                   else f"running without a {self.name} config until the file is fixed")
+        keeping = (
+            "keeping the running configuration"
+            if self._digest is not None
+            else f"running without a {self.name} config until the file is fixed"
+        )
         if isinstance(exc, ConfigError):
             log.error("refused new config: %s; %s", exc, keeping)
         else:

@@ -98,12 +98,13 @@ import logging
 import os
 import struct
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any
 
 from streams.engine import RunState, decode_state, encode_state
 from streams.engine.history import trim as trim_history
-from streams.engine.intake import DIGEST_SIZE, SEEN_BYTES, event_digest
+from streams.engine.intake import DIGEST_SIZE
 
 from .output import send_records
 
@@ -114,14 +115,10 @@ __all__ = [
     "Envelope",
     "MAX_STATE_BYTES",
     "RunStore",
-    "DIGEST_SIZE",
-    "SEEN_BYTES",
-    "SEEN_EVENT_IDS",
     "SOURCE",
     "candidate_section",
     "compare",
     "compared_outcomes",
-    "event_digest",
     "idle_since_ms",
     "is_ended",
     "pack_ended",
@@ -169,6 +166,8 @@ def compare(compared: int, live: int, candidate: int) -> int:
 def compared_outcomes(compared: int) -> tuple[int, int]:
     """The (live, candidate) outcome ranks in a comparison byte."""
     return compared & 3, compared >> 2 & 3
+
+
 _HEADER_V2 = struct.Struct(">BqqH")
 _HEADER_V1 = struct.Struct(">Bqqq")
 
@@ -195,8 +194,14 @@ class Envelope:
 
 
 def pack_state(
-    state: RunState | None, offset: int, touched_ms: int, seen: bytes | bytearray = b"", owner: str | None = None,
-    candidate: RunState | None = None, compared: int | None = None, sources: dict[int, int] | None = None,
+    state: RunState | None,
+    offset: int,
+    touched_ms: int,
+    seen: bytes | bytearray = b"",
+    owner: str | None = None,
+    candidate: RunState | None = None,
+    compared: int | None = None,
+    sources: dict[int, int] | None = None,
 ) -> bytes:
     """The envelope: version 3, or version 4 with a candidate section when ``compared`` is
     not None (``candidate``: the candidate's state, None when it has none), or version 5 when
@@ -213,18 +218,36 @@ def pack_state(
             raise ValueError(f"{len(sources)} source stamps, over {MAX_SOURCES}")
         stamps = b"".join(SOURCE.pack(partition, at) for partition, at in sorted(sources.items()))
         return (
-            _HEADER_V5.pack(SOURCES_ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who),
-                            len(section), len(sources))
-            + section + stamps + seen + who + encoded
+            _HEADER_V5.pack(
+                SOURCES_ENVELOPE_VERSION,
+                offset,
+                touched_ms,
+                len(seen) // DIGEST_SIZE,
+                len(who),
+                len(section),
+                len(sources),
+            )
+            + section
+            + stamps
+            + seen
+            + who
+            + encoded
         )
     if compared is None:
         return (
             _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who))
-            + seen + who + encoded
+            + seen
+            + who
+            + encoded
         )
     return (
-        _HEADER_V4.pack(CANDIDATE_ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who), len(section))
-        + section + seen + who + encoded
+        _HEADER_V4.pack(
+            CANDIDATE_ENVELOPE_VERSION, offset, touched_ms, len(seen) // DIGEST_SIZE, len(who), len(section)
+        )
+        + section
+        + seen
+        + who
+        + encoded
     )
 
 
@@ -242,8 +265,14 @@ def is_ended(value: bytes) -> bool:
 
 
 def pack_within_limit(
-    state: RunState, offset: int, touched_ms: int, seen: bytes | bytearray, owner: str | None,
-    candidate: RunState | None = None, compared: int | None = None, sources: dict[int, int] | None = None,
+    state: RunState,
+    offset: int,
+    touched_ms: int,
+    seen: bytes | bytearray,
+    owner: str | None,
+    candidate: RunState | None = None,
+    compared: int | None = None,
+    sources: dict[int, int] | None = None,
 ) -> tuple[bytes, tuple[int, int] | None]:
     """``(envelope, None)``, or when the envelope is over ``MAX_STATE_BYTES``: the run's newest
     history that fits (its oldest records dropped from ``state`` and ``candidate``, in place;
@@ -318,7 +347,7 @@ def candidate_section(value: bytes) -> tuple[int, bytes] | None:
             return None
     else:
         return None
-    return value[at], value[at + 1:at + k]
+    return value[at], value[at + 1 : at + k]
 
 
 def source_stamps(value: bytes) -> dict[int, int] | None:
@@ -327,7 +356,7 @@ def source_stamps(value: bytes) -> dict[int, int] | None:
         return None
     fields = _HEADER_V5.unpack_from(value)
     at = _HEADER_V5.size + fields[5]
-    return {partition: offset for partition, offset in SOURCE.iter_unpack(value[at:at + fields[6] * SOURCE.size])}
+    return {partition: offset for partition, offset in SOURCE.iter_unpack(value[at : at + fields[6] * SOURCE.size])}
 
 
 def owner_of(value: bytes, owner_at: int, state_at: int) -> str | None:
@@ -349,8 +378,14 @@ def unpack_state(value: bytes) -> Envelope:
         compared, encoded = section
         candidate = decode_state(encoded) if encoded else None
     return Envelope(
-        offset, touched_ms, bytes(value[seen_at:owner_at]), decode_state(value[state_at:]) if state_at < len(value) else None,
-        owner_of(value, owner_at, state_at), candidate, compared, source_stamps(value),
+        offset,
+        touched_ms,
+        bytes(value[seen_at:owner_at]),
+        decode_state(value[state_at:]) if state_at < len(value) else None,
+        owner_of(value, owner_at, state_at),
+        candidate,
+        compared,
+        source_stamps(value),
     )
 
 

@@ -19,9 +19,10 @@ import os
 import re
 import socket
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 __all__ = ["Settings", "SettingsError", "PREFIX"]
 
@@ -107,7 +108,7 @@ class Settings:
     # -- construction ------------------------------------------------------------------------
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> "Settings":
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read settings from ``env`` (default: ``os.environ``) and the optional settings file."""
         env = os.environ if env is None else env
         raw: dict[str, Any] = {}
@@ -125,7 +126,7 @@ class Settings:
                 raw[name] = value
         return cls(**{name: _parse(name, value) for name, value in raw.items()})._checked()
 
-    def _checked(self) -> "Settings":
+    def _checked(self) -> Settings:
         if not self.broker_hosts:
             raise SettingsError(f"{PREFIX}BROKER: no bootstrap server given")
         for host in self.broker_hosts:
@@ -137,8 +138,13 @@ class Settings:
             raise SettingsError(
                 f"{PREFIX}INSTANCE_ID={self.instance_id!r}: use 1 to 240 ASCII letters, digits, '.', '_' or '-'"
             )
-        topics = [self.tool_calls_topic, self.verdicts_topic, self.dead_letter_topic, self.incidents_topic,
-                  self.shadow_verdicts_topic]
+        topics = [
+            self.tool_calls_topic,
+            self.verdicts_topic,
+            self.dead_letter_topic,
+            self.incidents_topic,
+            self.shadow_verdicts_topic,
+        ]
         if len(set(topics)) != 5 or not all(topics):
             raise SettingsError(
                 "the tool-calls, verdicts, dead-letter, incidents and shadow verdicts topics must be five distinct "
@@ -189,7 +195,7 @@ class Settings:
         for part in self.broker.split(","):
             part = part.strip()
             if part.startswith("kafka://"):
-                part = part[len("kafka://"):]
+                part = part[len("kafka://") :]
             if part:
                 hosts.append(part)
         return hosts
@@ -350,7 +356,7 @@ def _read_settings_file(path: Path) -> dict[str, Any]:
     for key, value in data.items():
         norm = str(key).lower()
         if norm.startswith(PREFIX.lower()):
-            norm = norm[len(PREFIX):]
+            norm = norm[len(PREFIX) :]
         name = by_suffix.get(norm) or (norm if norm in _FIELDS else None)
         if name is None:
             raise SettingsError(f"{PREFIX}SETTINGS_FILE: unknown setting {key!r} in {path}")

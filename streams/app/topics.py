@@ -18,8 +18,14 @@ __all__ = ["ensure_topics"]
 log = logging.getLogger("loopwatch.worker")
 
 
-async def ensure_topics(settings: Settings, extra: dict[str, dict[str, str]] | None = None,
-                        timeout: float = 30.0, *, shadow: bool = False, only_shadow: bool = False) -> list[str]:
+async def ensure_topics(
+    settings: Settings,
+    extra: dict[str, dict[str, str]] | None = None,
+    timeout: float = 30.0,
+    *,
+    shadow: bool = False,
+    only_shadow: bool = False,
+) -> list[str]:
     """Create ``tool-calls``, ``loop-verdicts`` and the dead-letter topic when missing, and the
     topics of issue 17's options (``extra``: name -> topic configs; ``Worker.extra_topics``);
     with ``shadow`` also the shadow topic (``only_shadow``: that one alone), which is never
@@ -41,22 +47,32 @@ async def ensure_topics(settings: Settings, extra: dict[str, dict[str, str]] | N
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError, TopicAuthorizationFailedError
 
-    wanted = {} if only_shadow else {
-        settings.tool_calls_topic: {},
-        settings.verdicts_topic: {},
-        settings.dead_letter_topic: {"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
-        **(extra or {}),
-    }
+    wanted = (
+        {}
+        if only_shadow
+        else {
+            settings.tool_calls_topic: {},
+            settings.verdicts_topic: {},
+            settings.dead_letter_topic: {"max.message.bytes": str(DLQ_MAX_MESSAGE_BYTES)},
+            **(extra or {}),
+        }
+    )
     if shadow or only_shadow:
         wanted[settings.shadow_verdicts_topic] = {}
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=settings.broker_hosts, request_timeout_ms=int(timeout * 1000),
+        bootstrap_servers=settings.broker_hosts,
+        request_timeout_ms=int(timeout * 1000),
         **settings.kafka_client_options(),
     )
     created: list[str] = []
     try:
-        async with broker_access(settings.broker_hosts, username=settings.sasl_username, mechanism=settings.sasl_mechanism,
-                                 unreachable=True, tls=settings.tls):
+        async with broker_access(
+            settings.broker_hosts,
+            username=settings.sasl_username,
+            mechanism=settings.sasl_mechanism,
+            unreachable=True,
+            tls=settings.tls,
+        ):
             await asyncio.wait_for(admin.start(), timeout)
         existing = set(await admin.list_topics())  # those this principal may describe
         missing = [name for name in wanted if name not in existing]
@@ -67,8 +83,11 @@ async def ensure_topics(settings: Settings, extra: dict[str, dict[str, str]] | N
             for entry in response.topic_errors:  # (topic, error_code[, error_message])
                 code, message = entry[1], entry[2] if len(entry) > 2 else ""
                 if code == TopicAuthorizationFailedError.errno and name == settings.shadow_verdicts_topic:
-                    log.warning("topic %s does not exist and this worker may not create it: shadow verdicts are "
-                                "lost until it exists (README, Changing thresholds safely)", name)
+                    log.warning(
+                        "topic %s does not exist and this worker may not create it: shadow verdicts are "
+                        "lost until it exists (README, Changing thresholds safely)",
+                        name,
+                    )
                     continue
                 if code == TopicAuthorizationFailedError.errno:
                     who = f"user {settings.sasl_username!r}" if settings.sasl_username else "this worker"

@@ -34,7 +34,9 @@ def build_parser(prog: str = "loopwatch worker") -> argparse.ArgumentParser:
     p.add_argument("--data-dir", dest="data_dir", type=Path, help="RocksDB directory (LOOPWATCH_DATA_DIR)")
     p.add_argument("--web-host", dest="web_host", help="web server bind address (LOOPWATCH_WEB_HOST)")
     p.add_argument("--web-port", dest="web_port", type=int, help="web server port (LOOPWATCH_WEB_PORT)")
-    p.add_argument("--metrics-port", dest="metrics_port", type=int, help="Prometheus port, 0 = off (LOOPWATCH_METRICS_PORT)")
+    p.add_argument(
+        "--metrics-port", dest="metrics_port", type=int, help="Prometheus port, 0 = off (LOOPWATCH_METRICS_PORT)"
+    )
     p.add_argument("--quiet", action="store_true", help="no start-up banner")
     return p
 

@@ -38,7 +38,7 @@ class RunAbortedError(Exception):
         self.tool_name = tool_name
 
     @classmethod
-    def from_verdict(cls, verdict: RunAborted) -> "RunAbortedError":
+    def from_verdict(cls, verdict: RunAborted) -> RunAbortedError:
         kind = PostCompactionLoopPersistedError if verdict.detector == "compaction_loop_persisted" else cls
         return kind(verdict.message, detector=verdict.detector, count=verdict.count, tool_name=verdict.tool_name)
 

@@ -46,23 +46,31 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 
 from schemas.events import ToolCallEvent, encode_event
-from schemas.keys import record_key, session_scope_key, state_key, verdict_partitions as partitions_of_run
+from schemas.keys import record_key, session_scope_key, state_key
+from schemas.keys import verdict_partitions as partitions_of_run
 from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted, decode_verdict
 
 from ..edge.broker import BrokerAccessError, broker_access, redact_sasl_exchanges, speaks_tls
+from ..edge.content_windows import ContentEdge
 from ..edge.events import (
-    UNDEFINED, agent_message_event, blocked_result, compaction_event, completed_event, model_text_event, requested_event,
+    UNDEFINED,
+    agent_message_event,
+    blocked_result,
+    compaction_event,
+    completed_event,
+    model_text_event,
+    requested_event,
     run_ended_event,
 )
-from ..edge.content_windows import ContentEdge
 from .errors import LoopBlocked, LoopwatchUnavailable, NoDecisionError, RunAbortedError
 
 log = logging.getLogger("loopwatch.client")
@@ -112,15 +120,20 @@ class LoopwatchClient:
         for workers with ``loopwatch.scope: session``, whose repartition hop it saves (the
         worker accepts the key under either scope)."""
         redact_sasl_exchanges()  # aiokafka's DEBUG log would show a SASL PLAIN password
-        self._access = dict(username=kafka_options.get("sasl_plain_username"), mechanism=kafka_options.get("sasl_mechanism"),
-                            tls=speaks_tls(kafka_options.get("security_protocol")))
+        self._access = dict(
+            username=kafka_options.get("sasl_plain_username"),
+            mechanism=kafka_options.get("sasl_mechanism"),
+            tls=speaks_tls(kafka_options.get("security_protocol")),
+        )
         # aiokafka's request timeout is also how long an undelivered batch is kept (40 s by
         # default); a runner's events are worth little later, and stop() waits for them.
         producer_options = {"request_timeout_ms": int(delivery_timeout * 1000), **kafka_options}
         # linger 0: a gated request goes out at once.  An advisory runner that waits on no
         # delivery can linger, so a call's request and completion go in one produce request.
         self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap_servers, linger_ms=linger_ms, **producer_options)
-        self._consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap_servers, enable_auto_commit=False, **kafka_options)
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap_servers, enable_auto_commit=False, **kafka_options
+        )
         self._prefix = uuid.uuid4().hex[:12]
         self._seq = itertools.count(1)
         self._waiting: dict[str, asyncio.Future] = {}
@@ -138,7 +151,7 @@ class LoopwatchClient:
         self.undelivered = 0
         """Events whose delivery failed (each is logged with its id)."""
 
-    async def __aenter__(self) -> "LoopwatchClient":
+    async def __aenter__(self) -> LoopwatchClient:
         await self.start()
         return self
 
@@ -193,7 +206,7 @@ class LoopwatchClient:
                 f"topic {topic!r} does not exist (is the loopwatch worker running?)"
             ) from None
 
-    def _read_for(self, run: "RunHandle") -> frozenset[int]:
+    def _read_for(self, run: RunHandle) -> frozenset[int]:
         """Count ``run`` as a reader of its verdict partitions; returns them."""
         if self.verdict_partitions == "all":
             return frozenset()
@@ -262,8 +275,15 @@ class LoopwatchClient:
                 self.undelivered += len(left)
                 log.warning("%d event(s) not delivered before the client stopped", len(left))
 
-    def run(self, run_id: str | None, *, session_key: str | None, agent_id: str | None = None,
-            session_id: str | None = None, trace_id: str | None = None) -> "RunHandle":
+    def run(
+        self,
+        run_id: str | None,
+        *,
+        session_key: str | None,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        trace_id: str | None = None,
+    ) -> RunHandle:
         """A run's handle.  ``trace_id``: the conversation or task the run shares with the
         agents it messages (``loopwatch.agentRings``); give sends their ``target``."""
         if self.signing_key is not None and agent_id != self.signing_key.agent_id:
@@ -288,7 +308,7 @@ class LoopwatchClient:
         task.add_done_callback(self._sent)
         try:
             await asyncio.wait_for(asyncio.shield(task), max(timeout, 0.0))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("event %s not delivered within %ss; still trying in the background", event.event_id, timeout)
             return False
         except (KafkaError, OSError):
@@ -320,8 +340,9 @@ class LoopwatchClient:
         headers = None if self.signing_key is None else self.signing_key.headers(value)
         key = session_scope_key(event) if self.key_by_session and event.session_key else record_key(event)
         try:
-            delivery = await self._producer.send(self.tool_calls_topic, value,
-                                                 key=key.encode("utf-8", "surrogatepass"), headers=headers)
+            delivery = await self._producer.send(
+                self.tool_calls_topic, value, key=key.encode("utf-8", "surrogatepass"), headers=headers
+            )
         except (KafkaError, OSError) as exc:
             self.undelivered += 1
             log.warning("event %s (%s) not delivered: %s", event.event_id, type(event).__name__, _describe(exc))
@@ -444,8 +465,12 @@ class RunHandle:
         if tasks:
             done, pending = await asyncio.wait(tasks, timeout=max(timeout, 0.0))
             if pending or any(t.cancelled() or t.exception() is not None for t in done):
-                log.warning("verdict partition(s) %s of %s not positioned within %ss; its verdicts may be missed",
-                            sorted(self._verdict_partitions), self.key, timeout)
+                log.warning(
+                    "verdict partition(s) %s of %s not positioned within %ss; its verdicts may be missed",
+                    sorted(self._verdict_partitions),
+                    self.key,
+                    timeout,
+                )
                 return
         self._read = True
 
@@ -463,7 +488,12 @@ class RunHandle:
             raise RunAbortedError.from_verdict(self.aborted)
 
     async def before_tool_call(
-        self, tool: str, args: Any, *, tool_call_id: str | None = None, target: str | None = None,
+        self,
+        tool: str,
+        args: Any,
+        *,
+        tool_call_id: str | None = None,
+        target: str | None = None,
         completions: Sequence[Mapping[str, Any]] = (),
     ) -> Decision | None:
         """``target``: on a send, the session key or agent id the message goes to.
@@ -488,8 +518,17 @@ class RunHandle:
         gate = client.mode == "gate"
         if self._content is not None:
             self._content.tool_call()  # a tool call resets Gemini's content tracking
-        event = requested_event(client._next_event_id(), tool, args, tool_call_id=tool_call_id, gate=gate,
-                                ts_ms=int(time.time() * 1000), trace_id=self.trace_id, target=target, **self.fields)
+        event = requested_event(
+            client._next_event_id(),
+            tool,
+            args,
+            tool_call_id=tool_call_id,
+            gate=gate,
+            ts_ms=int(time.time() * 1000),
+            trace_id=self.trace_id,
+            target=target,
+            **self.fields,
+        )
         if not gate:
             await client._publish(event, deadline - loop.time(), ahead=ahead)
             return None
@@ -499,7 +538,7 @@ class RunHandle:
         try:
             if await client._publish(event, deadline - loop.time(), ahead=ahead):
                 decision = await asyncio.wait_for(future, max(deadline - loop.time(), 0.0))
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         finally:
             client._waiting.pop(event.event_id, None)
@@ -523,8 +562,9 @@ class RunHandle:
                 raise LoopBlocked(decision)
         return decision
 
-    async def queue_before_tool_call(self, tool: str, args: Any, *, tool_call_id: str | None = None,
-                                     target: str | None = None) -> None:
+    async def queue_before_tool_call(
+        self, tool: str, args: Any, *, tool_call_id: str | None = None, target: str | None = None
+    ) -> None:
         """Advisory mode's ``before_tool_call`` that returns once the request is queued for
         delivery (``LoopwatchClient._enqueue``), never waiting on the broker."""
         self.check()
@@ -532,13 +572,30 @@ class RunHandle:
         if client.mode == "gate":
             raise RuntimeError("queue_before_tool_call is advisory mode's: gate mode waits for the decision")
         await self._watched(client.timeout)
-        await client._enqueue(requested_event(client._next_event_id(), tool, args, tool_call_id=tool_call_id, gate=False,
-                                              ts_ms=int(time.time() * 1000), trace_id=self.trace_id, target=target,
-                                              **self.fields))
+        await client._enqueue(
+            requested_event(
+                client._next_event_id(),
+                tool,
+                args,
+                tool_call_id=tool_call_id,
+                gate=False,
+                ts_ms=int(time.time() * 1000),
+                trace_id=self.trace_id,
+                target=target,
+                **self.fields,
+            )
+        )
 
     async def queue_after_tool_call(
-        self, tool: str, args: Any, *, tool_call_id: str | None = None, result: Any = None, error: Any = UNDEFINED,
-        returned: bool = True, target: str | None = None,
+        self,
+        tool: str,
+        args: Any,
+        *,
+        tool_call_id: str | None = None,
+        result: Any = None,
+        error: Any = UNDEFINED,
+        returned: bool = True,
+        target: str | None = None,
     ) -> None:
         """``after_tool_call`` that returns once the completion is queued for delivery; a later
         gated request of the run is delivered after it all the same (one partition, in order)."""
@@ -546,22 +603,49 @@ class RunHandle:
             self._vetoed.discard(tool_call_id)
             return
         await self._watched(self.client.timeout)
-        await self.client._enqueue(self._completed(tool, args, tool_call_id=tool_call_id, result=result, error=error,
-                                                   returned=returned, target=target))
+        await self.client._enqueue(
+            self._completed(
+                tool, args, tool_call_id=tool_call_id, result=result, error=error, returned=returned, target=target
+            )
+        )
 
     def _completed(
-        self, tool: str, args: Any, *, tool_call_id: str | None = None, result: Any = None, error: Any = UNDEFINED,
-        returned: bool = True, target: str | None = None,
+        self,
+        tool: str,
+        args: Any,
+        *,
+        tool_call_id: str | None = None,
+        result: Any = None,
+        error: Any = UNDEFINED,
+        returned: bool = True,
+        target: str | None = None,
     ) -> ToolCallEvent:
         client = self.client
         return completed_event(
-            client._next_event_id(), tool, args, result=result, error=error, returned=returned,
-            provider_send_tools=client.provider_send_tools, tool_call_id=tool_call_id, ts_ms=int(time.time() * 1000),
-            trace_id=self.trace_id, target=target, **self.fields)
+            client._next_event_id(),
+            tool,
+            args,
+            result=result,
+            error=error,
+            returned=returned,
+            provider_send_tools=client.provider_send_tools,
+            tool_call_id=tool_call_id,
+            ts_ms=int(time.time() * 1000),
+            trace_id=self.trace_id,
+            target=target,
+            **self.fields,
+        )
 
     async def after_tool_call(
-        self, tool: str, args: Any, *, tool_call_id: str | None = None, result: Any = None, error: Any = UNDEFINED,
-        returned: bool = True, target: str | None = None,
+        self,
+        tool: str,
+        args: Any,
+        *,
+        tool_call_id: str | None = None,
+        result: Any = None,
+        error: Any = UNDEFINED,
+        returned: bool = True,
+        target: str | None = None,
     ) -> None:
         if tool_call_id in self._vetoed:
             self._vetoed.discard(tool_call_id)  # completed when it was blocked
@@ -569,11 +653,19 @@ class RunHandle:
         await self._complete(tool, args, tool_call_id, result=result, error=error, returned=returned, target=target)
 
     async def _complete(
-        self, tool: str, args: Any, tool_call_id: str | None, *, result: Any = None, error: Any = UNDEFINED,
-        returned: bool = True, target: str | None = None,
+        self,
+        tool: str,
+        args: Any,
+        tool_call_id: str | None,
+        *,
+        result: Any = None,
+        error: Any = UNDEFINED,
+        returned: bool = True,
+        target: str | None = None,
     ) -> None:
-        event = self._completed(tool, args, tool_call_id=tool_call_id, result=result, error=error, returned=returned,
-                                target=target)
+        event = self._completed(
+            tool, args, tool_call_id=tool_call_id, result=result, error=error, returned=returned, target=target
+        )
         await self._watched(self.client.timeout)
         await self.client._publish(event, self.client.timeout)
 
@@ -584,8 +676,9 @@ class RunHandle:
         if source == "user" and self._content is not None:
             self._content.user_prompt()
         await self._watched(self.client.timeout)
-        event = agent_message_event(self.client._next_event_id(), text, source=source, empty=empty,
-                                    ts_ms=int(time.time() * 1000), **self.fields)
+        event = agent_message_event(
+            self.client._next_event_id(), text, source=source, empty=empty, ts_ms=int(time.time() * 1000), **self.fields
+        )
         await self.client._publish(event, self.client.timeout)
         return event.event_id
 
@@ -597,8 +690,9 @@ class RunHandle:
         if self._content is None:
             self._content = ContentEdge()
         await self._watched(self.client.timeout)
-        event = model_text_event(self.client._next_event_id(), self._content, text, ts_ms=int(time.time() * 1000),
-                                 **self.fields)
+        event = model_text_event(
+            self.client._next_event_id(), self._content, text, ts_ms=int(time.time() * 1000), **self.fields
+        )
         await self.client._publish(event, self.client.timeout)
         return event.event_id
 

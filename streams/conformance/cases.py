@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from schemas.config import validate_loop_detection
 from schemas.events import InvalidEvent
@@ -17,8 +18,10 @@ from schemas.names import MISSING_KEY
 
 from ..client.errors import PostCompactionLoopPersistedError, RunAbortedError
 from ..edge.events import blocked_result, completed_event, requested_event
+from ..edge.hashing import ThrownError, args_hash, hash_outcome, is_known_poll
 from ..engine import guard as guard_mod
 from ..engine import history as history_mod
+from ..engine.choose import engine_for
 from ..engine.config import (
     CONFIGURABLE_FINAL,
     LATEST,
@@ -32,8 +35,6 @@ from ..engine.config import (
 from ..engine.detectors import detect
 from ..engine.drive import RunDriver
 from ..engine.engine import normalize_run_id
-from ..engine.choose import engine_for
-from ..edge.hashing import ThrownError, args_hash, hash_outcome, is_known_poll
 from ..engine.state import CompactionRereads, GuardWindow, RunState
 
 
@@ -95,7 +96,10 @@ def materialize(value: Any, root: Any = None) -> Any:
         return ThrownError(message=value.get("message", ""), name=value.get("name", "Error"))
     if "$send_result" in value:
         payload = materialize(value["$send_result"])
-        return {"content": [{"type": "text", "text": json.dumps(payload, indent=2, ensure_ascii=False)}], "details": payload}
+        return {
+            "content": [{"type": "text", "text": json.dumps(payload, indent=2, ensure_ascii=False)}],
+            "details": payload,
+        }
     if value.get("$self") is True and root is not None:
         return root
     result: dict = {}
@@ -179,8 +183,12 @@ class DetectorSession:
         cfg = resolve_detector(self._config(step, None))
         args = materialize_args(step.get("args"))
         history_mod.record_call(
-            self._history(step.get("run_id")), step["tool"], args_hash(step["tool"], args),
-            step.get("tool_call_id"), self._tick(), cfg.history_size,
+            self._history(step.get("run_id")),
+            step["tool"],
+            args_hash(step["tool"], args),
+            step.get("tool_call_id"),
+            self._tick(),
+            cfg.history_size,
         )
 
     def record_outcome(self, step: dict, i: int, default_call_id: str | None = None) -> Any:
@@ -190,14 +198,24 @@ class DetectorSession:
         if "error" in step:
             outcome = hash_outcome(tool, args, error=materialize(step["error"]), provider_send_tools=self.send_tools)
         else:
-            outcome = hash_outcome(tool, args, result=materialize(step.get("result")), returned="result" in step,
-                                   provider_send_tools=self.send_tools)
+            outcome = hash_outcome(
+                tool,
+                args,
+                result=materialize(step.get("result")),
+                returned="result" in step,
+                provider_send_tools=self.send_tools,
+            )
         if outcome.result_hash is None:
             return None
         record = history_mod.record_outcome(
-            self._history(step.get("run_id")), tool, args_hash(tool, args),
-            step.get("tool_call_id", default_call_id), outcome.result_hash, outcome.unknown_tool_name,
-            self._tick(), cfg.history_size,
+            self._history(step.get("run_id")),
+            tool,
+            args_hash(tool, args),
+            step.get("tool_call_id", default_call_id),
+            outcome.result_hash,
+            outcome.unknown_tool_name,
+            self._tick(),
+            cfg.history_size,
         )
         return record
 
@@ -213,15 +231,23 @@ class DetectorSession:
         args = materialize_args(step.get("args"))
         found = None
         if cfg.enabled:
-            found = detect(self._history(step.get("run_id")), tool, args_hash(tool, args), is_known_poll(tool, args), cfg)
+            found = detect(
+                self._history(step.get("run_id")), tool, args_hash(tool, args), is_known_poll(tool, args), cfg
+            )
         expect = step["expect"]
         if not expect.get("stuck"):
-            check(found is None, f"detect {tool}: expected not stuck, got {found and (found.level, found.detector, found.count)}")
+            check(
+                found is None,
+                f"detect {tool}: expected not stuck, got {found and (found.level, found.detector, found.count)}",
+            )
             return
         check(found is not None, f"detect {tool}: expected stuck ({expect.get('level')}), got not stuck")
         for key, attr in (("level", "level"), ("detector", "detector"), ("count", "count")):
             if key in expect:
-                check(getattr(found, attr) == expect[key], f"detect {tool}: {key} expected {expect[key]!r}, got {getattr(found, attr)!r}")
+                check(
+                    getattr(found, attr) == expect[key],
+                    f"detect {tool}: {key} expected {expect[key]!r}, got {getattr(found, attr)!r}",
+                )
         for fragment in expect.get("message_contains", []):
             check(fragment in found.message, f"detect {tool}: message lacks {fragment!r}: {found.message!r}")
         if "level_not" in expect:
@@ -241,7 +267,9 @@ class DetectorSession:
                 run, record = matches[-1]
             where = f"history[{c.get('index', c.get('tool_call_id'))}]"
             if "tool_name" in c:
-                check(record.tool_name == c["tool_name"], f"{where}.tool_name: {record.tool_name!r} != {c['tool_name']!r}")
+                check(
+                    record.tool_name == c["tool_name"], f"{where}.tool_name: {record.tool_name!r} != {c['tool_name']!r}"
+                )
             if "tool_call_id" in c:
                 check(record.tool_call_id == c["tool_call_id"], f"{where}.tool_call_id: {record.tool_call_id!r}")
             if "run_id" in c:
@@ -250,8 +278,10 @@ class DetectorSession:
                 present = c["result_hash"] == "present"
                 check((record.result_hash is not None) == present, f"{where}.result_hash should be {c['result_hash']}")
             if "result_hash_regex" in c:
-                check(bool(record.result_hash and re.search(c["result_hash_regex"], record.result_hash)),
-                      f"{where}.result_hash {record.result_hash!r} !~ {c['result_hash_regex']}")
+                check(
+                    bool(record.result_hash and re.search(c["result_hash_regex"], record.result_hash)),
+                    f"{where}.result_hash {record.result_hash!r} !~ {c['result_hash_regex']}",
+                )
             if "args_hash_of" in c:
                 want = args_hash(c["args_hash_of"]["tool"], materialize_args(c["args_hash_of"].get("args")))
                 check(record.args_hash == want, f"{where}.args_hash {record.args_hash} != {want}")
@@ -262,7 +292,8 @@ class DetectorSession:
         tool = step["tool"]
         want_sig = args_hash(tool, materialize_args(step["args"])) if "args" in step else None
         hashes = [
-            r.result_hash for _, r in self.buffer()
+            r.result_hash
+            for _, r in self.buffer()
             if r.tool_name == tool and (want_sig is None or r.args_hash == want_sig) and r.result_hash
         ]
         check(len(hashes) >= 2, f"expect_result_hashes {tool}: need at least two hashes, have {len(hashes)}")
@@ -270,11 +301,18 @@ class DetectorSession:
 
     def expect_stats(self, step: dict) -> None:
         stats = history_mod.tool_call_stats(r for _, r in self.buffer())
-        most = None if stats.most_frequent is None else {"toolName": stats.most_frequent[0], "count": stats.most_frequent[1]}
+        most = (
+            None
+            if stats.most_frequent is None
+            else {"toolName": stats.most_frequent[0], "count": stats.most_frequent[1]}
+        )
         if "total_calls" in step:
             check(stats.total_calls == step["total_calls"], f"totalCalls {stats.total_calls} != {step['total_calls']}")
         if "unique_patterns" in step:
-            check(stats.unique_patterns == step["unique_patterns"], f"uniquePatterns {stats.unique_patterns} != {step['unique_patterns']}")
+            check(
+                stats.unique_patterns == step["unique_patterns"],
+                f"uniquePatterns {stats.unique_patterns} != {step['unique_patterns']}",
+            )
         if "most_frequent" in step:
             check(most == step["most_frequent"], f"mostFrequent {most} != {step['most_frequent']}")
 
@@ -291,7 +329,10 @@ class DetectorSession:
                 else:
                     check(returned is not None, "record_outcome returned nothing")
                     for key, value in want.items():
-                        check(getattr(returned, key) == value, f"returned record {key}: {getattr(returned, key)!r} != {value!r}")
+                        check(
+                            getattr(returned, key) == value,
+                            f"returned record {key}: {getattr(returned, key)!r} != {value!r}",
+                        )
         elif op == "call":
             self.call(step, i)
         elif op == "detect":
@@ -345,7 +386,9 @@ class HookSession:
     def execute(self, step: dict) -> None:
         self.seq += 1
         run_id = step.get("run_id", self.ctx.get("run_id"))
-        fields = dict(run_id=run_id, session_key=self.ctx.get("session_key"), agent_id=self.ctx.get("agent_id"), ts_ms=_now_ms())
+        fields = dict(
+            run_id=run_id, session_key=self.ctx.get("session_key"), agent_id=self.ctx.get("agent_id"), ts_ms=_now_ms()
+        )
         tool, args = step["tool"], materialize_args(step.get("args"))
         request = requested_event(f"e{self.seq}", tool, args, tool_call_id=step.get("tool_call_id"), **fields)
         try:
@@ -358,16 +401,35 @@ class HookSession:
             blocked = outcome.decision.action == "block"
             if outcome.decision.action in ("warn", "block"):
                 d = outcome.decision
-                self.loop_events.append({
-                    "type": "tool.loop", "sessionKey": d.session_key, "sessionId": None, "toolName": d.tool_name,
-                    "level": d.level, "action": d.action, "detector": d.detector, "count": d.count,
-                    "message": d.message, "pairedToolName": d.paired_tool_name,
-                })
+                self.loop_events.append(
+                    {
+                        "type": "tool.loop",
+                        "sessionKey": d.session_key,
+                        "sessionId": None,
+                        "toolName": d.tool_name,
+                        "level": d.level,
+                        "action": d.action,
+                        "detector": d.detector,
+                        "count": d.count,
+                        "message": d.message,
+                        "pairedToolName": d.paired_tool_name,
+                    }
+                )
             if not blocked:
-                kwargs = ({"error": materialize(step["error"])} if "error" in step
-                          else {"result": materialize(step.get("result")), "returned": "result" in step})
-                done = completed_event(f"e{self.seq}:done", tool, args, provider_send_tools=self.send_tools,
-                                       tool_call_id=step.get("tool_call_id"), **kwargs, **fields)
+                kwargs = (
+                    {"error": materialize(step["error"])}
+                    if "error" in step
+                    else {"result": materialize(step.get("result")), "returned": "result" in step}
+                )
+                done = completed_event(
+                    f"e{self.seq}:done",
+                    tool,
+                    args,
+                    provider_send_tools=self.send_tools,
+                    tool_call_id=step.get("tool_call_id"),
+                    **kwargs,
+                    **fields,
+                )
                 after = self.runs.handle(done)
                 if after.record is not None:
                     self.observations += 1
@@ -375,9 +437,15 @@ class HookSession:
         if not expect:
             return
         if "blocked" in expect:
-            check(blocked == expect["blocked"], f"execute {tool} ({step.get('tool_call_id')}): blocked={blocked}, expected {expect['blocked']}")
+            check(
+                blocked == expect["blocked"],
+                f"execute {tool} ({step.get('tool_call_id')}): blocked={blocked}, expected {expect['blocked']}",
+            )
         if "executed" in expect:
-            check((not blocked) == expect["executed"], f"execute {tool}: executed={not blocked}, expected {expect['executed']}")
+            check(
+                (not blocked) == expect["executed"],
+                f"execute {tool}: executed={not blocked}, expected {expect['executed']}",
+            )
         if blocked:
             d = outcome.decision
             details = blocked_result(d.message)["details"]
@@ -398,7 +466,10 @@ class HookSession:
             got = [[e["level"], e["count"]] for e in chosen]
             check(got == step["equals"], f"tool.loop events {got} != {step['equals']}")
         if "equals_full" in step:
-            check(len(chosen) == len(step["equals_full"]), f"{len(chosen)} tool.loop events, expected {len(step['equals_full'])}")
+            check(
+                len(chosen) == len(step["equals_full"]),
+                f"{len(chosen)} tool.loop events, expected {len(step['equals_full'])}",
+            )
             for want, got in zip(step["equals_full"], chosen):
                 _partial(want, got, "tool.loop event")
         if "min_count" in step:
@@ -479,22 +550,32 @@ class GuardSession:
             if verdict.should_abort:
                 self.last_abort = verdict
             got = {
-                "shouldAbort": verdict.should_abort, "armed": verdict.armed, "remainingAttempts": verdict.remaining_attempts,
-                "detector": verdict.detector, "count": verdict.count, "toolName": verdict.tool_name, "message": verdict.message,
+                "shouldAbort": verdict.should_abort,
+                "armed": verdict.armed,
+                "remainingAttempts": verdict.remaining_attempts,
+                "detector": verdict.detector,
+                "count": verdict.count,
+                "toolName": verdict.tool_name,
+                "message": verdict.message,
             }
             _partial({k: v for k, v in (step.get("expect") or {}).items() if k != "derived"}, got, "guard verdict")
         elif op == "expect_snapshot":
             snap = {"armed": self.window.remaining > 0, "remainingAttempts": self.window.remaining}
             _partial({k: v for k, v in step.items() if k != "op"}, snap, "guard snapshot")
         elif op == "expect_log":
-            check((step["level"], step["equals"]) in self.logs, f"no {step['level']} log {step['equals']!r}; logs: {self.logs}")
+            check(
+                (step["level"], step["equals"]) in self.logs,
+                f"no {step['level']} log {step['equals']!r}; logs: {self.logs}",
+            )
         elif op == "expect_no_logs":
             check(not self.logs, f"unexpected guard logs: {self.logs}")
         elif op == "expect_no_error_logs":
             check(not [l for l in self.logs if l[0] == "error"], f"unexpected error logs: {self.logs}")
         elif op == "expect_error_shape":
             c = step["construct"]
-            err = PostCompactionLoopPersistedError(c["message"], detector=c["detector"], count=c["count"], tool_name=c["toolName"])
+            err = PostCompactionLoopPersistedError(
+                c["message"], detector=c["detector"], count=c["count"], tool_name=c["toolName"]
+            )
             _partial(step["expect"], _error_fields(err), "PostCompactionLoopPersistedError")
         elif op == "expect_error_from_last_verdict":
             check(self.last_abort is not None, "no abort verdict to build the error from")
@@ -506,7 +587,13 @@ class GuardSession:
 
 
 def _error_fields(err: RunAbortedError) -> dict:
-    return {"name": err.name, "message": err.message, "detector": err.detector, "count": err.count, "toolName": err.tool_name}
+    return {
+        "name": err.name,
+        "message": err.message,
+        "detector": err.detector,
+        "count": err.count,
+        "toolName": err.tool_name,
+    }
 
 
 # -- config suite ---------------------------------------------------------------------------
@@ -527,10 +614,12 @@ class ConfigSession:
                 else:
                     check(got[key] == value, f"{key}: resolved {got[key]!r}, expected {value!r}")
         elif op == "merge":
-            merged = ConfigSet({
-                "tools": {"loopDetection": step.get("global")},
-                "agents": {"list": [{"id": "agent", "tools": {"loopDetection": step.get("agent")}}]},
-            }).loop_detection_block("agent")
+            merged = ConfigSet(
+                {
+                    "tools": {"loopDetection": step.get("global")},
+                    "agents": {"list": [{"id": "agent", "tools": {"loopDetection": step.get("agent")}}]},
+                }
+            ).loop_detection_block("agent")
             for key, value in expect.items():
                 if isinstance(value, dict):
                     _partial(value, merged.get(key) or {}, key)
@@ -550,10 +639,15 @@ class ConfigSession:
                 if "path" in expect:
                     check(first.path.lstrip(".") == expect["path"], f"issue path {first.path!r} != {expect['path']!r}")
                 if "message" in expect:
-                    check(first.message == expect["message"], f"issue message {first.message!r} != {expect['message']!r}")
+                    check(
+                        first.message == expect["message"], f"issue message {first.message!r} != {expect['message']!r}"
+                    )
                 if "reason" in expect:
                     want = _REASON_CODES.get(expect["reason"])
-                    check(want is not None and first.code in want, f"issue {first.code} ({first.message}) is not {expect['reason']!r}")
+                    check(
+                        want is not None and first.code in want,
+                        f"issue {first.code} ({first.message}) is not {expect['reason']!r}",
+                    )
         else:
             raise CaseFailure(f"unknown op {op!r} in the config suite")
 

@@ -5,8 +5,9 @@ exactly as a runner would publish it, and each step compared with the oracle's a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from schemas.config import GEMINI_CLI, OPENHANDS
 from schemas.events import ModelText, ToolCallRequested
@@ -14,7 +15,7 @@ from schemas.names import GEMINI_CONTENT_LOOP, GEMINI_LLM_LOOP, GEMINI_TOOL_CALL
 
 from ..edge.content_windows import ContentEdge
 from ..edge.events import agent_message_event, compaction_event, completed_event, model_text_event, requested_event
-from ..engine import LoopEngine, engine_for, RunDriver, published
+from ..engine import LoopEngine, RunDriver, engine_for, published
 from .traces import SessionResult, TraceFileError, _numbered_jsonl
 
 __all__ = ["gemini_answers", "gemini_events", "openhands_answers", "openhands_events", "run_peer_traces"]
@@ -111,10 +112,20 @@ def gemini_answers(session: dict, engine: LoopEngine | None = None) -> list[list
             out.append(["feedback", _GEMINI_LOOP_TYPES[verdicts[0].detector]])
         else:
             out.append(["allow", None])
-            assert not published(driver.handle(completed_event(
-                f"{event.event_id}:out", event.tool_name, None, result="ok", tool_call_id=event.tool_call_id,
-                run_id=event.run_id, session_key=event.session_key, ts_ms=event.ts_ms,
-            )))
+            assert not published(
+                driver.handle(
+                    completed_event(
+                        f"{event.event_id}:out",
+                        event.tool_name,
+                        None,
+                        result="ok",
+                        tool_call_id=event.tool_call_id,
+                        run_id=event.run_id,
+                        session_key=event.session_key,
+                        ts_ms=event.ts_ms,
+                    )
+                )
+            )
     return out
 
 
@@ -128,7 +139,9 @@ _GEMINI_LOOP_TYPES = {
 _ANSWERS = {OPENHANDS: openhands_answers, GEMINI_CLI: gemini_answers}
 
 
-def run_peer_traces(sessions_path: str | Path, expected_path: str | Path, profile: str, progress=None) -> list[SessionResult]:
+def run_peer_traces(
+    sessions_path: str | Path, expected_path: str | Path, profile: str, progress=None
+) -> list[SessionResult]:
     """Every session of the file against the oracle's answers (``TraceFileError`` for a file that
     is not of its kind); a session that disagrees at some event is a failed result."""
     answers = _ANSWERS.get(profile)
@@ -137,20 +150,22 @@ def run_peer_traces(sessions_path: str | Path, expected_path: str | Path, profil
     expected: dict[str, list] = {}
     for number, line in _numbered_jsonl(expected_path):
         if not isinstance(line.get("id"), str) or not isinstance(line.get("steps"), list):
-            raise TraceFileError(f"{expected_path}:{number}: not an expected line (no \"id\" and \"steps\")")
+            raise TraceFileError(f'{expected_path}:{number}: not an expected line (no "id" and "steps")')
         expected[line["id"]] = line["steps"]
     engine = engine_for({"loopwatch": {"profile": profile}})
     results = []
     for number, session in _numbered_jsonl(sessions_path):
         if not isinstance(session.get("id"), str) or not isinstance(session.get("events"), list):
-            raise TraceFileError(f"{sessions_path}:{number}: not a session (no \"id\" and \"events\")")
+            raise TraceFileError(f'{sessions_path}:{number}: not a session (no "id" and "events")')
         want = expected.pop(session["id"], None)
         results.append(_compare(session, want, answers, engine))
         if progress:
             progress(len(results))
     if not results:
         raise TraceFileError(f"{sessions_path}: no sessions in the file")
-    results.extend(SessionResult(sid, 0, "expected steps for a session that is not in the sessions file") for sid in expected)
+    results.extend(
+        SessionResult(sid, 0, "expected steps for a session that is not in the sessions file") for sid in expected
+    )
     return results
 
 

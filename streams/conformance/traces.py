@@ -11,21 +11,28 @@ import gzip
 import hashlib
 import json
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-from ..edge.events import blocked_result, compaction_event, completed_event, requested_event
-from ..engine import LoopEngine, engine_for, RunDriver, RunState
-from ..engine import guard as guard_mod
 from ..edge.canonical import UNDEFINED
+from ..edge.events import blocked_result, compaction_event, completed_event, requested_event
+from ..edge.hashing import ThrownError
+from ..engine import LoopEngine, RunDriver, RunState, engine_for
+from ..engine import guard as guard_mod
 from ..engine.config import CONFIGURABLE_FINAL, LATEST, PROFILES, with_profile
 from ..engine.engine import normalize_run_id
 from ..offline.files import OverlongLine, read_lines
-from ..edge.hashing import ThrownError
 
 __all__ = [
-    "PROFILES", "SessionDriver", "SessionResult", "TraceFileError", "compare_session", "history_digest", "open_jsonl",
+    "PROFILES",
+    "SessionDriver",
+    "SessionResult",
+    "TraceFileError",
+    "compare_session",
+    "history_digest",
+    "open_jsonl",
     "run_traces",
 ]
 
@@ -57,7 +64,9 @@ def _numbered_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
                 try:
                     value = json.loads(line.decode("utf-8"))
                 except UnicodeDecodeError as exc:
-                    raise TraceFileError(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+                    raise TraceFileError(
+                        f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+                    ) from None
                 except ValueError as exc:
                     raise TraceFileError(f"{path}:{number}: not JSON ({exc})") from None
                 if not isinstance(value, dict):
@@ -88,15 +97,31 @@ def history_digest(states: list[RunState], history_size: int | float, profile: s
 
     records = [(state.run_id, r) for state in states for r in state.records()]
     if len(records) > history_size:
-        records = records[len(records) - int(history_size):]
+        records = records[len(records) - int(history_size) :]
     lines = [
-        "\t".join((r.tool_name, r.args_hash, cell(r.tool_call_id), cell(run_id), cell(r.result_hash), cell(r.unknown_tool_name)))
+        "\t".join(
+            (
+                r.tool_name,
+                r.args_hash,
+                cell(r.tool_call_id),
+                cell(run_id),
+                cell(r.result_hash),
+                cell(r.unknown_tool_name),
+            )
+        )
         for run_id, r in records
     ]
     if profile == LATEST:
         lines = [
-            "\t".join((line, cell(r.outcome_kind), cell(r.failure_identity_hash), "1" if r.no_progress else "~",
-                       cell(r.mutation_target_hash)))
+            "\t".join(
+                (
+                    line,
+                    cell(r.outcome_kind),
+                    cell(r.failure_identity_hash),
+                    "1" if r.no_progress else "~",
+                    cell(r.mutation_target_hash),
+                )
+            )
             for line, (_, r) in zip(lines, records)
         ]
     data = "\n".join(lines).encode("utf-8", "surrogatepass")
@@ -167,7 +192,8 @@ class SessionDriver:
         d = step.detection
         out["d"] = (
             [True, d.level, d.detector, d.count, d.message, d.warning_key, d.paired_tool_name]
-            if d else [False, None, None, None, None, None, None]
+            if d
+            else [False, None, None, None, None, None, None]
         )
         if self.latest:
             out["d"].append(d.liveness_signal if d else None)
@@ -176,9 +202,13 @@ class SessionDriver:
             # The blocked result is offered to record-outcome (as the runner client does):
             # it never hashes; under latest it records a tool-loop-veto.
             veto = completed_event(
-                f"{self.sid}:{i}:veto", tool, args,
+                f"{self.sid}:{i}:veto",
+                tool,
+                args,
                 result=blocked_result(d.message),
-                provider_send_tools=self.send_tools, tool_call_id=step_def.get("id"), **self._ids(run),
+                provider_send_tools=self.send_tools,
+                tool_call_id=step_def.get("id"),
+                **self._ids(run),
             )
             veto_step = self._handle(run, veto)
             out["vr"] = self._record_row(veto_step.record, run)
@@ -188,8 +218,13 @@ class SessionDriver:
 
     def _end(self, run: _Run, i: int, tool: str, args: Any, call_id: Any, outcome: dict, out: dict, gl: list) -> None:
         event = completed_event(
-            f"{self.sid}:{i}:out", tool, args, provider_send_tools=self.send_tools,
-            tool_call_id=call_id, **_outcome_kwargs(outcome), **self._ids(run),
+            f"{self.sid}:{i}:out",
+            tool,
+            args,
+            provider_send_tools=self.send_tools,
+            tool_call_id=call_id,
+            **_outcome_kwargs(outcome),
+            **self._ids(run),
         )
         step = self._handle(run, event)
         out["rec"] = self._record_row(step.record, run)
@@ -228,10 +263,19 @@ class SessionDriver:
                         if not vetoed:
                             self._end(run, i, tool, args, step_def.get("id"), step_def["out"], out, gl)
                     else:
-                        self.slots[step_def["slot"]] = (run, tool, args, step_def.get("id"), vetoed, (run.successor, run.aborted))
+                        self.slots[step_def["slot"]] = (
+                            run,
+                            tool,
+                            args,
+                            step_def.get("id"),
+                            vetoed,
+                            (run.successor, run.aborted),
+                        )
             out["gl"] = gl
             states = run.retired + ([run.state] if run.state else [])
-            out["h"] = history_digest(states, self.engine.settings_for(run.agent_id).detection.history_size, self.profile)
+            out["h"] = history_digest(
+                states, self.engine.settings_for(run.agent_id).detection.history_size, self.profile
+            )
             yield out
 
     def _record_row(self, record, run: _Run) -> list | None:
@@ -273,12 +317,15 @@ def compare_session(session: dict, expected_lines: list[dict], profile: str = CO
         except StopIteration:
             return SessionResult(session["id"], count, f"step {want.get('i')}: engine produced no line")
         except Exception as exc:  # report, never crash the whole run
-            return SessionResult(session["id"], count, f"step {want.get('i')}: engine raised {type(exc).__name__}: {exc}")
+            return SessionResult(
+                session["id"], count, f"step {want.get('i')}: engine raised {type(exc).__name__}: {exc}"
+            )
         count += 1
         for key in sorted(set(want) | set(got)):
             if key not in want or key not in got or not _same(want[key], got[key]):
                 return SessionResult(
-                    session["id"], count,
+                    session["id"],
+                    count,
                     f"step {want.get('i')} ({want.get('op')}): field {key!r}: expected "
                     f"{json.dumps(want.get(key, '<absent>'), ensure_ascii=True)}, got {json.dumps(got.get(key, '<absent>'), ensure_ascii=True)}",
                 )
@@ -294,14 +341,14 @@ def run_traces(
     for number, line in _numbered_jsonl(expected_path):
         if not isinstance(line.get("s"), str) or not isinstance(line.get("i"), int):
             raise TraceFileError(
-                f"{expected_path}:{number}: not an expected step (no \"s\" and \"i\"): is it the sessions file?"
+                f'{expected_path}:{number}: not an expected step (no "s" and "i"): is it the sessions file?'
             )
         expected.setdefault(line["s"], []).append(line)
     results = []
     for number, session in _numbered_jsonl(sessions_path):
         if not isinstance(session.get("id"), str) or not isinstance(session.get("steps"), list):
             raise TraceFileError(
-                f"{sessions_path}:{number}: not a session (no \"id\" and \"steps\"): is it the expected-steps file?"
+                f'{sessions_path}:{number}: not a session (no "id" and "steps"): is it the expected-steps file?'
             )
         lines = expected.pop(session["id"], None)
         if lines is None:

@@ -21,10 +21,9 @@ import contextlib
 import logging
 import re
 import ssl
-from typing import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable
 
 from aiokafka import errors
-
 
 __all__ = ["BrokerAccessError", "NOT_TLS", "broker_access", "explain", "redact_sasl_exchanges", "speaks_tls"]
 
@@ -60,12 +59,15 @@ class BrokerAccessError(ConnectionError):
     """The broker refused this client for good (credentials, TLS trust, SASL mechanism)."""
 
 
-NOT_TLS = ("the listener did not speak TLS: it closed the connection during the TLS handshake; is it a PLAINTEXT "
-           "listener (check the port and the security protocol)?")
+NOT_TLS = (
+    "the listener did not speak TLS: it closed the connection during the TLS handshake; is it a PLAINTEXT "
+    "listener (check the port and the security protocol)?"
+)
 
 
-def explain(error: BaseException, *, username: str | None = None, mechanism: str | None = None,
-            tls: bool = False) -> str | None:
+def explain(
+    error: BaseException, *, username: str | None = None, mechanism: str | None = None, tls: bool = False
+) -> str | None:
     """One line saying why ``error`` (raised while connecting) will not go away; None when it might.
     ``tls``: the client speaks TLS (``SSL``/``SASL_SSL``).  A PLAINTEXT listener reads the
     TLS ClientHello as an absurdly large Kafka request and drops the connection, which asyncio
@@ -73,8 +75,10 @@ def explain(error: BaseException, *, username: str | None = None, mechanism: str
     if tls and _dropped_in_handshake(error):
         return NOT_TLS
     if isinstance(error, ssl.SSLCertVerificationError):
-        return (f"TLS: the broker's certificate is not trusted ({error.verify_message}); "
-                "is the CA file the one that signed the brokers' certificates?")
+        return (
+            f"TLS: the broker's certificate is not trusted ({error.verify_message}); "
+            "is the CA file the one that signed the brokers' certificates?"
+        )
     if isinstance(error, ssl.SSLError):
         return f"TLS handshake failed ({error.reason or error}); does this listener speak TLS?"
     if isinstance(error, (errors.SaslAuthenticationFailed, errors.AuthenticationFailedError)):
@@ -97,8 +101,14 @@ def _dropped_in_handshake(error: BaseException) -> bool:
 class _Explained(logging.Filter):
     """Keeps aiokafka's "Unable connect to" records for our hosts that ``explain`` explains."""
 
-    def __init__(self, hosts: Iterable[str], username: str | None, mechanism: str | None,
-                 unreachable: bool = False, tls: bool = False) -> None:
+    def __init__(
+        self,
+        hosts: Iterable[str],
+        username: str | None,
+        mechanism: str | None,
+        unreachable: bool = False,
+        tls: bool = False,
+    ) -> None:
         super().__init__()
         self.hosts = set(hosts)
         self.username = username
@@ -125,15 +135,19 @@ class _Explained(logging.Filter):
 
 @contextlib.asynccontextmanager
 async def broker_access(
-    bootstrap: str | Iterable[str], *, username: str | None = None, mechanism: str | None = None,
-    unreachable: bool = False, tls: bool = False,
+    bootstrap: str | Iterable[str],
+    *,
+    username: str | None = None,
+    mechanism: str | None = None,
+    unreachable: bool = False,
+    tls: bool = False,
 ) -> AsyncIterator[None]:
     """Around a client's ``start()``: a bootstrap that failed for a reason ``explain`` knows
     raises ``BrokerAccessError("<host:port>: <reason>")``.  ``unreachable``: so does one that
     failed because no broker answered (for a caller that cannot go on without one).  ``tls``:
     the client speaks TLS (its ``security_protocol`` is ``SSL`` or ``SASL_SSL``)."""
     hosts = [h.strip() for h in (bootstrap.split(",") if isinstance(bootstrap, str) else bootstrap) if h.strip()]
-    hosts = [h[len("kafka://"):] if h.startswith("kafka://") else h for h in hosts]
+    hosts = [h[len("kafka://") :] if h.startswith("kafka://") else h for h in hosts]
     explained = _Explained(hosts, username, mechanism, unreachable, tls)
     logger = logging.getLogger(AIOKAFKA_CLIENT_LOGGER)
     logger.addFilter(explained)

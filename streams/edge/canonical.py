@@ -12,8 +12,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Callable
 from json.encoder import encode_basestring as _json_quote
-from typing import Callable
 
 import msgspec
 
@@ -43,6 +43,7 @@ class _Undefined:
 
 
 UNDEFINED = _Undefined()
+
 
 def js_trim(text: str) -> str:
     return text.strip(JS_WHITESPACE)
@@ -112,7 +113,7 @@ _SHORT_ESCAPES = {
 
 def _escape_char(match: re.Match[str]) -> str:
     ch = match.group(0)
-    return _SHORT_ESCAPES.get(ch) or "\\u%04x" % ord(ch)
+    return _SHORT_ESCAPES.get(ch) or f"\\u{ord(ch):04x}"
 
 
 def _quote(text: str) -> str:

@@ -81,8 +81,14 @@ def is_reset(chunk: str) -> tuple[int, bool, bool]:
     """(the number of code fences, whether the chunk is a divider, whether it resets tracking)."""
     fences = chunk.count("```")  # /```/g: non-overlapping, left to right, as str.count
     divider = _DIVIDER.search(chunk) is not None
-    reset = bool(fences or divider or _TABLE.search(chunk) or _LIST.search(chunk) or _HEADING.search(chunk)
-                 or _QUOTE.search(chunk))
+    reset = bool(
+        fences
+        or divider
+        or _TABLE.search(chunk)
+        or _LIST.search(chunk)
+        or _HEADING.search(chunk)
+        or _QUOTE.search(chunk)
+    )
     return fences, divider, reset
 
 
@@ -123,12 +129,12 @@ class ContentEdge:
         n = len(units) // 2
         truncated = max(0, n - CONTENT_HISTORY)
         if truncated:
-            units = units[2 * truncated:]
+            units = units[2 * truncated :]
             n = CONTENT_HISTORY
         self._units = units
         # The windows complete before the chunk start at 0 .. before - 50; the new ones follow,
         # shifted by the truncation (those it cut off are gone).
         first = max(0, before - CONTENT_WINDOW + 1 - truncated)
         span = 2 * CONTENT_WINDOW
-        windows = b"".join([window_hash(units[2 * p:2 * p + span]) for p in range(first, n - CONTENT_WINDOW + 1)])
+        windows = b"".join([window_hash(units[2 * p : 2 * p + span]) for p in range(first, n - CONTENT_WINDOW + 1)])
         return ContentWindows(reset, False, truncated, n, windows)

@@ -8,16 +8,31 @@ is re-exported for callers that pass "no error" explicitly, as the runner client
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from schemas.events import UNSET, AgentMessage, CompactionRetried, ModelText, RunEnded, ToolCallCompleted, ToolCallRequested
+from schemas.events import (
+    UNSET,
+    AgentMessage,
+    CompactionRetried,
+    ModelText,
+    RunEnded,
+    ToolCallCompleted,
+    ToolCallRequested,
+)
 
 from .canonical import UNDEFINED
 from .hashing import Outcome, args_hash, gemini_call_key, hash_outcome, is_known_poll, text_hash, write_target_hash
 
 __all__ = [
-    "UNDEFINED", "agent_message_event", "blocked_result", "compaction_event", "completed_event",
-    "model_text_event", "requested_event", "run_ended_event",
+    "UNDEFINED",
+    "agent_message_event",
+    "blocked_result",
+    "compaction_event",
+    "completed_event",
+    "model_text_event",
+    "requested_event",
+    "run_ended_event",
 ]
 
 
@@ -95,9 +110,19 @@ def completed_event(
         tool_name, args, result=result, error=error, returned=returned, provider_send_tools=provider_send_tools
     )
     return completed_from_outcome(
-        event_id, tool_name, args_hash(tool_name, args), outcome, target_hash=write_target_hash(tool_name, args),
-        tool_call_id=tool_call_id, run_id=run_id, session_key=session_key,
-        session_id=session_id, agent_id=agent_id, ts_ms=ts_ms, trace_id=trace_id or UNSET, target=target or UNSET,
+        event_id,
+        tool_name,
+        args_hash(tool_name, args),
+        outcome,
+        target_hash=write_target_hash(tool_name, args),
+        tool_call_id=tool_call_id,
+        run_id=run_id,
+        session_key=session_key,
+        session_id=session_id,
+        agent_id=agent_id,
+        ts_ms=ts_ms,
+        trace_id=trace_id or UNSET,
+        target=target or UNSET,
     )
 
 
@@ -145,5 +170,12 @@ def model_text_event(event_id: str, edge: Any, text: str, **fields: Any) -> Mode
     calls and user prompts)
     turns it into window hashes.  The text itself is not in the event."""
     chunk = edge.feed(text)
-    return ModelText(event_id=event_id, reset=chunk.reset, skipped=chunk.skipped, truncated=chunk.truncated,
-                     length=chunk.length, windows=chunk.windows, **fields)
+    return ModelText(
+        event_id=event_id,
+        reset=chunk.reset,
+        skipped=chunk.skipped,
+        truncated=chunk.truncated,
+        length=chunk.length,
+        windows=chunk.windows,
+        **fields,
+    )

@@ -13,10 +13,11 @@ import json
 import math
 import re
 import sys
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
-from typing import Any, Iterable
 
 from schemas.keys import JS_WHITESPACE
 
@@ -112,7 +113,9 @@ def js_json_stringify(value: Any) -> str:
         indices = sorted((k for k in keys if _is_array_index(k)), key=int)
         ordered = indices + [k for k in keys if not _is_array_index(k)] if indices else keys
         items = {str(k): v for k, v in value.items()}
-        return "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{js_json_stringify(items[k])}" for k in ordered) + "}"
+        return (
+            "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{js_json_stringify(items[k])}" for k in ordered) + "}"
+        )
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(js_json_stringify(v) for v in value) + "]"
     raise TypeError(f"not a JSON value: {type(value).__name__}")
@@ -143,15 +146,31 @@ def is_known_poll(tool_name: str, args: Any) -> bool:
 
 
 _SEND_LIKE_MESSAGE_ACTIONS = frozenset(
-    {"send", "broadcast", "reply", "thread-reply", "sendWithEffect", "sendAttachment",
-     "upload-file", "sticker", "poll"}
+    {"send", "broadcast", "reply", "thread-reply", "sendWithEffect", "sendAttachment", "upload-file", "sticker", "poll"}
 )
 _VOLATILE_SEND_KEYS = frozenset(
-    {"messageId", "message_id", "messageIds", "platformMessageId", "platformMessageIds",
-     "fileId", "file_id", "fileKey", "pollId", "poll_id", "receipt", "runId",
-     "idempotencyKey", "ts", "timestamp", "sentAt", "deliveredAt", "createdAt",
-     # Assigning `__proto__` on a JS object sets its prototype instead of adding a key.
-     "__proto__"}
+    {
+        "messageId",
+        "message_id",
+        "messageIds",
+        "platformMessageId",
+        "platformMessageIds",
+        "fileId",
+        "file_id",
+        "fileKey",
+        "pollId",
+        "poll_id",
+        "receipt",
+        "runId",
+        "idempotencyKey",
+        "ts",
+        "timestamp",
+        "sentAt",
+        "deliveredAt",
+        "createdAt",
+        # Assigning `__proto__` on a JS object sets its prototype instead of adding a key.
+        "__proto__",
+    }
 )
 
 
@@ -217,8 +236,10 @@ _WS = f"[{_JS_SPACE}]"
 # The unknown-tool patterns: JS `\s` and ASCII-only case folding (JS /i without the u flag).
 _UNKNOWN_TOOL_PATTERNS = (
     re.compile(r"unknown tool(?::|" + _WS + r")+[\"']?([a-z0-9_.-]+)[\"']?", re.IGNORECASE | re.ASCII),
-    re.compile(r"tool" + _WS + r"+[\"']?([a-z0-9_.-]+)[\"']?" + _WS + r"+(?:not found|is not available)",
-               re.IGNORECASE | re.ASCII),
+    re.compile(
+        r"tool" + _WS + r"+[\"']?([a-z0-9_.-]+)[\"']?" + _WS + r"+(?:not found|is not available)",
+        re.IGNORECASE | re.ASCII,
+    ),
 )
 
 
@@ -454,8 +475,11 @@ def hash_outcome(
     if error is not UNDEFINED:
         plain, normalized = _digests(_error_text(error))
         return Outcome(
-            f"error:{plain}", unknown_tool_name(error), is_error=True,
-            normalized_result_hash=None if normalized is None else f"error:{normalized}", no_progress=True,
+            f"error:{plain}",
+            unknown_tool_name(error),
+            is_error=True,
+            normalized_result_hash=None if normalized is None else f"error:{normalized}",
+            no_progress=True,
         )
     if not isinstance(result, dict):
         if not returned:
@@ -473,15 +497,18 @@ def hash_outcome(
             plain, normalized = _digests(hashed)
             identity = _terminal_failure_identity(details, text)
             return Outcome(
-                plain, normalized_result_hash=normalized,
-                outcome_kind=None if identity is None else TERMINAL_EXEC_FAILURE, failure_identity_hash=identity,
+                plain,
+                normalized_result_hash=normalized,
+                outcome_kind=None if identity is None else TERMINAL_EXEC_FAILURE,
+                failure_identity_hash=identity,
             )
     if tool_name == "write":
         changed = details.get("changed")
         if changed is False:
             # Latest: every no-op write hashes alike, whatever its text says.
-            return Outcome(digest({"details": details, "text": text}), normalized_result_hash=_WRITE_UNCHANGED,
-                           no_progress=True)
+            return Outcome(
+                digest({"details": details, "text": text}), normalized_result_hash=_WRITE_UNCHANGED, no_progress=True
+            )
         if changed is True:
             plain, normalized = _digests({"details": details, "text": text})
             return Outcome(plain, normalized_result_hash=normalized, outcome_kind=WRITE_MUTATION)
@@ -489,18 +516,29 @@ def hash_outcome(
         action = args.get("action")
         status = details["status"] if "status" in details else UNDEFINED
         if action == "poll":
-            return _hashed({
-                "action": action, "status": status,
-                "exitCode": _or_null(details, "exitCode"), "exitSignal": _or_null(details, "exitSignal"),
-                "aggregated": _or_null(details, "aggregated"), "text": text,
-            })
+            return _hashed(
+                {
+                    "action": action,
+                    "status": status,
+                    "exitCode": _or_null(details, "exitCode"),
+                    "exitSignal": _or_null(details, "exitSignal"),
+                    "aggregated": _or_null(details, "aggregated"),
+                    "text": text,
+                }
+            )
         if action == "log":
-            return _hashed({
-                "action": action, "status": status,
-                "totalLines": _or_null(details, "totalLines"), "totalChars": _or_null(details, "totalChars"),
-                "truncated": _or_null(details, "truncated"), "exitCode": _or_null(details, "exitCode"),
-                "exitSignal": _or_null(details, "exitSignal"), "text": text,
-            })
+            return _hashed(
+                {
+                    "action": action,
+                    "status": status,
+                    "totalLines": _or_null(details, "totalLines"),
+                    "totalChars": _or_null(details, "totalChars"),
+                    "truncated": _or_null(details, "truncated"),
+                    "exitCode": _or_null(details, "exitCode"),
+                    "exitSignal": _or_null(details, "exitSignal"),
+                    "text": text,
+                }
+            )
     if is_send_call(tool_name, args, provider_send_tools):
         return _hashed(strip_volatile_send_ids(details))
     return _hashed({"details": details, "text": text})

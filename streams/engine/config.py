@@ -52,7 +52,6 @@ __all__ = [
 _MAX_SAFE = 2**53
 
 
-
 def pos_int(value: Any, default: int) -> int | float:
     """Upstream's ``asPositiveInt``: a positive integral number, else the default.
 
@@ -151,9 +150,16 @@ class FleetIncidentSettings:
     max_tools_per_agent: int = FLEET_INCIDENT_DEFAULTS["maxToolsPerAgentPerMinute"]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"enabled": True, "minRuns": self.min_runs, "minAgents": self.min_agents,
-                "windowSeconds": self.window_s, "hopSeconds": self.hop_s, "quietSeconds": self.quiet_s,
-                "maxOpenIncidents": self.max_open, "maxToolsPerAgentPerMinute": self.max_tools_per_agent}
+        return {
+            "enabled": True,
+            "minRuns": self.min_runs,
+            "minAgents": self.min_agents,
+            "windowSeconds": self.window_s,
+            "hopSeconds": self.hop_s,
+            "quietSeconds": self.quiet_s,
+            "maxOpenIncidents": self.max_open,
+            "maxToolsPerAgentPerMinute": self.max_tools_per_agent,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,9 +171,12 @@ class AgentRingSettings:
     window_s: int = AGENT_RING_DEFAULTS["windowSeconds"]
 
     def as_dict(self) -> dict[str, Any]:
-        return {"enabled": True, "warningThreshold": self.warning_rounds, "criticalThreshold": self.critical_rounds,
-                "windowSeconds": self.window_s}
-
+        return {
+            "enabled": True,
+            "warningThreshold": self.warning_rounds,
+            "criticalThreshold": self.critical_rounds,
+            "windowSeconds": self.window_s,
+        }
 
 
 def _get(block: Any, key: str) -> Any:
@@ -299,7 +308,9 @@ def _agent_rings(block: Any) -> AgentRingSettings | None:
     d = AGENT_RING_DEFAULTS
     warning = pos_int(block.get("warningThreshold"), d["warningThreshold"])
     critical = pos_int(block.get("criticalThreshold"), d["criticalThreshold"])
-    return AgentRingSettings(warning, max(critical, warning + 1), pos_int(block.get("windowSeconds"), d["windowSeconds"]))
+    return AgentRingSettings(
+        warning, max(critical, warning + 1), pos_int(block.get("windowSeconds"), d["windowSeconds"])
+    )
 
 
 class ConfigSet:
@@ -395,7 +406,9 @@ class ConfigSet:
             detection=detection,
             guard=guard,
             latest=latest,
-            abort_after_critical_blocks=limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None,
+            abort_after_critical_blocks=limit
+            if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0
+            else None,
             surface_warnings=options.get("surfaceWarnings") is True,
             cycle=_get(options.get("detectors"), "cycle") is True,
             peer=profile if profile in PEER_PROFILES else None,

@@ -33,10 +33,15 @@ _OBSERVED_MUTATION = MUTATION | OBSERVED
 _OBSERVED_NO_PROGRESS = NO_PROGRESS_PLAIN | OBSERVED
 
 __all__ = [
-    "CycleDetection", "Detection", "LatestDetection", "detect", "detect_cycle", "detect_latest", "ping_pong_key",
+    "CycleDetection",
+    "Detection",
+    "LatestDetection",
+    "detect",
+    "detect_cycle",
+    "detect_latest",
+    "ping_pong_key",
     "write_churn",
 ]
-
 
 
 class Detection(msgspec.Struct, gc=False):
@@ -63,30 +68,46 @@ class Detection(msgspec.Struct, gc=False):
         tool, n = self.tool, self.count
         kind = self.detector
         if kind == UNKNOWN_TOOL_REPEAT:
-            return (f"CRITICAL: attempted unavailable tool {self.unknown_name or tool} {n} times. "
-                    "Stop retrying that missing tool and answer without it.")
+            return (
+                f"CRITICAL: attempted unavailable tool {self.unknown_name or tool} {n} times. "
+                "Stop retrying that missing tool and answer without it."
+            )
         if kind == GLOBAL_CIRCUIT_BREAKER:
-            return (f"CRITICAL: {tool} has repeated identical no-progress outcomes {n} times. "
-                    "Session execution blocked by global circuit breaker to prevent runaway loops.")
+            return (
+                f"CRITICAL: {tool} has repeated identical no-progress outcomes {n} times. "
+                "Session execution blocked by global circuit breaker to prevent runaway loops."
+            )
         if kind == KNOWN_POLL_NO_PROGRESS:
             if self.level == CRITICAL:
-                return (f"CRITICAL: Called {tool} with identical arguments and no progress {n} times. "
-                        "This appears to be a stuck polling loop. Session execution blocked to prevent resource waste.")
-            return (f"WARNING: You have called {tool} {n} times with identical arguments and no progress. "
-                    "Stop polling and either (1) increase wait time between checks, or (2) report the task as "
-                    "failed if the process is stuck.")
+                return (
+                    f"CRITICAL: Called {tool} with identical arguments and no progress {n} times. "
+                    "This appears to be a stuck polling loop. Session execution blocked to prevent resource waste."
+                )
+            return (
+                f"WARNING: You have called {tool} {n} times with identical arguments and no progress. "
+                "Stop polling and either (1) increase wait time between checks, or (2) report the task as "
+                "failed if the process is stuck."
+            )
         if kind == PING_PONG:
             if self.level == CRITICAL:
-                return (f"CRITICAL: You are alternating between repeated tool-call patterns ({n} consecutive "
-                        "calls) with no progress. This appears to be a stuck ping-pong loop. Session execution "
-                        "blocked to prevent resource waste.")
-            return (f"WARNING: You are alternating between repeated tool-call patterns ({n} consecutive "
-                    "calls). This looks like a ping-pong loop; stop retrying and report the task as failed.")
+                return (
+                    f"CRITICAL: You are alternating between repeated tool-call patterns ({n} consecutive "
+                    "calls) with no progress. This appears to be a stuck ping-pong loop. Session execution "
+                    "blocked to prevent resource waste."
+                )
+            return (
+                f"WARNING: You are alternating between repeated tool-call patterns ({n} consecutive "
+                "calls). This looks like a ping-pong loop; stop retrying and report the task as failed."
+            )
         if self.level == CRITICAL:
-            return (f"CRITICAL: Called {tool} with identical arguments and identical outcomes {n} times. "
-                    "Session execution blocked to prevent runaway loops.")
-        return (f"WARNING: You have called {tool} {n} times with identical arguments. "
-                "If this is not making progress, stop retrying and report the task as failed.")
+            return (
+                f"CRITICAL: Called {tool} with identical arguments and identical outcomes {n} times. "
+                "Session execution blocked to prevent runaway loops."
+            )
+        return (
+            f"WARNING: You have called {tool} {n} times with identical arguments. "
+            "If this is not making progress, stop retrying and report the task as failed."
+        )
 
     @property
     def warning_key(self) -> str:
@@ -152,10 +173,14 @@ class CycleDetection(Detection, gc=False):
     def message(self) -> str:
         n, p = self.count, self.period
         if self.level == CRITICAL:
-            return (f"CRITICAL: You are repeating a cycle of {p} tool calls ({n} consecutive calls) with no progress. "
-                    "This appears to be a stuck cycle loop. Session execution blocked to prevent resource waste.")
-        return (f"WARNING: You are repeating a cycle of {p} tool calls ({n} consecutive calls) with identical "
-                "outcomes. This looks like a cycle loop; stop retrying and report the task as failed.")
+            return (
+                f"CRITICAL: You are repeating a cycle of {p} tool calls ({n} consecutive calls) with no progress. "
+                "This appears to be a stuck cycle loop. Session execution blocked to prevent resource waste."
+            )
+        return (
+            f"WARNING: You are repeating a cycle of {p} tool calls ({n} consecutive calls) with identical "
+            "outcomes. This looks like a cycle loop; stop retrying and report the task as failed."
+        )
 
     @property
     def warning_key(self) -> str:
@@ -188,12 +213,14 @@ def detect_cycle(
     for period in CYCLE_PERIODS:
         if n + 1 < 2 * period or sigs[n - period] != sig:
             continue
-        block = sigs[n + 1 - period:]
+        block = sigs[n + 1 - period :]
         block.append(sig)
         if block.count(sig) == period or (period == 4 and block[0] == block[2] and block[1] == block[3]):
             continue  # a repeat or a ping-pong, not a cycle of this period
         i = n - 1
-        while i >= period and sigs[i] == sigs[i - period] and results[i] is not None and results[i] == results[i - period]:
+        while (
+            i >= period and sigs[i] == sigs[i - period] and results[i] is not None and results[i] == results[i - period]
+        ):
             i -= 1
         count = n - i + period
         if count >= 2 * period and (best is None or count > best[0]):
@@ -232,7 +259,7 @@ def _ping_pong(state: RunState, current_sig: str) -> tuple[int, str | None, str 
         return 0, None, None, False
     # The alternating tail: newest first, `last` at even distances, `other` at odd ones.
     # A steady ping-pong fills the whole history, which two C-level counts confirm.
-    at_last, at_other = sigs[n - 1::-2], sigs[n - 2::-2]
+    at_last, at_other = sigs[n - 1 :: -2], sigs[n - 2 :: -2]
     if at_last.count(last_sig) == len(at_last) and at_other.count(other_sig) == len(at_other):
         tail = n
     else:
@@ -244,7 +271,7 @@ def _ping_pong(state: RunState, current_sig: str) -> tuple[int, str | None, str 
         if tail < 2:
             return 0, None, None, False
     # No-progress evidence: every outcome in the tail present, and one outcome per side.
-    outcomes = state.results[n - tail:]
+    outcomes = state.results[n - tail :]
     of_last, of_other = outcomes[-1::-2], outcomes[-2::-2]
     evidence = all(outcomes) and len(set(of_last)) == 1 and len(set(of_other)) == 1
     return tail + 1, state.tools[-1], last_sig, evidence
@@ -355,19 +382,27 @@ class LatestDetection(Detection, gc=False):
         kind, tool, n = self.detector, self.tool, self.count
         if kind == ARGUMENT_CHURN:
             if self.write_mutation:
-                return (f"WARNING: {tool} has changed the same target with {self.variant_count} distinct argument "
-                        "variants and no intervening verification. Continued rewriting is treated as stalled run "
-                        "activity, but this tool call remains allowed. Read or verify the current result before "
-                        "rewriting it again.")
-            return (f"WARNING: {tool} has cycled through {self.variant_count} repeated argument patterns with the "
-                    f"same stable outcome {n} times. Continued churn is treated as stalled run activity, but this "
-                    "tool call remains allowed.")
+                return (
+                    f"WARNING: {tool} has changed the same target with {self.variant_count} distinct argument "
+                    "variants and no intervening verification. Continued rewriting is treated as stalled run "
+                    "activity, but this tool call remains allowed. Read or verify the current result before "
+                    "rewriting it again."
+                )
+            return (
+                f"WARNING: {tool} has cycled through {self.variant_count} repeated argument patterns with the "
+                f"same stable outcome {n} times. Continued churn is treated as stalled run activity, but this "
+                "tool call remains allowed."
+            )
         if kind == GLOBAL_CIRCUIT_BREAKER:
-            return (f"CRITICAL: {tool} repeated identical no-progress outcomes {n} times. "
-                    "Session execution blocked by global circuit breaker to prevent runaway loops.")
+            return (
+                f"CRITICAL: {tool} repeated identical no-progress outcomes {n} times. "
+                "Session execution blocked by global circuit breaker to prevent runaway loops."
+            )
         if kind == GENERIC_REPEAT and self.level == CRITICAL:
-            return (f"CRITICAL: Called {tool} with identical outcomes {n} times. "
-                    "Session execution blocked to prevent runaway loops.")
+            return (
+                f"CRITICAL: Called {tool} with identical outcomes {n} times. "
+                "Session execution blocked to prevent runaway loops."
+            )
         return Detection.message.fget(self)
 
     @property
@@ -418,7 +453,7 @@ def _signature_streak(state: RunState, sig: str, kinds: bytearray, occurrences: 
             anchor = distinct.pop()
             streak = len(outcomes) - outcomes.count(None)
             if own_kinds is not None:
-                streak += own_kinds[outcomes.index(anchor):].count(VETO)
+                streak += own_kinds[outcomes.index(anchor) :].count(VETO)
             return streak, anchor
     if not distinct:
         return (0 if own_kinds is None else own_kinds.count(VETO)), None  # vetoes alone
@@ -522,7 +557,7 @@ def write_churn(state: RunState, sig: str, target: str, skip: int = -1) -> int:
             break
         variant = sigs[i]
         if variant in variants:
-            del variants[variants.index(variant) + 1:]
+            del variants[variants.index(variant) + 1 :]
             break
         variants.append(variant)
     return 0 if sig in variants else len(variants)
@@ -542,15 +577,23 @@ def _may_churn(state: RunState, tool: str, occurrences: int, target: str | None)
     if not flags:
         return False
     newest = flags[-1] & ~OBSERVED
-    if (occurrences >= 3 and (newest == NO_PROGRESS_PLAIN or newest == AWAITING or newest == VETO)
-            and state.tools[-1] == tool
-            and flags.count(NO_PROGRESS_PLAIN) + flags.count(_OBSERVED_NO_PROGRESS) >= LATEST_WARNING):
+    if (
+        occurrences >= 3
+        and (newest == NO_PROGRESS_PLAIN or newest == AWAITING or newest == VETO)
+        and state.tools[-1] == tool
+        and flags.count(NO_PROGRESS_PLAIN) + flags.count(_OBSERVED_NO_PROGRESS) >= LATEST_WARNING
+    ):
         return True
-    return (target is not None and newest == MUTATION
-            and flags.count(MUTATION) + flags.count(_OBSERVED_MUTATION) >= LATEST_WARNING)
+    return (
+        target is not None
+        and newest == MUTATION
+        and flags.count(MUTATION) + flags.count(_OBSERVED_MUTATION) >= LATEST_WARNING
+    )
 
 
-def _argument_churn(state: RunState, tool: str, sig: str, target: str | None, occurrences: int) -> LatestDetection | None:
+def _argument_churn(
+    state: RunState, tool: str, sig: str, target: str | None, occurrences: int
+) -> LatestDetection | None:
     """Argument churn of 10 or more (every reader compares it with 10), else None.
     (Upstream computes write churn only when stable-outcome churn is 0; both are never
     non-zero at once: the first needs the newest record with a result to be a no-progress
@@ -559,13 +602,23 @@ def _argument_churn(state: RunState, tool: str, sig: str, target: str | None, oc
     if occurrences >= 3:
         count, variants = _stable_outcome_churn(state, tool, sig, latest.flags)
         if count >= LATEST_WARNING:
-            return LatestDetection(WARNING, ARGUMENT_CHURN, count, tool, sig, liveness_signal=ARGUMENT_CHURN,
-                                   variant_count=variants)
+            return LatestDetection(
+                WARNING, ARGUMENT_CHURN, count, tool, sig, liveness_signal=ARGUMENT_CHURN, variant_count=variants
+            )
     if target is not None:
         count = write_churn(state, sig, target)
         if count >= LATEST_WARNING:
-            return LatestDetection(WARNING, ARGUMENT_CHURN, count, tool, sig, liveness_signal=ARGUMENT_CHURN,
-                                   variant_count=count, write_target=target, write_mutation=True)
+            return LatestDetection(
+                WARNING,
+                ARGUMENT_CHURN,
+                count,
+                tool,
+                sig,
+                liveness_signal=ARGUMENT_CHURN,
+                variant_count=count,
+                write_target=target,
+                write_mutation=True,
+            )
     return None
 
 
@@ -612,19 +665,39 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
         if streak >= LATEST_CRITICAL:
             return LatestDetection(CRITICAL, KNOWN_POLL_NO_PROGRESS, streak, tool, sig, anchor)
         if streak >= LATEST_WARNING:
-            return LatestDetection(WARNING, KNOWN_POLL_NO_PROGRESS, streak, tool, sig, anchor,
-                                   liveness_signal=_liveness(state, tool, sig, target, occurrences))
+            return LatestDetection(
+                WARNING,
+                KNOWN_POLL_NO_PROGRESS,
+                streak,
+                tool,
+                sig,
+                anchor,
+                liveness_signal=_liveness(state, tool, sig, target, occurrences),
+            )
     if occurrences and sigs[-1] != sig:
         count, paired_tool, paired_sig, evidence = _ping_pong(state, sig)
         if count >= LATEST_CRITICAL and evidence:
             return LatestDetection(CRITICAL, PING_PONG, count, tool, sig, None, paired_tool, paired_sig)
         if count >= LATEST_WARNING:
-            return LatestDetection(WARNING, PING_PONG, count, tool, sig, None, paired_tool, paired_sig,
-                                   liveness_signal=_liveness(state, tool, sig, target, occurrences))
+            return LatestDetection(
+                WARNING,
+                PING_PONG,
+                count,
+                tool,
+                sig,
+                None,
+                paired_tool,
+                paired_sig,
+                liveness_signal=_liveness(state, tool, sig, target, occurrences),
+            )
     if not known_poll and streak >= LATEST_CRITICAL:
         return LatestDetection(CRITICAL, GENERIC_REPEAT, streak, tool, sig, anchor)
-    if ((occurrences >= 3 or target is not None) and kinds and kinds[-1] in _CHURN_NEWEST
-            and _may_churn(state, tool, occurrences, target)):
+    if (
+        (occurrences >= 3 or target is not None)
+        and kinds
+        and kinds[-1] in _CHURN_NEWEST
+        and _may_churn(state, tool, occurrences, target)
+    ):
         churn = _argument_churn(state, tool, sig, target, occurrences)
         if churn is not None:
             return churn

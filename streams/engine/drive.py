@@ -19,7 +19,8 @@ candidate config and ``loopwatch backtest`` compare configs by it.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from schemas.events import ToolCallEvent
 from schemas.verdicts import Decision, Verdict
@@ -103,11 +104,17 @@ class RunDriver:
     def _judged(self, step: Step, event: ToolCallEvent) -> Step:
         from streams.engine.judge import RunContext, checked_confidence  # (outside the engine package)
 
-        context = RunContext(run_id=step.state.run_id, session_key=event.session_key, agent_id=event.agent_id,
-                             turn=step.state.peer.gemini.turns)
+        context = RunContext(
+            run_id=step.state.run_id,
+            session_key=event.session_key,
+            agent_id=event.agent_id,
+            turn=step.state.peer.gemini.turns,
+        )
         return gemini_judged(step, checked_confidence(self.judge(context)))
 
-    def steps(self, events: Iterable[ToolCallEvent], *, validated: bool = False) -> Iterator[tuple[ToolCallEvent, Step]]:
+    def steps(
+        self, events: Iterable[ToolCallEvent], *, validated: bool = False
+    ) -> Iterator[tuple[ToolCallEvent, Step]]:
         """``(event, step)`` for each event, lazily."""
         handle = self.handle
         for event in events:

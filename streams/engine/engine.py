@@ -30,13 +30,13 @@ from schemas.events import (
 from schemas.keys import normalize_run_id, state_key
 from schemas.names import ARGUMENT_CHURN, CRITICAL, CRITICAL_BLOCK_LIMIT, UNKNOWN_TYPE, WARNING
 from schemas.verdicts import Decision, RunAborted
+from streams.edge.hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
 
 from . import guard as guard_mod
 from . import history
-from .history import LATEST_HISTORY_SIZE
 from .config import ConfigSet, Settings
 from .detectors import Detection, LatestDetection, detect, detect_latest, write_churn
-from streams.edge.hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
+from .history import LATEST_HISTORY_SIZE
 from .state import (
     AWAITING,
     MUTATION,
@@ -119,7 +119,9 @@ class Step(msgspec.Struct, gc=False):
         if decision is None:
             if request is None or (self.action == "allow" and not request.gate):
                 return None
-            decision = self.built_decision = build_decision(request, self.action, self.detection, self.emitted, self.notify)
+            decision = self.built_decision = build_decision(
+                request, self.action, self.detection, self.emitted, self.notify
+            )
             return decision
         if decision.action != "allow" or (request is not None and request.gate):
             return decision
@@ -145,15 +147,28 @@ def build_decision(
     # one by one: passing only the fields an allowed call has costs a fifth of passing
     # them all, so the detection's fields are added only when there is one.
     decision = Decision(
-        verdict_id=f"{event.event_id}/decision", cause_event_id=event.event_id, run_id=event.run_id,
-        session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms,
-        tool_call_id=event.tool_call_id, tool_name=event.tool_name, args_hash=event.args_hash, action=action,
-        warning_emitted=emitted, notify_model=notify,
+        verdict_id=f"{event.event_id}/decision",
+        cause_event_id=event.event_id,
+        run_id=event.run_id,
+        session_key=event.session_key,
+        agent_id=event.agent_id,
+        ts_ms=event.ts_ms,
+        tool_call_id=event.tool_call_id,
+        tool_name=event.tool_name,
+        args_hash=event.args_hash,
+        action=action,
+        warning_emitted=emitted,
+        notify_model=notify,
     )
     if d is not None:
         override = {
-            "level": d.level, "detector": d.detector, "count": d.count, "message": d.message,
-            "paired_tool_name": d.paired_tool_name, "warning_key": d.warning_key, **override,
+            "level": d.level,
+            "detector": d.detector,
+            "count": d.count,
+            "message": d.message,
+            "paired_tool_name": d.paired_tool_name,
+            "warning_key": d.warning_key,
+            **override,
         }
         if d.liveness_signal is not None:
             override["liveness_signal"] = d.liveness_signal
@@ -175,9 +190,16 @@ def allow_decision(event: ToolCallRequested) -> Decision:
 def build_run_aborted(event: ToolCallEvent, detector: str, count: int, tool_name: str, message: str) -> RunAborted:
     # A verdict's id derives from its event's id, so a redelivered event yields the same id.
     return RunAborted(
-        verdict_id=f"{event.event_id}/abort", cause_event_id=event.event_id, run_id=event.run_id,
-        session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms,
-        detector=detector, count=count, tool_name=tool_name, message=message,
+        verdict_id=f"{event.event_id}/abort",
+        cause_event_id=event.event_id,
+        run_id=event.run_id,
+        session_key=event.session_key,
+        agent_id=event.agent_id,
+        ts_ms=event.ts_ms,
+        detector=detector,
+        count=count,
+        tool_name=tool_name,
+        message=message,
     )
 
 
@@ -195,7 +217,9 @@ def _request_logs(step: Step) -> tuple[LogLine, ...]:
         lines.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Blocking {event.tool_name} due to critical loop: {message}"))
         lines.append(LogLine("error", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, d, "block", message)))
         if step.abort is not None:
-            lines.append(LogLine("error", WRAPPER_SUBSYSTEM, f"Run aborted: {step.abort.count} critical tool-loop blocks"))
+            lines.append(
+                LogLine("error", WRAPPER_SUBSYSTEM, f"Run aborted: {step.abort.count} critical tool-loop blocks")
+            )
     elif step.emitted:
         lines.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {event.tool_name}: {message}"))
         lines.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, d, "warn", message)))
@@ -238,8 +262,9 @@ class LoopEngine:
     def __init__(self, config: ConfigSet | dict | None = None) -> None:
         self.config = config if isinstance(config, ConfigSet) else ConfigSet(config)
         self._settings = self.config.resolved  # resolved once per agent
-        if type(self) is LoopEngine and (self.config.uses_latest() or self.config.uses_extensions()
-                                         or self.config.uses_peers()):
+        if type(self) is LoopEngine and (
+            self.config.uses_latest() or self.config.uses_extensions() or self.config.uses_peers()
+        ):
             raise TypeError("this config needs another engine class: build it with streams.engine.engine_for(config)")
 
     def settings_for(self, agent_id: str | None) -> Settings:
@@ -312,8 +337,12 @@ class LoopEngine:
         """A warning for a call that runs: emitted or hidden by the bucket rule."""
         emitted = self.warning_bucket(state, detection)
         return Step(
-            state=state, request=event, detection=detection, built_logs=None,
-            action="warn" if emitted else "allow", emitted=emitted,
+            state=state,
+            request=event,
+            detection=detection,
+            built_logs=None,
+            action="warn" if emitted else "allow",
+            emitted=emitted,
             notify=emitted and settings.surface_warnings,
         )
 
@@ -328,12 +357,23 @@ class LoopEngine:
             blocks = state.critical_blocks
             end_run(state, CRITICAL_BLOCK_LIMIT)
             abort = build_run_aborted(
-                event, CRITICAL_BLOCK_LIMIT, blocks, event.tool_name,
+                event,
+                CRITICAL_BLOCK_LIMIT,
+                blocks,
+                event.tool_name,
                 f"CRITICAL: loopwatch ended this run after {blocks} critical tool-loop blocks "
                 f"(last: {detection.detector} on {event.tool_name}). Blocking single calls did not stop the loop.",
             )
-        return Step(state=state, request=event, detection=detection, built_logs=None, action="block", notify=True,
-                    abort=abort, vetoed=True)
+        return Step(
+            state=state,
+            request=event,
+            detection=detection,
+            built_logs=None,
+            action="block",
+            notify=True,
+            abort=abort,
+            vetoed=True,
+        )
 
     def _after_abort(self, state: RunState, event: ToolCallRequested) -> Step:
         # Upstream's run is over after an abort; a late call of the same run is refused.
@@ -374,10 +414,19 @@ class LoopEngine:
                 record, record_at = state.record(record_at), -1
                 history.trim(state, settings.detection.history_size)
         else:
-            record, record_at = history.record_outcome(
-                state, event.tool_name, event.args_hash, call_id, result_hash, event.unknown_tool_name, event.ts_ms,
-                settings.detection.history_size,
-            ), -1
+            record, record_at = (
+                history.record_outcome(
+                    state,
+                    event.tool_name,
+                    event.args_hash,
+                    call_id,
+                    result_hash,
+                    event.unknown_tool_name,
+                    event.ts_ms,
+                    settings.detection.history_size,
+                ),
+                -1,
+            )
 
         guard = state.guard
         if guard.remaining <= 0 or not settings.guard.enabled:
@@ -492,8 +541,17 @@ class LatestEngine(LoopEngine):
                 latest.digests[latest.first + at] = event.failure_identity_hash
         else:
             at = history.record_outcome_latest(
-                state, latest, event.tool_name, sig, call_id, result_hash, event.unknown_tool_name, flags,
-                event.failure_identity_hash, event.target_hash, event.ts_ms,
+                state,
+                latest,
+                event.tool_name,
+                sig,
+                call_id,
+                result_hash,
+                event.unknown_tool_name,
+                flags,
+                event.failure_identity_hash,
+                event.target_hash,
+                event.ts_ms,
             )
         if state.guard.remaining > 0 or (flags == MUTATION and settings.detection.outcome_warnings):
             return self._outcome_observed(state, event, settings, latest, at, result_hash, observing)
@@ -509,8 +567,17 @@ class LatestEngine(LoopEngine):
             latest = history.latest_columns(state, self)
         if AWAITING in latest.flags:
             at = history.record_outcome_latest(
-                state, latest, event.tool_name, event.args_hash, event.tool_call_id, None, None, VETO, None,
-                event.target_hash, event.ts_ms,
+                state,
+                latest,
+                event.tool_name,
+                event.args_hash,
+                event.tool_call_id,
+                None,
+                None,
+                VETO,
+                None,
+                event.target_hash,
+                event.ts_ms,
             )
         else:  # the vetoed call itself was never recorded: with nothing pending, it is appended
             sigs, sig = state.sigs, event.args_hash
@@ -534,7 +601,13 @@ class LatestEngine(LoopEngine):
         return Step(state, None, at)
 
     def _outcome_observed(
-        self, state: RunState, event: ToolCallCompleted, settings: Settings, latest, at: int, result_hash: str,
+        self,
+        state: RunState,
+        event: ToolCallCompleted,
+        settings: Settings,
+        latest,
+        at: int,
+        result_hash: str,
         observing: bool,
     ) -> Step:
         """An outcome while the guard is armed, or a write mutation that may raise the
@@ -561,8 +634,9 @@ class LatestEngine(LoopEngine):
             end_run(state, verdict.detector)
             abort = build_run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
             logs.append(LogLine("error", guard_mod.SUBSYSTEM, error_line))
-        return Step(state, None, at, verdict, abort=abort, detection=warning, built_logs=tuple(logs),
-                    built_decision=decision)
+        return Step(
+            state, None, at, verdict, abort=abort, detection=warning, built_logs=tuple(logs), built_decision=decision
+        )
 
     def _compaction(self, state: RunState, event: CompactionRetried) -> Step:
         settings = self.settings_for(event.agent_id)
@@ -583,8 +657,17 @@ class LatestEngine(LoopEngine):
         count = write_churn(state, sig, target, skip=at)
         if count < 10:
             return None
-        found = LatestDetection(WARNING, ARGUMENT_CHURN, count, "write", sig, variant_count=count,
-                                liveness_signal=ARGUMENT_CHURN, write_target=target, write_mutation=True)
+        found = LatestDetection(
+            WARNING,
+            ARGUMENT_CHURN,
+            count,
+            "write",
+            sig,
+            variant_count=count,
+            liveness_signal=ARGUMENT_CHURN,
+            write_target=target,
+            write_mutation=True,
+        )
         return found if self.warning_bucket(state, found) else None
 
 

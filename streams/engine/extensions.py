@@ -40,7 +40,7 @@ from schemas.verdicts import Decision
 from . import history
 from .config import Settings
 from .detectors import detect, detect_cycle, detect_latest
-from .engine import LoopEngine, Step, LatestEngine, refused_after_abort
+from .engine import LatestEngine, LoopEngine, Step, refused_after_abort
 from .fleet import FleetView, RingDetection
 from .state import RunState
 
@@ -114,8 +114,9 @@ class _Extensions:
         if event.session_key and state.aborted is None and settings.detection.enabled:
             cfg = settings.detection
             if settings.cycle:
-                found = detect_cycle(state, event.tool_name, intern(event.args_hash), cfg.warning_threshold,
-                                     cfg.critical_threshold)
+                found = detect_cycle(
+                    state, event.tool_name, intern(event.args_hash), cfg.warning_threshold, cfg.critical_threshold
+                )
             fleet = self.fleet
             if self.rings_on and fleet is not None and event.trace_id and event.target:
                 notice = fleet.ring_for(event.trace_id, event.session_key, event.agent_id, event.target)

@@ -23,8 +23,9 @@ the events' times in a replay).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from schemas.events import ToolCallCompleted
 from schemas.fleet import (
@@ -94,7 +95,10 @@ def fleet_outcome(event: ToolCallCompleted) -> FleetOutcome | None:
     if fingerprint is None:
         return None
     return FleetOutcome(
-        event.tool_name, fingerprint, digest16(state_key(event)), digest16(event.agent_id or ""),
+        event.tool_name,
+        fingerprint,
+        digest16(state_key(event)),
+        digest16(event.agent_id or ""),
         event.is_error or fingerprint.startswith("error:"),
     )
 
@@ -168,7 +172,7 @@ class SourceLimit:
         return True
 
 
-def opening_refused(current: "IncidentState | None", value: Any, open_now: int, settings: FleetIncidentSettings) -> bool:
+def opening_refused(current: IncidentState | None, value: Any, open_now: int, settings: FleetIncidentSettings) -> bool:
     """Whether a tool that qualifies now is refused an incident: ``maxOpenIncidents`` are open
     (``open_now``, the open incidents the caller knows of)."""
     return current is None and open_now >= settings.max_open and qualifies(value, settings)
@@ -192,23 +196,31 @@ class IncidentState:
         return self.__dict__.copy()
 
     @classmethod
-    def from_json(cls, value: Any) -> "IncidentState | None":
+    def from_json(cls, value: Any) -> IncidentState | None:
         return cls(**value) if isinstance(value, dict) and value else None
 
 
 def incident_message(tool: str, runs: int, agents: int, window_s: int, error: bool, incident_id: str) -> str:
     what = "error" if error else "no-progress outcome"
-    return (f"WARNING: tool {tool} is failing across the fleet: the same {what} in at least {runs} runs of "
-            f"{agents} or more agents within {window_s} s (incident {incident_id}). Stop retrying {tool}: report that "
-            "it is failing and continue without it if you can.")
+    return (
+        f"WARNING: tool {tool} is failing across the fleet: the same {what} in at least {runs} runs of "
+        f"{agents} or more agents within {window_s} s (incident {incident_id}). Stop retrying {tool}: report that "
+        "it is failing and continue without it if you can."
+    )
 
 
 def _notice(state: IncidentState, settings: FleetIncidentSettings, resolved_ms: int | None = None) -> Incident:
     fields = dict(
-        incident_id=state.incident_id, tool_name=state.tool_name, outcome_hash=state.outcome_hash, runs=state.runs,
-        agents=state.agents, window_s=settings.window_s, opened_ms=state.opened_ms,
-        message=incident_message(state.tool_name, state.runs, state.agents, settings.window_s, state.error,
-                                 state.incident_id),
+        incident_id=state.incident_id,
+        tool_name=state.tool_name,
+        outcome_hash=state.outcome_hash,
+        runs=state.runs,
+        agents=state.agents,
+        window_s=settings.window_s,
+        opened_ms=state.opened_ms,
+        message=incident_message(
+            state.tool_name, state.runs, state.agents, settings.window_s, state.error, state.incident_id
+        ),
     )
     if resolved_ms is None:
         return IncidentOpened(**fields)
@@ -216,7 +228,11 @@ def _notice(state: IncidentState, settings: FleetIncidentSettings, resolved_ms: 
 
 
 def open_or_refresh(
-    current: IncidentState | None, outcome: FleetOutcome, value: Any, now_ms: int, settings: FleetIncidentSettings,
+    current: IncidentState | None,
+    outcome: FleetOutcome,
+    value: Any,
+    now_ms: int,
+    settings: FleetIncidentSettings,
     open_now: int = 0,
 ) -> tuple[IncidentState | None, IncidentOpened | None]:
     """After ``outcome`` was counted into its window (``value``, the oldest window containing
@@ -229,8 +245,14 @@ def open_or_refresh(
         return current, None
     tool = outcome.tool_name
     state = IncidentState(
-        incident_id=f"inc-{digest16(tool)}-{now_ms}", tool_name=tool, outcome_hash=outcome.fingerprint,
-        error=outcome.error, runs=len(value[0]), agents=len(value[1]), opened_ms=now_ms, last_qualified_ms=now_ms,
+        incident_id=f"inc-{digest16(tool)}-{now_ms}",
+        tool_name=tool,
+        outcome_hash=outcome.fingerprint,
+        error=outcome.error,
+        runs=len(value[0]),
+        agents=len(value[1]),
+        opened_ms=now_ms,
+        last_qualified_ms=now_ms,
     )
     return state, _notice(state, settings)
 
@@ -281,11 +303,15 @@ class TraceSends:
     published_hops: frozenset[Hop] = frozenset()
 
     def as_json(self) -> list:
-        return [[[*hop, *entry] for hop, entry in self.hops.items()], self.sent,
-                list(self.published) if self.published else None, [list(h) for h in self.published_hops]]
+        return [
+            [[*hop, *entry] for hop, entry in self.hops.items()],
+            self.sent,
+            list(self.published) if self.published else None,
+            [list(h) for h in self.published_hops],
+        ]
 
     @classmethod
-    def from_json(cls, value: Any) -> "TraceSends":
+    def from_json(cls, value: Any) -> TraceSends:
         if not isinstance(value, list) or len(value) != 4:
             return cls()
         hops = {Hop(*row[:3]): list(row[3:]) for row in value[0]}
@@ -397,8 +423,12 @@ def observe_send(
         return None
     trace.published, trace.published_hops = (rid, level, rounds), frozenset(ring)
     return RingNotice(
-        trace_id=record.trace_id, ring_id=rid, level=level, rounds=rounds,
-        hops=[RingHop(h.session_key, h.agent_id, h.target) for h in ring], updated_ms=now_ms,
+        trace_id=record.trace_id,
+        ring_id=rid,
+        level=level,
+        rounds=rounds,
+        hops=[RingHop(h.session_key, h.agent_id, h.target) for h in ring],
+        updated_ms=now_ms,
     )
 
 
@@ -573,11 +603,15 @@ class RingDetection:
     def message(self) -> str:
         rounds = self.count
         if self.level == CRITICAL:
-            return (f"CRITICAL: agents {self.ring} have sent each other the same messages with identical outcomes "
-                    f"for {rounds} rounds with no progress. This appears to be a stuck agent ring. Sending blocked to "
-                    "prevent runaway loops.")
-        return (f"WARNING: agents {self.ring} have sent each other the same messages with identical outcomes for "
-                f"{rounds} rounds. This looks like an agent ring loop; stop sending and report the task as failed.")
+            return (
+                f"CRITICAL: agents {self.ring} have sent each other the same messages with identical outcomes "
+                f"for {rounds} rounds with no progress. This appears to be a stuck agent ring. Sending blocked to "
+                "prevent runaway loops."
+            )
+        return (
+            f"WARNING: agents {self.ring} have sent each other the same messages with identical outcomes for "
+            f"{rounds} rounds. This looks like an agent ring loop; stop sending and report the task as failed."
+        )
 
     @property
     def warning_key(self) -> str:

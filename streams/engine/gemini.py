@@ -17,8 +17,15 @@ import msgspec
 from .gemini_content import ContentState
 
 __all__ = [
-    "CYCLES", "LLM_CHECK_AFTER_TURNS", "LLM_CONFIDENCE_THRESHOLD", "REPEATS", "GeminiState", "llm_answer",
-    "llm_check_due", "tool_call_loop", "turn_started",
+    "CYCLES",
+    "LLM_CHECK_AFTER_TURNS",
+    "LLM_CONFIDENCE_THRESHOLD",
+    "REPEATS",
+    "GeminiState",
+    "llm_answer",
+    "llm_check_due",
+    "tool_call_loop",
+    "turn_started",
 ]
 
 REPEATS = 5

@@ -94,9 +94,9 @@ def _keys(windows: bytearray, start: int) -> list[int]:
     the machine is little endian."""
     if _LITTLE:
         # (every view released at once: a bytearray with a live view cannot be resized)
-        with memoryview(windows) as whole, whole[_H * start:] as tail, tail.cast("Q") as words:
+        with memoryview(windows) as whole, whole[_H * start :] as tail, tail.cast("Q") as words:
             return words.tolist()
-    return [int.from_bytes(windows[i:i + _H], "little") for i in range(_H * start, len(windows), _H)]
+    return [int.from_bytes(windows[i : i + _H], "little") for i in range(_H * start, len(windows), _H)]
 
 
 _LITTLE = sys.byteorder == "little"
@@ -120,7 +120,10 @@ def _analyse(c: ContentState) -> bool:
             if len(positions) >= THRESHOLD:
                 recent = positions[-THRESHOLD:]
                 # averageDistance = total / 9 <= 250, in integers
-                if recent[-1] - recent[0] <= MAX_AVERAGE_DISTANCE * (THRESHOLD - 1) and _periods(windows, recent) <= MAX_PERIODS:
+                if (
+                    recent[-1] - recent[0] <= MAX_AVERAGE_DISTANCE * (THRESHOLD - 1)
+                    and _periods(windows, recent) <= MAX_PERIODS
+                ):
                     c.index = p
                     return True
         p += 1
@@ -136,5 +139,5 @@ def _periods(windows: bytearray, recent: list[int]) -> int:
         if n <= CONTENT_WINDOW:
             seen.add(n)
         else:  # the windows after the first that lie wholly inside the period
-            seen.add(bytes(windows[_H * (a + 1):_H * (b - CONTENT_WINDOW + 1)]))
+            seen.add(bytes(windows[_H * (a + 1) : _H * (b - CONTENT_WINDOW + 1)]))
     return len(seen)

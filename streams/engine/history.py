@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from sys import intern
-from typing import Iterable
 
 from .state import AWAITING, OBSERVED, PLAIN, REREAD_MEMORY, CallRecord, LatestState, RunState
 
@@ -42,7 +42,9 @@ def _append(state: RunState, tool, sig, call_id, result, unknown, ts_ms) -> None
     state.stamps.append(ts_ms)
 
 
-def record_call(state: RunState, tool: str, args_hash: str, tool_call_id: str | None, ts_ms: int, size: int | float) -> None:
+def record_call(
+    state: RunState, tool: str, args_hash: str, tool_call_id: str | None, ts_ms: int, size: int | float
+) -> None:
     """Append a pending record before the tool runs, then trim."""
     # ``_append`` spelled out: this runs for every requested call, _append only when an
     # outcome matches no pending record.
@@ -82,8 +84,11 @@ def record_outcome(
         found = n - 1  # the usual case: the outcome of the call just recorded
     elif args_hash in sigs:
         for i in range(len(sigs) - 1, -1, -1):
-            if results[i] is None and sigs[i] == args_hash and state.tools[i] == tool and (
-                not tool_call_id or call_ids[i] == tool_call_id
+            if (
+                results[i] is None
+                and sigs[i] == args_hash
+                and state.tools[i] == tool
+                and (not tool_call_id or call_ids[i] == tool_call_id)
             ):
                 found = i
                 break
@@ -200,7 +205,7 @@ def observe(state: RunState, latest: LatestState, at: int) -> None:
     """The post-compaction guard observed record ``at``'s outcome (LatestState.observed)."""
     flags = latest.flags
     if latest.ring is None:
-        if at == len(flags) - 1 or not any(f & OBSERVED for f in flags[at + 1:]):
+        if at == len(flags) - 1 or not any(f & OBSERVED for f in flags[at + 1 :]):
             flags[at] |= OBSERVED
             latest.observed += 1
             return
@@ -233,13 +238,28 @@ def record_outcome_latest(
         found = n - 1  # the usual case: the outcome of the call just recorded
     elif AWAITING in kinds and args_hash in sigs:
         for i in range(n - 1, -1, -1):
-            if (kinds[i] == AWAITING and sigs[i] == args_hash and state.tools[i] == tool
-                    and (not tool_call_id or call_ids[i] == tool_call_id)):
+            if (
+                kinds[i] == AWAITING
+                and sigs[i] == args_hash
+                and state.tools[i] == tool
+                and (not tool_call_id or call_ids[i] == tool_call_id)
+            ):
                 found = i
                 break
     if found < 0:
-        append_latest(state, latest, tool, intern(args_hash), tool_call_id, ts_ms, target, result_hash,
-                      unknown_tool_name, flags, failure_id)
+        append_latest(
+            state,
+            latest,
+            tool,
+            intern(args_hash),
+            tool_call_id,
+            ts_ms,
+            target,
+            result_hash,
+            unknown_tool_name,
+            flags,
+            failure_id,
+        )
         return len(sigs) - 1
     state.results[found] = result_hash
     state.unknowns[found] = unknown_tool_name

@@ -9,7 +9,8 @@ judge it."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from schemas.events import InvalidEvent, ToolCallEvent, decode_event
 from schemas.keys import record_key, session_scope_key, state_key
@@ -17,8 +18,15 @@ from schemas.names import INVALID_JSON, KEY_MISMATCH, MISSING_KEY
 from schemas.signing import Keyring
 
 __all__ = [
-    "DIGEST_SIZE", "SEEN_BYTES", "SEEN_EVENT_IDS", "check_record", "event_digest", "forwarded_key_problem",
-    "kafka_key_problem", "remember", "seen_before",
+    "DIGEST_SIZE",
+    "SEEN_BYTES",
+    "SEEN_EVENT_IDS",
+    "check_record",
+    "event_digest",
+    "forwarded_key_problem",
+    "kafka_key_problem",
+    "remember",
+    "seen_before",
 ]
 
 DIGEST_SIZE = 8
@@ -75,12 +83,16 @@ def forwarded_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes)
     if key == state_key_bytes:
         return None
     shown = (key or b"")[:200].decode("utf-8", "replace")
-    return KEY_MISMATCH, (f"Kafka key {shown!r} of a forwarded record is not its state key "
-                          f"{state_key_bytes.decode('utf-8', 'replace')!r}")
+    return KEY_MISMATCH, (
+        f"Kafka key {shown!r} of a forwarded record is not its state key {state_key_bytes.decode('utf-8', 'replace')!r}"
+    )
 
 
 def check_record(
-    record: Any, keyring: Keyring | None = None, keyed: bool = True, key_of: Callable[[Any], str] = state_key,
+    record: Any,
+    keyring: Keyring | None = None,
+    keyed: bool = True,
+    key_of: Callable[[Any], str] = state_key,
     key_problem: Callable[[bytes | None, Any, bytes], tuple[str, str] | None] = kafka_key_problem,
     memo: dict[bytes | None, tuple[Any, ...]] | None = None,
 ) -> tuple[ToolCallEvent, bytes]:
@@ -110,7 +122,7 @@ def check_record(
     else:
         known = memo.get(record.key)
         run_id, session_key, session_id = event.run_id, event.session_key, event.session_id
-        if (known is None or known[0] != run_id or known[1] != session_key or known[2] != session_id):
+        if known is None or known[0] != run_id or known[1] != session_key or known[2] != session_id:
             key = key_of(event).encode("utf-8", "surrogatepass")
             known = memo[record.key] = (run_id, session_key, session_id, key, key_problem(record.key, event, key))
         key, problem = known[3], known[4]

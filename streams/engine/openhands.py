@@ -161,7 +161,8 @@ def stuck_pattern(w: OpenHandsWindow, t: OpenHandsThresholds = DEFAULTS) -> str 
     actions, observations = _last_actions_and_observations(w, start, max(t.action_observation, t.action_error + 1))
     need = t.action_observation
     if (
-        len(actions) >= need and len(observations) >= need
+        len(actions) >= need
+        and len(observations) >= need
         and all(_same(w, actions[0], a) for a in actions[:need])
         and all(_same(w, observations[0], o) for o in observations[:need])
     ):

@@ -16,18 +16,29 @@ from typing import Any
 
 from schemas.config import GEMINI_CLI, OPENHANDS
 from schemas.events import (
-    AgentMessage, CompactionRetried, ModelText, RunEnded, ToolCallCompleted, ToolCallRequested, check_event,
+    AgentMessage,
+    CompactionRetried,
+    ModelText,
+    RunEnded,
+    ToolCallCompleted,
+    ToolCallRequested,
+    check_event,
 )
 from schemas.keys import normalize_run_id
 from schemas.names import (
-    CRITICAL, GEMINI_CONTENT_LOOP, GEMINI_LLM_LOOP, GEMINI_TOOL_CALL_LOOP, OPENHANDS_ACTION_ERROR, WARNING,
+    CRITICAL,
+    GEMINI_CONTENT_LOOP,
+    GEMINI_LLM_LOOP,
+    GEMINI_TOOL_CALL_LOOP,
+    OPENHANDS_ACTION_ERROR,
+    WARNING,
 )
 from schemas.verdicts import Decision
 
 from . import gemini as gm
 from . import gemini_content as gc
 from . import openhands as oh
-from .engine import Step, build_decision, end_run, build_run_aborted, refused_after_abort
+from .engine import Step, build_decision, build_run_aborted, end_run, refused_after_abort
 from .peer_state import PeerState
 from .state import RunState
 
@@ -157,10 +168,21 @@ def _nudge(event: Any, args_hash: str) -> Decision:
     tool = args_hash[:-65]
     n = oh.DEFAULTS.action_error
     return Decision(
-        verdict_id=f"{event.event_id}/decision", cause_event_id=event.event_id, run_id=event.run_id,
-        session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms,
-        tool_call_id=getattr(event, "tool_call_id", None), tool_name=tool, args_hash=args_hash, action="warn",
-        level=WARNING, detector=OPENHANDS_ACTION_ERROR, count=n, warning_emitted=True, notify_model=True,
+        verdict_id=f"{event.event_id}/decision",
+        cause_event_id=event.event_id,
+        run_id=event.run_id,
+        session_key=event.session_key,
+        agent_id=event.agent_id,
+        ts_ms=event.ts_ms,
+        tool_call_id=getattr(event, "tool_call_id", None),
+        tool_name=tool,
+        args_hash=args_hash,
+        action="warn",
+        level=WARNING,
+        detector=OPENHANDS_ACTION_ERROR,
+        count=n,
+        warning_emitted=True,
+        notify_model=True,
         message=(
             f"You've called `{tool}` with the same arguments {n} times in a row and gotten the same error "
             "each time. Repeating the exact same call again will not work — review the error message and "
@@ -205,9 +227,14 @@ def _gemini(state: RunState, event: Any, kind: type) -> Step:
     key = event.call_key if type(event.call_key) is str else event.args_hash
     if not gm.tool_call_loop(g, key):
         return Step(state, event)
-    return _gemini_strike(state, g, event, GEMINI_TOOL_CALL_LOOP, (
-        f"Repeated tool call: {event.tool_name} with the same arguments."
-    ), "the same tool calls repeated after its feedback")
+    return _gemini_strike(
+        state,
+        g,
+        event,
+        GEMINI_TOOL_CALL_LOOP,
+        (f"Repeated tool call: {event.tool_name} with the same arguments."),
+        "the same tool calls repeated after its feedback",
+    )
 
 
 def _gemini_strike(state: RunState, g: gm.GeminiState, event: Any, detector: str, detail: str, again: str) -> Step:
@@ -220,15 +247,17 @@ def _gemini_strike(state: RunState, g: gm.GeminiState, event: Any, detector: str
             "forward progress. If not, take a step back, analyze your previous actions and rethink how you're "
             "approaching the problem. Avoid repeating the same tool calls or responses without new results."
         )
-        decision = build_decision(event, "block", None, None, True, level=CRITICAL, detector=detector,
-                             count=1, message=message)
+        decision = build_decision(
+            event, "block", None, None, True, level=CRITICAL, detector=detector, count=1, message=message
+        )
         return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True)
     end_run(state, detector)
     if state.aborted is not None:
         g.content = None  # the run is over: nothing will read its text again
     message = f"CRITICAL: Gemini CLI's loop detection ended this turn: {again}."
-    decision = build_decision(event, "block", None, None, True, level=CRITICAL, detector=detector,
-                         count=g.strikes, message=message)
+    decision = build_decision(
+        event, "block", None, None, True, level=CRITICAL, detector=detector, count=g.strikes, message=message
+    )
     abort = build_run_aborted(event, detector, g.strikes, event.tool_name, message)
     return Step(state, event, built_decision=decision, action="block", notify=True, vetoed=True, abort=abort)
 
@@ -254,16 +283,29 @@ def _gemini_text(state: RunState, g: gm.GeminiState, event: ModelText) -> Step:
             "new results."
         )
         decision = Decision(
-            verdict_id=f"{event.event_id}/decision", cause_event_id=event.event_id, run_id=event.run_id,
-            session_key=event.session_key, agent_id=event.agent_id, ts_ms=event.ts_ms, tool_name="", args_hash="",
-            action="warn", level=WARNING, detector=GEMINI_CONTENT_LOOP, count=1, warning_emitted=True,
-            notify_model=True, message=message,
+            verdict_id=f"{event.event_id}/decision",
+            cause_event_id=event.event_id,
+            run_id=event.run_id,
+            session_key=event.session_key,
+            agent_id=event.agent_id,
+            ts_ms=event.ts_ms,
+            tool_name="",
+            args_hash="",
+            action="warn",
+            level=WARNING,
+            detector=GEMINI_CONTENT_LOOP,
+            count=1,
+            warning_emitted=True,
+            notify_model=True,
+            message=message,
         )
         return Step(state, built_decision=decision)
     end_run(state, GEMINI_CONTENT_LOOP)
     if state.aborted is not None:
         g.content = None  # the run is over: nothing will read its text again
-    message = "CRITICAL: Gemini CLI's loop detection ended this turn: the model's text repeated itself after its feedback."
+    message = (
+        "CRITICAL: Gemini CLI's loop detection ended this turn: the model's text repeated itself after its feedback."
+    )
     return Step(state, abort=build_run_aborted(event, GEMINI_CONTENT_LOOP, g.strikes, "", message))
 
 
@@ -290,7 +332,14 @@ def gemini_judged(step: Step, confidence: float | None) -> Step:
         return step
     event = step.request
     # Gemini's feedback quotes the model's analysis, which the judge keeps: its fallback text
-    return _gemini_strike(state, g, event, GEMINI_LLM_LOOP, "Repetitive patterns identified.", "a judge model found the conversation still unproductive after its feedback")
+    return _gemini_strike(
+        state,
+        g,
+        event,
+        GEMINI_LLM_LOOP,
+        "Repetitive patterns identified.",
+        "a judge model found the conversation still unproductive after its feedback",
+    )
 
 
 _RULES = {OPENHANDS: _openhands, GEMINI_CLI: _gemini}

@@ -218,12 +218,21 @@ class RunState(msgspec.Struct, gc=False):
     def record(self, i: int) -> CallRecord:
         latest = self.latest
         if latest is None:
-            return CallRecord(self.tools[i], self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i])
+            return CallRecord(
+                self.tools[i], self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i]
+            )
         tool, digest = self.tools[i], latest.digest(i)
         return CallRecord(
-            tool, self.sigs[i], self.call_ids[i], self.results[i], self.unknowns[i], self.stamps[i],
-            OUTCOME_KIND_NAMES[latest.flags[i] & 7], digest if tool == "exec" else None,
-            bool(latest.flags[i] & NO_PROGRESS), digest if tool == "write" else None,
+            tool,
+            self.sigs[i],
+            self.call_ids[i],
+            self.results[i],
+            self.unknowns[i],
+            self.stamps[i],
+            OUTCOME_KIND_NAMES[latest.flags[i] & 7],
+            digest if tool == "exec" else None,
+            bool(latest.flags[i] & NO_PROGRESS),
+            digest if tool == "write" else None,
         )
 
     def records(self) -> list[CallRecord]:
@@ -254,7 +263,11 @@ def copy_state(state: RunState) -> RunState:
     if latest is not None:
         rereads = latest.rereads
         copy.latest = LatestState(
-            latest.flags.copy(), latest.digests.copy(), latest.first, latest.observed, latest.dropped.copy(),
+            latest.flags.copy(),
+            latest.digests.copy(),
+            latest.first,
+            latest.observed,
+            latest.dropped.copy(),
             None if latest.ring is None else latest.ring.copy(),
             CompactionRereads(rereads.baseline, rereads.calls, rereads.repeats, rereads.repeat_tools),
         )
@@ -262,8 +275,6 @@ def copy_state(state: RunState) -> RunState:
 
 
 # -- compact storage --------------------------------------------------------------------------
-
-
 
 
 class _StoredLatest(msgspec.Struct, array_like=True, omit_defaults=True):
@@ -469,9 +480,9 @@ def _encode_latest(
         digest_table=digest_table,
         # Signatures the history no longer holds join the table (stored verbatim).
         dropped=[sig_index.setdefault(sig, len(sig_index)) for sig in latest.dropped],
-        ring=None if latest.ring is None else [
-            sig_index.setdefault(sig, len(sig_index)) for sig in latest.ring[-REREAD_MEMORY:]
-        ],
+        ring=None
+        if latest.ring is None
+        else [sig_index.setdefault(sig, len(sig_index)) for sig in latest.ring[-REREAD_MEMORY:]],
         baseline=[sig_index.setdefault(sig, len(sig_index)) for sig in rereads.baseline],
         calls=rereads.calls,
         repeats=rereads.repeats,

@@ -13,9 +13,10 @@ import gc
 import gzip
 import os
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator
+from typing import IO, Any
 
 from schemas.events import encode_event_lines
 
@@ -42,8 +43,9 @@ def detect(src: Opened) -> tuple[Any, Any]:
     for module in FORMATS.values():
         if module.KIND != "lines" and module.detect(doc):
             return module, doc
-    raise ImportFailed(f"cannot tell the format of {src.name}: it is none of {', '.join(FORMATS)} "
-                       "(give --format to force one)")
+    raise ImportFailed(
+        f"cannot tell the format of {src.name}: it is none of {', '.join(FORMATS)} (give --format to force one)"
+    )
 
 
 def read_runs(src: Opened, fmt: str | None = None) -> tuple[str, Iterator[Run]]:
@@ -94,8 +96,10 @@ def load_labels(path: Path) -> dict[str, str]:
     elif isinstance(doc, dict) and all(isinstance(v, bool) for v in doc.values()):
         labels = {str(k): label_reason(resolved=v) for k, v in doc.items()}
     if not labels:
-        raise ImportFailed(f"{path} holds no labels: expected results_summary.json (instances[] with resolved), "
-                           "a SWE-bench report (resolved_ids) or an object of run id -> true/false")
+        raise ImportFailed(
+            f"{path} holds no labels: expected results_summary.json (instances[] with resolved), "
+            "a SWE-bench report (resolved_ids) or an object of run id -> true/false"
+        )
     return labels
 
 
@@ -112,14 +116,21 @@ class ImportSummary:
 
     def line(self, out: str) -> str:
         ends = ", ".join(f"{k} {v:,}" for k, v in self.ends.most_common())
-        return (f"imported {self.runs:,} runs, {self.calls:,} tool calls, {self.compactions:,} compactions from "
-                f"{self.files:,} files ({', '.join(f'{k} {v:,}' for k, v in sorted(self.formats.items()))}) into "
-                f"{out}: {self.events:,} events; runs ended {ends}")
+        return (
+            f"imported {self.runs:,} runs, {self.calls:,} tool calls, {self.compactions:,} compactions from "
+            f"{self.files:,} files ({', '.join(f'{k} {v:,}' for k, v in sorted(self.formats.items()))}) into "
+            f"{out}: {self.events:,} events; runs ended {ends}"
+        )
 
 
 def import_files(
-    paths: Iterable[Path], out: IO[bytes], *, fmt: str | None = None, labels: dict[str, str] | None = None,
-    agent_id: str | None = None, progress: Callable[[ImportSummary, float | None], None] | None = None,
+    paths: Iterable[Path],
+    out: IO[bytes],
+    *,
+    fmt: str | None = None,
+    labels: dict[str, str] | None = None,
+    agent_id: str | None = None,
+    progress: Callable[[ImportSummary, float | None], None] | None = None,
     total_bytes: int = 0,
 ) -> ImportSummary:
     """Every file's runs as events on ``out`` (JSONL).  A file that holds no tool call is an
@@ -137,9 +148,15 @@ def import_files(
             gc.enable()
 
 
-def _import_files(paths: Iterable[Path], out: IO[bytes], fmt: str | None, labels: dict[str, str] | None,
-                  agent_id: str | None, progress: Callable[[ImportSummary, float | None], None] | None,
-                  total_bytes: int) -> ImportSummary:
+def _import_files(
+    paths: Iterable[Path],
+    out: IO[bytes],
+    fmt: str | None,
+    labels: dict[str, str] | None,
+    agent_id: str | None,
+    progress: Callable[[ImportSummary, float | None], None] | None,
+    total_bytes: int,
+) -> ImportSummary:
     summary = ImportSummary()
     done = 0
     write = out.write

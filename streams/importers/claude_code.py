@@ -10,7 +10,8 @@ is a compaction.  A file is one run (its first ``sessionId``); the file's end is
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .mini_swe_agent import _stem
 from .model import Call, Compaction, ImportFailed, Run, iso_ms, text_of
@@ -21,8 +22,11 @@ _TYPES = {"user", "assistant", "system", "summary", "queue-operation", "file-his
 
 
 def detect(first: Any) -> bool:
-    return (isinstance(first, dict) and first.get("type") in _TYPES
-            and any(k in first for k in ("sessionId", "uuid", "leafUuid", "messageId")))
+    return (
+        isinstance(first, dict)
+        and first.get("type") in _TYPES
+        and any(k in first for k in ("sessionId", "uuid", "leafUuid", "messageId"))
+    )
 
 
 def runs(lines: Iterator[tuple[int, Any]], name: str) -> Iterator[Run]:
@@ -46,8 +50,14 @@ def runs(lines: Iterator[tuple[int, Any]], name: str) -> Iterator[Run]:
             if not isinstance(block, dict):
                 continue
             if block.get("type") == "tool_use" and kind == "assistant":
-                call = Call(str(block.get("name") or "unknown"), block.get("input"), None, False,
-                            iso_ms(line.get("timestamp")), block.get("id"))
+                call = Call(
+                    str(block.get("name") or "unknown"),
+                    block.get("input"),
+                    None,
+                    False,
+                    iso_ms(line.get("timestamp")),
+                    block.get("id"),
+                )
                 run.items.append(call)
                 if isinstance(block.get("id"), str):
                     pending[block["id"]] = call

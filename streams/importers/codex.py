@@ -13,7 +13,8 @@ its ``action``); the ``function_call_output`` / ``custom_tool_call_output`` with
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import msgspec
 
@@ -93,5 +94,7 @@ def runs(lines: Iterator[tuple[int, Any]], name: str) -> Iterator[Run]:
             if call is not None:
                 output = _decoded(item.get("output"))
                 call.error = _error(output)
-                call.result = text_of(output.get("content")) if isinstance(output, dict) and "content" in output else output
+                call.result = (
+                    text_of(output.get("content")) if isinstance(output, dict) and "content" in output else output
+                )
     yield run

@@ -12,7 +12,8 @@ benchmark's results (``loopwatch import --labels results_summary.json``).
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .model import MAX_ITERATIONS, Call, ImportFailed, Run, text_of
 
@@ -25,9 +26,14 @@ _EXIT = {"Submitted": "submitted", "LimitsExceeded": MAX_ITERATIONS}
 
 
 def detect(doc: Any) -> bool:
-    return (isinstance(doc, dict) and isinstance(doc.get("messages"), list)
-            and (str(doc.get("trajectory_format", "")).startswith("mini-swe-agent")
-                 or ("info" in doc and "trajectory" not in doc and not _has_tool_calls(doc["messages"]))))
+    return (
+        isinstance(doc, dict)
+        and isinstance(doc.get("messages"), list)
+        and (
+            str(doc.get("trajectory_format", "")).startswith("mini-swe-agent")
+            or ("info" in doc and "trajectory" not in doc and not _has_tool_calls(doc["messages"]))
+        )
+    )
 
 
 def _has_tool_calls(messages: list) -> bool:

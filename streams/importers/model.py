@@ -7,15 +7,28 @@ would publish) and drops them.  The raw values live only in memory, one run at a
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from datetime import UTC
+from typing import Any
 
 from schemas.events import MAX_ID_LENGTH, MAX_TOOL_NAME_LENGTH, ToolCallEvent
 
 from ..edge.events import compaction_event, completed_from_outcome, requested_event, run_ended_event
 from ..edge.hashing import hash_outcome
 
-__all__ = ["Call", "Compaction", "ENDED", "ImportFailed", "MAX_ITERATIONS", "Run", "iso_ms", "label_reason", "run_events", "text_of"]
+__all__ = [
+    "Call",
+    "Compaction",
+    "ENDED",
+    "ImportFailed",
+    "MAX_ITERATIONS",
+    "Run",
+    "iso_ms",
+    "label_reason",
+    "run_events",
+    "text_of",
+]
 
 ENDED = "ended"
 """``run.ended`` reason of a run whose source says nothing of how it went."""
@@ -102,34 +115,55 @@ def run_events(run: Run, *, agent_id: str | None = None) -> Iterator[ToolCallEve
             call_id = None
         elif len(call_id) > MAX_ID_LENGTH:
             call_id = call_id[:MAX_ID_LENGTH]
-        requested = requested_event(f"{run_id}#{n}", name, item.args, tool_call_id=call_id, run_id=run_id,
-                                    session_key=run_id, agent_id=agent, ts_ms=ts)
+        requested = requested_event(
+            f"{run_id}#{n}",
+            name,
+            item.args,
+            tool_call_id=call_id,
+            run_id=run_id,
+            session_key=run_id,
+            agent_id=agent,
+            ts_ms=ts,
+        )
         yield requested
         if item.error:
             outcome = hash_outcome(name, item.args, error=item.result if item.result is not None else "error")
         else:
             outcome = hash_outcome(name, item.args, result=item.result, returned=item.result is not None)
         yield completed_from_outcome(
-            f"{run_id}#{n}r", name, requested.args_hash, outcome, target_hash=requested.target_hash,
-            tool_call_id=call_id, run_id=run_id, session_key=run_id, agent_id=agent, ts_ms=ts,
+            f"{run_id}#{n}r",
+            name,
+            requested.args_hash,
+            outcome,
+            target_hash=requested.target_hash,
+            tool_call_id=call_id,
+            run_id=run_id,
+            session_key=run_id,
+            agent_id=agent,
+            ts_ms=ts,
         )
-    yield run_ended_event(f"{run_id}#end", _bounded(run.end, MAX_TOOL_NAME_LENGTH), run_id=run_id, session_key=run_id,
-                          agent_id=agent, ts_ms=last_ts + 1)
-
+    yield run_ended_event(
+        f"{run_id}#end",
+        _bounded(run.end, MAX_TOOL_NAME_LENGTH),
+        run_id=run_id,
+        session_key=run_id,
+        agent_id=agent,
+        ts_ms=last_ts + 1,
+    )
 
 
 def iso_ms(value: object) -> int:
     """Epoch milliseconds of an ISO 8601 time (UTC unless it says otherwise), 0 if it is not one."""
     if not isinstance(value, str) or not value:
         return 0
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         return 0
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return max(0, int(moment.timestamp() * 1000))
 
 

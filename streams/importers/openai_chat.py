@@ -10,7 +10,8 @@ an error here.  ``reward`` labels the run (``reward:1``, ``reward:0``).
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import msgspec
 

@@ -13,7 +13,8 @@ Its result is the observation whose ``cause`` is the action's ``id`` (the observ
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .mini_swe_agent import _stem
 from .model import ENDED, MAX_ITERATIONS, Call, Compaction, ImportFailed, Run, iso_ms, label_reason
@@ -71,8 +72,16 @@ def _run(history: list, run_id: str, record: dict | None) -> Run:
             metadata = extras.get("metadata") if isinstance(extras.get("metadata"), dict) else {}
             code = metadata.get("exit_code")
             error = observation.get("observation") == "error" or (isinstance(code, int) and code not in (0, -1))
-        run.items.append(Call(str(meta.get("function_name") or action), args, result, bool(error),
-                              iso_ms(event.get("timestamp")), meta.get("tool_call_id")))
+        run.items.append(
+            Call(
+                str(meta.get("function_name") or action),
+                args,
+                result,
+                bool(error),
+                iso_ms(event.get("timestamp")),
+                meta.get("tool_call_id"),
+            )
+        )
     run.end = _end(record, finished)
     return run
 

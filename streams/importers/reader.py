@@ -8,8 +8,9 @@ gzip (``.gz`` or not: by its magic bytes) is read transparently.  Every failure 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 import msgspec
 
@@ -125,16 +126,20 @@ class Opened:
                 return
             number += 1
             if len(line) > limit and not line.endswith(b"\n"):
-                raise ImportFailed(f"{self.name}: line {number} is longer than {_size(limit)}: not a transcript "
-                                   "this importer reads (or a corrupt file)")
+                raise ImportFailed(
+                    f"{self.name}: line {number} is longer than {_size(limit)}: not a transcript "
+                    "this importer reads (or a corrupt file)"
+                )
             if not line.strip():
                 continue
             try:
                 value = _decoder.decode(line)
             except (msgspec.DecodeError, RecursionError) as exc:
                 cut = not line.endswith(b"\n")
-                raise ImportFailed(f"{self.name}: line {number} is not valid JSON"
-                                   + (" (the file ends mid-line: truncated?)" if cut else f" ({exc})")) from None
+                raise ImportFailed(
+                    f"{self.name}: line {number} is not valid JSON"
+                    + (" (the file ends mid-line: truncated?)" if cut else f" ({exc})")
+                ) from None
             yield number, value
 
 

@@ -11,25 +11,49 @@ like), ``exit_cost`` / ``exit_step_limit`` / ``exit_context``: ``max-iterations`
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from .mini_swe_agent import _stem
 from .model import MAX_ITERATIONS, Call, ImportFailed, Run
 
 NAME = "swe-agent"
 KIND = "document"
-COMMANDS = frozenset({
-    "open", "goto", "scroll_up", "scroll_down", "create", "edit", "insert", "append", "search_dir",
-    "search_file", "find_file", "submit", "str_replace_editor", "str_replace_based_edit_tool", "filemap",
-    "view_image", "exit_forfeit", "skip", "review_on_submit", "review_on_submit_m", "diff_state",
-})
+COMMANDS = frozenset(
+    {
+        "open",
+        "goto",
+        "scroll_up",
+        "scroll_down",
+        "create",
+        "edit",
+        "insert",
+        "append",
+        "search_dir",
+        "search_file",
+        "find_file",
+        "submit",
+        "str_replace_editor",
+        "str_replace_based_edit_tool",
+        "filemap",
+        "view_image",
+        "exit_forfeit",
+        "skip",
+        "review_on_submit",
+        "review_on_submit_m",
+        "diff_state",
+    }
+)
 _ERRORS = ("Your proposed edit has introduced new syntax error", "Your edit was not applied", "Usage: ")
 _LIMITS = ("exit_cost", "exit_step_limit", "exit_context", "exit_total_execution_time")
 
 
 def detect(doc: Any) -> bool:
-    return (isinstance(doc, dict) and isinstance(doc.get("trajectory"), list)
-            and all(isinstance(s, dict) and "action" in s for s in doc["trajectory"][:5]))
+    return (
+        isinstance(doc, dict)
+        and isinstance(doc.get("trajectory"), list)
+        and all(isinstance(s, dict) and "action" in s for s in doc["trajectory"][:5])
+    )
 
 
 def runs(doc: Any, name: str) -> Iterator[Run]:

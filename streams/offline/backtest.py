@@ -38,21 +38,31 @@ import multiprocessing
 import time
 import zlib
 from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator, TypeVar
+from typing import IO, Any, TypeVar
 
 from schemas.events import EVENT_TYPE_OF, InvalidEvent, RunEnded
 from schemas.names import OUTCOMES, PROCESSING_ERROR
 
-from ..engine.intake import check_record, event_digest, remember, seen_before
 from ..engine import LoopEngine, RunDriver, copy_state, outcome
 from ..engine.drive import NONE
+from ..engine.intake import check_record, event_digest, remember, seen_before
 from .files import MAX_LINE_BYTES, OverlongLine, decompressed, read_lines
 from .sharded import ShardError, run_sharded, run_split, value_state_key
 
 __all__ = [
-    "Backtest", "BacktestError", "FileRecords", "FileSource", "KafkaRange", "NORMAL_END_REASONS", "Report", "checked", "records_sharded",
+    "Backtest",
+    "BacktestError",
+    "FileRecords",
+    "FileSource",
+    "KafkaRange",
+    "NORMAL_END_REASONS",
+    "Report",
+    "checked",
+    "records_sharded",
     "render_table",
 ]
 
@@ -147,7 +157,7 @@ class FileSource:
         shared = self._shared
         return min(shared[i] for i in range(1, len(shared), 2))
 
-    def records(self) -> "FileRecords":
+    def records(self) -> FileRecords:
         """The records, in order (iterable; ``loopwatch backtest --jobs`` hands each shard
         the files themselves: ``records_sharded``)."""
         return FileRecords(self)
@@ -190,7 +200,7 @@ class FileRecords:
 def parse_time(text: str, now: float | None = None) -> int:
     """Epoch milliseconds of ``--since``/``--until``: an ISO 8601 time (UTC unless it says
     otherwise), epoch milliseconds, or a duration ago (``90s``, ``30m``, ``2h``, ``7d``)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     text = text.strip()
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -205,7 +215,7 @@ def parse_time(text: str, now: float | None = None) -> int:
             f"cannot read the time {text!r}: use ISO 8601 (2026-12-01T10:00:00Z), epoch milliseconds, or 30m/2h/7d ago"
         ) from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return int(moment.timestamp() * 1000)
 
 
@@ -254,8 +264,9 @@ class KafkaRange:
         public ``describe_topics`` does).  Empty when the topic does not exist."""
         from aiokafka.admin import AIOKafkaAdminClient
 
-        admin = AIOKafkaAdminClient(bootstrap_servers=self.broker, request_timeout_ms=int(self.timeout_s * 1000),
-                                    **self.client_options)
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.broker, request_timeout_ms=int(self.timeout_s * 1000), **self.client_options
+        )
         await asyncio.wait_for(admin.start(), self.timeout_s)
         try:
             described = await admin.describe_topics([self.topic])
@@ -273,22 +284,29 @@ class KafkaRange:
         from ..edge.broker import BrokerAccessError, broker_access, speaks_tls
 
         consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.broker, enable_auto_commit=False, auto_offset_reset="earliest",
-            request_timeout_ms=int(self.timeout_s * 1000), max_partition_fetch_bytes=4 * 1024 * 1024,
-            fetch_max_bytes=16 * 1024 * 1024, **self.client_options,
+            bootstrap_servers=self.broker,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            request_timeout_ms=int(self.timeout_s * 1000),
+            max_partition_fetch_bytes=4 * 1024 * 1024,
+            fetch_max_bytes=16 * 1024 * 1024,
+            **self.client_options,
         )
         aiokafka_log = logging.getLogger("aiokafka")
         level = aiokafka_log.level
         aiokafka_log.setLevel(logging.CRITICAL)  # its connection errors: the one line below says it
         try:
-            async with broker_access(self.broker, username=self.client_options.get("sasl_plain_username"),
-                                     mechanism=self.client_options.get("sasl_mechanism"),
-                                     tls=speaks_tls(self.client_options.get("security_protocol"))):
+            async with broker_access(
+                self.broker,
+                username=self.client_options.get("sasl_plain_username"),
+                mechanism=self.client_options.get("sasl_mechanism"),
+                tls=speaks_tls(self.client_options.get("security_protocol")),
+            ):
                 await asyncio.wait_for(consumer.start(), self.timeout_s)
         except BrokerAccessError as exc:
             await consumer.stop()
             raise BacktestError(f"cannot use the broker: {exc}") from None
-        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, KafkaError, OSError) as exc:
             await consumer.stop()
             raise BacktestError(f"cannot reach the broker at {self.broker}: {_one_line(exc) or 'timed out'}") from None
         finally:
@@ -343,18 +361,22 @@ class KafkaRange:
     def describe(self) -> str:
         parts = [f"topic {self.topic}"]
         if self.start is not None or self.end is not None:
-            parts.append(f"offsets {self.start if self.start is not None else 'beginning'} to "
-                         f"{self.end if self.end is not None else 'end'}")
+            parts.append(
+                f"offsets {self.start if self.start is not None else 'beginning'} to "
+                f"{self.end if self.end is not None else 'end'}"
+            )
         if self.since_ms is not None or self.until_ms is not None:
-            parts.append(f"times {_iso(self.since_ms) if self.since_ms is not None else 'beginning'} to "
-                         f"{_iso(self.until_ms) if self.until_ms is not None else 'now'}")
+            parts.append(
+                f"times {_iso(self.since_ms) if self.since_ms is not None else 'beginning'} to "
+                f"{_iso(self.until_ms) if self.until_ms is not None else 'now'}"
+            )
         return ", ".join(parts)
 
 
 def _iso(ms: int) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -427,8 +449,14 @@ def _rebuilt(numbered: Iterator[tuple[int, tuple]], keyed: bool) -> Iterator[tup
 
 
 def records_sharded(
-    records: Iterable[Any], work: Callable[[Iterator[tuple[int, Any]]], T], jobs: int, *, keyed: bool,
-    progress: Callable[[int], None] | None, what: str, cpu_s: list[float] | None = None,
+    records: Iterable[Any],
+    work: Callable[[Iterator[tuple[int, Any]]], T],
+    jobs: int,
+    *,
+    keyed: bool,
+    progress: Callable[[int], None] | None,
+    what: str,
+    cpu_s: list[float] | None = None,
 ) -> list[T]:
     """``streams.offline.sharded.run_sharded`` over a source's records (``FileSource``, ``KafkaRange``):
     each shard's ``work`` gets ``(number in the stream, record)`` of its runs, rebuilt as the
@@ -479,8 +507,13 @@ def _shard_lines(source: FileSource, shard: int, jobs: int, shared: Any) -> Iter
 
 
 def _files_sharded(
-    source: FileSource, work: Callable[[Iterator[tuple[int, Any]]], T], jobs: int, *,
-    progress: Callable[[int], None] | None, what: str, cpu_s: list[float] | None,
+    source: FileSource,
+    work: Callable[[Iterator[tuple[int, Any]]], T],
+    jobs: int,
+    *,
+    progress: Callable[[int], None] | None,
+    what: str,
+    cpu_s: list[float] | None,
 ) -> list[T]:
     """``records_sharded`` over files without a record through this process: each shard
     reads the files itself (``_shard_lines``).  Its result comes back with the over-long lines
@@ -534,7 +567,11 @@ class _Side:
 
 
 def checked(
-    numbered: Iterable[tuple[int, Any]], *, keyed: bool, dead: Counter, progress: Callable[[int], None] | None = None,
+    numbered: Iterable[tuple[int, Any]],
+    *,
+    keyed: bool,
+    dead: Counter,
+    progress: Callable[[int], None] | None = None,
     counted: list[int] | None = None,
 ) -> Iterator[tuple[int, Any, Any, bytes]]:
     """``(number, record, event, state key)`` of every ``(number, record)`` the worker would
@@ -567,7 +604,11 @@ class Backtest:
     """Feed records (``run``), then read the ``report``."""
 
     def __init__(
-        self, baseline: LoopEngine, candidate: LoopEngine, *, agents: Iterable[str] | None = None,
+        self,
+        baseline: LoopEngine,
+        candidate: LoopEngine,
+        *,
+        agents: Iterable[str] | None = None,
         normal_reasons: Iterable[str] = NORMAL_END_REASONS,
     ) -> None:
         self.sides = (_Side(baseline), _Side(candidate))
@@ -602,8 +643,9 @@ class Backtest:
         self.shard_cpu_s: list[float] = []
         """CPU seconds of each process of the last ``run`` in shards (``bench.backtest``)."""
 
-    def run(self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None = None,
-            jobs: int = 1) -> None:
+    def run(
+        self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None = None, jobs: int = 1
+    ) -> None:
         """Every record through the worker's checks and both configs, in order; with ``jobs``
         above 1, the runs split by state key over that many processes (``streams.offline.sharded``)
         and their tallies merged: the same report, field for field."""
@@ -612,8 +654,9 @@ class Backtest:
         else:
             self._run(enumerate(records, self.records), keyed=keyed, progress=progress)
 
-    def _run(self, numbered: Iterable[tuple[int, Any]], *, keyed: bool,
-             progress: Callable[[int], None] | None = None) -> None:
+    def _run(
+        self, numbered: Iterable[tuple[int, Any]], *, keyed: bool, progress: Callable[[int], None] | None = None
+    ) -> None:
         """``run`` over ``(number in the stream, record)``: the numbers order what a merge of
         shards must put back in order (runs' first verdicts and ends, the first and last event)."""
         base, cand = self.sides
@@ -702,9 +745,13 @@ class Backtest:
                 outcome[1] = c
         if b != c and run.first is None:
             run.first = {
-                "event_id": event.event_id, "at": _where(record), "ts_ms": event.ts_ms,
+                "event_id": event.event_id,
+                "at": _where(record),
+                "ts_ms": event.ts_ms,
                 "type": EVENT_TYPE_OF[type(event)],
-                "tool": getattr(event, "tool_name", None), BASELINE: OUTCOMES[b], CANDIDATE: OUTCOMES[c],
+                "tool": getattr(event, "tool_name", None),
+                BASELINE: OUTCOMES[b],
+                CANDIDATE: OUTCOMES[c],
             }
 
     def _ended(self, key: bytes, event: RunEnded, seq: int) -> None:
@@ -717,8 +764,9 @@ class Backtest:
 
     # -- in shards (``run(..., jobs=N)``) ----------------------------------------------------
 
-    def _run_sharded(self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None,
-                     jobs: int) -> None:
+    def _run_sharded(
+        self, records: Iterable[Any], *, keyed: bool, progress: Callable[[int], None] | None, jobs: int
+    ) -> None:
         """The records split by state key over ``jobs`` processes, each a ``Backtest`` of its
         own with these configs, their tallies merged into this one (``_merge``)."""
         base, cand = (side.driver.engine for side in self.sides)
@@ -729,18 +777,33 @@ class Backtest:
             shard._run(numbered, keyed=keyed)
             return shard._tally()
 
-        self._merge(records_sharded(records, work, jobs, keyed=keyed, progress=progress, what="a backtest",
-                                    cpu_s=self.shard_cpu_s))
-
-    def _tally(self) -> "_Tally":
-        """What a shard's report needs, without its engines and open states (pickled back)."""
-        return _Tally(
-            self.records, self.events, self.duplicates, self.other_agents, self.dead, self.runs, self.agents_seen,
-            self.ended, (self.sides[0].verdicts, self.sides[1].verdicts), self.finished, list(self.judged.values()),
-            self.first_at, self.first_ms, self.last_at, self.last_ms,
+        self._merge(
+            records_sharded(
+                records, work, jobs, keyed=keyed, progress=progress, what="a backtest", cpu_s=self.shard_cpu_s
+            )
         )
 
-    def _merge(self, tallies: list["_Tally"]) -> None:
+    def _tally(self) -> _Tally:
+        """What a shard's report needs, without its engines and open states (pickled back)."""
+        return _Tally(
+            self.records,
+            self.events,
+            self.duplicates,
+            self.other_agents,
+            self.dead,
+            self.runs,
+            self.agents_seen,
+            self.ended,
+            (self.sides[0].verdicts, self.sides[1].verdicts),
+            self.finished,
+            list(self.judged.values()),
+            self.first_at,
+            self.first_ms,
+            self.last_at,
+            self.last_ms,
+        )
+
+    def _merge(self, tallies: list[_Tally]) -> None:
         """Add the shards' tallies to this backtest as if it had run their records itself, in
         the stream's order: counts add up, runs that ended are listed in the order they ended,
         open runs in the order of their first verdicts, the first and last event are the
@@ -768,7 +831,7 @@ class Backtest:
         self.finished = finished
         self.judged = {run.key: run for run in judged}
 
-    def report(self) -> "Report":
+    def report(self) -> Report:
         return Report.of(self)
 
 
@@ -789,10 +852,11 @@ class Report:
     per_minute: tuple[Counter, Counter]
 
     @classmethod
-    def of(cls, bt: Backtest) -> "Report":
+    def of(cls, bt: Backtest) -> Report:
         normal = bt.normal_reasons
         rows: dict[tuple[str, str, str], dict[str, list[set]]] = defaultdict(
-            lambda: {name: [set(), set(), set()] for name in SIDES})
+            lambda: {name: [set(), set(), set()] for name in SIDES}
+        )
         kinds = {"warn": 0, "block": 1, "abort": 2}
         counts = {name: Counter() for name in SIDES}
         per_minute = (Counter(), Counter())
@@ -811,8 +875,10 @@ class Report:
             false_positives[name] = {
                 "blocks": sum(blocked.values()),
                 "runs": sorted({_run_name(run) for run in blocked_runs}),
-                "by": [{"agent": a, "detector": d, "tool": t, "blocks": n}
-                       for (a, d, t), n in sorted(blocked.items(), key=lambda kv: (-kv[1], kv[0]))],
+                "by": [
+                    {"agent": a, "detector": d, "tool": t, "blocks": n}
+                    for (a, d, t), n in sorted(blocked.items(), key=lambda kv: (-kv[1], kv[0]))
+                ],
             }
         table = []
         for (agent, detector, tool), sides in sorted(rows.items(), key=lambda kv: tuple(map(str, kv[0]))):
@@ -829,10 +895,16 @@ class Report:
                 outcomes[name][OUTCOMES[run.outcome[i]]] += 1
             disagreeing += run.first is not None
             if run.outcome[0] != run.outcome[1]:
-                changed.append({
-                    "run": _run_name(run), "agent": run.agent, BASELINE: OUTCOMES[run.outcome[0]],
-                    CANDIDATE: OUTCOMES[run.outcome[1]], "ended": run.ended, "first_disagreement": run.first,
-                })
+                changed.append(
+                    {
+                        "run": _run_name(run),
+                        "agent": run.agent,
+                        BASELINE: OUTCOMES[run.outcome[0]],
+                        CANDIDATE: OUTCOMES[run.outcome[1]],
+                        "ended": run.ended,
+                        "first_disagreement": run.first,
+                    }
+                )
         data = {
             "records": bt.records,
             "events": bt.events,
@@ -871,8 +943,10 @@ def render_table(report: Report, out: IO[str], *, examples: int = EXAMPLES) -> N
     if d["other_agents"]:
         skipped.append(f"{d['other_agents']:,} events of other agents")
     dead = d["dead_letters"]
-    skipped.append(f"{sum(dead.values()):,} dead-letter-worthy records"
-                   + (" (" + ", ".join(f"{k} {v:,}" for k, v in dead.items()) + ")" if dead else ""))
+    skipped.append(
+        f"{sum(dead.values()):,} dead-letter-worthy records"
+        + (" (" + ", ".join(f"{k} {v:,}" for k, v in dead.items()) + ")" if dead else "")
+    )
     w("; ".join(skipped) + "\n\n")
 
     w(f"{'':<24}{'baseline':>12}{'candidate':>12}{'change':>10}\n")
@@ -889,19 +963,28 @@ def render_table(report: Report, out: IO[str], *, examples: int = EXAMPLES) -> N
         aw = max(5, *(len(n[0]) for n in names))
         dw = max(8, *(len(n[1]) for n in names))
         tw = max(4, *(len(n[2]) for n in names))
-        w(f"\nruns warned, blocked and aborted, baseline -> candidate\n")
+        w("\nruns warned, blocked and aborted, baseline -> candidate\n")
         w(f"{'agent':<{aw}}  {'detector':<{dw}}  {'tool':<{tw}}  {'warned':>15}  {'blocked':>15}  {'aborted':>15}\n")
         for r in rows:
-            cells = "  ".join(f"{r[BASELINE][k]:>6,} -> {r[CANDIDATE][k]:<6,}" for k in ("warned", "blocked", "aborted"))
+            cells = "  ".join(
+                f"{r[BASELINE][k]:>6,} -> {r[CANDIDATE][k]:<6,}" for k in ("warned", "blocked", "aborted")
+            )
             w(f"{r['agent']:<{aw}}  {r['detector']:<{dw}}  {r['tool']:<{tw}}  {cells}\n")
 
     changed = d["changed_runs"]
     w(f"\nruns whose outcome changes: {len(changed):,} (verdicts differ somewhere in {d['runs_disagreeing']:,} runs)\n")
     for run in changed[:examples]:
         first = run["first_disagreement"]
-        w(f"  {run['run']}  agent {run['agent']}: {run[BASELINE]} -> {run[CANDIDATE]}"
-          + (f"; first disagreement at {first['at']} ({first['type']} {first['tool'] or ''} event {first['event_id']}):"
-             f" baseline {first[BASELINE]}, candidate {first[CANDIDATE]}" if first else "") + "\n")
+        w(
+            f"  {run['run']}  agent {run['agent']}: {run[BASELINE]} -> {run[CANDIDATE]}"
+            + (
+                f"; first disagreement at {first['at']} ({first['type']} {first['tool'] or ''} event {first['event_id']}):"
+                f" baseline {first[BASELINE]}, candidate {first[CANDIDATE]}"
+                if first
+                else ""
+            )
+            + "\n"
+        )
     if len(changed) > examples:
         w(f"  ... {len(changed) - examples:,} more (--json lists them all)\n")
 
@@ -925,8 +1008,13 @@ def plot(report: Report, path: Path, *, baseline: str, candidate: str) -> None:
         Series(f"candidate ({candidate}): {sum(cand):,} verdicts", times, cand, CANDIDATE_COLOR),
     ]
     try:
-        fig = time_chart(series, title="loopwatch backtest: would-fire per minute (warnings, blocks, aborts published)",
-                         ylabel="verdicts per minute", bucket_s=60, empty="no config would warn, block or abort")
+        fig = time_chart(
+            series,
+            title="loopwatch backtest: would-fire per minute (warnings, blocks, aborts published)",
+            ylabel="verdicts per minute",
+            bucket_s=60,
+            empty="no config would warn, block or abort",
+        )
         save(fig, path)
     except PlotError as exc:
         raise BacktestError(str(exc)) from None
@@ -936,8 +1024,9 @@ class Progress:
     """A progress line on ``out`` (records read, rate, ETA) once the work takes longer than
     ``after_s``; rewritten in place on a terminal, a line every ``every_s`` elsewhere."""
 
-    def __init__(self, out: IO[str], share: Callable[[], float | None], *, after_s: float = 2.0,
-                 what: str = "backtest") -> None:
+    def __init__(
+        self, out: IO[str], share: Callable[[], float | None], *, after_s: float = 2.0, what: str = "backtest"
+    ) -> None:
         self.what = what
         self.out = out
         self.share = share

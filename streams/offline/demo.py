@@ -23,7 +23,14 @@ from ..client import LoopBlocked, LoopwatchClient, RunAbortedError
 from .scenarios import SCENARIOS, scenario_calls
 
 REPO = Path(__file__).resolve().parents[1]
-COLORS = {"warn": "\033[33m", "block": "\033[31m", "abort": "\033[35m", "ok": "\033[32m", "dim": "\033[2m", "end": "\033[0m"}
+COLORS = {
+    "warn": "\033[33m",
+    "block": "\033[31m",
+    "abort": "\033[35m",
+    "ok": "\033[32m",
+    "dim": "\033[2m",
+    "end": "\033[0m",
+}
 
 
 def paint(kind: str, text: str) -> str:
@@ -52,8 +59,14 @@ def start_worker(bootstrap: str, web_port: int, metrics_port: int, config: Path,
         "LOOPWATCH_DATA_DIR": str(REPO / ".loopwatch-state" / "demo"),
     }
     log = open(log_path, "ab")
-    return subprocess.Popen([sys.executable, "-m", "streams.app.worker"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, cwd=REPO)
+    return subprocess.Popen(
+        [sys.executable, "-m", "streams.app.worker"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=REPO,
+    )
 
 
 async def simulate_run(client: LoopwatchClient, kind: str, run_id: str, length: int, stats: dict, pace: float) -> None:
@@ -85,7 +98,9 @@ async def simulate_run(client: LoopwatchClient, kind: str, run_id: str, length: 
         stats[kind]["calls"] += 1
         if decision is not None and decision.action == "warn":
             stats[kind]["warns"] += 1
-            print(paint("warn", f"  {run_id:22} WARN  {decision.tool_name} ({decision.detector}, count {decision.count})"))
+            print(
+                paint("warn", f"  {run_id:22} WARN  {decision.tool_name} ({decision.detector}, count {decision.count})")
+            )
         kwargs = {"error": call.error} if call.error is not None else {"result": call.result}
         await run.after_tool_call(call.tool, call.args, tool_call_id=call_id, **kwargs)
         if run.aborted is not None:
@@ -108,7 +123,8 @@ async def run_fleet(bootstrap: str, runs_per_kind: int, length: int, pace: float
     async with LoopwatchClient(bootstrap, mode="gate", timeout=5.0) as client:
         tasks = [
             simulate_run(client, kind, f"{kind}-{n + 1}", length, stats, pace)
-            for kind in SCENARIOS for n in range(runs_per_kind)
+            for kind in SCENARIOS
+            for n in range(runs_per_kind)
         ]
         await asyncio.gather(*tasks)
         stats["duplicates"] = client.duplicates_dropped
@@ -124,8 +140,10 @@ def print_summary(stats: dict, elapsed: float) -> None:
     lat = sorted(stats["latency"])
     if lat:
         p = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000  # noqa: E731
-        print(f"\ndecision round trip (runner -> Kafka -> loopwatch -> Kafka -> runner): "
-              f"p50 {p(0.5):.1f} ms, p99 {p(0.99):.1f} ms over {len(lat)} calls in {elapsed:.1f} s")
+        print(
+            f"\ndecision round trip (runner -> Kafka -> loopwatch -> Kafka -> runner): "
+            f"p50 {p(0.5):.1f} ms, p99 {p(0.99):.1f} ms over {len(lat)} calls in {elapsed:.1f} s"
+        )
 
 
 def run_demo(argv: list[str] | None = None) -> int:

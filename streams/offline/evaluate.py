@@ -43,19 +43,29 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator, Sequence
+from typing import IO, Any
 
 from schemas.events import RunEnded, ToolCallCompleted
 
-from .backtest import BacktestError, checked, records_sharded
 from ..engine import LoopEngine, RunDriver, outcome
 from ..engine.drive import BLOCK, WARN
+from .backtest import BacktestError, checked, records_sharded
 
 __all__ = [
-    "LOOP_LENGTHS", "EngineRow", "Evaluation", "ReferenceRow", "RunResult", "REFERENCE_ROWS", "evaluate_run",
-    "is_successful", "plot", "render_table", "strict_loops",
+    "LOOP_LENGTHS",
+    "EngineRow",
+    "Evaluation",
+    "ReferenceRow",
+    "RunResult",
+    "REFERENCE_ROWS",
+    "evaluate_run",
+    "is_successful",
+    "plot",
+    "render_table",
+    "strict_loops",
 ]
 
 LOOP_LENGTHS = (3, 5, 10)
@@ -174,8 +184,8 @@ def gemini_cli(calls: Sequence[tuple[str, str | None, bool]], repeats: int = 5, 
             span = period * repeats
             if end < span:
                 break
-            window = sigs[end - span:end]
-            if window == sigs[end - period:end] * repeats:
+            window = sigs[end - span : end]
+            if window == sigs[end - period : end] * repeats:
                 blocks += 1
                 if first is None:
                     first = i
@@ -188,26 +198,35 @@ def openhands(calls: Sequence[tuple[str, str | None, bool]]) -> Stops:
     3rd of 3 identical actions that each ended in an error, the run ends (an abort)."""
     for i in range(len(calls)):
         end = i + 1
-        if end >= 4 and len(set(calls[end - 4:end])) == 1:
+        if end >= 4 and len(set(calls[end - 4 : end])) == 1:
             return Stops(abort=end)
         if end >= 3:
-            last = calls[end - 3:end]
+            last = calls[end - 3 : end]
             if len({c[0] for c in last}) == 1 and all(c[2] for c in last):
                 return Stops(abort=end)
     return Stops()
 
 
 REFERENCE_ROWS = (
-    ReferenceRow("Roo Code (3 identical, 4th refused)", roo_code,
-                 "RooCodeInc/Roo-Code src/core/tools/ToolRepetitionDetector.ts"),
-    ReferenceRow("Gemini CLI (5 identical; cycles of 1-5 x5)", gemini_cli,
-                 "google-gemini/gemini-cli packages/core/src/services/loopDetectionService.ts"),
-    ReferenceRow("OpenHands (4 identical pairs; 3 identical errors)", openhands,
-                 "All-Hands-AI/OpenHands openhands/controller/stuck.py"),
+    ReferenceRow(
+        "Roo Code (3 identical, 4th refused)", roo_code, "RooCodeInc/Roo-Code src/core/tools/ToolRepetitionDetector.ts"
+    ),
+    ReferenceRow(
+        "Gemini CLI (5 identical; cycles of 1-5 x5)",
+        gemini_cli,
+        "google-gemini/gemini-cli packages/core/src/services/loopDetectionService.ts",
+    ),
+    ReferenceRow(
+        "OpenHands (4 identical pairs; 3 identical errors)",
+        openhands,
+        "All-Hands-AI/OpenHands openhands/controller/stuck.py",
+    ),
 )
 
 
-def strict_loops(calls: Sequence[tuple[str, str | None, bool]], lengths: Iterable[int] = LOOP_LENGTHS) -> dict[int, tuple[int, int]]:
+def strict_loops(
+    calls: Sequence[tuple[str, str | None, bool]], lengths: Iterable[int] = LOOP_LENGTHS
+) -> dict[int, tuple[int, int]]:
     """For each k, the run's first strict loop of at least k calls: ``(calls before it, its
     length)`` (the same call with the same result, in a row)."""
     lengths = sorted(lengths)
@@ -239,7 +258,9 @@ class RunResult:
     """Per row, in the rows' order."""
 
 
-def evaluate_run(key: str, events: Sequence[Any], rows: Sequence[Any], successful: frozenset[str] = SUCCESSFUL) -> RunResult:
+def evaluate_run(
+    key: str, events: Sequence[Any], rows: Sequence[Any], successful: frozenset[str] = SUCCESSFUL
+) -> RunResult:
     """One run, every row: a function of the run's events only."""
     calls = [(e.args_hash, e.result_hash, e.is_error) for e in events if type(e) is ToolCallCompleted]
     last = events[-1] if events else None
@@ -293,15 +314,21 @@ class Evaluation:
         self.shard_cpu_s: list[float] = []
         """CPU seconds of each process of the last ``run`` in shards (``bench.evaluate``)."""
 
-    def runs_of(self, numbered: Iterable[tuple[int, Any]], *, progress: Callable[[int], None] | None = None,
-                ) -> Iterator[tuple[tuple[int, int], str, list]]:
+    def runs_of(
+        self,
+        numbered: Iterable[tuple[int, Any]],
+        *,
+        progress: Callable[[int], None] | None = None,
+    ) -> Iterator[tuple[tuple[int, int], str, list]]:
         """Each run's events, checked as the worker checks them, when the run ends (at its
         ``run.ended``, or the end of the input), from ``(number in the stream, record)``; with
         the run's place in the order this yields the whole stream's runs: ``(0, number of its
         run.ended)``, or ``(1, number of its first event)`` for a run the input leaves open."""
         open_runs: dict[bytes, tuple[list, set, int]] = {}
         counted = [0]
-        for seq, _record, event, key in checked(numbered, keyed=False, dead=self.dead, progress=progress, counted=counted):
+        for seq, _record, event, key in checked(
+            numbered, keyed=False, dead=self.dead, progress=progress, counted=counted
+        ):
             run = open_runs.get(key)
             if run is None:
                 run = open_runs[key] = ([], set(), seq)
@@ -330,13 +357,15 @@ class Evaluation:
 
         def work(numbered: Iterator[tuple[int, Any]]) -> tuple[int, int, int, Counter, list]:
             shard = Evaluation(rows, successful)
-            results = [(order, evaluate_run(key, events, rows, successful))
-                       for order, key, events in shard.runs_of(numbered)]
+            results = [
+                (order, evaluate_run(key, events, rows, successful)) for order, key, events in shard.runs_of(numbered)
+            ]
             return shard.records, shard.events, shard.duplicates, shard.dead, results
 
         merged = []
         for records_n, events, duplicates, dead, results in records_sharded(
-                records, work, jobs, keyed=False, progress=progress, what="an evaluation", cpu_s=self.shard_cpu_s):
+            records, work, jobs, keyed=False, progress=progress, what="an evaluation", cpu_s=self.shard_cpu_s
+        ):
             self.records += records_n
             self.events += events
             self.duplicates += duplicates
@@ -364,8 +393,9 @@ class Evaluation:
                 continue
             saved = result.calls - stop
             tally.saved += saved
-            tally.stopped_runs.append({"run": result.key, "successful": result.success, "calls": result.calls,
-                                       "stopped_after": stop})
+            tally.stopped_runs.append(
+                {"run": result.key, "successful": result.success, "calls": result.calls, "stopped_after": stop}
+            )
             if result.success is True:
                 tally.false_alarms += 1
                 tally.false_alarm_runs.append(result.key)
@@ -383,27 +413,41 @@ class Evaluation:
             for k in LOOP_LENGTHS:
                 into = tally.caught[k]
                 loops[str(k)] = {
-                    "runs": self.loops[k], "caught": len(into),
+                    "runs": self.loops[k],
+                    "caught": len(into),
                     "rate": len(into) / self.loops[k] if self.loops[k] else None,
-                    "calls_into_loop_median": _median(into), "calls_into_loop_p90": _percentile(into, 0.9),
+                    "calls_into_loop_median": _median(into),
+                    "calls_into_loop_p90": _percentile(into, 0.9),
                 }
-            rows.append({
-                "name": row.name, "kind": row.kind,
-                "runs_warned": tally.warned, "runs_blocked": tally.blocked, "runs_aborted": tally.aborted,
-                "blocks": tally.blocks, "loops": loops,
-                "false_alarms": tally.false_alarms,
-                "false_alarm_rate": tally.false_alarms / successful if successful else None,
-                "false_alarm_runs": sorted(tally.false_alarm_runs),
-                "stopped_runs": sorted(tally.stopped_runs, key=lambda r: r["run"]),
-                "calls_saved": tally.saved, "calls_saved_in_unsuccessful_runs": tally.saved_unsuccessful,
-                **({"source": row.source} if row.kind == "reference" else {}),
-            })
+            rows.append(
+                {
+                    "name": row.name,
+                    "kind": row.kind,
+                    "runs_warned": tally.warned,
+                    "runs_blocked": tally.blocked,
+                    "runs_aborted": tally.aborted,
+                    "blocks": tally.blocks,
+                    "loops": loops,
+                    "false_alarms": tally.false_alarms,
+                    "false_alarm_rate": tally.false_alarms / successful if successful else None,
+                    "false_alarm_runs": sorted(tally.false_alarm_runs),
+                    "stopped_runs": sorted(tally.stopped_runs, key=lambda r: r["run"]),
+                    "calls_saved": tally.saved,
+                    "calls_saved_in_unsuccessful_runs": tally.saved_unsuccessful,
+                    **({"source": row.source} if row.kind == "reference" else {}),
+                }
+            )
         return {
-            "records": self.records, "events": self.events, "duplicates": self.duplicates,
-            "dead_letters": dict(sorted(self.dead.items())), "runs": self.runs, "tool_calls": self.calls,
+            "records": self.records,
+            "events": self.events,
+            "duplicates": self.duplicates,
+            "dead_letters": dict(sorted(self.dead.items())),
+            "runs": self.runs,
+            "tool_calls": self.calls,
             "labels": {k: self.labels[k] for k in ("successful", "unsuccessful", "unlabelled")},
-            "strict_loops": {str(k): {"runs": self.loops[k], "examples": sorted(self.loop_runs[k])[:20]}
-                             for k in LOOP_LENGTHS},
+            "strict_loops": {
+                str(k): {"runs": self.loops[k], "examples": sorted(self.loop_runs[k])[:20]} for k in LOOP_LENGTHS
+            },
             "rows": rows,
         }
 
@@ -423,24 +467,41 @@ def _cell(loop: dict) -> str:
 def render_table(report: dict, out: IO[str]) -> None:
     w = out.write
     labels = report["labels"]
-    w(f"{report['runs']:,} runs, {report['tool_calls']:,} tool calls ({labels['successful']:,} successful, "
-      f"{labels['unsuccessful']:,} unsuccessful, {labels['unlabelled']:,} unlabelled); strict loops "
-      + ", ".join(f"of {k}+: {v['runs']:,} runs" for k, v in report["strict_loops"].items()) + "\n")
+    w(
+        f"{report['runs']:,} runs, {report['tool_calls']:,} tool calls ({labels['successful']:,} successful, "
+        f"{labels['unsuccessful']:,} unsuccessful, {labels['unlabelled']:,} unlabelled); strict loops "
+        + ", ".join(f"of {k}+: {v['runs']:,} runs" for k, v in report["strict_loops"].items())
+        + "\n"
+    )
     dead = report["dead_letters"]
     if dead or report["duplicates"]:
-        w(f"skipped: {report['duplicates']:,} duplicates, {sum(dead.values()):,} records the worker would refuse"
-          + (" (" + ", ".join(f"{k} {v:,}" for k, v in dead.items()) + ")" if dead else "") + "\n")
+        w(
+            f"skipped: {report['duplicates']:,} duplicates, {sum(dead.values()):,} records the worker would refuse"
+            + (" (" + ", ".join(f"{k} {v:,}" for k, v in dead.items()) + ")" if dead else "")
+            + "\n"
+        )
     w("loops: caught/runs with one (median, p90 calls into the loop before the stop)\n\n")
     rows = report["rows"]
     nw = max(4, *(len(r["name"]) for r in rows))
-    heads = ("warned", "blocked", "aborted") + tuple(f"loops {k}+" for k in LOOP_LENGTHS) + ("false alarms", "calls saved")
+    heads = (
+        ("warned", "blocked", "aborted") + tuple(f"loops {k}+" for k in LOOP_LENGTHS) + ("false alarms", "calls saved")
+    )
     widths = (7, 7, 7, 16, 16, 16, 12, 11)
     w(f"{'row':<{nw}}  " + "  ".join(f"{h:>{wd}}" for h, wd in zip(heads, widths)) + "\n")
     for r in rows:
-        cells = (r["runs_warned"], r["runs_blocked"], r["runs_aborted"],
-                 *(_cell(r["loops"][str(k)]) for k in LOOP_LENGTHS), r["false_alarms"], r["calls_saved"])
-        w(f"{r['name']:<{nw}}  " + "  ".join(f"{c:>{wd}}" if isinstance(c, str) else f"{c:>{wd},}"
-                                            for c, wd in zip(cells, widths)) + "\n")
+        cells = (
+            r["runs_warned"],
+            r["runs_blocked"],
+            r["runs_aborted"],
+            *(_cell(r["loops"][str(k)]) for k in LOOP_LENGTHS),
+            r["false_alarms"],
+            r["calls_saved"],
+        )
+        w(
+            f"{r['name']:<{nw}}  "
+            + "  ".join(f"{c:>{wd}}" if isinstance(c, str) else f"{c:>{wd},}" for c, wd in zip(cells, widths))
+            + "\n"
+        )
     alarms = [(r["name"], r["false_alarm_runs"]) for r in rows if r["false_alarm_runs"]]
     if alarms:
         w("\nfalse alarms (blocked or aborted runs labelled successful):\n")
@@ -453,8 +514,11 @@ def plot(report: dict, path: Path) -> None:
     (3+, 5+, 10+; ``streams.offline.plots.scatter_chart``)."""
     from .plots import ROW_COLORS, Marker, PlotError, Points, save, scatter_chart
 
-    markers = {"3": Marker("o", 16, "strict loops of 3+ calls"), "5": Marker("s", 10.5, "strict loops of 5+ calls"),
-               "10": Marker("^", 7.5, "strict loops of 10+ calls")}
+    markers = {
+        "3": Marker("o", 16, "strict loops of 3+ calls"),
+        "5": Marker("s", 10.5, "strict loops of 5+ calls"),
+        "10": Marker("^", 7.5, "strict loops of 10+ calls"),
+    }
     rows = []
     for i, row in enumerate(report["rows"]):
         fa = 100 * (row["false_alarm_rate"] or 0.0)
@@ -463,11 +527,14 @@ def plot(report: dict, path: Path) -> None:
     loops = {k: v["runs"] for k, v in report["strict_loops"].items()}
     try:
         fig = scatter_chart(
-            rows, markers=markers,
+            rows,
+            markers=markers,
             title=f"loopwatch evaluate: {report['runs']:,} runs, {report['labels']['successful']:,} successful; "
-                  f"runs with strict loops of 3+/5+/10+ calls: {loops['3']}/{loops['5']}/{loops['10']}",
+            f"runs with strict loops of 3+/5+/10+ calls: {loops['3']}/{loops['5']}/{loops['10']}",
             xlabel="false-alarm rate, % (runs labelled successful that the row blocked or aborted)",
-            ylabel="catch rate, % (runs with a strict loop stopped in it)", empty="no strict loops in these runs")
+            ylabel="catch rate, % (runs with a strict loop stopped in it)",
+            empty="no strict loops in these runs",
+        )
         save(fig, path)
     except PlotError as exc:
         raise BacktestError(str(exc)) from None

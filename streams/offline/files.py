@@ -16,7 +16,8 @@ magic bytes (whatever its name), as is.
 from __future__ import annotations
 
 import gzip
-from typing import IO, Iterator
+from collections.abc import Iterator
+from typing import IO
 
 from schemas.events import MAX_EVENT_BYTES
 

@@ -21,13 +21,27 @@ What every chart here does, so that a person can read it whatever the data:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 __all__ = [
-    "AXES_BOX", "DPI", "FIGSIZE", "Marker", "PlotError", "Points", "ROW_COLORS", "SCATTER_BOX", "Series", "axes_pixels",
-    "counts_per_bucket", "save", "scatter_chart", "time_chart",
+    "AXES_BOX",
+    "DPI",
+    "FIGSIZE",
+    "Marker",
+    "PlotError",
+    "Points",
+    "ROW_COLORS",
+    "SCATTER_BOX",
+    "Series",
+    "axes_pixels",
+    "counts_per_bucket",
+    "save",
+    "scatter_chart",
+    "time_chart",
 ]
 
 FIGSIZE = (11.0, 5.0)
@@ -37,8 +51,18 @@ AXES_BOX = (0.07, 0.24, 0.9, 0.64)
 SCATTER_BOX = (0.07, 0.12, 0.5, 0.76)
 """A scatter chart's plotting area: the legend of its rows takes the right of the picture."""
 BASELINE_COLOR, CANDIDATE_COLOR = "#1f77b4", "#d62728"
-ROW_COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
-              "#7f7f7f")
+ROW_COLORS = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#17becf",
+    "#bcbd22",
+    "#7f7f7f",
+)
 """A scatter chart's rows, in turn (matplotlib's tab10: told apart at a glance and by a test)."""
 DODGE_PT = 12.0
 """How far apart rows on the same point are set, in points of the picture."""
@@ -71,36 +95,63 @@ def counts_per_bucket(counts: Sequence[Mapping[int, int]], bucket_s: float) -> t
     return [b * bucket_s for b in span], [[c.get(b, 0) for b in span] for c in counts]
 
 
-def time_chart(series: Sequence[Series], *, title: str, ylabel: str, bucket_s: float,
-               xlabel: str = "event time (UTC)", empty: str = "nothing to draw") -> Any:
+def time_chart(
+    series: Sequence[Series],
+    *,
+    title: str,
+    ylabel: str,
+    bucket_s: float,
+    xlabel: str = "event time (UTC)",
+    empty: str = "nothing to draw",
+) -> Any:
     """The chart as a matplotlib Figure (Agg, not shown): ``save`` writes it."""
     fig, ax = _figure(AXES_BOX, title)
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     import matplotlib.dates as mdates
 
     times = [t for s in series for t in s.times_s]
     if times:
         for s in sorted(series, key=lambda s: not s.hollow):
-            x = [datetime.fromtimestamp(t, timezone.utc) for t in s.times_s]
+            x = [datetime.fromtimestamp(t, UTC) for t in s.times_s]
             if s.hollow:
-                ax.plot(x, s.y, color=s.color, linestyle="-", linewidth=2.0, marker="o", markersize=8,
-                        markerfacecolor="none", markeredgewidth=1.8, label=s.label, zorder=2)
+                ax.plot(
+                    x,
+                    s.y,
+                    color=s.color,
+                    linestyle="-",
+                    linewidth=2.0,
+                    marker="o",
+                    markersize=8,
+                    markerfacecolor="none",
+                    markeredgewidth=1.8,
+                    label=s.label,
+                    zorder=2,
+                )
             else:
-                ax.plot(x, s.y, color=s.color, linestyle="--", linewidth=1.5, marker="s", markersize=4,
-                        label=s.label, zorder=3)
+                ax.plot(
+                    x,
+                    s.y,
+                    color=s.color,
+                    linestyle="--",
+                    linewidth=1.5,
+                    marker="s",
+                    markersize=4,
+                    label=s.label,
+                    zorder=3,
+                )
         first, last = min(times), max(times)
         pad = max(bucket_s, (last - first) * 0.03)
-        ax.set_xlim(datetime.fromtimestamp(first - pad, timezone.utc), datetime.fromtimestamp(last + pad, timezone.utc))
+        ax.set_xlim(datetime.fromtimestamp(first - pad, UTC), datetime.fromtimestamp(last + pad, UTC))
         top = max((v for s in series for v in s.y), default=0)
         ax.set_ylim(0, max(1, top) * 1.15)
         if bucket_s >= 60 and last - first + 2 * pad <= 12 * bucket_s:
             # a short span: a tick per bucket, never ticks between buckets (seconds that read as minutes)
-            locator: Any = mdates.MinuteLocator(byminute=range(0, 60, max(1, int(bucket_s // 60))), tz=timezone.utc)
+            locator: Any = mdates.MinuteLocator(byminute=range(0, 60, max(1, int(bucket_s // 60))), tz=UTC)
         else:
-            locator = mdates.AutoDateLocator(tz=timezone.utc, minticks=3, maxticks=10)
+            locator = mdates.AutoDateLocator(tz=UTC, minticks=3, maxticks=10)
         ax.xaxis.set_major_locator(locator)
-        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=timezone.utc))
+        ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator, tz=UTC))
         fig.legend(loc="lower center", ncol=max(1, len(series)), frameon=False, bbox_to_anchor=(0.5, 0.02))
     else:
         ax.set_ylim(0, 1)
@@ -131,8 +182,16 @@ class Points:
     color: str
 
 
-def scatter_chart(rows: Sequence[Points], *, markers: Mapping[str, Marker], title: str, xlabel: str, ylabel: str,
-                  y_range: tuple[float, float] = (0.0, 100.0), empty: str = "nothing to draw") -> Any:
+def scatter_chart(
+    rows: Sequence[Points],
+    *,
+    markers: Mapping[str, Marker],
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    y_range: tuple[float, float] = (0.0, 100.0),
+    empty: str = "nothing to draw",
+) -> Any:
     """The chart as a matplotlib Figure (Agg, not shown): ``save`` writes it.  The x axis runs
     from 0 to the largest x (1 if none is above 0); kinds are drawn largest first, so a row's
     points of several kinds on one place nest; rows on the same point and kind are set side by
@@ -153,8 +212,18 @@ def scatter_chart(rows: Sequence[Points], *, markers: Mapping[str, Marker], titl
                 continue
             for place, i in enumerate(here):
                 shift = ScaledTranslation((place - (len(here) - 1) / 2) * DODGE_PT / 72, 0, fig.dpi_scale_trans)
-                ax.plot([x], [y], linestyle="none", marker=marker.shape, markersize=marker.size, color=rows[i].color,
-                        markeredgecolor="black", markeredgewidth=0.8, transform=ax.transData + shift, zorder=3)
+                ax.plot(
+                    [x],
+                    [y],
+                    linestyle="none",
+                    marker=marker.shape,
+                    markersize=marker.size,
+                    color=rows[i].color,
+                    markeredgecolor="black",
+                    markeredgewidth=0.8,
+                    transform=ax.transData + shift,
+                    zorder=3,
+                )
     # room for the widest group of side-by-side points and the largest marker, at either end
     widest = max((len(here) for here in at.values()), default=1)
     reach_px = ((widest - 1) / 2 * DODGE_PT + max((m.size for m in markers.values()), default=0) / 2 + 3) * DPI / 72
@@ -169,13 +238,44 @@ def scatter_chart(rows: Sequence[Points], *, markers: Mapping[str, Marker], titl
         ax.text(0.5, 0.5, empty, transform=ax.transAxes, ha="center", va="center", color="0.4")
     right = SCATTER_BOX[0] + SCATTER_BOX[2] + 0.015
     legend = fig.legend(
-        handles=[Line2D([], [], linestyle="none", marker="o", markersize=9, color=row.color, markeredgecolor="black",
-                        label=row.label) for row in rows],
-        loc="upper left", bbox_to_anchor=(right, SCATTER_BOX[1] + SCATTER_BOX[3]), frameon=False, fontsize=8)
+        handles=[
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker="o",
+                markersize=9,
+                color=row.color,
+                markeredgecolor="black",
+                label=row.label,
+            )
+            for row in rows
+        ],
+        loc="upper left",
+        bbox_to_anchor=(right, SCATTER_BOX[1] + SCATTER_BOX[3]),
+        frameon=False,
+        fontsize=8,
+    )
     fig.add_artist(legend)
-    fig.legend(handles=[Line2D([], [], linestyle="none", marker=markers[k].shape, markersize=markers[k].size,
-                               color="white", markeredgecolor="black", label=markers[k].label) for k in order],
-               loc="lower left", bbox_to_anchor=(right, SCATTER_BOX[1]), frameon=False, fontsize=8)
+    fig.legend(
+        handles=[
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker=markers[k].shape,
+                markersize=markers[k].size,
+                color="white",
+                markeredgecolor="black",
+                label=markers[k].label,
+            )
+            for k in order
+        ],
+        loc="lower left",
+        bbox_to_anchor=(right, SCATTER_BOX[1]),
+        frameon=False,
+        fontsize=8,
+    )
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
@@ -220,4 +320,4 @@ def axes_pixels(image: Any, box: tuple[float, float, float, float] = AXES_BOX) -
     left, bottom, w, h = box
     top_row = int(round((1 - bottom - h) * height)) + 2
     bottom_row = int(round((1 - bottom) * height)) - 2
-    return image[top_row:bottom_row, int(round(left * width)) + 2:int(round((left + w) * width)) - 2]
+    return image[top_row:bottom_row, int(round(left * width)) + 2 : int(round((left + w) * width)) - 2]

@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 import msgspec
 
@@ -101,13 +102,17 @@ def replay_lines(lines: Iterator[bytes | OverlongLine], engine: LoopEngine) -> I
 
 def describe_fleet(record: Any) -> str:
     if isinstance(record, IncidentOpened):
-        return (f"INCIDENT OPENED {record.incident_id} tool={record.tool_name} runs={record.runs} "
-                f"agents={record.agents}\n      {record.message}")
+        return (
+            f"INCIDENT OPENED {record.incident_id} tool={record.tool_name} runs={record.runs} "
+            f"agents={record.agents}\n      {record.message}"
+        )
     if isinstance(record, IncidentResolved):
         return f"INCIDENT RESOLVED {record.incident_id} tool={record.tool_name}"
     if isinstance(record, RingNotice):
-        return (f"RING {record.level} trace={record.trace_id} rounds={record.rounds} "
-                f"agents={' -> '.join(ring_members(record))}")
+        return (
+            f"RING {record.level} trace={record.trace_id} rounds={record.rounds} "
+            f"agents={' -> '.join(ring_members(record))}"
+        )
     return f"RING WITHDRAWN trace={record[0]}"
 
 
@@ -140,7 +145,10 @@ def run_replay(path: Path, engine: LoopEngine, *, as_json: bool, verbose: bool, 
             if item.error is not None:
                 summary.rejected += 1
                 if as_json:
-                    out.write(json.dumps({"line": item.line, "rejected": item.error.reason, "detail": item.error.detail}) + "\n")
+                    out.write(
+                        json.dumps({"line": item.line, "rejected": item.error.reason, "detail": item.error.detail})
+                        + "\n"
+                    )
                 else:
                     out.write(f"line {item.line}: rejected ({item.error.reason}): {item.error.detail}\n")
                 continue
@@ -164,7 +172,9 @@ def run_replay(path: Path, engine: LoopEngine, *, as_json: bool, verbose: bool, 
                     out.write(f"line {item.line}: {describe(d)}\n")
                 if step.abort is not None:
                     a = step.abort
-                    out.write(f"line {item.line}: ABORT run={a.run_id or a.session_key} {a.detector} count={a.count}\n      {a.message}\n")
+                    out.write(
+                        f"line {item.line}: ABORT run={a.run_id or a.session_key} {a.detector} count={a.count}\n      {a.message}\n"
+                    )
             for record in item.fleet:
                 summary.fleet[fleet_kind(record)] += 1
                 if as_json:

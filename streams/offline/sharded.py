@@ -22,7 +22,8 @@ import multiprocessing.connection
 import os
 import time
 import zlib
-from typing import Any, Callable, Iterable, Iterator, TypeVar
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -81,8 +82,12 @@ def shard_of(key: bytes | None, jobs: int) -> int:
 
 
 def run_sharded(
-    items: Iterable[tuple[bytes | None, Any]], work: Callable[[Iterator[tuple[int, Any]]], T], jobs: int,
-    *, batch: int = BATCH, cpu_s: list[float] | None = None,
+    items: Iterable[tuple[bytes | None, Any]],
+    work: Callable[[Iterator[tuple[int, Any]]], T],
+    jobs: int,
+    *,
+    batch: int = BATCH,
+    cpu_s: list[float] | None = None,
 ) -> list[T]:
     """``work`` in ``jobs`` processes, each over the items of its shard.
 
@@ -104,8 +109,9 @@ def run_sharded(
             result_in, result_out = context.Pipe(duplex=False)
             # The parent's ends of the earlier shards' pipes are closed in the child, so that
             # a parent that dies leaves no child waiting on a pipe a sibling holds open.
-            process = context.Process(target=_serve, args=(work, receive, result_out, [*inputs, send, result_in]),
-                                      daemon=True)
+            process = context.Process(
+                target=_serve, args=(work, receive, result_out, [*inputs, send, result_in]), daemon=True
+            )
             process.start()
             receive.close()
             result_out.close()
@@ -143,8 +149,12 @@ def run_sharded(
 
 
 def run_split(
-    work: Callable[[int], T], jobs: int, *, cpu_s: list[float] | None = None,
-    poll: Callable[[], None] | None = None, every_s: float = 0.5,
+    work: Callable[[int], T],
+    jobs: int,
+    *,
+    cpu_s: list[float] | None = None,
+    poll: Callable[[], None] | None = None,
+    every_s: float = 0.5,
 ) -> list[T]:
     """``work(shard)`` in ``jobs`` forked processes, shard 0 to ``jobs - 1``, each reading its
     own input (no record passes through this process: ``streams.offline.backtest`` hands each shard

@@ -16,7 +16,7 @@ import itertools
 import random
 import time
 from collections import Counter, defaultdict
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from streams.client import LoopwatchClient
 from streams.offline.demo import simulate_run
@@ -70,8 +70,11 @@ async def drive_fleet(
 
     with redirect:
         async with LoopwatchClient(
-            bootstrap, mode="gate", timeout=5.0,
-            tool_calls_topic=tool_calls_topic, verdicts_topic=verdicts_topic,
+            bootstrap,
+            mode="gate",
+            timeout=5.0,
+            tool_calls_topic=tool_calls_topic,
+            verdicts_topic=verdicts_topic,
         ) as client:
             started = time.monotonic()
             while (elapsed := time.monotonic() - started) < duration_s:

@@ -24,8 +24,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .scrape import Snapshot, histogram_quantile, scrape
 
@@ -71,7 +71,7 @@ class Recorder:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="metrics-recorder", daemon=True)
 
-    def start(self) -> "Recorder":
+    def start(self) -> Recorder:
         self._thread.start()
         return self
 
@@ -120,11 +120,17 @@ def record_demo(duration_s: float, config: Path, settle_s: float = 4.0) -> tuple
         recorder = Recorder(worker.metrics_port).start()
         time.sleep(2.0)  # a baseline before the first event
         started = time.time()
-        stats = asyncio.run(drive_fleet(
-            bootstrap, duration_s=duration_s, tool_calls_topic=names.tool_calls,
-            verdicts_topic=names.verdicts, concurrency=phases.concurrency, mix=phases.scenario,
-            run_prefix=f"{names.tag}-",
-        ))
+        stats = asyncio.run(
+            drive_fleet(
+                bootstrap,
+                duration_s=duration_s,
+                tool_calls_topic=names.tool_calls,
+                verdicts_topic=names.verdicts,
+                concurrency=phases.concurrency,
+                mix=phases.scenario,
+                run_prefix=f"{names.tag}-",
+            )
+        )
         time.sleep(settle_s)  # the last runs end; the gauges come back down
         snapshots = recorder.stop()
     except BaseException:
@@ -195,8 +201,14 @@ def plot(data: dict, phases: Phases, out: Path, subtitle: str) -> None:
     (ax_dec, ax_det), (ax_lat, ax_runs) = axes
 
     def storm(ax, label: bool = False) -> None:
-        ax.axvspan(phases.storm_start, phases.storm_end, color="#d62728", alpha=0.07, lw=0,
-                   label="loop storm" if label else None)
+        ax.axvspan(
+            phases.storm_start,
+            phases.storm_end,
+            color="#d62728",
+            alpha=0.07,
+            lw=0,
+            label="loop storm" if label else None,
+        )
         ax.grid(True, alpha=0.3)
         ax.set_xlim(data["t"][0], data["t"][-1])
 
@@ -252,15 +264,20 @@ def describe(stats: dict, duration_s: float, snaps: Sequence[Snapshot]) -> str:
     calls = last.value("loopwatch_events_consumed_total", type="tool_call.requested")
     blocks = last.value("loopwatch_decisions_total", action="block")
     aborts = last.value("loopwatch_run_aborts_total")
-    return (f"{runs} runs of every scenario over {duration_s:.0f} s, one worker, local Kafka; "
-            f"{calls:.0f} calls decided, {blocks:.0f} blocked, {aborts:.0f} runs aborted; "
-            f"shaded: loop storm")
+    return (
+        f"{runs} runs of every scenario over {duration_s:.0f} s, one worker, local Kafka; "
+        f"{calls:.0f} calls decided, {blocks:.0f} blocked, {aborts:.0f} runs aborted; "
+        f"shaded: loop storm"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m streams.ops.render", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"PNG to write (default: {DEFAULT_OUT.relative_to(REPO)})")
+    parser = argparse.ArgumentParser(
+        prog="python -m streams.ops.render", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--out", type=Path, default=DEFAULT_OUT, help=f"PNG to write (default: {DEFAULT_OUT.relative_to(REPO)})"
+    )
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of fleet traffic (default 60)")
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="loop-detection config of the worker")
     args = parser.parse_args(argv)

@@ -12,8 +12,8 @@ import math
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator
 
 from prometheus_client.parser import text_string_to_metric_families
 

@@ -10,14 +10,22 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from schemas import MAX_EVENT_BYTES, decode_verdict, encode_event
+from schemas.events import MAX_SAFE_INT
+from schemas.keys import record_key
 from streams.app.metrics import Metrics
 from streams.app.processor import BatchProcessor
 from streams.app.records import Record
-from streams.app.run_store import HEADER_SIZE, Envelope, idle_since_ms, is_ended, pack_state, unpack_header, unpack_state
-from schemas.events import MAX_SAFE_INT
-from schemas.keys import record_key
+from streams.app.run_store import (
+    HEADER_SIZE,
+    Envelope,
+    idle_since_ms,
+    is_ended,
+    pack_state,
+    unpack_header,
+    unpack_state,
+)
 from streams.edge.events import compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import LoopEngine, engine_for, RunState, encode_state, state_key
+from streams.engine import LoopEngine, RunState, encode_state, engine_for, state_key
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 LIVE_ENFORCE = {"config": "live", "mode": "enforce"}
@@ -47,15 +55,32 @@ def records(events, partition=0, start=0, topic="tool-calls"):
     for i, event in enumerate(events):
         raw = isinstance(event, (bytes, type(None)))
         value = event if raw else encode_event(event)
-        out.append(Record(topic, partition, start + i, b"k" if raw else record_key(event).encode("utf-8", "surrogatepass"), value, 1.0))
+        out.append(
+            Record(
+                topic,
+                partition,
+                start + i,
+                b"k" if raw else record_key(event).encode("utf-8", "surrogatepass"),
+                value,
+                1.0,
+            )
+        )
     return out
 
 
 def repeat_run(n: int, run_id="r1", gate=True, result="same"):
     events = []
     for i in range(n):
-        events.append(requested_event(f"{run_id}-{i}q", "read", {"path": "/a"}, run_id=run_id, session_key="s", gate=gate, ts_ms=1000 + i))
-        events.append(completed_event(f"{run_id}-{i}c", "read", {"path": "/a"}, result=result, run_id=run_id, session_key="s", ts_ms=1000 + i))
+        events.append(
+            requested_event(
+                f"{run_id}-{i}q", "read", {"path": "/a"}, run_id=run_id, session_key="s", gate=gate, ts_ms=1000 + i
+            )
+        )
+        events.append(
+            completed_event(
+                f"{run_id}-{i}c", "read", {"path": "/a"}, result=result, run_id=run_id, session_key="s", ts_ms=1000 + i
+            )
+        )
     return events
 
 
@@ -109,7 +134,7 @@ def test_one_write_per_run_per_checkpoint_and_split_batches_agree():
     got = []
     recs = records(events)
     for n, i in enumerate(range(0, len(recs), 7)):
-        res = split.process(recs[i:i + 7], s2.read)
+        res = split.process(recs[i : i + 7], s2.read)
         got += [v.value for v in res.verdicts]
         if n % 2:
             s2.apply(split.runs.checkpoint())
@@ -128,7 +153,7 @@ def test_a_run_is_encoded_once_per_checkpoint(monkeypatch):
     p = BatchProcessor(engine())
     recs = records(repeat_run(10))
     for i in range(0, len(recs), 2):
-        p.process(recs[i:i + 2], Store().read)
+        p.process(recs[i : i + 2], Store().read)
     assert calls == []
     assert len(p.runs.checkpoint().writes) == 1 and calls == [1]
 
@@ -224,17 +249,57 @@ def test_runs_are_grouped_per_partition():
 HOSTILE = [
     (b"{not json", "invalid_json"),
     (None, "invalid_json"),
-    (json.dumps({"type": "tool_call.requested", "event_id": 5, "run_id": "r", "tool_name": "read", "args_hash": "read:" + "0" * 64}).encode(), "invalid_event"),
+    (
+        json.dumps(
+            {
+                "type": "tool_call.requested",
+                "event_id": 5,
+                "run_id": "r",
+                "tool_name": "read",
+                "args_hash": "read:" + "0" * 64,
+            }
+        ).encode(),
+        "invalid_event",
+    ),
     (json.dumps({"type": "tool_call.teleported", "event_id": "x", "run_id": "r"}).encode(), "unknown_type"),
     (json.dumps({"event_id": "x", "run_id": "r"}).encode(), "unknown_type"),
     (json.dumps({"type": "run.ended", "event_id": "x"}).encode(), "missing_key"),
-    (json.dumps({"type": "run.ended", "event_id": "x", "run_id": "r", "reason": "x" * MAX_EVENT_BYTES}).encode(), "oversized"),
-    (json.dumps({"type": "tool_call.requested", "event_id": "x", "run_id": "r", "tool_name": "read", "args_hash": "exec:" + "0" * 64}).encode(), "invalid_event"),
+    (
+        json.dumps({"type": "run.ended", "event_id": "x", "run_id": "r", "reason": "x" * MAX_EVENT_BYTES}).encode(),
+        "oversized",
+    ),
+    (
+        json.dumps(
+            {
+                "type": "tool_call.requested",
+                "event_id": "x",
+                "run_id": "r",
+                "tool_name": "read",
+                "args_hash": "exec:" + "0" * 64,
+            }
+        ).encode(),
+        "invalid_event",
+    ),
     # issue 13: past a schema bound, an unknown version, nesting deeper than the decoder goes
-    (json.dumps({"type": "tool_call.requested", "event_id": "x", "run_id": "r", "tool_name": "read", "args_hash": "read:" + "0" * 64, "ts_ms": 2**63}).encode(), "invalid_event"),
+    (
+        json.dumps(
+            {
+                "type": "tool_call.requested",
+                "event_id": "x",
+                "run_id": "r",
+                "tool_name": "read",
+                "args_hash": "read:" + "0" * 64,
+                "ts_ms": 2**63,
+            }
+        ).encode(),
+        "invalid_event",
+    ),
     (json.dumps({"type": "run.ended", "v": 2, "event_id": "x", "run_id": "r"}).encode(), "unsupported_version"),
     (json.dumps({"type": "run.ended", "v": -5, "event_id": "x", "run_id": "r"}).encode(), "unsupported_version"),
-    (b'{"x": ' + b"[" * 30000 + b"]" * 30000 + b', "type": "run.ended", "event_id": "x", "run_id": "r"}', "invalid_json"),
+    (
+        b'{"x": ' + b"[" * 30000 + b"]" * 30000 + b', "type": "run.ended", "event_id": "x", "run_id": "r"}',
+        "invalid_json",
+    ),
 ]
 
 
@@ -318,7 +383,11 @@ def test_state_cache_is_only_used_while_the_store_agrees():
 
 
 def test_envelope_round_trip():
-    st = engine().handle(None, requested_event("a", "read", {}, run_id="r", session_key="s", ts_ms=5000), validated=True).state
+    st = (
+        engine()
+        .handle(None, requested_event("a", "read", {}, run_id="r", session_key="s", ts_ms=5000), validated=True)
+        .state
+    )
     seen = bytes(range(16))  # two 8-byte digests
     value = pack_state(st, offset=41, touched_ms=7000, seen=seen, owner="agent-\u00e9")
     assert unpack_header(value) == (41, 7000)
@@ -333,7 +402,11 @@ def test_envelope_round_trip():
 
 def test_version_2_envelopes_are_still_read():
     # Written before run owners (header: version 2, offset, touched_ms, digest count).
-    st = engine().handle(None, requested_event("a", "read", {}, run_id="r1", session_key="s", ts_ms=5000), validated=True).state
+    st = (
+        engine()
+        .handle(None, requested_event("a", "read", {}, run_id="r1", session_key="s", ts_ms=5000), validated=True)
+        .state
+    )
     seen = bytes(range(8))
     old = struct.pack(">BqqH", 2, 41, 7000, 1) + seen + encode_state(st)
     env = unpack_state(old)
@@ -343,7 +416,11 @@ def test_version_2_envelopes_are_still_read():
 def test_version_1_envelopes_are_still_read():
     # Written by the worker before event-id digests (header: version 1, offset, touched_ms,
     # last event ms, as big-endian signed 64-bit integers); changelogs still hold them.
-    st = engine().handle(None, requested_event("a", "read", {}, run_id="r1", session_key="s", ts_ms=5000), validated=True).state
+    st = (
+        engine()
+        .handle(None, requested_event("a", "read", {}, run_id="r1", session_key="s", ts_ms=5000), validated=True)
+        .state
+    )
     old = struct.pack(">Bqqq", 1, 41, 7000, 5000) + encode_state(st)
     env = unpack_state(old)
     assert (env.offset, env.touched_ms, env.seen, env.state) == (41, 7000, b"", st)
@@ -365,11 +442,28 @@ def test_metrics_follow_the_contract():
     assert g("loopwatch_events_consumed_total", {"type": "tool_call.requested"}) == 21
     assert g("loopwatch_events_consumed_total", {"type": "tool_call.completed"}) == 21
     assert g("loopwatch_events_consumed_total", {"type": "compaction.retried"}) == 1
-    assert g("loopwatch_decisions_total", {"detector": "none", "level": "none", "action": "allow", **LIVE_ENFORCE}) == 10
-    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "critical", "action": "block", **LIVE_ENFORCE}) == 1
-    assert g("loopwatch_loop_detections_total", {"detector": "generic_repeat", "level": "critical", "tool": "read", **LIVE_ENFORCE}) == 1
+    assert (
+        g("loopwatch_decisions_total", {"detector": "none", "level": "none", "action": "allow", **LIVE_ENFORCE}) == 10
+    )
+    assert (
+        g(
+            "loopwatch_decisions_total",
+            {"detector": "generic_repeat", "level": "critical", "action": "block", **LIVE_ENFORCE},
+        )
+        == 1
+    )
+    assert (
+        g(
+            "loopwatch_loop_detections_total",
+            {"detector": "generic_repeat", "level": "critical", "tool": "read", **LIVE_ENFORCE},
+        )
+        == 1
+    )
     assert g("loopwatch_guard_armings_total") == 1
-    warn = g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "warn", **LIVE_ENFORCE})
+    warn = g(
+        "loopwatch_decisions_total",
+        {"detector": "generic_repeat", "level": "warning", "action": "warn", **LIVE_ENFORCE},
+    )
     suppressed = g("loopwatch_warnings_suppressed_total", {"detector": "generic_repeat", **LIVE_ENFORCE})
     assert warn == 1 and suppressed == 9
     p.observe_latency(r.verdicts, now=2.0)
@@ -384,12 +478,38 @@ def test_an_allow_nobody_waits_for_is_counted_but_not_published():
     p = BatchProcessor(engine(), Metrics(registry, process_metrics=False))
     r = p.process(records(repeat_run(21, gate=False)), Store().read)
     g = registry.get_sample_value
-    assert g("loopwatch_decisions_total", {"detector": "none", "level": "none", "action": "allow", **LIVE_ENFORCE}) == 10
-    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "allow", **LIVE_ENFORCE}) == 9
-    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "warning", "action": "warn", **LIVE_ENFORCE}) == 1
-    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "critical", "action": "block", **LIVE_ENFORCE}) == 1
+    assert (
+        g("loopwatch_decisions_total", {"detector": "none", "level": "none", "action": "allow", **LIVE_ENFORCE}) == 10
+    )
+    assert (
+        g(
+            "loopwatch_decisions_total",
+            {"detector": "generic_repeat", "level": "warning", "action": "allow", **LIVE_ENFORCE},
+        )
+        == 9
+    )
+    assert (
+        g(
+            "loopwatch_decisions_total",
+            {"detector": "generic_repeat", "level": "warning", "action": "warn", **LIVE_ENFORCE},
+        )
+        == 1
+    )
+    assert (
+        g(
+            "loopwatch_decisions_total",
+            {"detector": "generic_repeat", "level": "critical", "action": "block", **LIVE_ENFORCE},
+        )
+        == 1
+    )
     assert g("loopwatch_warnings_suppressed_total", {"detector": "generic_repeat", **LIVE_ENFORCE}) == 9
-    assert g("loopwatch_loop_detections_total", {"detector": "generic_repeat", "level": "warning", "tool": "read", **LIVE_ENFORCE}) == 10
+    assert (
+        g(
+            "loopwatch_loop_detections_total",
+            {"detector": "generic_repeat", "level": "warning", "tool": "read", **LIVE_ENFORCE},
+        )
+        == 10
+    )
     assert [decode_verdict(v.value).action for v in r.verdicts] == ["warn", "block"]
 
 
@@ -471,7 +591,14 @@ def test_a_batch_copies_a_run_of_the_checkpoint_in_progress_instead_of_encoding_
 
 
 def run_ended_record(recs, run_id):
-    return Record("tool-calls", 0, recs[-1].offset + 1, run_id.encode(), encode_event(run_ended_event("end-" + run_id, run_id=run_id, session_key="s")), 1.0)
+    return Record(
+        "tool-calls",
+        0,
+        recs[-1].offset + 1,
+        run_id.encode(),
+        encode_event(run_ended_event("end-" + run_id, run_id=run_id, session_key="s")),
+        1.0,
+    )
 
 
 def test_a_run_touched_while_its_checkpoint_is_unwritten_reads_the_checkpoint():
@@ -549,7 +676,9 @@ def polling_loop(n: int, run_id="poll"):
     """``n`` identical process polls with identical outcomes (a known poll, no progress)."""
     events = []
     for i in range(n):
-        common = dict(run_id=run_id, session_key="agent:main:poll", agent_id="main", tool_call_id=f"c{i}", ts_ms=1000 + i)
+        common = dict(
+            run_id=run_id, session_key="agent:main:poll", agent_id="main", tool_call_id=f"c{i}", ts_ms=1000 + i
+        )
         events.append(requested_event(f"{run_id}:{i}:req", "process", POLL, gate=True, **common))
         events.append(completed_event(f"{run_id}:{i}:done", "process", POLL, result=STILL_RUNNING, **common))
     return events
@@ -641,8 +770,10 @@ def test_event_times_far_ahead_of_the_worker_are_clamped_to_its_clock():
     p = BatchProcessor(engine(), Metrics(registry, process_metrics=False), clock=lambda: 1_000_000.0, clock_skew_s=60)
     now_ms = 1_000_000_000
     times = [MAX_SAFE_INT, now_ms + 60_001, now_ms + 60_000, 5, 0]
-    events = [requested_event(f"e{i}", "read", {"i": i}, run_id="r1", session_key="s", gate=True, ts_ms=t)
-              for i, t in enumerate(times)]
+    events = [
+        requested_event(f"e{i}", "read", {"i": i}, run_id="r1", session_key="s", gate=True, ts_ms=t)
+        for i, t in enumerate(times)
+    ]
     r = p.process(records(events), Store().read)
     assert [decode_verdict(v.value).ts_ms for v in r.verdicts] == [now_ms, now_ms, now_ms + 60_000, 5, 0]
     assert r.clamped == 2
@@ -666,8 +797,10 @@ def test_a_run_stamped_in_the_far_future_is_idle_by_the_worker_clock():
 def test_an_event_time_beyond_the_schema_is_dead_lettered_and_the_checkpoint_goes_on(ts):
     # ts_ms = 2^63 once passed the schema and stopped every checkpoint (the envelope packed
     # the event time as a signed 64-bit integer); the schema now stops it at 2^53 - 1.
-    value = b'{"type": "tool_call.requested", "event_id": "e", "run_id": "r1", "session_key": "s", ' \
-            b'"tool_name": "read", "args_hash": "read:' + b"0" * 64 + b'", "ts_ms": ' + str(ts).encode() + b"}"
+    value = (
+        b'{"type": "tool_call.requested", "event_id": "e", "run_id": "r1", "session_key": "s", '
+        b'"tool_name": "read", "args_hash": "read:' + b"0" * 64 + b'", "ts_ms": ' + str(ts).encode() + b"}"
+    )
     record = Record("tool-calls", 0, 0, b"r1", value, 1.0)
     p = BatchProcessor(engine(), clock_skew_s=None)
     other = records([requested_event("f", "read", {}, run_id="r2", session_key="s", gate=True)], start=1)
@@ -707,9 +840,11 @@ def test_a_state_over_the_size_limit_keeps_its_newest_history():
     # historySize 1000 (the config's upper bound) of calls with 512-character ids of 4-byte
     # characters: 2 KiB a record, twice the limit.  Only such hostile ids get there.
     config = {"tools": {"loopDetection": {"enabled": True, "historySize": 1000}}}
-    long_id = "\U0001F600" * 511
-    events = [requested_event(f"e{i}", "read", {"i": i}, run_id="r1", session_key="s", tool_call_id=f"{long_id}{i % 10}")
-              for i in range(1000)]
+    long_id = "\U0001f600" * 511
+    events = [
+        requested_event(f"e{i}", "read", {"i": i}, run_id="r1", session_key="s", tool_call_id=f"{long_id}{i % 10}")
+        for i in range(1000)
+    ]
     registry = CollectorRegistry()
     p = BatchProcessor(engine_for(config), Metrics(registry, process_metrics=False))
     p.process(records(events), Store().read)
@@ -734,7 +869,11 @@ def test_dead_letters_larger_than_the_limit_are_cut_with_their_sizes_in_headers(
     assert (key, value) == (b"k" * 10, b"v" * 1024)
     assert h["loopwatch.truncated"] == b"value" and h["loopwatch.source.value_bytes"] == b"2500000"
     assert "loopwatch.source.key_bytes" not in h
-    assert (h["loopwatch.reason"], h["loopwatch.source.partition"], h["loopwatch.source.offset"]) == (b"oversized", b"3", b"77")
+    assert (h["loopwatch.reason"], h["loopwatch.source.partition"], h["loopwatch.source.offset"]) == (
+        b"oversized",
+        b"3",
+        b"77",
+    )
     key, value, headers = dead_letter_record(DeadLetter(big, "oversized", "x"), 0)  # headers only
     assert (key, value, dict(headers)["loopwatch.truncated"]) == (b"", b"", b"key,value")
     small = Record("tool-calls", 0, 1, None, b"{bad", None)

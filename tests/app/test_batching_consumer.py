@@ -10,8 +10,9 @@ import asyncio
 import pytest
 from faust.types import TP
 
-from streams.app.settings import Settings
 from streams.app.faust_adapter import BatchingConsumer, InlineConsumerThread
+from streams.app.settings import Settings
+
 
 class Message:  # stands in for the Faust message tracked while batches are open
     acked = False

@@ -27,9 +27,19 @@ def bulk():
 
 
 def fields(record) -> tuple:
-    return (record.topic, record.partition, record.offset, record.timestamp, record.timestamp_type, record.key,
-            record.value, record.checksum, record.serialized_key_size, record.serialized_value_size,
-            tuple(record.headers))
+    return (
+        record.topic,
+        record.partition,
+        record.offset,
+        record.timestamp,
+        record.timestamp_type,
+        record.key,
+        record.value,
+        record.checksum,
+        record.serialized_key_size,
+        record.serialized_value_size,
+        tuple(record.headers),
+    )
 
 
 def drain(result: FetchResult, assignment: Assignment, limits: list[int | None], getall) -> list:
@@ -47,11 +57,14 @@ values = st.one_of(st.none(), st.binary(max_size=40))
 headers = st.lists(st.tuples(st.text(max_size=8), st.binary(max_size=8)), max_size=2)
 batches = st.lists(
     st.tuples(
-        st.lists(st.tuples(st.integers(1, 3), values, values, headers), min_size=1, max_size=12),  # (gap, key, value, headers)
+        st.lists(
+            st.tuples(st.integers(1, 3), values, values, headers), min_size=1, max_size=12
+        ),  # (gap, key, value, headers)
         st.booleans(),  # a control batch (transaction marker)
         st.integers(0, 2),  # offsets compacted away after the batch's last record
     ),
-    min_size=1, max_size=5,
+    min_size=1,
+    max_size=5,
 )
 
 
@@ -74,13 +87,17 @@ def test_bulk_getall_returns_what_aiokafka_returns(batches, skip, limits):
 
 
 def test_a_hand_worked_fetch():
-    data = (record_batch(10, [(0, b"k0", b"v0", []), (2, None, b"v2", [("h", b"1")])])
-            + record_batch(20, [(0, b"marker", None, [])], control=True)
-            + record_batch(30, [(0, b"k30", None, [])]))
+    data = (
+        record_batch(10, [(0, b"k0", b"v0", []), (2, None, b"v2", [("h", b"1")])])
+        + record_batch(20, [(0, b"marker", None, [])], control=True)
+        + record_batch(30, [(0, b"k30", None, [])])
+    )
     result, assignment = fetch_result(data, 11)
     got = faust_adapter.bulk_getall(result, 1)
     # Offset 10 is before the fetch offset; offset 11 was compacted away.
-    assert [(r.offset, r.key, r.value, r.headers, r.serialized_key_size) for r in got] == [(12, None, b"v2", (("h", b"1"),), -1)]
+    assert [(r.offset, r.key, r.value, r.headers, r.serialized_key_size) for r in got] == [
+        (12, None, b"v2", (("h", b"1"),), -1)
+    ]
     assert type(got[0]) is faust_adapter.FetchedRecord
     assert assignment.state.position == 13 and result.has_more()
     got = faust_adapter.bulk_getall(result, 5)

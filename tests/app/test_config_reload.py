@@ -107,12 +107,20 @@ def test_history_size_is_bounded_so_every_state_fits_a_changelog_record(tmp_path
 
 @pytest.mark.parametrize(
     "name, empty",
-    [("loop.yaml", ""), ("loop.yaml", "# all commented out\n"), ("loop.yaml", "null\n"), ("loop.yaml", "~"),
-     ("loop.json", ""), ("loop.json", " \n"), ("loop.json", "null"), ("loop.json5", "null // nothing else\n")],
+    [
+        ("loop.yaml", ""),
+        ("loop.yaml", "# all commented out\n"),
+        ("loop.yaml", "null\n"),
+        ("loop.yaml", "~"),
+        ("loop.json", ""),
+        ("loop.json", " \n"),
+        ("loop.json", "null"),
+        ("loop.json5", "null // nothing else\n"),
+    ],
 )
 def test_an_empty_document_is_refused_on_reload_and_the_running_config_stays(tmp_path, caplog, name, empty):
     path = tmp_path / name
-    path.write_text("{\"tools\": {\"loopDetection\": {\"enabled\": true}}}")
+    path.write_text('{"tools": {"loopDetection": {"enabled": true}}}')
     engines: list[LoopEngine] = []
     metrics = Metrics(CollectorRegistry(), process_metrics=False)
     watcher = ConfigWatcher(path, engines.append, metrics)
@@ -203,7 +211,9 @@ def test_a_candidate_config_reloads_on_its_own_and_tags_its_verdicts_with_the_ne
     live = ConfigWatcher(live_path, lambda e: None, metrics)
     processor = BatchProcessor(live.load_initial(), metrics)
     processor.use_config(processor.engine, live.sha256)
-    candidate = ConfigWatcher(cand_path, lambda e: processor.use_candidate(e, candidate.sha256), metrics, name=CANDIDATE)
+    candidate = ConfigWatcher(
+        cand_path, lambda e: processor.use_candidate(e, candidate.sha256), metrics, name=CANDIDATE
+    )
     processor.use_candidate(candidate.load_initial(), candidate.sha256)
     first_tag = processor.sha256[CANDIDATE]
     assert processor.candidate.settings_for(None).detection.critical_threshold == 15
@@ -236,7 +246,9 @@ def test_a_bad_candidate_at_start_is_refused_like_a_reload_and_applied_once_fixe
     write(cand_path, {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 30, "criticalThreshold": 20}}})
     metrics = Metrics(CollectorRegistry())
     processor = BatchProcessor(ConfigWatcher(live_path, lambda e: None, metrics).load_initial(), metrics)
-    candidate = ConfigWatcher(cand_path, lambda e: processor.use_candidate(e, candidate.sha256), metrics, name=CANDIDATE)
+    candidate = ConfigWatcher(
+        cand_path, lambda e: processor.use_candidate(e, candidate.sha256), metrics, name=CANDIDATE
+    )
     with caplog.at_level("ERROR", logger="loopwatch.config"):
         assert candidate.load_or_refuse() is None
         assert candidate.poll() is False  # the same file: not refused (nor logged) again

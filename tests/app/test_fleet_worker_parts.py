@@ -22,7 +22,7 @@ from streams.app.records import Record
 from streams.app.reload import ConfigWatcher
 from streams.app.settings import Settings
 from streams.edge.events import requested_event
-from streams.engine import engine_for, RunDriver
+from streams.engine import RunDriver, engine_for
 from streams.engine.fleet import FleetView
 from streams.offline.replay import fleet_simulator
 from streams.offline.scenarios import agent_ring, session_loop, tool_outage
@@ -33,8 +33,10 @@ FLEET = {**ENABLED, "loopwatch": {"fleetIncidents": {"enabled": True}, "agentRin
 
 
 def tool_calls(events, partition=0):
-    return [Record("tool-calls", partition, i, record_key(e).encode(), encode_event(e), 1.0,
-                   [("loopwatch.key_id", b"k1")]) for i, e in enumerate(events)]
+    return [
+        Record("tool-calls", partition, i, record_key(e).encode(), encode_event(e), 1.0, [("loopwatch.key_id", b"k1")])
+        for i, e in enumerate(events)
+    ]
 
 
 def no_store(partition, key):
@@ -57,7 +59,9 @@ def test_session_scope_forwards_every_tool_calls_record_under_its_sessions_key()
     assert [value for _k, value, _h in result.forwards] == [encode_event(e) for e in events]  # unchanged, in order
     # The runner's headers (its signature) kept, and where each came from (partition 0, offset i).
     assert [headers for _k, _v, headers in result.forwards] == [
-        [("loopwatch.key_id", b"k1"), ("loopwatch.forwarded_from", struct.pack(">Iq", 0, i))] for i in range(len(events))]
+        [("loopwatch.key_id", b"k1"), ("loopwatch.forwarded_from", struct.pack(">Iq", 0, i))]
+        for i in range(len(events))
+    ]
     assert p.metrics.events_forwarded._value.get() == len(events)
 
 
@@ -77,7 +81,8 @@ def test_a_record_on_the_repartition_topic_under_another_key_is_a_key_mismatch()
     event = requested_event("e", "read", {}, run_id="r1", session_key="s1")
     result = processor(SESSION).process([Record("lw-sessions", 0, 0, b"run:r1", encode_event(event))], no_store)
     assert [(d.reason, d.detail) for d in result.dead_letters] == [
-        (KEY_MISMATCH, "Kafka key 'run:r1' of a forwarded record is not its state key 'scope:session:s1|'")]
+        (KEY_MISMATCH, "Kafka key 'run:r1' of a forwarded record is not its state key 'scope:session:s1|'")
+    ]
 
 
 def test_a_record_that_cannot_be_forwarded_is_dead_lettered_where_it_is():
@@ -86,8 +91,11 @@ def test_a_record_that_cannot_be_forwarded_is_dead_lettered_where_it_is():
 
 
 def test_failing_outcomes_and_sends_go_to_the_fleet_topology():
-    events = tool_outage(runs=3, agents=2) + tool_outage("read", runs=2, failing=False, run_prefix="ok") + agent_ring(
-        rounds=1)
+    events = (
+        tool_outage(runs=3, agents=2)
+        + tool_outage("read", runs=2, failing=False, run_prefix="ok")
+        + agent_ring(rounds=1)
+    )
     result = processor(FLEET).process(tool_calls(events), no_store)
     outcomes = [(k, decode_fleet_record(v)) for k, v in result.fleet if k.startswith(b"tool:")]
     sends = [(k, decode_fleet_record(v)) for k, v in result.fleet if k.startswith(b"trace:")]
@@ -114,7 +122,7 @@ def test_a_runs_identical_sends_in_a_batch_go_as_one_record_with_their_count():
     ring = agent_ring(rounds=4)  # agent 0's run: 4 identical sends to agent 1
     own = [e for e in ring if e.session_key == "agent:ring-0:trace-standup"]
     result = processor(FLEET).process(tool_calls(own), no_store)
-    (key, value), = result.fleet
+    ((key, value),) = result.fleet
     send = decode_fleet_record(value)
     assert (key, send.target, send.count) == (b"trace:trace-standup", "agent:ring-1:trace-standup", 4)
     # ... and the fleet topology counts them as the four sends they are.
@@ -148,8 +156,11 @@ def test_the_mirror_applies_incidents_rings_and_tombstones():
     engine = engine_for(FLEET)
     simulator = fleet_simulator(engine)
     published = []
-    for event in tool_outage(runs=30) + agent_ring(rounds=4) + tool_outage(
-            "read", runs=1, failing=False, run_prefix="later", start_ms=1_700_000_000_000 + 400_000):
+    for event in (
+        tool_outage(runs=30)
+        + agent_ring(rounds=4)
+        + tool_outage("read", runs=1, failing=False, run_prefix="later", start_ms=1_700_000_000_000 + 400_000)
+    ):
         published += simulator.observe(event)
     metrics = Metrics(CollectorRegistry(), process_metrics=False)
     view = FleetView()
@@ -184,8 +195,7 @@ def test_a_reload_that_changes_the_topology_is_refused(tmp_path):
 
 def session_keyed(events, partitions=4):
     """Records as a runner keying by session publishes them: on the partition their key gives."""
-    from schemas.keys import session_scope_key
-    from schemas.keys import partition_for
+    from schemas.keys import partition_for, session_scope_key
 
     out = []
     for i, e in enumerate(events):
@@ -253,7 +263,9 @@ def test_under_session_scope_a_shadow_agents_verdicts_stay_keyed_by_run():
     assert shadow == RunDriver(engine_for(SESSION)).verdicts(events)  # what enforce mode would publish
     assert any(v.action == "block" for v in shadow)
     answers = [decode_verdict(v.value) for v in result.verdicts]
-    assert len(answers) == sum(1 for e in events if getattr(e, "gate", False)) and {a.action for a in answers} == {"allow"}
+    assert len(answers) == sum(1 for e in events if getattr(e, "gate", False)) and {a.action for a in answers} == {
+        "allow"
+    }
     assert all(v.key == f"run:{v.verdict.run_id}".encode() for v in result.shadow + result.verdicts)
 
 
@@ -266,8 +278,10 @@ def test_a_candidate_config_under_session_scope_keys_its_verdicts_by_run_and_com
     critical 20) warns at call 11 (run 2) and blocks from call 21 (run 3); the candidate
     (warning 5, critical 8) only warns at counts 5-7, hidden by the bucket rule, and blocks from
     call 9 (run 2 on).  Run 1: none/none; run 2: warn/block (changed); run 3: block/block."""
-    strict = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}},
-              "loopwatch": {"scope": "session"}}
+    strict = {
+        "tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}},
+        "loopwatch": {"scope": "session"},
+    }
     events = session_loop(gate=True)
     registry = CollectorRegistry()
     p = BatchProcessor(engine_for(SESSION), Metrics(registry, process_metrics=False))
@@ -280,5 +294,13 @@ def test_a_candidate_config_under_session_scope_keys_its_verdicts_by_run_and_com
     assert all(v.key == f"run:{v.verdict.run_id}".encode() for v in result.candidate + result.verdicts)
     g = registry.get_sample_value
     assert g("loopwatch_candidate_outcome_changes_total", {"live": "warn", "candidate": "block"}) == 1
-    assert sum(s.value for m in registry.collect() if m.name == "loopwatch_candidate_outcome_changes"
-               for s in m.samples if s.name.endswith("_total")) == 1
+    assert (
+        sum(
+            s.value
+            for m in registry.collect()
+            if m.name == "loopwatch_candidate_outcome_changes"
+            for s in m.samples
+            if s.name.endswith("_total")
+        )
+        == 1
+    )

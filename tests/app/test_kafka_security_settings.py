@@ -5,7 +5,6 @@ broker are in tests/integration/test_secure_kafka.py."""
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import ssl
@@ -35,19 +34,33 @@ def not_pem(tmp_path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("env, message", [
-    ({**SASL, "LOOPWATCH_KAFKA_SSL_CAFILE": "/nonexistent/ca.crt"},
-     "LOOPWATCH_KAFKA_SSL_CAFILE: /nonexistent/ca.crt does not exist"),
-    ({**SASL, "LOOPWATCH_KAFKA_SASL_MECHANISM": "GSSAPI"},
-     "LOOPWATCH_KAFKA_SASL_MECHANISM must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 with SASL_SSL, got 'GSSAPI'"),
-    ({**SASL, "LOOPWATCH_KAFKA_SASL_PASSWORD": ""},
-     "LOOPWATCH_KAFKA_SASL_USERNAME and LOOPWATCH_KAFKA_SASL_PASSWORD are required with SASL_SSL"),
-    ({"LOOPWATCH_KAFKA_SSL_CAFILE": "/etc/hostname"},
-     "LOOPWATCH_KAFKA_SSL_CAFILE is set but LOOPWATCH_KAFKA_SECURITY_PROTOCOL=PLAINTEXT does not use TLS"),
-    ({**SASL, "LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "SSL"},
-     "LOOPWATCH_KAFKA_SASL_MECHANISM is set but LOOPWATCH_KAFKA_SECURITY_PROTOCOL=SSL does not use SASL"),
-    ({"LOOPWATCH_SIGNING_KEYS": "/nonexistent/keys"}, "LOOPWATCH_SIGNING_KEYS: /nonexistent/keys does not exist"),
-], ids=["missing-ca", "unknown-mechanism", "no-password", "ca-without-tls", "sasl-without-sasl", "missing-keys"])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        (
+            {**SASL, "LOOPWATCH_KAFKA_SSL_CAFILE": "/nonexistent/ca.crt"},
+            "LOOPWATCH_KAFKA_SSL_CAFILE: /nonexistent/ca.crt does not exist",
+        ),
+        (
+            {**SASL, "LOOPWATCH_KAFKA_SASL_MECHANISM": "GSSAPI"},
+            "LOOPWATCH_KAFKA_SASL_MECHANISM must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 with SASL_SSL, got 'GSSAPI'",
+        ),
+        (
+            {**SASL, "LOOPWATCH_KAFKA_SASL_PASSWORD": ""},
+            "LOOPWATCH_KAFKA_SASL_USERNAME and LOOPWATCH_KAFKA_SASL_PASSWORD are required with SASL_SSL",
+        ),
+        (
+            {"LOOPWATCH_KAFKA_SSL_CAFILE": "/etc/hostname"},
+            "LOOPWATCH_KAFKA_SSL_CAFILE is set but LOOPWATCH_KAFKA_SECURITY_PROTOCOL=PLAINTEXT does not use TLS",
+        ),
+        (
+            {**SASL, "LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "SSL"},
+            "LOOPWATCH_KAFKA_SASL_MECHANISM is set but LOOPWATCH_KAFKA_SECURITY_PROTOCOL=SSL does not use SASL",
+        ),
+        ({"LOOPWATCH_SIGNING_KEYS": "/nonexistent/keys"}, "LOOPWATCH_SIGNING_KEYS: /nonexistent/keys does not exist"),
+    ],
+    ids=["missing-ca", "unknown-mechanism", "no-password", "ca-without-tls", "sasl-without-sasl", "missing-keys"],
+)
 def test_bad_security_settings_are_refused(env, message):
     with pytest.raises(SettingsError) as info:
         Settings.from_env(env)
@@ -67,8 +80,14 @@ def test_a_client_certificate_that_does_not_load_is_refused(not_pem):
 def worker(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if not k.startswith("LOOPWATCH_")}
     full.update(env)
-    return subprocess.run([sys.executable, "-m", "streams.app.worker", "--quiet"], cwd=REPO, env=full,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "streams.app.worker", "--quiet"],
+        cwd=REPO,
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("case", ["missing-ca", "bad-key-file"])
@@ -96,14 +115,22 @@ def verify_error() -> ssl.SSLCertVerificationError:
     return error
 
 
-@pytest.mark.parametrize("error, expected", [
-    (verify_error(), "TLS: the broker's certificate is not trusted (self-signed certificate in certificate chain)"),
-    (errors.SaslAuthenticationFailed("invalid credentials"),
-     "SASL SCRAM-SHA-512 authentication as 'runner' refused: wrong username or password"),
-    (errors.UnsupportedSaslMechanismError("enabled: ['PLAIN']"), "the broker does not offer SASL mechanism SCRAM-SHA-512"),
-    (ConnectionRefusedError(111, "Connection refused"), None),
-    (asyncio.TimeoutError(), None),
-])
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        (verify_error(), "TLS: the broker's certificate is not trusted (self-signed certificate in certificate chain)"),
+        (
+            errors.SaslAuthenticationFailed("invalid credentials"),
+            "SASL SCRAM-SHA-512 authentication as 'runner' refused: wrong username or password",
+        ),
+        (
+            errors.UnsupportedSaslMechanismError("enabled: ['PLAIN']"),
+            "the broker does not offer SASL mechanism SCRAM-SHA-512",
+        ),
+        (ConnectionRefusedError(111, "Connection refused"), None),
+        (TimeoutError(), None),
+    ],
+)
 def test_explain_names_permanent_refusals_only(error, expected):
     text = explain(error, username="runner", mechanism="SCRAM-SHA-512")
     if expected is None:
@@ -112,14 +139,17 @@ def test_explain_names_permanent_refusals_only(error, expected):
         assert text.startswith(expected)
 
 
-@pytest.mark.parametrize("error, tls, expected", [
-    # what asyncio raises when a PLAINTEXT listener drops a TLS handshake (issue 26)
-    (ConnectionResetError(), True, "the listener did not speak TLS"),
-    (ssl.SSLEOFError(8, "EOF occurred in violation of protocol"), True, "the listener did not speak TLS"),
-    (ConnectionResetError(), False, None),  # a plaintext client: a reset is not explained
-    (ConnectionResetError(104, "Connection reset by peer"), True, None),  # a reset with a cause of its own
-    (ConnectionRefusedError(111, "Connection refused"), True, None),
-])
+@pytest.mark.parametrize(
+    "error, tls, expected",
+    [
+        # what asyncio raises when a PLAINTEXT listener drops a TLS handshake (issue 26)
+        (ConnectionResetError(), True, "the listener did not speak TLS"),
+        (ssl.SSLEOFError(8, "EOF occurred in violation of protocol"), True, "the listener did not speak TLS"),
+        (ConnectionResetError(), False, None),  # a plaintext client: a reset is not explained
+        (ConnectionResetError(104, "Connection reset by peer"), True, None),  # a reset with a cause of its own
+        (ConnectionRefusedError(111, "Connection refused"), True, None),
+    ],
+)
 def test_a_tls_client_dropped_in_its_handshake_is_told_the_listener_does_not_speak_tls(error, tls, expected):
     text = explain(error, tls=tls)
     assert (text is None) if expected is None else text.startswith(expected)
@@ -133,7 +163,10 @@ async def test_broker_access_turns_an_explained_bootstrap_failure_into_one_error
             async with broker_access("kafka-0:9093,kafka-1:9093", username="runner", mechanism="SCRAM-SHA-512"):
                 log.error('Unable connect to "%s:%s": %s', "kafka-0", 9093, errors.SaslAuthenticationFailed("bad"))
                 raise errors.KafkaConnectionError("Unable to bootstrap from [...]")
-        assert str(info.value) == "kafka-0:9093: SASL SCRAM-SHA-512 authentication as 'runner' refused: wrong username or password"
+        assert (
+            str(info.value)
+            == "kafka-0:9093: SASL SCRAM-SHA-512 authentication as 'runner' refused: wrong username or password"
+        )
         assert not [r for r in caplog.records if "Unable connect" in r.getMessage()]  # said once, by us
 
         # An unreachable broker is not explained: its error is logged and raised as before.

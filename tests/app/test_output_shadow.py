@@ -8,14 +8,13 @@ from __future__ import annotations
 import asyncio
 
 from prometheus_client import CollectorRegistry
+from test_worker_app import FakeProducer
 
 from schemas import decode_verdict, encode_verdict
 from schemas.verdicts import Decision
 from streams.app.metrics import Metrics
 from streams.app.output import Output
 from streams.app.records import VerdictOut
-
-from test_worker_app import FakeProducer
 
 
 class SlowLookup(FakeProducer):
@@ -34,20 +33,38 @@ class SlowLookup(FakeProducer):
 
 
 def verdict(i: int) -> VerdictOut:
-    decision = Decision(verdict_id=f"e{i}/decision", cause_event_id=f"e{i}", run_id="r", tool_name="read",
-                        args_hash="read:" + "0" * 64, action="allow")
+    decision = Decision(
+        verdict_id=f"e{i}/decision",
+        cause_event_id=f"e{i}",
+        run_id="r",
+        tool_name="read",
+        args_hash="read:" + "0" * 64,
+        action="allow",
+    )
     return VerdictOut(0, b"run:r", encode_verdict(decision), decision)
 
 
 def output(producer: FakeProducer) -> tuple[Output, Metrics]:
     metrics = Metrics(CollectorRegistry(), process_metrics=False)
-    return Output(verdicts_topic="v", dead_letter_topic="d", partitions=2, shared_producer=lambda: producer,
-                  new_producer=lambda: producer, shadow_topic="s", metrics=metrics), metrics
+    return Output(
+        verdicts_topic="v",
+        dead_letter_topic="d",
+        partitions=2,
+        shared_producer=lambda: producer,
+        new_producer=lambda: producer,
+        shadow_topic="s",
+        metrics=metrics,
+    ), metrics
 
 
 def lost(metrics: Metrics) -> float:
-    return sum(sample.value for family in metrics.registry.collect() if family.name == "loopwatch_shadow_verdicts_lost"
-               for sample in family.samples if sample.name.endswith("_total"))
+    return sum(
+        sample.value
+        for family in metrics.registry.collect()
+        if family.name == "loopwatch_shadow_verdicts_lost"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
 
 
 def test_shadow_verdicts_queued_before_the_first_lookup_ends_are_delivered_after_it():
@@ -63,7 +80,10 @@ def test_shadow_verdicts_queued_before_the_first_lookup_ends_are_delivered_after
         await asyncio.wait_for(delivery, 1)
         assert await start_up and producer.lookups == 1  # the batch joined the start-up's lookup
         [(topic, _partition, records)] = producer.sent
-        assert topic == "s" and [decode_verdict(v).verdict_id for _k, v, _h in records] == ["e1/decision", "e2/decision"]
+        assert topic == "s" and [decode_verdict(v).verdict_id for _k, v, _h in records] == [
+            "e1/decision",
+            "e2/decision",
+        ]
         assert lost(metrics) == 0
 
     asyncio.run(scenario())

@@ -19,16 +19,20 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from schemas import MAX_EVENT_BYTES, decode_verdict, encode_event
-from schemas.keys import record_key, session_scope_key
+from schemas.keys import partition_for, record_key, session_scope_key
 from streams.app.metrics import Metrics
-from schemas.keys import partition_for
 from streams.app.processor import FORWARDED_FROM_HEADER, FORWARDED_OFFSETS, BatchProcessor, forwarded_from
 from streams.app.records import Record
 from streams.app.run_store import (
-    COMPARED_FROM_START, HEADER_SIZE, pack_state, source_stamps, unpack_header, unpack_state,
+    COMPARED_FROM_START,
+    HEADER_SIZE,
+    pack_state,
+    source_stamps,
+    unpack_header,
+    unpack_state,
 )
 from streams.edge.events import requested_event
-from streams.engine import engine_for, RunDriver
+from streams.engine import RunDriver, engine_for
 from streams.offline.scenarios import overlapping_runs
 
 SESSION = {"tools": {"loopDetection": {"enabled": True, "historySize": 1000}}, "loopwatch": {"scope": "session"}}
@@ -176,15 +180,16 @@ def test_copies_from_a_paused_worker_and_the_new_owner_are_applied_once_however_
     produce retried (a batch twice in a row): each record is applied once, in offset order."""
     events = overlapping_runs("agent:main:solo", run_ids=["solo"], calls_per_run=40, gate=True)
     p = processor()
-    forwards = p.process([Record("tool-calls", 1, i, b"solo", encode_event(e), i) for i, e in enumerate(events)],
-                         lambda *_: None).forwards
+    forwards = p.process(
+        [Record("tool-calls", 1, i, b"solo", encode_event(e), i) for i, e in enumerate(events)], lambda *_: None
+    ).forwards
     first, second = forwards[:60], forwards
     mixed = first[:25] + second[:10] + first[25:50] + second[10:70] + first[50:] + second[70:] + second[60:80]
     records = [Record(TOPIC, 0, i, k, v, 0, h) for i, (k, v, h) in enumerate(mixed)]
     stored: dict = {}
     verdicts = []
     for at in range(0, len(records), 17):  # batches of 17, checkpointed after each
-        result = p.process(records[at:at + 17], lambda part, key: stored.get((part, key)))
+        result = p.process(records[at : at + 17], lambda part, key: stored.get((part, key)))
         verdicts += [decode_verdict(v.value) for v in result.verdicts]
         stored.update(p.runs.checkpoint().writes)
     assert by_id(verdicts) == {v.verdict_id: v for v in RunDriver(engine_for(SESSION)).verdicts(events)}
@@ -197,8 +202,13 @@ def test_records_forwarded_from_a_partition_and_direct_ones_from_it_are_separate
     """A session's state on partition q gets records its runner keyed by session (tool-calls q,
     offsets 10-13, processed directly) and records of another of its runs that landed on q and
     were forwarded (tool-calls q, offsets 2-5): neither is taken for a redelivery of the other."""
-    a, b = ([msgspec.structs.replace(e, event_id=f"{run}-{e.event_id}")
-             for e in overlapping_runs("agent:main:mixed", run_ids=[run], calls_per_run=2, gate=True)] for run in "ab")
+    a, b = (
+        [
+            msgspec.structs.replace(e, event_id=f"{run}-{e.event_id}")
+            for e in overlapping_runs("agent:main:mixed", run_ids=[run], calls_per_run=2, gate=True)
+        ]
+        for run in "ab"
+    )
     key = session_scope_key(a[0]).encode()
     q = partition_for(key, PARTITIONS)
     p = processor()
@@ -209,8 +219,9 @@ def test_records_forwarded_from_a_partition_and_direct_ones_from_it_are_separate
 
     direct = p.process([Record("tool-calls", q, 10 + i, key, encode_event(e), i) for i, e in enumerate(a)], read)
     stored.update(p.runs.checkpoint().writes)
-    forwards = p.process([Record("tool-calls", q, 2 + i, b"b", encode_event(e), 4 + i) for i, e in enumerate(b)],
-                         read).forwards
+    forwards = p.process(
+        [Record("tool-calls", q, 2 + i, b"b", encode_event(e), 4 + i) for i, e in enumerate(b)], read
+    ).forwards
     assert [h[-1] for _k, _v, h in forwards] == [(FORWARDED_FROM_HEADER, source(q, 2 + i)) for i in range(4)]
     forwarded = p.process([Record(TOPIC, q, i, k, v, 0, h) for i, (k, v, h) in enumerate(forwards)], read)
     stored.update(p.runs.checkpoint().writes)
@@ -235,12 +246,16 @@ def test_a_runners_own_forwarded_from_header_is_never_taken_for_the_workers():
 def test_an_oversized_record_is_dead_lettered_where_it_is_not_forwarded():
     """Forwarded, it could exceed the repartition topic's limit: that forward refused while the
     partition's later ones go through would leave a gap in the partition's forwarded order."""
-    big = (b'{"type": "run.ended", "event_id": "big", "run_id": "r1", "session_key": "s1", "reason": "'
-           + b"x" * MAX_EVENT_BYTES + b'"}')
+    big = (
+        b'{"type": "run.ended", "event_id": "big", "run_id": "r1", "session_key": "s1", "reason": "'
+        + b"x" * MAX_EVENT_BYTES
+        + b'"}'
+    )
     small = requested_event("e", "read", {}, run_id="r1", session_key="s1")
-    result = processor().process([Record("tool-calls", 0, 0, b"r1", big, 0), Record("tool-calls", 0, 1, b"r1",
-                                                                                     encode_event(small), 1)],
-                                 lambda *_: None)
+    result = processor().process(
+        [Record("tool-calls", 0, 0, b"r1", big, 0), Record("tool-calls", 0, 1, b"r1", encode_event(small), 1)],
+        lambda *_: None,
+    )
     assert [d.reason for d in result.dead_letters] == ["oversized"]
     assert [h[-1] for _k, _v, h in result.forwards] == [(FORWARDED_FROM_HEADER, source(0, 1))]
 
@@ -281,12 +296,23 @@ def test_version_5_envelopes_round_trip_with_and_without_a_candidate_section():
     assert struct.unpack_from(">BqqHHIH", plain) == (5, 7, 7000, 2, 4, 0, 2)
     assert plain[27:51] == struct.pack(">Iq", 0, 2**40) + struct.pack(">Iq", 3, 41)  # by partition
     env = unpack_state(plain)
-    assert (env.offset, env.touched_ms, env.seen, env.owner, env.state, env.sources) == (7, 7000, seen, "main", state,
-                                                                                         sources)
+    assert (env.offset, env.touched_ms, env.seen, env.owner, env.state, env.sources) == (
+        7,
+        7000,
+        seen,
+        "main",
+        state,
+        sources,
+    )
     assert (env.candidate, env.compared) == (None, None) and unpack_header(plain) == (7, 7000)
     both = unpack_state(pack_state(state, 7, 7000, seen, "main", judged, COMPARED_FROM_START | 1, sources))
     assert (both.state, both.candidate, both.compared, both.sources, both.seen) == (
-        state, judged, COMPARED_FROM_START | 1, sources, seen)
+        state,
+        judged,
+        COMPARED_FROM_START | 1,
+        sources,
+        seen,
+    )
     # Without stamps, what an earlier release reads: version 3 (or 4 with a candidate).
     assert pack_state(state, 7, 7000, seen, "main", sources={})[0] == 3
     assert pack_state(state, 7, 7000, seen, "main", judged, 0)[0] == 4
@@ -316,8 +342,9 @@ def test_a_state_stored_by_an_earlier_release_goes_on_and_is_stored_as_version_5
 
     redelivered = [Record(TOPIC, 2, i, key, encode_event(e), 0) for i, e in enumerate(events[:6])]  # no header
     assert p.process(redelivered, read).skipped == 6
-    forwards = p.process([Record("tool-calls", 1, 6 + i, b"u", encode_event(e), i) for i, e in enumerate(events[6:])],
-                         read).forwards
+    forwards = p.process(
+        [Record("tool-calls", 1, 6 + i, b"u", encode_event(e), i) for i, e in enumerate(events[6:])], read
+    ).forwards
     result = p.process([Record(TOPIC, 2, 6 + i, k, v, 0, h) for i, (k, v, h) in enumerate(forwards)], read)
     assert [decode_verdict(v.value) for v in result.verdicts] == RunDriver(engine).verdicts(events)[3:]
     value = p.runs.checkpoint().writes[(2, key)]
@@ -336,8 +363,9 @@ def test_a_runs_records_keep_their_offset_order_when_its_producers_clock_steps_b
     Hand-worked (spec: warningThreshold 10): the 11th read, call 10, is the first to have 10
     identical reads before it, so it is warned, with count 10; no call before it is.  Sorted
     by timestamp, calls 10-19 went first and the warning landed on call 0."""
-    events = overlapping_runs("agent:main:clock", run_ids=["clock"], calls_per_run=20, gate=True,
-                              start_ms=1_700_000_200_000)
+    events = overlapping_runs(
+        "agent:main:clock", run_ids=["clock"], calls_per_run=20, gate=True, start_ms=1_700_000_200_000
+    )
     stepped = [e if i < 20 else msgspec.structs.replace(e, ts_ms=e.ts_ms - 120_000) for i, e in enumerate(events)]
     stamps = [e.ts_ms for e in stepped]
     assert stamps[20] < stamps[0]
@@ -358,8 +386,19 @@ def test_partitions_are_merged_by_timestamp_each_in_its_offset_order():
     head is its 1 (earlier than p1's 10, and after its 5 in offset order), its 9, p1's 10."""
     run = {0: "r-zero", 1: "r-one"}
     stamps = {0: [5, 1, 9], 1: [2, 3, 10]}
-    records = [Record("tool-calls", part, i, run[part].encode(),
-                      encode_event(requested_event(f"{part}-{i}", "read", {}, run_id=run[part], session_key="s")), ts)
-               for part in (0, 1) for i, ts in enumerate(stamps[part])]
+    records = [
+        Record(
+            "tool-calls",
+            part,
+            i,
+            run[part].encode(),
+            encode_event(requested_event(f"{part}-{i}", "read", {}, run_id=run[part], session_key="s")),
+            ts,
+        )
+        for part in (0, 1)
+        for i, ts in enumerate(stamps[part])
+    ]
     forwards = processor().process(records, lambda *_: None).forwards
-    assert [h[-1][1] for _k, _v, h in forwards] == [source(*at) for at in ((1, 0), (1, 1), (0, 0), (0, 1), (0, 2), (1, 2))]
+    assert [h[-1][1] for _k, _v, h in forwards] == [
+        source(*at) for at in ((1, 0), (1, 1), (0, 0), (0, 1), (0, 2), (1, 2))
+    ]

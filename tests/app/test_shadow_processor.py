@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import pytest
 from prometheus_client import CollectorRegistry
+from test_batch_processor import Store, records, reference
 
 from schemas import decode_verdict
 from streams.app.metrics import Metrics
 from streams.app.processor import BatchProcessor
 from streams.app.run_store import COMPARED_FROM_START, unpack_state
 from streams.edge.events import completed_event, requested_event, run_ended_event
-from streams.engine import engine_for, RunDriver
-
-from test_batch_processor import Store, records, reference
+from streams.engine import RunDriver, engine_for
 
 LIVE = {"tools": {"loopDetection": {"enabled": True}}}
 STRICT = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8}}}
@@ -32,10 +31,16 @@ def repeat(run_id: str, n: int, *, agent: str = "main", gate: bool = True, end: 
     fields = dict(run_id=run_id, session_key=f"s-{run_id}", agent_id=agent)
     events = []
     for i in range(start, start + n):
-        events.append(requested_event(f"{run_id}-{i}q", "read", {"p": 1}, tool_call_id=f"c{i}", gate=gate,
-                                      ts_ms=1000 + i, **fields))
-        events.append(completed_event(f"{run_id}-{i}c", "read", {"p": 1}, result="same", tool_call_id=f"c{i}",
-                                      ts_ms=1000 + i, **fields))
+        events.append(
+            requested_event(
+                f"{run_id}-{i}q", "read", {"p": 1}, tool_call_id=f"c{i}", gate=gate, ts_ms=1000 + i, **fields
+            )
+        )
+        events.append(
+            completed_event(
+                f"{run_id}-{i}c", "read", {"p": 1}, result="same", tool_call_id=f"c{i}", ts_ms=1000 + i, **fields
+            )
+        )
     if end:
         events.append(run_ended_event(f"{run_id}-end", reason="completed", ts_ms=2000, **fields))
     return events
@@ -43,14 +48,22 @@ def repeat(run_id: str, n: int, *, agent: str = "main", gate: bool = True, end: 
 
 def actions(verdicts, run_id=None):
     """Each verdict's action, ``abort`` for an abort."""
-    return [getattr(v, "action", "abort") for v in map(decode_verdict, (o.value for o in verdicts))
-            if run_id is None or v.run_id == run_id]
+    return [
+        getattr(v, "action", "abort")
+        for v in map(decode_verdict, (o.value for o in verdicts))
+        if run_id is None or v.run_id == run_id
+    ]
 
 
 def changed_runs(registry) -> float:
     """All of loopwatch_candidate_outcome_changes_total."""
-    return sum(s.value for metric in registry.collect() if metric.name == "loopwatch_candidate_outcome_changes"
-               for s in metric.samples if s.name.endswith("_total"))
+    return sum(
+        s.value
+        for metric in registry.collect()
+        if metric.name == "loopwatch_candidate_outcome_changes"
+        for s in metric.samples
+        if s.name.endswith("_total")
+    )
 
 
 def shadow_config(agent: str = "trial", root=LIVE) -> dict:
@@ -118,12 +131,16 @@ def test_shadow_and_enforce_metrics_carry_their_mode():
     g = registry.get_sample_value
 
     def block(mode):
-        return g("loopwatch_decisions_total",
-                 {"detector": "generic_repeat", "level": "critical", "action": "block", "config": "live", "mode": mode})
+        return g(
+            "loopwatch_decisions_total",
+            {"detector": "generic_repeat", "level": "critical", "action": "block", "config": "live", "mode": mode},
+        )
 
     def warn(mode):
-        return g("loopwatch_decisions_total",
-                 {"detector": "generic_repeat", "level": "warning", "action": "warn", "config": "live", "mode": mode})
+        return g(
+            "loopwatch_decisions_total",
+            {"detector": "generic_repeat", "level": "warning", "action": "warn", "config": "live", "mode": mode},
+        )
 
     assert (block("shadow"), warn("shadow")) == (1, 1)
     assert (block("enforce"), warn("enforce")) == (None, 1)  # the enforce run did 11 calls
@@ -169,8 +186,19 @@ def test_a_run_whose_outcome_would_change_is_counted_when_it_ends():
     g = registry.get_sample_value
     assert g("loopwatch_candidate_outcome_changes_total", {"live": "none", "candidate": "block"}) == 1
     assert changed_runs(registry) == 1  # "same" did not change, "open" has not ended
-    assert g("loopwatch_decisions_total", {"detector": "generic_repeat", "level": "critical", "action": "block",
-                                           "config": "candidate", "mode": "enforce"}) == 4  # calls 9, 10 of two runs
+    assert (
+        g(
+            "loopwatch_decisions_total",
+            {
+                "detector": "generic_repeat",
+                "level": "critical",
+                "action": "block",
+                "config": "candidate",
+                "mode": "enforce",
+            },
+        )
+        == 4
+    )  # calls 9, 10 of two runs
 
 
 def test_the_candidate_state_is_stored_with_the_run_and_survives_a_restart():
@@ -199,7 +227,9 @@ def test_a_worker_without_candidate_ignores_and_drops_a_stored_candidate_section
     assert store[(0, b"run:r")][0] == 4
     plain = BatchProcessor(engine_for(LIVE))
     r = plain.process(records(repeat("r", 15, start=6), start=12), store.read)
-    assert actions(r.verdicts) == ["allow"] * 4 + ["warn"] + ["allow"] * 9 + ["block"]  # calls 11, 21: the history was read
+    assert actions(r.verdicts) == ["allow"] * 4 + ["warn"] + ["allow"] * 9 + [
+        "block"
+    ]  # calls 11, 21: the history was read
     store.apply(plain.runs.checkpoint())
     assert store[(0, b"run:r")][0] == 3 and unpack_state(store[(0, b"run:r")]).candidate is None
 
@@ -243,8 +273,13 @@ def test_candidate_metrics_carry_the_candidates_mode(mode):
     p = candidate_processor(candidate=candidate, metrics=Metrics(registry, process_metrics=False))
     r = p.process(records(repeat("r", 10)), Store().read)
     assert actions(r.candidate)[-2:] == ["block", "block"]  # to the shadow topic whatever its mode
-    assert registry.get_sample_value("loopwatch_decisions_total", {
-        "detector": "generic_repeat", "level": "critical", "action": "block", "config": "candidate", "mode": mode}) == 2
+    assert (
+        registry.get_sample_value(
+            "loopwatch_decisions_total",
+            {"detector": "generic_repeat", "level": "critical", "action": "block", "config": "candidate", "mode": mode},
+        )
+        == 2
+    )
 
 
 # -- the envelope with a candidate section -----------------------------------------------------
@@ -264,7 +299,13 @@ def test_the_candidate_envelope_round_trips_and_reads_like_version_3():
     assert both[0] == 4 and unpack_header(both) == (41, 7000) and idle_since_ms(both) == 7000
     env = unpack_state(both)
     assert (env.offset, env.seen, env.owner, env.state, env.candidate, env.compared) == (
-        41, seen, "main", state, judged, COMPARED_FROM_START | 2 << 2)
+        41,
+        seen,
+        "main",
+        state,
+        judged,
+        COMPARED_FROM_START | 2 << 2,
+    )
     assert both.endswith(plain[21:])  # digests, owner and live state exactly as version 3 has them
     empty = unpack_state(pack_state(state, 41, 7000, seen, "main", None, 0))
     assert (empty.candidate, empty.compared, empty.state) == (None, 0, state)
@@ -273,8 +314,11 @@ def test_the_candidate_envelope_round_trips_and_reads_like_version_3():
     drivers = RunDriver(engine_for(big)), RunDriver(engine_for(big))
     for i in range(1000):
         for d in drivers:
-            d.handle(requested_event(f"e{i}", "t" * 200, {"i": i}, run_id="big", session_key="s",
-                                     tool_call_id="x" * 505 + str(i)))
+            d.handle(
+                requested_event(
+                    f"e{i}", "t" * 200, {"i": i}, run_id="big", session_key="s", tool_call_id="x" * 505 + str(i)
+                )
+            )
     value, trimmed = pack_within_limit(drivers[0].states["run:big"], 1, 2, b"", None, drivers[1].states["run:big"], 0)
     assert trimmed is not None and len(value) <= MAX_STATE_BYTES < trimmed[0]
     env = unpack_state(value)

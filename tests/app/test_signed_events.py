@@ -45,7 +45,10 @@ def signed(events, key: SigningKey | None, start: int = 0, forged_key: SigningKe
         if key is not None:
             headers = key.headers(value)
             if forged_key is not None:
-                headers = [(headers[0][0], headers[0][1]), ("loopwatch.signature", forged_key.signature(value).encode())]
+                headers = [
+                    (headers[0][0], headers[0][1]),
+                    ("loopwatch.signature", forged_key.signature(value).encode()),
+                ]
         out.append(Record("tool-calls", 0, start + i, event.run_id.encode(), value, 1.0, headers))
     return out
 
@@ -62,7 +65,7 @@ def test_with_a_keyring_only_events_signed_by_their_agent_are_applied():
     batch = (
         signed(good, MAIN)
         + signed(loop_events("unsigned", "main", 2), None, start=100)
-        + signed(loop_events("as-billing", "billing", 2), MAIN, start=200)   # main's key, billing's events
+        + signed(loop_events("as-billing", "billing", 2), MAIN, start=200)  # main's key, billing's events
         + signed(loop_events("forged", "main", 2), MAIN, start=300, forged_key=BILLING)
     )
     result = run(p, batch)
@@ -96,9 +99,11 @@ def test_a_rotated_key_is_accepted_next_to_the_old_one():
 
 
 def key_file(path, *keys: SigningKey) -> None:
-    path.write_text(json.dumps([
-        {"key_id": k.key_id, "agent_id": k.agent_id, "secret": base64.b64encode(k.secret).decode()} for k in keys
-    ]))
+    path.write_text(
+        json.dumps(
+            [{"key_id": k.key_id, "agent_id": k.agent_id, "secret": base64.b64encode(k.secret).decode()} for k in keys]
+        )
+    )
 
 
 def test_the_keyring_watcher_reloads_rotated_keys_and_keeps_them_on_a_bad_file(tmp_path, caplog):
@@ -109,15 +114,15 @@ def test_the_keyring_watcher_reloads_rotated_keys_and_keeps_them_on_a_bad_file(t
     first = watcher.load_initial()
     assert first.agents == {"main": ["main-1"]}
     assert watcher.poll() is False and swapped == []
-    key_file(path, MAIN, MAIN_NEXT)              # rotation step 1: both keys
+    key_file(path, MAIN, MAIN_NEXT)  # rotation step 1: both keys
     assert watcher.poll() is True
     assert swapped[-1].agents == {"main": ["main-1", "main-2"]}
-    path.write_text('{"key_id": "main-3"}')       # a bad edit: the running keys stay
+    path.write_text('{"key_id": "main-3"}')  # a bad edit: the running keys stay
     with caplog.at_level(logging.ERROR, logger="loopwatch.config"):
         assert watcher.poll() is False
         assert watcher.poll() is False
     assert len([r for r in caplog.records if "rejected new signing keys" in r.message]) == 1
-    key_file(path, MAIN_NEXT)                    # rotation step 3: the old key is gone
+    key_file(path, MAIN_NEXT)  # rotation step 3: the old key is gone
     assert watcher.poll() is True
     assert swapped[-1].agents == {"main": ["main-2"]}
     assert len(swapped) == 2
@@ -144,8 +149,9 @@ def test_a_key_of_one_agent_cannot_write_into_a_run_of_another_agent_even_after_
 
     main_events = loop_events("victim", "main", 12)
     hostile = [
-        requested_event(f"evil-{i}", "read", {"p": 1}, run_id="victim", session_key="s-victim", agent_id="billing",
-                        ts_ms=5000 + i)
+        requested_event(
+            f"evil-{i}", "read", {"p": 1}, run_id="victim", session_key="s-victim", agent_id="billing", ts_ms=5000 + i
+        )
         for i in range(3)
     ]
     first = p.process(signed(main_events[:4], MAIN) + signed(hostile[:1], BILLING, start=4), read)
@@ -154,7 +160,11 @@ def test_a_key_of_one_agent_cannot_write_into_a_run_of_another_agent_even_after_
     p2_result = p2.process(signed(hostile[1:], BILLING, start=5) + signed(main_events[4:], MAIN, start=7), read)
 
     letters = first.dead_letters + p2_result.dead_letters
-    assert [(l.reason, l.record.offset) for l in letters] == [("bad_signature", 4), ("bad_signature", 5), ("bad_signature", 6)]
+    assert [(l.reason, l.record.offset) for l in letters] == [
+        ("bad_signature", 4),
+        ("bad_signature", 5),
+        ("bad_signature", 6),
+    ]
     assert all("belongs to agent 'main'" in l.detail for l in letters)
     # main's verdicts are those of the same events without the hostile ones and without signing.
     plain = BatchProcessor(engine_for(CONFIG)).process(signed(main_events, None), lambda partition, key: None)
@@ -172,6 +182,7 @@ def test_without_a_keyring_the_owner_is_recorded_but_not_enforced():
     assert result.dead_letters == [] and result.events == 8
     writes = p.runs.checkpoint().writes
     from streams.app.run_store import unpack_state
+
     (value,) = writes.values()
     assert unpack_state(value).owner == "main"
 
@@ -202,8 +213,9 @@ def test_with_signed_events_a_fleet_incident_counts_only_agents_whose_signatures
             value = count_outcome(value, o.run, o.agent, settings)
         return {o.agent for o in outcomes}, qualifies(value, settings)
 
-    signed_agents, signed_qualifies = agents_sent(BatchProcessor(engine_for(config), keyring=Keyring([key])),
-                                                  signed(events, key))
+    signed_agents, signed_qualifies = agents_sent(
+        BatchProcessor(engine_for(config), keyring=Keyring([key])), signed(events, key)
+    )
     assert signed_agents == {digest16("agent-0")} and not signed_qualifies
     claimed_agents, claimed_qualifies = agents_sent(BatchProcessor(engine_for(config)), signed(events, key))
     assert claimed_agents == {digest16(f"agent-{i}") for i in range(3)} and claimed_qualifies
@@ -223,7 +235,9 @@ def test_a_signed_event_replayed_within_the_64_id_window_is_skipped_and_after_it
     recent, old = records[80 - SEEN_EVENT_IDS], records[80 - SEEN_EVENT_IDS - 1]
 
     def replay(record, offset):
-        return Record(record.topic, record.partition, offset, record.key, record.value, record.timestamp, record.headers)
+        return Record(
+            record.topic, record.partition, offset, record.key, record.value, record.timestamp, record.headers
+        )
 
     within = run(p, [replay(recent, 80)])
     assert (within.events, within.duplicates, within.dead_letters) == (0, 1, [])
@@ -240,5 +254,7 @@ def test_events_signed_with_a_key_rotated_out_are_refused_from_the_next_batch_on
     p.keyring = Keyring([MAIN_NEXT])
     result = run(p, signed(events[2:4], MAIN, start=2) + signed(events[4:6], MAIN_NEXT, start=4))
     assert [(l.reason, l.detail, l.record.offset) for l in result.dead_letters] == [
-        ("bad_signature", "unknown key id 'main-1'", 2), ("bad_signature", "unknown key id 'main-1'", 3)]
+        ("bad_signature", "unknown key id 'main-1'", 2),
+        ("bad_signature", "unknown key id 'main-1'", 3),
+    ]
     assert result.events == 2

@@ -2,8 +2,8 @@
 producers (no broker needed: nothing is started)."""
 
 import asyncio
-import time
 import gc
+import time
 
 import faust.stores
 import faust.stores.rocksdb
@@ -44,7 +44,9 @@ def test_rocksdb_store_with_the_rocksdict_driver(worker):
 def test_topics_partitions_and_handlers(worker, app):
     lw = worker
     assert (lw.tool_calls.get_topic_name(), lw.verdicts.get_topic_name(), lw.dead_letters.get_topic_name()) == (
-        "tool-calls", "loop-verdicts", "tool-calls-dlq",
+        "tool-calls",
+        "loop-verdicts",
+        "tool-calls-dlq",
     )
     assert lw.tool_calls.partitions == lw.verdicts.partitions == 6
     assert app.hooks.batch_topics == frozenset({"tool-calls"})
@@ -242,8 +244,12 @@ def gated_record(run_id="r1", offset=0, partition=2, value=None):
     from streams.app.records import Record
     from streams.edge.events import requested_event
 
-    event = requested_event(f"{run_id}:{offset}", "read", {"path": "/a"}, run_id=run_id, session_key="s", gate=True, ts_ms=1)
-    return Record("tool-calls", partition, offset, run_id.encode(), value if value is not None else encode_event(event), 1)
+    event = requested_event(
+        f"{run_id}:{offset}", "read", {"path": "/a"}, run_id=run_id, session_key="s", gate=True, ts_ms=1
+    )
+    return Record(
+        "tool-calls", partition, offset, run_id.encode(), value if value is not None else encode_event(event), 1
+    )
 
 
 @pytest.mark.parametrize("topic", ["loop-verdicts", "tool-calls-dlq", "lw-unit-runs-changelog"])
@@ -270,7 +276,9 @@ def test_a_failed_delivery_fails_the_checkpoint_and_acks_nothing(worker, topic):
 def test_a_dead_letter_refused_as_too_large_goes_alone_then_as_headers(worker):
     from aiokafka.errors import MessageSizeTooLargeError
 
-    lw, faust_producer, _ = wired(worker, fail={"tool-calls-dlq": [MessageSizeTooLargeError(), MessageSizeTooLargeError()]})
+    lw, faust_producer, _ = wired(
+        worker, fail={"tool-calls-dlq": [MessageSizeTooLargeError(), MessageSizeTooLargeError()]}
+    )
     loop = asyncio.get_event_loop()
     acked = []
     big = gated_record("big", 0, value=b"x" * (3 * 1024 * 1024))
@@ -279,10 +287,10 @@ def test_a_dead_letter_refused_as_too_large_goes_alone_then_as_headers(worker):
     assert acked == [True] and lw.failed is None
     sends = [records for topic, _p, records in faust_producer.sent if topic == "tool-calls-dlq"]
     assert len(sends) == 3  # with the batch, alone, headers only
-    (key, value, headers), = sends[0]
+    ((key, value, headers),) = sends[0]
     assert len(value) == 1024 * 1024 and dict(headers)["loopwatch.truncated"] == b"value"
     assert len(sends[1][0][1]) == 1024 * 1024
-    (key, value, headers), = sends[2]
+    ((key, value, headers),) = sends[2]
     assert (key, value) == (b"", b"") and dict(headers)["loopwatch.source.value_bytes"] == str(3 * 1024 * 1024).encode()
     assert dict(headers)["loopwatch.reason"] == b"oversized"
 
@@ -344,8 +352,11 @@ def test_the_sweep_deletes_old_markers_of_ended_runs_without_counting_them_as_ru
     loop = asyncio.get_event_loop()
     now_ms = int(time.time() * 1000)
     long_ago = 1_000
-    writes = [((0, b"run:old-end"), pack_ended(7, long_ago)), ((0, b"run:new-end"), pack_ended(8, now_ms)),
-              ((0, b"run:live"), pack_state(RunState(run_id="live"), 9, now_ms))]
+    writes = [
+        ((0, b"run:old-end"), pack_ended(7, long_ago)),
+        ((0, b"run:new-end"), pack_ended(8, now_ms)),
+        ((0, b"run:live"), pack_state(RunState(run_id="live"), 9, now_ms)),
+    ]
     loop.run_until_complete(store.write(writes))
     monkeypatch.setattr(expiry, "ready", lambda: True)
     monkeypatch.setattr(app.assignor, "assigned_actives", lambda: {TP(store.changelog_topic, 0)})

@@ -13,11 +13,14 @@ def test_lines_logged_together_match_the_formatter_and_fall_back_when_the_tree_c
         logger = logging.getLogger("loopwatch.agents/tools")
         logger.error("through logging")
         assert logs.direct_handler(logger) is not None
-        logs.log_many("loopwatch.", [
-            LogLine("error", "agents/tools", "written directly"),
-            LogLine("debug", "agents/tools", "below the level: not written"),
-            LogLine("warn", "diagnostic", "a second logger"),
-        ])
+        logs.log_many(
+            "loopwatch.",
+            [
+                LogLine("error", "agents/tools", "written directly"),
+                LogLine("debug", "agents/tools", "below the level: not written"),
+                LogLine("warn", "diagnostic", "a second logger"),
+            ],
+        )
         logs.flush()
         lines = path.read_text().splitlines()
         assert len(lines) == 3
@@ -40,8 +43,14 @@ def test_lines_logged_together_match_the_formatter_and_fall_back_when_the_tree_c
         logger.addHandler(extra)
         try:
             assert logs.direct_handler(logger) is None
-            logs.log_many("loopwatch.", [LogLine("error", "agents/tools", "one"), LogLine("error", "diagnostic", "two"),
-                                         LogLine("error", "agents/tools", "three")])
+            logs.log_many(
+                "loopwatch.",
+                [
+                    LogLine("error", "agents/tools", "one"),
+                    LogLine("error", "diagnostic", "two"),
+                    LogLine("error", "agents/tools", "three"),
+                ],
+            )
             logs.flush()
         finally:
             logger.removeHandler(extra)

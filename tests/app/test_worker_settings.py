@@ -18,7 +18,11 @@ def test_defaults():
     assert s.config is None
     assert s.data_dir == Path(".loopwatch-state")
     assert (s.web_host, s.web_port, s.metrics_port) == ("127.0.0.1", 6066, 9108)
-    assert (s.tool_calls_topic, s.verdicts_topic, s.dead_letter_topic) == ("tool-calls", "loop-verdicts", "tool-calls-dlq")
+    assert (s.tool_calls_topic, s.verdicts_topic, s.dead_letter_topic) == (
+        "tool-calls",
+        "loop-verdicts",
+        "tool-calls-dlq",
+    )
     assert (s.partitions, s.replication) == (4, 1)
     assert s.idle_timeout_s == 1800
     assert s.security_protocol == "PLAINTEXT"
@@ -98,7 +102,9 @@ def test_settings_file_is_below_environment(tmp_path):
 
 def test_settings_file_yaml_and_errors(tmp_path):
     path = tmp_path / "settings.yaml"
-    path.write_text("kafka_security_protocol: sasl_plaintext\nkafka_sasl_mechanism: plain\nkafka_sasl_username: u\nkafka_sasl_password: p\n")
+    path.write_text(
+        "kafka_security_protocol: sasl_plaintext\nkafka_sasl_mechanism: plain\nkafka_sasl_username: u\nkafka_sasl_password: p\n"
+    )
     s = Settings.from_env({"LOOPWATCH_SETTINGS_FILE": str(path)})
     assert s.security_protocol == "SASL_PLAINTEXT" and s.sasl_mechanism == "PLAIN"
     path.write_text("bogus_key: 1\n")
@@ -109,12 +115,14 @@ def test_settings_file_yaml_and_errors(tmp_path):
 
 
 def test_sasl_plaintext_credentials():
-    s = Settings.from_env({
-        "LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
-        "LOOPWATCH_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
-        "LOOPWATCH_KAFKA_SASL_USERNAME": "loopwatch",
-        "LOOPWATCH_KAFKA_SASL_PASSWORD": "secret",
-    })
+    s = Settings.from_env(
+        {
+            "LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+            "LOOPWATCH_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+            "LOOPWATCH_KAFKA_SASL_USERNAME": "loopwatch",
+            "LOOPWATCH_KAFKA_SASL_PASSWORD": "secret",
+        }
+    )
     creds = broker_credentials(s)
     assert isinstance(creds, faust.SASLCredentials)
     assert creds.protocol.value == "SASL_PLAINTEXT"
@@ -145,12 +153,14 @@ def test_ssl_credentials_use_the_ca_file():
 
 
 def test_sasl_ssl_credentials_carry_a_context():
-    s = Settings.from_env({
-        "LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
-        "LOOPWATCH_KAFKA_SASL_MECHANISM": "PLAIN",
-        "LOOPWATCH_KAFKA_SASL_USERNAME": "u",
-        "LOOPWATCH_KAFKA_SASL_PASSWORD": "p",
-    })
+    s = Settings.from_env(
+        {
+            "LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
+            "LOOPWATCH_KAFKA_SASL_MECHANISM": "PLAIN",
+            "LOOPWATCH_KAFKA_SASL_USERNAME": "u",
+            "LOOPWATCH_KAFKA_SASL_PASSWORD": "p",
+        }
+    )
     creds = broker_credentials(s)
     assert creds.protocol.value == "SASL_SSL"
     assert isinstance(creds.ssl_context, ssl.SSLContext)

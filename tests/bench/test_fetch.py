@@ -17,8 +17,9 @@ def test_the_response_holds_the_records_asked_for():
     from aiokafka.record.memory_records import MemoryRecords
     from aiokafka.structs import TopicPartition
 
-    records = PartitionRecords(TopicPartition(fetch.TOPIC, 0), MemoryRecords(fetch.response(1234, 10)), [], 0,
-                               None, None, True, 0)
+    records = PartitionRecords(
+        TopicPartition(fetch.TOPIC, 0), MemoryRecords(fetch.response(1234, 10)), [], 0, None, None, True, 0
+    )
     assert [(r.offset, len(r.value)) for r in records] == [(i, 10) for i in range(1234)]
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from schemas import decode_verdict, encode_event
-from harness import reference_verdicts
 from bench.kafka import CONFIG, fleet
 from bench.peers.common import EventStep
 from bench.peers.runner import PeerFailed, compare_verdicts, verdict_counts
+from harness import reference_verdicts
+from schemas import decode_verdict, encode_event
 from schemas.keys import record_key
 
 

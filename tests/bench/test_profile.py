@@ -6,7 +6,9 @@ from pathlib import Path
 from bench.profile import breakdown, main, part_of, read_stacks
 
 LOOP = "<module> (streams/app/worker.py:40);BaseEventLoop._run_once (asyncio/base_events.py:1906)"
-PROCESS = LOOP + ";Checkpointer._handle (streams/app/checkpoint.py:401);BatchProcessor.process (streams/app/processor.py:210)"
+PROCESS = (
+    LOOP + ";Checkpointer._handle (streams/app/checkpoint.py:401);BatchProcessor.process (streams/app/processor.py:210)"
+)
 
 RAW = f"""\
 {PROCESS};kafka_key_problem (streams/engine/intake.py:120) 7
@@ -38,7 +40,10 @@ def test_each_sample_goes_to_the_first_part_that_matches_any_of_its_frames(tmp_p
 
 
 def test_a_stack_no_rule_names_is_the_rest():
-    assert part_of(("main (app.py:1)", "something (lib.py:2)")) == "asyncio, sockets (reads), aiokafka connections, the rest"
+    assert (
+        part_of(("main (app.py:1)", "something (lib.py:2)"))
+        == "asyncio, sockets (reads), aiokafka connections, the rest"
+    )
 
 
 def test_the_report_gives_shares_of_busy_samples_and_the_idle_share(tmp_path: Path, capsys):

@@ -5,7 +5,12 @@ issues name: 50,000 events/s, 0.35 of (a'), 3 ms of p99 share, the peak RSS befo
 import pytest
 
 from bench.kafka import (
-    BASELINE_PEAK_RSS_MIB, issue3_lines, median_round, p99_share, target_verdicts, throughput_medians,
+    BASELINE_PEAK_RSS_MIB,
+    issue3_lines,
+    median_round,
+    p99_share,
+    target_verdicts,
+    throughput_medians,
 )
 
 
@@ -51,7 +56,8 @@ def test_only_what_was_measured_is_judged():
     assert target_verdicts({"worker": {"rate": 55_000.0}}) == ["(b) >= 50,000 events/s per worker: 55,000, met"]
     # (b)/(a') needs (a') of the same run; (a) alone is issue 3's ratio.
     assert target_verdicts({"raw": 60_000.0, "worker": {"rate": 55_000.0}}) == [
-        "(b) >= 50,000 events/s per worker: 55,000, met"]
+        "(b) >= 50,000 events/s per worker: 55,000, met"
+    ]
     # The share needs (c') in the same run: (c) alone is not judged.
     assert target_verdicts({"latency": {"rate": 2_000.0, "offered": 2_000.0, "p99": 5.0}}) == []
     # The latency target is set at 2,000 events/s: another --rate is not judged against it.
@@ -80,7 +86,11 @@ def test_issue3_targets_are_still_judged_as_information():
         "(b)/(a) >= 0.5: 0.53, met",
         "(c) p99 < 20 ms at 2,000 events/s: 21.7 ms, NOT MET (the raw responder (c'): 18.6 ms)",
     ]
-    results = {"raw": 40_000.0, "worker": {"rate": 19_999.0}, "latency": {"rate": 2_000.0, "offered": 1_700.0, "p99": 20.0}}
+    results = {
+        "raw": 40_000.0,
+        "worker": {"rate": 19_999.0},
+        "latency": {"rate": 2_000.0, "offered": 1_700.0, "p99": 20.0},
+    }
     assert issue3_lines(results) == [
         "(b) >= 20,000 events/s per worker: 19,999, NOT MET",
         "(b)/(a) >= 0.5: 0.50, NOT MET",  # 0.499975: shown rounded, judged exactly
@@ -121,10 +131,13 @@ def test_loopwatch_is_judged_ahead_of_each_peer_only_when_faster():
 
 def test_the_options_ratio_is_judged_against_0_7():
     assert target_verdicts({"options_ratio": 0.74}) == ["(e) all four options >= 0.7 of the default config: 0.74, met"]
-    assert target_verdicts({"options_ratio": 0.69}) == ["(e) all four options >= 0.7 of the default config: 0.69, NOT MET"]
+    assert target_verdicts({"options_ratio": 0.69}) == [
+        "(e) all four options >= 0.7 of the default config: 0.69, NOT MET"
+    ]
     assert target_verdicts({"options_ratio": 0.8, "options_run_keyed_ratio": 0.6}) == [
         "(e) all four options >= 0.7 of the default config: 0.80, met",
-        "(e) the same, runners keying by run (the repartition hop): 0.60, NOT MET"]
+        "(e) the same, runners keying by run (the repartition hop): 0.60, NOT MET",
+    ]
 
 
 def test_the_options_workload_puts_its_sends_in_traces():
@@ -134,19 +147,29 @@ def test_the_options_workload_puts_its_sends_in_traces():
     sends = [e for e in events if getattr(e, "tool_name", None) == "message"]
     assert sends and all(e.trace_id.startswith("trace-") and e.target == "slack:#ops" for e in sends)
     assert all(not getattr(e, "trace_id", None) for e in events if getattr(e, "tool_name", None) != "message")
+
+
 def test_a_candidate_config_is_judged_on_the_median_of_its_pairs():
-    pairs = [({"rate": 20_000.0}, {"rate": 11_000.0}), ({"rate": 22_000.0}, {"rate": 10_000.0}),
-             ({"rate": 18_000.0}, {"rate": 9_500.0})]
+    pairs = [
+        ({"rate": 20_000.0}, {"rate": 11_000.0}),
+        ({"rate": 22_000.0}, {"rate": 10_000.0}),
+        ({"rate": 18_000.0}, {"rate": 9_500.0}),
+    ]
     assert target_verdicts({"candidate_pairs": pairs}) == [
         "(b'')/(b) >= 0.5 with a candidate config: 0.53 (median of 3 pairs), met",  # 0.55, 0.45, 0.53
     ]
-    assert target_verdicts({"candidate_pairs": pairs[1:2]}) == ["(b'')/(b) >= 0.5 with a candidate config: 0.45, NOT MET"]
+    assert target_verdicts({"candidate_pairs": pairs[1:2]}) == [
+        "(b'')/(b) >= 0.5 with a candidate config: 0.45, NOT MET"
+    ]
 
 
 def test_throughput_rounds_are_judged_on_the_median_round_and_the_median_of_each_rounds_ratio():
     raw = [150_000.0, 120_000.0, 170_000.0]
-    worker = [{"rate": 54_000.0, "peak_rss_mib": 240.0}, {"rate": 45_000.0, "peak_rss_mib": 250.0},
-              {"rate": 58_000.0, "peak_rss_mib": 245.0}]
+    worker = [
+        {"rate": 54_000.0, "peak_rss_mib": 240.0},
+        {"rate": 45_000.0, "peak_rss_mib": 250.0},
+        {"rate": 58_000.0, "peak_rss_mib": 245.0},
+    ]
     medians = throughput_medians(raw, worker)
     assert medians["raw_batched"] == 150_000.0
     # The round of the median (b), with the highest peak RSS of the three (a ceiling is judged
@@ -161,8 +184,9 @@ def test_throughput_rounds_are_judged_on_the_median_round_and_the_median_of_each
     ]
     # Each round's pair is judged together: per round 50/150 = 0.333, 56/100 = 0.560, 60/200 =
     # 0.300 -> 0.333, not met; the ratio of the medians, 56,000 / 150,000 = 0.373, would be.
-    medians = throughput_medians([150_000.0, 100_000.0, 200_000.0],
-                                 [{"rate": 50_000.0}, {"rate": 56_000.0}, {"rate": 60_000.0}])
+    medians = throughput_medians(
+        [150_000.0, 100_000.0, 200_000.0], [{"rate": 50_000.0}, {"rate": 56_000.0}, {"rate": 60_000.0}]
+    )
     assert medians["batched_ratio"] == pytest.approx(50_000 / 150_000)
     assert target_verdicts(medians)[1] == "(b)/(a') >= 0.35, median of 3 rounds: 0.33, NOT MET"
     # An even number of rounds takes the lower middle one (conservative), of both.
@@ -171,6 +195,8 @@ def test_throughput_rounds_are_judged_on_the_median_round_and_the_median_of_each
     # One round is what a run without rounds measured.
     assert throughput_medians([140_000.0], [{"rate": 51_000.0}])["batched_ratio"] == 51_000 / 140_000
     assert target_verdicts(throughput_medians([140_000.0], [{"rate": 51_000.0}])) == [
-        "(b) >= 50,000 events/s per worker: 51,000, met", "(b)/(a') >= 0.35: 0.36, met"]
+        "(b) >= 50,000 events/s per worker: 51,000, met",
+        "(b)/(a') >= 0.35: 0.36, met",
+    ]
     assert throughput_medians([], []) == {}
     assert "batched_ratio" not in throughput_medians([], [{"rate": 51_000.0}])

@@ -20,7 +20,7 @@ import pytest
 from harness.cli import loopwatch, one_line_error
 from harness.fleets import BAD_RECORDS, BASELINE, CANDIDATE, assert_matches_reference, hand_worked_fleet
 from schemas import encode_event
-from streams.engine import engine_for, RunDriver
+from streams.engine import RunDriver, engine_for
 from streams.offline.scenarios import fleet_trace
 
 
@@ -56,23 +56,45 @@ def test_the_hand_worked_fleet(tmp_path, configs, name):
     assert (report["runs"], report["duplicates"]) == (4, 1)
     assert report["dead_letters"] == {"invalid_json": 1, "missing_key": 1, "oversized": 1, "unsupported_version": 1}
     assert report["events"] == 21 + 43 + 11 + 8  # a, b, c, d
-    assert report["verdicts"] == {"baseline": {"warn": 1, "block": 1, "abort": 1},
-                                  "candidate": {"warn": 0, "block": 2 + 13, "abort": 1}}
-    assert report["outcomes"] == {"baseline": {"none": 2, "warn": 0, "block": 1, "abort": 1},
-                                  "candidate": {"none": 1, "warn": 0, "block": 2, "abort": 1}}
+    assert report["verdicts"] == {
+        "baseline": {"warn": 1, "block": 1, "abort": 1},
+        "candidate": {"warn": 0, "block": 2 + 13, "abort": 1},
+    }
+    assert report["outcomes"] == {
+        "baseline": {"none": 2, "warn": 0, "block": 1, "abort": 1},
+        "candidate": {"none": 1, "warn": 0, "block": 2, "abort": 1},
+    }
     [changed] = report["changed_runs"]
     assert (changed["run"], changed["agent"], changed["baseline"], changed["candidate"], changed["ended"]) == (
-        "run:a", "main", "none", "block", "completed")
+        "run:a",
+        "main",
+        "none",
+        "block",
+        "completed",
+    )
     first = changed["first_disagreement"]
     assert (first["event_id"], first["type"], first["tool"], first["baseline"], first["candidate"]) == (
-        "a:9", "tool_call.requested", "read", "none", "block")
+        "a:9",
+        "tool_call.requested",
+        "read",
+        "none",
+        "block",
+    )
     assert first["at"].startswith(str(path)) and first["at"].endswith(f":{line_of(hand_fleet(), b'a:9')}")
     assert report["runs_disagreeing"] == 2  # a, and b from call 9 (both end blocked)
-    rows = {(r["agent"], r["detector"], r["tool"]): (r["baseline"], r["candidate"]) for r in report["by_agent_detector_tool"]}
+    rows = {
+        (r["agent"], r["detector"], r["tool"]): (r["baseline"], r["candidate"])
+        for r in report["by_agent_detector_tool"]
+    }
     assert rows == {
-        ("main", "generic_repeat", "read"): ({"warned": 1, "blocked": 1, "aborted": 0}, {"warned": 0, "blocked": 2, "aborted": 0}),
-        ("main", "compaction_loop_persisted", "gateway"): ({"warned": 0, "blocked": 0, "aborted": 1},
-                                                           {"warned": 0, "blocked": 0, "aborted": 1}),
+        ("main", "generic_repeat", "read"): (
+            {"warned": 1, "blocked": 1, "aborted": 0},
+            {"warned": 0, "blocked": 2, "aborted": 0},
+        ),
+        ("main", "compaction_loop_persisted", "gateway"): (
+            {"warned": 0, "blocked": 0, "aborted": 1},
+            {"warned": 0, "blocked": 0, "aborted": 1},
+        ),
     }
     fp = report["likely_false_positives"]
     assert (fp["baseline"]["blocks"], fp["baseline"]["runs"]) == (0, [])
@@ -141,8 +163,11 @@ def mixed_fleet() -> list[bytes]:
 def test_jobs_give_the_report_of_one_process_field_for_field(tmp_path, candidate):
     from streams.offline.backtest import Backtest, FileSource
 
-    cand = CANDIDATE if candidate == "all agents" else {
-        **BASELINE, "agents": {"list": [{"id": "agent-1", "tools": CANDIDATE["tools"]}]}}
+    cand = (
+        CANDIDATE
+        if candidate == "all agents"
+        else {**BASELINE, "agents": {"list": [{"id": "agent-1", "tools": CANDIDATE["tools"]}]}}
+    )
     path = write_lines(tmp_path / "fleet.jsonl", mixed_fleet())
     reports = {}
     for jobs in (1, 2, 3):
@@ -163,7 +188,9 @@ def test_the_cli_with_jobs_prints_what_one_process_prints(tmp_path, configs):
     path = write_lines(tmp_path / "fleet.jsonl.gz", mixed_fleet())
     out = {}
     for jobs in ("1", "2"):
-        proc = loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1], "--json", "--jobs", jobs)
+        proc = loopwatch(
+            "backtest", path, "--baseline", configs[0], "--candidate", configs[1], "--json", "--jobs", jobs
+        )
         assert proc.returncode == 0, proc.stderr
         out[jobs] = proc.stdout
     assert out["1"] == out["2"] and json.loads(out["1"])["changed_runs"]
@@ -173,57 +200,96 @@ def test_the_cli_with_jobs_prints_what_one_process_prints(tmp_path, configs):
 
 
 def test_an_unreadable_file(tmp_path, configs):
-    one_line_error(loopwatch("backtest", tmp_path / "missing.jsonl", "--baseline", configs[0], "--candidate", configs[1]),
-                   2, "loopwatch backtest: cannot read", "missing.jsonl")
+    one_line_error(
+        loopwatch("backtest", tmp_path / "missing.jsonl", "--baseline", configs[0], "--candidate", configs[1]),
+        2,
+        "loopwatch backtest: cannot read",
+        "missing.jsonl",
+    )
 
 
 def test_a_file_that_is_not_gzip_inside(tmp_path, configs):
     path = tmp_path / "broken.jsonl.gz"
     path.write_bytes(b"\x1f\x8b" + b"not really gzip" * 10)
-    one_line_error(loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1]),
-                   2, "cannot read", "broken.jsonl.gz")
+    one_line_error(
+        loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1]),
+        2,
+        "cannot read",
+        "broken.jsonl.gz",
+    )
 
 
 def test_an_unknown_agent(tmp_path, configs):
     path = write_lines(tmp_path / "fleet.jsonl", hand_fleet())
-    one_line_error(loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1], "--agent", "nobody"),
-                   1, "unknown agent 'nobody'", "agents seen: cron, main")
+    one_line_error(
+        loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1], "--agent", "nobody"),
+        1,
+        "unknown agent 'nobody'",
+        "agents seen: cron, main",
+    )
 
 
 def test_a_file_without_events(tmp_path, configs):
     path = write_lines(tmp_path / "garbage.jsonl", [b"{not json", b"[]"])
-    one_line_error(loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1]),
-                   1, "nothing to compare: all 2 records were refused")
+    one_line_error(
+        loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1]),
+        1,
+        "nothing to compare: all 2 records were refused",
+    )
     empty = write_lines(tmp_path / "empty.jsonl", [])
-    one_line_error(loopwatch("backtest", empty, "--baseline", configs[0], "--candidate", configs[1]),
-                   1, "nothing to compare: it holds no events")
+    one_line_error(
+        loopwatch("backtest", empty, "--baseline", configs[0], "--candidate", configs[1]),
+        1,
+        "nothing to compare: it holds no events",
+    )
 
 
 def test_jobs_below_one(tmp_path, configs):
     path = write_lines(tmp_path / "fleet.jsonl", hand_fleet())
-    one_line_error(loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1], "--jobs", "0"),
-                   2, "--jobs must be at least 1")
+    one_line_error(
+        loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1], "--jobs", "0"),
+        2,
+        "--jobs must be at least 1",
+    )
 
 
 def test_a_bad_config(tmp_path, configs):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"tools": {"loopDetection": {"warningThreshold": 0}}}))
     path = write_lines(tmp_path / "fleet.jsonl", hand_fleet())
-    one_line_error(loopwatch("backtest", path, "--baseline", configs[0], "--candidate", bad),
-                   2, "--candidate:", "warningThreshold")
+    one_line_error(
+        loopwatch("backtest", path, "--baseline", configs[0], "--candidate", bad), 2, "--candidate:", "warningThreshold"
+    )
 
 
 def test_an_unreachable_broker(configs):
-    one_line_error(loopwatch("backtest", "--broker", "127.0.0.1:9", "--topic", "tool-calls", "--timeout", "2",
-                             "--baseline", configs[0], "--candidate", configs[1]),
-                   2, "cannot reach the broker at 127.0.0.1:9")
+    one_line_error(
+        loopwatch(
+            "backtest",
+            "--broker",
+            "127.0.0.1:9",
+            "--topic",
+            "tool-calls",
+            "--timeout",
+            "2",
+            "--baseline",
+            configs[0],
+            "--candidate",
+            configs[1],
+        ),
+        2,
+        "cannot reach the broker at 127.0.0.1:9",
+    )
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--topic", "t"], "need --broker"),
-    (["--broker", "127.0.0.1:9"], "--broker needs --topic"),
-    (["--broker", "127.0.0.1:9", "--topic", "t", "--since", "yesterday"], "cannot read the time 'yesterday'"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--topic", "t"], "need --broker"),
+        (["--broker", "127.0.0.1:9"], "--broker needs --topic"),
+        (["--broker", "127.0.0.1:9", "--topic", "t", "--since", "yesterday"], "cannot read the time 'yesterday'"),
+    ],
+)
 def test_options_that_do_not_fit(tmp_path, configs, args, needle):
     files = [write_lines(tmp_path / "f.jsonl", hand_fleet())] if args[0] == "--topic" else []
     one_line_error(loopwatch("backtest", *files, "--baseline", configs[0], "--candidate", configs[1], *args), 2, needle)
@@ -231,8 +297,20 @@ def test_options_that_do_not_fit(tmp_path, configs, args, needle):
 
 def test_a_plot_without_a_writable_place(tmp_path, configs):
     path = write_lines(tmp_path / "fleet.jsonl", hand_fleet())
-    one_line_error(loopwatch("backtest", path, "--baseline", configs[0], "--candidate", configs[1],
-                             "--plot", tmp_path / "no" / "such" / "dir.png"), 2, "cannot write")
+    one_line_error(
+        loopwatch(
+            "backtest",
+            path,
+            "--baseline",
+            configs[0],
+            "--candidate",
+            configs[1],
+            "--plot",
+            tmp_path / "no" / "such" / "dir.png",
+        ),
+        2,
+        "cannot write",
+    )
 
 
 def test_agents_the_candidate_leaves_alone_are_judged_once_and_the_same(tmp_path):
@@ -243,12 +321,18 @@ def test_agents_the_candidate_leaves_alone_are_judged_once_and_the_same(tmp_path
     main, _ = fleet_trace(60, 15, seed=3, engine=engine_for(BASELINE), end=True, run_prefix="m")
     cron, _ = fleet_trace(60, 15, seed=4, engine=engine_for(BASELINE), end=True, run_prefix="c")
     cron = [msgspec.structs.replace(e, agent_id="cron") for e in cron]
-    mixed = [e for e in fleet_trace(1, 30, seed=5, mix={"generic_repeat": 1.0}, run_prefix="x",
-                                    engine=engine_for(BASELINE))[0]]
+    mixed = [
+        e
+        for e in fleet_trace(1, 30, seed=5, mix={"generic_repeat": 1.0}, run_prefix="x", engine=engine_for(BASELINE))[0]
+    ]
     mixed = [msgspec.structs.replace(e, agent_id="cron" if i < 12 else "main") for i, e in enumerate(mixed)]
     events = [e for trio in zip(main, cron) for e in trio] + mixed
-    candidate = {**BASELINE, "agents": {"list": [
-        {"id": "main", "tools": {"loopDetection": {"warningThreshold": 5, "criticalThreshold": 8}}}]}}
+    candidate = {
+        **BASELINE,
+        "agents": {
+            "list": [{"id": "main", "tools": {"loopDetection": {"warningThreshold": 5, "criticalThreshold": 8}}}]
+        },
+    }
     path = write_lines(tmp_path / "two-agents.jsonl", [encode_event(e) for e in events])
     backtest = Backtest(engine_for(BASELINE), engine_for(candidate))
     backtest.run(FileSource([path]).records(), keyed=False)
@@ -287,7 +371,9 @@ def test_the_progress_line_reports_records_rate_and_eta(tmp_path, monkeypatch):
     events, _backtest, lines = _backtest_with_progress(tmp_path, monkeypatch)
     calls = len(events) // 0x4000 + 1  # every 16,384 records, and once at the end
     assert len(lines) == calls + 1, lines
-    shown = [re.fullmatch(r"backtest: ([\d,]+) records read, ([\d,]+)/s, (\d+)%, ETA (\d+) s", line) for line in lines[:-1]]
+    shown = [
+        re.fullmatch(r"backtest: ([\d,]+) records read, ([\d,]+)/s, (\d+)%, ETA (\d+) s", line) for line in lines[:-1]
+    ]
     assert all(shown), lines
     read = [int(m[1].replace(",", "")) for m in shown]
     assert read == [0x4000 * i for i in range(1, calls)] + [len(events)]
@@ -295,8 +381,10 @@ def test_the_progress_line_reports_records_rate_and_eta(tmp_path, monkeypatch):
     assert [int(m[2].replace(",", "")) for m in shown] == [round(n / (10 * i)) for i, n in enumerate(read, 1)]
     shares = [int(m[3]) for m in shown]
     assert shares == sorted(shares) and shares[-1] == 100 and int(shown[-1][4]) == 0
-    assert lines[-1] == f"backtest: {len(events):,} records read in {10 * (calls + 1):.1f} s, " \
-                        f"{len(events) / (10 * (calls + 1)):,.0f}/s"
+    assert (
+        lines[-1] == f"backtest: {len(events):,} records read in {10 * (calls + 1):.1f} s, "
+        f"{len(events) / (10 * (calls + 1)):,.0f}/s"
+    )
 
 
 def test_no_progress_line_on_short_work(tmp_path, configs):
@@ -312,8 +400,11 @@ def test_session_scope_is_refused_and_the_fleet_options_are_named(tmp_path, conf
     path = write_lines(tmp_path / "fleet.jsonl", hand_fleet())
     session = tmp_path / "session.json"
     session.write_text(json.dumps({**BASELINE, "loopwatch": {"scope": "session"}}))
-    one_line_error(loopwatch("backtest", path, "--baseline", configs[0], "--candidate", session),
-                   2, "--candidate: loopwatch.scope: session is not backtested")
+    one_line_error(
+        loopwatch("backtest", path, "--baseline", configs[0], "--candidate", session),
+        2,
+        "--candidate: loopwatch.scope: session is not backtested",
+    )
     fleet = tmp_path / "fleet-options.json"
     fleet.write_text(json.dumps({**BASELINE, "loopwatch": {"fleetIncidents": {"enabled": True}}}))
     done = loopwatch("backtest", path, "--baseline", configs[0], "--candidate", fleet)
@@ -354,8 +445,9 @@ def test_jobs_over_a_cut_gzip_fail_as_one_process_does(tmp_path):
     errors = {}
     for jobs in (1, 2):
         with pytest.raises(BacktestError) as caught:
-            Backtest(engine_for(BASELINE), engine_for(CANDIDATE)).run(FileSource([cut]).records(), keyed=False,
-                                                                       jobs=jobs)
+            Backtest(engine_for(BASELINE), engine_for(CANDIDATE)).run(
+                FileSource([cut]).records(), keyed=False, jobs=jobs
+            )
         errors[jobs] = (str(caught.value), caught.value.code)
     assert errors[1][0].startswith(f"cannot read {cut}: ") and errors[1][1] == 2
     assert errors[2] == errors[1]
@@ -363,7 +455,9 @@ def test_jobs_over_a_cut_gzip_fail_as_one_process_does(tmp_path):
 
 def test_jobs_show_progress_and_count_the_records_read(tmp_path, monkeypatch):
     events, backtest, lines = _backtest_with_progress(tmp_path, monkeypatch, jobs=2)
-    shown = [re.fullmatch(r"backtest: ([\d,]+) records read, ([\d,]+)/s, (\d+)%, ETA (\d+) s", line) for line in lines[:-1]]
+    shown = [
+        re.fullmatch(r"backtest: ([\d,]+) records read, ([\d,]+)/s, (\d+)%, ETA (\d+) s", line) for line in lines[:-1]
+    ]
     assert shown and all(shown), lines
     read = [int(m[1].replace(",", "")) for m in shown]
     assert read == sorted(read) and read[-1] == len(events) == backtest.records

@@ -20,8 +20,9 @@ NOT_UTF8 = "tools:\n  loopDetection:\n    enabled: true  # caf\xe9\n".encode("la
 def worker_at_no_broker(config: Path, tmp_path: Path):
     """``loopwatch worker`` with ``config``, a broker address nothing listens on, and its own
     state directory: what it says before (or instead of) its first connection."""
-    return loopwatch("worker", "--config", config, "--broker", "127.0.0.1:9", "--data-dir", tmp_path / "state",
-                     "--metrics-port", "0")
+    return loopwatch(
+        "worker", "--config", config, "--broker", "127.0.0.1:9", "--data-dir", tmp_path / "state", "--metrics-port", "0"
+    )
 
 
 # -- config files: not UTF-8, empty ----------------------------------------------------------
@@ -47,8 +48,17 @@ def test_worker_with_a_non_utf8_config_exits_before_connecting(latin1_config, tm
     one_line_error(proc, 2, "loopwatch worker:", "not UTF-8")
 
 
-@pytest.mark.parametrize("name, text", [("e.yaml", ""), ("c.yaml", "# nothing here yet\n"), ("n.yaml", "null\n"),
-                                        ("e.json", ""), ("n.json", "null"), ("w.json5", "  \n")])
+@pytest.mark.parametrize(
+    "name, text",
+    [
+        ("e.yaml", ""),
+        ("c.yaml", "# nothing here yet\n"),
+        ("n.yaml", "null\n"),
+        ("e.json", ""),
+        ("n.json", "null"),
+        ("w.json5", "  \n"),
+    ],
+)
 def test_config_check_refuses_an_empty_document(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text)
@@ -96,23 +106,56 @@ EXPECTED = TRACES / "expected.jsonl.gz"
         (lambda d: ("--traces", SESSIONS, "--expected", d / "missing.jsonl.gz"), "cannot read"),
         (lambda d: ("--traces", d, "--expected", EXPECTED), "cannot read"),
         (lambda d: ("--traces", SESSIONS, "--expected", _write(d / "plain.jsonl.gz", b'{"s": "x"}\n')), "cannot read"),
-        (lambda d: ("--traces", SESSIONS, "--expected", _write(d / "cut.jsonl.gz", gzip.compress(b'{"s": "a", "i": 0}\n' * 500)[:40])),
-         "cannot read"),
-        (lambda d: ("--traces", SESSIONS, "--expected", _write(d / "bad.jsonl", b'{"s": "a", "i": 0}\n{oops\n')),
-         "bad.jsonl:2: not JSON"),
-        (lambda d: ("--traces", SESSIONS, "--expected", _write(d / "list.jsonl", b"[1, 2]\n")),
-         "list.jsonl:1: expected one JSON object per line"),
+        (
+            lambda d: (
+                "--traces",
+                SESSIONS,
+                "--expected",
+                _write(d / "cut.jsonl.gz", gzip.compress(b'{"s": "a", "i": 0}\n' * 500)[:40]),
+            ),
+            "cannot read",
+        ),
+        (
+            lambda d: ("--traces", SESSIONS, "--expected", _write(d / "bad.jsonl", b'{"s": "a", "i": 0}\n{oops\n')),
+            "bad.jsonl:2: not JSON",
+        ),
+        (
+            lambda d: ("--traces", SESSIONS, "--expected", _write(d / "list.jsonl", b"[1, 2]\n")),
+            "list.jsonl:1: expected one JSON object per line",
+        ),
         (lambda d: ("--traces", SESSIONS, "--expected", _write(d / "latin.jsonl", b'{"s": "caf\xe9"}\n')), "not UTF-8"),
         (lambda d: ("--traces", EXPECTED, "--expected", SESSIONS), "is it the sessions file?"),
-        (lambda d: ("--traces", _gz(d / "x.jsonl.gz", '{"s": "a", "i": 0}\n'), "--expected", _gz(d / "y.jsonl.gz", "")),
-         "is it the expected-steps file?"),
-        (lambda d: ("--traces", _gz(d / "empty.jsonl.gz", "\n"), "--expected", _gz(d / "y.jsonl.gz", "")),
-         "no sessions in the file"),
+        (
+            lambda d: (
+                "--traces",
+                _gz(d / "x.jsonl.gz", '{"s": "a", "i": 0}\n'),
+                "--expected",
+                _gz(d / "y.jsonl.gz", ""),
+            ),
+            "is it the expected-steps file?",
+        ),
+        (
+            lambda d: ("--traces", _gz(d / "empty.jsonl.gz", "\n"), "--expected", _gz(d / "y.jsonl.gz", "")),
+            "no sessions in the file",
+        ),
         (lambda d: ("--traces", SESSIONS), "--traces and --expected go together"),
         (lambda d: ("--expected", EXPECTED, EXAMPLES / "healthy-run.jsonl"), "--traces and --expected go together"),
     ],
-    ids=["missing-traces", "missing-expected", "directory", "not-gzip", "truncated-gzip", "not-json", "not-an-object",
-         "not-utf8", "swapped", "expected-as-sessions", "no-sessions", "traces-alone", "expected-with-files"],
+    ids=[
+        "missing-traces",
+        "missing-expected",
+        "directory",
+        "not-gzip",
+        "truncated-gzip",
+        "not-json",
+        "not-an-object",
+        "not-utf8",
+        "swapped",
+        "expected-as-sessions",
+        "no-sessions",
+        "traces-alone",
+        "expected-with-files",
+    ],
 )
 def test_conformance_traces_bad_arguments(tmp_path, make_args, needle):
     one_line_error(loopwatch("conformance", *make_args(tmp_path)), 2, "loopwatch conformance:", needle)
@@ -132,8 +175,15 @@ def test_a_malformed_session_is_a_failure_not_a_crash(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "0 passed, 1 failed, 0 skipped"
 
 
-@pytest.mark.parametrize("content, needle", [(b"{oops", "Expecting"), (b'{"a": 1}', "JSON array of case objects"),
-                                             (b"[1, 2]", "JSON array of case objects"), (b"\xff[]", "utf-8")])
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"{oops", "Expecting"),
+        (b'{"a": 1}', "JSON array of case objects"),
+        (b"[1, 2]", "JSON array of case objects"),
+        (b"\xff[]", "utf-8"),
+    ],
+)
 def test_conformance_bad_case_files(tmp_path, content, needle):
     path = _write(tmp_path / "cases.json", content)
     one_line_error(loopwatch("conformance", path), 2, needle)
@@ -179,16 +229,21 @@ def test_worker_help_shows_every_option_and_setting():
         assert env_name(f.name) in proc.stdout
 
 
-@pytest.mark.parametrize("content, reason", [
-    # A candidate judges the live config's run states, so it must group events as the live
-    # config does (issue 16 with issue 17's session scope).
-    ("tools:\n  loopDetection:\n    enabled: true\nloopwatch:\n  scope: session\n",
-     "loopwatch.scope (session) is not the live config's (run)"),
-    ("tools: [unclosed\n", "candidate.yaml"),
-    ("", "candidate.yaml"),
-], ids=["another-scope", "unparsable", "empty"])
-def test_worker_refuses_a_bad_candidate_config_at_start_in_one_line_and_goes_on(tmp_path, monkeypatch, content,
-                                                                                  reason):
+@pytest.mark.parametrize(
+    "content, reason",
+    [
+        # A candidate judges the live config's run states, so it must group events as the live
+        # config does (issue 16 with issue 17's session scope).
+        (
+            "tools:\n  loopDetection:\n    enabled: true\nloopwatch:\n  scope: session\n",
+            "loopwatch.scope (session) is not the live config's (run)",
+        ),
+        ("tools: [unclosed\n", "candidate.yaml"),
+        ("", "candidate.yaml"),
+    ],
+    ids=["another-scope", "unparsable", "empty"],
+)
+def test_worker_refuses_a_bad_candidate_config_at_start_in_one_line_and_goes_on(tmp_path, monkeypatch, content, reason):
     # Issue 26: a shadow-only file must not keep the worker on its live config from starting.
     # The candidate is refused in one line, and the worker goes on to its next step: the
     # broker, which does not answer here (test_shadow.py starts one on a real broker).

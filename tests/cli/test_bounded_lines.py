@@ -36,14 +36,16 @@ def reference(data: bytes, limit: int) -> list[bytes | OverlongLine]:
     return [p + b"\n" * end if len(p) <= limit else OverlongLine(len(p), limit) for p, end in zip(pieces, ends)]
 
 
-lines = st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"x")) | st.sampled_from([b"", b"\r"]),
-                 max_size=12)
+lines = st.lists(
+    st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"x")) | st.sampled_from([b"", b"\r"]), max_size=12
+)
 
 
 @settings(max_examples=400, deadline=None)
 @given(lines, st.booleans(), st.integers(1, 24), st.integers(1, 9), st.integers(1, 16))
 def test_read_lines_splits_as_the_line_ends_do_and_reports_every_line_over_the_bound(
-        pieces, final_end, limit, skip_chunk, buffer_size):
+    pieces, final_end, limit, skip_chunk, buffer_size
+):
     data = b"\n".join(pieces) + (b"\n" if final_end and pieces else b"")
     old, files.SKIP_CHUNK = files.SKIP_CHUNK, skip_chunk
     try:
@@ -63,8 +65,16 @@ def test_read_lines_through_gzip_splits_the_same(pieces, limit):
 
 
 def event_line(i: int, run: str = "r1") -> bytes:
-    event = requested_event(f"{run}:{i}", "read", {"p": 1}, tool_call_id=f"c{i}", run_id=run,
-                            session_key=f"agent:main:{run}", agent_id="main", ts_ms=1_000 + i)
+    event = requested_event(
+        f"{run}:{i}",
+        "read",
+        {"p": 1},
+        tool_call_id=f"c{i}",
+        run_id=run,
+        session_key=f"agent:main:{run}",
+        agent_id="main",
+        ts_ms=1_000 + i,
+    )
     return encode_event(event) + b"\n"
 
 
@@ -106,14 +116,21 @@ def test_backtest_counts_a_bomb_line_as_oversized_with_bounded_memory_and_goes_o
 def test_replay_rejects_a_bomb_line_as_oversized_and_replays_the_rest(tmp_path):
     config = tmp_path / "loop.json"
     config.write_text(json.dumps(ENABLED))
-    path = gzip_bomb(tmp_path / "bomb.jsonl.gz", [event_line(i) for i in range(3)], [event_line(i) for i in range(3, 5)],
-                     BOMB_LINE_BYTES)
+    path = gzip_bomb(
+        tmp_path / "bomb.jsonl.gz",
+        [event_line(i) for i in range(3)],
+        [event_line(i) for i in range(3, 5)],
+        BOMB_LINE_BYTES,
+    )
     proc = loopwatch("replay", path, "--config", config, "--json")
     assert proc.returncode == 0, proc.stderr
     out = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert out[0] == {"line": 4, "rejected": "oversized",
-                      "detail": f"line is {out[0]['detail'].split()[2]} bytes, over the {MAX_LINE_BYTES}-byte bound "
-                                "of a line: skipped unread"}
+    assert out[0] == {
+        "line": 4,
+        "rejected": "oversized",
+        "detail": f"line is {out[0]['detail'].split()[2]} bytes, over the {MAX_LINE_BYTES}-byte bound "
+        "of a line: skipped unread",
+    }
     assert int(out[0]["detail"].split()[2]) > BOMB_LINE_BYTES - 1024 * 1024
     assert out[-1]["summary"]["events"] == 5 and out[-1]["summary"]["rejected"] == 1
 
@@ -130,8 +147,11 @@ def test_a_line_just_over_the_record_limit_is_still_checked_and_named_by_its_siz
     config.write_text(json.dumps(ENABLED))
     proc = loopwatch("replay", path, "--config", config, "--json")
     first = json.loads(proc.stdout.splitlines()[0])
-    assert first == {"line": 2, "rejected": "oversized",
-                     "detail": f"record is {len(line) - 1} bytes, the limit is {MAX_EVENT_BYTES}"}
+    assert first == {
+        "line": 2,
+        "rejected": "oversized",
+        "detail": f"record is {len(line) - 1} bytes, the limit is {MAX_EVENT_BYTES}",
+    }
 
 
 def test_backtest_jobs_count_a_bomb_line_once_as_one_process_does(tmp_path):

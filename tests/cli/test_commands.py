@@ -14,7 +14,9 @@ EXAMPLES = REPO / "examples"
 
 
 def loopwatch(*args, check=False):
-    proc = subprocess.run([sys.executable, "-m", "streams.cli", *map(str, args)], capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(
+        [sys.executable, "-m", "streams.cli", *map(str, args)], capture_output=True, text=True, cwd=REPO
+    )
     if check:
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc
@@ -30,7 +32,9 @@ def test_conformance_on_the_upstream_cases(conformance_dir):
 
 def test_conformance_reports_failures_and_exits_non_zero(tmp_path):
     case = {
-        "id": "BROKEN-1", "suite": "tool-loop-detection", "config": {"enabled": True},
+        "id": "BROKEN-1",
+        "suite": "tool-loop-detection",
+        "config": {"enabled": True},
         "steps": [{"op": "detect", "tool": "read", "args": {}, "expect": {"stuck": True, "level": "critical"}}],
     }
     path = tmp_path / "cases.json"
@@ -42,11 +46,20 @@ def test_conformance_reports_failures_and_exits_non_zero(tmp_path):
 
 
 def test_replay_examples():
-    proc = loopwatch("replay", EXAMPLES / "polling-loop.jsonl", "--config", EXAMPLES / "loop-detection.yaml", check=True)
+    proc = loopwatch(
+        "replay", EXAMPLES / "polling-loop.jsonl", "--config", EXAMPLES / "loop-detection.yaml", check=True
+    )
     assert "BLOCK" in proc.stdout and "known_poll_no_progress" in proc.stdout
     proc = loopwatch("replay", EXAMPLES / "healthy-run.jsonl", "--config", EXAMPLES / "loop-detection.yaml", check=True)
     assert "BLOCK" not in proc.stdout and "WARN" not in proc.stdout
-    proc = loopwatch("replay", EXAMPLES / "post-compaction-loop.jsonl", "--json", "--config", EXAMPLES / "loop-detection.yaml", check=True)
+    proc = loopwatch(
+        "replay",
+        EXAMPLES / "post-compaction-loop.jsonl",
+        "--json",
+        "--config",
+        EXAMPLES / "loop-detection.yaml",
+        check=True,
+    )
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     aborts = [line for line in lines if line.get("type") == "loop.run_aborted"]
     assert len(aborts) == 1 and aborts[0]["detector"] == "compaction_loop_persisted"
@@ -76,20 +89,29 @@ def test_config_check_prints_effective_clamped_settings(tmp_path):
     path = tmp_path / "c.json5"
     path.write_text("{tools: {loopDetection: {enabled: true, warningThreshold: 25}}, // JSON5\n}")
     effective = json.loads(loopwatch("config", "check", path, "--json", check=True).stdout)
-    assert effective["(default)"]["criticalThreshold"] == 26 and effective["(default)"]["globalCircuitBreakerThreshold"] == 30
+    assert (
+        effective["(default)"]["criticalThreshold"] == 26
+        and effective["(default)"]["globalCircuitBreakerThreshold"] == 30
+    )
 
 
 @pytest.mark.parametrize(
     "text, message",
     [
-        ('{"tools": {"loopDetection": {"warningThreshold": 10, "criticalThreshold": 10}}}',
-         "tools.loopDetection.warningThreshold must be lower than criticalThreshold."),
-        ('{"tools": {"loopDetection": {"criticalThreshold": 30, "globalCircuitBreakerThreshold": 30}}}',
-         "tools.loopDetection.criticalThreshold must be lower than globalCircuitBreakerThreshold."),
+        (
+            '{"tools": {"loopDetection": {"warningThreshold": 10, "criticalThreshold": 10}}}',
+            "tools.loopDetection.warningThreshold must be lower than criticalThreshold.",
+        ),
+        (
+            '{"tools": {"loopDetection": {"criticalThreshold": 30, "globalCircuitBreakerThreshold": 30}}}',
+            "tools.loopDetection.criticalThreshold must be lower than globalCircuitBreakerThreshold.",
+        ),
         ('{"tools": {"loopDetection": {"repeatThreshold": 3}}}', 'Unrecognized key: "repeatThreshold"'),
         ('{"tools": {"loopDetection": {"historySize": 0}}}', "tools.loopDetection.historySize: Too small"),
-        ('{"agents": {"list": [{"id": "a", "tools": {"loopDetection": {"detectors": {"pingpong": true}}}}]}}',
-         'agents.list[0].tools.loopDetection.detectors: Unrecognized key: "pingpong"'),
+        (
+            '{"agents": {"list": [{"id": "a", "tools": {"loopDetection": {"detectors": {"pingpong": true}}}}]}}',
+            'agents.list[0].tools.loopDetection.detectors: Unrecognized key: "pingpong"',
+        ),
         ("{tools: [", "cannot parse"),
     ],
 )
@@ -184,8 +206,9 @@ def test_replay_the_fleet_examples():
     assert ring["fleet"] == {"ring.warning": 2, "ring.critical": 2}
     human = loopwatch("replay", EXAMPLES / "tool-outage.jsonl", *config, check=True).stdout
     assert "INCIDENT OPENED inc-" in human and "INCIDENT RESOLVED inc-" in human
-    default = loopwatch("replay", EXAMPLES / "agent-ring.jsonl", "--config", EXAMPLES / "loop-detection.yaml", "--json",
-                        check=True)
+    default = loopwatch(
+        "replay", EXAMPLES / "agent-ring.jsonl", "--config", EXAMPLES / "loop-detection.yaml", "--json", check=True
+    )
     assert json.loads(default.stdout.splitlines()[-1])["summary"]["detections"] == {}
 
 
@@ -194,8 +217,16 @@ def test_config_check_shows_the_fleet_wide_options():
     effective = json.loads(proc.stdout)
     assert effective["(fleet)"] == {
         "scope": "session",
-        "fleetIncidents": {"enabled": True, "minRuns": 20, "minAgents": 3, "windowSeconds": 300, "hopSeconds": 60,
-                           "quietSeconds": 300, "maxOpenIncidents": 50, "maxToolsPerAgentPerMinute": 30},
+        "fleetIncidents": {
+            "enabled": True,
+            "minRuns": 20,
+            "minAgents": 3,
+            "windowSeconds": 300,
+            "hopSeconds": 60,
+            "quietSeconds": 300,
+            "maxOpenIncidents": 50,
+            "maxToolsPerAgentPerMinute": 30,
+        },
         "agentRings": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "windowSeconds": 3600},
     }
     assert effective["(default)"]["loopwatch"]["detectors"] == {"cycle": True}
@@ -204,6 +235,7 @@ def test_config_check_shows_the_fleet_wide_options():
         "loopwatch config check: warning: loopwatch.fleetIncidents: without signed events (LOOPWATCH_SIGNING_KEYS) "
         "the runs and agents an incident counts are what events claim, so one producer can open incidents for any "
         "tool (bounded by maxOpenIncidents and maxToolsPerAgentPerMinute); with signed events only agents whose "
-        "signatures verified count"]
+        "signatures verified count"
+    ]
     plain = json.loads(loopwatch("config", "check", EXAMPLES / "loop-detection.yaml", "--json", check=True).stdout)
     assert plain["(fleet)"] == {"scope": "run", "fleetIncidents": {"enabled": False}, "agentRings": {"enabled": False}}

@@ -52,35 +52,74 @@ def by_name(report: dict) -> dict:
 
 
 def summary(row: dict) -> dict:
-    loops = {k: (v["caught"], v["runs"], v["calls_into_loop_median"], v["calls_into_loop_p90"])
-             for k, v in row["loops"].items()}
-    return {"warned": row["runs_warned"], "blocked": row["runs_blocked"], "aborted": row["runs_aborted"],
-            "loops": loops, "false_alarms": row["false_alarms"], "saved": row["calls_saved"]}
+    loops = {
+        k: (v["caught"], v["runs"], v["calls_into_loop_median"], v["calls_into_loop_p90"])
+        for k, v in row["loops"].items()
+    }
+    return {
+        "warned": row["runs_warned"],
+        "blocked": row["runs_blocked"],
+        "aborted": row["runs_aborted"],
+        "loops": loops,
+        "false_alarms": row["false_alarms"],
+        "saved": row["calls_saved"],
+    }
 
 
 def test_hand_counted_transcript(tmp_path):
-    report = report_for(tmp_path, [DATA / "hand-made" / "loops.json"],
-                        "--profile", "configurable-final", "--config", REPO / "examples" / "recommended.yaml")
+    report = report_for(
+        tmp_path,
+        [DATA / "hand-made" / "loops.json"],
+        "--profile",
+        "configurable-final",
+        "--config",
+        REPO / "examples" / "recommended.yaml",
+    )
     assert report["runs"] == 4 and report["tool_calls"] == 9 + 6 + 4 + 15
     assert report["labels"] == {"successful": 1, "unsuccessful": 3, "unlabelled": 0}
     assert {k: v["runs"] for k, v in report["strict_loops"].items()} == {"3": 2, "5": 1, "10": 0}
     rows = {name: summary(row) for name, row in by_name(report).items()}
     none = (0, 0, None, None)
     assert rows["profile configurable-final"] == {
-        "warned": 0, "blocked": 0, "aborted": 0, "loops": {"3": (0, 2, None, None), "5": (0, 1, None, None), "10": none},
-        "false_alarms": 0, "saved": 0}
+        "warned": 0,
+        "blocked": 0,
+        "aborted": 0,
+        "loops": {"3": (0, 2, None, None), "5": (0, 1, None, None), "10": none},
+        "false_alarms": 0,
+        "saved": 0,
+    }
     assert rows["recommended"] == {
-        "warned": 0, "blocked": 1, "aborted": 0, "loops": {"3": (1, 2, 4, 4), "5": (1, 1, 4, 4), "10": none},
-        "false_alarms": 0, "saved": 4}
+        "warned": 0,
+        "blocked": 1,
+        "aborted": 0,
+        "loops": {"3": (1, 2, 4, 4), "5": (1, 1, 4, 4), "10": none},
+        "false_alarms": 0,
+        "saved": 4,
+    }
     assert rows["Roo Code"] == {
-        "warned": 0, "blocked": 2, "aborted": 0, "loops": {"3": (2, 2, 3, 3), "5": (1, 1, 3, 3), "10": none},
-        "false_alarms": 1, "saved": 5 + 2}
+        "warned": 0,
+        "blocked": 2,
+        "aborted": 0,
+        "loops": {"3": (2, 2, 3, 3), "5": (1, 1, 3, 3), "10": none},
+        "false_alarms": 1,
+        "saved": 5 + 2,
+    }
     assert rows["Gemini CLI"] == {
-        "warned": 0, "blocked": 2, "aborted": 0, "loops": {"3": (1, 2, 4, 4), "5": (1, 1, 4, 4), "10": none},
-        "false_alarms": 0, "saved": 4 + 1}
+        "warned": 0,
+        "blocked": 2,
+        "aborted": 0,
+        "loops": {"3": (1, 2, 4, 4), "5": (1, 1, 4, 4), "10": none},
+        "false_alarms": 0,
+        "saved": 4 + 1,
+    }
     assert rows["OpenHands"] == {
-        "warned": 0, "blocked": 0, "aborted": 3, "loops": {"3": (2, 2, 4, 4), "5": (1, 1, 4, 4), "10": none},
-        "false_alarms": 1, "saved": 4 + 1 + 1}
+        "warned": 0,
+        "blocked": 0,
+        "aborted": 3,
+        "loops": {"3": (2, 2, 4, 4), "5": (1, 1, 4, 4), "10": none},
+        "false_alarms": 1,
+        "saved": 4 + 1 + 1,
+    }
     assert by_name(report)["Roo Code"]["false_alarm_runs"] == ["task-B-loop-of-4-resolved-trial-0"]
 
 
@@ -91,14 +130,25 @@ def test_a_real_resolved_run_that_two_peers_would_stop(tmp_path):
     import gzip
 
     doc = json.load(gzip.open(DATA / "mini-swe-agent" / "sympy__sympy-15976.traj.json.gz", "rt"))
-    pairs = [(m["content"], doc["messages"][i + 1]["content"]) for i, m in enumerate(doc["messages"])
-             if m["role"] == "assistant" and m["content"].count("```bash") == 1]
+    pairs = [
+        (m["content"], doc["messages"][i + 1]["content"])
+        for i, m in enumerate(doc["messages"])
+        if m["role"] == "assistant" and m["content"].count("```bash") == 1
+    ]
     commands = [(c.split("```bash", 1)[1].split("```", 1)[0], r) for c, r in pairs]
     longest = max(len(list(g)) for g in _groups(commands))
     assert longest == 4
-    report = report_for(tmp_path, [DATA / "mini-swe-agent" / "sympy__sympy-15976.traj.json.gz",
-                                   DATA / "mini-swe-agent" / "django__django-16255.traj.json"],
-                        "--profile", "configurable-final", "--config", REPO / "examples" / "recommended.yaml")
+    report = report_for(
+        tmp_path,
+        [
+            DATA / "mini-swe-agent" / "sympy__sympy-15976.traj.json.gz",
+            DATA / "mini-swe-agent" / "django__django-16255.traj.json",
+        ],
+        "--profile",
+        "configurable-final",
+        "--config",
+        REPO / "examples" / "recommended.yaml",
+    )
     # the labels are not given: the runs are unlabelled, so no false alarm is counted
     assert report["labels"]["unlabelled"] == 2
     rows = by_name(report)
@@ -146,7 +196,7 @@ def as_calls(letters, results=None, errors=None):
 @settings(max_examples=300)
 @given(sigs)
 def test_roo_code_refuses_the_first_call_that_follows_three_identical_ones(letters):
-    first = next((i for i in range(3, len(letters)) if len(set(letters[i - 3:i + 1])) == 1), None)
+    first = next((i for i in range(3, len(letters)) if len(set(letters[i - 3 : i + 1])) == 1), None)
     assert roo_code(as_calls(letters)).block == first
 
 
@@ -154,7 +204,7 @@ def test_roo_code_refuses_the_first_call_that_follows_three_identical_ones(lette
 @given(sigs)
 def test_gemini_cli_stops_the_call_that_completes_five_repetitions(letters):
     def repeated(end):
-        return any(end >= 5 * p and letters[end - 5 * p:end] == letters[end - p:end] * 5 for p in range(1, 6))
+        return any(end >= 5 * p and letters[end - 5 * p : end] == letters[end - p : end] * 5 for p in range(1, 6))
 
     first = next((i for i in range(len(letters)) if repeated(i + 1)), None)
     assert gemini_cli(as_calls(letters)).block == first
@@ -165,10 +215,10 @@ def test_gemini_cli_stops_the_call_that_completes_five_repetitions(letters):
 def test_openhands_is_stuck_after_four_equal_pairs_or_three_equal_errors(calls):
     stuck = None
     for end in range(1, len(calls) + 1):
-        if end >= 4 and calls[end - 4:end] == [calls[end - 1]] * 4:
+        if end >= 4 and calls[end - 4 : end] == [calls[end - 1]] * 4:
             stuck = end
             break
-        if end >= 3 and len({c[0] for c in calls[end - 3:end]}) == 1 and all(c[2] for c in calls[end - 3:end]):
+        if end >= 3 and len({c[0] for c in calls[end - 3 : end]}) == 1 and all(c[2] for c in calls[end - 3 : end]):
             stuck = end
             break
     assert openhands(calls).abort == stuck
@@ -245,21 +295,29 @@ def labelled_fleet() -> list[bytes]:
     first, _ = fleet_trace(150, 14, seed=11, end=True)
     again, _ = fleet_trace(20, 14, seed=12, end=True)
     lines = [encode_event(e) for e in labelled(first)]
-    return (lines[:100] + list(BAD_RECORDS.values()) + lines[50:60] + lines[100:]
-            + [encode_event(e) for e in labelled(again)])
+    return (
+        lines[:100]
+        + list(BAD_RECORDS.values())
+        + lines[50:60]
+        + lines[100:]
+        + [encode_event(e) for e in labelled(again)]
+    )
 
 
 def test_jobs_give_the_report_of_one_process_field_for_field(tmp_path):
-    from streams.offline.backtest import FileSource
     from streams.cli import UPSTREAM_DEFAULTS
     from streams.engine import engine_for
     from streams.engine.config import with_profile
+    from streams.offline.backtest import FileSource
     from streams.offline.evaluate import REFERENCE_ROWS, EngineRow, Evaluation
 
     path = tmp_path / "fleet.jsonl"
     path.write_bytes(b"".join(line + b"\n" for line in labelled_fleet()))
-    rows = [EngineRow("upstream", engine_for(UPSTREAM_DEFAULTS)),
-            EngineRow("latest", engine_for(with_profile(UPSTREAM_DEFAULTS, "latest"))), *REFERENCE_ROWS]
+    rows = [
+        EngineRow("upstream", engine_for(UPSTREAM_DEFAULTS)),
+        EngineRow("latest", engine_for(with_profile(UPSTREAM_DEFAULTS, "latest"))),
+        *REFERENCE_ROWS,
+    ]
     reports = {}
     for jobs in (1, 2, 3):
         evaluation = Evaluation(rows)

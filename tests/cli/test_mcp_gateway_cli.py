@@ -16,15 +16,18 @@ def test_without_upstreams():
     one_line_error(loopwatch("mcp-gateway"), 2, "loopwatch mcp-gateway:", "--upstream")
 
 
-@pytest.mark.parametrize("text, needles", [
-    ("upstreams: [", ["not YAML"]),
-    ("upstreams: {}", ["non-empty list under 'upstreams'"]),
-    ("upstreams:\n  - {name: a}", ["upstreams[0]", "command or a url"]),
-    ("upstreams:\n  - {command: x, url: 'http://h/mcp'}", ["upstreams[0]", "not both"]),
-    ("upstreams:\n  - {command: x, port: 3}", ["upstreams[0]", "unknown key(s) port"]),
-    ("upstreams:\n  - {command: [x, 3]}", ["'command' is a string or a list of strings"]),
-    ("upstreams:\n  - {command: x, env: {A: 1}}", ["'env' maps names to strings"]),
-])
+@pytest.mark.parametrize(
+    "text, needles",
+    [
+        ("upstreams: [", ["not YAML"]),
+        ("upstreams: {}", ["non-empty list under 'upstreams'"]),
+        ("upstreams:\n  - {name: a}", ["upstreams[0]", "command or a url"]),
+        ("upstreams:\n  - {command: x, url: 'http://h/mcp'}", ["upstreams[0]", "not both"]),
+        ("upstreams:\n  - {command: x, port: 3}", ["upstreams[0]", "unknown key(s) port"]),
+        ("upstreams:\n  - {command: [x, 3]}", ["'command' is a string or a list of strings"]),
+        ("upstreams:\n  - {command: x, env: {A: 1}}", ["'env' maps names to strings"]),
+    ],
+)
 def test_bad_upstreams_file(tmp_path, text, needles):
     path = tmp_path / "upstreams.yaml"
     path.write_text(text)
@@ -36,8 +39,12 @@ def test_missing_upstreams_file(tmp_path):
 
 
 def test_prefix_for_an_unknown_upstream():
-    one_line_error(loopwatch("mcp-gateway", "--upstream", "time=mcp-server-time", "--prefix", "other=x_"), 2,
-                   "--prefix for unknown upstream(s): other", "upstreams: time")
+    one_line_error(
+        loopwatch("mcp-gateway", "--upstream", "time=mcp-server-time", "--prefix", "other=x_"),
+        2,
+        "--prefix for unknown upstream(s): other",
+        "upstreams: time",
+    )
 
 
 def test_two_upstreams_of_one_name():

@@ -16,8 +16,18 @@ from matplotlib.image import imread  # noqa: E402
 
 from harness.cli import loopwatch  # noqa: E402
 from streams.offline.plots import (  # noqa: E402
-    BASELINE_COLOR, CANDIDATE_COLOR, ROW_COLORS, SCATTER_BOX, Marker, Points, Series, axes_pixels, counts_per_bucket,
-    save, scatter_chart, time_chart,
+    BASELINE_COLOR,
+    CANDIDATE_COLOR,
+    ROW_COLORS,
+    SCATTER_BOX,
+    Marker,
+    Points,
+    Series,
+    axes_pixels,
+    counts_per_bucket,
+    save,
+    scatter_chart,
+    time_chart,
 )
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -25,7 +35,7 @@ T0 = 1_700_000_040  # a minute's start, epoch seconds
 
 
 def rgb(color: str) -> tuple[float, float, float]:
-    return tuple(int(color[i:i + 2], 16) / 255 for i in (1, 3, 5))
+    return tuple(int(color[i : i + 2], 16) / 255 for i in (1, 3, 5))
 
 
 def marks_of(png: Path, color: str, box=None) -> int:
@@ -37,23 +47,30 @@ def marks_of(png: Path, color: str, box=None) -> int:
 
 def chart(tmp_path: Path, name: str, base: dict, cand: dict) -> tuple[Path, object]:
     times, (b, c) = counts_per_bucket((base, cand), 60)
-    fig = time_chart([Series("baseline", times, b, BASELINE_COLOR, hollow=True), Series("candidate", times, c, CANDIDATE_COLOR)],
-                     title="t", ylabel="verdicts per minute", bucket_s=60)
+    fig = time_chart(
+        [Series("baseline", times, b, BASELINE_COLOR, hollow=True), Series("candidate", times, c, CANDIDATE_COLOR)],
+        title="t",
+        ylabel="verdicts per minute",
+        bucket_s=60,
+    )
     png = tmp_path / f"{name}.png"
     save(fig, png)
     return png, fig
 
 
-@pytest.mark.parametrize("name, base, cand", [
-    # one minute: each series a single point (the chart that was empty before issue 30)
-    ("one minute", {T0 // 60: 24}, {T0 // 60: 59}),
-    # the same counts: both must stay visible where they coincide
-    ("agreeing", {T0 // 60: 3, T0 // 60 + 1: 3}, {T0 // 60: 3, T0 // 60 + 1: 3}),
-    # a short span, and a series that has a minute the other has not
-    ("short span", {T0 // 60: 1, T0 // 60 + 2: 4}, {T0 // 60 + 1: 2}),
-    # a long span (two days) with verdicts in three minutes
-    ("long span", {T0 // 60: 5, T0 // 60 + 2880: 7}, {T0 // 60 + 1440: 9}),
-])
+@pytest.mark.parametrize(
+    "name, base, cand",
+    [
+        # one minute: each series a single point (the chart that was empty before issue 30)
+        ("one minute", {T0 // 60: 24}, {T0 // 60: 59}),
+        # the same counts: both must stay visible where they coincide
+        ("agreeing", {T0 // 60: 3, T0 // 60 + 1: 3}, {T0 // 60: 3, T0 // 60 + 1: 3}),
+        # a short span, and a series that has a minute the other has not
+        ("short span", {T0 // 60: 1, T0 // 60 + 2: 4}, {T0 // 60 + 1: 2}),
+        # a long span (two days) with verdicts in three minutes
+        ("long span", {T0 // 60: 5, T0 // 60 + 2880: 7}, {T0 // 60 + 1440: 9}),
+    ],
+)
 def test_every_series_has_marks_in_the_picture_and_the_axis_spans_the_data(tmp_path, name, base, cand):
     png, fig = chart(tmp_path, name.replace(" ", "-"), base, cand)
     assert marks_of(png, BASELINE_COLOR) >= 15 and marks_of(png, CANDIDATE_COLOR) >= 8, name
@@ -78,11 +95,22 @@ def test_a_chart_with_nothing_to_draw_says_so(tmp_path):
 def test_the_backtest_plot_of_the_examples_shows_both_configs(tmp_path):
     # Every example trace: all would-fire verdicts fall in one minute of event time.
     candidate = tmp_path / "candidate.yaml"
-    candidate.write_text("tools:\n  loopDetection:\n    enabled: true\n    warningThreshold: 5\n    criticalThreshold: 8\n")
+    candidate.write_text(
+        "tools:\n  loopDetection:\n    enabled: true\n    warningThreshold: 5\n    criticalThreshold: 8\n"
+    )
     png = tmp_path / "would-fire.png"
     files = sorted(EXAMPLES.glob("*.jsonl"))
-    proc = loopwatch("backtest", *files, "--baseline", EXAMPLES / "loop-detection.yaml", "--candidate", candidate,
-                     "--plot", png, "--json")
+    proc = loopwatch(
+        "backtest",
+        *files,
+        "--baseline",
+        EXAMPLES / "loop-detection.yaml",
+        "--candidate",
+        candidate,
+        "--plot",
+        png,
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     verdicts = json.loads(proc.stdout)["verdicts"]
     assert sum(verdicts["baseline"].values()) and sum(verdicts["candidate"].values())
@@ -94,13 +122,24 @@ def test_the_backtest_plot_of_the_examples_shows_both_configs(tmp_path):
 MARKERS = {"3": Marker("o", 16, "3+"), "5": Marker("s", 10.5, "5+"), "10": Marker("^", 7.5, "10+")}
 
 
-@pytest.mark.parametrize("name, rows", [
-    # five rows on one point with every kind: each must stay visible (set side by side)
-    ("all on one point", [[(0.0, 0.0, k) for k in MARKERS]] * 5),
-    # points on the axes' ends (x = the largest x, y = 0 and 100), a single point, a lone kind
-    ("ends", [[(0.0, 100.0, "3"), (0.0, 100.0, "5")], [(25.0, 100.0, "3"), (25.0, 0.0, "5")], [(25.0, 0.0, "10")],
-              [(25.0, 0.0, "5")], [(12.5, 50.0, "3")]]),
-])
+@pytest.mark.parametrize(
+    "name, rows",
+    [
+        # five rows on one point with every kind: each must stay visible (set side by side)
+        ("all on one point", [[(0.0, 0.0, k) for k in MARKERS]] * 5),
+        # points on the axes' ends (x = the largest x, y = 0 and 100), a single point, a lone kind
+        (
+            "ends",
+            [
+                [(0.0, 100.0, "3"), (0.0, 100.0, "5")],
+                [(25.0, 100.0, "3"), (25.0, 0.0, "5")],
+                [(25.0, 0.0, "10")],
+                [(25.0, 0.0, "5")],
+                [(12.5, 50.0, "3")],
+            ],
+        ),
+    ],
+)
 def test_every_row_of_a_scatter_chart_has_marks_in_the_picture(tmp_path, name, rows):
     points = [Points(f"row {i}", row, ROW_COLORS[i]) for i, row in enumerate(rows)]
     fig = scatter_chart(points, markers=MARKERS, title="t", xlabel="false-alarm rate, %", ylabel="catch rate, %")
@@ -116,8 +155,9 @@ def test_every_row_of_a_scatter_chart_has_marks_in_the_picture(tmp_path, name, r
 
 
 def test_a_scatter_chart_with_nothing_to_draw_says_so(tmp_path):
-    fig = scatter_chart([Points("row", [], ROW_COLORS[0])], markers=MARKERS, title="t", xlabel="x", ylabel="y",
-                        empty="no strict loops")
+    fig = scatter_chart(
+        [Points("row", [], ROW_COLORS[0])], markers=MARKERS, title="t", xlabel="x", ylabel="y", empty="no strict loops"
+    )
     png = tmp_path / "empty.png"
     save(fig, png)
     assert marks_of(png, ROW_COLORS[0], SCATTER_BOX) == 0
@@ -132,8 +172,17 @@ def test_the_evaluate_plot_shows_every_row(tmp_path):
     data = Path(__file__).resolve().parents[2] / "tests" / "data" / "transcripts" / "hand-made" / "loops.json"
     assert loopwatch("import", data, "-o", events).returncode == 0
     png = tmp_path / "evaluate.png"
-    proc = loopwatch("evaluate", events, "--profile", "configurable-final", "--config", EXAMPLES / "recommended.yaml",
-                     "--plot", png, "--json")
+    proc = loopwatch(
+        "evaluate",
+        events,
+        "--profile",
+        "configurable-final",
+        "--config",
+        EXAMPLES / "recommended.yaml",
+        "--plot",
+        png,
+        "--json",
+    )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["rows"]
     assert len(rows) == 5

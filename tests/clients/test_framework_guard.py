@@ -7,16 +7,17 @@ import dataclasses
 import json
 
 import pydantic
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from streams.integrations.frameworks.guard import json_args, open_run, plain, thrown
 from streams.client import LoopwatchClient
 from streams.edge.hashing import ThrownError, args_hash
+from streams.integrations.frameworks.guard import json_args, open_run, plain, thrown
 
 JSON = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**53, 2**53) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
     max_leaves=20,
 )
@@ -61,7 +62,10 @@ class Hit:
 def test_models_and_dataclasses_hash_by_their_fields_and_anything_else_by_its_text():
     hit = Hit(Page(title="a", tags=["x"]), 3)
     assert plain(hit) == {"page": {"title": "a", "tags": ["x"]}, "score": 3}
-    assert plain((1, {2: object.__new__(type("Opaque", (), {"__str__": lambda self: "opaque"}))})) == [1, {"2": "opaque"}]
+    assert plain((1, {2: object.__new__(type("Opaque", (), {"__str__": lambda self: "opaque"}))})) == [
+        1,
+        {"2": "opaque"},
+    ]
 
 
 def test_an_exception_is_upstreams_thrown_error_and_a_framework_text_its_message():

@@ -26,15 +26,24 @@ async def test_aiokafka_still_logs_why_its_bootstrap_failed(caplog):
             await producer.start()
     await producer.stop()
     parsed = [broker.unable_to_connect(r) for r in caplog.records]
-    assert [(where, type(error)) for where, error in filter(None, parsed)] == [(f"127.0.0.1:{port}", ConnectionRefusedError)]
+    assert [(where, type(error)) for where, error in filter(None, parsed)] == [
+        (f"127.0.0.1:{port}", ConnectionRefusedError)
+    ]
 
 
 def test_sasl_bytes_are_redacted_in_the_request_line_aiokafka_logs():
     from aiokafka.protocol.admin import SaslAuthenticateRequest_v0
 
     request = SaslAuthenticateRequest_v0(sasl_auth_bytes=b"\x00user\x00secret")
-    record = logging.LogRecord(broker.AIOKAFKA_CONN_LOGGER, logging.DEBUG, "conn.py", 1,
-                               "Request to %s:%d %d: %s", ("127.0.0.1", 9092, 7, request), None)
+    record = logging.LogRecord(
+        broker.AIOKAFKA_CONN_LOGGER,
+        logging.DEBUG,
+        "conn.py",
+        1,
+        "Request to %s:%d %d: %s",
+        ("127.0.0.1", 9092, 7, request),
+        None,
+    )
     line = record.getMessage()  # as aiokafka.conn logs each request
     assert "secret" in line
     redacted = broker.redact_sasl_bytes(line)

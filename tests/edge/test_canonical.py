@@ -26,10 +26,22 @@ def test_golden_digests_from_the_spec():
 
 def test_ecmascript_number_formatting():
     cases = {
-        1: "1", 2.5: "2.5", -0.0: "0", 1e21: "1e+21", 1e-7: "1e-7", 1e-5: "0.00001",
-        1e16: "10000000000000000", 12345678901234567890: "12345678901234567000",
-        0.1: "0.1", 100.0: "100", 1.5e300: "1.5e+300", 5e-324: "5e-324", -1e-7: "-1e-7",
-        1e20: "100000000000000000000", 0.000001: "0.000001", 123e-20: "1.23e-18",
+        1: "1",
+        2.5: "2.5",
+        -0.0: "0",
+        1e21: "1e+21",
+        1e-7: "1e-7",
+        1e-5: "0.00001",
+        1e16: "10000000000000000",
+        12345678901234567890: "12345678901234567000",
+        0.1: "0.1",
+        100.0: "100",
+        1.5e300: "1.5e+300",
+        5e-324: "5e-324",
+        -1e-7: "-1e-7",
+        1e20: "100000000000000000000",
+        0.000001: "0.000001",
+        123e-20: "1.23e-18",
     }
     for value, text in cases.items():
         assert js_number(value) == text, value
@@ -44,7 +56,7 @@ def test_special_values():
 def test_strings_escape_like_well_formed_json_stringify():
     assert stable_stringify("\ud800") == '"\\ud800"'  # a lone surrogate is kept, escaped
     assert stable_stringify("é\u2028\x7f") == '"é\u2028\x7f"'  # non-ASCII is not escaped
-    assert stable_stringify("\x00\x1f\b\t\n\f\r\"\\") == '"\\u0000\\u001f\\b\\t\\n\\f\\r\\"\\\\"'
+    assert stable_stringify('\x00\x1f\b\t\n\f\r"\\') == '"\\u0000\\u001f\\b\\t\\n\\f\\r\\"\\\\"'
 
 
 def test_keys_sort_by_utf16_code_units():
@@ -83,13 +95,15 @@ def test_safe_integers_print_as_integers(value):
     assert js_number(float(value)) == str(value)
 
 
-json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(
-    alphabet=st.characters(max_codepoint=0xD7FF)
+json_scalars = (
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(alphabet=st.characters(max_codepoint=0xD7FF))
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0xD7FF), max_size=6), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4)
+        | st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0xD7FF), max_size=6), children, max_size=4)
+    ),
     max_leaves=20,
 )
 
@@ -123,7 +137,10 @@ def test_floats_serialise_to_parseable_json(value):
 
 
 @settings(max_examples=500)
-@given(st.text(alphabet=st.characters(codec=None, exclude_categories=())) | st.text(alphabet="\n\t\"\\\x00\x1f\x7f\u2028\ud800\udfffa\u00e9"))
+@given(
+    st.text(alphabet=st.characters(codec=None, exclude_categories=()))
+    | st.text(alphabet='\n\t"\\\x00\x1f\x7f\u2028\ud800\udfffa\u00e9')
+)
 def test_quoting_fast_path_escapes_as_the_character_rules_do(text):
     """The C encoder's quoting (the fast path for text without lone surrogates) gives the
     bytes that upstream's character rules (``_SHORT_ESCAPES``, ``\\u%04x``) give, character by
@@ -133,11 +150,14 @@ def test_quoting_fast_path_escapes_as_the_character_rules_do(text):
     assert _quote(text) == '"' + _NEEDS_ESCAPE.sub(_escape_char, text) + '"'
 
 
-any_text = st.text(alphabet=st.characters(codec=None, exclude_categories=())) | st.text(alphabet="a\ud800\udfff\ue000\U0001f600\n\"")
+any_text = st.text(alphabet=st.characters(codec=None, exclude_categories=())) | st.text(
+    alphabet='a\ud800\udfff\ue000\U0001f600\n"'
+)
 any_values = st.recursive(
     st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats(allow_nan=True) | any_text,
-    lambda children: st.lists(children, max_size=4) | st.tuples(children, children)
-    | st.dictionaries(any_text, children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.tuples(children, children) | st.dictionaries(any_text, children, max_size=4)
+    ),
     max_leaves=25,
 )
 
@@ -178,8 +198,10 @@ def _plain_before(value, depth):
     if kind is dict:
         if depth >= _PLAIN_DEPTH:
             return False
-        return all(type(k) is str and (k.isascii() or not k or max(k) < "\ud800") and _plain_before(v, depth + 1)
-                   for k, v in value.items())
+        return all(
+            type(k) is str and (k.isascii() or not k or max(k) < "\ud800") and _plain_before(v, depth + 1)
+            for k, v in value.items()
+        )
     if kind is list or kind is tuple:
         if depth >= _PLAIN_DEPTH:
             return False
@@ -197,8 +219,9 @@ def test_the_fast_path_is_taken_for_exactly_the_values_it_was_taken_for_before(v
     assert _plain(value, 0) == _plain_before(value, 0)
 
 
-escapable_text = st.text(alphabet=st.characters(max_codepoint=0x7f)) | st.text(
-    alphabet="\x00\x01\x08\t\n\x0b\x0c\r\x1f\"\\/\x7f\u2028\u2029\u00e9\ud7ff\ue000\uffff\U0001f600a")
+escapable_text = st.text(alphabet=st.characters(max_codepoint=0x7F)) | st.text(
+    alphabet='\x00\x01\x08\t\n\x0b\x0c\r\x1f"\\/\x7f\u2028\u2029\u00e9\ud7ff\ue000\uffff\U0001f600a'
+)
 
 
 @settings(max_examples=500)

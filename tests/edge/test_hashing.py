@@ -31,8 +31,12 @@ def test_loop_veto_never_hashes_but_other_denials_do():
 
 
 def test_exec_ignores_volatile_fields_but_not_exit_code():
-    a = hash_outcome("exec", {"c": 1}, result=result("t", status="completed", exitCode=0, aggregated="ok", durationMs=5, pid=1))
-    b = hash_outcome("exec", {"c": 1}, result=result("u", status="completed", exitCode=0, aggregated=" ok\n", durationMs=9, pid=2))
+    a = hash_outcome(
+        "exec", {"c": 1}, result=result("t", status="completed", exitCode=0, aggregated="ok", durationMs=5, pid=1)
+    )
+    b = hash_outcome(
+        "exec", {"c": 1}, result=result("u", status="completed", exitCode=0, aggregated=" ok\n", durationMs=9, pid=2)
+    )
     c = hash_outcome("exec", {"c": 1}, result=result("t", status="completed", exitCode=1, aggregated="ok"))
     assert a.result_hash == b.result_hash != c.result_hash
     running1 = hash_outcome("exec", {}, result=result("session 1 pid 4", status="running", sessionId="1", pid=4))
@@ -54,13 +58,16 @@ def test_send_results_drop_volatile_ids_only():
     other_route = hash_outcome("message", args, result=result("id 2", ok=True, messageId="m2", route={"id": "q"}))
     assert one.result_hash == two.result_hash != other_route.result_hash
     read = {"action": "read"}
-    assert hash_outcome("message", read, result=result("", messageId="m1")).result_hash != hash_outcome(
-        "message", read, result=result("", messageId="m2")
-    ).result_hash
+    assert (
+        hash_outcome("message", read, result=result("", messageId="m1")).result_hash
+        != hash_outcome("message", read, result=result("", messageId="m2")).result_hash
+    )
 
 
 def test_message_delivery_object_id_is_stripped_other_ids_kept():
-    stripped = strip_volatile_send_ids({"message": {"id": "x", "text": "hi", "accountId": "a"}, "conversation": {"id": "c"}})
+    stripped = strip_volatile_send_ids(
+        {"message": {"id": "x", "text": "hi", "accountId": "a"}, "conversation": {"id": "c"}}
+    )
     assert stripped == {"message": {"text": "hi", "accountId": "a"}, "conversation": {"id": "c"}}
     assert strip_volatile_send_ids({"__proto__": {"x": 1}, "a": [{"ts": 1, "b": 2}]}) == {"a": [{"b": 2}]}
 

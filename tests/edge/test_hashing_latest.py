@@ -21,8 +21,10 @@ ZERO = "0" * 16
 
 
 def envelope(id_, body, quote='"'):
-    return (f"<<<EXTERNAL_UNTRUSTED_CONTENT id={quote}{id_}{quote}>>>{body}"
-            f"<<<END_EXTERNAL_UNTRUSTED_CONTENT id={quote}{id_}{quote}>>>")
+    return (
+        f"<<<EXTERNAL_UNTRUSTED_CONTENT id={quote}{id_}{quote}>>>{body}"
+        f"<<<END_EXTERNAL_UNTRUSTED_CONTENT id={quote}{id_}{quote}>>>"
+    )
 
 
 def text_result(text):
@@ -55,14 +57,15 @@ def test_json_encoded_envelopes_are_canonicalised_at_any_depth(a, b, body, depth
 @pytest.mark.parametrize(
     "text",
     [
-        envelope("ABCDEF0123456789", "x"),                      # uppercase id
-        envelope("abcdef012345678", "x"),                       # 15 characters
-        envelope("", "x"),                                      # empty id
-        envelope("abcdef0123456789", "x").replace("END_EXTERNAL_UNTRUSTED_CONTENT id=\"abcdef0123456789",
-                                                   "END_EXTERNAL_UNTRUSTED_CONTENT id=\"abcdef0123456780"),  # ids differ
+        envelope("ABCDEF0123456789", "x"),  # uppercase id
+        envelope("abcdef012345678", "x"),  # 15 characters
+        envelope("", "x"),  # empty id
+        envelope("abcdef0123456789", "x").replace(
+            'END_EXTERNAL_UNTRUSTED_CONTENT id="abcdef0123456789', 'END_EXTERNAL_UNTRUSTED_CONTENT id="abcdef0123456780'
+        ),  # ids differ
         envelope("abcdef0123456789", "<<<EXTERNAL_UNTRUSTED_CONTENT inner"),  # a marker in between
-        envelope("abcdef0123456789", "x", quote='\\\\"'),        # two backslashes: not 2^n - 1
-        "<<<EXTERNAL_UNTRUSTED_CONTENT id=\"abcdef0123456789\">>> unpaired",
+        envelope("abcdef0123456789", "x", quote='\\\\"'),  # two backslashes: not 2^n - 1
+        '<<<EXTERNAL_UNTRUSTED_CONTENT id="abcdef0123456789">>> unpaired',
     ],
 )
 def test_malformed_envelopes_keep_their_ids(text):
@@ -82,17 +85,17 @@ def test_envelope_ids_in_keys_and_error_texts_are_canonicalised_too():
 @pytest.mark.parametrize(
     "output, shape",
     [
-        ("logged 2026-08-10T00:00:13.123+02:00 done", "logged # done"),   # ISO timestamp
-        ("logged 2026-08-12t02:14:05.5 done", "logged # done"),           # lower-case t (flag i)
-        ("at 12:34:56.789 and 1:02:03", "at # and #"),                     # clock times
-        ("attempt 3, Retry#4, ATTEMPT: 5", "#, #, #"),                     # counters
+        ("logged 2026-08-10T00:00:13.123+02:00 done", "logged # done"),  # ISO timestamp
+        ("logged 2026-08-12t02:14:05.5 done", "logged # done"),  # lower-case t (flag i)
+        ("at 12:34:56.789 and 1:02:03", "at # and #"),  # clock times
+        ("attempt 3, Retry#4, ATTEMPT: 5", "#, #, #"),  # counters
         ("took 12ms, 1.5 s, 3 minutes, 1 hour, 40ns", "took #, #, #, #, #"),
-        ("waited 5\u017f", "waited #"),                                    # U+017F folds to s
+        ("waited 5\u017f", "waited #"),  # U+017F folds to s
         ("pid=1001 ppid 7", "# #"),
-        ("\u017fpid 12", "\u017fpid 12"),                                  # U+017F is a word character for \b
-        ("p\u0130d 12", "p\u0130d 12"),                                    # U+0130 does not fold to i
+        ("\u017fpid 12", "\u017fpid 12"),  # U+017F is a word character for \b
+        ("p\u0130d 12", "p\u0130d 12"),  # U+0130 does not fold to i
         ("on 2026-08-10 exit 2 errno 13", "on 2026-08-10 exit 2 errno 13"),  # dates and codes stay
-        ("retry\u00a0#: 9", "#"),                                          # JS \s includes NBSP
+        ("retry\u00a0#: 9", "#"),  # JS \s includes NBSP
     ],
 )
 def test_failure_shape_masks_only_what_drifts(output, shape):
@@ -129,7 +132,9 @@ def test_terminal_exec_failures(details, terminal):
 
 def test_a_failure_identity_ignores_drift_but_not_the_exit_code():
     def identity(output, code=1):
-        return hash_outcome("exec", {}, result=exec_result(status="failed", exitCode=code, output=output)).failure_identity_hash
+        return hash_outcome(
+            "exec", {}, result=exec_result(status="failed", exitCode=code, output=output)
+        ).failure_identity_hash
 
     assert identity("x at 10:00:01 pid 4") == identity("x at 11:59:59 pid 77")
     assert identity("x at 10:00:01") != identity("x at 10:00:01", code=2)
@@ -154,27 +159,80 @@ def test_write_outcomes_and_targets():
 def test_events_carry_latest_fields_and_old_events_still_decode():
     request = requested_event("e1", "write", {"path": "/a", "content": "x"}, run_id="r")
     assert request.target_hash == write_target_hash("write", {"path": "/a"})
-    done = completed_event("e2", "exec", {"command": "make"}, run_id="r",
-                           result=exec_result(status="failed", exitCode=1))
+    done = completed_event(
+        "e2", "exec", {"command": "make"}, run_id="r", result=exec_result(status="failed", exitCode=1)
+    )
     assert done.outcome_kind == "terminal-exec-failure" and len(done.failure_identity_hash) == 64
     assert decode_event(encode_event(done)) == done
-    v1 = json.dumps({"type": "tool_call.completed", "v": 1, "event_id": "e3", "run_id": "r", "tool_name": "read",
-                     "args_hash": "read:" + "0" * 64, "result_hash": "1" * 64}).encode()
+    v1 = json.dumps(
+        {
+            "type": "tool_call.completed",
+            "v": 1,
+            "event_id": "e3",
+            "run_id": "r",
+            "tool_name": "read",
+            "args_hash": "read:" + "0" * 64,
+            "result_hash": "1" * 64,
+        }
+    ).encode()
     old = decode_event(v1)
-    assert (old.outcome_kind, old.failure_identity_hash, old.normalized_result_hash, old.target_hash, old.no_progress) == (
-        None, None, None, None, False,
+    assert (
+        old.outcome_kind,
+        old.failure_identity_hash,
+        old.normalized_result_hash,
+        old.target_hash,
+        old.no_progress,
+    ) == (
+        None,
+        None,
+        None,
+        None,
+        False,
     )
 
 
 @pytest.mark.parametrize(
     "fields, field",
     [
-        ({"tool_name": "read", "args_hash": "read:" + "0" * 64, "result_hash": "1" * 64, "target_hash": "2" * 64}, "target_hash"),
-        ({"tool_name": "read", "args_hash": "read:" + "0" * 64, "result_hash": "1" * 64, "outcome_kind": "write-mutation"}, "outcome_kind"),
-        ({"tool_name": "exec", "args_hash": "exec:" + "0" * 64, "result_hash": "1" * 64, "failure_identity_hash": "2" * 64}, "failure_identity_hash"),
-        ({"tool_name": "exec", "args_hash": "exec:" + "0" * 64, "outcome_kind": "terminal-exec-failure"}, "outcome_kind"),
-        ({"tool_name": "write", "args_hash": "write:" + "0" * 64, "result_hash": "1" * 64, "target_hash": "XY"}, "target_hash"),
-        ({"tool_name": "write", "args_hash": "write:" + "0" * 64, "result_hash": "1" * 64, "outcome_kind": "changed"}, "outcome_kind"),
+        (
+            {"tool_name": "read", "args_hash": "read:" + "0" * 64, "result_hash": "1" * 64, "target_hash": "2" * 64},
+            "target_hash",
+        ),
+        (
+            {
+                "tool_name": "read",
+                "args_hash": "read:" + "0" * 64,
+                "result_hash": "1" * 64,
+                "outcome_kind": "write-mutation",
+            },
+            "outcome_kind",
+        ),
+        (
+            {
+                "tool_name": "exec",
+                "args_hash": "exec:" + "0" * 64,
+                "result_hash": "1" * 64,
+                "failure_identity_hash": "2" * 64,
+            },
+            "failure_identity_hash",
+        ),
+        (
+            {"tool_name": "exec", "args_hash": "exec:" + "0" * 64, "outcome_kind": "terminal-exec-failure"},
+            "outcome_kind",
+        ),
+        (
+            {"tool_name": "write", "args_hash": "write:" + "0" * 64, "result_hash": "1" * 64, "target_hash": "XY"},
+            "target_hash",
+        ),
+        (
+            {
+                "tool_name": "write",
+                "args_hash": "write:" + "0" * 64,
+                "result_hash": "1" * 64,
+                "outcome_kind": "changed",
+            },
+            "outcome_kind",
+        ),
     ],
 )
 def test_inconsistent_latest_fields_are_rejected_naming_the_field(fields, field):

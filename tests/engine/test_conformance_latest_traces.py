@@ -16,8 +16,16 @@ LATEST = REPO / "tests" / "data" / "conformance" / "latest"
 
 
 def test_every_latest_session_agrees_with_upstream():
-    proc = loopwatch("conformance", "--profile", "latest", "--traces", LATEST / "sessions.jsonl.gz",
-                     "--expected", LATEST / "expected.jsonl.gz", timeout=900)
+    proc = loopwatch(
+        "conformance",
+        "--profile",
+        "latest",
+        "--traces",
+        LATEST / "sessions.jsonl.gz",
+        "--expected",
+        LATEST / "expected.jsonl.gz",
+        timeout=900,
+    )
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, "\n".join(lines[:20])
     assert lines[-2:] == ["74607 steps compared", "600 passed, 0 failed, 0 skipped"]
@@ -48,7 +56,11 @@ def _session_with(predicate):
         ("vr", lambda line: line.get("vr"), lambda line: {**line, "vr": None}),
         ("ow", lambda line: "ow" in line, lambda line: {**line, "ow": [["argument_churn", 99, "x"]]}),
         ("d", lambda line: line["op"] != "end" and line["d"][7], lambda line: {**line, "d": line["d"][:7] + [None]}),
-        ("rec", lambda line: (line.get("rec") or [None] * 9)[6], lambda line: {**line, "rec": line["rec"][:6] + [None] + line["rec"][7:]}),
+        (
+            "rec",
+            lambda line: (line.get("rec") or [None] * 9)[6],
+            lambda line: {**line, "rec": line["rec"][:6] + [None] + line["rec"][7:]},
+        ),
         ("gl", lambda line: any("window closed" in g for g in line.get("gl", [])), lambda line: {**line, "gl": []}),
     ],
 )
@@ -56,7 +68,7 @@ def test_a_wrong_latest_field_is_reported(field, predicate, wrong):
     """Each of latest's own fields is compared: changing it in the expected line fails the session."""
     session, lines, n = _session_with(predicate)
     assert compare_session(session, lines, "latest").failure is None
-    lines = [*lines[:n], wrong(lines[n]), *lines[n + 1:]]
+    lines = [*lines[:n], wrong(lines[n]), *lines[n + 1 :]]
     failure = compare_session(session, lines, "latest").failure
     assert failure is not None and f"field {field!r}" in failure
 

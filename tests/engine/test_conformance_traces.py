@@ -7,8 +7,14 @@ from streams.conformance.traces import compare_session, open_jsonl
 
 def test_every_golden_session_agrees_with_upstream(conformance_dir):
     traces = conformance_dir / "traces"
-    proc = loopwatch("conformance", "--traces", traces / "one-run-sessions.jsonl.gz",
-                     "--expected", traces / "expected.jsonl.gz", timeout=900)
+    proc = loopwatch(
+        "conformance",
+        "--traces",
+        traces / "one-run-sessions.jsonl.gz",
+        "--expected",
+        traces / "expected.jsonl.gz",
+        timeout=900,
+    )
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, "\n".join(lines[:20])
     assert lines[-2:] == ["69196 steps compared", "666 passed, 0 failed, 0 skipped"]

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.edge.events import completed_event, requested_event
-from streams.engine import LoopEngine, engine_for, RunDriver
+from streams.engine import LoopEngine, RunDriver, engine_for
 from streams.engine.detectors import CycleDetection, detect_cycle
 from streams.engine.state import RunState
 from streams.offline.scenarios import run_events
@@ -135,8 +135,14 @@ CYCLES_SEEN = [0]
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(PICK, max_size=15), st.lists(PICK, min_size=1, max_size=6), st.integers(1, 12),
-       st.lists(PICK, max_size=10), st.integers(0, 3), st.sampled_from(["configurable-final", "latest"]))
+@given(
+    st.lists(PICK, max_size=15),
+    st.lists(PICK, min_size=1, max_size=6),
+    st.integers(1, 12),
+    st.lists(PICK, max_size=10),
+    st.integers(0, 3),
+    st.sampled_from(["configurable-final", "latest"]),
+)
 def test_with_cycle_on_every_answer_is_upstreams_or_a_cycle_at_least_as_severe(
     prefix, block, repeats, suffix, noise, profile
 ):
@@ -168,7 +174,8 @@ def test_the_property_above_saw_cycles():
 
 
 def test_the_detection_object():
-    found = CycleDetection("warning", "cycle", 12, "read", "read:" + "0" * 64, period=3,
-                           signatures=("b:1", "a:1", "b:1"))
+    found = CycleDetection(
+        "warning", "cycle", 12, "read", "read:" + "0" * 64, period=3, signatures=("b:1", "a:1", "b:1")
+    )
     assert found.warning_key == "cycle:a:1|b:1"
     assert found.log == ("warn", "Cycle loop warning: period=3 count=12 currentTool=read")

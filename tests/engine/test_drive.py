@@ -4,7 +4,7 @@
 from schemas.config import validate
 from schemas.verdicts import Decision, RunAborted
 from streams.edge.events import compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import ConfigSet, engine_for, RunDriver, outcome, published, shadow_answer
+from streams.engine import ConfigSet, RunDriver, engine_for, outcome, published, shadow_answer
 from streams.engine.drive import ABORT, BLOCK, NONE, WARN
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
@@ -23,7 +23,7 @@ def loop(run_id: str, n: int, *, gate: bool, start: int = 0):
 def test_what_each_step_publishes():
     runs = RunDriver(engine_for(ENABLED))
     shown = []
-    for event, step in runs.steps(loop("r", 21, gate=False)):
+    for _event, step in runs.steps(loop("r", 21, gate=False)):
         shown.append([(type(v).__name__, getattr(v, "action", None)) for v in published(step)])
     requests = shown[0::2]
     assert shown[1::2] == [[]] * 21  # completions publish nothing
@@ -55,8 +55,11 @@ def test_a_loop_that_survives_a_compaction_publishes_its_abort():
     out = []
     for i in range(3):  # the guard's window: three identical outcomes
         runs.handle(requested_event(f"q{i}", "gateway", {"a": 1}, tool_call_id=f"c{i}", **fields))
-        out.append(published(runs.handle(completed_event(f"c{i}", "gateway", {"a": 1}, result=SAME,
-                                                         tool_call_id=f"c{i}", **fields))))
+        out.append(
+            published(
+                runs.handle(completed_event(f"c{i}", "gateway", {"a": 1}, result=SAME, tool_call_id=f"c{i}", **fields))
+            )
+        )
     assert out[:2] == [[], []]
     assert [(type(v), v.detector) for v in out[2]] == [(RunAborted, "compaction_loop_persisted")]
 
@@ -84,7 +87,7 @@ def test_apply_keeps_the_same_states_as_handle():
 def test_verdicts_are_what_the_steps_publish_in_order():
     events = [*loop("a", 21, gate=False), *loop("b", 2, gate=True)]
     expected = []
-    for event, step in RunDriver(engine_for(ENABLED)).steps(events):
+    for _event, step in RunDriver(engine_for(ENABLED)).steps(events):
         expected += published(step)
     assert RunDriver(engine_for(ENABLED)).verdicts(events) == expected
     assert [v.action for v in expected] == ["warn", "block", "allow", "allow"]
@@ -109,7 +112,12 @@ def test_a_shadow_runner_gets_an_allow_for_a_gated_call_and_nothing_else():
     assert answers[1::2] == [None] * 21  # completions
     for step, answer in zip(steps[0::2], answers[0::2]):
         assert (answer.action, answer.detector, answer.level, answer.message, answer.notify_model) == (
-            "allow", None, None, None, False)
+            "allow",
+            None,
+            None,
+            None,
+            False,
+        )
         assert answer.verdict_id == step.published_decision.verdict_id  # the id the runner waits for
     assert steps[40].published_decision.action == "block"  # what the shadow topic gets instead
     ungated = [step for _event, step in RunDriver(engine_for(ENABLED)).steps(loop("u", 21, gate=False))]
@@ -122,7 +130,12 @@ def test_mode_is_the_agents_over_the_roots_and_enforce_by_default():
         "agents": {"list": [{"id": "live", "loopwatch": {"mode": "enforce"}}, {"id": "other"}]},
     }
     config = ConfigSet(root)
-    assert [config.mode_for(a) for a in (None, "live", "other", "unlisted")] == ["shadow", "enforce", "shadow", "shadow"]
+    assert [config.mode_for(a) for a in (None, "live", "other", "unlisted")] == [
+        "shadow",
+        "enforce",
+        "shadow",
+        "shadow",
+    ]
     assert config.uses_shadow()
     assert not ConfigSet({"agents": {"list": [{"id": "a"}]}}).uses_shadow()
     assert ConfigSet({"agents": {"list": [{"id": "a", "loopwatch": {"mode": "shadow"}}]}}).mode_for("a") == "shadow"

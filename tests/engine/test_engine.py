@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from schemas.events import InvalidEvent, ToolCallCompleted, ToolCallRequested, decode_event, encode_event
 from streams.edge.events import compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import engine_for, RunState, copy_state, decode_state, encode_state, state_key
+from streams.engine import RunState, copy_state, decode_state, encode_state, engine_for, state_key
 from streams.offline.scenarios import SCENARIOS, run_events
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
@@ -34,8 +34,12 @@ def test_generic_repeat_blocks_the_21st_identical_call_and_stays_blocked():
         state = step.state
         actions.append((step.decision.action, step.decision.count))
         if step.decision.action != "block":
-            state = engine.handle(state, completed_event(f"d{n}", "read", {"path": "/x"}, result=SAME,
-                                                         run_id="r1", session_key="s", tool_call_id=f"c{n}")).state
+            state = engine.handle(
+                state,
+                completed_event(
+                    f"d{n}", "read", {"path": "/x"}, result=SAME, run_id="r1", session_key="s", tool_call_id=f"c{n}"
+                ),
+            ).state
     assert actions[10] == ("warn", 10)
     assert actions[19][0] == "allow" and actions[20] == ("block", 20)
     assert all(a == ("block", 20) for a in actions[20:])  # vetoed calls are not recorded
@@ -45,7 +49,11 @@ def test_generic_repeat_blocks_the_21st_identical_call_and_stays_blocked():
 def test_verdict_ids_derive_from_the_event():
     engine = engine_for(ENABLED)
     req = requested_event("evt-42", "read", {}, run_id="r", session_key="s")
-    assert engine.handle(None, req).decision.verdict_id == engine.handle(None, req).decision.verdict_id == "evt-42/decision"
+    assert (
+        engine.handle(None, req).decision.verdict_id
+        == engine.handle(None, req).decision.verdict_id
+        == "evt-42/decision"
+    )
 
 
 def test_rejected_events_leave_state_untouched():
@@ -68,9 +76,23 @@ def test_rejected_events_leave_state_untouched():
         (b"{not json", "invalid_json", None),
         (b'{"type":"tool_call.exploded","event_id":"e"}', "unknown_type", "type"),
         (b'{"event_id":"e"}', "unknown_type", "type"),
-        (b'{"type":"tool_call.requested","event_id":"e","run_id":"r","tool_name":"read","args_hash":5}', "invalid_event", "args_hash"),
-        (b'{"type":"tool_call.requested","event_id":"e","run_id":"r","tool_name":"read"}', "invalid_event", "args_hash"),
-        (b'{"type":"tool_call.completed","event_id":"e","run_id":"r","tool_name":"read","args_hash":"read:' + b"0" * 64 + b'","result_hash":"zz"}', "invalid_event", "result_hash"),
+        (
+            b'{"type":"tool_call.requested","event_id":"e","run_id":"r","tool_name":"read","args_hash":5}',
+            "invalid_event",
+            "args_hash",
+        ),
+        (
+            b'{"type":"tool_call.requested","event_id":"e","run_id":"r","tool_name":"read"}',
+            "invalid_event",
+            "args_hash",
+        ),
+        (
+            b'{"type":"tool_call.completed","event_id":"e","run_id":"r","tool_name":"read","args_hash":"read:'
+            + b"0" * 64
+            + b'","result_hash":"zz"}',
+            "invalid_event",
+            "result_hash",
+        ),
         (b'{"type":"run.ended","event_id":"e","run_id":"r","surprise":1}', "invalid_event", "surprise"),
         (b'{"type":"run.ended","event_id":"e"}', "missing_key", "run_id"),
         (b'{"type":"run.ended","event_id":"e","run_id":"r","reason":"' + b"x" * 70000 + b'"}', "oversized", None),
@@ -99,7 +121,12 @@ json_values = st.recursive(
 )
 
 
-@given(st.dictionaries(st.sampled_from(["type", "event_id", "run_id", "tool_name", "args_hash", "result_hash", "gate", "ts_ms", "v"]), json_values))
+@given(
+    st.dictionaries(
+        st.sampled_from(["type", "event_id", "run_id", "tool_name", "args_hash", "result_hash", "gate", "ts_ms", "v"]),
+        json_values,
+    )
+)
 def test_decoding_arbitrary_objects_only_raises_invalid_event(obj):
     try:
         event = decode_event(msgspec.json.encode(obj))
@@ -205,9 +232,16 @@ def test_option_surface_warnings():
     state = None
     notified = []
     for n in range(12):
-        step = engine.handle(state, requested_event(f"e{n}", "read", {"path": "/x"}, run_id="r1", session_key="s", tool_call_id=f"c{n}"))
+        step = engine.handle(
+            state, requested_event(f"e{n}", "read", {"path": "/x"}, run_id="r1", session_key="s", tool_call_id=f"c{n}")
+        )
         notified.append((step.decision.action, step.decision.notify_model))
-        state = engine.handle(step.state, completed_event(f"d{n}", "read", {"path": "/x"}, result=SAME, run_id="r1", session_key="s", tool_call_id=f"c{n}")).state
+        state = engine.handle(
+            step.state,
+            completed_event(
+                f"d{n}", "read", {"path": "/x"}, result=SAME, run_id="r1", session_key="s", tool_call_id=f"c{n}"
+            ),
+        ).state
     assert notified[10] == ("warn", True) and notified[11] == ("allow", False)
 
 
@@ -215,14 +249,18 @@ def test_state_size_at_default_history_is_recorded():
     engine = engine_for(ENABLED)
     state = None
     for n in range(40):
-        state = call(engine, state, n, args={"path": f"/f{n}"}, result={"content": [{"type": "text", "text": str(n)}]}).state
+        state = call(
+            engine, state, n, args={"path": f"/f{n}"}, result={"content": [{"type": "text", "text": str(n)}]}
+        ).state
     assert len(state) == 30
     assert isinstance(decode_state(encode_state(state)), RunState)
 
 
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["read", "a:b", "exec"]), st.text(max_size=8), st.one_of(st.none(), st.text(max_size=70))),
+        st.tuples(
+            st.sampled_from(["read", "a:b", "exec"]), st.text(max_size=8), st.one_of(st.none(), st.text(max_size=70))
+        ),
         max_size=12,
     ),
     st.dictionaries(st.text(max_size=5), st.integers(0, 9), max_size=3),

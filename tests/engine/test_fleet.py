@@ -13,7 +13,7 @@ from schemas.events import ToolCallCompleted
 from schemas.fleet import FleetSend, IncidentOpened, IncidentResolved, RingNotice
 from schemas.names import CRITICAL, WARNING
 from streams.edge.events import completed_event, requested_event
-from streams.engine import engine_for, RunDriver
+from streams.engine import RunDriver, engine_for
 from streams.engine.config import AgentRingSettings, FleetIncidentSettings
 from streams.engine.fleet import (
     WITHDRAWN,
@@ -66,7 +66,9 @@ def test_which_outcomes_count():
     common = dict(run_id="r", session_key="s", agent_id="a")
     error = completed_event("d", "web_search", {"q": 1}, error="503", **common)
     fine = completed_event("d", "web_search", {"q": 1}, result="ok", **common)
-    noop = completed_event("d", "write", {"path": "/x", "content": "y"}, result={"details": {"changed": False}}, **common)
+    noop = completed_event(
+        "d", "write", {"path": "/x", "content": "y"}, result={"details": {"changed": False}}, **common
+    )
     assert outcome_fingerprint(error) == error.result_hash and error.result_hash.startswith("error:")
     assert outcome_fingerprint(fine) is None and fleet_outcome(fine) is None
     assert noop.no_progress and outcome_fingerprint(noop) == (noop.normalized_result_hash or noop.result_hash)
@@ -101,7 +103,9 @@ def test_thirty_runs_failing_on_one_tool_open_one_incident_and_quiet_resolves_it
     # agents reached 3 at run 2).
     assert (opened.tool_name, opened.runs, opened.agents, opened.opened_ms) == ("web_search", 20, 3, 1_000_000 + 7_700)
     assert opened.outcome_hash.startswith("error:") and opened.incident_id == resolved.incident_id
-    assert opened.message.startswith("WARNING: tool web_search is failing across the fleet: the same error in at least 20 runs of 3 or more agents within 300 s (incident inc-")
+    assert opened.message.startswith(
+        "WARNING: tool web_search is failing across the fleet: the same error in at least 20 runs of 3 or more agents within 300 s (incident inc-"
+    )
     # Resolved by the first event 300 s after the last outcome that met the thresholds.
     assert resolved.resolved_ms == late[0].ts_ms == 1_311_900
     early = tool_outage("read", runs=1, failing=False, run_prefix="later", start_ms=1_000_000 + 11_900 + 299_999)
@@ -135,8 +139,11 @@ def test_incidents_only_touch_their_tool_and_only_with_the_option():
 
 def test_the_view():
     view = FleetView()
-    opened, resolved = simulate(INCIDENTS, tool_outage(runs=30) + tool_outage(
-        "read", runs=1, failing=False, run_prefix="later", start_ms=1_700_000_000_000 + 400_000))[0]
+    opened, resolved = simulate(
+        INCIDENTS,
+        tool_outage(runs=30)
+        + tool_outage("read", runs=1, failing=False, run_prefix="later", start_ms=1_700_000_000_000 + 400_000),
+    )[0]
     view.apply_incident(opened)
     assert view.incidents == {"web_search": opened}
     other = msgspec.structs.asdict(opened) | {"incident_id": "another"}
@@ -150,8 +157,13 @@ def test_the_view():
 
 
 def ring_sends(names, rounds, outcome="same"):
-    return [FleetSend("t1", names[i], f"agent-{i}", names[(i + 1) % len(names)], "0" * 64 if outcome == "same"
-                      else f"{r:064x}") for r in range(rounds) for i in range(len(names))]
+    return [
+        FleetSend(
+            "t1", names[i], f"agent-{i}", names[(i + 1) % len(names)], "0" * 64 if outcome == "same" else f"{r:064x}"
+        )
+        for r in range(rounds)
+        for i in range(len(names))
+    ]
 
 
 def test_a_ring_of_three_warns_from_round_three_and_turns_critical_at_five():
@@ -172,7 +184,7 @@ def test_a_ring_is_found_whatever_the_order_of_a_rounds_sends():
     rng = random.Random(3)
     shuffled = []
     for r in range(4):
-        chunk = sends[5 * r:5 * r + 5]
+        chunk = sends[5 * r : 5 * r + 5]
         rng.shuffle(chunk)
         shuffled += chunk
     trace, last = TraceSends(), None
@@ -186,8 +198,8 @@ def test_what_is_not_a_ring():
     for send in ring_sends(["a", "b"], 10):  # two agents: ping-pong, not a ring
         assert observe_send(trace, send, 0, AgentRingSettings()) is None
     chain = TraceSends()
-    for r in range(10):  # a -> b -> c, never back to a
-        for i, (src, dst) in enumerate([("a", "b"), ("b", "c")]):
+    for _r in range(10):  # a -> b -> c, never back to a
+        for _i, (src, dst) in enumerate([("a", "b"), ("b", "c")]):
             assert observe_send(chain, FleetSend("t", src, None, dst, "0" * 64), 0, AgentRingSettings()) is None
     moving = TraceSends()
     for send in ring_sends(["a", "b", "c"], 10, outcome="changes"):  # new answers every round: progress
@@ -205,7 +217,7 @@ def test_a_ring_whose_answers_change_is_withdrawn():
 
 def test_targets_name_senders_by_session_key_or_agent_id():
     trace = TraceSends()
-    for r in range(3):
+    for _r in range(3):
         for src, agent, dst in [("sk-a", "a", "b"), ("sk-b", "b", "sk-c"), ("sk-c", "c", "a")]:
             found = observe_send(trace, FleetSend("t", src, agent, dst, "0" * 64), 0, AgentRingSettings())
     assert isinstance(found, RingNotice) and [h.target for h in found.hops] == ["b", "sk-c", "a"]
@@ -216,7 +228,12 @@ def test_every_run_of_the_ring_is_told():
     events = agent_ring(agents=3, rounds=7, gate=True)
     published, decisions = simulate(RINGS, events)
     assert [(p.level, p.rounds) for p in published] == [
-        (WARNING, 3), (WARNING, 4), (CRITICAL, 5), (CRITICAL, 6), (CRITICAL, 7)]
+        (WARNING, 3),
+        (WARNING, 4),
+        (CRITICAL, 5),
+        (CRITICAL, 6),
+        (CRITICAL, 7),
+    ]
     ring = [(d.run_id, d.action, d.count) for d in decisions if d.detector == "agent_ring"]
     # Round 4 (sends 9-11): each agent's run warned, at its own first ring warning; rounds 6
     # and 7 (sends 15-20): every send blocked.
@@ -224,8 +241,10 @@ def test_every_run_of_the_ring_is_told():
     assert {(run, action, count) for run, action, count in ring[:3]} == {(m, "warn", 3) for m in members}
     assert {run for run, action, _ in ring if action == "block"} == members
     block = next(d for d in decisions if d.action == "block")
-    assert block.message.startswith("CRITICAL: agents agent:ring-0:trace-standup → agent:ring-1:trace-standup → "
-                                    "agent:ring-2:trace-standup → agent:ring-0:trace-standup have sent each other")
+    assert block.message.startswith(
+        "CRITICAL: agents agent:ring-0:trace-standup → agent:ring-1:trace-standup → "
+        "agent:ring-2:trace-standup → agent:ring-0:trace-standup have sent each other"
+    )
     assert not any(d.detector == "agent_ring" for d in RunDriver(engine_for(ENABLED)).verdicts(events))
 
 
@@ -237,11 +256,13 @@ def test_sends_off_the_ring_are_not_touched():
         runs.handle(event)
         simulator.observe(event)
     common = dict(run_id="x", session_key="agent:ring-0:trace-standup", agent_id="ring-0", trace_id="trace-standup")
-    elsewhere = runs.handle(requested_event("other", "sessions_send", {"m": 1}, target="agent:someone-else",
-                                            gate=True, **common)).decision
+    elsewhere = runs.handle(
+        requested_event("other", "sessions_send", {"m": 1}, target="agent:someone-else", gate=True, **common)
+    ).decision
     assert elsewhere.detector is None
-    along = runs.handle(requested_event("along", "sessions_send", {"m": 1}, target="agent:ring-1:trace-standup",
-                                        gate=True, **common)).decision
+    along = runs.handle(
+        requested_event("along", "sessions_send", {"m": 1}, target="agent:ring-1:trace-standup", gate=True, **common)
+    ).decision
     assert (along.action, along.detector) == ("block", "agent_ring")
 
 
@@ -262,8 +283,11 @@ def forged_outcomes(tools: int, *, runs: int = 20, agents: int = 3, span_ms: int
     step = span_ms // (tools * runs)
     out = []
     for t in range(tools):
-        calls = [e for e in tool_outage(f"tool-{t:04d}", runs=runs, agents=agents, calls_per_run=1, run_prefix=f"t{t}")
-                 if isinstance(e, ToolCallCompleted)]
+        calls = [
+            e
+            for e in tool_outage(f"tool-{t:04d}", runs=runs, agents=agents, calls_per_run=1, run_prefix=f"t{t}")
+            if isinstance(e, ToolCallCompleted)
+        ]
         out += [msgspec.structs.replace(e, ts_ms=start_ms + (t * runs + i) * step) for i, e in enumerate(calls)]
     return out
 
@@ -312,8 +336,11 @@ def test_the_fleet_tables_stay_bounded_under_a_flood_of_distinct_tools_runs_and_
     for minute in range(12):
         for i in range(60 * rate):
             n = minute * 60 * rate + i
-            [call] = [e for e in tool_outage(f"flood-{n}", runs=1, agents=1, calls_per_run=1, run_prefix=f"f{n}")
-                      if isinstance(e, ToolCallCompleted)]
+            [call] = [
+                e
+                for e in tool_outage(f"flood-{n}", runs=1, agents=1, calls_per_run=1, run_prefix=f"f{n}")
+                if isinstance(e, ToolCallCompleted)
+            ]
             simulator.observe(msgspec.structs.replace(call, agent_id=f"agent-{n}", ts_ms=n * 1000 // rate))
         peaks.append(len(simulator._windows))
     bound = rate * (2 * settings.window_s + settings.hop_s) * (settings.window_s // settings.hop_s)

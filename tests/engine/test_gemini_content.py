@@ -22,12 +22,12 @@ from hypothesis import strategies as st
 from schemas.events import MAX_EVENT_BYTES, MAX_WINDOWS_BYTES, InvalidEvent, ModelText, decode_event, encode_event
 from schemas.names import GEMINI_CONTENT_LOOP
 from schemas.verdicts import RunAborted
-from streams.edge import content_windows as ce
-from streams.edge.content_windows import ContentEdge, utf16_length, window_hash
 from streams.conformance import peers
 from streams.conformance.traces import open_jsonl
+from streams.edge import content_windows as ce
+from streams.edge.content_windows import ContentEdge, utf16_length, window_hash
 from streams.edge.events import agent_message_event, model_text_event, requested_event
-from streams.engine import engine_for, RunDriver, decode_state, encode_state, published
+from streams.engine import RunDriver, decode_state, encode_state, engine_for, published
 from streams.engine import gemini_content as gc
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,18 +61,25 @@ def test_the_content_set_matches_its_sha256sums():
         assert hashlib.sha256((DATA / name).read_bytes()).hexdigest() == digest, name
 
 
-@pytest.mark.parametrize("module, name, value", [
-    (gc, "THRESHOLD", 9), (gc, "THRESHOLD", 11), (gc, "MAX_AVERAGE_DISTANCE", 249), (gc, "MAX_AVERAGE_DISTANCE", 260),
-    (gc, "MAX_PERIODS", 4), (gc, "MAX_PERIODS", 6),
-    # Python's own readings of Gemini's patterns: \d, '-' in [*-+], $ before a final newline, lone surrogates
-    (ce, "_LIST", ce.re.compile(rf"(?:\A|\n){ce._WS}*(?:[*+\-]|[0-9]+\.){ce._WS}")),
-    (ce, "_LIST", ce.re.compile(rf"(?:\A|\n){ce._WS}*(?:[*+]|\d+\.){ce._WS}")),
-    (ce, "_DIVIDER", ce.re.compile("\\A[+-_=*\u2500-\u257f]+$")),
-    (ce, "_DIVIDER", ce.re.compile("\\A[\\-+_=*\u2500-\u257f]+\\Z")),
-    (ce, "_TABLE", ce.re.compile(rf"(?:\A|\n){ce._WS}*(?:\|.*\||[|+\-]{{3,}})")),
-    (ce, "_HEADING", ce.re.compile(r"(?:\A|\n)#+\s")),
-    (ce, "_LONE", ce.re.compile("[\ud800-\udbff]")),
-])
+@pytest.mark.parametrize(
+    "module, name, value",
+    [
+        (gc, "THRESHOLD", 9),
+        (gc, "THRESHOLD", 11),
+        (gc, "MAX_AVERAGE_DISTANCE", 249),
+        (gc, "MAX_AVERAGE_DISTANCE", 260),
+        (gc, "MAX_PERIODS", 4),
+        (gc, "MAX_PERIODS", 6),
+        # Python's own readings of Gemini's patterns: \d, '-' in [*-+], $ before a final newline, lone surrogates
+        (ce, "_LIST", ce.re.compile(rf"(?:\A|\n){ce._WS}*(?:[*+\-]|[0-9]+\.){ce._WS}")),
+        (ce, "_LIST", ce.re.compile(rf"(?:\A|\n){ce._WS}*(?:[*+]|\d+\.){ce._WS}")),
+        (ce, "_DIVIDER", ce.re.compile("\\A[+-_=*\u2500-\u257f]+$")),
+        (ce, "_DIVIDER", ce.re.compile("\\A[\\-+_=*\u2500-\u257f]+\\Z")),
+        (ce, "_TABLE", ce.re.compile(rf"(?:\A|\n){ce._WS}*(?:\|.*\||[|+\-]{{3,}})")),
+        (ce, "_HEADING", ce.re.compile(r"(?:\A|\n)#+\s")),
+        (ce, "_LONE", ce.re.compile("[\ud800-\udbff]")),
+    ],
+)
 def test_the_content_traces_tell_another_rule_apart(module, name, value):
     with mock.patch.object(module, name, value):
         results = peers.run_peer_traces(DATA / "sessions.jsonl.gz", DATA / "expected.jsonl.gz", "gemini-cli")
@@ -133,18 +140,19 @@ def test_an_astral_character_counts_two_units():
     # An emoji and 48 characters: 50 UTF-16 units a chunk, so the window at 0 comes back every
     # 50 units, and the 10th chunk completes its 10th occurrence (at 450).  (Counted in code
     # points the period would be 49.)
-    chunk = "\U0001F600" + ("This is a unique sentence, id=1. " * 2)[:48]
+    chunk = "\U0001f600" + ("This is a unique sentence, id=1. " * 2)[:48]
     assert utf16_length(chunk) == 50
     out = _drive([chunk] * 10)
     assert out[9] and out[9][0].detector == GEMINI_CONTENT_LOOP and all(v == [] for v in out[:9])
     e = ContentEdge()
-    assert len(e.feed("\U0001F600" * 25).windows) == 8
-    assert len(e.feed("\U0001F600").windows) == 16  # two more units: windows at 1 and 2
+    assert len(e.feed("\U0001f600" * 25).windows) == 8
+    assert len(e.feed("\U0001f600").windows) == 16  # two more units: windows at 1 and 2
 
 
 def test_js_pattern_semantics_by_hand():
     def reset(chunk):
         return ce.is_reset(chunk)[2]
+
     assert reset("* item") and reset("+ item") and reset("1. x") and reset("\n42. x")
     assert not reset("- item")  # [*-+] is the range * to +: '-' is not in it
     assert reset("---")  # but a table rule [|+-]{3,}
@@ -158,7 +166,7 @@ def test_js_pattern_semantics_by_hand():
 
 # -- the edge, by property ---------------------------------------------------------------------------
 
-_plain = st.text(st.sampled_from("abc xyz.,\U0001F600é"), max_size=400)
+_plain = st.text(st.sampled_from("abc xyz.,\U0001f600é"), max_size=400)
 
 
 @settings(max_examples=80, deadline=None)
@@ -170,7 +178,7 @@ def test_chunking_the_same_text_differently_gives_the_same_windows(text, cuts):
     whole = ContentEdge().feed(text).windows
     edge, got, i = ContentEdge(), b"", 0
     for n in [*cuts, len(units)]:
-        part = units[2 * i:2 * (i + n)].decode("utf-16-le", "surrogatepass")
+        part = units[2 * i : 2 * (i + n)].decode("utf-16-le", "surrogatepass")
         got += edge.feed(part).windows
         i += n
     assert got == whole
@@ -178,7 +186,7 @@ def test_chunking_the_same_text_differently_gives_the_same_windows(text, cuts):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.text(st.sampled_from("ab \U0001F600"), min_size=0, max_size=2000), max_size=8))
+@given(st.lists(st.text(st.sampled_from("ab \U0001f600"), min_size=0, max_size=2000), max_size=8))
 def test_the_kept_text_is_the_last_5000_units_and_the_windows_add_up(chunks):
     edge, count = ContentEdge(), 0
     text = ""
@@ -195,12 +203,18 @@ def test_the_kept_text_is_the_last_5000_units_and_the_windows_add_up(chunks):
 
 
 @settings(max_examples=6, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))
-@given(st.lists(st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF), min_size=0, max_size=60), min_size=30, max_size=30))
+@given(
+    st.lists(
+        st.text(st.characters(min_codepoint=0, max_codepoint=0x10FFFF), min_size=0, max_size=60),
+        min_size=30,
+        max_size=30,
+    )
+)
 def test_the_window_hash_is_the_one_node_computes_even_for_lone_surrogates(texts):
     """Windows cut at every unit of random text (so also inside surrogate pairs) hashed by node's
     ``createHash().update(string)``."""
     units = [t.encode("utf-16-le", "surrogatepass") for t in texts]
-    pieces = [u[2 * i:2 * (i + 50)] for u in units for i in range(0, max(1, len(u) // 2), 7)]
+    pieces = [u[2 * i : 2 * (i + 50)] for u in units for i in range(0, max(1, len(u) // 2), 7)]
     arrays = [list(memoryview(p).cast("H")) for p in pieces]
     script = (
         "const {createHash}=require('node:crypto');const a=JSON.parse(require('node:fs').readFileSync(0,'utf8'));"
@@ -210,7 +224,13 @@ def test_the_window_hash_is_the_one_node_computes_even_for_lone_surrogates(texts
 
 
 @settings(max_examples=4, deadline=None, phases=(Phase.explicit, Phase.reuse, Phase.generate))
-@given(st.lists(st.text(st.sampled_from("|*+-#>.1 \t\n\xa0\u2028\x1c\x85\ufeffaAZ=_\u2500`"), max_size=8), min_size=60, max_size=60))
+@given(
+    st.lists(
+        st.text(st.sampled_from("|*+-#>.1 \t\n\xa0\u2028\x1c\x85\ufeffaAZ=_\u2500`"), max_size=8),
+        min_size=60,
+        max_size=60,
+    )
+)
 def test_the_reset_patterns_are_the_ones_node_runs(chunks):
     script = (
         "const a=JSON.parse(require('node:fs').readFileSync(0,'utf8'));process.stdout.write(JSON.stringify(a.map(c=>{"
@@ -222,7 +242,10 @@ def test_the_reset_patterns_are_the_ones_node_runs(chunks):
 
 
 def test_js_whitespace_is_the_set_node_uses():
-    got = _node("process.stdout.write(JSON.stringify([...Array(65536).keys()].filter(c=>/\\s/.test(String.fromCharCode(c)))))", 0)
+    got = _node(
+        "process.stdout.write(JSON.stringify([...Array(65536).keys()].filter(c=>/\\s/.test(String.fromCharCode(c)))))",
+        0,
+    )
     assert got == [c for c in range(65536) if ce.re.fullmatch(ce._WS, chr(c))]
 
 
@@ -230,9 +253,18 @@ def test_js_whitespace_is_the_set_node_uses():
 
 
 def test_the_largest_model_text_record_fits_the_record_limit():
-    event = ModelText(event_id="e" * 512, run_id="\U0001F600" * 512, session_key="\U0001F600" * 512,
-                      session_id="\U0001F600" * 512, agent_id="\U0001F600" * 512, ts_ms=2**53 - 1,
-                      reset=True, truncated=2**53 - 1, length=5000, windows=b"\xff" * MAX_WINDOWS_BYTES)
+    event = ModelText(
+        event_id="e" * 512,
+        run_id="\U0001f600" * 512,
+        session_key="\U0001f600" * 512,
+        session_id="\U0001f600" * 512,
+        agent_id="\U0001f600" * 512,
+        ts_ms=2**53 - 1,
+        reset=True,
+        truncated=2**53 - 1,
+        length=5000,
+        windows=b"\xff" * MAX_WINDOWS_BYTES,
+    )
     data = encode_event(event)
     assert len(data) <= MAX_EVENT_BYTES
     assert decode_event(data) == event
@@ -244,10 +276,14 @@ def test_the_largest_model_text_record_fits_the_record_limit():
 def test_a_malformed_model_text_is_rejected():
     def dumped(**fields):
         return json.dumps({"type": "model.text", "event_id": "e", "run_id": "r", **fields}).encode()
-    for fields in ({"windows": base64.b64encode(b"x" * 7).decode(), "length": 60},
-                   {"windows": base64.b64encode(b"x" * 16).decode(), "length": 50},
-                   {"windows": base64.b64encode(b"x" * (MAX_WINDOWS_BYTES + 8)).decode(), "length": 5000},
-                   {"length": 5001}, {"truncated": -1}):
+
+    for fields in (
+        {"windows": base64.b64encode(b"x" * 7).decode(), "length": 60},
+        {"windows": base64.b64encode(b"x" * 16).decode(), "length": 50},
+        {"windows": base64.b64encode(b"x" * (MAX_WINDOWS_BYTES + 8)).decode(), "length": 5000},
+        {"length": 5001},
+        {"truncated": -1},
+    ):
         with pytest.raises(InvalidEvent) as exc:
             decode_event(dumped(**fields))
         assert exc.value.reason == "invalid_event"
@@ -273,8 +309,10 @@ def test_a_lost_chunk_resets_the_mirror_instead_of_guessing():
 
 def test_a_user_prompt_resets_the_content_tracking_and_agent_messages_do_not():
     sentence = ("This is a unique sentence, id=1. " * 2)[:50]
-    for between, loops in ((agent_message_event("u", "again", source="user", **IDS), False),
-                           (agent_message_event("m", "thinking", **IDS), True)):
+    for between, loops in (
+        (agent_message_event("u", "again", source="user", **IDS), False),
+        (agent_message_event("m", "thinking", **IDS), True),
+    ):
         driver, edge = RunDriver(engine_for(GEMINI)), ContentEdge()
         for i in range(5):
             driver.handle(model_text_event(f"a{i}", edge, sentence, **IDS))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from schemas.names import GEMINI_LLM_LOOP
 from streams.edge.events import agent_message_event, requested_event
-from streams.engine import engine_for, RunDriver, published
+from streams.engine import RunDriver, engine_for, published
 from streams.engine.judge import RunContext, checked_confidence
 
 GEMINI = {"loopwatch": {"profile": "gemini-cli"}}
@@ -28,8 +28,14 @@ class FakeJudge:
 
 def _run(driver, n, start=0):
     """n distinct calls (never a tool-call loop): each call's published verdicts."""
-    return [published(driver.handle(requested_event(f"e{start + i}", "read_file", {"n": start + i},
-                                                    gemini_key=True, gate=True, **IDS))) for i in range(n)]
+    return [
+        published(
+            driver.handle(
+                requested_event(f"e{start + i}", "read_file", {"n": start + i}, gemini_key=True, gate=True, **IDS)
+            )
+        )
+        for i in range(n)
+    ]
 
 
 def test_no_judge_no_check():
@@ -49,7 +55,8 @@ def test_confident_judge_feedback_at_turn_30_then_abort_at_turn_40():
         "System: Potential loop detected. Details: Repetitive patterns identified. Please take a step back and "
         "confirm you're making forward progress. If not, take a step back, analyze your previous actions and "
         "rethink how you're approaching the problem. Avoid repeating the same tool calls or responses without "
-        "new results.")
+        "new results."
+    )
     assert [getattr(v, "action", "abort") for v in verdicts[39]] == ["block", "abort"]
     assert verdicts[39][1].detector == GEMINI_LLM_LOOP
     assert verdicts[40][0].action == "block"  # the run is over
@@ -91,5 +98,12 @@ def test_a_user_prompt_resets_the_cadence():
 
 
 def test_bad_answers_count_as_none():
-    assert [checked_confidence(x) for x in (0.5, 1, True, "0.9", float("nan"), 1.5, -0.1)] == \
-        [0.5, 1.0, None, None, None, None, None]
+    assert [checked_confidence(x) for x in (0.5, 1, True, "0.9", float("nan"), 1.5, -0.1)] == [
+        0.5,
+        1.0,
+        None,
+        None,
+        None,
+        None,
+        None,
+    ]

@@ -22,9 +22,9 @@ from schemas.names import GEMINI_TOOL_CALL_LOOP
 from streams.conformance import peers
 from streams.conformance.traces import open_jsonl
 from streams.edge.events import agent_message_event, requested_event
-from streams.engine import engine_for, RunDriver, decode_state, encode_state, published
-from streams.engine import gemini as gm
 from streams.edge.hashing import gemini_call_key
+from streams.engine import RunDriver, decode_state, encode_state, engine_for, published
+from streams.engine import gemini as gm
 
 REPO = Path(__file__).resolve().parents[2]
 DATA = REPO / "tests" / "data" / "conformance" / "gemini-cli"
@@ -55,8 +55,16 @@ has its other tests).  Each: (directory, steps compared, cases)."""
 
 @pytest.mark.parametrize("data, steps, _cases", GOLDEN.values(), ids=GOLDEN)
 def test_every_gemini_session_agrees_with_the_oracle(data, steps, _cases):
-    proc = loopwatch("conformance", "--profile", "gemini-cli", "--traces", data / "sessions.jsonl.gz",
-                     "--expected", data / "expected.jsonl.gz", timeout=600)
+    proc = loopwatch(
+        "conformance",
+        "--profile",
+        "gemini-cli",
+        "--traces",
+        data / "sessions.jsonl.gz",
+        "--expected",
+        data / "expected.jsonl.gz",
+        timeout=600,
+    )
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, "\n".join(lines[:20])
     assert lines[-2:] == [f"{steps} steps compared", "600 passed, 0 failed, 0 skipped"]
@@ -64,8 +72,16 @@ def test_every_gemini_session_agrees_with_the_oracle(data, steps, _cases):
 
 @pytest.mark.parametrize("data, _steps_compared, cases", GOLDEN.values(), ids=GOLDEN)
 def test_gemini_own_unit_test_cases_transcribed(data, _steps_compared, cases):
-    proc = loopwatch("conformance", "--profile", "gemini-cli", "--traces", data / "cases.jsonl",
-                     "--expected", data / "cases-expected.jsonl", timeout=120)
+    proc = loopwatch(
+        "conformance",
+        "--profile",
+        "gemini-cli",
+        "--traces",
+        data / "cases.jsonl",
+        "--expected",
+        data / "cases-expected.jsonl",
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == f"{cases} passed, 0 failed, 0 skipped"
 
@@ -82,10 +98,15 @@ def test_the_golden_answers_are_the_installed_oracles(data):
 
 
 _json = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**60), 2**60) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**60), 2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(blacklist_categories=("Cs",)), max_size=12),
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.text(max_size=6) | st.integers(0, 2**33).map(str), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(st.text(max_size=6) | st.integers(0, 2**33).map(str), inner, max_size=4)
+    ),
     max_leaves=12,
 )
 
@@ -153,8 +174,12 @@ def test_a_state_stored_and_restored_at_every_event_decides_the_same():
 def test_first_detection_blocks_with_feedback_the_second_aborts_and_later_calls_are_refused():
     ids = {"run_id": "r1", "session_key": "agent:main:s1"}
     driver = RunDriver(engine_for(GEMINI))
-    verdicts = [published(driver.handle(requested_event(f"e{i}", "read_file", {"path": "a"}, gemini_key=True,
-                                                        gate=True, **ids))) for i in range(7)]
+    verdicts = [
+        published(
+            driver.handle(requested_event(f"e{i}", "read_file", {"path": "a"}, gemini_key=True, gate=True, **ids))
+        )
+        for i in range(7)
+    ]
     assert all(v[0].action == "allow" for v in verdicts[:4])
     first = verdicts[4]
     assert [v.action for v in first] == ["block"] and first[0].detector == GEMINI_TOOL_CALL_LOOP
@@ -168,8 +193,10 @@ def test_a_user_prompt_starts_over_and_agent_messages_do_not():
     ids = {"run_id": "r1", "session_key": "agent:main:s1"}
     calls = [requested_event(f"e{i}", "glob", {"p": 1}, gemini_key=True, **ids) for i in range(4)]
     more = [requested_event(f"f{i}", "glob", {"p": 1}, gemini_key=True, **ids) for i in range(1)]
-    for between, loops in ((agent_message_event("u", "again", source="user", **ids), False),
-                           (agent_message_event("m", "thinking", **ids), True)):
+    for between, loops in (
+        (agent_message_event("u", "again", source="user", **ids), False),
+        (agent_message_event("m", "thinking", **ids), True),
+    ):
         driver = RunDriver(engine_for(GEMINI))
         steps = [driver.handle(e) for e in [*calls, between, *more]]
         assert (steps[-1].vetoed) is loops

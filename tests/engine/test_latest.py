@@ -8,7 +8,7 @@ import pytest
 
 from schemas.config import check
 from streams.edge.events import blocked_result, compaction_event, completed_event, requested_event
-from streams.engine import LoopEngine, engine_for, encode_state
+from streams.engine import LoopEngine, encode_state, engine_for
 from streams.engine.config import ConfigSet, resolve_latest
 
 LATEST = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"profile": "latest"}}
@@ -32,17 +32,26 @@ class Runner:
     def request(self, tool, args, call_id=None):
         self.n += 1
         call_id = call_id or f"c{self.n}"
-        step = self.engine.handle(self.state, requested_event(f"q{self.n}", tool, args, tool_call_id=call_id, **self.fields))
+        step = self.engine.handle(
+            self.state, requested_event(f"q{self.n}", tool, args, tool_call_id=call_id, **self.fields)
+        )
         self.state = step.state
         if step.vetoed:
-            veto = completed_event(f"v{self.n}", tool, args, result=blocked_result(step.detection.message),
-                                   tool_call_id=call_id, **self.fields)
+            veto = completed_event(
+                f"v{self.n}",
+                tool,
+                args,
+                result=blocked_result(step.detection.message),
+                tool_call_id=call_id,
+                **self.fields,
+            )
             self.state = self.engine.handle(self.state, veto).state
         return step, call_id
 
     def complete(self, tool, args, call_id, **outcome):
-        step = self.engine.handle(self.state, completed_event(f"d{call_id}", tool, args, tool_call_id=call_id,
-                                                              **self.fields, **outcome))
+        step = self.engine.handle(
+            self.state, completed_event(f"d{call_id}", tool, args, tool_call_id=call_id, **self.fields, **outcome)
+        )
         self.state = step.state
         return step
 
@@ -88,7 +97,9 @@ def test_configurable_final_still_freezes_at_the_critical_count():
     runner = Runner(FINAL)
     steps = [runner.call("read", {"path": "/x"}, result=SAME) for _ in range(33)]
     assert [decision(s) for s in steps[20:]] == [("block", "generic_repeat", 20)] * 13
-    assert steps[20].decision.message.startswith("CRITICAL: Called read with identical arguments and identical outcomes")
+    assert steps[20].decision.message.startswith(
+        "CRITICAL: Called read with identical arguments and identical outcomes"
+    )
 
 
 def test_errors_are_no_progress_and_stable_argument_churn_warns():
@@ -157,8 +168,11 @@ def test_no_op_writes_share_one_hash_and_are_no_progress():
     """§4.3: changed:false hashes as {status: "unchanged"} whatever the path and text."""
     runner = Runner(LATEST)
     runner.call("write", {"path": "/a", "content": "x"}, result=UNCHANGED)
-    runner.call("write", {"path": "/b", "content": "y"},
-                result={"content": [{"type": "text", "text": "other words"}], "details": {"changed": False}})
+    runner.call(
+        "write",
+        {"path": "/b", "content": "y"},
+        result={"content": [{"type": "text", "text": "other words"}], "details": {"changed": False}},
+    )
     a, b = runner.state.records()
     unchanged = hashlib.sha256(b'{"status":"unchanged"}').hexdigest()
     assert a.result_hash == b.result_hash == unchanged and a.no_progress and b.no_progress
@@ -178,7 +192,11 @@ def test_a_parallel_batch_of_writes_raises_the_outcome_time_warning():
     assert all(s.decision is None for s in steps[:10])
     d = steps[10].decision
     assert (d.action, d.detector, d.count, d.notify_model, d.cause_event_id) == (
-        "warn", "argument_churn", 10, True, f"d{calls[10]}"
+        "warn",
+        "argument_churn",
+        10,
+        True,
+        f"d{calls[10]}",
     )
     assert d.warning_key == f"argument-churn:write:write-mutation:{NOTES_TARGET}"
     assert any(line.message.startswith("Loop warning for write: WARNING: write has changed") for line in steps[10].logs)
@@ -193,8 +211,10 @@ def test_only_enabled_true_runs_the_outcome_time_warning():
 
 
 def exec_failure(output, exit_code=1):
-    return {"content": [{"type": "text", "text": output}],
-            "details": {"status": "failed", "exitCode": exit_code, "aggregated": output}}
+    return {
+        "content": [{"type": "text", "text": output}],
+        "details": {"status": "failed", "exitCode": exit_code, "aggregated": output},
+    }
 
 
 def test_a_failing_command_with_drifting_output_is_one_failure():
@@ -202,14 +222,20 @@ def test_a_failing_command_with_drifting_output_is_one_failure():
     terminal walk counts the tail (the signature walk alone would stop at once)."""
     runner = Runner(LATEST)
     for n in range(20):
-        runner.call("exec", {"command": "make"},
-                    result=exec_failure(f"error at 2026-08-10T00:00:{n:02d}Z pid {4000 + n} after {n}ms"))
+        runner.call(
+            "exec",
+            {"command": "make"},
+            result=exec_failure(f"error at 2026-08-10T00:00:{n:02d}Z pid {4000 + n} after {n}ms"),
+        )
     step, _ = runner.request("exec", {"command": "make"})
     assert decision(step) == ("block", "generic_repeat", 20)
     final = Runner(FINAL)
     for n in range(20):
-        final.call("exec", {"command": "make"},
-                   result=exec_failure(f"error at 2026-08-10T00:00:{n:02d}Z pid {4000 + n} after {n}ms"))
+        final.call(
+            "exec",
+            {"command": "make"},
+            result=exec_failure(f"error at 2026-08-10T00:00:{n:02d}Z pid {4000 + n} after {n}ms"),
+        )
     assert final.request("exec", {"command": "make"})[0].decision.action != "block"
 
 
@@ -232,9 +258,18 @@ def test_window_closed_log_counts_re_reads_of_the_baseline():
 
 def test_retired_keys_are_ignored_under_latest():
     """§2: "a config carrying them behaves exactly like one without them"."""
-    retired = {"tools": {"loopDetection": {"enabled": True, "historySize": 4, "criticalThreshold": 3,
-                                           "warningThreshold": 2, "detectors": {"genericRepeat": False}}},
-               "loopwatch": {"profile": "latest"}}
+    retired = {
+        "tools": {
+            "loopDetection": {
+                "enabled": True,
+                "historySize": 4,
+                "criticalThreshold": 3,
+                "warningThreshold": 2,
+                "detectors": {"genericRepeat": False},
+            }
+        },
+        "loopwatch": {"profile": "latest"},
+    }
     a, b = Runner(retired), Runner(LATEST)
     for _ in range(25):
         sa, sb = a.call("read", {"path": "/x"}, result=SAME), b.call("read", {"path": "/x"}, result=SAME)
@@ -243,8 +278,10 @@ def test_retired_keys_are_ignored_under_latest():
     errors, warnings = check(retired)
     assert errors == []
     assert sorted(w.path for w in warnings) == [
-        "tools.loopDetection.criticalThreshold", "tools.loopDetection.detectors",
-        "tools.loopDetection.historySize", "tools.loopDetection.warningThreshold",
+        "tools.loopDetection.criticalThreshold",
+        "tools.loopDetection.detectors",
+        "tools.loopDetection.historySize",
+        "tools.loopDetection.warningThreshold",
     ]
 
 
@@ -262,7 +299,10 @@ def test_retired_keys_are_ignored_under_latest():
 def test_the_enabled_gates(enabled, detects, records_calls, outcome_warnings, guard):
     detection, guard_settings = resolve_latest({"enabled": enabled})
     assert (detection.enabled, detection.records_calls, detection.outcome_warnings, guard_settings.enabled) == (
-        detects, records_calls, outcome_warnings, guard,
+        detects,
+        records_calls,
+        outcome_warnings,
+        guard,
     )
     assert guard_settings.window_size == 3 and detection.history_size == 30
 
@@ -270,14 +310,18 @@ def test_the_enabled_gates(enabled, detects, records_calls, outcome_warnings, gu
 def test_profile_per_agent_and_the_merge_of_enabled():
     root = {
         "tools": {"loopDetection": {"enabled": True, "warningThreshold": 5}},
-        "agents": {"list": [
-            {"id": "new", "loopwatch": {"profile": "latest"}, "tools": {"loopDetection": {"enabled": None}}},
-            {"id": "old"},
-        ]},
+        "agents": {
+            "list": [
+                {"id": "new", "loopwatch": {"profile": "latest"}, "tools": {"loopDetection": {"enabled": None}}},
+                {"id": "old"},
+            ]
+        },
     }
     config = ConfigSet(root)
     assert (config.profile_for("new"), config.profile_for("old"), config.profile_for(None)) == (
-        "latest", "configurable-final", "configurable-final",
+        "latest",
+        "configurable-final",
+        "configurable-final",
     )
     new = config.settings_for("new")
     assert new.latest and new.detection.enabled  # agent.enabled ?? global.enabled
@@ -288,7 +332,10 @@ def test_profile_per_agent_and_the_merge_of_enabled():
     misordered = {**root, "tools": {"loopDetection": {"warningThreshold": 9, "criticalThreshold": 3}}}
     errors, _ = check(misordered)
     assert [(e.path, e.message) for e in errors] == [
-        ("tools.loopDetection.criticalThreshold", "tools.loopDetection.warningThreshold must be lower than criticalThreshold."),
+        (
+            "tools.loopDetection.criticalThreshold",
+            "tools.loopDetection.warningThreshold must be lower than criticalThreshold.",
+        ),
         ("agents.list[0].tools.loopDetection.enabled", "Invalid input: expected boolean, received null"),
     ]
 
@@ -303,8 +350,10 @@ def test_only_a_config_using_latest_pays_for_the_profile_check():
 
 
 def test_a_mixed_engine_keeps_each_agents_profile():
-    root = {"tools": {"loopDetection": {"enabled": True}},
-            "agents": {"list": [{"id": "new", "loopwatch": {"profile": "latest"}}]}}
+    root = {
+        "tools": {"loopDetection": {"enabled": True}},
+        "agents": {"list": [{"id": "new", "loopwatch": {"profile": "latest"}}]},
+    }
     for agent, counts in (("main", [20] * 5), ("new", [20, 21, 22, 23, 24])):
         runner = Runner(root)
         runner.fields["agent_id"] = agent

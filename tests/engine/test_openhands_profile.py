@@ -24,7 +24,7 @@ from schemas.names import (
 from streams.conformance import peers
 from streams.conformance.traces import open_jsonl
 from streams.edge.events import agent_message_event, completed_event, requested_event
-from streams.engine import engine_for, RunDriver, decode_state, encode_state, published
+from streams.engine import RunDriver, decode_state, encode_state, engine_for, published
 from streams.engine import openhands as oh
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,8 +46,16 @@ def _steps(path: Path) -> dict[str, list]:
 
 
 def test_every_openhands_session_agrees_with_the_oracle():
-    proc = loopwatch("conformance", "--profile", "openhands", "--traces", DATA / "sessions.jsonl.gz",
-                     "--expected", DATA / "expected.jsonl.gz", timeout=600)
+    proc = loopwatch(
+        "conformance",
+        "--profile",
+        "openhands",
+        "--traces",
+        DATA / "sessions.jsonl.gz",
+        "--expected",
+        DATA / "expected.jsonl.gz",
+        timeout=600,
+    )
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, "\n".join(lines[:20])
     assert lines[-2:] == ["11194 steps compared", "600 passed, 0 failed, 0 skipped"]
@@ -55,8 +63,16 @@ def test_every_openhands_session_agrees_with_the_oracle():
 
 
 def test_openhands_own_unit_test_cases_transcribed():
-    proc = loopwatch("conformance", "--profile", "openhands", "--traces", DATA / "cases.jsonl",
-                     "--expected", DATA / "cases-expected.jsonl", timeout=120)
+    proc = loopwatch(
+        "conformance",
+        "--profile",
+        "openhands",
+        "--traces",
+        DATA / "cases.jsonl",
+        "--expected",
+        DATA / "cases-expected.jsonl",
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.strip().splitlines()[-1] == "13 passed, 0 failed, 0 skipped"
 
@@ -67,13 +83,19 @@ def test_the_golden_answers_are_the_installed_oracles():
     python = _oracle_python()
     if not python.exists():
         pytest.skip(f"the openhands-sdk oracle is not installed ({python}): make oracle-openhands")
-    version = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('openhands-sdk'))"],
-                             capture_output=True, text=True, timeout=120)
+    version = subprocess.run(
+        [python, "-c", "import importlib.metadata as m; print(m.version('openhands-sdk'))"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert version.stdout.strip() == "1.58.2"
     for sessions, expected in (("sessions.jsonl.gz", "expected.jsonl.gz"), ("cases.jsonl", "cases-expected.jsonl")):
         proc = subprocess.run([python, ORACLE, "answer", DATA / sessions], capture_output=True, text=True, timeout=900)
         assert proc.returncode == 0, proc.stderr[-2000:]
-        got = {line["id"]: [s or [None, None] for s in line["steps"]] for line in map(json.loads, proc.stdout.splitlines())}
+        got = {
+            line["id"]: [s or [None, None] for s in line["steps"]] for line in map(json.loads, proc.stdout.splitlines())
+        }
         assert got == _steps(DATA / expected)
 
 
@@ -85,7 +107,13 @@ def test_the_traces_exercise_every_pattern_and_the_nudge():
                 counts["nudge"] = counts.get("nudge", 0) + 1
             if pattern:
                 counts[pattern] = counts.get(pattern, 0) + 1
-    for name in ("nudge", OPENHANDS_ACTION_OBSERVATION, OPENHANDS_ACTION_ERROR, OPENHANDS_MONOLOGUE, OPENHANDS_ALTERNATING):
+    for name in (
+        "nudge",
+        OPENHANDS_ACTION_OBSERVATION,
+        OPENHANDS_ACTION_ERROR,
+        OPENHANDS_MONOLOGUE,
+        OPENHANDS_ALTERNATING,
+    ):
         assert counts.get(name, 0) >= 30, counts
 
 
@@ -140,8 +168,11 @@ def _loop(n, thought=lambda i: "same", error=None, gate=False, agent_id=None):
     events = []
     for i in range(n):
         ids = {"run_id": "r1", "session_key": "agent:main:s1", "agent_id": agent_id, "ts_ms": i + 1}
-        events.append(requested_event(f"q{i}", "terminal", {"command": "ls"}, tool_call_id=f"c{i}",
-                                      thought=thought(i), gate=gate, **ids))
+        events.append(
+            requested_event(
+                f"q{i}", "terminal", {"command": "ls"}, tool_call_id=f"c{i}", thought=thought(i), gate=gate, **ids
+            )
+        )
         outcome = {"error": error} if error else {"result": "file1.txt"}
         events.append(completed_event(f"o{i}", "terminal", {"command": "ls"}, tool_call_id=f"c{i}", **outcome, **ids))
     return events
@@ -174,10 +205,12 @@ def test_parallel_calls_are_judged_after_the_whole_step():
     ids = {"run_id": "r1", "session_key": "agent:main:s1"}
     events = []
     for i in range(4):  # each step: the same call twice in parallel, then both outcomes
-        events += [requested_event(f"q{i}a", "grep", {"p": 1}, tool_call_id=f"a{i}", **ids),
-                   requested_event(f"q{i}b", "grep", {"p": 1}, tool_call_id=f"b{i}", **ids),
-                   completed_event(f"o{i}a", "grep", {"p": 1}, result="x", tool_call_id=f"a{i}", **ids),
-                   completed_event(f"o{i}b", "grep", {"p": 1}, result="x", tool_call_id=f"b{i}", **ids)]
+        events += [
+            requested_event(f"q{i}a", "grep", {"p": 1}, tool_call_id=f"a{i}", **ids),
+            requested_event(f"q{i}b", "grep", {"p": 1}, tool_call_id=f"b{i}", **ids),
+            completed_event(f"o{i}a", "grep", {"p": 1}, result="x", tool_call_id=f"a{i}", **ids),
+            completed_event(f"o{i}b", "grep", {"p": 1}, result="x", tool_call_id=f"b{i}", **ids),
+        ]
     verdicts = _run(engine_for(OPENHANDS), events)
     # 4 identical pairs are complete after the second step's first outcome, but OpenHands looks
     # only when the step's last outcome is in.
@@ -190,7 +223,9 @@ def test_three_empty_replies_are_a_monologue_and_a_user_message_resets():
     ids = {"run_id": "r1", "session_key": "agent:main:s1"}
     empty = [agent_message_event(f"m{i}", "", **ids) for i in range(2)]
     user = agent_message_event("u", "try again", source="user", **ids)
-    verdicts = _run(engine_for(OPENHANDS), [*empty, user, *[agent_message_event(f"n{i}", " ", **ids) for i in range(3)]])
+    verdicts = _run(
+        engine_for(OPENHANDS), [*empty, user, *[agent_message_event(f"n{i}", " ", **ids) for i in range(3)]]
+    )
     assert [bool(v) for v in verdicts] == [False, False, False, False, False, True]
     assert verdicts[-1][0].detector == OPENHANDS_MONOLOGUE
 
@@ -222,8 +257,10 @@ def test_the_worker_publishes_the_peer_verdicts_across_batches_and_checkpoints()
     from streams.conformance.traces import open_jsonl as sessions_of
 
     gemini = REPO / "tests" / "data" / "conformance" / "gemini-cli"
-    for profile, folder, events_of in (("openhands", DATA, peers.openhands_events),
-                                       ("gemini-cli", gemini, peers.gemini_events)):
+    for profile, folder, events_of in (
+        ("openhands", DATA, peers.openhands_events),
+        ("gemini-cli", gemini, peers.gemini_events),
+    ):
         config = {"loopwatch": {"profile": profile}}
         events = [e for s in list(sessions_of(folder / "sessions.jsonl.gz"))[:40] for e in events_of(s)]
         want = [v for v in RunDriver(engine_for(config)).verdicts(events)]
@@ -232,7 +269,9 @@ def test_the_worker_publishes_the_peer_verdicts_across_batches_and_checkpoints()
         got = []
         recs = [Record("tool-calls", 0, i, record_key(e).encode(), encode_event(e), 1.0) for i, e in enumerate(events)]
         for i in range(0, len(recs), 97):
-            result = processor.process(recs[i:i + 97], lambda partition, key: store.get((partition, key)))
+            result = processor.process(
+                recs[i : i + 97], lambda partition, key, store=store: store.get((partition, key))
+            )
             got += [decode_verdict(v.value) for v in result.verdicts]
             checkpoint = processor.runs.checkpoint()
             for pk, value in checkpoint.writes.items():

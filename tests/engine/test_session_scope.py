@@ -3,7 +3,7 @@ Expected answers are worked out by hand from the traces (8 identical reads per r
 
 from schemas.keys import session_scope_key, state_key
 from streams.edge.events import compaction_event, completed_event, requested_event, run_ended_event
-from streams.engine import engine_for, RunDriver
+from streams.engine import RunDriver, engine_for
 from streams.offline.scenarios import session_loop
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
@@ -54,13 +54,17 @@ def test_an_abort_ends_its_run_and_the_session_goes_on():
     def call(run_id):
         nonlocal n
         n += 1
-        step = runs.handle(requested_event(f"e{n}", "read", {"path": "/x"}, tool_call_id=f"c{n}", gate=True,
-                                           run_id=run_id, **common))
+        step = runs.handle(
+            requested_event(f"e{n}", "read", {"path": "/x"}, tool_call_id=f"c{n}", gate=True, run_id=run_id, **common)
+        )
         if step.abort is not None:
             aborts.append((run_id, step.abort.detector))
         if step.decision.action != "block":
-            runs.handle(completed_event(f"d{n}", "read", {"path": "/x"}, tool_call_id=f"c{n}", result="same",
-                                        run_id=run_id, **common))
+            runs.handle(
+                completed_event(
+                    f"d{n}", "read", {"path": "/x"}, tool_call_id=f"c{n}", result="same", run_id=run_id, **common
+                )
+            )
         return step.decision
 
     answers = [call("run-1") for _ in range(15)] + [call("run-2") for _ in range(6)]
@@ -73,7 +77,9 @@ def test_an_abort_ends_its_run_and_the_session_goes_on():
     assert aborts == [("run-2", "critical_block_limit"), ("run-3", "critical_block_limit")]
     state = runs.states["scope:session:s1|"]
     assert state.aborted is None and dict(state.aborted_runs) == {
-        "run-2": "critical_block_limit", "run-3": "critical_block_limit"}
+        "run-2": "critical_block_limit",
+        "run-3": "critical_block_limit",
+    }
 
 
 def test_the_post_compaction_guard_watches_the_next_run():
@@ -87,8 +93,9 @@ def test_the_post_compaction_guard_watches_the_next_run():
     aborts = []
     for n in range(3):
         runs.handle(requested_event(f"e{n}", "gateway", {"a": 1}, tool_call_id=f"c{n}", run_id="run-2", **common))
-        step = runs.handle(completed_event(f"d{n}", "gateway", {"a": 1}, tool_call_id=f"c{n}", result="same",
-                                           run_id="run-2", **common))
+        step = runs.handle(
+            completed_event(f"d{n}", "gateway", {"a": 1}, tool_call_id=f"c{n}", result="same", run_id="run-2", **common)
+        )
         if step.abort is not None:
             aborts.append((n, step.abort.run_id, step.abort.detector, step.abort.count))
     assert aborts == [(2, "run-2", "compaction_loop_persisted", 3)]

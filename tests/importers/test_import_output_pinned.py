@@ -25,16 +25,34 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "transcripts"
 # path under tests/data/transcripts -> (sha256 of the events file, events), at 968e5d1
 PINNED = {
     "claude-code/claude_with_rejection.jsonl": ("526ab6f638d3b53f7058ea3d56603e5a5aa4e6b2dc2bf960a6114f629750152a", 9),
-    "claude-code/session_with_compaction.jsonl": ("4235994c68bc105543504eaa5ae7e548fc0f9a3473e51cef7df66d6b1cf5fe1d", 8),
+    "claude-code/session_with_compaction.jsonl": (
+        "4235994c68bc105543504eaa5ae7e548fc0f9a3473e51cef7df66d6b1cf5fe1d",
+        8,
+    ),
     "codex/codex_with_escalation.jsonl": ("5c9bd70d439a1b02bdbf7f7b625146cba422f80ff871b68852bda84088832342", 9),
     "codex/session_with_compaction.jsonl": ("fe4264b398c44059f411fc905f77507cad2b89fd8380e1038b148f1e360c5323", 6),
     "hand-made/loops.json": ("e15074f62a46064ef6738ac391ac38dfe2a0e09fb8cf88b41226fab69a93d101", 72),
-    "mini-swe-agent/django__django-16255.traj.json": ("af3c429d3429bd750cf16cc958dbacaa653e5e79be1af60495adb97666d946bb", 35),
-    "mini-swe-agent/sympy__sympy-15976.traj.json.gz": ("38f2d5d5367a11a100f90f59913d7fdfc692a8244e9c3ef91e6d9577cf975de0", 85),
+    "mini-swe-agent/django__django-16255.traj.json": (
+        "af3c429d3429bd750cf16cc958dbacaa653e5e79be1af60495adb97666d946bb",
+        35,
+    ),
+    "mini-swe-agent/sympy__sympy-15976.traj.json.gz": (
+        "38f2d5d5367a11a100f90f59913d7fdfc692a8244e9c3ef91e6d9577cf975de0",
+        85,
+    ),
     "openhands/basic.json": ("cd38bc3a295a214f003f84316687535c9c58fd713fb2b0871a19e1f9353a953b", 5),
-    "openhands/msb_output_max_iterations.jsonl.gz": ("64f411ec420eeea4caa19dc9e53cd5eaeda8a631be7e6f4892dc32907a790efd", 99),
-    "swe-agent/6e44b9__sweagenttestrepo-1c2844.traj": ("ad79480d9bb743aac101339b2edede5511c868e84f48189154cc43c3bf563cc4", 11),
-    "tau-bench/gpt-4o-airline-excerpt.json.gz": ("8fa682101f6b8b473e1477c25f4f75245697086de7dd582cdb551b8b4f09c00e", 131),
+    "openhands/msb_output_max_iterations.jsonl.gz": (
+        "64f411ec420eeea4caa19dc9e53cd5eaeda8a631be7e6f4892dc32907a790efd",
+        99,
+    ),
+    "swe-agent/6e44b9__sweagenttestrepo-1c2844.traj": (
+        "ad79480d9bb743aac101339b2edede5511c868e84f48189154cc43c3bf563cc4",
+        11,
+    ),
+    "tau-bench/gpt-4o-airline-excerpt.json.gz": (
+        "8fa682101f6b8b473e1477c25f4f75245697086de7dd582cdb551b8b4f09c00e",
+        131,
+    ),
 }
 # bench.evaluate.chat_runs(40, 60) as one openai-chat file and as Claude Code sessions
 GENERATED = {
@@ -44,8 +62,11 @@ GENERATED = {
 
 
 def transcripts() -> list[str]:
-    return sorted(str(p.relative_to(DATA)) for p in DATA.rglob("*")
-                  if p.is_file() and not p.name.startswith("LICENSE") and p.name != "results_summary.json")
+    return sorted(
+        str(p.relative_to(DATA))
+        for p in DATA.rglob("*")
+        if p.is_file() and not p.name.startswith("LICENSE") and p.name != "results_summary.json"
+    )
 
 
 def test_every_transcript_is_pinned():

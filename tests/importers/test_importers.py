@@ -42,8 +42,11 @@ def calls(events: list) -> list[ToolCallCompleted]:
 def load(path: Path):
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as fh:
-        return json.load(fh) if not path.name.endswith(".jsonl") and not path.name.endswith(".jsonl.gz") else [
-            json.loads(line) for line in fh if line.strip()]
+        return (
+            json.load(fh)
+            if not path.name.endswith(".jsonl") and not path.name.endswith(".jsonl.gz")
+            else [json.loads(line) for line in fh if line.strip()]
+        )
 
 
 def assert_well_formed(events: list, runs: int) -> None:
@@ -58,16 +61,19 @@ def assert_well_formed(events: list, runs: int) -> None:
     assert all(a <= b for a, b in zip(times, times[1:])) or runs > 1
 
 
-@pytest.mark.parametrize("path, fmt", [
-    ("mini-swe-agent/django__django-16255.traj.json", "mini-swe-agent"),
-    ("mini-swe-agent/sympy__sympy-15976.traj.json.gz", "mini-swe-agent"),
-    ("swe-agent/6e44b9__sweagenttestrepo-1c2844.traj", "swe-agent"),
-    ("openhands/basic.json", "openhands"),
-    ("openhands/msb_output_max_iterations.jsonl.gz", "openhands"),
-    ("tau-bench/gpt-4o-airline-excerpt.json.gz", "openai-chat"),
-    ("claude-code/session_with_compaction.jsonl", "claude-code"),
-    ("codex/session_with_compaction.jsonl", "codex"),
-])
+@pytest.mark.parametrize(
+    "path, fmt",
+    [
+        ("mini-swe-agent/django__django-16255.traj.json", "mini-swe-agent"),
+        ("mini-swe-agent/sympy__sympy-15976.traj.json.gz", "mini-swe-agent"),
+        ("swe-agent/6e44b9__sweagenttestrepo-1c2844.traj", "swe-agent"),
+        ("openhands/basic.json", "openhands"),
+        ("openhands/msb_output_max_iterations.jsonl.gz", "openhands"),
+        ("tau-bench/gpt-4o-airline-excerpt.json.gz", "openai-chat"),
+        ("claude-code/session_with_compaction.jsonl", "claude-code"),
+        ("codex/session_with_compaction.jsonl", "codex"),
+    ],
+)
 def test_the_format_is_told_by_content(path, fmt):
     src = Opened(DATA / path)
     try:
@@ -92,10 +98,12 @@ def test_mini_swe_agent_one_call_per_single_bash_block_with_labels(tmp_path):
     got = calls(events)
     assert len(got) == len(expected) == 42
     assert [c.args_hash for c in got] == [args_hash("bash", {"command": c}) for c, _ in expected]
-    assert [c.result_hash for c in got] == [hash_outcome("bash", {"command": c}, result=r).result_hash
-                                            if not r.startswith("<returncode>") or r.startswith("<returncode>0<")
-                                            else hash_outcome("bash", {"command": c}, error=r).result_hash
-                                            for c, r in expected]
+    assert [c.result_hash for c in got] == [
+        hash_outcome("bash", {"command": c}, result=r).result_hash
+        if not r.startswith("<returncode>") or r.startswith("<returncode>0<")
+        else hash_outcome("bash", {"command": c}, error=r).result_hash
+        for c, r in expected
+    ]
     ended = events[-1]
     assert type(ended) is RunEnded and ended.reason == "resolved" and ended.run_id == "sympy__sympy-15976"
     assert_well_formed(events, 1)
@@ -108,8 +116,11 @@ def test_raw_arguments_and_results_are_never_written(tmp_path):
     assert loopwatch("import", path, "-o", out).returncode == 0
     written = out.read_text()
     doc = load(path)
-    commands = [m["content"].split("```bash", 1)[1].split("```", 1)[0].strip()
-                for m in doc["messages"] if m["role"] == "assistant" and m["content"].count("```bash") == 1]
+    commands = [
+        m["content"].split("```bash", 1)[1].split("```", 1)[0].strip()
+        for m in doc["messages"]
+        if m["role"] == "assistant" and m["content"].count("```bash") == 1
+    ]
     assert commands and not any(c in written for c in commands if len(c) > 12)
     assert "THOUGHT" not in written and "<returncode>" not in written
 
@@ -150,8 +161,16 @@ def test_openhands_event_list_and_output_jsonl(tmp_path):
     events, _ = imported(tmp_path, path)
     assert len(calls(events)) == len(actions) == 49
     assert events[-1].reason == "max-iterations" and "maximum iteration" in record["error"]
-    errors = {str(e["cause"]) for e in record["history"] if "observation" in e and "cause" in e and (
-        e["observation"] == "error" or (e.get("extras", {}).get("metadata") or {}).get("exit_code") not in (None, 0, -1))}
+    errors = {
+        str(e["cause"])
+        for e in record["history"]
+        if "observation" in e
+        and "cause" in e
+        and (
+            e["observation"] == "error"
+            or (e.get("extras", {}).get("metadata") or {}).get("exit_code") not in (None, 0, -1)
+        )
+    }
     assert sum(c.is_error for c in calls(events)) == len(errors & {str(a["id"]) for a in actions})
 
 
@@ -164,21 +183,32 @@ def test_tau_bench_tool_calls_and_rewards(tmp_path):
     assert [e.reason for e in ends] == [f"reward:{r['reward']:g}" for r in runs]
     assert [e.run_id for e in ends] == [f"task-{r['task_id']}-trial-{r['trial']}" for r in runs]
     first = next(tc for m in runs[0]["traj"] for tc in (m.get("tool_calls") or ()))
-    assert calls(events)[0].args_hash == args_hash(first["function"]["name"], json.loads(first["function"]["arguments"]))
+    assert calls(events)[0].args_hash == args_hash(
+        first["function"]["name"], json.loads(first["function"]["arguments"])
+    )
 
 
 def test_claude_code_tool_use_results_errors_and_compaction(tmp_path):
     path = DATA / "claude-code" / "session_with_compaction.jsonl"
     events, _ = imported(tmp_path, path)
     assert [type(e).__name__ for e in events if type(e) is not ToolCallRequested] == [
-        "ToolCallCompleted", "ToolCallCompleted", "CompactionRetried", "ToolCallCompleted", "RunEnded"]
+        "ToolCallCompleted",
+        "ToolCallCompleted",
+        "CompactionRetried",
+        "ToolCallCompleted",
+        "RunEnded",
+    ]
     assert events[0].run_id == "compact-session-001"
     assert [c.tool_name for c in calls(events)] == ["Read", "Edit", "Edit"]
 
     path = DATA / "claude-code" / "claude_with_rejection.jsonl"
     lines = load(path)
-    flagged = [b for line in lines for b in (line.get("message") or {}).get("content") or ()
-               if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("is_error")]
+    flagged = [
+        b
+        for line in lines
+        for b in (line.get("message") or {}).get("content") or ()
+        if isinstance(b, dict) and b.get("type") == "tool_result" and b.get("is_error")
+    ]
     events, _ = imported(tmp_path, path)
     got = calls(events)
     assert sum(c.is_error for c in got) == len(flagged) == 2
@@ -188,8 +218,11 @@ def test_claude_code_tool_use_results_errors_and_compaction(tmp_path):
 def test_codex_function_calls_outputs_and_compaction(tmp_path):
     path = DATA / "codex" / "session_with_compaction.jsonl"
     lines = load(path)
-    expected = [line["payload"] for line in lines if line["type"] == "response_item"
-                and line["payload"]["type"] == "function_call"]
+    expected = [
+        line["payload"]
+        for line in lines
+        if line["type"] == "response_item" and line["payload"]["type"] == "function_call"
+    ]
     events, _ = imported(tmp_path, path)
     got = calls(events)
     assert [c.args_hash for c in got] == [args_hash(p["name"], json.loads(p["arguments"])) for p in expected]
@@ -214,22 +247,34 @@ def test_bad_input_is_one_line_and_leaves_no_output(tmp_path):
     cut.write_bytes(lines[: lines.index(b"\n", 2000) + 40])
     one_line_error(loopwatch("import", cut, "-o", out), 2, "truncated")
 
-    one_line_error(loopwatch("import", "codex", DATA / "mini-swe-agent" / "django__django-16255.traj.json", "-o", out),
-                   2, "is not a codex file")
-    one_line_error(loopwatch("import", "--format", "mini-swe-agent", DATA / "codex" / "codex_with_escalation.jsonl",
-                             "-o", out), 2, "is not a mini-swe-agent file: it holds JSON lines")
+    one_line_error(
+        loopwatch("import", "codex", DATA / "mini-swe-agent" / "django__django-16255.traj.json", "-o", out),
+        2,
+        "is not a codex file",
+    )
+    one_line_error(
+        loopwatch("import", "--format", "mini-swe-agent", DATA / "codex" / "codex_with_escalation.jsonl", "-o", out),
+        2,
+        "is not a mini-swe-agent file: it holds JSON lines",
+    )
     other = tmp_path / "other.json"
     other.write_text('{"hello": "world"}')
     one_line_error(loopwatch("import", other, "-o", out), 2, "cannot tell the format")
 
     quiet = tmp_path / "quiet.jsonl"
-    quiet.write_text(json.dumps({"type": "user", "sessionId": "s", "uuid": "u", "message": {"role": "user",
-                                 "content": "hello"}}) + "\n")
+    quiet.write_text(
+        json.dumps({"type": "user", "sessionId": "s", "uuid": "u", "message": {"role": "user", "content": "hello"}})
+        + "\n"
+    )
     one_line_error(loopwatch("import", quiet, "-o", out), 1, "no tool calls")
 
     long = tmp_path / "long.jsonl"
-    long.write_text(json.dumps({"type": "user", "sessionId": "s", "uuid": "u"}) + "\n"
-                    + json.dumps({"type": "user", "message": {"content": "x" * (2 << 20)}}) + "\n")
+    long.write_text(
+        json.dumps({"type": "user", "sessionId": "s", "uuid": "u"})
+        + "\n"
+        + json.dumps({"type": "user", "message": {"content": "x" * (2 << 20)}})
+        + "\n"
+    )
     one_line_error(loopwatch("import", long, "-o", out), 2, "line 2 is longer than 1 MiB")
     one_line_error(loopwatch("import", tmp_path / "missing.json", "-o", out), 2, "cannot read")
     assert not out.exists() and list(tmp_path.glob(".events*")) == []
@@ -241,19 +286,26 @@ def test_progress_is_reported_on_long_imports():
     out = io.StringIO()
     progress = _ImportProgress(out, after_s=0)
     total = (DATA / "tau-bench" / "gpt-4o-airline-excerpt.json.gz").stat().st_size
-    import_files([DATA / "tau-bench" / "gpt-4o-airline-excerpt.json.gz"], io.BytesIO(), progress=progress,
-                 total_bytes=total)
+    import_files(
+        [DATA / "tau-bench" / "gpt-4o-airline-excerpt.json.gz"], io.BytesIO(), progress=progress, total_bytes=total
+    )
     assert out.getvalue().startswith("import: ") and "tool calls" in out.getvalue()
 
 
 # -- parsing properties ----------------------------------------------------------------------------
 
 json_text = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40)
-json_values = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | json_text,
-                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(json_text, inner, max_size=3),
-                           max_leaves=8)
-raw_calls = st.lists(st.tuples(st.sampled_from(["search", "book", "get_user"]), st.dictionaries(json_text, json_values,
-                               max_size=3), json_text), max_size=12)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(10**6), 10**6) | json_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(json_text, inner, max_size=3),
+    max_leaves=8,
+)
+raw_calls = st.lists(
+    st.tuples(
+        st.sampled_from(["search", "book", "get_user"]), st.dictionaries(json_text, json_values, max_size=3), json_text
+    ),
+    max_size=12,
+)
 
 
 @settings(max_examples=60, deadline=None)
@@ -263,8 +315,15 @@ def test_openai_chat_calls_round_trip_through_the_edge_hashing(runs):
     for task, (run_calls, reward) in enumerate(runs):
         traj = [{"role": "user", "content": "go"}]
         for i, (name, args, result) in enumerate(run_calls):
-            traj.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"t{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}]})
+            traj.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {"id": f"t{i}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+                    ],
+                }
+            )
             traj.append({"role": "tool", "tool_call_id": f"t{i}", "content": result})
         doc.append({"task_id": task, "trial": 0, "reward": reward, "traj": traj})
     from streams.importers import openai_chat
@@ -276,22 +335,47 @@ def test_openai_chat_calls_round_trip_through_the_edge_hashing(runs):
     assert [c.args_hash for c in done] == [args_hash(n, a) for n, a, _ in flat]
     assert [c.result_hash for c in done] == [
         hash_outcome(n, a, error=r).result_hash if r.startswith("Error") else hash_outcome(n, a, result=r).result_hash
-        for n, a, r in flat]
+        for n, a, r in flat
+    ]
     assert [e.reason for e in events if type(e) is RunEnded] == [f"reward:{r:g}" for _, r in runs]
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["Read", "Bash"]), json_text, json_text, st.booleans()), max_size=8),
-       st.randoms())
+@given(
+    st.lists(st.tuples(st.sampled_from(["Read", "Bash"]), json_text, json_text, st.booleans()), max_size=8),
+    st.randoms(),
+)
 def test_claude_code_results_pair_with_their_tool_use_in_any_order(uses, rnd):
     """Results matched by ``tool_use_id``, whatever order the result lines come in."""
     from streams.importers import claude_code
 
     lines = [{"type": "user", "sessionId": "s1", "uuid": "u0", "message": {"role": "user", "content": "go"}}]
-    lines.append({"type": "assistant", "sessionId": "s1", "uuid": "a", "message": {"role": "assistant", "content": [
-        {"type": "tool_use", "id": f"tu{i}", "name": n, "input": {"q": q}} for i, (n, q, _r, _e) in enumerate(uses)]}})
-    results = [{"type": "user", "sessionId": "s1", "uuid": f"r{i}", "message": {"role": "user", "content": [
-        {"type": "tool_result", "tool_use_id": f"tu{i}", "content": r, "is_error": e}]}} for i, (_n, _q, r, e) in enumerate(uses)]
+    lines.append(
+        {
+            "type": "assistant",
+            "sessionId": "s1",
+            "uuid": "a",
+            "message": {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": f"tu{i}", "name": n, "input": {"q": q}}
+                    for i, (n, q, _r, _e) in enumerate(uses)
+                ],
+            },
+        }
+    )
+    results = [
+        {
+            "type": "user",
+            "sessionId": "s1",
+            "uuid": f"r{i}",
+            "message": {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": f"tu{i}", "content": r, "is_error": e}],
+            },
+        }
+        for i, (_n, _q, r, e) in enumerate(uses)
+    ]
     rnd.shuffle(results)
     run = next(claude_code.runs(iter(enumerate(lines + results, 1)), "s.jsonl"))
     assert run.run_id == "s1"

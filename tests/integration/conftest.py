@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from node_runner import RUNNER
+
 from harness import REPO, WorkerNames, WorkerProcess, delete_topics, write_config
 from streams.client import LoopwatchClient
 
@@ -87,8 +87,9 @@ class Loopwatch:
         """A runner client on this test's topics.  Its timeout is 10 s unless given: a verdict
         takes milliseconds; 10 s only rides out a loaded host."""
         options.setdefault("timeout", 10.0)
-        return LoopwatchClient(self.broker, tool_calls_topic=self.names.tool_calls,
-                               verdicts_topic=self.names.verdicts, **options)
+        return LoopwatchClient(
+            self.broker, tool_calls_topic=self.names.tool_calls, verdicts_topic=self.names.verdicts, **options
+        )
 
     def cleanup(self) -> None:
         for w in self.workers:

@@ -22,8 +22,7 @@ _write = run_store.RunStore.write
 async def write(self, writes, on_stored=None, step_aside=None):
     if TRIGGER.exists():
         where = Path(os.environ["LOOPWATCH_DATA_DIR"]) / "runs-0.db" / "000004.log"
-        raise Exception(f"IO error: No space left on device: While appending to file: {where}: "
-                        "No space left on device")
+        raise Exception(f"IO error: No space left on device: While appending to file: {where}: No space left on device")
     return await _write(self, writes, on_stored, step_aside)
 
 

@@ -40,7 +40,7 @@ class KafkaCutProxy:
     def address(self) -> str:
         return f"{self.broker_host}:{self.port}"
 
-    def start(self) -> "KafkaCutProxy":
+    def start(self) -> KafkaCutProxy:
         self._thread.start()
         self._server = self._call(asyncio.start_server(self._accept, self.broker_host, 0))
         self.port = self._server.sockets[0].getsockname()[1]

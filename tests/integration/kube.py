@@ -13,8 +13,8 @@ import os
 import shutil
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 import yaml
 
@@ -31,8 +31,18 @@ HOST_SPECIFIC = ("LOOPWATCH_WEB_HOST", "LOOPWATCH_WEB_PORT", "LOOPWATCH_METRICS_
 
 def render(values: Path, *set_values: str) -> list[dict]:
     helm = opsutil.find_tool("helm")
-    args = [helm, "template", "lw", str(opsutil.CHART), "--namespace", "agents",
-            "--kube-version", opsutil.KUBE_VERSION, "-f", str(values)]
+    args = [
+        helm,
+        "template",
+        "lw",
+        str(opsutil.CHART),
+        "--namespace",
+        "agents",
+        "--kube-version",
+        opsutil.KUBE_VERSION,
+        "-f",
+        str(values),
+    ]
     for item in set_values:
         args += ["--set", item]
     result = opsutil.run(args)
@@ -126,10 +136,11 @@ class ChartPod:
                 env[name] = self.secrets[ref["name"]][ref["key"]].decode()
                 continue
             value = str(item["value"])
-            mounted = [(path, volume) for volume, path in self.mounts.items()
-                       if value == path or value.startswith(path + "/")]
+            mounted = [
+                (path, volume) for volume, path in self.mounts.items() if value == path or value.startswith(path + "/")
+            ]
             if mounted:
                 path, volume = max(mounted)  # the deepest mount holds the path
-                value = str(self.local(volume)) + value[len(path):]
+                value = str(self.local(volume)) + value[len(path) :]
             env[name] = value
         return env

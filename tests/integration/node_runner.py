@@ -12,9 +12,9 @@ from collections import Counter
 
 import msgspec
 
+from harness import REPO
 from schemas.events import ToolCallCompleted, ToolCallRequested
 from schemas.keys import state_key
-from harness import REPO
 from streams.offline.scenarios import scenario_calls
 
 PACKAGE = REPO / "clients" / "typescript"
@@ -31,11 +31,16 @@ class NodeRunner:
         self.output: list[str] = []
 
     @classmethod
-    async def start(cls, node: str, scenario: str, plan: dict, env: dict[str, str] | None = None) -> "NodeRunner":
+    async def start(cls, node: str, scenario: str, plan: dict, env: dict[str, str] | None = None) -> NodeRunner:
         """``env``: more environment variables (a password the plan names by ``passwordEnv``)."""
         proc = await asyncio.create_subprocess_exec(
-            node, str(RUNNER), scenario, cwd=str(PACKAGE),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            node,
+            str(RUNNER),
+            scenario,
+            cwd=str(PACKAGE),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
             limit=64 * 1024 * 1024,  # a report is one JSON line
             env={**os.environ, **(env or {})},
         )
@@ -85,7 +90,9 @@ def assert_blocked_calls_completed_at_once(events: list, blocked: set[str]) -> i
                 after = run_events[i + 1] if i + 1 < len(run_events) else None
                 assert isinstance(after, ToolCallCompleted) and after.tool_call_id == event.tool_call_id, (event, after)
                 assert after.loop_veto and after.result_hash is None and after.normalized_result_hash is None, after
-                assert completions[event.tool_call_id] == 1, f"{event.tool_call_id} completed {completions[event.tool_call_id]} times"
+                assert completions[event.tool_call_id] == 1, (
+                    f"{event.tool_call_id} completed {completions[event.tool_call_id]} times"
+                )
                 checked += 1
     return checked
 

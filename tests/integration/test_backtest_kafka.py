@@ -16,7 +16,6 @@ import sys
 import time
 
 import pytest
-
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from harness import REPO, encode_all, produce, wait_for_topic
@@ -47,8 +46,23 @@ def backtest(lw, *args: object) -> subprocess.CompletedProcess[str]:
     base.write_text(json.dumps(BASELINE))
     cand.write_text(json.dumps(CANDIDATE))
     return subprocess.run(
-        [sys.executable, "-m", "streams.cli", "backtest", "--broker", lw.broker, "--baseline", base, "--candidate", cand,
-         *map(str, args)], capture_output=True, text=True, cwd=REPO, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "streams.cli",
+            "backtest",
+            "--broker",
+            lw.broker,
+            "--baseline",
+            base,
+            "--candidate",
+            cand,
+            *map(str, args),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
     )
 
 
@@ -66,15 +80,29 @@ async def test_a_hand_worked_fleet_read_from_the_topic(lw):
     await fleet_topic(lw, records)
     report = report_of(backtest(lw, "--topic", lw.names.tool_calls, "--json"))
     assert (report["records"], report["events"], report["runs"], report["duplicates"]) == (90, 83, 4, 1)
-    assert report["dead_letters"] == {"invalid_json": 1, "key_mismatch": 1, "missing_key": 2, "oversized": 1,
-                                      "unsupported_version": 1}
-    assert report["verdicts"] == {"baseline": {"warn": 1, "block": 1, "abort": 1},
-                                  "candidate": {"warn": 0, "block": 15, "abort": 1}}
-    assert report["outcomes"] == {"baseline": {"none": 2, "warn": 0, "block": 1, "abort": 1},
-                                  "candidate": {"none": 1, "warn": 0, "block": 2, "abort": 1}}
+    assert report["dead_letters"] == {
+        "invalid_json": 1,
+        "key_mismatch": 1,
+        "missing_key": 2,
+        "oversized": 1,
+        "unsupported_version": 1,
+    }
+    assert report["verdicts"] == {
+        "baseline": {"warn": 1, "block": 1, "abort": 1},
+        "candidate": {"warn": 0, "block": 15, "abort": 1},
+    }
+    assert report["outcomes"] == {
+        "baseline": {"none": 2, "warn": 0, "block": 1, "abort": 1},
+        "candidate": {"none": 1, "warn": 0, "block": 2, "abort": 1},
+    }
     [changed] = report["changed_runs"]
     first = changed["first_disagreement"]
-    assert (changed["run"], changed["baseline"], changed["candidate"], first["event_id"]) == ("run:a", "none", "block", "a:9")
+    assert (changed["run"], changed["baseline"], changed["candidate"], first["event_id"]) == (
+        "run:a",
+        "none",
+        "block",
+        "a:9",
+    )
     assert first["at"].startswith(f"{lw.names.tool_calls}[")  # topic[partition]@offset
     assert report["runs_disagreeing"] == 2
     fp = report["likely_false_positives"]
@@ -94,8 +122,12 @@ async def test_ranges_by_offset_and_by_time(lw):
     await fleet_topic(lw, encode_all(events))
     produced_at = int(time.time() * 1000)
     # offsets 0 to 0 of every partition: nothing
-    one_line_error(backtest(lw, "--topic", lw.names.tool_calls, "--to-offset", "0"), 1,
-                   "the range holds no events", f"topic {lw.names.tool_calls}, offsets beginning to 0")
+    one_line_error(
+        backtest(lw, "--topic", lw.names.tool_calls, "--to-offset", "0"),
+        1,
+        "the range holds no events",
+        f"topic {lw.names.tool_calls}, offsets beginning to 0",
+    )
     # from the first offset of every partition to the end: the whole fleet
     whole = report_of(backtest(lw, "--topic", lw.names.tool_calls, "--from-offset", "0", "--json"))
     assert (whole["events"], whole["runs"]) == (83, 4)
@@ -103,7 +135,9 @@ async def test_ranges_by_offset_and_by_time(lw):
     await asyncio.sleep(0.05)
     since = report_of(backtest(lw, "--topic", lw.names.tool_calls, "--until", str(int(time.time() * 1000)), "--json"))
     assert since["events"] == 83
-    one_line_error(backtest(lw, "--topic", lw.names.tool_calls, "--since", str(produced_at + 60_000)), 1,
-                   "the range holds no events")
-    one_line_error(backtest(lw, "--topic", f"{lw.names.app_id}-no-such-topic", "--timeout", "5"), 2,
-                   "does not exist")
+    one_line_error(
+        backtest(lw, "--topic", lw.names.tool_calls, "--since", str(produced_at + 60_000)),
+        1,
+        "the range holds no events",
+    )
+    one_line_error(backtest(lw, "--topic", f"{lw.names.app_id}-no-such-topic", "--timeout", "5"), 2, "does not exist")

@@ -9,10 +9,10 @@ import asyncio
 
 import pytest
 
-from harness import delete_topics, encode_all, reference_verdicts
 from bench.kafka import CONFIG, fleet, peer_throughput
 from bench.peers import PEERS
 from bench.peers.runner import PeerFailed, verdict_counts
+from harness import delete_topics, encode_all, reference_verdicts
 
 pytestmark = pytest.mark.kafka
 

@@ -23,9 +23,9 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from schemas.verdicts import decode_verdict
 from harness import REPO, collect, free_port
 from schemas.keys import verdict_partitions
+from schemas.verdicts import decode_verdict
 from streams.client import (
     LoopBlocked,
     LoopwatchClient,
@@ -86,7 +86,9 @@ async def test_gate_with_raise_on_block_false_returns_the_block(worker):
     async with worker.client(mode="gate", raise_on_block=False) as client:
         run = client.run(f"{worker.names.tag}-noraise", session_key="agent:main:noraise")
         decisions = [await same_call(run, n) for n in range(21)]
-    assert decisions[20].action == "block" and decisions[20].notify_model and decisions[20].message.startswith("CRITICAL")
+    assert (
+        decisions[20].action == "block" and decisions[20].notify_model and decisions[20].message.startswith("CRITICAL")
+    )
 
 
 # -- advisory --------------------------------------------------------------------------------------
@@ -174,8 +176,9 @@ async def test_a_client_reads_the_verdict_partitions_of_its_live_runs_only(worke
     other = next(ids[0] for ids in single if ids is not shared)  # one on another
     async with worker.client(mode="gate", fail_closed=True, timeout=10.0) as client:
         assert client.reading == frozenset()  # no run has published
-        first, second, third = (client.run(i, session_key=f"agent:main:{i}", agent_id="main")
-                                for i in (shared[0], shared[1], other))
+        first, second, third = (
+            client.run(i, session_key=f"agent:main:{i}", agent_id="main") for i in (shared[0], shared[1], other)
+        )
         assert client.reading == frozenset()  # nor yet: a run is read from its first event
         for n in range(3):
             for run in (first, second, third):
@@ -189,8 +192,11 @@ async def test_a_client_reads_the_verdict_partitions_of_its_live_runs_only(worke
         await third.end()
         assert client.reading == frozenset()
     ids = (shared[0], shared[1], other)
-    records = await collect(worker.broker, worker.names.verdicts,
-                            until=lambda rs: sum(decode_verdict(r.value).run_id in ids for r in rs) >= 10)
+    records = await collect(
+        worker.broker,
+        worker.names.verdicts,
+        until=lambda rs: sum(decode_verdict(r.value).run_id in ids for r in rs) >= 10,
+    )
     where = {run_id: {r.partition for r in records if decode_verdict(r.value).run_id == run_id} for run_id in ids}
     assert where[shared[0]] == where[shared[1]] != where[other] and len(where[other]) == 1
     assert while_three == after_one == where[shared[0]] | where[other]  # 2 of the 4: the first's end kept the second's
@@ -198,9 +204,27 @@ async def test_a_client_reads_the_verdict_partitions_of_its_live_runs_only(worke
 
 
 def test_bench_verdict_readers_runs(kafka_broker):
-    proc = subprocess.run([sys.executable, "-m", "bench.verdict_readers", "--broker", kafka_broker, "--readers", "2",
-                           "--partitions", "4", "--calls", "5", "--rounds", "2"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.verdict_readers",
+            "--broker",
+            kafka_broker,
+            "--readers",
+            "2",
+            "--partitions",
+            "4",
+            "--calls",
+            "5",
+            "--rounds",
+            "2",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = {line.split()[0]: line for line in proc.stdout.splitlines() if "decision p50" in line}
     assert set(rows) == {"all", "runs"}, proc.stdout
@@ -222,7 +246,8 @@ async def test_duplicate_verdicts_are_dropped(worker):
         await eventually(lambda: run.blocked, "the block")
         # Kafka delivers at least once: deliver this run's verdicts again, as a redelivery would.
         records = await collect(
-            worker.broker, worker.names.verdicts,
+            worker.broker,
+            worker.names.verdicts,
             until=lambda rs: sum(decode_verdict(r.value).run_id == run_id for r in rs) >= 2,
         )
         mine = [r for r in records if decode_verdict(r.value).run_id == run_id]
@@ -261,15 +286,18 @@ def without_worker(kafka_broker, lw_module):
 
 async def test_no_decision_fails_open_after_the_timeout(without_worker):
     broker, (calls, verdicts) = without_worker
-    async with LoopwatchClient(broker, mode="gate", timeout=0.5, tool_calls_topic=calls, verdicts_topic=verdicts) as client:
+    async with LoopwatchClient(
+        broker, mode="gate", timeout=0.5, tool_calls_topic=calls, verdicts_topic=verdicts
+    ) as client:
         run = client.run("idle-open", session_key="agent:main:idle")
         assert await run.before_tool_call("read", {}) is None
 
 
 async def test_no_decision_fails_closed_when_asked(without_worker):
     broker, (calls, verdicts) = without_worker
-    async with LoopwatchClient(broker, mode="gate", timeout=0.5, fail_closed=True,
-                               tool_calls_topic=calls, verdicts_topic=verdicts) as client:
+    async with LoopwatchClient(
+        broker, mode="gate", timeout=0.5, fail_closed=True, tool_calls_topic=calls, verdicts_topic=verdicts
+    ) as client:
         run = client.run("idle-closed", session_key="agent:main:idle")
         with pytest.raises(NoDecisionError, match="fail-closed"):
             await run.before_tool_call("read", {})
@@ -282,8 +310,12 @@ async def test_no_decision_fails_closed_when_asked(without_worker):
 def spare_broker(tmp_path):
     """A broker of this test's own (free ports, its own state dir), so stopping it disturbs no
     other test; stopped and wiped at the end whatever happens."""
-    env = {**os.environ, "KAFKA_PORT": str(free_port()), "KAFKA_CONTROLLER_PORT": str(free_port()),
-           "KAFKA_STATE_DIR": str(tmp_path / "kafka")}
+    env = {
+        **os.environ,
+        "KAFKA_PORT": str(free_port()),
+        "KAFKA_CONTROLLER_PORT": str(free_port()),
+        "KAFKA_STATE_DIR": str(tmp_path / "kafka"),
+    }
     script = str(REPO / "scripts" / "kafka.sh")
     log = tmp_path / "kafka.sh.log"
     # Output to a file: the broker it starts inherits it, and would hold a pipe open for ever.
@@ -349,7 +381,8 @@ async def test_an_unreachable_broker_at_start_is_one_clear_error():
 
 
 async def test_a_missing_verdicts_topic_at_start_is_named(kafka_broker):
-    client = LoopwatchClient(kafka_broker, verdicts_topic="lwit-no-such-topic-4f1c", start_timeout=20.0,
-                             delivery_timeout=2.0)
+    client = LoopwatchClient(
+        kafka_broker, verdicts_topic="lwit-no-such-topic-4f1c", start_timeout=20.0, delivery_timeout=2.0
+    )
     with pytest.raises(LoopwatchUnavailable, match="'lwit-no-such-topic-4f1c' does not exist"):
         await client.start()

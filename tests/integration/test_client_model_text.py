@@ -13,8 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from node_runner import NodeRunner
+
 from streams.engine.peers import GEMINI_CONTENT_LOOP
 
 pytestmark = pytest.mark.kafka
@@ -70,10 +70,19 @@ async def test_streamed_text_gets_geminis_feedback_and_abort_on_the_oracles_chun
 async def test_the_typescript_client_streams_text_to_the_same_answers(worker, node):
     cases = text_only_sessions(6)[3:]
     plan = {
-        "kafka": {"brokers": [worker.broker], "toolCallsTopic": worker.names.tool_calls,
-                  "verdictsTopic": worker.names.verdicts},
-        "runs": [{"runId": f"{worker.names.tag}-ts-{s['id']}", "sessionKey": f"agent:main:ts-{s['id']}",
-                  "events": [{"k": e["k"], "text": e["text"]} for e in s["events"]]} for s, _steps in cases],
+        "kafka": {
+            "brokers": [worker.broker],
+            "toolCallsTopic": worker.names.tool_calls,
+            "verdictsTopic": worker.names.verdicts,
+        },
+        "runs": [
+            {
+                "runId": f"{worker.names.tag}-ts-{s['id']}",
+                "sessionKey": f"agent:main:ts-{s['id']}",
+                "events": [{"k": e["k"], "text": e["text"]} for e in s["events"]],
+            }
+            for s, _steps in cases
+        ],
     }
     runner = await NodeRunner.start(node, "text", plan)
     try:
@@ -88,6 +97,8 @@ async def test_the_typescript_client_streams_text_to_the_same_answers(worker, no
         [want_abort] = [ids[i] for i, s in enumerate(steps) if s and s[0] == "abort"]
         assert [d["cause_event_id"] for d in report["warnings"]] == want_feedback, session["id"]
         assert {d["detector"] for d in report["warnings"]} == {GEMINI_CONTENT_LOOP}
-        assert report["aborted"]["cause_event_id"] == want_abort and report["aborted"]["detector"] == GEMINI_CONTENT_LOOP
+        assert (
+            report["aborted"]["cause_event_id"] == want_abort and report["aborted"]["detector"] == GEMINI_CONTENT_LOOP
+        )
         # Gemini's feedback and the abort's message, for the model, each once
         assert len(report["notices"]) == len(want_feedback) + 1

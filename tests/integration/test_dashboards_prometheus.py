@@ -48,9 +48,17 @@ DASHBOARDS = REPO / "helm" / "loopwatch" / "dashboards"
 RULES = REPO / "helm" / "loopwatch" / "files" / "alerts.rules.yml"
 CONFIG = REPO / "examples" / "loop-detection.yaml"
 SHADOW_AGENT = {"id": "trial", "loopwatch": {"mode": "shadow"}}
-CANDIDATE = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 5, "criticalThreshold": 8,
-                                         "detectors": {"pingPong": False}}},
-             "loopwatch": {"abortAfterCriticalBlocks": 2}}
+CANDIDATE = {
+    "tools": {
+        "loopDetection": {
+            "enabled": True,
+            "warningThreshold": 5,
+            "criticalThreshold": 8,
+            "detectors": {"pingPong": False},
+        }
+    },
+    "loopwatch": {"abortAfterCriticalBlocks": 2},
+}
 """Blocks loops earlier than the live config, and ends a run at its second block: the fleet's
 looping runs, blocked under the live config, are aborted under this one."""
 TRAFFIC_S = 35.0
@@ -99,10 +107,17 @@ def all_targets() -> list[Target]:
             for target in panel.get("targets") or []:
                 if target.get("hide") or not target.get("expr"):
                     continue
-                out.append(Target(
-                    name, panel.get("title", ""), panel.get("id", 0), target.get("refId", "?"), target["expr"],
-                    bool(target.get("instant")), bool(target.get("range", not target.get("instant"))),
-                ))
+                out.append(
+                    Target(
+                        name,
+                        panel.get("title", ""),
+                        panel.get("id", 0),
+                        target.get("refId", "?"),
+                        target["expr"],
+                        bool(target.get("instant")),
+                        bool(target.get("range", not target.get("instant"))),
+                    )
+                )
     return out
 
 
@@ -171,23 +186,40 @@ class Prometheus:
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = tmp / "prometheus.yml"
         self.log_path = tmp / "prometheus.log"
-        self.config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": f"{SCRAPE_S}s", "scrape_timeout": f"{SCRAPE_S}s",
-                       "evaluation_interval": f"{SCRAPE_S}s"},
-            "rule_files": [str(RULES)],
-            "scrape_configs": [{
-                "job_name": "loopwatch",
-                "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}],
-            }],
-        }))
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {
+                        "scrape_interval": f"{SCRAPE_S}s",
+                        "scrape_timeout": f"{SCRAPE_S}s",
+                        "evaluation_interval": f"{SCRAPE_S}s",
+                    },
+                    "rule_files": [str(RULES)],
+                    "scrape_configs": [
+                        {
+                            "job_name": "loopwatch",
+                            "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}],
+                        }
+                    ],
+                }
+            )
+        )
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "Prometheus":
+    def start(self) -> Prometheus:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                [self.binary, f"--config.file={self.config}", f"--storage.tsdb.path={self.tmp / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-                cwd=str(self.tmp), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    self.binary,
+                    f"--config.file={self.config}",
+                    f"--storage.tsdb.path={self.tmp / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--log.level=warn",
+                ],
+                cwd=str(self.tmp),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
         return self
@@ -247,7 +279,10 @@ class Stack:
 def malformed(tag: str, i: int) -> list[tuple[bytes | None, bytes]]:
     return [
         (f"{tag}-garbage".encode(), b"{not json %d" % i),
-        (f"{tag}-garbage".encode(), json.dumps({"type": "tool_call.exploded", "event_id": f"x{i}", "run_id": "x"}).encode()),
+        (
+            f"{tag}-garbage".encode(),
+            json.dumps({"type": "tool_call.exploded", "event_id": f"x{i}", "run_id": "x"}).encode(),
+        ),
     ]
 
 
@@ -255,10 +290,16 @@ async def drive(lw, tag: str) -> dict:
     """The fleet for TRAFFIC_S seconds, and malformed records every 5 s meanwhile."""
     from streams.ops.fleet import drive_fleet
 
-    fleet = asyncio.create_task(drive_fleet(
-        lw.broker, duration_s=TRAFFIC_S, tool_calls_topic=lw.names.tool_calls,
-        verdicts_topic=lw.names.verdicts, concurrency=10, run_prefix=f"{tag}-",
-    ))
+    fleet = asyncio.create_task(
+        drive_fleet(
+            lw.broker,
+            duration_s=TRAFFIC_S,
+            tool_calls_topic=lw.names.tool_calls,
+            verdicts_topic=lw.names.verdicts,
+            concurrency=10,
+            run_prefix=f"{tag}-",
+        )
+    )
     i = 0
     while not fleet.done():
         await produce(lw.broker, lw.names.tool_calls, malformed(tag, i))
@@ -271,8 +312,10 @@ def first_abort_probe(lw, prometheus: Prometheus) -> dict:
     """One aborted run (a loop surviving compaction) on a fresh worker, before any other
     traffic; then what Prometheus makes of it, as LoopwatchRunAborts would see it."""
     tag = lw.names.tag
-    events = [msgspec.structs.replace(e, ts_ms=int(time.time() * 1000))
-              for e in run_events("post_compaction", f"{tag}-first", gate=True, length=12, end=True)]
+    events = [
+        msgspec.structs.replace(e, ts_ms=int(time.time() * 1000))
+        for e in run_events("post_compaction", f"{tag}-first", gate=True, length=12, end=True)
+    ]
     asyncio.run(produce(lw.broker, lw.names.tool_calls, encode_all(events)))
 
     def scraped_a_while() -> bool:  # the abort counted, and a few scrapes of it since
@@ -297,9 +340,11 @@ def shadow_probe(lw) -> None:
     compaction (aborted); on the shadow topic only."""
     tag = lw.names.tag
     now = int(time.time() * 1000)
-    events = [msgspec.structs.replace(e, ts_ms=now)
-              for kind, length in (("generic_repeat", 25), ("post_compaction", 12))
-              for e in run_events(kind, f"{tag}-trial-{kind}", agent_id="trial", gate=True, length=length, end=True)]
+    events = [
+        msgspec.structs.replace(e, ts_ms=now)
+        for kind, length in (("generic_repeat", 25), ("post_compaction", 12))
+        for e in run_events(kind, f"{tag}-trial-{kind}", agent_id="trial", gate=True, length=length, end=True)
+    ]
     asyncio.run(produce(lw.broker, lw.names.tool_calls, encode_all(events)))
 
 
@@ -359,9 +404,11 @@ def stack(lw_module) -> Stack:
 
         wait_for(scraped_after_traffic, "a scrape after the traffic", timeout=15)
         runs = sum(stats["started"].values())
-        print(f"\nfleet: {runs} runs in {ended - started:.1f}s; "
-              f"{sum(stats[k]['blocks'] for k in stats['started'])} blocks, "
-              f"{sum(stats[k]['aborts'] for k in stats['started'])} aborts")
+        print(
+            f"\nfleet: {runs} runs in {ended - started:.1f}s; "
+            f"{sum(stats[k]['blocks'] for k in stats['started'])} blocks, "
+            f"{sum(stats[k]['aborts'] for k in stats['started'])} aborts"
+        )
         yield Stack(prometheus, started, ended, stats, first_abort, worker)
     except BaseException:
         print(f"\n----- prometheus log -----\n{prometheus.log_tail()}")
@@ -389,10 +436,16 @@ def test_alert_rules_are_loaded_and_healthy(stack: Stack) -> None:
         groups = wait_for(evaluated, "every rule evaluated with health ok", timeout=20)
     except TimeoutError:
         r = stack.prometheus.api("rules")
-        bad = [(g["name"], rule["name"], rule.get("health"), rule.get("lastError"))
-               for g in r["data"]["groups"] for rule in g["rules"] if rule.get("health") != "ok"]
-        pytest.fail(f"rules not loaded/healthy: want groups {sorted(want)}, got "
-                    f"{[g['name'] for g in r['data']['groups']]}; unhealthy: {bad}")
+        bad = [
+            (g["name"], rule["name"], rule.get("health"), rule.get("lastError"))
+            for g in r["data"]["groups"]
+            for rule in g["rules"]
+            if rule.get("health") != "ok"
+        ]
+        pytest.fail(
+            f"rules not loaded/healthy: want groups {sorted(want)}, got "
+            f"{[g['name'] for g in r['data']['groups']]}; unhealthy: {bad}"
+        )
     assert any(name.startswith("loopwatch") for name in want), f"no loopwatch rule groups in {RULES}"
     for name, n in want.items():
         assert len(groups[name]["rules"]) == n, f"group {name}: {len(groups[name]['rules'])} rules loaded, file has {n}"
@@ -401,8 +454,11 @@ def test_alert_rules_are_loaded_and_healthy(stack: Stack) -> None:
     # traffic of a few seconds fires nothing that waits 5-10 minutes, but the abort rule (for: 1m)
     # must at least be pending: the fleet's post_compaction runs were aborted
     alerts = stack.prometheus.api("alerts")["data"]["alerts"]
-    assert any(a["labels"].get("alertname") == "LoopwatchRunAborts"
-               and a["labels"].get("detector") == "compaction_loop_persisted" for a in alerts), alerts
+    assert any(
+        a["labels"].get("alertname") == "LoopwatchRunAborts"
+        and a["labels"].get("detector") == "compaction_loop_persisted"
+        for a in alerts
+    ), alerts
 
 
 def test_a_single_abort_raises_loopwatch_run_aborts(stack: Stack) -> None:
@@ -414,7 +470,8 @@ def test_a_single_abort_raises_loopwatch_run_aborts(stack: Stack) -> None:
         f"increase(loopwatch_run_aborts_total[1m]) by detector = {probe['increase']}, LoopwatchRunAborts states = "
         f"{probe['alert']}; the series' samples: {probe['samples']}. The worker exports "
         "loopwatch_run_aborts_total{detector=...} only from the first abort on, starting at 1, and rate()/increase() "
-        "cannot count the step from a missing series to 1. Export the documented label values at 0 from the start.")
+        "cannot count the step from a missing series to 1. Export the documented label values at 0 from the start."
+    )
 
 
 def variable_values(stack: Stack, dashboard: dict, *, concrete: bool) -> dict[str, str]:
@@ -434,9 +491,12 @@ def variable_values(stack: Stack, dashboard: dict, *, concrete: bool) -> dict[st
                 values[name] = multi(options[:2] if var.get("multi") else options[:1])
         elif kind in ("custom", "interval"):
             options = [o["value"] for o in var.get("options", [])] or [
-                v.strip() for v in str(var.get("query", "")).split(",") if v.strip()]
+                v.strip() for v in str(var.get("query", "")).split(",") if v.strip()
+            ]
             assert options, f"variable ${name} has no options"
-            values[name] = var.get("allValue") or multi(options) if (not concrete and var.get("includeAll")) else options[0]
+            values[name] = (
+                var.get("allValue") or multi(options) if (not concrete and var.get("includeAll")) else options[0]
+            )
         elif kind in ("constant", "textbox"):
             values[name] = str(var.get("query", ""))
         else:
@@ -504,12 +564,15 @@ def test_panel_query_returns_data(stack: Stack, target: Target) -> None:
     expr = substitute(target.expr, variable_values(stack, dashboard, concrete=False))
     instant = prom.query(expr)
     assert instant.get("status") == "success", f"{target}\n  as sent: {expr}\n  error: {instant.get('error')}"
-    assert instant["data"]["result"], f"{target}\n  as sent: {expr}\n  returned no data (empty result); {why_empty(prom, expr)}"
+    assert instant["data"]["result"], (
+        f"{target}\n  as sent: {expr}\n  returned no data (empty result); {why_empty(prom, expr)}"
+    )
     assert finite_values(instant), f"{target}\n  as sent: {expr}\n  only NaN/Inf: {instant['data']['result']}"
 
     if target.range:  # what a time-series panel asks for: the traffic window, 5 s steps
-        ranged = prom.api("query_range", query=expr, start=f"{stack.traffic_start - 5:.3f}",
-                          end=f"{time.time():.3f}", step="5")
+        ranged = prom.api(
+            "query_range", query=expr, start=f"{stack.traffic_start - 5:.3f}", end=f"{time.time():.3f}", step="5"
+        )
         assert ranged.get("status") == "success", f"{target}\n  query_range error: {ranged.get('error')}"
         assert ranged["data"]["result"], f"{target}\n  query_range returned no data"
 

@@ -38,8 +38,9 @@ async def _consumer_after_a_dropped_fetch(broker: str, topic: str, group: str, c
             await committer.commit({TopicPartition(topic, p): o for p, o in committed.items()})
         finally:
             await committer.stop()
-    consumer = AIOKafkaConsumer(bootstrap_servers=broker, group_id=group, enable_auto_commit=False,
-                                auto_offset_reset="earliest")
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=broker, group_id=group, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
     await consumer.start()
     consumer.assign(tps)
     fetched: dict = {}
@@ -77,8 +78,9 @@ async def two_partition_topic(kafka_broker):
     return name
 
 
-async def test_seek_to_committed_leaves_a_partition_never_committed_past_what_it_fetched(kafka_broker,
-                                                                                        two_partition_topic):
+async def test_seek_to_committed_leaves_a_partition_never_committed_past_what_it_fetched(
+    kafka_broker, two_partition_topic
+):
     topic = two_partition_topic
     consumer, fetched = await _consumer_after_a_dropped_fetch(kafka_broker, topic, f"g-{uuid.uuid4().hex}", {0: 3})
     try:
@@ -92,8 +94,9 @@ async def test_seek_to_committed_leaves_a_partition_never_committed_past_what_it
         await consumer.stop()
 
 
-async def test_fetch_again_seeks_back_only_what_perform_seek_left_past_the_dropped_records(kafka_broker,
-                                                                                          two_partition_topic):
+async def test_fetch_again_seeks_back_only_what_perform_seek_left_past_the_dropped_records(
+    kafka_broker, two_partition_topic
+):
     topic = two_partition_topic
     consumer, fetched = await _consumer_after_a_dropped_fetch(kafka_broker, topic, f"g-{uuid.uuid4().hex}", {0: 3})
     try:
@@ -107,8 +110,11 @@ async def test_fetch_again_seeks_back_only_what_perform_seek_left_past_the_dropp
             consumer.seek(TopicPartition(tp.topic, tp.partition), offset)
 
         # The parts of the Faust consumer _fetch_again reads: the batch topics and aiokafka's consumer.
-        view = SimpleNamespace(app=SimpleNamespace(hooks=SimpleNamespace(batch_topics=(topic,))),
-                               _thread=SimpleNamespace(_ensure_consumer=lambda: consumer), seek=seek)
+        view = SimpleNamespace(
+            app=SimpleNamespace(hooks=SimpleNamespace(batch_topics=(topic,))),
+            _thread=SimpleNamespace(_ensure_consumer=lambda: consumer),
+            seek=seek,
+        )
         await _BatchingConsumer._fetch_again(view, records, "fetched while the flow was stopped")
         assert sought == [(1, 0)]
         assert await consumer.position(p0) == 3 and await consumer.position(p1) == 0

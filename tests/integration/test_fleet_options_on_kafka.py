@@ -18,7 +18,6 @@ from schemas import decode_verdict
 from schemas.fleet import IncidentOpened, IncidentResolved, decode_incident
 from schemas.keys import partition_for, session_scope_key
 from streams.client import LoopwatchClient
-from streams.edge.events import completed_event, requested_event
 from streams.offline.scenarios import agent_ring, run_events, session_loop, tool_outage
 
 pytestmark = pytest.mark.kafka
@@ -102,7 +101,7 @@ async def test_a_loop_split_over_three_runs_of_a_session_is_blocked(fleet_worker
     # partition: runs published at once would reach the session in no order Kafka defines).
     decisions = []
     for run in range(3):
-        decisions += await decide(lw, events[17 * run:17 * (run + 1)])
+        decisions += await decide(lw, events[17 * run : 17 * (run + 1)])
     found = [(n, d.action, d.count, d.run_id) for n, d in enumerate(decisions) if d.detector]
     assert found[0] == (10, "warn", 10, "agent:main:e2e-session/run-2")
     assert next(f for f in found if f[1] == "block") == (20, "block", 20, "agent:main:e2e-session/run-3")
@@ -114,8 +113,10 @@ async def test_a_session_keyed_by_its_runner_is_processed_where_it_lands(fleet_w
     """Published under the session's key (``session_scope_key``), a session's three runs go
     out at once, all on one partition in order: the worker processes them without forwarding."""
     lw, worker = fleet_worker
-    events = [msgspec.structs.replace(e, event_id=f"keyed-{e.event_id}")  # (ids of their own on the topics)
-              for e in session_loop("agent:main:e2e-keyed", gate=True, start_ms=now_ms())]
+    events = [
+        msgspec.structs.replace(e, event_id=f"keyed-{e.event_id}")  # (ids of their own on the topics)
+        for e in session_loop("agent:main:e2e-keyed", gate=True, start_ms=now_ms())
+    ]
     forwarded = worker.metric("loopwatch_events_forwarded_total")
     keyed = [(session_scope_key(e).encode(), value) for e, (_k, value) in zip(events, encode_all(events))]
     await produce(lw.broker, lw.names.tool_calls, keyed)
@@ -130,15 +131,26 @@ async def test_a_client_keying_by_session_is_warned_and_blocked_across_its_runs(
     lw, worker = fleet_worker
     forwarded = worker.metric("loopwatch_events_forwarded_total")
     decisions = []
-    async with LoopwatchClient(lw.broker, tool_calls_topic=lw.names.tool_calls, verdicts_topic=lw.names.verdicts,
-                               mode="gate", raise_on_block=False, timeout=10.0, key_by_session=True) as client:
+    async with LoopwatchClient(
+        lw.broker,
+        tool_calls_topic=lw.names.tool_calls,
+        verdicts_topic=lw.names.verdicts,
+        mode="gate",
+        raise_on_block=False,
+        timeout=10.0,
+        key_by_session=True,
+    ) as client:
         for r in range(3):  # 3 runs of 8 identical reads, one session
             run = client.run(f"e2e-client-run-{r}", session_key="agent:main:e2e-client", agent_id="main")
             for n in range(8):
                 decision = await run.before_tool_call("read", {"path": "/same"}, tool_call_id=f"c{r}-{n}")
                 if decision.action != "block":
-                    await run.after_tool_call("read", {"path": "/same"}, tool_call_id=f"c{r}-{n}",
-                                              result={"content": [{"type": "text", "text": "same page"}]})
+                    await run.after_tool_call(
+                        "read",
+                        {"path": "/same"},
+                        tool_call_id=f"c{r}-{n}",
+                        result={"content": [{"type": "text", "text": "same page"}]},
+                    )
                 decisions.append(decision)
     # The spec's defaults (warningThreshold 10, criticalThreshold 20) over the session's history.
     assert [d.action for d in decisions[:10]] == ["allow"] * 10
@@ -156,23 +168,35 @@ async def test_a_client_keying_by_run_reads_its_sessions_partition_for_the_verdi
     home = partition_for(f"scope:session:{session}|".encode(), 4)
     run_ids = [r for r in (f"e2e-read-run-{n}" for n in range(40)) if partition_for(r.encode(), 4) != home][:3]
     decisions = []
-    async with LoopwatchClient(lw.broker, tool_calls_topic=lw.names.tool_calls, verdicts_topic=lw.names.verdicts,
-                               mode="gate", raise_on_block=False, timeout=10.0, fail_closed=True) as client:
+    async with LoopwatchClient(
+        lw.broker,
+        tool_calls_topic=lw.names.tool_calls,
+        verdicts_topic=lw.names.verdicts,
+        mode="gate",
+        raise_on_block=False,
+        timeout=10.0,
+        fail_closed=True,
+    ) as client:
         for r, run_id in enumerate(run_ids):  # 3 runs of 8 identical reads, one session
             run = client.run(run_id, session_key=session, agent_id="main")
             for n in range(8):
                 decision = await run.before_tool_call("read", {"path": "/same"}, tool_call_id=f"c{r}-{n}")
                 assert home in client.reading
                 if decision.action != "block":
-                    await run.after_tool_call("read", {"path": "/same"}, tool_call_id=f"c{r}-{n}",
-                                              result={"content": [{"type": "text", "text": "same page"}]})
+                    await run.after_tool_call(
+                        "read",
+                        {"path": "/same"},
+                        tool_call_id=f"c{r}-{n}",
+                        result={"content": [{"type": "text", "text": "same page"}]},
+                    )
                 decisions.append(decision)
             await run.end()
     assert [d.action for d in decisions[:10]] == ["allow"] * 10
     assert (decisions[10].action, decisions[10].count) == ("warn", 10)
     assert [(d.action, d.count) for d in decisions[20:]] == [("block", 20)] * 4
-    records = await collect(lw.broker, lw.names.verdicts,
-                            until=lambda rs: sum(decode_verdict(r.value).run_id in run_ids for r in rs) >= 24)
+    records = await collect(
+        lw.broker, lw.names.verdicts, until=lambda rs: sum(decode_verdict(r.value).run_id in run_ids for r in rs) >= 24
+    )
     assert {r.partition for r in records if decode_verdict(r.value).run_id in run_ids} == {home}
 
 
@@ -215,9 +239,24 @@ async def test_forged_incidents_are_bounded_by_the_open_cap_and_the_per_agent_ra
     # are not counted; the 3 tools admitted qualify at their second run, and 2 open
     # (maxOpenIncidents) while the third is refused.
     config = lw.tmp / "capped.json"
-    write_config(config, {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"fleetIncidents": {
-        "enabled": True, "minRuns": 2, "minAgents": 1, "windowSeconds": 60, "hopSeconds": 10, "quietSeconds": 600,
-        "maxOpenIncidents": 2, "maxToolsPerAgentPerMinute": 3}}})
+    write_config(
+        config,
+        {
+            "tools": {"loopDetection": {"enabled": True}},
+            "loopwatch": {
+                "fleetIncidents": {
+                    "enabled": True,
+                    "minRuns": 2,
+                    "minAgents": 1,
+                    "windowSeconds": 60,
+                    "hopSeconds": 10,
+                    "quietSeconds": 600,
+                    "maxOpenIncidents": 2,
+                    "maxToolsPerAgentPerMinute": 3,
+                }
+            },
+        },
+    )
     worker = lw.worker(config=config).start()
     worker.wait_ready(timeout=120)
     assert "one producer can open incidents for any tool" in worker.log_text()  # the log says so
@@ -225,12 +264,18 @@ async def test_forged_incidents_are_bounded_by_the_open_cap_and_the_per_agent_ra
         await asyncio.sleep(1)
     events = []
     for t in range(6):
-        events += [e for e in tool_outage(f"forged-{t}", runs=2, agents=1, calls_per_run=1,
-                                          run_prefix=f"{lw.names.tag}-t{t}", start_ms=now_ms())]
+        events += [
+            e
+            for e in tool_outage(
+                f"forged-{t}", runs=2, agents=1, calls_per_run=1, run_prefix=f"{lw.names.tag}-t{t}", start_ms=now_ms()
+            )
+        ]
     await produce(lw.broker, lw.names.tool_calls, encode_all(events))
     deadline = time.monotonic() + 90
-    while (worker.metric("loopwatch_fleet_outcomes_limited_total") < 6
-           or worker.metric("loopwatch_fleet_incidents_capped_total") < 1):
+    while (
+        worker.metric("loopwatch_fleet_outcomes_limited_total") < 6
+        or worker.metric("loopwatch_fleet_incidents_capped_total") < 1
+    ):
         assert time.monotonic() < deadline, worker.metrics()
         await asyncio.sleep(0.5)
     opened = [i for i in await incidents(lw, settle=2.0, timeout=10) if isinstance(i, IncidentOpened)]

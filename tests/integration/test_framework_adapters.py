@@ -50,11 +50,16 @@ def worker(lw_module):
 
 async def published(lw, run_id: str) -> list:
     """The events of ``run_id`` on ``tool-calls``, in order, once its ``run.ended`` is there."""
+
     def of_run(records):
         return [e for e in (decode_event(r.value) for r in records) if e.run_id == run_id]
 
-    records = await collect(lw.broker, lw.names.tool_calls, timeout=WAIT_S,
-                            until=lambda rs: any(isinstance(e, RunEnded) for e in of_run(rs)))
+    records = await collect(
+        lw.broker,
+        lw.names.tool_calls,
+        timeout=WAIT_S,
+        until=lambda rs: any(isinstance(e, RunEnded) for e in of_run(rs)),
+    )
     events = of_run(records)
     assert events and isinstance(events[-1], RunEnded), f"run {run_id} did not end on tool-calls"
     return events
@@ -122,8 +127,12 @@ class ScriptedChatModel(FakeMessagesListChatModel):
 
 
 def lc_script(calls: list[tuple[str, dict]]) -> ScriptedChatModel:
-    turns = [lc_messages.AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": f"call-{i}", "type": "tool_call"}])
-             for i, (name, args) in enumerate(calls)]
+    turns = [
+        lc_messages.AIMessage(
+            content="", tool_calls=[{"name": name, "args": args, "id": f"call-{i}", "type": "tool_call"}]
+        )
+        for i, (name, args) in enumerate(calls)
+    ]
     return ScriptedChatModel(responses=[*turns, lc_messages.AIMessage(content="done")])
 
 
@@ -178,8 +187,9 @@ async def test_langgraph_tool_node_is_served_by_the_same_middleware(worker):
         graph.add_edge(START, "model")
         graph.add_conditional_edges("model", tools_condition)
         graph.add_edge("tools", "model")
-        state = await graph.compile().ainvoke({"messages": [lc_messages.HumanMessage("find it")]},
-                                              lc_config(run_id := new_id()))
+        state = await graph.compile().ainvoke(
+            {"messages": [lc_messages.HumanMessage("find it")]}, lc_config(run_id := new_id())
+        )
         await guard.end_run(run_id)
     assert state["messages"][-1].content == "done"
     events = await published(worker, run_id)
@@ -199,32 +209,44 @@ async def test_langchain_without_a_decision_fails_open_or_closed_as_the_client(w
         await admin.close()
     seen = {}
     for fail_closed in (False, True):
-        async with LoopwatchClient(worker.broker, timeout=0.5, fail_closed=fail_closed,
-                                   tool_calls_topic=calls, verdicts_topic=verdicts) as client:
-            agent = create_agent(lc_script([("lookup", {"q": "same"})]), [lookup],
-                                 middleware=[LoopwatchMiddleware(client, agent_id="main")])
+        async with LoopwatchClient(
+            worker.broker, timeout=0.5, fail_closed=fail_closed, tool_calls_topic=calls, verdicts_topic=verdicts
+        ) as client:
+            agent = create_agent(
+                lc_script([("lookup", {"q": "same"})]),
+                [lookup],
+                middleware=[LoopwatchMiddleware(client, agent_id="main")],
+            )
             seen[fail_closed] = lc_seen(await agent.ainvoke({"messages": [lc_messages.HumanMessage("go")]}))
     assert seen[False] == {"call-0": SAME_RESULT}
-    assert seen[True]["call-0"].startswith("Tool call blocked: loopwatch loop protection is unavailable (no loopwatch decision")
+    assert seen[True]["call-0"].startswith(
+        "Tool call blocked: loopwatch loop protection is unavailable (no loopwatch decision"
+    )
 
 
 async def test_langchain_healthy_run_is_never_blocked(worker):
     queries = [f"topic {i}" for i in range(25)]
     async with worker.client() as client:
-        agent = create_agent(lc_script([("lookup", {"q": q}) for q in queries]), [lookup],
-                             middleware=[LoopwatchMiddleware(client, agent_id="main")])
+        agent = create_agent(
+            lc_script([("lookup", {"q": q}) for q in queries]),
+            [lookup],
+            middleware=[LoopwatchMiddleware(client, agent_id="main")],
+        )
         state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("read all")]}, lc_config(run_id := new_id()))
     events = await published(worker, run_id)
     seen = lc_seen(state)
-    decisions = assert_model_saw_what_the_engine_decided(seen, {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events)
+    decisions = assert_model_saw_what_the_engine_decided(
+        seen, {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events
+    )
     assert {d.action for d in decisions} == {"allow"} and state["messages"][-1].content == "done"
     assert_only_hashes_left(events, "topic 7", "page about topic 7")
 
 
 async def test_langchain_unknown_tool_is_published_as_unknown_and_answered_by_langchain(worker):
     async with worker.client() as client:
-        agent = create_agent(lc_script([("nosuch", {"q": "x"})] * 2), [lookup],
-                             middleware=[LoopwatchMiddleware(client, agent_id="main")])
+        agent = create_agent(
+            lc_script([("nosuch", {"q": "x"})] * 2), [lookup], middleware=[LoopwatchMiddleware(client, agent_id="main")]
+        )
         state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("go")]}, lc_config(run_id := new_id()))
     events = await published(worker, run_id)
     assert_unknown_tool_published(events, "nosuch")
@@ -233,8 +255,11 @@ async def test_langchain_unknown_tool_is_published_as_unknown_and_answered_by_la
 
 async def test_langchain_abort_jumps_to_the_end(worker):
     async with worker.client() as client:
-        agent = create_agent(lc_script([("lookup", {"q": "same"})] * 30), [lookup],
-                             middleware=[LoopwatchMiddleware(client, agent_id="aborter")])
+        agent = create_agent(
+            lc_script([("lookup", {"q": "same"})] * 30),
+            [lookup],
+            middleware=[LoopwatchMiddleware(client, agent_id="aborter")],
+        )
         state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(run_id := new_id()))
     events = await published(worker, run_id)
     verdicts = reference_verdicts(events, CONFIG)
@@ -249,8 +274,11 @@ async def test_langchain_abort_jumps_to_the_end(worker):
 
 async def test_langchain_abort_raises_with_on_abort_error(worker):
     async with worker.client() as client:
-        agent = create_agent(lc_script([("lookup", {"q": "same"})] * 30), [lookup],
-                             middleware=[LoopwatchMiddleware(client, agent_id="aborter", on_abort="error")])
+        agent = create_agent(
+            lc_script([("lookup", {"q": "same"})] * 30),
+            [lookup],
+            middleware=[LoopwatchMiddleware(client, agent_id="aborter", on_abort="error")],
+        )
         with pytest.raises(RunAbortedError) as info:
             await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(run_id := new_id()))
     assert info.value.detector == "critical_block_limit"
@@ -319,7 +347,8 @@ async def test_openai_agents_healthy_run_is_never_blocked(worker):
             result = await Runner.run(oa_agent(guard, model), "read all", max_turns=100, run_config=guard.run_config())
     events = await published(worker, run_id)
     decisions = assert_model_saw_what_the_engine_decided(
-        oa_seen(model), {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events)
+        oa_seen(model), {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events
+    )
     assert {d.action for d in decisions} == {"allow"} and result.final_output == "done"
     assert_only_hashes_left(events, "topic 7", "page about topic 7")
 
@@ -355,7 +384,8 @@ async def test_openai_agents_abort_trips_the_guardrail_tripwire(worker):
 
 # -- Pydantic AI -----------------------------------------------------------------------------------------
 
-from pydantic_ai import Agent as PydanticAgent, models as pai_models  # noqa: E402
+from pydantic_ai import Agent as PydanticAgent  # noqa: E402
+from pydantic_ai import models as pai_models  # noqa: E402
 from pydantic_ai.exceptions import AgentRunError  # noqa: E402
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart, UserPromptPart  # noqa: E402
 from pydantic_ai.models.function import FunctionModel  # noqa: E402
@@ -432,7 +462,8 @@ async def test_pydantic_ai_healthy_run_is_never_blocked(worker):
         result = await pai_agent(script, client, "main").run("read all")
     events = await published(worker, result.run_id)
     decisions = assert_model_saw_what_the_engine_decided(
-        script.seen(), {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events)
+        script.seen(), {f"call-{i}": f"page about {q}" for i, q in enumerate(queries)}, events
+    )
     assert {d.action for d in decisions} == {"allow"} and result.output == "done"
     assert_only_hashes_left(events, "topic 7", "page about topic 7")
 
@@ -454,11 +485,18 @@ async def test_pydantic_ai_unknown_tool_and_tool_errors_are_published_as_such(wo
     mine = args_hash("flaky", {"q": marker})
 
     def failed(records):
-        return [e for e in map(decode_event, (r.value for r in records))
-                if isinstance(e, ToolCallCompleted) and e.args_hash == mine]
+        return [
+            e
+            for e in map(decode_event, (r.value for r in records))
+            if isinstance(e, ToolCallCompleted) and e.args_hash == mine
+        ]
 
     records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=failed)
-    assert len(failed(records)) == 1 and failed(records)[0].is_error and failed(records)[0].result_hash.startswith("error:")
+    assert (
+        len(failed(records)) == 1
+        and failed(records)[0].is_error
+        and failed(records)[0].result_hash.startswith("error:")
+    )
 
 
 async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
@@ -472,8 +510,11 @@ async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
     assert aborted.detector == "critical_block_limit"
 
     def ended(records):
-        return [e for e in map(decode_event, (r.value for r in records))
-                if isinstance(e, RunEnded) and e.session_key == session]
+        return [
+            e
+            for e in map(decode_event, (r.value for r in records))
+            if isinstance(e, RunEnded) and e.session_key == session
+        ]
 
     records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=ended)
     assert [e.reason for e in ended(records)] == ["aborted"]
@@ -508,9 +549,15 @@ def run_snippet(lw, heading: str):
 
 async def readme_run_of(lw, call_id: str) -> list:
     """The published run whose one call has ``call_id``."""
-    records = await collect(lw.broker, lw.names.tool_calls, timeout=WAIT_S, until=lambda rs: any(
-        getattr(decode_event(r.value), "tool_call_id", None) == call_id for r in rs))
-    run_id = next(e.run_id for e in map(decode_event, (r.value for r in records)) if getattr(e, "tool_call_id", None) == call_id)
+    records = await collect(
+        lw.broker,
+        lw.names.tool_calls,
+        timeout=WAIT_S,
+        until=lambda rs: any(getattr(decode_event(r.value), "tool_call_id", None) == call_id for r in rs),
+    )
+    run_id = next(
+        e.run_id for e in map(decode_event, (r.value for r in records)) if getattr(e, "tool_call_id", None) == call_id
+    )
     events = await published(lw, run_id)
     assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
     return events
@@ -518,9 +565,14 @@ async def readme_run_of(lw, call_id: str) -> list:
 
 async def test_readme_langchain_snippet_runs(worker):
     call_id = f"readme-lc-{new_id()}"
-    model = ScriptedChatModel(responses=[
-        lc_messages.AIMessage(content="", tool_calls=[{"name": "lookup", "args": {"q": "notes"}, "id": call_id, "type": "tool_call"}]),
-        lc_messages.AIMessage(content="done")])
+    model = ScriptedChatModel(
+        responses=[
+            lc_messages.AIMessage(
+                content="", tool_calls=[{"name": "lookup", "args": {"q": "notes"}, "id": call_id, "type": "tool_call"}]
+            ),
+            lc_messages.AIMessage(content="done"),
+        ]
+    )
     state = await run_snippet(worker, "LangChain / LangGraph")(model, [lookup])
     assert state["messages"][-1].content == "done" and lc_seen(state) == {call_id: "page about notes"}
     await readme_run_of(worker, call_id)

@@ -16,15 +16,24 @@ from collections import defaultdict
 
 import msgspec
 import pytest
+from aiokafka.partitioner import murmur2
 
+from harness import (
+    collect,
+    collect_verdicts,
+    committed_offsets,
+    dedupe,
+    encode_all,
+    end_offsets,
+    group_lag,
+    header,
+    produce,
+    reference_verdicts,
+    write_config,
+)
 from schemas import MAX_EVENT_BYTES, decode_verdict
 from schemas.verdicts import Decision
-from harness import (
-    collect, collect_verdicts, committed_offsets, dedupe, encode_all, end_offsets, group_lag, header, produce,
-    reference_verdicts, write_config,
-)
 from streams.edge.events import completed_event, requested_event, run_ended_event
-from aiokafka.partitioner import murmur2
 from streams.offline.scenarios import run_events
 
 pytestmark = pytest.mark.kafka
@@ -78,7 +87,15 @@ async def test_every_detector_end_to_end(lw):
     worker = lw.worker(config=config_file(lw)).start()
     worker.wait_ready()
     events = repeat_calls("generic-21")
-    for kind in ("polling_loop", "ping_pong", "generic_repeat", "unknown_tool", "post_compaction", "healthy", "send_loop"):
+    for kind in (
+        "polling_loop",
+        "ping_pong",
+        "generic_repeat",
+        "unknown_tool",
+        "post_compaction",
+        "healthy",
+        "send_loop",
+    ):
         events += list(run_events(kind, f"{kind}-run", gate=True, length=32, start_ms=int(time.time() * 1000)))
     expected = reference_verdicts(events, ENABLED)
     await produce(lw.broker, lw.names.tool_calls, encode_all(events))
@@ -156,7 +173,7 @@ async def test_kill9_and_restart_recovers_state_from_the_changelog(lw):
     expected = reference_verdicts(events, ENABLED)
     payload = encode_all(events)
     q = len(payload) // 4
-    parts = [payload[:q], payload[q:2 * q], payload[2 * q:3 * q], payload[3 * q:]]
+    parts = [payload[:q], payload[q : 2 * q], payload[2 * q : 3 * q], payload[3 * q :]]
     consumed = "loopwatch_events_consumed_total"
     # Checkpoints every second, so that one falls within each quarter's streaming (~3 s).
     env = {"LOOPWATCH_CHECKPOINT_S": "1"}
@@ -191,7 +208,8 @@ async def test_kill9_and_restart_recovers_state_from_the_changelog(lw):
     before_kill = fresh.metric(consumed)
     fresh.kill()
     assert 0 < before_kill <= len(parts[1]) + len(parts[2]) - (committed - len(parts[0])), (
-        "the fresh worker processed records before the committed offsets again")
+        "the fresh worker processed records before the committed offsets again"
+    )
     await producing
     fresh.start()
     fresh.wait_ready(90)
@@ -245,12 +263,12 @@ async def test_two_workers_rebalance_without_losing_state(lw):
     await produce(lw.broker, lw.names.tool_calls, payload[:quarter])
     b = lw.worker(label="b", config=config).start()
     b.wait_ready(90)
-    await produce(lw.broker, lw.names.tool_calls, payload[quarter:2 * quarter])
+    await produce(lw.broker, lw.names.tool_calls, payload[quarter : 2 * quarter])
     b.kill()  # a crash: its partitions move back to a once its session times out
-    await produce(lw.broker, lw.names.tool_calls, payload[2 * quarter:3 * quarter])
+    await produce(lw.broker, lw.names.tool_calls, payload[2 * quarter : 3 * quarter])
     b.start()
     b.wait_ready(90)
-    await produce(lw.broker, lw.names.tool_calls, payload[3 * quarter:])
+    await produce(lw.broker, lw.names.tool_calls, payload[3 * quarter :])
 
     records = await verdicts_for(lw, [v.verdict_id for v in expected], timeout=90, settle=1.0)
     duplicates, differing = assert_same_verdicts(records, expected)
@@ -281,12 +299,49 @@ def hostile_records():
     bad = [
         (b"run-x", b"{this is not json", "invalid_json"),
         (b"run-x", b"\xff\xfe\x00garbage", "invalid_json"),
-        (b"run-x", json.dumps({"type": "tool_call.requested", "event_id": 7, "run_id": "x", "tool_name": "read", "args_hash": ok_hash}).encode(), "invalid_event"),
-        (b"run-x", json.dumps({"type": "tool_call.requested", "event_id": "e", "run_id": "x", "tool_name": "read", "args_hash": ok_hash, "gate": "yes"}).encode(), "invalid_event"),
-        (b"run-x", json.dumps({"type": "tool_call.requested", "event_id": "e", "run_id": "x", "tool_name": "read", "args_hash": "nothex"}).encode(), "invalid_event"),
+        (
+            b"run-x",
+            json.dumps(
+                {"type": "tool_call.requested", "event_id": 7, "run_id": "x", "tool_name": "read", "args_hash": ok_hash}
+            ).encode(),
+            "invalid_event",
+        ),
+        (
+            b"run-x",
+            json.dumps(
+                {
+                    "type": "tool_call.requested",
+                    "event_id": "e",
+                    "run_id": "x",
+                    "tool_name": "read",
+                    "args_hash": ok_hash,
+                    "gate": "yes",
+                }
+            ).encode(),
+            "invalid_event",
+        ),
+        (
+            b"run-x",
+            json.dumps(
+                {
+                    "type": "tool_call.requested",
+                    "event_id": "e",
+                    "run_id": "x",
+                    "tool_name": "read",
+                    "args_hash": "nothex",
+                }
+            ).encode(),
+            "invalid_event",
+        ),
         (b"run-x", json.dumps({"type": "tool_call.exploded", "event_id": "e", "run_id": "x"}).encode(), "unknown_type"),
         (b"run-x", json.dumps({"event_id": "e", "run_id": "x"}).encode(), "unknown_type"),
-        (b"run-x", json.dumps({"type": "run.ended", "event_id": "e", "run_id": "x", "reason": "y" * (MAX_EVENT_BYTES + 10)}).encode(), "oversized"),
+        (
+            b"run-x",
+            json.dumps(
+                {"type": "run.ended", "event_id": "e", "run_id": "x", "reason": "y" * (MAX_EVENT_BYTES + 10)}
+            ).encode(),
+            "oversized",
+        ),
         (b"run-x", b"x" * (300 * 1024), "oversized"),
         (None, json.dumps({"type": "run.ended", "event_id": "e"}).encode(), "missing_key"),
         (b"", json.dumps({"type": "compaction.retried", "event_id": "e", "run_id": ""}).encode(), "missing_key"),
@@ -294,10 +349,34 @@ def hostile_records():
         (b"run-x", b"null", "invalid_event"),
         # Valid events keyed otherwise than their run: they would land on a partition where
         # the run's history is not, and its loop would never be seen.
-        (None, json.dumps({"type": "tool_call.requested", "event_id": "nokey", "run_id": "run-x", "session_key": "s",
-                           "tool_name": "read", "args_hash": ok_hash}).encode(), "missing_key"),
-        (b"3f9c1e", json.dumps({"type": "tool_call.requested", "event_id": "randomkey", "run_id": "run-x",
-                                "session_key": "s", "tool_name": "read", "args_hash": ok_hash}).encode(), "key_mismatch"),
+        (
+            None,
+            json.dumps(
+                {
+                    "type": "tool_call.requested",
+                    "event_id": "nokey",
+                    "run_id": "run-x",
+                    "session_key": "s",
+                    "tool_name": "read",
+                    "args_hash": ok_hash,
+                }
+            ).encode(),
+            "missing_key",
+        ),
+        (
+            b"3f9c1e",
+            json.dumps(
+                {
+                    "type": "tool_call.requested",
+                    "event_id": "randomkey",
+                    "run_id": "run-x",
+                    "session_key": "s",
+                    "tool_name": "read",
+                    "args_hash": ok_hash,
+                }
+            ).encode(),
+            "key_mismatch",
+        ),
     ]
     return bad
 
@@ -308,7 +387,9 @@ async def test_hostile_input_is_dead_lettered_and_good_records_answered(lw):
     bad = hostile_records()
     now = int(time.time() * 1000)
     good = [
-        requested_event(f"flood-{i}", "read", {"path": f"/f/{i}"}, run_id=f"flood-{i}", session_key=f"s-{i}", gate=True, ts_ms=now)
+        requested_event(
+            f"flood-{i}", "read", {"path": f"/f/{i}"}, run_id=f"flood-{i}", session_key=f"s-{i}", gate=True, ts_ms=now
+        )
         for i in range(5000)
     ]
     good_records = encode_all(good)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from streams.client import LoopBlocked, LoopwatchClient
 from harness import write_config
+from streams.client import LoopBlocked, LoopwatchClient
 
 pytestmark = pytest.mark.kafka
 
@@ -25,8 +25,9 @@ async def test_the_client_records_vetoes_so_the_global_breaker_is_reached(lw):
     worker = lw.worker(config=path).start()
     worker.wait_ready()
     outcomes = []
-    async with LoopwatchClient(lw.broker, mode="gate", timeout=20.0, tool_calls_topic=lw.names.tool_calls,
-                               verdicts_topic=lw.names.verdicts) as client:
+    async with LoopwatchClient(
+        lw.broker, mode="gate", timeout=20.0, tool_calls_topic=lw.names.tool_calls, verdicts_topic=lw.names.verdicts
+    ) as client:
         run = client.run("latest-run", session_key="agent:main:latest-run", agent_id="main")
         for n in range(33):
             args = {"path": "/x"}
@@ -50,8 +51,10 @@ async def test_the_client_records_vetoes_so_the_global_breaker_is_reached(lw):
     assert outcomes[10] == ("warn", "generic_repeat", 10)
     assert outcomes[20:30] == [("block", "generic_repeat", n) for n in range(20, 30)]
     assert outcomes[30:] == [("block", "global_circuit_breaker", 30)] * 3
-    assert worker.metric("loopwatch_decisions_total", detector="global_circuit_breaker", level="critical",
-                         action="block") == 3
+    assert (
+        worker.metric("loopwatch_decisions_total", detector="global_circuit_breaker", level="critical", action="block")
+        == 3
+    )
     assert churn[10] == ("warn", "argument_churn", 10, "argument_churn")
     assert churn[11] == ("allow", "argument_churn", 11, "argument_churn")  # the warning bucket
     assert worker.metric("loopwatch_liveness_signals_total", signal="argument_churn", detector="argument_churn") == 2

@@ -24,9 +24,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import mcp_types as types  # the gateway's extra, loopwatch[mcp]: make install installs it
+import pytest
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
@@ -63,9 +62,21 @@ def everything() -> Path:
 
 
 def gateway_args(lw, run_id: str, *upstreams: str, agent_id: str = "mcp-test", **flags) -> list[str]:
-    args = ["mcp-gateway", "--bootstrap", lw.broker, "--tool-calls-topic", lw.names.tool_calls,
-            "--verdicts-topic", lw.names.verdicts, "--run-id", run_id, "--agent-id", agent_id,
-            "--timeout", "10"]  # a verdict takes milliseconds; 10 s only rides out a slow CI machine
+    args = [
+        "mcp-gateway",
+        "--bootstrap",
+        lw.broker,
+        "--tool-calls-topic",
+        lw.names.tool_calls,
+        "--verdicts-topic",
+        lw.names.verdicts,
+        "--run-id",
+        run_id,
+        "--agent-id",
+        agent_id,
+        "--timeout",
+        "10",
+    ]  # a verdict takes milliseconds; 10 s only rides out a slow CI machine
     for upstream in upstreams:
         args += ["--upstream", upstream]
     for flag, value in flags.items():
@@ -74,8 +85,9 @@ def gateway_args(lw, run_id: str, *upstreams: str, agent_id: str = "mcp-test", *
 
 
 def over_stdio(lw, run_id: str, *upstreams: str, **flags) -> Client:
-    params = StdioServerParameters(command=LOOPWATCH, args=gateway_args(lw, run_id, *upstreams, **flags),
-                                   env={**os.environ})
+    params = StdioServerParameters(
+        command=LOOPWATCH, args=gateway_args(lw, run_id, *upstreams, **flags), env={**os.environ}
+    )
     return Client(params, read_timeout_seconds=60)
 
 
@@ -84,8 +96,14 @@ class Process:
 
     def __init__(self, argv: list[str], *, env: dict | None = None, log: Path) -> None:
         self.log = open(log, "ab")
-        self.proc = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=self.log, stderr=self.log,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            env={**os.environ, **(env or {})},
+            stdout=self.log,
+            stderr=self.log,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -105,7 +123,7 @@ async def wait_http(url: str, timeout: float = 60.0) -> None:
             return
         except OSError:
             if time.monotonic() > deadline:
-                raise AssertionError(f"nothing listens on {url} after {timeout:.0f}s")
+                raise AssertionError(f"nothing listens on {url} after {timeout:.0f}s") from None
             await asyncio.sleep(0.2)
 
 
@@ -115,6 +133,7 @@ def text_of(result: types.CallToolResult) -> list[str]:
 
 async def published(lw, run_id: str, n_calls: int) -> list:
     """The gateway's events of ``run_id`` on the topic, once every call's completion is there."""
+
     def events(records):
         decoded = (decode_event(r.value) for r in records)
         return [e for e in decoded if e.run_id == run_id]
@@ -147,7 +166,9 @@ def assert_agent_saw_the_engine(results, answers, upstream_text):
 
 def assert_each_call_requested_then_completed_in_order(events, calls: int) -> None:
     kinds = [(type(e).__name__, e.tool_call_id) for e in events if not isinstance(e, RunEnded)]
-    assert kinds == [(kind, f"mcp-{n}") for n in range(1, calls + 1) for kind in ("ToolCallRequested", "ToolCallCompleted")]
+    assert kinds == [
+        (kind, f"mcp-{n}") for n in range(1, calls + 1) for kind in ("ToolCallRequested", "ToolCallCompleted")
+    ]
 
 
 def first(answers, action: str) -> int | None:
@@ -178,7 +199,7 @@ async def test_stdio_pypi_time_server_identical_calls_warn_then_block(worker, pr
     assert (answers[warn - 1].detector, answers[warn - 1].count) == ("generic_repeat", 10)
     assert (answers[block - 1].detector, answers[block - 1].count) == ("generic_repeat", 20)
     assert (warn, block) == (11, 21)  # 10 (20) identical calls before it
-    assert all(a is not None and a.action == "block" for a in answers[block - 1:])
+    assert all(a is not None and a.action == "block" for a in answers[block - 1 :])
     # gate mode holds a call's completion for the next request's produce request: still each one
     # is on the topic, between its request and the next
     assert_each_call_requested_then_completed_in_order(events, CALLS)
@@ -205,8 +226,8 @@ async def test_stdio_advisory_mode_never_blocks_and_publishes_each_call_in_order
     notices = {d.message for d in answers if d is not None and (d.action == "block" or d.notify_model)}
     answer = text_of(results[0])
     for n, result in enumerate(results, 1):
-        assert not result.is_error and text_of(result)[:len(answer)] == answer, f"call {n}"
-        assert set(text_of(result)[len(answer):]) <= notices, f"call {n}"
+        assert not result.is_error and text_of(result)[: len(answer)] == answer, f"call {n}"
+        assert set(text_of(result)[len(answer) :]) <= notices, f"call {n}"
 
 
 @pytest.mark.parametrize("proxy", PROXIES)
@@ -239,15 +260,26 @@ async def test_stdio_healthy_run_of_get_current_time_is_never_blocked(worker):
 async def test_http_gateway_in_front_of_npm_everything_over_http(worker, everything):
     """Both sides streamable HTTP: server-everything serves HTTP, the gateway too."""
     upstream_port, gateway_port = free_port(), free_port()
-    server = Process([str(everything), "streamableHttp"], env={"PORT": str(upstream_port)},
-                     log=worker.tmp / "everything-http.log")
+    server = Process(
+        [str(everything), "streamableHttp"], env={"PORT": str(upstream_port)}, log=worker.tmp / "everything-http.log"
+    )
     run_id = f"{worker.names.tag}-echo-http"
     gateway = None
     try:
         await wait_http(f"http://127.0.0.1:{upstream_port}/mcp")
-        gateway = Process([LOOPWATCH, *gateway_args(worker, f"{run_id}-default", f"everything=http://127.0.0.1:{upstream_port}/mcp",
-                                                    prefix="everything=ev_", http=gateway_port)],
-                          log=worker.tmp / "gateway-http.log")
+        gateway = Process(
+            [
+                LOOPWATCH,
+                *gateway_args(
+                    worker,
+                    f"{run_id}-default",
+                    f"everything=http://127.0.0.1:{upstream_port}/mcp",
+                    prefix="everything=ev_",
+                    http=gateway_port,
+                ),
+            ],
+            log=worker.tmp / "gateway-http.log",
+        )
         url = f"http://127.0.0.1:{gateway_port}/mcp"
         await wait_http(url)
         async with Client(url, read_timeout_seconds=60) as agent:
@@ -272,6 +304,7 @@ async def test_http_gateway_in_front_of_npm_everything_over_http(worker, everyth
 async def runs_of_agent(lw, agent_id: str, until) -> dict[str, list]:
     """The events of every run the gateway published for ``agent_id``, by run id, once
     ``until(runs)`` holds."""
+
     def runs(records) -> dict[str, list]:
         out: dict[str, list] = {}
         for event in (decode_event(r.value) for r in records):
@@ -294,9 +327,13 @@ class HttpGateway:
         self.port = free_port()
         self.agent_id = f"{lw.names.tag}-{name}"
         self.default_run = f"{lw.names.tag}-{name}-default"
-        self.process = Process([LOOPWATCH, *gateway_args(lw, self.default_run, TIME_SERVER, agent_id=self.agent_id,
-                                                         http=self.port, **flags)],
-                               log=lw.tmp / f"gateway-{name}.log")
+        self.process = Process(
+            [
+                LOOPWATCH,
+                *gateway_args(lw, self.default_run, TIME_SERVER, agent_id=self.agent_id, http=self.port, **flags),
+            ],
+            log=lw.tmp / f"gateway-{name}.log",
+        )
         self.url = f"http://127.0.0.1:{self.port}/mcp"
 
 
@@ -307,10 +344,12 @@ def http_client(headers: dict | None = None, seen_session_ids: list | None = Non
 
     client = create_mcp_http_client(headers=headers)
     if seen_session_ids is not None:
+
         async def record(response) -> None:
             sid = response.headers.get("mcp-session-id")
             if sid and sid not in seen_session_ids:
                 seen_session_ids.append(sid)
+
         client.event_hooks["response"] = [record]
     return client
 
@@ -326,20 +365,25 @@ async def test_http_each_mcp_session_is_one_run_and_ends_when_idle(worker):
     try:
         await wait_http(gw.url)
         # no DELETE at close (that would end the runs: the test above): the idle expiry ends them
-        transport_a = streamable_http_client(gw.url, http_client=http_client(seen_session_ids=ids_a),
-                                             terminate_on_close=False)
-        transport_b = streamable_http_client(gw.url, http_client=http_client(seen_session_ids=ids_b),
-                                             terminate_on_close=False)
-        async with Client(transport_a, mode="legacy", read_timeout_seconds=60) as a, \
-                Client(transport_b, mode="legacy", read_timeout_seconds=60) as b:
+        transport_a = streamable_http_client(
+            gw.url, http_client=http_client(seen_session_ids=ids_a), terminate_on_close=False
+        )
+        transport_b = streamable_http_client(
+            gw.url, http_client=http_client(seen_session_ids=ids_b), terminate_on_close=False
+        )
+        async with (
+            Client(transport_a, mode="legacy", read_timeout_seconds=60) as a,
+            Client(transport_b, mode="legacy", read_timeout_seconds=60) as b,
+        ):
             for n in range(3):  # interleaved: the gateway tells the sessions apart per request
                 assert not (await a.call_tool("convert_time", CONVERT)).is_error
                 if n < 2:
                     assert not (await b.call_tool("get_current_time", {"timezone": "UTC"})).is_error
         assert len(ids_a) == 1 and len(ids_b) == 1 and ids_a != ids_b, (ids_a, ids_b)
         started = time.monotonic()
-        runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: sum(
-            isinstance(e, RunEnded) for evs in rs.values() for e in evs) >= 2)
+        runs = await runs_of_agent(
+            worker, gw.agent_id, until=lambda rs: sum(isinstance(e, RunEnded) for evs in rs.values() for e in evs) >= 2
+        )
         ended_after = time.monotonic() - started
     finally:
         gw.process.kill()
@@ -385,12 +429,14 @@ async def test_http_closing_a_session_ends_its_run_and_only_its_run(worker):
             assert calls_in(runs[ids_a[0]]) == 3
             assert not (await b.call_tool("get_current_time", {"timezone": "UTC"})).is_error  # b's run goes on
         # c: closed without DELETE, so its session is still open when the gateway stops
-        transport_c = streamable_http_client(gw.url, http_client=http_client(seen_session_ids=ids_c),
-                                             terminate_on_close=False)
+        transport_c = streamable_http_client(
+            gw.url, http_client=http_client(seen_session_ids=ids_c), terminate_on_close=False
+        )
         async with Client(transport_c, mode="legacy", read_timeout_seconds=60) as c:
             assert not (await c.call_tool("convert_time", CONVERT)).is_error
-        runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: ended(rs.get(ids_b[0], []))
-                                   and calls_in(rs.get(ids_c[0], [])) == 1)
+        runs = await runs_of_agent(
+            worker, gw.agent_id, until=lambda rs: ended(rs.get(ids_b[0], [])) and calls_in(rs.get(ids_c[0], [])) == 1
+        )
         assert ended(runs[ids_c[0]]) == []
         gw.process.proc.send_signal(signal.SIGTERM)
         assert gw.process.proc.wait(30) == 0
@@ -415,10 +461,12 @@ async def test_http_a_run_two_sessions_name_ends_when_the_last_of_them_closes(wo
     headers = {"X-Loopwatch-Run-Id": run_id}
     try:
         await wait_http(gw.url)
-        async with Client(streamable_http_client(gw.url, http_client=http_client(headers)), mode="legacy",
-                          read_timeout_seconds=60) as second:
-            async with Client(streamable_http_client(gw.url, http_client=http_client(headers)), mode="legacy",
-                              read_timeout_seconds=60) as first:
+        async with Client(
+            streamable_http_client(gw.url, http_client=http_client(headers)), mode="legacy", read_timeout_seconds=60
+        ) as second:
+            async with Client(
+                streamable_http_client(gw.url, http_client=http_client(headers)), mode="legacy", read_timeout_seconds=60
+            ) as first:
                 assert not (await first.call_tool("convert_time", CONVERT)).is_error
                 assert not (await second.call_tool("convert_time", CONVERT)).is_error
             assert not (await second.call_tool("convert_time", CONVERT)).is_error  # after first's DELETE
@@ -443,8 +491,9 @@ async def test_http_traceparent_names_the_run_when_nothing_else_does(worker):
         await wait_http(gw.url)
         for trace, calls in ((trace_a, 3), (trace_b, 2)):
             headers = {"traceparent": f"00-{trace}-00f067aa0ba902b7-01"}
-            async with Client(streamable_http_client(gw.url, http_client=http_client(headers)),
-                              read_timeout_seconds=60) as agent:
+            async with Client(
+                streamable_http_client(gw.url, http_client=http_client(headers)), read_timeout_seconds=60
+            ) as agent:
                 for _ in range(calls):
                     assert not (await agent.call_tool("get_current_time", {"timezone": "UTC"})).is_error
         async with Client(gw.url, read_timeout_seconds=60) as agent:
@@ -452,8 +501,11 @@ async def test_http_traceparent_names_the_run_when_nothing_else_does(worker):
         runs = await runs_of_agent(worker, gw.agent_id, until=lambda rs: sum(map(calls_in, rs.values())) >= 6)
     finally:
         gw.process.kill()
-    assert {k: calls_in(v) for k, v in runs.items()} == {f"trace-{trace_a}": 3, f"trace-{trace_b}": 2,
-                                                         gw.default_run: 1}
+    assert {k: calls_in(v) for k, v in runs.items()} == {
+        f"trace-{trace_a}": 3,
+        f"trace-{trace_b}": 2,
+        gw.default_run: 1,
+    }
 
 
 @pytest.mark.parametrize("proxy", PROXIES)
@@ -482,7 +534,9 @@ async def test_stdio_npm_everything_unknown_tool_is_upstreams_unknown_tool_outco
         if n < block and proxy:
             assert kind == "error" and got.code == types.INVALID_PARAMS and "no_such_tool" in got.message
         elif n < block:
-            assert kind == "result" and got.is_error and text_of(got) == ["MCP error -32602: Tool no_such_tool not found"]
+            assert (
+                kind == "result" and got.is_error and text_of(got) == ["MCP error -32602: Tool no_such_tool not found"]
+            )
         else:
             assert kind == "result" and got.is_error and text_of(got) == [decision.message]
 
@@ -517,8 +571,12 @@ async def test_stdio_relay_passes_messages_on_byte_for_byte_and_replays_the_hand
     run_id = f"{worker.names.tag}-relay-bytes"
     upstream = " ".join(RECORDER)
     proc = await asyncio.create_subprocess_exec(
-        LOOPWATCH, *gateway_args(worker, run_id, upstream), stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, env={**os.environ, "RECORD": str(record)})
+        LOOPWATCH,
+        *gateway_args(worker, run_id, upstream),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "RECORD": str(record)},
+    )
     agent = RawAgent(proc)
     sent = [
         '{"jsonrpc":"2.0","id":"init-1","method":"initialize","params":{"protocolVersion":"2025-06-18",'
@@ -552,15 +610,23 @@ async def test_stdio_relay_passes_messages_on_byte_for_byte_and_replays_the_hand
     finally:
         if proc.returncode is None:
             proc.kill()
-    assert init == ['{"jsonrpc":"2.0","id":"init-1","result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},'
-                    '"serverInfo":{"name":"recorder","version":"1"}}}']
+    assert init == [
+        '{"jsonrpc":"2.0","id":"init-1","result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},'
+        '"serverInfo":{"name":"recorder","version":"1"}}}'
+    ]
     assert listed == ['{"result" :{"echo": "resources/list", "n": 1.50},  "id":7 ,"jsonrpc":"2.0"}']
-    assert emitted == [' {"method" :"roots/list","jsonrpc":"2.0" , "id":"srv-1"}',
-                       '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"caf\\u00e9"}}']
-    assert called == ['{"id" : 8, "result":{"isError":false, "content":[{"text":"called \\u0041 emit","type":"text"}]},"jsonrpc":"2.0"}']
+    assert emitted == [
+        ' {"method" :"roots/list","jsonrpc":"2.0" , "id":"srv-1"}',
+        '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"caf\\u00e9"}}',
+    ]
+    assert called == [
+        '{"id" : 8, "result":{"isError":false, "content":[{"text":"called \\u0041 emit","type":"text"}]},"jsonrpc":"2.0"}'
+    ]
     assert pinged == ['{"result" :{"echo": "ping", "n": 1.50},  "id":9 ,"jsonrpc":"2.0"}']
     assert crashed["id"] == 10 and crashed["result"]["isError"] is True
-    assert crashed["result"]["content"] == [{"type": "text", "text": f"upstream MCP server {Path(sys.executable).name!r} failed: Connection closed"}]
+    assert crashed["result"]["content"] == [
+        {"type": "text", "text": f"upstream MCP server {Path(sys.executable).name!r} failed: Connection closed"}
+    ]
     assert after == [emitted[0], emitted[1], called[0].replace('"id" : 8', '"id" : 11')]
     recorded = [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines()]
     assert recorded[:7] == [line + "\n" for line in sent]
@@ -607,8 +673,9 @@ async def test_a_multi_round_call_passes_through_and_is_one_call(worker):
     async def elicit(context, params):
         return types.ElicitResult(action="accept", content={"name": "ada"})
 
-    params = StdioServerParameters(command=LOOPWATCH, args=gateway_args(worker, run_id, " ".join(FAULT_SERVER)),
-                                   env={**os.environ})
+    params = StdioServerParameters(
+        command=LOOPWATCH, args=gateway_args(worker, run_id, " ".join(FAULT_SERVER)), env={**os.environ}
+    )
     async with Client(params, read_timeout_seconds=60, elicitation_callback=elicit) as agent:
         assert text_of(await agent.call_tool("ask", {})) == ["hello ada"]
     events = await published(worker, run_id, 1)
@@ -618,13 +685,20 @@ async def test_a_multi_round_call_passes_through_and_is_one_call(worker):
 
 async def test_unreachable_upstream_each_call_gets_a_clear_error(worker, everything):
     upstream_port = free_port()
-    server = Process([str(everything), "streamableHttp"], env={"PORT": str(upstream_port)},
-                     log=worker.tmp / "everything-gone.log")
+    server = Process(
+        [str(everything), "streamableHttp"], env={"PORT": str(upstream_port)}, log=worker.tmp / "everything-gone.log"
+    )
     run_id = f"{worker.names.tag}-unreachable"
     try:
         await wait_http(f"http://127.0.0.1:{upstream_port}/mcp")
-        async with over_stdio(worker, run_id, f"ev=http://127.0.0.1:{upstream_port}/mcp",
-                              f"down=http://127.0.0.1:{free_port()}/mcp", upstream_timeout=3, connect_timeout=3) as agent:
+        async with over_stdio(
+            worker,
+            run_id,
+            f"ev=http://127.0.0.1:{upstream_port}/mcp",
+            f"down=http://127.0.0.1:{free_port()}/mcp",
+            upstream_timeout=3,
+            connect_timeout=3,
+        ) as agent:
             assert "echo" in {t.name for t in (await agent.list_tools()).tools}  # the reachable one serves
             assert text_of(await agent.call_tool("echo", {"message": "hi"})) == ["Echo: hi"]
             server.kill()  # now it is unreachable too
@@ -653,8 +727,11 @@ async def test_after_an_abort_every_further_call_is_refused_with_its_message(lw)
         await asyncio.sleep(1.0)  # the abort follows the block on the verdicts topic
         later = [await agent.call_tool("get_current_time", {"timezone": "UTC"}) for _ in range(3)]
     events = await published(lw, run_id, 21)
-    aborts = [v for v in reference_verdicts(events, {**CONFIG, "loopwatch": {"abortAfterCriticalBlocks": 1}})
-              if v.__class__.__name__ == "RunAborted"]
+    aborts = [
+        v
+        for v in reference_verdicts(events, {**CONFIG, "loopwatch": {"abortAfterCriticalBlocks": 1}})
+        if v.__class__.__name__ == "RunAborted"
+    ]
     assert len(aborts) == 1
     for result in later:
         assert result.is_error and text_of(result) == [aborts[0].message]
@@ -683,7 +760,8 @@ async def test_no_decision_fails_open_by_default_and_closed_when_asked(worker):
     async with over_stdio(worker, f"{worker.names.tag}-closed", TIME_SERVER, fail_closed=True, **idle) as agent:
         closed = await agent.call_tool("get_current_time", {"timezone": "UTC"})
         assert closed.is_error and text_of(closed) == [
-            "no loopwatch decision for get_current_time within 0.5s (fail-closed); the call was not run"]
+            "no loopwatch decision for get_current_time within 0.5s (fail-closed); the call was not run"
+        ]
 
 
 # -- the benchmark runs (tiny; its figures are make bench-gateway's) ---------------------------------
@@ -696,17 +774,50 @@ def _thread_affinities(pid: int) -> dict[int, set[int]]:
 def test_bench_gateway_runs(kafka_broker):
     broker_pid = listening_pid(int(kafka_broker.rsplit(":", 1)[1]))
     before = _thread_affinities(broker_pid) if broker_pid else {}
-    proc = subprocess.run([sys.executable, "-m", "bench.gateway", "--broker", kafka_broker, "--calls", "3",
-                           "--rounds", "1", "--throughput", "16", "--concurrency", "4"],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.gateway",
+            "--broker",
+            kafka_broker,
+            "--calls",
+            "3",
+            "--rounds",
+            "1",
+            "--throughput",
+            "16",
+            "--concurrency",
+            "4",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    for line in ("direct    p50", "passthrough p50", "advisory  p50", "gate      p50", "decision  p50",
-                 "advisory-sdk p50", "gate-sdk  p50", "throughput advisory-raw", "throughput gate-raw",
-                 "throughput direct-raw", "throughput advisory-sdk",
-                 "throughput advisory", "throughput passthrough", "throughput passthrough-http",
-                 "throughput advisory-http", "CPU"):
+    for line in (
+        "direct    p50",
+        "passthrough p50",
+        "advisory  p50",
+        "gate      p50",
+        "decision  p50",
+        "advisory-sdk p50",
+        "gate-sdk  p50",
+        "throughput advisory-raw",
+        "throughput gate-raw",
+        "throughput direct-raw",
+        "throughput advisory-sdk",
+        "throughput advisory",
+        "throughput passthrough",
+        "throughput passthrough-http",
+        "throughput advisory-http",
+        "CPU",
+    ):
         assert line in proc.stdout, proc.stdout
     if len(os.sched_getaffinity(0)) >= 2 and broker_pid:
         assert "placement: split: broker and worker" in proc.stdout, proc.stdout
         after = _thread_affinities(broker_pid)  # the broker has every CPU it had again
-        assert {tid: after[tid] for tid in before if tid in after} == {tid: cpus for tid, cpus in before.items() if tid in after}
+        assert {tid: after[tid] for tid in before if tid in after} == {
+            tid: cpus for tid, cpus in before.items() if tid in after
+        }

@@ -17,18 +17,19 @@ import json
 import re
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import msgspec
 import pytest
 
+from harness import REPO, encode_all, produce, write_config
 from schemas import MAX_EVENT_BYTES
 from schemas.events import CompactionRetried, RunEnded, ToolCallCompleted, ToolCallRequested
-from harness import REPO, encode_all, produce, write_config
 from streams.edge.events import run_ended_event
 from streams.engine import engine_for, state_key
-from streams.ops.scrape import Snapshot, scrape
 from streams.offline.scenarios import run_events
+from streams.ops.scrape import Snapshot, scrape
 
 pytestmark = pytest.mark.kafka
 
@@ -126,15 +127,42 @@ def malformed_records(run_key: bytes) -> list[tuple[bytes | None, bytes, str]]:
     """One record per dead-letter reason of docs/metrics.md: (key, value, reason)."""
     return [
         (run_key, b"{not json", "invalid_json"),
-        (run_key, json.dumps({"type": "tool_call.requested", "event_id": "bad-1", "run_id": "x",
-                              "tool_name": "read", "args_hash": "nothex"}).encode(), "invalid_event"),
-        (run_key, json.dumps({"type": "tool_call.exploded", "event_id": "bad-2", "run_id": "x"}).encode(), "unknown_type"),
-        (run_key, json.dumps({"type": "run.ended", "event_id": "bad-3", "run_id": "x",
-                              "reason": "y" * (MAX_EVENT_BYTES + 10)}).encode(), "oversized"),
+        (
+            run_key,
+            json.dumps(
+                {
+                    "type": "tool_call.requested",
+                    "event_id": "bad-1",
+                    "run_id": "x",
+                    "tool_name": "read",
+                    "args_hash": "nothex",
+                }
+            ).encode(),
+            "invalid_event",
+        ),
+        (
+            run_key,
+            json.dumps({"type": "tool_call.exploded", "event_id": "bad-2", "run_id": "x"}).encode(),
+            "unknown_type",
+        ),
+        (
+            run_key,
+            json.dumps(
+                {"type": "run.ended", "event_id": "bad-3", "run_id": "x", "reason": "y" * (MAX_EVENT_BYTES + 10)}
+            ).encode(),
+            "oversized",
+        ),
         (None, json.dumps({"type": "run.ended", "event_id": "bad-4"}).encode(), "missing_key"),
-        (b"another-run", json.dumps({"type": "run.ended", "event_id": "bad-5", "run_id": "x"}).encode(), "key_mismatch"),
-        (run_key, json.dumps({"type": "run.ended", "v": 2, "event_id": "bad-6", "run_id": "x"}).encode(),
-         "unsupported_version"),
+        (
+            b"another-run",
+            json.dumps({"type": "run.ended", "event_id": "bad-5", "run_id": "x"}).encode(),
+            "key_mismatch",
+        ),
+        (
+            run_key,
+            json.dumps({"type": "run.ended", "v": 2, "event_id": "bad-6", "run_id": "x"}).encode(),
+            "unsupported_version",
+        ),
     ]
 
 
@@ -153,7 +181,9 @@ async def until(port: int, check: Callable[[Snapshot], bool], what: str, timeout
                 return snap
         if time.monotonic() > deadline:
             relevant = "\n".join(
-                f"  {s.name}{s.labels} {s.value}" for s in (last.samples if last else []) if s.name.startswith("loopwatch_")
+                f"  {s.name}{s.labels} {s.value}"
+                for s in (last.samples if last else [])
+                if s.name.startswith("loopwatch_")
             )
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}; last scrape:\n{relevant}")
         await asyncio.sleep(0.2)
@@ -194,7 +224,9 @@ async def test_every_metric_of_the_contract_moves(lw):
 
     base = await until(port, started, "loopwatch_ready == 1 and consumer lag for the 4 partitions")
     for name, entry in spec.items():
-        assert base.declared(name) == entry["type"], f"{name}: declared as {base.declared(name)}, contract says {entry['type']}"
+        assert base.declared(name) == entry["type"], (
+            f"{name}: declared as {base.declared(name)}, contract says {entry['type']}"
+        )
     assert base.value("loopwatch_table_recovery_in_progress") == 0 and base.has("loopwatch_table_recovery_in_progress")
     assert base.has("loopwatch_runs_tracked") and base.value("loopwatch_runs_tracked") == 0
     assert base.has("loopwatch_guard_armings_total")
@@ -228,14 +260,20 @@ async def test_every_metric_of_the_contract_moves(lw):
     for detector in ("known_poll_no_progress", "ping_pong", "unknown_tool_repeat"):
         assert decisions[(detector, "critical", "block")] >= 1, f"no {detector} block counted: {decisions}"
     assert any(action == "allow" and level == "warning" for _, level, action in decisions), (
-        "bucket-suppressed warnings are decisions with action allow, level warning")
+        "bucket-suppressed warnings are decisions with action allow, level warning"
+    )
 
     # detections carry the tool; warning suppression and the abort are counted
     detections = delta(loops, base, "loopwatch_loop_detections_total", "detector", "level", "tool")
     assert detections == as_float_counter(expected.detections)
     tools = {(d, t) for d, _, t in detections}
-    for seen in [("generic_repeat", "web_search"), ("known_poll_no_progress", "process"), ("ping_pong", "read"),
-                 ("ping_pong", "list"), ("unknown_tool_repeat", "browser")]:
+    for seen in [
+        ("generic_repeat", "web_search"),
+        ("known_poll_no_progress", "process"),
+        ("ping_pong", "read"),
+        ("ping_pong", "list"),
+        ("unknown_tool_repeat", "browser"),
+    ]:
         assert seen in tools, f"no detection {seen}: {sorted(tools)}"
     suppressed = delta(loops, base, "loopwatch_warnings_suppressed_total", "detector")
     assert suppressed == as_float_counter(expected.suppressed)
@@ -246,7 +284,9 @@ async def test_every_metric_of_the_contract_moves(lw):
     assert armings == expected.armings == 1
 
     # decision latency: one observation per published decision, in the documented buckets
-    n_obs = loops.value("loopwatch_decision_latency_seconds_count") - base.value("loopwatch_decision_latency_seconds_count")
+    n_obs = loops.value("loopwatch_decision_latency_seconds_count") - base.value(
+        "loopwatch_decision_latency_seconds_count"
+    )
     assert n_obs == expected.latency_observations > 0
     buckets = loops.buckets("loopwatch_decision_latency_seconds")
     les = [le for le, _ in buckets]
@@ -263,31 +303,41 @@ async def test_every_metric_of_the_contract_moves(lw):
     await produce(lw.broker, lw.names.tool_calls, [(k, v) for k, v, _ in bad])
     want_dead = Counter({reason: 1.0 for _, _, reason in bad})
     dead = await until(
-        port, lambda s: delta(s, loops, "loopwatch_dead_letters_total", "reason") == want_dead,
+        port,
+        lambda s: delta(s, loops, "loopwatch_dead_letters_total", "reason") == want_dead,
         f"dead letters {dict(want_dead)}",
     )
     # processing_error is the worker's own failure, not something a malformed record causes;
     # bad_signature needs signed events switched on (counted in test_secure_kafka.py).
     documented = spec["loopwatch_dead_letters_total"]["labels"]["reason"] - {"processing_error", "bad_signature"}
     assert set(want_dead) == documented, "one record per documented input reason"
-    assert delta(dead, loops, "loopwatch_events_consumed_total", "type") == Counter(), "malformed records are not events"
+    assert delta(dead, loops, "loopwatch_events_consumed_total", "type") == Counter(), (
+        "malformed records are not events"
+    )
 
     # -- run.ended: runs_tracked back to zero -------------------------------------------------
-    ends = stamped([
-        run_ended_event(f"{run_id}:end", reason="completed", run_id=run_id,
-                        session_key=f"agent:main:{run_id}", agent_id="main")
-        for run_id in runs.values()
-    ])
+    ends = stamped(
+        [
+            run_ended_event(
+                f"{run_id}:end", reason="completed", run_id=run_id, session_key=f"agent:main:{run_id}", agent_id="main"
+            )
+            for run_id in runs.values()
+        ]
+    )
     expected.feed(ends)
     await produce(lw.broker, lw.names.tool_calls, encode_all(ends))
-    ended = await until(port, lambda s: s.value("loopwatch_runs_tracked") == 0, "runs_tracked back to 0 after run.ended")
+    ended = await until(
+        port, lambda s: s.value("loopwatch_runs_tracked") == 0, "runs_tracked back to 0 after run.ended"
+    )
     assert delta(ended, dead, "loopwatch_events_consumed_total", "type") == Counter({"run.ended": float(len(runs))})
 
     # -- lag: one series per partition of tool-calls, back to zero once all is committed ------
     final = await until(
         port,
-        lambda s: s.labels("loopwatch_consumer_lag_records", "partition") == {"0", "1", "2", "3"}
-        and s.value("loopwatch_consumer_lag_records") == 0,
+        lambda s: (
+            s.labels("loopwatch_consumer_lag_records", "partition") == {"0", "1", "2", "3"}
+            and s.value("loopwatch_consumer_lag_records") == 0
+        ),
         "consumer lag 0 on partitions 0-3 after everything was processed",
     )
     assert final.value("loopwatch_ready") == 1
@@ -322,9 +372,20 @@ async def test_every_metric_of_the_contract_moves(lw):
             if value in forbidden or tag in value or re.search(r"[0-9a-f]{16,}", value):
                 problems.append(f"{s.name}: {label}={value!r} carries a run id, session key, event id or hash")
     assert not problems, "\n".join(problems)
-    detectors = final.labels("loopwatch_decisions_total", "detector") | final.labels("loopwatch_loop_detections_total", "detector")
+    detectors = final.labels("loopwatch_decisions_total", "detector") | final.labels(
+        "loopwatch_loop_detections_total", "detector"
+    )
     assert all(re.fullmatch(r"[a-z_]+", d) for d in detectors), detectors
-    assert final.labels("loopwatch_loop_detections_total", "tool") <= {"web_search", "process", "read", "list", "browser", "gateway", "exec", "write"}
+    assert final.labels("loopwatch_loop_detections_total", "tool") <= {
+        "web_search",
+        "process",
+        "read",
+        "list",
+        "browser",
+        "gateway",
+        "exec",
+        "write",
+    }
 
 
 async def test_documented_label_values_are_exported_at_zero(lw):
@@ -345,7 +406,7 @@ async def test_documented_label_values_are_exported_at_zero(lw):
         labels = entry["labels"]
         if entry["type"] != "counter" or len(labels) != 1:
             continue
-        (label, values), = labels.items()
+        ((label, values),) = labels.items()
         if values is None:
             if name == "loopwatch_processing_errors_total" and not snap.has(name):
                 missing.append(f"{name}{{{label}=...}} (no series at all)")

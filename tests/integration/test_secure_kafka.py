@@ -27,19 +27,27 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import GroupAuthorizationFailedError, TopicAuthorizationFailedError
-
 from kube import ChartPod
 from node_runner import NodeRunner, assert_blocked_calls_completed_at_once, node_calls, plain
+
+from harness import (
+    REPO,
+    WorkerNames,
+    WorkerProcess,
+    collect,
+    encode_all,
+    header,
+    produce,
+    reference_verdicts,
+    wait_http_ok,
+)
 from schemas import decode_event, decode_verdict, encode_event, encode_verdict
 from schemas.events import RunEnded
 from schemas.signing import SigningKey
 from schemas.verdicts import Decision, RunAborted
-from harness import (
-    REPO, WorkerNames, WorkerProcess, collect, encode_all, header, produce, reference_verdicts, wait_http_ok,
-)
 from streams.app.reload import load_engine
-from streams.edge.broker import redact_sasl_exchanges
 from streams.client import BrokerAccessError, LoopBlocked, LoopwatchClient, RunAbortedError
+from streams.edge.broker import redact_sasl_exchanges
 from streams.edge.events import requested_event
 from streams.offline.scenarios import scenario_calls
 
@@ -56,9 +64,9 @@ BILLING = SigningKey("billing-2025-01", "billing", secrets.token_bytes(32))
 
 
 def key_file(*keys: SigningKey) -> bytes:
-    return json.dumps([
-        {"key_id": k.key_id, "agent_id": k.agent_id, "secret": base64.b64encode(k.secret).decode()} for k in keys
-    ]).encode()
+    return json.dumps(
+        [{"key_id": k.key_id, "agent_id": k.agent_id, "secret": base64.b64encode(k.secret).decode()} for k in keys]
+    ).encode()
 
 
 class Secured:
@@ -74,15 +82,26 @@ class Secured:
         """Agent main's key the worker accepts now (the rotation test moves it on)."""
 
     def chart_pod(self, root: Path, *, password: str | None = None, ca: bytes | None = None) -> ChartPod:
-        return ChartPod(VALUES, root, set_values=[f"kafka.bootstrapServers={self.kafka.bootstrap}"], secrets={
-            "loopwatch-kafka-ca": {"ca.crt": ca or self.kafka.cafile.read_bytes()},
-            "loopwatch-kafka-sasl": {"password": (password or self.kafka.password("loopwatch")).encode()},
-            SIGNING: {"main.json": key_file(MAIN), "billing.json": key_file(BILLING)},
-        })
+        return ChartPod(
+            VALUES,
+            root,
+            set_values=[f"kafka.bootstrapServers={self.kafka.bootstrap}"],
+            secrets={
+                "loopwatch-kafka-ca": {"ca.crt": ca or self.kafka.cafile.read_bytes()},
+                "loopwatch-kafka-sasl": {"password": (password or self.kafka.password("loopwatch")).encode()},
+                SIGNING: {"main.json": key_file(MAIN), "billing.json": key_file(BILLING)},
+            },
+        )
 
     def start_worker(self, pod: ChartPod, label: str, loglevel: str = "info") -> WorkerProcess:
-        return WorkerProcess(self.kafka.bootstrap, WorkerNames(prefix="lwsec"), env=pod.environment(),
-                             log_dir=self.root / "logs", label=label, loglevel=loglevel).start()
+        return WorkerProcess(
+            self.kafka.bootstrap,
+            WorkerNames(prefix="lwsec"),
+            env=pod.environment(),
+            log_dir=self.root / "logs",
+            label=label,
+            loglevel=loglevel,
+        ).start()
 
     @property
     def admin(self) -> dict:
@@ -172,10 +191,14 @@ def by_id(records) -> dict:
 
 async def test_worker_and_client_over_tls_and_scram_decide_as_on_the_plain_broker(secured, lw):
     kafka = secured.kafka
-    runs = {f"sec-{kind}-{secured.tag}": kind for kind in ("generic_repeat", "ping_pong", "polling_loop", "post_compaction", "healthy")}
+    runs = {
+        f"sec-{kind}-{secured.tag}": kind
+        for kind in ("generic_repeat", "ping_pong", "polling_loop", "post_compaction", "healthy")
+    }
     received, handles, published_n = {}, {}, 0
-    async with LoopwatchClient(kafka.bootstrap, mode="gate", timeout=15, signing_key=MAIN,
-                               **kafka.client_options("runner")) as client:
+    async with LoopwatchClient(
+        kafka.bootstrap, mode="gate", timeout=15, signing_key=MAIN, **kafka.client_options("runner")
+    ) as client:
         for run_id, kind in runs.items():
             decisions, handles[run_id], n = await drive(client, kind, run_id)
             received.update((d.verdict_id, d) for d in decisions)
@@ -195,7 +218,9 @@ async def test_worker_and_client_over_tls_and_scram_decide_as_on_the_plain_broke
     assert received == {v.verdict_id: v for v in expected if isinstance(v, Decision)}
     assert {"block"} <= {d.action for d in received.values()}
     aborted = {run_id for run_id, handle in handles.items() if handle.aborted is not None}
-    assert aborted == {v.run_id for v in expected if isinstance(v, RunAborted)} == {f"sec-post_compaction-{secured.tag}"}
+    assert (
+        aborted == {v.run_id for v in expected if isinstance(v, RunAborted)} == {f"sec-post_compaction-{secured.tag}"}
+    )
 
     # 2. The secured worker's verdicts on the topic are the plain broker's for the same events.
     secure = by_id(await secured.read("loop-verdicts", lambda rs: expected_ids <= set(by_id(rs))))
@@ -228,16 +253,33 @@ async def test_a_runner_cannot_forge_verdicts_and_nobody_but_runners_writes_hist
     def as_user(user):
         return {"bootstrap": kafka.bootstrap, **kafka.client_options(user)}
 
-    forged = Decision(verdict_id=f"forged-{secured.tag}/decision", cause_event_id=f"forged-{secured.tag}",
-                      run_id="victim", tool_name="read", args_hash="read:" + "0" * 64, action="block",
-                      level="critical", detector="generic_repeat", count=99, message="forged", notify_model=True)
-    for user, topic in [("runner", "loop-verdicts"), ("runner", "tool-calls-dlq"), ("outsider", "loop-verdicts"),
-                        ("outsider", "tool-calls"), ("loopwatch", "tool-calls")]:
+    forged = Decision(
+        verdict_id=f"forged-{secured.tag}/decision",
+        cause_event_id=f"forged-{secured.tag}",
+        run_id="victim",
+        tool_name="read",
+        args_hash="read:" + "0" * 64,
+        action="block",
+        level="critical",
+        detector="generic_repeat",
+        count=99,
+        message="forged",
+        notify_model=True,
+    )
+    for user, topic in [
+        ("runner", "loop-verdicts"),
+        ("runner", "tool-calls-dlq"),
+        ("outsider", "loop-verdicts"),
+        ("outsider", "tool-calls"),
+        ("loopwatch", "tool-calls"),
+    ]:
         error = await refused(as_user(user), topic, encode_verdict(forged))
         assert isinstance(error, TopicAuthorizationFailedError), f"{user} writing {topic}: {error!r}"
 
     # A runner may not read other runs' history, nor join the worker's group.
-    consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False, **kafka.client_options("runner"))
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=kafka.bootstrap, enable_auto_commit=False, **kafka.client_options("runner")
+    )
     await consumer.start()
     try:
         tp = TopicPartition("tool-calls", 0)
@@ -247,8 +289,9 @@ async def test_a_runner_cannot_forge_verdicts_and_nobody_but_runners_writes_hist
             await asyncio.wait_for(consumer.getmany(timeout_ms=2000), 30)
     finally:
         await consumer.stop()
-    consumer = AIOKafkaConsumer("loop-verdicts", group_id=APP_ID, bootstrap_servers=kafka.bootstrap,
-                                **kafka.client_options("runner"))
+    consumer = AIOKafkaConsumer(
+        "loop-verdicts", group_id=APP_ID, bootstrap_servers=kafka.bootstrap, **kafka.client_options("runner")
+    )
     try:
         with pytest.raises(GroupAuthorizationFailedError):
             await consumer.start()
@@ -274,29 +317,48 @@ async def test_only_events_signed_by_their_agent_are_processed_and_keys_rotate(s
     n = iter(range(1000))
 
     def event(agent_id="main"):
-        return encode_event(requested_event(f"{run_id}:{next(n)}", "read", {"p": 1}, run_id=run_id, agent_id=agent_id,
-                                            session_key=f"agent:{agent_id}:{run_id}", gate=True))
+        return encode_event(
+            requested_event(
+                f"{run_id}:{next(n)}",
+                "read",
+                {"p": 1},
+                run_id=run_id,
+                agent_id=agent_id,
+                session_key=f"agent:{agent_id}:{run_id}",
+                gate=True,
+            )
+        )
 
     def forged_headers(value):  # main's key id, billing's secret
         return [MAIN.headers(value)[0], ("loopwatch.signature", BILLING.signature(value).encode())]
 
     async def publish(items):
-        await produce(kafka.bootstrap, "tool-calls", [(key, v, h) for v, h in items], client_options=kafka.client_options("runner"))
+        await produce(
+            kafka.bootstrap,
+            "tool-calls",
+            [(key, v, h) for v, h in items],
+            client_options=kafka.client_options("runner"),
+        )
 
     values = [event() for _ in range(2)] + [event("billing"), event(), event()]
-    await publish([
-        (values[0], MAIN.headers(values[0])),       # good
-        (values[1], None),                          # unsigned
-        (values[2], MAIN.headers(values[2])),       # main's key, billing's event
-        (values[3], forged_headers(values[3])),     # a signature made without main's secret
-        (values[4], MAIN.headers(values[4])),       # good: once its verdict is in, so is everything before
-    ])
+    await publish(
+        [
+            (values[0], MAIN.headers(values[0])),  # good
+            (values[1], None),  # unsigned
+            (values[2], MAIN.headers(values[2])),  # main's key, billing's event
+            (values[3], forged_headers(values[3])),  # a signature made without main's secret
+            (values[4], MAIN.headers(values[4])),  # good: once its verdict is in, so is everything before
+        ]
+    )
     ids = [decode_event(v).event_id for v in values]
     verdicts = by_id(await secured.read("loop-verdicts", lambda rs: f"{ids[4]}/decision" in by_id(rs)))
     assert {vid for vid in verdicts if vid.startswith(run_id)} == {f"{ids[0]}/decision", f"{ids[4]}/decision"}
     dead = await secured.read("tool-calls-dlq", lambda rs: sum(r.key == key for r in rs) >= 3)
-    assert [(decode_event(r.value).event_id, header(r, "loopwatch.reason"), header(r, "loopwatch.detail"))
-            for r in dead if r.key == key] == [
+    assert [
+        (decode_event(r.value).event_id, header(r, "loopwatch.reason"), header(r, "loopwatch.detail"))
+        for r in dead
+        if r.key == key
+    ] == [
         (ids[1], "bad_signature", "unsigned: no loopwatch.signature header"),
         (ids[2], "bad_signature", "key main-2025-01 belongs to agent 'main', the event names agent 'billing'"),
         (ids[3], "bad_signature", "the signature does not match the record (key main-2025-01)"),
@@ -327,7 +389,9 @@ async def test_only_events_signed_by_their_agent_are_processed_and_keys_rotate(s
     ids = [decode_event(v).event_id for v in retired]
     verdicts = by_id(await secured.read("loop-verdicts", lambda rs: f"{ids[1]}/decision" in by_id(rs)))
     assert f"{ids[0]}/decision" not in verdicts
-    dead = await secured.read("tool-calls-dlq", lambda rs: any(decode_event(r.value).event_id == ids[0] for r in rs if r.key == key))
+    dead = await secured.read(
+        "tool-calls-dlq", lambda rs: any(decode_event(r.value).event_id == ids[0] for r in rs if r.key == key)
+    )
     (letter,) = [r for r in dead if r.key == key and decode_event(r.value).event_id == ids[0]]
     assert header(letter, "loopwatch.detail") == "unknown key id 'main-2025-01'"
 
@@ -340,8 +404,26 @@ def other_ca(directory: Path) -> bytes:
     keytool = shutil.which("keytool") or "keytool"
     store = directory / "other-ca.p12"
     common = [keytool, "-storetype", "PKCS12", "-storepass", "changeit", "-keystore", str(store)]
-    subprocess.run(common + ["-genkeypair", "-alias", "ca", "-keyalg", "EC", "-groupname", "secp256r1",
-                             "-dname", "CN=some other CA", "-ext", "bc:c", "-validity", "30"], check=True, capture_output=True)
+    subprocess.run(
+        common
+        + [
+            "-genkeypair",
+            "-alias",
+            "ca",
+            "-keyalg",
+            "EC",
+            "-groupname",
+            "secp256r1",
+            "-dname",
+            "CN=some other CA",
+            "-ext",
+            "bc:c",
+            "-validity",
+            "30",
+        ],
+        check=True,
+        capture_output=True,
+    )
     out = subprocess.run(common + ["-exportcert", "-alias", "ca", "-rfc"], check=True, capture_output=True)
     return out.stdout
 
@@ -358,7 +440,9 @@ def assert_stops_with_one_line(worker: WorkerProcess, line: str) -> None:
 
 
 @pytest.mark.parametrize("case", ["wrong-password", "untrusted-certificate"])
-async def test_refused_credentials_and_untrusted_certificates_stop_worker_and_client_with_one_line(secured, tmp_path, case):
+async def test_refused_credentials_and_untrusted_certificates_stop_worker_and_client_with_one_line(
+    secured, tmp_path, case
+):
     kafka = secured.kafka
     if case == "wrong-password":
         pod = secured.chart_pod(tmp_path / "pod", password="not-the-password")
@@ -368,13 +452,16 @@ async def test_refused_credentials_and_untrusted_certificates_stop_worker_and_cl
         ca = other_ca(tmp_path)
         pod = secured.chart_pod(tmp_path / "pod", ca=ca)
         (tmp_path / "other-ca.crt").write_bytes(ca)
-        reason = ("TLS: the broker's certificate is not trusted (self-signed certificate in certificate chain);"
-                  " is the CA file the one that signed the brokers' certificates?")
+        reason = (
+            "TLS: the broker's certificate is not trusted (self-signed certificate in certificate chain);"
+            " is the CA file the one that signed the brokers' certificates?"
+        )
         options = kafka.client_options("runner", cafile=tmp_path / "other-ca.crt")
 
-    assert_stops_with_one_line(secured.start_worker(pod, f"worker-{case}"),
-                               f"loopwatch worker: cannot use the Kafka cluster: {kafka.bootstrap}: "
-                               f"{reason.format(user='loopwatch')}")
+    assert_stops_with_one_line(
+        secured.start_worker(pod, f"worker-{case}"),
+        f"loopwatch worker: cannot use the Kafka cluster: {kafka.bootstrap}: {reason.format(user='loopwatch')}",
+    )
 
     with pytest.raises(BrokerAccessError) as info:
         async with LoopwatchClient(kafka.bootstrap, **options):
@@ -409,13 +496,23 @@ async def test_aiokafka_debug_logs_of_a_sasl_plain_exchange_carry_no_password(se
 # -- the Node runner (clients/typescript) over TLS + SCRAM, signing its events ----------------------
 
 
-def node_kafka(kafka, directory: Path, key: SigningKey | None = None, *, user: str = "runner",
-               password: str | None = None, cafile: Path | None = None) -> tuple[dict, dict]:
+def node_kafka(
+    kafka,
+    directory: Path,
+    key: SigningKey | None = None,
+    *,
+    user: str = "runner",
+    password: str | None = None,
+    cafile: Path | None = None,
+) -> tuple[dict, dict]:
     """The plugin config a Node runner of ``user`` uses on the secured broker (the CA file,
     SCRAM-SHA-512, the password from the environment, ``key`` in a key file of the workers'
     format), and that environment."""
-    config: dict = {"brokers": [kafka.bootstrap], "tls": {"caFile": str(cafile or kafka.cafile)},
-                    "sasl": {"mechanism": "SCRAM-SHA-512", "username": user, "passwordEnv": "LW_KAFKA_PASSWORD"}}
+    config: dict = {
+        "brokers": [kafka.bootstrap],
+        "tls": {"caFile": str(cafile or kafka.cafile)},
+        "sasl": {"mechanism": "SCRAM-SHA-512", "username": user, "passwordEnv": "LW_KAFKA_PASSWORD"},
+    }
     if key is not None:
         path = directory / f"{key.key_id}.json"
         path.write_bytes(key_file(key))
@@ -423,7 +520,9 @@ def node_kafka(kafka, directory: Path, key: SigningKey | None = None, *, user: s
     return config, {"LW_KAFKA_PASSWORD": kafka.password(user) if password is None else password}
 
 
-async def run_node(node: str, scenario: str, plan: dict, env: dict, *, expect: int | None = None) -> tuple[list, NodeRunner]:
+async def run_node(
+    node: str, scenario: str, plan: dict, env: dict, *, expect: int | None = None
+) -> tuple[list, NodeRunner]:
     """Drive a Node runner's client scenario to its end; ``expect``: the advisory verdicts to wait for."""
     runner = await NodeRunner.start(node, scenario, plan, env=env)
     try:
@@ -445,15 +544,25 @@ async def test_node_runner_over_tls_and_scram_signing_its_events_is_blocked_by_l
     key = secured.main_key
     config, env = node_kafka(kafka, tmp_path, key)
     tag = f"node-{secured.tag}"
-    runs = [{"runId": f"{tag}-{kind}", "sessionKey": f"agent:main:{tag}-{kind}", "sessionId": None, "mode": "gate",
-             "calls": node_calls(kind, 3)} for kind in ("generic_repeat", "post_compaction")]
+    runs = [
+        {
+            "runId": f"{tag}-{kind}",
+            "sessionKey": f"agent:main:{tag}-{kind}",
+            "sessionId": None,
+            "mode": "gate",
+            "calls": node_calls(kind, 3),
+        }
+        for kind in ("generic_repeat", "post_compaction")
+    ]
     reports, runner = await run_node(node, "client", {"kafka": config, "runs": runs}, env)
     loop, compacted = reports
 
     run_ids = {r["runId"] for r in runs}
 
     def ended(records):  # the runner ends both runs last
-        return sum(r.key.decode() in run_ids and isinstance(decode_event(r.value), RunEnded) for r in records) == len(run_ids)
+        return sum(r.key.decode() in run_ids and isinstance(decode_event(r.value), RunEnded) for r in records) == len(
+            run_ids
+        )
 
     records = [r for r in await secured.read("tool-calls", ended) if r.key.decode() in run_ids]
     # Every record carries the Node client's signature, the one schemas.signing makes of its bytes.
@@ -465,7 +574,9 @@ async def test_node_runner_over_tls_and_scram_signing_its_events_is_blocked_by_l
     # surviving the compaction aborts its run, and the blocked calls were completed at once.
     got = {d["verdict_id"]: d for report in reports for d in report["decisions"]}
     assert got == {v.verdict_id: plain(v) for v in expected if isinstance(v, Decision)}
-    assert loop["blockedCalls"] and {d["detector"] for d in loop["decisions"] if d["action"] == "block"} == {"generic_repeat"}
+    assert loop["blockedCalls"] and {d["detector"] for d in loop["decisions"] if d["action"] == "block"} == {
+        "generic_repeat"
+    }
     assert compacted["abortError"]["name"] == "PostCompactionLoopPersistedError"
     assert compacted["aborted"] == plain(next(v for v in expected if isinstance(v, RunAborted)))
     blocked = {d["cause_event_id"] for d in got.values() if d["action"] == "block"}
@@ -485,8 +596,15 @@ async def test_node_runner_signing_with_another_agents_key_is_dead_lettered(secu
     forged = SigningKey(BILLING.key_id, "main", BILLING.secret)
     config, env = node_kafka(kafka, tmp_path, forged)
     run_id = f"node-forged-{secured.tag}"
-    runs = [{"runId": run_id, "sessionKey": f"agent:main:{run_id}", "sessionId": None, "mode": "advisory",
-             "calls": node_calls("generic_repeat", 4, length=6)}]
+    runs = [
+        {
+            "runId": run_id,
+            "sessionKey": f"agent:main:{run_id}",
+            "sessionId": None,
+            "mode": "advisory",
+            "calls": node_calls("generic_repeat", 4, length=6),
+        }
+    ]
     await run_node(node, "client", {"kafka": config, "runs": runs}, env, expect=0)
 
     published = 6 * 2 + 1  # six calls, each requested and completed, and the run's end
@@ -495,7 +613,8 @@ async def test_node_runner_signing_with_another_agents_key_is_dead_lettered(secu
     assert len(letters) == published
     # (the signature matched: the worker named the key's agent, which only its secret proves)
     assert {(header(r, "loopwatch.reason"), header(r, "loopwatch.detail")) for r in letters} == {
-        ("bad_signature", f"key {BILLING.key_id} belongs to agent 'billing', the event names agent 'main'")}
+        ("bad_signature", f"key {BILLING.key_id} belongs to agent 'billing', the event names agent 'main'")
+    }
     verdicts = await secured.read("loop-verdicts", lambda rs: False, timeout=2)
     assert not [v for v in by_id(verdicts).values() if v.run_id == run_id]
 
@@ -509,12 +628,16 @@ async def test_node_client_refused_by_the_broker_fails_at_once_with_one_line(sec
     elif case == "untrusted-certificate":
         (tmp_path / "other-ca.crt").write_bytes(other_ca(tmp_path))
         config, env = node_kafka(kafka, tmp_path, cafile=tmp_path / "other-ca.crt")
-        reason = ("TLS: the broker's certificate is not trusted (self-signed certificate in certificate chain);"
-                  " is the CA file the one that signed the brokers' certificates?")
+        reason = (
+            "TLS: the broker's certificate is not trusted (self-signed certificate in certificate chain);"
+            " is the CA file the one that signed the brokers' certificates?"
+        )
     else:
         config, env = node_kafka(kafka, tmp_path, user="outsider")
-        reason = ('not authorized (TOPIC_AUTHORIZATION_FAILED); the runner\'s principal needs the ACLs of README'
-                  ' "Securing Kafka" (groupIdPrefix names the consumer group)')
+        reason = (
+            "not authorized (TOPIC_AUTHORIZATION_FAILED); the runner's principal needs the ACLs of README"
+            ' "Securing Kafka" (groupIdPrefix names the consumer group)'
+        )
     runner = await NodeRunner.start(node, "start", {"kafka": config}, env=env)
     try:
         report = await runner.read("start")
@@ -523,15 +646,24 @@ async def test_node_client_refused_by_the_broker_fails_at_once_with_one_line(sec
         runner.kill()
     # the same line as the Python client's BrokerAccessError (test above): the reason, not the
     # deadline's "could not reach Kafka" after retrying for 30 s
-    assert (report["ok"], report["name"], report["message"]) == (False, "BrokerAccessError", f"{kafka.bootstrap}: {reason}")
+    assert (report["ok"], report["name"], report["message"]) == (
+        False,
+        "BrokerAccessError",
+        f"{kafka.bootstrap}: {reason}",
+    )
 
 
 # -- no secret anywhere --------------------------------------------------------------------------
 
 
 def encodings(secret: bytes) -> set[bytes]:
-    return {secret, secret.hex().encode(), base64.b64encode(secret), base64.urlsafe_b64encode(secret),
-            base64.b64encode(secret).rstrip(b"=")}
+    return {
+        secret,
+        secret.hex().encode(),
+        base64.b64encode(secret),
+        base64.urlsafe_b64encode(secret),
+        base64.b64encode(secret).rstrip(b"="),
+    }
 
 
 async def test_no_password_or_signing_key_in_logs_metrics_topics_or_state(secured, caplog):
@@ -541,16 +673,24 @@ async def test_no_password_or_signing_key_in_logs_metrics_topics_or_state(secure
     kafka = secured.kafka
     run_id = f"secrets-{secured.tag}"
     with caplog.at_level(logging.DEBUG):
-        async with LoopwatchClient(kafka.bootstrap, mode="gate", timeout=15, signing_key=secured.main_key,
-                                   **kafka.client_options("runner")) as client:
+        async with LoopwatchClient(
+            kafka.bootstrap, mode="gate", timeout=15, signing_key=secured.main_key, **kafka.client_options("runner")
+        ) as client:
             decisions, _, _ = await drive(client, "generic_repeat", run_id, length=24, end=False)
     assert "block" in {d.action for d in decisions}
     # The run's state reaches the changelog (it is kept: the run did not end).
-    changelog = await secured.read(f"{APP_ID}-runs-changelog", lambda rs: any(r.key == f"run:{run_id}".encode() for r in rs))
+    changelog = await secured.read(
+        f"{APP_ID}-runs-changelog", lambda rs: any(r.key == f"run:{run_id}".encode() for r in rs)
+    )
     assert any(r.key == f"run:{run_id}".encode() for r in changelog)
-    wait_http_ok(f"http://127.0.0.1:{secured.worker.metrics_port}/metrics", secured.worker.proc, what="metrics", timeout=30)
+    wait_http_ok(
+        f"http://127.0.0.1:{secured.worker.metrics_port}/metrics", secured.worker.proc, what="metrics", timeout=30
+    )
 
-    needles = {f"{user} password": encodings(kafka.password(user).encode()) for user in ("admin", "loopwatch", "runner", "outsider")}
+    needles = {
+        f"{user} password": encodings(kafka.password(user).encode())
+        for user in ("admin", "loopwatch", "runner", "outsider")
+    }
     needles.update({f"signing key {k.key_id}": encodings(k.secret) for k in (MAIN, MAIN_NEXT, BILLING)})
     haystacks: dict[str, bytes] = {
         "worker log": secured.worker.log_path.read_bytes(),
@@ -566,24 +706,41 @@ async def test_no_password_or_signing_key_in_logs_metrics_topics_or_state(secure
     assert state_files, "the worker wrote no state"
     haystacks.update({f"state file {p}": p.read_bytes() for p in state_files})
     broker_state = kafka.secrets_dir.parent
-    haystacks.update({f"broker {name}": (broker_state / name).read_bytes()
-                      for name in ("broker.log", "broker.out") if (broker_state / name).exists()})
+    haystacks.update(
+        {
+            f"broker {name}": (broker_state / name).read_bytes()
+            for name in ("broker.log", "broker.out")
+            if (broker_state / name).exists()
+        }
+    )
 
-    leaks = [f"{what} in {where}" for what, forms in needles.items() for where, text in haystacks.items()
-             if any(form in text for form in forms)]
+    leaks = [
+        f"{what} in {where}"
+        for what, forms in needles.items()
+        for where, text in haystacks.items()
+        if any(form in text for form in forms)
+    ]
     assert leaks == []
 
 
 async def test_a_tls_worker_or_client_at_a_plaintext_listener_is_told_it_does_not_speak_tls(kafka_broker, tmp_path):
     # Issue 26: before, "no broker answers ()".  The plain broker's listener reads the TLS
     # ClientHello as a Kafka request and drops the connection during the handshake.
-    reason = ("the listener did not speak TLS: it closed the connection during the TLS handshake; is it a PLAINTEXT "
-              "listener (check the port and the security protocol)?")
-    worker = WorkerProcess(kafka_broker, WorkerNames(prefix="lwtls"), env={"LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "SSL"},
-                           log_dir=tmp_path, label="tls-at-plaintext").start()
+    reason = (
+        "the listener did not speak TLS: it closed the connection during the TLS handshake; is it a PLAINTEXT "
+        "listener (check the port and the security protocol)?"
+    )
+    worker = WorkerProcess(
+        kafka_broker,
+        WorkerNames(prefix="lwtls"),
+        env={"LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "SSL"},
+        log_dir=tmp_path,
+        label="tls-at-plaintext",
+    ).start()
     assert_stops_with_one_line(worker, f"loopwatch worker: cannot use the Kafka cluster: {kafka_broker}: {reason}")
     with pytest.raises(BrokerAccessError) as info:
-        async with LoopwatchClient(kafka_broker, security_protocol="SSL", ssl_context=ssl.create_default_context(),
-                                   timeout=10):
+        async with LoopwatchClient(
+            kafka_broker, security_protocol="SSL", ssl_context=ssl.create_default_context(), timeout=10
+        ):
             pass
     assert str(info.value) == f"{kafka_broker}: {reason}"

@@ -14,7 +14,17 @@ import time
 
 import pytest
 
-from harness import collect, collect_verdicts, dedupe, encode_all, group_lag, header, produce, reference_verdicts, write_config
+from harness import (
+    collect,
+    collect_verdicts,
+    dedupe,
+    encode_all,
+    group_lag,
+    header,
+    produce,
+    reference_verdicts,
+    write_config,
+)
 from schemas.verdicts import decode_verdict
 from streams.client import LoopBlocked
 from streams.edge.events import completed_event, requested_event, run_ended_event
@@ -94,12 +104,15 @@ async def test_shadow_verdicts_never_reach_a_runner_client(lw):
     got = [decode_verdict(r.value) for r in shadow if r.key == f"run:{tag}-trial".encode()]
     # (a gated call's decision is published even when it allows: 10 + 9 of them)
     assert [getattr(v, "action", "abort") for v in got] == (
-        ["allow"] * 10 + ["warn"] + ["allow"] * 9 + ["block", "abort", "block", "block", "block", "block"])
+        ["allow"] * 10 + ["warn"] + ["allow"] * 9 + ["block", "abort", "block", "block", "block", "block"]
+    )
     assert [v.verdict_id for v in got][:25] == [f"{d.cause_event_id}/decision" for d in trial][:20] + [
-        f"{trial[20].cause_event_id}/decision", f"{trial[20].cause_event_id}/abort"] + [
-        f"{d.cause_event_id}/decision" for d in trial[21:24]]
-    quiet_shadow = [getattr(decode_verdict(r.value), "action", "abort") for r in shadow
-                    if r.key == f"run:{tag}-quiet".encode()]
+        f"{trial[20].cause_event_id}/decision",
+        f"{trial[20].cause_event_id}/abort",
+    ] + [f"{d.cause_event_id}/decision" for d in trial[21:24]]
+    quiet_shadow = [
+        getattr(decode_verdict(r.value), "action", "abort") for r in shadow if r.key == f"run:{tag}-quiet".encode()
+    ]
     assert quiet_shadow == ["warn", "block", "abort", "block", "block", "block", "block"]
     # Nothing of it went to loop-verdicts.
     live = await collect(lw.broker, lw.names.verdicts, until=lambda rs: False, timeout=3)
@@ -114,10 +127,16 @@ def repeat(run_id: str, calls: range, now_ms: int) -> list:
     fields = dict(run_id=run_id, session_key=f"agent:main:{run_id}", agent_id="main")
     events = []
     for i in calls:
-        events.append(requested_event(f"{run_id}:{i}", "read", {"p": 1}, tool_call_id=f"c{i}", gate=True,
-                                      ts_ms=now_ms + i, **fields))
-        events.append(completed_event(f"{run_id}:{i}:done", "read", {"p": 1}, result=SAME, tool_call_id=f"c{i}",
-                                      ts_ms=now_ms + i, **fields))
+        events.append(
+            requested_event(
+                f"{run_id}:{i}", "read", {"p": 1}, tool_call_id=f"c{i}", gate=True, ts_ms=now_ms + i, **fields
+            )
+        )
+        events.append(
+            completed_event(
+                f"{run_id}:{i}:done", "read", {"p": 1}, result=SAME, tool_call_id=f"c{i}", ts_ms=now_ms + i, **fields
+            )
+        )
     return events
 
 
@@ -133,8 +152,17 @@ async def test_a_candidate_config_survives_a_kill_9_like_the_live_state(lw):
     runs = [f"{lw.names.tag}-r{n}" for n in range(10)]
     before = [e for run in runs for e in repeat(run, range(6), now)]
     after = [e for run in runs for e in repeat(run, range(6, 12), now)]
-    ended = [run_ended_event(f"{run}:end", reason="completed", run_id=run, session_key=f"agent:main:{run}",
-                             agent_id="main", ts_ms=now + 20) for run in runs]
+    ended = [
+        run_ended_event(
+            f"{run}:end",
+            reason="completed",
+            run_id=run,
+            session_key=f"agent:main:{run}",
+            agent_id="main",
+            ts_ms=now + 20,
+        )
+        for run in runs
+    ]
     await produce(lw.broker, lw.names.tool_calls, encode_all(before))
     await collect_verdicts(lw.broker, lw.names.verdicts, [f"{run}:5/decision" for run in runs])
     await all_committed(lw)  # a checkpoint stored both states of every run
@@ -170,8 +198,11 @@ async def test_a_worker_restarted_with_a_broken_candidate_starts_and_enforces_it
     # is ready, serves verdicts from the live config, and says it refused the candidate (one
     # log line, the gauge behind LoopwatchConfigRefused); a fixed file is applied without a restart.
     live_config = config_file(lw, ENABLED)
-    candidate_config = config_file(lw, {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 30,
-                                                                     "criticalThreshold": 20}}}, "candidate.json")
+    candidate_config = config_file(
+        lw,
+        {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 30, "criticalThreshold": 20}}},
+        "candidate.json",
+    )
     worker = lw.worker(config=live_config, env={"LOOPWATCH_CANDIDATE_CONFIG": str(candidate_config)}).start()
     worker.wait_ready(90)
     deadline = time.monotonic() + 30

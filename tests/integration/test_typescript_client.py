@@ -16,13 +16,13 @@ import time
 
 import pytest
 from aiokafka.partitioner import murmur2
+from node_runner import NodeRunner, assert_blocked_calls_completed_at_once, node_calls, plain
 
+from harness import collect, produce, reference_verdicts, write_config
 from schemas import decode_event, decode_verdict
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested
-from node_runner import NodeRunner, assert_blocked_calls_completed_at_once, node_calls, plain
 from schemas.keys import record_key
 from schemas.verdicts import Decision, RunAborted
-from harness import collect, produce, reference_verdicts, write_config
 from streams.client import LoopwatchClient
 
 pytestmark = pytest.mark.kafka
@@ -56,21 +56,47 @@ async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worke
     lw = worker
     tag = f"ts-{int(time.time() * 1000)}"
     gate_runs = {
-        kind: {"runId": f"{tag}-{kind}", "sessionKey": f"agent:main:{tag}-{kind}", "sessionId": None, "mode": "gate", "calls": node_calls(kind, 7)}
-        for kind in ("generic_repeat", "polling_loop", "ping_pong", "unknown_tool", "send_loop", "post_compaction", "healthy")
+        kind: {
+            "runId": f"{tag}-{kind}",
+            "sessionKey": f"agent:main:{tag}-{kind}",
+            "sessionId": None,
+            "mode": "gate",
+            "calls": node_calls(kind, 7),
+        }
+        for kind in (
+            "generic_repeat",
+            "polling_loop",
+            "ping_pong",
+            "unknown_tool",
+            "send_loop",
+            "post_compaction",
+            "healthy",
+        )
     }
     # A run without a run id: its events and verdicts are keyed session:<key>| (schemas.keys), as the
     # worker keys its state.
-    session_run = {"runId": None, "sessionKey": f"agent:main:{tag}-sess", "sessionId": f"{tag}-sid", "mode": "advisory",
-                   "calls": node_calls("generic_repeat", 8)}
+    session_run = {
+        "runId": None,
+        "sessionKey": f"agent:main:{tag}-sess",
+        "sessionId": f"{tag}-sid",
+        "mode": "advisory",
+        "calls": node_calls("generic_repeat", 8),
+    }
     plan = {"kafka": kafka_plan(lw), "runs": [*gate_runs.values(), session_run]}
 
     # The Python client watches the same runs (advisory: it only listens, the Node runner publishes;
     # its runs publish nothing, so it reads every partition from its start).
-    observer = LoopwatchClient(lw.broker, mode="advisory", tool_calls_topic=lw.names.tool_calls,
-                               verdicts_topic=lw.names.verdicts, verdict_partitions="all")
+    observer = LoopwatchClient(
+        lw.broker,
+        mode="advisory",
+        tool_calls_topic=lw.names.tool_calls,
+        verdicts_topic=lw.names.verdicts,
+        verdict_partitions="all",
+    )
     await observer.start()
-    watched = {kind: observer.run(r["runId"], session_key=r["sessionKey"], agent_id="main") for kind, r in gate_runs.items()}
+    watched = {
+        kind: observer.run(r["runId"], session_key=r["sessionKey"], agent_id="main") for kind, r in gate_runs.items()
+    }
     runner = await NodeRunner.start(node, "client", plan)
     try:
         await runner.read("ready")
@@ -99,7 +125,9 @@ async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worke
             if report["aborted"]:
                 seen.append(plain(report["aborted"]))
             for verdict in seen:
-                assert by_id.get(verdict["verdict_id"]) == verdict, f"{name}: {verdict['verdict_id']} differs from the engine"
+                assert by_id.get(verdict["verdict_id"]) == verdict, (
+                    f"{name}: {verdict['verdict_id']} differs from the engine"
+                )
             node_seen[name] = seen
             mine = [v for v in expected if (v.run_id or v.session_key) == name]
             if run["mode"] == "gate":
@@ -110,7 +138,8 @@ async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worke
             else:
                 # advisory: warnings and blocks arrive on their own, keyed by the session state key
                 assert {v["verdict_id"] for v in report["warnings"] + report["blocked"]} == {
-                    v.verdict_id for v in mine if isinstance(v, Decision) and v.action in ("warn", "block")}
+                    v.verdict_id for v in mine if isinstance(v, Decision) and v.action in ("warn", "block")
+                }
                 assert report["blocked"], name
 
         # The Python client saw the same warnings, blocks and abort, run by run.
@@ -119,13 +148,20 @@ async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worke
             name, report, handle = run["runId"], reports[list(gate_runs).index(kind)], watched[kind]
             node_warn_block = [v for v in report["decisions"] if v["action"] in ("warn", "block")]
             python = [plain(d) for d in handle.warnings + handle.blocked]
-            assert sorted(python, key=lambda v: v["verdict_id"]) == sorted(node_warn_block, key=lambda v: v["verdict_id"]), name
+            assert sorted(python, key=lambda v: v["verdict_id"]) == sorted(
+                node_warn_block, key=lambda v: v["verdict_id"]
+            ), name
             assert (plain(handle.aborted) if handle.aborted else None) == report["aborted"], name
 
         # Each kind of loop did what it should, through Node.
         by_kind = {kind: reports[i] for i, kind in enumerate(gate_runs)}
-        for kind, detector in [("generic_repeat", "generic_repeat"), ("polling_loop", "known_poll_no_progress"),
-                               ("ping_pong", "ping_pong"), ("unknown_tool", "unknown_tool_repeat"), ("send_loop", "generic_repeat")]:
+        for kind, detector in [
+            ("generic_repeat", "generic_repeat"),
+            ("polling_loop", "known_poll_no_progress"),
+            ("ping_pong", "ping_pong"),
+            ("unknown_tool", "unknown_tool_repeat"),
+            ("send_loop", "generic_repeat"),
+        ]:
             blocks = [d for d in by_kind[kind]["decisions"] if d["action"] == "block"]
             assert blocks and blocks[0]["detector"] == detector, (kind, blocks[:1])
             assert by_kind[kind]["blockedCalls"], kind
@@ -155,7 +191,12 @@ async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worke
 async def test_openclaw_plugin_blocks_a_loop_and_relays_an_abort(worker, node):
     lw = worker
     tag = f"oc-{int(time.time() * 1000)}"
-    plan = {"kafka": kafka_plan(lw), "loopRun": f"{tag}-loop", "abortRun": f"{tag}-abort", "sessionKey": f"agent:main:{tag}"}
+    plan = {
+        "kafka": kafka_plan(lw),
+        "loopRun": f"{tag}-loop",
+        "abortRun": f"{tag}-abort",
+        "sessionKey": f"agent:main:{tag}",
+    }
     runner = await NodeRunner.start(node, "plugin", plan)
     try:
         await runner.read("ready")
@@ -198,8 +239,13 @@ async def test_openclaw_plugin_blocks_a_loop_and_relays_an_abort(worker, node):
     assert report["refused"]["blocked"] and report["refused"]["blockReason"] == aborts[0].message
     # Refused by the client itself (the run is over): neither its request nor its outcome is published.
     refused_id = f"call_{report['refused']['n']}"
-    assert not [e for e in events if e.run_id == plan["abortRun"] and getattr(e, "tool_call_id", None) == refused_id
-                and not isinstance(e, RunEnded)]
+    assert not [
+        e
+        for e in events
+        if e.run_id == plan["abortRun"]
+        and getattr(e, "tool_call_id", None) == refused_id
+        and not isinstance(e, RunEnded)
+    ]
     assert not any(c["blocked"] for c in report["abort"])
     # agent_end published run.ended: the worker freed the run, the same run id starts afresh.
     assert any(isinstance(e, RunEnded) and e.run_id == plan["abortRun"] for e in events)
@@ -220,10 +266,14 @@ def untrusted(text: str, rng: random.Random) -> str:
 
 def failing_tests(n: int, rng: random.Random) -> dict:
     """One failure whose output drifts: timestamp, attempt, pid and duration change every time."""
-    out = (f"FAILED tests/test_db.py::test_connect - ConnectionRefusedError at 2026-08-{10 + n % 9:02d}T0{n % 10}:1{n % 6}:0{n % 10}"
-           f".{rng.randint(100, 999)}Z (attempt {n + 1}, pid {4000 + n}, took {rng.randint(5, 900)}ms)")
-    return {"content": [{"type": "text", "text": out}],
-            "details": {"status": "failed", "exitCode": 1, "aggregated": out, "durationMs": rng.randint(5, 900)}}
+    out = (
+        f"FAILED tests/test_db.py::test_connect - ConnectionRefusedError at 2026-08-{10 + n % 9:02d}T0{n % 10}:1{n % 6}:0{n % 10}"
+        f".{rng.randint(100, 999)}Z (attempt {n + 1}, pid {4000 + n}, took {rng.randint(5, 900)}ms)"
+    )
+    return {
+        "content": [{"type": "text", "text": out}],
+        "details": {"status": "failed", "exitCode": 1, "aggregated": out, "durationMs": rng.randint(5, 900)},
+    }
 
 
 async def test_node_client_under_profile_latest_blocks_drifting_loops_and_reaches_the_breaker(lw, node):
@@ -238,15 +288,39 @@ async def test_node_client_under_profile_latest_blocks_drifting_loops_and_reache
     rng = random.Random(14)
     tag = f"tsl-{int(time.time() * 1000)}"
     calls_of = {
-        "fetch": [{"tool": "web_fetch", "args": {"url": "https://status.example.com"},
-                   "result": {"content": [{"type": "text", "text": untrusted("status: degraded", rng)}], "details": {"status": 200}}}
-                  for _ in range(34)],
-        "exec": [{"tool": "exec", "args": {"command": "pytest -x"}, "result": failing_tests(n, rng)} for n in range(34)],
-        "write": [{"tool": "write", "args": {"path": "notes.md", "content": f"draft {n}"},
-                   "result": {"content": [{"type": "text", "text": "written"}], "details": {"changed": True}}} for n in range(12)],
+        "fetch": [
+            {
+                "tool": "web_fetch",
+                "args": {"url": "https://status.example.com"},
+                "result": {
+                    "content": [{"type": "text", "text": untrusted("status: degraded", rng)}],
+                    "details": {"status": 200},
+                },
+            }
+            for _ in range(34)
+        ],
+        "exec": [
+            {"tool": "exec", "args": {"command": "pytest -x"}, "result": failing_tests(n, rng)} for n in range(34)
+        ],
+        "write": [
+            {
+                "tool": "write",
+                "args": {"path": "notes.md", "content": f"draft {n}"},
+                "result": {"content": [{"type": "text", "text": "written"}], "details": {"changed": True}},
+            }
+            for n in range(12)
+        ],
     }
-    runs = [{"runId": f"{tag}-{kind}", "sessionKey": f"agent:main:{tag}-{kind}", "sessionId": None, "mode": "gate", "calls": calls}
-            for kind, calls in calls_of.items()]
+    runs = [
+        {
+            "runId": f"{tag}-{kind}",
+            "sessionKey": f"agent:main:{tag}-{kind}",
+            "sessionId": None,
+            "mode": "gate",
+            "calls": calls,
+        }
+        for kind, calls in calls_of.items()
+    ]
     runner = await NodeRunner.start(node, "client", {"kafka": kafka_plan(lw), "runs": runs})
     try:
         await runner.read("ready")
@@ -285,6 +359,11 @@ async def test_node_client_under_profile_latest_blocks_drifting_loops_and_reache
     outcomes = [e for e in events if isinstance(e, ToolCallCompleted) and not e.loop_veto]
     assert {e.tool_name for e in outcomes if e.normalized_result_hash} == {"web_fetch"}
     assert {(e.tool_name, e.outcome_kind) for e in outcomes} == {
-        ("web_fetch", None), ("exec", "terminal-exec-failure"), ("write", "write-mutation")}
+        ("web_fetch", None),
+        ("exec", "terminal-exec-failure"),
+        ("write", "write-mutation"),
+    }
     assert len({e.failure_identity_hash for e in outcomes if e.tool_name == "exec"}) == 1
-    assert len({e.result_hash for e in outcomes if e.tool_name == "exec"}) == 20  # 20 ran; each looked new to configurable-final
+    assert (
+        len({e.result_hash for e in outcomes if e.tool_name == "exec"}) == 20
+    )  # 20 ran; each looked new to configurable-final

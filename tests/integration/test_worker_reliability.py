@@ -14,15 +14,22 @@ import time
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-
-from schemas import decode_verdict
-from harness import (
-    collect, collect_verdicts, committed_offsets, dedupe, encode_all, group_lag, header, produce,
-    reference_verdicts, write_config,
-)
-from streams.edge.events import completed_event, requested_event
-
 from kafka_proxy import KafkaCutProxy
+
+from harness import (
+    collect,
+    collect_verdicts,
+    committed_offsets,
+    dedupe,
+    encode_all,
+    group_lag,
+    header,
+    produce,
+    reference_verdicts,
+    write_config,
+)
+from schemas import decode_verdict
+from streams.edge.events import completed_event, requested_event
 
 pytestmark = pytest.mark.kafka
 
@@ -55,8 +62,9 @@ async def all_committed(lw, timeout: float = 30.0) -> None:
 
 
 def gated(run_id: str, i: int, now_ms: int, **fields):
-    return requested_event(f"{run_id}:{i}", "read", {"i": i}, run_id=run_id, session_key=f"s:{run_id}", gate=True,
-                           ts_ms=now_ms, **fields)
+    return requested_event(
+        f"{run_id}:{i}", "read", {"i": i}, run_id=run_id, session_key=f"s:{run_id}", gate=True, ts_ms=now_ms, **fields
+    )
 
 
 # -- poison pills --------------------------------------------------------------------------------
@@ -77,11 +85,13 @@ async def test_event_times_beyond_any_clock_neither_stop_nor_stall_the_worker(lw
     records = await collect_verdicts(lw.broker, lw.names.verdicts, [e.event_id + "/decision" for e in good], settle=1)
     answered = {decode_verdict(r.value).run_id: decode_verdict(r.value) for r in records}
     dead = await collect(lw.broker, lw.names.dead_letters, until=lambda rs: len(rs) + len(answered) >= 23, timeout=10)
-    for run, ts in far.items():
+    for run, _ts in far.items():
         if run in answered:  # clamped to the worker's clock
             assert now <= answered[run].ts_ms <= int(time.time() * 1000), (run, answered[run].ts_ms)
         else:  # refused by the schema
-            assert [header(r, "loopwatch.reason") for r in dead if json.loads(r.value)["run_id"] == run] == ["invalid_event"]
+            assert [header(r, "loopwatch.reason") for r in dead if json.loads(r.value)["run_id"] == run] == [
+                "invalid_event"
+            ]
     assert "pill-9999" in answered  # within every schema bound: only the worker's clock can refuse it
     assert worker.metric("loopwatch_event_time_clamped_total") >= 1
     assert worker.running
@@ -163,7 +173,9 @@ async def test_a_state_the_changelog_refuses_fails_the_checkpoint_and_nothing_is
     admin = AIOKafkaAdminClient(bootstrap_servers=lw.broker)
     await admin.start()
     try:
-        await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, changelog, {"max.message.bytes": str(2 * MiB)})])
+        await admin.alter_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, changelog, {"max.message.bytes": str(2 * MiB)})]
+        )
     finally:
         await admin.close()
     fresh = lw.worker(label="fresh", config=config).start()  # empty data dir: the changelog must hold it all
@@ -175,8 +187,18 @@ async def test_a_state_the_changelog_refuses_fails_the_checkpoint_and_nothing_is
     fresh.kill()
     again = lw.worker(label="again", config=config).start()  # restores the run from the changelog alone
     again.wait_ready(90)
-    more = [requested_event("big-run:25", "read", {"path": "/a"}, run_id="big-run", session_key="s", gate=True,
-                            tool_call_id="c25", ts_ms=now + 25)]
+    more = [
+        requested_event(
+            "big-run:25",
+            "read",
+            {"path": "/a"},
+            run_id="big-run",
+            session_key="s",
+            gate=True,
+            tool_call_id="c25",
+            ts_ms=now + 25,
+        )
+    ]
     await produce(lw.broker, lw.names.tool_calls, encode_all(more))
     by_id, _, _ = dedupe(await collect_verdicts(lw.broker, lw.names.verdicts, ["big-run:25/decision"]))
     last = by_id["big-run:25/decision"]
@@ -193,8 +215,9 @@ STILL_RUNNING = {"content": [{"type": "text", "text": "Process still running."}]
 def polling_loop(n: int, run_id: str, now_ms: int):
     events = []
     for i in range(n):
-        common = dict(run_id=run_id, session_key=f"agent:main:{run_id}", agent_id="main", tool_call_id=f"c{i}",
-                      ts_ms=now_ms + i)
+        common = dict(
+            run_id=run_id, session_key=f"agent:main:{run_id}", agent_id="main", tool_call_id=f"c{i}", ts_ms=now_ms + i
+        )
         events.append(requested_event(f"{run_id}:{i}", "process", POLL, gate=True, **common))
         events.append(completed_event(f"{run_id}:{i}:done", "process", POLL, result=STILL_RUNNING, **common))
     return events
@@ -237,7 +260,11 @@ async def test_a_killed_worker_is_ready_within_15_s_of_its_restart(lw):
     # With the production session timeout (here 45 s), a restarted worker used to wait for
     # the dead member's session to expire before the group would rebalance (~60 s with the
     # defaults).  As a static member it takes its partitions back at once.
-    env = {"LOOPWATCH_SESSION_TIMEOUT_S": "45", "LOOPWATCH_REBALANCE_TIMEOUT_S": "45", "LOOPWATCH_HEARTBEAT_INTERVAL_S": "3"}
+    env = {
+        "LOOPWATCH_SESSION_TIMEOUT_S": "45",
+        "LOOPWATCH_REBALANCE_TIMEOUT_S": "45",
+        "LOOPWATCH_HEARTBEAT_INTERVAL_S": "3",
+    }
     worker = lw.worker(config=config_file(lw), env=env).start()
     worker.wait_ready(60)
     now = int(time.time() * 1000)
@@ -316,8 +343,17 @@ async def test_only_health_and_metrics_are_served(lw):
     assert worker.http("/healthz")[0] == 200
     assert worker.http("/readyz")[0] == 200
     # Faust's views: a run's raw state, the key router, the topology, its index page.
-    for path in ("/table/runs/run:r1/", "/table/runs/", "/router/", "/router/runs/run:r1/", "/graph/", "/stats/",
-                 "/", "/performance/", "/metrics"):
+    for path in (
+        "/table/runs/run:r1/",
+        "/table/runs/",
+        "/router/",
+        "/router/runs/run:r1/",
+        "/graph/",
+        "/stats/",
+        "/",
+        "/performance/",
+        "/metrics",
+    ):
         assert worker.http(path)[0] == 404, path
     status, text = worker.http("/metrics", worker.metrics_port)
     assert status == 200 and "loopwatch_ready" in text
@@ -335,8 +371,10 @@ async def test_a_full_state_disk_is_shown_on_readyz_and_a_metric_before_the_work
     from streams.offline.scenarios import run_events
 
     trigger = lw.tmp / "disk-full"
-    worker = lw.worker(env={"LOOPWATCH_TEST_DISK_FULL": str(trigger)},
-                       command=[sys.executable, str(Path(__file__).with_name("full_disk_worker.py"))]).start()
+    worker = lw.worker(
+        env={"LOOPWATCH_TEST_DISK_FULL": str(trigger)},
+        command=[sys.executable, str(Path(__file__).with_name("full_disk_worker.py"))],
+    ).start()
     worker.wait_ready(90)
     trigger.touch()
     events = run_events("healthy", f"{lw.names.tag}-r", length=5, end=False, start_ms=int(time.time() * 1000))
@@ -349,7 +387,8 @@ async def test_a_full_state_disk_is_shown_on_readyz_and_a_metric_before_the_work
     assert status == 503, (status, body)
     ready = json.loads(body)
     assert ready["ready"] is False and ready["error"].startswith(
-        "state disk full: the run table's write failed (IO error: No space left on device")
+        "state disk full: the run table's write failed (IO error: No space left on device"
+    )
     code = worker.proc.wait(timeout=120)  # it stops after its hold (a guard, not a timing assertion)
     assert code != 0
     lines = [line for line in worker.log_text().splitlines() if "state disk full" in line]

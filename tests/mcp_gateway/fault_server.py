@@ -32,8 +32,12 @@ async def call_tool(ctx, params):
         return types.CallToolResult(content=[types.TextContent(type="text", text="fine")])
     if params.name == "ask":
         if params.request_state != "asked" or not params.input_responses:
-            question = types.ElicitRequest(params=types.ElicitRequestFormParams(
-                message="your name?", requested_schema={"type": "object", "properties": {"name": {"type": "string"}}}))
+            question = types.ElicitRequest(
+                params=types.ElicitRequestFormParams(
+                    message="your name?",
+                    requested_schema={"type": "object", "properties": {"name": {"type": "string"}}},
+                )
+            )
             return types.InputRequiredResult(input_requests={"who": question}, request_state="asked")
         answer = params.input_responses["who"]
         return types.CallToolResult(content=[types.TextContent(type="text", text=f"hello {answer.content['name']}")])

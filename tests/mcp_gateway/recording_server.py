@@ -28,10 +28,14 @@ def main() -> None:
             if name == "emit":
                 out(' {"method" :"roots/list","jsonrpc":"2.0" , "id":"srv-1"}')
                 out('{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"caf\\u00e9"}}')
-            out(f'{{"id" : {rid}, "result":{{"isError":false, "content":[{{"text":"called \\u0041 {name}","type":"text"}}]}},"jsonrpc":"2.0"}}')
+            out(
+                f'{{"id" : {rid}, "result":{{"isError":false, "content":[{{"text":"called \\u0041 {name}","type":"text"}}]}},"jsonrpc":"2.0"}}'
+            )
         elif message["method"] == "initialize":
-            out(f'{{"jsonrpc":"2.0","id":{rid},"result":{{"protocolVersion":"2025-06-18","capabilities":{{"tools":{{}}}},'
-                f'"serverInfo":{{"name":"recorder","version":"1"}}}}}}')
+            out(
+                f'{{"jsonrpc":"2.0","id":{rid},"result":{{"protocolVersion":"2025-06-18","capabilities":{{"tools":{{}}}},'
+                f'"serverInfo":{{"name":"recorder","version":"1"}}}}}}'
+            )
         else:
             out(f'{{"result" :{{"echo": {json.dumps(message["method"])}, "n": 1.50}},  "id":{rid} ,"jsonrpc":"2.0"}}')
 

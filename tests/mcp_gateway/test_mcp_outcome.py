@@ -18,16 +18,17 @@ import mcp_types as types
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from streams.integrations.mcp.outcome import canonical_form, edge_outcome, unknown_tool_error
 from streams.edge.canonical import js_trim  # JavaScript's trim (spec §2.2), tested on its own
 from streams.edge.events import completed_event
 from streams.edge.hashing import ThrownError
+from streams.integrations.mcp.outcome import canonical_form, edge_outcome, unknown_tool_error
 
 
 def independent_digest(value) -> str:
     """sha256 of compact JSON with keys in UTF-16 code-unit order, as JavaScript sorts them
     (big-endian UTF-16 bytes compare as the code units do; Python's own order is by code
     point, which puts U+E000 before U+10000)."""
+
     def ordered(v):
         if isinstance(v, dict):
             return {k: ordered(v[k]) for k in sorted(v, key=lambda k: k.encode("utf-16-be"))}
@@ -46,22 +47,30 @@ def published(result) -> object:
 def test_worked_example_1_a_text_result():
     result = types.CallToolResult(content=[types.TextContent(type="text", text="14:00 in Asia/Tokyo")])
     assert canonical_form(result) == {
-        "content": [{"type": "text", "text": "14:00 in Asia/Tokyo"}], "structuredContent": None, "isError": False}
+        "content": [{"type": "text", "text": "14:00 in Asia/Tokyo"}],
+        "structuredContent": None,
+        "isError": False,
+    }
     event = published(result)
     assert event.result_hash == "d0093fab9ca14fe9fc17c1c9d11da5890b5494e46b61f3fdc83b51f8ae2e0545"
     assert not event.is_error and event.unknown_tool_name is None
 
 
 def test_worked_example_2_structured_content_counts():
-    result = types.CallToolResult(content=[types.TextContent(type="text", text='{"sum": 5}')], structured_content={"sum": 5})
+    result = types.CallToolResult(
+        content=[types.TextContent(type="text", text='{"sum": 5}')], structured_content={"sum": 5}
+    )
     assert published(result).result_hash == "9bd4048e2d5ee32a406f1aa131c5b9c82392aaae4ac540a34110f57ab615b450"
-    other = types.CallToolResult(content=[types.TextContent(type="text", text='{"sum": 5}')], structured_content={"sum": 6})
+    other = types.CallToolResult(
+        content=[types.TextContent(type="text", text='{"sum": 5}')], structured_content={"sum": 6}
+    )
     assert published(other).result_hash != published(result).result_hash
 
 
 def test_worked_example_3_an_error_result_is_a_thrown_error_of_its_text():
-    result = types.CallToolResult(content=[types.TextContent(type="text", text="Permission denied: /etc/shadow")],
-                                  is_error=True)
+    result = types.CallToolResult(
+        content=[types.TextContent(type="text", text="Permission denied: /etc/shadow")], is_error=True
+    )
     event = published(result)
     assert event.result_hash == "error:1eea5b07c36647dcdea0dabec4ed96f86d681b5f03a57c56d0fb4da8b643de92"
     assert event.is_error and event.unknown_tool_name is None
@@ -77,13 +86,21 @@ def test_worked_example_4_unknown_tool():
 
 
 def test_wire_dict_and_model_give_one_form_and_transport_fields_are_left_out():
-    result = types.CallToolResult(content=[types.ImageContent(type="image", data="AAAA", mime_type="image/png")],
-                                  meta={"io.modelcontextprotocol/serverInfo": {"name": "s", "version": "1"}})
+    result = types.CallToolResult(
+        content=[types.ImageContent(type="image", data="AAAA", mime_type="image/png")],
+        meta={"io.modelcontextprotocol/serverInfo": {"name": "s", "version": "1"}},
+    )
     wire = result.model_dump(by_alias=True, mode="json", exclude_none=True)
     assert "_meta" in wire and "resultType" in wire
-    assert canonical_form(result) == canonical_form(wire) == {
-        "content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}], "structuredContent": None,
-        "isError": False}
+    assert (
+        canonical_form(result)
+        == canonical_form(wire)
+        == {
+            "content": [{"type": "image", "data": "AAAA", "mimeType": "image/png"}],
+            "structuredContent": None,
+            "isError": False,
+        }
+    )
 
 
 def test_an_image_changes_the_hash_though_it_has_no_text():
@@ -104,9 +121,11 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
     max_leaves=12,
 )
-blocks = st.lists(st.fixed_dictionaries({"type": st.just("text"), "text": st.text()})
-                  | st.fixed_dictionaries({"type": st.just("image"), "data": st.text(), "mimeType": st.text()}),
-                  max_size=4)
+blocks = st.lists(
+    st.fixed_dictionaries({"type": st.just("text"), "text": st.text()})
+    | st.fixed_dictionaries({"type": st.just("image"), "data": st.text(), "mimeType": st.text()}),
+    max_size=4,
+)
 
 
 @settings(max_examples=300, deadline=None)

@@ -17,16 +17,17 @@ REPO = Path(__file__).resolve().parents[2]
 def _run_pytest(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess[str]:
     shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_sample.py").write_text(
-        "import pytest\n"
-        "def test_runs(): pass\n"
-        "def test_needs_a_tool(): pytest.skip('frobnicator is missing')\n"
+        "import pytest\ndef test_runs(): pass\ndef test_needs_a_tool(): pytest.skip('frobnicator is missing')\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     if ci:
         env["CI"] = "true"
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
-        capture_output=True, text=True, env=env, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
     )
 
 
@@ -55,7 +56,8 @@ def test_no_test_or_make_target_reads_outside_the_repository():
     outside = re.compile(r"\.\./shared|LOOPWATCH_SHARED|/work/shared")
     offenders = [
         f"{path.relative_to(REPO)}:{n}"
-        for path in sources if path != Path(__file__)
+        for path in sources
+        if path != Path(__file__)
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
         if outside.search(line)
     ]

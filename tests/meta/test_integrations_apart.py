@@ -32,8 +32,9 @@ print(json.dumps(sorted(sys.modules)))
 
 
 def _loaded(*modules: str) -> list[str]:
-    proc = subprocess.run([sys.executable, "-c", PROBE, *modules], capture_output=True, text=True, cwd=REPO,
-                          timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, *modules], capture_output=True, text=True, cwd=REPO, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -58,9 +59,15 @@ def test_no_worker_client_or_schema_source_names_integrations():
     """Lazy imports inside functions included (the worker's run_worker imports faust late).
     The CLI may start an integration's own command (a lazy import there is its business); its
     worker path is the runtime check above."""
-    pattern = re.compile(r"^\s*(from|import)\s+(streams\.|\.\.)integrations\b|import_module\(\s*[\"'](streams\.)?integrations", re.M)
-    offenders = [str(p.relative_to(REPO)) for root in ("streams/app", "streams/client", "streams/engine", "schemas") for p in (REPO / root).rglob("*.py")
-                 if pattern.search(p.read_text(encoding="utf-8"))]
+    pattern = re.compile(
+        r"^\s*(from|import)\s+(streams\.|\.\.)integrations\b|import_module\(\s*[\"'](streams\.)?integrations", re.M
+    )
+    offenders = [
+        str(p.relative_to(REPO))
+        for root in ("streams/app", "streams/client", "streams/engine", "schemas")
+        for p in (REPO / root).rglob("*.py")
+        if pattern.search(p.read_text(encoding="utf-8"))
+    ]
     assert offenders == []
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from opsutil import CACHE, KUBE_VERSION, find_tool, missing
 
 

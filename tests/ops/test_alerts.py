@@ -6,7 +6,6 @@ import re
 
 import pytest
 import yaml
-
 from opsutil import CHART, REPO, contract_metrics, promql_metric_names, run, series_names
 
 RULES = CHART / "files" / "alerts.rules.yml"
@@ -75,7 +74,8 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
     fired_causes = {
         a["exp_labels"].get("cause")
         for test in yaml.safe_load(TESTS.read_text())["tests"]
-        for case in test.get("alert_rule_test", []) if case["alertname"] == "LoopwatchWorkerNotReady"
+        for case in test.get("alert_rule_test", [])
+        if case["alertname"] == "LoopwatchWorkerNotReady"
         for a in case.get("exp_alerts") or []
     }
     causes = {r["labels"]["cause"] for r in alert_rules() if r["alert"] == "LoopwatchWorkerNotReady"}

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from opsutil import CHART, contract_metrics, missing, promql_metric_names, run, series_names
 
 DASHBOARDS = CHART / "dashboards"
@@ -41,8 +40,7 @@ def panels(dashboard: dict) -> list[dict]:
 
 def test_checked_in_dashboards_are_fresh(sdk: None) -> None:
     result = run(generator("--check"))
-    assert result.returncode == 0, (
-        result.stdout + result.stderr + "\nregenerate with: python -m streams.ops.dashboards")
+    assert result.returncode == 0, result.stdout + result.stderr + "\nregenerate with: python -m streams.ops.dashboards"
 
 
 def test_check_detects_stale_and_generation_is_deterministic(sdk: None, tmp_path: Path) -> None:
@@ -108,14 +106,17 @@ def test_fleet_overview_panels() -> None:
     assert dashboard["uid"] == "loopwatch-fleet"
     exprs = "\n".join(t["expr"] for p in panels(dashboard) for t in p["targets"])
     for needle in (
-        "sum by (detector) (rate(loopwatch_loop_detections_total",          # loops by detector
-        'loopwatch_decisions_total{action="block"}',                       # blocked calls
-        "loopwatch_run_aborts_total",                                       # aborts
+        "sum by (detector) (rate(loopwatch_loop_detections_total",  # loops by detector
+        'loopwatch_decisions_total{action="block"}',  # blocked calls
+        "loopwatch_run_aborts_total",  # aborts
         "topk(10, sum by (tool) (increase(loopwatch_loop_detections_total",  # top tools
-        "histogram_quantile(0.5,", "histogram_quantile(0.99,", "histogram_quantile(0.999,",
-        "sum by (reason) (rate(loopwatch_dead_letters_total",               # dead letters
-        "loopwatch_ready", "loopwatch_table_recovery_in_progress",          # worker health
-        "loopwatch_consumer_lag_records",                                   # lag
+        "histogram_quantile(0.5,",
+        "histogram_quantile(0.99,",
+        "histogram_quantile(0.999,",
+        "sum by (reason) (rate(loopwatch_dead_letters_total",  # dead letters
+        "loopwatch_ready",
+        "loopwatch_table_recovery_in_progress",  # worker health
+        "loopwatch_consumer_lag_records",  # lag
     ):
         assert needle in exprs, needle
 
@@ -138,5 +139,8 @@ def test_promql_metric_name_parser() -> None:
     assert promql_metric_names(
         'histogram_quantile(0.99, sum by (le) (rate(loopwatch_decision_latency_seconds_bucket{job="x"}[5m])))'
     ) == {"loopwatch_decision_latency_seconds_bucket"}
-    assert promql_metric_names('sum(increase(a_total{tool=~"$tool"}[$__range])) / sum(b_total)') == {"a_total", "b_total"}
+    assert promql_metric_names('sum(increase(a_total{tool=~"$tool"}[$__range])) / sum(b_total)') == {
+        "a_total",
+        "b_total",
+    }
     assert promql_metric_names("topk(10, sum by (tool) (increase(c_total[1h]))) * 60") == {"c_total"}

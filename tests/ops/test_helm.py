@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from opsutil import CHART, KUBE_VERSION, REPO, run
 
 CUSTOM_VALUES = Path(__file__).with_name("values-custom.yaml")
@@ -22,8 +21,7 @@ RELEASE, NAMESPACE = "lw", "agents"
 
 
 def template(helm: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return run([helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE,
-                "--kube-version", KUBE_VERSION, *args])
+    return run([helm, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, *args])
 
 
 def render(helm: str, *args: str) -> str:
@@ -44,9 +42,14 @@ def by_kind(manifest: str) -> dict[str, list[dict]]:
 
 
 def kubeconform_run(kubeconform: str, schema_root: Path, manifest: str) -> subprocess.CompletedProcess[str]:
-    location = str(schema_root) + "/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json"
-    return run([kubeconform, "-strict", "-summary", "-kubernetes-version", KUBE_VERSION,
-                "-schema-location", location], input=manifest)
+    location = (
+        str(schema_root)
+        + "/{{ .NormalizedKubernetesVersion }}-standalone{{ .StrictSuffix }}/{{ .ResourceKind }}{{ .KindSuffix }}.json"
+    )
+    return run(
+        [kubeconform, "-strict", "-summary", "-kubernetes-version", KUBE_VERSION, "-schema-location", location],
+        input=manifest,
+    )
 
 
 def kubeconform_check(kubeconform: str, schema_root: Path, manifest: str) -> str:
@@ -77,8 +80,10 @@ def env(manifest: str) -> dict[str, dict]:
 
 # ------------------------------------------------------------------ lint and schema validation
 
-@pytest.mark.parametrize("values", [[], ["-f", str(CUSTOM_VALUES)], ["-f", str(SECURE_VALUES)]],
-                         ids=["default", "custom", "secure"])
+
+@pytest.mark.parametrize(
+    "values", [[], ["-f", str(CUSTOM_VALUES)], ["-f", str(SECURE_VALUES)]], ids=["default", "custom", "secure"]
+)
 def test_helm_lint_strict(helm: str, values: list[str]) -> None:
     result = run([helm, "lint", "--strict", str(CHART), "--kube-version", KUBE_VERSION, *values])
     assert result.returncode == 0, result.stdout + result.stderr
@@ -98,15 +103,20 @@ def test_kubeconform_custom(kubeconform: str, k8s_schema_root: Path, custom_mani
     assert f"Valid: {n}, Invalid: 0, Errors: 0, Skipped: 0" in summary, summary
 
 
-@pytest.mark.parametrize("old, new", [
-    ("readOnlyRootFilesystem: true", "readOnlyRootFileSystem: true"),   # StatefulSet: unknown field
-    ("replicas: 3", "replicas: three"),                                 # StatefulSet: wrong type
-    ("clusterIP: None", "clusterIP: [None]"),                           # Service: wrong type
-    ("scrapeTimeout: 10s", "scrapeTimout: 10s"),                        # ServiceMonitor: unknown field
-    ("for: 10m", "for: ten minutes"),                                   # PrometheusRule: bad duration
-], ids=["sts-field", "sts-type", "service", "servicemonitor", "prometheusrule"])
-def test_kubeconform_schemas_really_validate(kubeconform: str, k8s_schema_root: Path, custom_manifest: str,
-                                             old: str, new: str) -> None:
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("readOnlyRootFilesystem: true", "readOnlyRootFileSystem: true"),  # StatefulSet: unknown field
+        ("replicas: 3", "replicas: three"),  # StatefulSet: wrong type
+        ("clusterIP: None", "clusterIP: [None]"),  # Service: wrong type
+        ("scrapeTimeout: 10s", "scrapeTimout: 10s"),  # ServiceMonitor: unknown field
+        ("for: 10m", "for: ten minutes"),  # PrometheusRule: bad duration
+    ],
+    ids=["sts-field", "sts-type", "service", "servicemonitor", "prometheusrule"],
+)
+def test_kubeconform_schemas_really_validate(
+    kubeconform: str, k8s_schema_root: Path, custom_manifest: str, old: str, new: str
+) -> None:
     """Guard against a vacuous pass: each kind's schema rejects a broken manifest."""
     broken = custom_manifest.replace(old, new, 1)
     assert broken != custom_manifest
@@ -116,6 +126,7 @@ def test_kubeconform_schemas_really_validate(kubeconform: str, k8s_schema_root: 
 
 
 # ------------------------------------------------------------------ default values
+
 
 def test_default_objects(default_manifest: str) -> None:
     kinds = by_kind(default_manifest)
@@ -128,8 +139,14 @@ def test_default_objects(default_manifest: str) -> None:
     ]
     for d in docs(default_manifest):
         labels = d["metadata"]["labels"]
-        for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
-                    "app.kubernetes.io/managed-by", "helm.sh/chart", "app.kubernetes.io/component"):
+        for key in (
+            "app.kubernetes.io/name",
+            "app.kubernetes.io/instance",
+            "app.kubernetes.io/version",
+            "app.kubernetes.io/managed-by",
+            "helm.sh/chart",
+            "app.kubernetes.io/component",
+        ):
             assert key in labels, (d["kind"], d["metadata"]["name"], key)
         assert d["metadata"]["namespace"] == NAMESPACE
 
@@ -168,8 +185,7 @@ def test_statefulset_defaults(default_manifest: str) -> None:
     config_path = Path(e["LOOPWATCH_CONFIG"]["value"])
     config_mount = next(m for m in c["volumeMounts"] if m["mountPath"] == str(config_path.parent))
     assert "subPath" not in config_mount
-    assert volumes[config_mount["name"]]["configMap"]["items"] == [
-        {"key": config_path.name, "path": config_path.name}]
+    assert volumes[config_mount["name"]]["configMap"]["items"] == [{"key": config_path.name, "path": config_path.name}]
 
 
 def test_worker_env_contract(default_manifest: str) -> None:
@@ -211,16 +227,31 @@ def test_loop_detection_configmap_default(default_manifest: str) -> None:
     cm = next(d for d in by_kind(default_manifest)["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
     config = yaml.safe_load(cm["data"]["loop-detection.yaml"])
     assert config == {
-        "tools": {"loopDetection": {
-            "enabled": True, "historySize": 30, "warningThreshold": 10, "criticalThreshold": 20,
-            "globalCircuitBreakerThreshold": 30,
-            "detectors": {"genericRepeat": True, "knownPollNoProgress": True, "pingPong": True}}},
+        "tools": {
+            "loopDetection": {
+                "enabled": True,
+                "historySize": 30,
+                "warningThreshold": 10,
+                "criticalThreshold": 20,
+                "globalCircuitBreakerThreshold": 30,
+                "detectors": {"genericRepeat": True, "knownPollNoProgress": True, "pingPong": True},
+            }
+        },
         "agents": {"list": []},
         "loopwatch": {
-            "profile": "configurable-final", "abortAfterCriticalBlocks": None, "surfaceWarnings": False,
-            "scope": "run", "detectors": {"cycle": False},
-            "fleetIncidents": {"enabled": False, "minRuns": 20, "minAgents": 3, "windowSeconds": 300, "hopSeconds": 60,
-                               "quietSeconds": 300},
+            "profile": "configurable-final",
+            "abortAfterCriticalBlocks": None,
+            "surfaceWarnings": False,
+            "scope": "run",
+            "detectors": {"cycle": False},
+            "fleetIncidents": {
+                "enabled": False,
+                "minRuns": 20,
+                "minAgents": 3,
+                "windowSeconds": 300,
+                "hopSeconds": 60,
+                "quietSeconds": 300,
+            },
             "agentRings": {"enabled": False, "warningThreshold": 3, "criticalThreshold": 5, "windowSeconds": 3600},
         },
     }
@@ -249,12 +280,13 @@ def test_dashboard_configmaps(default_manifest: str) -> None:
     for m in maps:
         assert m["metadata"]["labels"]["grafana_dashboard"] == "1"
         assert m["metadata"]["annotations"]["grafana_folder"] == "Loopwatch"
-        (name, text), = m["data"].items()
+        ((name, text),) = m["data"].items()
         assert json.loads(text) == json.loads((CHART / "dashboards" / name).read_text())
         assert len(text.encode()) < 512 * 1024, "ConfigMaps are limited to 1 MiB; keep well below"
 
 
 # ------------------------------------------------------------------ custom values
+
 
 def test_custom_statefulset(custom_manifest: str) -> None:
     (sts,) = by_kind(custom_manifest)["StatefulSet"]
@@ -277,7 +309,8 @@ def test_custom_kafka_tls_and_sasl_from_secrets(custom_manifest: str) -> None:
     assert e["LOOPWATCH_KAFKA_SASL_MECHANISM"]["value"] == "SCRAM-SHA-512"
     assert e["LOOPWATCH_KAFKA_SASL_USERNAME"]["value"] == "loopwatch"
     assert e["LOOPWATCH_KAFKA_SASL_PASSWORD"]["valueFrom"] == {
-        "secretKeyRef": {"name": "loopwatch-kafka-sasl", "key": "password"}}
+        "secretKeyRef": {"name": "loopwatch-kafka-sasl", "key": "password"}
+    }
     assert "value" not in e["LOOPWATCH_KAFKA_SASL_PASSWORD"]
     c = container(custom_manifest)
     (sts,) = by_kind(custom_manifest)["StatefulSet"]
@@ -312,7 +345,8 @@ def test_secure_values_server_tls_scram_and_signing_keys(secure_manifest: str) -
     assert e["LOOPWATCH_KAFKA_SASL_USERNAME"]["value"] == "loopwatch"
     assert e["LOOPWATCH_KAFKA_SASL_PASSWORD"] == {
         "name": "LOOPWATCH_KAFKA_SASL_PASSWORD",
-        "valueFrom": {"secretKeyRef": {"name": "loopwatch-kafka-sasl", "key": "password"}}}
+        "valueFrom": {"secretKeyRef": {"name": "loopwatch-kafka-sasl", "key": "password"}},
+    }
     assert "LOOPWATCH_KAFKA_SSL_CERTFILE" not in e and "LOOPWATCH_KAFKA_SSL_KEYFILE" not in e
     c = container(secure_manifest)
     (sts,) = by_kind(secure_manifest)["StatefulSet"]
@@ -321,7 +355,10 @@ def test_secure_values_server_tls_scram_and_signing_keys(secure_manifest: str) -
     ca = Path(e["LOOPWATCH_KAFKA_SSL_CAFILE"]["value"])
     assert mounts["kafka-tls"]["mountPath"] == str(ca.parent) and mounts["kafka-tls"]["readOnly"] is True
     assert volumes["kafka-tls"]["secret"] == {
-        "secretName": "loopwatch-kafka-ca", "defaultMode": 0o440, "items": [{"key": "ca.crt", "path": ca.name}]}
+        "secretName": "loopwatch-kafka-ca",
+        "defaultMode": 0o440,
+        "items": [{"key": "ca.crt", "path": ca.name}],
+    }
     # The keys: the whole Secret as a directory, no subPath and no items, so that rotated keys
     # (a new Secret key, a removed one) reach the running worker.
     keys = e["LOOPWATCH_SIGNING_KEYS"]["value"]
@@ -344,9 +381,16 @@ def test_custom_loop_detection_config(custom_manifest: str) -> None:
     assert config["agents"]["list"][0]["tools"]["loopDetection"] == {"warningThreshold": 5, "criticalThreshold": 10}
     options = config["loopwatch"]
     assert {k: options[k] for k in ("profile", "abortAfterCriticalBlocks", "surfaceWarnings")} == {
-        "profile": "configurable-final", "abortAfterCriticalBlocks": 3, "surfaceWarnings": True}
-    assert (options["scope"], options["detectors"], options["fleetIncidents"]["enabled"], options["fleetIncidents"]["minRuns"]) == (
-        "session", {"cycle": True}, True, 10)
+        "profile": "configurable-final",
+        "abortAfterCriticalBlocks": 3,
+        "surfaceWarnings": True,
+    }
+    assert (
+        options["scope"],
+        options["detectors"],
+        options["fleetIncidents"]["enabled"],
+        options["fleetIncidents"]["minRuns"],
+    ) == ("session", {"cycle": True}, True, 10)
 
 
 def test_custom_monitoring_objects(custom_manifest: str) -> None:
@@ -381,9 +425,17 @@ def test_custom_monitoring_objects(custom_manifest: str) -> None:
 
 
 def test_dashboard_label_is_configurable(helm: str) -> None:
-    manifest = render(helm, "--set", "dashboards.label=grafana_dashboard_loopwatch",
-                      "--set", "dashboards.labelValue=yes", "--set", "dashboards.folderAnnotation=k8s-sidecar-target-directory",
-                      "--set", "dashboards.folder=/tmp/dashboards/loopwatch")
+    manifest = render(
+        helm,
+        "--set",
+        "dashboards.label=grafana_dashboard_loopwatch",
+        "--set",
+        "dashboards.labelValue=yes",
+        "--set",
+        "dashboards.folderAnnotation=k8s-sidecar-target-directory",
+        "--set",
+        "dashboards.folder=/tmp/dashboards/loopwatch",
+    )
     maps = [d for d in by_kind(manifest)["ConfigMap"] if "dashboard" in d["metadata"]["name"]]
     assert len(maps) == 2
     for m in maps:
@@ -394,40 +446,108 @@ def test_dashboard_label_is_configurable(helm: str) -> None:
 
 # ------------------------------------------------------------------ invalid values are refused
 
-@pytest.mark.parametrize("args, message", [
-    (["--set", "kafka.securityProtocol=SASL_SSH"], "securityProtocol"),
-    (["--set", "replicaCount=-1"], "replicaCount"),
-    (["--set", "kafka.bootstrapServers=kafka"], "bootstrapServers"),
-    (["--set", "resources.limits.memory=lots"], "memory"),
-    (["--set", "unknownKey=1"], "unknownKey"),
-    (["--set", "kafka.securityProtocol=SSL"], "kafka.tls.existingSecret"),
-    (["--set", "kafka.securityProtocol=SASL_PLAINTEXT"], "kafka.sasl.existingSecret"),
-    (["--set", "kafka.securityProtocol=SASL_PLAINTEXT", "--set", "kafka.sasl.existingSecret=s"], "kafka.sasl.username"),
-    (["--set", "kafka.sasl.mechanism=GSSAPI"], "mechanism"),
-    (["--set", "kafka.securityProtocol=SSL", "--set", "kafka.tls.existingSecret=s", "--set", "kafka.tls.caKey="],
-     "caKey"),
-    (["--set", "kafka.securityProtocol=SSL", "--set", "kafka.tls.existingSecret=s", "--set", "kafka.tls.keyKey="],
-     "kafka.tls.certKey and kafka.tls.keyKey go together"),
-    (["--set", "signing.enabled=true"], "signing.enabled needs signing.existingSecret"),
-    (["--set", "signing.enable=true"], "enable"),
-    (["--set", "detectionConfig.tools.loopDetection.warningThreshold=25"], "warningThreshold"),
-    (["--set", "detectionConfig.agents.list[0].id=a",
-      "--set", "detectionConfig.agents.list[0].tools.loopDetection.criticalThreshold=40"], "agent a"),
-    (["--set", "detectionConfig.loopwatch.profile=newest"], "profile"),
-    (["--set", "detectionConfig.loopwatch.profile=latest", "--set", "detectionConfig.agents.list[0].id=a",
-      "--set", "detectionConfig.agents.list[0].loopwatch.profile=configurable-final",
-      "--set", "detectionConfig.tools.loopDetection.warningThreshold=25"], "warningThreshold"),
-    (["--set", "detectionConfig.loopwatch.scope=trace"], "scope"),
-    (["--set", "detectionConfig.agents.list[0].id=a", "--set", "detectionConfig.agents.list[0].loopwatch.scope=session"],
-     "scope"),
-    (["--set", "detectionConfig.loopwatch.fleetIncidents.minAgents=30"], "minAgents (30) must not exceed minRuns (20)"),
-    (["--set", "detectionConfig.loopwatch.fleetIncidents.hopSeconds=600"], "hopSeconds (600) must not exceed"),
-    (["--set", "detectionConfig.loopwatch.agentRings.warningThreshold=5"],
-     "agentRings: warningThreshold (5) must be lower than criticalThreshold (5)"),
-], ids=["protocol", "replicas", "bootstrap", "quantity", "unknown-key", "tls-secret", "sasl-secret",
-        "sasl-username", "sasl-mechanism", "tls-no-ca", "tls-half-mtls", "signing-secret", "signing-typo",
-        "thresholds", "agent-thresholds", "profile", "thresholds-read-by-a-final-agent", "scope",
-        "agent-scope", "fleet-agents", "fleet-hop", "ring-thresholds"])
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set", "kafka.securityProtocol=SASL_SSH"], "securityProtocol"),
+        (["--set", "replicaCount=-1"], "replicaCount"),
+        (["--set", "kafka.bootstrapServers=kafka"], "bootstrapServers"),
+        (["--set", "resources.limits.memory=lots"], "memory"),
+        (["--set", "unknownKey=1"], "unknownKey"),
+        (["--set", "kafka.securityProtocol=SSL"], "kafka.tls.existingSecret"),
+        (["--set", "kafka.securityProtocol=SASL_PLAINTEXT"], "kafka.sasl.existingSecret"),
+        (
+            ["--set", "kafka.securityProtocol=SASL_PLAINTEXT", "--set", "kafka.sasl.existingSecret=s"],
+            "kafka.sasl.username",
+        ),
+        (["--set", "kafka.sasl.mechanism=GSSAPI"], "mechanism"),
+        (
+            ["--set", "kafka.securityProtocol=SSL", "--set", "kafka.tls.existingSecret=s", "--set", "kafka.tls.caKey="],
+            "caKey",
+        ),
+        (
+            [
+                "--set",
+                "kafka.securityProtocol=SSL",
+                "--set",
+                "kafka.tls.existingSecret=s",
+                "--set",
+                "kafka.tls.keyKey=",
+            ],
+            "kafka.tls.certKey and kafka.tls.keyKey go together",
+        ),
+        (["--set", "signing.enabled=true"], "signing.enabled needs signing.existingSecret"),
+        (["--set", "signing.enable=true"], "enable"),
+        (["--set", "detectionConfig.tools.loopDetection.warningThreshold=25"], "warningThreshold"),
+        (
+            [
+                "--set",
+                "detectionConfig.agents.list[0].id=a",
+                "--set",
+                "detectionConfig.agents.list[0].tools.loopDetection.criticalThreshold=40",
+            ],
+            "agent a",
+        ),
+        (["--set", "detectionConfig.loopwatch.profile=newest"], "profile"),
+        (
+            [
+                "--set",
+                "detectionConfig.loopwatch.profile=latest",
+                "--set",
+                "detectionConfig.agents.list[0].id=a",
+                "--set",
+                "detectionConfig.agents.list[0].loopwatch.profile=configurable-final",
+                "--set",
+                "detectionConfig.tools.loopDetection.warningThreshold=25",
+            ],
+            "warningThreshold",
+        ),
+        (["--set", "detectionConfig.loopwatch.scope=trace"], "scope"),
+        (
+            [
+                "--set",
+                "detectionConfig.agents.list[0].id=a",
+                "--set",
+                "detectionConfig.agents.list[0].loopwatch.scope=session",
+            ],
+            "scope",
+        ),
+        (
+            ["--set", "detectionConfig.loopwatch.fleetIncidents.minAgents=30"],
+            "minAgents (30) must not exceed minRuns (20)",
+        ),
+        (["--set", "detectionConfig.loopwatch.fleetIncidents.hopSeconds=600"], "hopSeconds (600) must not exceed"),
+        (
+            ["--set", "detectionConfig.loopwatch.agentRings.warningThreshold=5"],
+            "agentRings: warningThreshold (5) must be lower than criticalThreshold (5)",
+        ),
+    ],
+    ids=[
+        "protocol",
+        "replicas",
+        "bootstrap",
+        "quantity",
+        "unknown-key",
+        "tls-secret",
+        "sasl-secret",
+        "sasl-username",
+        "sasl-mechanism",
+        "tls-no-ca",
+        "tls-half-mtls",
+        "signing-secret",
+        "signing-typo",
+        "thresholds",
+        "agent-thresholds",
+        "profile",
+        "thresholds-read-by-a-final-agent",
+        "scope",
+        "agent-scope",
+        "fleet-agents",
+        "fleet-hop",
+        "ring-thresholds",
+    ],
+)
 def test_invalid_values_are_refused(helm: str, args: list[str], message: str) -> None:
     result = template(helm, *args)
     assert result.returncode != 0, f"accepted: {args}"
@@ -437,16 +557,28 @@ def test_invalid_values_are_refused(helm: str, args: list[str], message: str) ->
 def test_profile_latest_ignores_thresholds(helm: str, tmp_path: Path) -> None:
     """Profile latest reads only `enabled`: misordered (retired) thresholds are accepted, and the
     rendered config is one `loopwatch config check` accepts, warning about the retired keys."""
-    manifest = render(helm, "--set", "detectionConfig.loopwatch.profile=latest",
-                      "--set", "detectionConfig.tools.loopDetection.warningThreshold=25",
-                      "--set", "detectionConfig.agents.list[0].id=a",
-                      "--set", "detectionConfig.agents.list[0].loopwatch.profile=latest",
-                      "--set", "detectionConfig.agents.list[0].tools.loopDetection.criticalThreshold=3")
+    manifest = render(
+        helm,
+        "--set",
+        "detectionConfig.loopwatch.profile=latest",
+        "--set",
+        "detectionConfig.tools.loopDetection.warningThreshold=25",
+        "--set",
+        "detectionConfig.agents.list[0].id=a",
+        "--set",
+        "detectionConfig.agents.list[0].loopwatch.profile=latest",
+        "--set",
+        "detectionConfig.agents.list[0].tools.loopDetection.criticalThreshold=3",
+    )
     cm = next(d for d in by_kind(manifest)["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
     path = tmp_path / "loop-detection.yaml"
     path.write_text(cm["data"]["loop-detection.yaml"])
-    check = subprocess.run([sys.executable, "-m", "streams.cli", "config", "check", str(path), "--json"],
-                           capture_output=True, text=True, cwd=REPO)
+    check = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "config", "check", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert check.returncode == 0, check.stderr
     assert json.loads(check.stdout)["a"]["profile"] == "latest"
     assert "tools.loopDetection.warningThreshold: retired under profile latest" in check.stderr
@@ -467,8 +599,13 @@ def test_no_candidate_config_by_default(default_manifest: str) -> None:
 
 
 def test_candidate_config_from_a_configmap(helm: str, kubeconform: str, k8s_schema_root: Path) -> None:
-    manifest = render(helm, "--set", "detectionConfig.candidateConfigMap=try-stricter",
-                      "--set", "kafka.topics.shadowVerdicts=lv-shadow")
+    manifest = render(
+        helm,
+        "--set",
+        "detectionConfig.candidateConfigMap=try-stricter",
+        "--set",
+        "kafka.topics.shadowVerdicts=lv-shadow",
+    )
     kubeconform_check(kubeconform, k8s_schema_root, manifest)
     e = env(manifest)
     assert e["LOOPWATCH_CANDIDATE_CONFIG"]["value"] == "/etc/loopwatch-candidate/candidate.yaml"
@@ -476,10 +613,15 @@ def test_candidate_config_from_a_configmap(helm: str, kubeconform: str, k8s_sche
     (sts,) = by_kind(manifest)["StatefulSet"]
     volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
     assert volumes["candidate-config"]["configMap"] == {
-        "name": "try-stricter", "items": [{"key": "candidate.yaml", "path": "candidate.yaml"}]}
+        "name": "try-stricter",
+        "items": [{"key": "candidate.yaml", "path": "candidate.yaml"}],
+    }
     mounts = {m["name"]: m for m in container(manifest)["volumeMounts"]}
-    assert mounts["candidate-config"] == {"name": "candidate-config", "mountPath": "/etc/loopwatch-candidate",
-                                          "readOnly": True}
+    assert mounts["candidate-config"] == {
+        "name": "candidate-config",
+        "mountPath": "/etc/loopwatch-candidate",
+        "readOnly": True,
+    }
     # The worker takes the file as its candidate, beside the live config.
     from streams.app.settings import Settings
 
@@ -500,6 +642,7 @@ def test_persistence_disabled_uses_emptydir(helm: str, kubeconform: str, k8s_sch
 
 # ------------------------------------------------------------------ NOTES.txt
 
+
 def render_notes(helm: str, tmp_path: Path, *args: str) -> str:
     """helm template cannot render NOTES.txt, so render it through `tpl` in a copy of the chart."""
     chart = tmp_path / "loopwatch"
@@ -507,9 +650,23 @@ def render_notes(helm: str, tmp_path: Path, *args: str) -> str:
     (chart / "files" / "NOTES.txt").write_text((CHART / "templates" / "NOTES.txt").read_text())
     (chart / "templates" / "zz-notes.yaml").write_text(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\n"
-        "data:\n  notes: {{ tpl (.Files.Get \"files/NOTES.txt\") . | quote }}\n")
-    result = run([helm, "template", RELEASE, str(chart), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION,
-                  "--show-only", "templates/zz-notes.yaml", *args])
+        'data:\n  notes: {{ tpl (.Files.Get "files/NOTES.txt") . | quote }}\n'
+    )
+    result = run(
+        [
+            helm,
+            "template",
+            RELEASE,
+            str(chart),
+            "--namespace",
+            NAMESPACE,
+            "--kube-version",
+            KUBE_VERSION,
+            "--show-only",
+            "templates/zz-notes.yaml",
+            *args,
+        ]
+    )
     assert result.returncode == 0, result.stderr
     return yaml.safe_load(result.stdout)["data"]["notes"]
 

@@ -30,19 +30,95 @@ import sys
 import tempfile
 
 from gemini_generate import answers, end_at_abort  # (run from this directory: the tool-call set's generator)
-WORDS = ("the", "loop", "model", "again", "I", "will", "now", "check", "file", "error", "😀", "é", "日本",
-         "\U0001d400", "plan", "step", "value", "\u00a0", "x" * 30, "-", "*", "+", "|", "#", ">", "1.", "OK")
+
+WORDS = (
+    "the",
+    "loop",
+    "model",
+    "again",
+    "I",
+    "will",
+    "now",
+    "check",
+    "file",
+    "error",
+    "😀",
+    "é",
+    "日本",
+    "\U0001d400",
+    "plan",
+    "step",
+    "value",
+    "\u00a0",
+    "x" * 30,
+    "-",
+    "*",
+    "+",
+    "|",
+    "#",
+    ">",
+    "1.",
+    "OK",
+)
 # Chunks that reset (or, in JavaScript's reading, do not) and dividers.
 MARKUP = (
-    "```", "```python\n", "\n```\n", "| a | b |\n", "|x\u2028|", "\n---\n", "+-+-+", "| --- |", "* item\n", "+ item\n",
-    "- item\n", "\n- item", "1. first\n", "\n12. twelfth", "\u0661. arabic digit", "# Heading\n", "\n## h",
-    "#nospace", "> quote\n", "\n>\tquote", ">no", "-----", "=====", "***", "\u2500\u2500\u2500", "ABC", "123",
-    "-----\n", "\x1c* not a list", "#\x85not a heading", "\n>\x1cnot a quote", "*\x1fnot a list", "\u00a0* a list", "\ufeff# heading", "\x85# not", "\u2028* not after newline",
-    " \t+ x", "\n\u3000* y", "**bold** text", "1.5 is a number", "OK", "",
+    "```",
+    "```python\n",
+    "\n```\n",
+    "| a | b |\n",
+    "|x\u2028|",
+    "\n---\n",
+    "+-+-+",
+    "| --- |",
+    "* item\n",
+    "+ item\n",
+    "- item\n",
+    "\n- item",
+    "1. first\n",
+    "\n12. twelfth",
+    "\u0661. arabic digit",
+    "# Heading\n",
+    "\n## h",
+    "#nospace",
+    "> quote\n",
+    "\n>\tquote",
+    ">no",
+    "-----",
+    "=====",
+    "***",
+    "\u2500\u2500\u2500",
+    "ABC",
+    "123",
+    "-----\n",
+    "\x1c* not a list",
+    "#\x85not a heading",
+    "\n>\x1cnot a quote",
+    "*\x1fnot a list",
+    "\u00a0* a list",
+    "\ufeff# heading",
+    "\x85# not",
+    "\u2028* not after newline",
+    " \t+ x",
+    "\n\u3000* y",
+    "**bold** text",
+    "1.5 is a number",
+    "OK",
+    "",
 )
 
-LOOKALIKES = ("#\x85not a heading", "\n>\x1cnot a quote", "*\x1fnot a list", "\x1c* not a list", "- not a list",
-              "\u0661. not a list", "a\n|x\u2028| not a table", "HELLO\n", "\u2028* not after a newline", "#no", "x---")
+LOOKALIKES = (
+    "#\x85not a heading",
+    "\n>\x1cnot a quote",
+    "*\x1fnot a list",
+    "\x1c* not a list",
+    "- not a list",
+    "\u0661. not a list",
+    "a\n|x\u2028| not a table",
+    "HELLO\n",
+    "\u2028* not after a newline",
+    "#no",
+    "x---",
+)
 
 
 class Gen:
@@ -67,14 +143,20 @@ class Gen:
         while i < n:
             x = r.random()
             size = r.randint(1, 8) if x < 0.2 else r.randint(5000, 6500) if x < 0.03 + 0.2 else r.randint(8, 400)
-            chunk = units[2 * i:2 * (i + size)]
+            chunk = units[2 * i : 2 * (i + size)]
             self.events.append({"k": "text", "text": chunk.decode("utf-16-le", "surrogatepass")})
             i += size
 
     def call(self, path: str | None = None) -> None:
         r = self.rng
-        self.events.append({"k": "call", "id": f"c{len(self.events)}", "tool": "read_file" if path else r.choice(("read_file", "glob")),
-                            "args": {"path": path or r.choice("abcdefgh")}})
+        self.events.append(
+            {
+                "k": "call",
+                "id": f"c{len(self.events)}",
+                "tool": "read_file" if path else r.choice(("read_file", "glob")),
+                "args": {"path": path or r.choice("abcdefgh")},
+            }
+        )
 
     def motif(self) -> None:
         r = self.rng
@@ -118,7 +200,9 @@ class Gen:
             prefix, k = self.sentence(50, 110), r.randint(3, 8)
             variants = [f"{v} {self.sentence(1, 40)}" for v in range(k)]
             cyclic = r.random() < 0.6
-            self.emit("".join(prefix + (variants[i % k] if cyclic else r.choice(variants)) for i in range(r.randint(10, 24))))
+            self.emit(
+                "".join(prefix + (variants[i % k] if cyclic else r.choice(variants)) for i in range(r.randint(10, 24)))
+            )
         elif x < 0.91:  # one short line per chunk: letters and digits are "dividers" without their newline
             line = r.choice(("HELLO", "OK", "ABC123", "DONE.", "=>", "..."))
             for _ in range(r.randint(5, 40)):

@@ -41,7 +41,7 @@ class Gen:
         if x < 0.55:  # a cycle, repeated, perhaps broken once
             cycle = [self.call_def() for _ in range(r.randint(1, 6))]
             repeats = r.randint(3, 7)
-            for rep in range(repeats):
+            for _rep in range(repeats):
                 for tool, args in cycle:
                     if r.random() < 0.04 and args:  # a near-loop: the same arguments, another key order
                         args = dict(reversed(list(args.items())))

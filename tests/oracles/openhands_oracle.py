@@ -99,7 +99,9 @@ class Oracle:
         self.state.events.append(event)
 
     def _framework_message(self, text: str) -> None:
-        self._add(MessageEvent(source="environment", llm_message=Message(role="user", content=[TextContent(text=text)])))
+        self._add(
+            MessageEvent(source="environment", llm_message=Message(role="user", content=[TextContent(text=text)]))
+        )
 
     def step(self, e: dict):
         """Append one session event; the oracle's answer where OpenHands checks, else None."""
@@ -108,9 +110,14 @@ class Oracle:
         if k == "call":
             thought = e.get("thought")
             action = ActionEvent(
-                source="agent", thought=_text(thought) if thought is not None else [],
-                action=ToolArgs(args=e["args"]), tool_name=e["tool"], tool_call_id=e["id"],
-                tool_call=MessageToolCall(id=e["id"], name=e["tool"], arguments=json.dumps(e["args"]), origin="completion"),
+                source="agent",
+                thought=_text(thought) if thought is not None else [],
+                action=ToolArgs(args=e["args"]),
+                tool_name=e["tool"],
+                tool_call_id=e["id"],
+                tool_call=MessageToolCall(
+                    id=e["id"], name=e["tool"], arguments=json.dumps(e["args"]), origin="completion"
+                ),
                 llm_response_id=f"r{self.n}",
             )
             self.calls[e["id"]] = action
@@ -123,10 +130,15 @@ class Oracle:
             if k == "error":
                 self._add(AgentErrorEvent(error=e["text"], tool_name=action.tool_name, tool_call_id=e["id"]))
             else:
-                self._add(ObservationEvent(
-                    source="environment", observation=ToolResult.from_text(text=e["text"]), action_id=action.id,
-                    tool_name=action.tool_name, tool_call_id=e["id"],
-                ))
+                self._add(
+                    ObservationEvent(
+                        source="environment",
+                        observation=ToolResult.from_text(text=e["text"]),
+                        action_id=action.id,
+                        tool_name=action.tool_name,
+                        tool_call_id=e["id"],
+                    )
+                )
             if self.pending:
                 return None
         elif k == "reply":
@@ -185,10 +197,15 @@ class Gen:
     def call(self, tool=None, args=None, thought=None) -> str:
         self.calls += 1
         cid = f"c{self.calls}"
-        self.events.append({
-            "k": "call", "id": cid, "tool": tool or self.rng.choice(TOOLS), "args": self.args() if args is None else args,
-            "thought": thought,
-        })
+        self.events.append(
+            {
+                "k": "call",
+                "id": cid,
+                "tool": tool or self.rng.choice(TOOLS),
+                "args": self.args() if args is None else args,
+                "thought": thought,
+            }
+        )
         return cid
 
     def outcome(self, cid: str, error: str | None = None, text: str | None = None) -> None:
@@ -214,11 +231,13 @@ class Gen:
         if choice < 0.18:  # a repeated action with the same observation (sometimes one differs)
             text = r.choice(RESULTS)
             filler = r.random() < 0.3
-            for i in range(r.randint(2, 6)):
+            for _ in range(r.randint(2, 6)):
                 if filler:
                     self.gap()
                 drift = r.random() < 0.1
-                self.pair(tool, args, r.choice(THOUGHTS) if drift and thought else thought, text=text + ("!" if drift else ""))
+                self.pair(
+                    tool, args, r.choice(THOUGHTS) if drift and thought else thought, text=text + ("!" if drift else "")
+                )
         elif choice < 0.34:  # a repeated action that fails
             err = r.choice(ERRORS)
             for _ in range(r.randint(2, 6)):

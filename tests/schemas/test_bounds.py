@@ -28,8 +28,15 @@ HEX = "0" * 64
 
 
 def base(**fields) -> dict:
-    event = {"type": "tool_call.requested", "v": 1, "event_id": "e1", "run_id": "r1", "session_key": "s",
-             "tool_name": "read", "args_hash": "read:" + HEX}
+    event = {
+        "type": "tool_call.requested",
+        "v": 1,
+        "event_id": "e1",
+        "run_id": "r1",
+        "session_key": "s",
+        "tool_name": "read",
+        "args_hash": "read:" + HEX,
+    }
     event.update(fields)
     return event
 
@@ -96,14 +103,22 @@ def test_every_field_of_the_exported_schema_is_bounded(name):
 
 
 def test_the_bound_check_finds_unbounded_fields():
-    schema = {"type": "object", "properties": {
-        "n": {"type": "integer", "minimum": 0}, "s": {"type": "string"}, "a": {"type": "array", "items": {}},
-        "m": {"type": "object", "additionalProperties": {"type": "integer"}},
-        "ok": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]},
-    }}
+    schema = {
+        "type": "object",
+        "properties": {
+            "n": {"type": "integer", "minimum": 0},
+            "s": {"type": "string"},
+            "a": {"type": "array", "items": {}},
+            "m": {"type": "object", "additionalProperties": {"type": "integer"}},
+            "ok": {"anyOf": [{"type": "string", "maxLength": 3}, {"type": "null"}]},
+        },
+    }
     assert _unbounded(schema, "$", {}, set()) == [
-        "$.n: integer without a minimum and a maximum", "$.s: string without maxLength", "$.a: array without maxItems",
-        "$.m: map without maxProperties", "$.m{}: integer without a minimum and a maximum",
+        "$.n: integer without a minimum and a maximum",
+        "$.s: string without maxLength",
+        "$.a: array without maxItems",
+        "$.m: map without maxProperties",
+        "$.m{}: integer without a minimum and a maximum",
     ]
 
 
@@ -113,7 +128,7 @@ def test_the_bound_check_finds_unbounded_fields():
 @pytest.mark.parametrize(
     "field, ok, bad",
     [
-        ("ts_ms", 2**53 - 1, 2**53),                    # JavaScript's largest safe integer
+        ("ts_ms", 2**53 - 1, 2**53),  # JavaScript's largest safe integer
         ("ts_ms", 0, -1),
         ("ts_ms", 1_780_000_000_000, 9223372036854775808),  # 2^63: what crashed the checkpoint (issue 13)
         ("event_id", "e" * 512, "e" * 513),
@@ -137,8 +152,16 @@ def test_tool_names_and_hashes_are_bounded():
     assert not isinstance(outcome(encode(base(tool_name=tool, args_hash=f"{tool}:{HEX}"))), InvalidEvent)
     long = outcome(encode(base(tool_name=tool + "t", args_hash=f"{tool}t:{HEX}")))
     assert isinstance(long, InvalidEvent) and long.reason == "invalid_event" and "`$.tool_name`" in long.detail
-    done = {"type": "tool_call.completed", "event_id": "d", "run_id": "r", "tool_name": "read", "args_hash": "read:" + HEX}
-    assert not isinstance(outcome(encode({**done, "result_hash": "error:" + HEX, "unknown_tool_name": "u" * 256})), InvalidEvent)
+    done = {
+        "type": "tool_call.completed",
+        "event_id": "d",
+        "run_id": "r",
+        "tool_name": "read",
+        "args_hash": "read:" + HEX,
+    }
+    assert not isinstance(
+        outcome(encode({**done, "result_hash": "error:" + HEX, "unknown_tool_name": "u" * 256})), InvalidEvent
+    )
     for bad in ({"result_hash": "error:" + HEX + "0"}, {"unknown_tool_name": "u" * 257}):
         assert outcome(encode({**done, **bad})).reason == "invalid_event"
     ended = {"type": "run.ended", "event_id": "x", "run_id": "r"}
@@ -199,9 +222,26 @@ json_values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=10), children, max_size=4),
     max_leaves=20,
 )
-FIELDS = ["type", "v", "event_id", "run_id", "session_key", "session_id", "agent_id", "ts_ms", "tool_call_id",
-          "tool_name", "args_hash", "known_poll", "gate", "result_hash", "is_error", "unknown_tool_name", "loop_veto",
-          "reason"]
+FIELDS = [
+    "type",
+    "v",
+    "event_id",
+    "run_id",
+    "session_key",
+    "session_id",
+    "agent_id",
+    "ts_ms",
+    "tool_call_id",
+    "tool_name",
+    "args_hash",
+    "known_poll",
+    "gate",
+    "result_hash",
+    "is_error",
+    "unknown_tool_name",
+    "loop_veto",
+    "reason",
+]
 extreme_ints = st.sampled_from([0, -1, 1, 2**31, 2**53 - 1, 2**53, 2**63 - 1, 2**63, 2**64, -(2**63) - 1, 10**30])
 
 
@@ -255,8 +295,12 @@ def test_a_valid_event_with_one_field_replaced(kind, field, value):
 def test_nesting_at_any_depth(depth, where):
     nest = "[" * depth + "]" * depth
     body = json.dumps(base())[1:]
-    data = ['{"x": ' + nest + ", " + body, '{"tool_name": ' + nest + ", " + body,
-            json.dumps(base())[:-1] + ', "y": ' + nest + "}", '{"v": ' + nest + ", " + body][where]
+    data = [
+        '{"x": ' + nest + ", " + body,
+        '{"tool_name": ' + nest + ", " + body,
+        json.dumps(base())[:-1] + ', "y": ' + nest + "}",
+        '{"v": ' + nest + ", " + body,
+    ][where]
     result = outcome(data.encode())
     assert isinstance(result, InvalidEvent)
 
@@ -267,24 +311,44 @@ def test_nesting_at_any_depth(depth, where):
 def test_verdicts_built_from_events_at_their_bounds_decode():
     tool, other = "t" * 255 + "a", "t" * 255 + "b"
     ids = dict(run_id="r" * 512, session_key="s" * 512, agent_id="a" * 512)
-    config = {"tools": {"loopDetection": {"enabled": True, "warningThreshold": 2, "criticalThreshold": 4,
-                                           "globalCircuitBreakerThreshold": 6}},
-              "loopwatch": {"abortAfterCriticalBlocks": 2}}
+    config = {
+        "tools": {
+            "loopDetection": {
+                "enabled": True,
+                "warningThreshold": 2,
+                "criticalThreshold": 4,
+                "globalCircuitBreakerThreshold": 6,
+            }
+        },
+        "loopwatch": {"abortAfterCriticalBlocks": 2},
+    }
     engine = engine_for(config)
     state, verdicts = None, []
     hashes = {tool: f"{tool}:{'1' * 64}", other: f"{other}:{'2' * 64}"}
     for n in range(12):
         name = (tool, other)[n % 2] if n < 8 else tool
         event_id = f"{n:03d}" + "e" * 509
-        req = {"type": "tool_call.requested", "event_id": event_id, "tool_call_id": "c" * 512, "tool_name": name,
-               "args_hash": hashes[name], "ts_ms": 2**53 - 1, **ids}
+        req = {
+            "type": "tool_call.requested",
+            "event_id": event_id,
+            "tool_call_id": "c" * 512,
+            "tool_name": name,
+            "args_hash": hashes[name],
+            "ts_ms": 2**53 - 1,
+            **ids,
+        }
         step = engine.handle(state, decode_event(encode(req)), validated=True)
         state = step.state
         verdicts += [v for v in (step.decision, step.abort) if v is not None]
         if step.vetoed:
             continue
-        done = {**req, "type": "tool_call.completed", "event_id": event_id[:-1] + "d", "result_hash": "error:" + "f" * 64,
-                "unknown_tool_name": "u" * 256}
+        done = {
+            **req,
+            "type": "tool_call.completed",
+            "event_id": event_id[:-1] + "d",
+            "result_hash": "error:" + "f" * 64,
+            "unknown_tool_name": "u" * 256,
+        }
         state = engine.handle(state, decode_event(encode(done)), validated=True).state
     kinds = {(type(v).__name__, getattr(v, "action", None)) for v in verdicts}
     assert ("Decision", "block") in kinds and ("RunAborted", None) in kinds
@@ -294,8 +358,15 @@ def test_verdicts_built_from_events_at_their_bounds_decode():
 
 
 def test_a_verdict_out_of_its_bounds_is_refused_by_the_client_decoder():
-    good = {"type": "loop.run_aborted", "verdict_id": "e/abort", "cause_event_id": "e", "detector": "x", "count": 1,
-            "tool_name": "t", "message": "m"}
+    good = {
+        "type": "loop.run_aborted",
+        "verdict_id": "e/abort",
+        "cause_event_id": "e",
+        "detector": "x",
+        "count": 1,
+        "tool_name": "t",
+        "message": "m",
+    }
     assert decode_verdict(encode(good)).count == 1
     for bad in ({"count": 2**53}, {"message": "m" * 4097}, {"v": 2}, {"ts_ms": -1}):
         with pytest.raises(msgspec.ValidationError):
@@ -309,9 +380,16 @@ def test_a_verdict_out_of_its_bounds_is_refused_by_the_client_decoder():
     "block, path, message",
     [
         ({"historySize": 1_001}, "tools.loopDetection.historySize", "Too big: expected number to be <=1000"),
-        ({"warningThreshold": 1e21}, "tools.loopDetection.warningThreshold", "Too big: expected number to be <=1000000"),
-        ({"postCompactionGuard": {"windowSize": 1_000_001}}, "tools.loopDetection.postCompactionGuard.windowSize",
-         "Too big: expected number to be <=1000000"),
+        (
+            {"warningThreshold": 1e21},
+            "tools.loopDetection.warningThreshold",
+            "Too big: expected number to be <=1000000",
+        ),
+        (
+            {"postCompactionGuard": {"windowSize": 1_000_001}},
+            "tools.loopDetection.postCompactionGuard.windowSize",
+            "Too big: expected number to be <=1000000",
+        ),
     ],
 )
 def test_config_counts_above_their_bound_are_refused(block, path, message):
@@ -323,12 +401,26 @@ def test_config_counts_above_their_bound_are_refused(block, path, message):
 def test_config_limits_are_accepted():
     from schemas.config import validate
 
-    block = {"enabled": True, "historySize": 1_000, "warningThreshold": 999_998, "criticalThreshold": 999_999,
-             "globalCircuitBreakerThreshold": 1_000_000, "unknownToolThreshold": 1_000_000,
-             "postCompactionGuard": {"windowSize": 1_000_000}}
+    block = {
+        "enabled": True,
+        "historySize": 1_000,
+        "warningThreshold": 999_998,
+        "criticalThreshold": 999_999,
+        "globalCircuitBreakerThreshold": 1_000_000,
+        "unknownToolThreshold": 1_000_000,
+        "postCompactionGuard": {"windowSize": 1_000_000},
+    }
     agents = [{"id": f"{n:03d}" + "a" * 509} for n in range(1000)]
-    assert validate({"tools": {"loopDetection": block}, "agents": {"list": agents},
-                     "loopwatch": {"abortAfterCriticalBlocks": 1_000_000}}) == []
+    assert (
+        validate(
+            {
+                "tools": {"loopDetection": block},
+                "agents": {"list": agents},
+                "loopwatch": {"abortAfterCriticalBlocks": 1_000_000},
+            }
+        )
+        == []
+    )
 
 
 def test_config_agents_are_bounded():
@@ -360,16 +452,22 @@ HASH_FIELDS = {
     # field: (event kind, extra fields it needs, the exported schema's pattern)
     "result_hash": ("tool_call.completed", {}, "(error:)?[0-9a-f]{64}"),
     "normalized_result_hash": ("tool_call.completed", {"result_hash": HEX}, "(error:)?[0-9a-f]{64}"),
-    "failure_identity_hash": ("tool_call.completed",
-                              {"result_hash": HEX, "outcome_kind": "terminal-exec-failure", "tool_name": "exec",
-                               "args_hash": "exec:" + HEX}, "[0-9a-f]{64}"),
+    "failure_identity_hash": (
+        "tool_call.completed",
+        {"result_hash": HEX, "outcome_kind": "terminal-exec-failure", "tool_name": "exec", "args_hash": "exec:" + HEX},
+        "[0-9a-f]{64}",
+    ),
     "target_hash": ("tool_call.requested", {"tool_name": "write", "args_hash": "write:" + HEX}, "[0-9a-f]{64}"),
 }
 hash_like = st.one_of(
     st.text(alphabet="0123456789abcdefABCDEF:erox\n é\u0660", min_size=60, max_size=72),
     st.text(alphabet="0123456789", min_size=63, max_size=65),
-    st.builds(lambda p, h, s: p + h + s, st.sampled_from(["", "error:", "Error:", "error", "x"]),
-              st.text(alphabet="0123456789abcdef", min_size=63, max_size=65), st.sampled_from(["", "\n", " ", "g"])),
+    st.builds(
+        lambda p, h, s: p + h + s,
+        st.sampled_from(["", "error:", "Error:", "error", "x"]),
+        st.text(alphabet="0123456789abcdef", min_size=63, max_size=65),
+        st.sampled_from(["", "\n", " ", "g"]),
+    ),
 )
 
 

@@ -8,12 +8,19 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aiokafka.partitioner import DefaultPartitioner
-
-from schemas.keys import murmur2, normalize_run_id, partition_for, record_key, session_scope_key, state_key, verdict_partitions
+from schemas.keys import (
+    murmur2,
+    normalize_run_id,
+    partition_for,
+    record_key,
+    session_scope_key,
+    state_key,
+    verdict_partitions,
+)
 from streams.edge.events import completed_event, requested_event
 from streams.engine import engine_for
 
@@ -26,9 +33,9 @@ def keyed(run_id=None, session_key=None, session_id=None):
     "fields, state, record",
     [
         (dict(run_id="r1", session_key="s", session_id="i"), "run:r1", "r1"),
-        (dict(run_id="  r1\ufeff", session_key="s"), "run:r1", "r1"),            # trimmed as JavaScript trims
+        (dict(run_id="  r1\ufeff", session_key="s"), "run:r1", "r1"),  # trimmed as JavaScript trims
         (dict(run_id=" \u00a0 ", session_key="s"), "session:s|", "session:s|"),  # blank: no run
-        (dict(session_key="s", session_id="i"), "session:s|", "session:s|"),      # the key wins over the id
+        (dict(session_key="s", session_id="i"), "session:s|", "session:s|"),  # the key wins over the id
         (dict(session_key="s"), "session:s|", "session:s|"),
         (dict(session_id="i"), "session:|i", "session:|i"),
         (dict(session_key="x", session_id=None), "session:x|", "session:x|"),
@@ -50,8 +57,9 @@ def test_verdicts_name_their_run_as_events_do():
 
     for fields in (dict(run_id="r", session_key="s"), dict(session_key="s")):
         event = keyed(session_id="sess-9", **fields)
-        verdict = RunAborted(verdict_id="e/abort", cause_event_id="e", detector="d", count=1, tool_name="t", message="m",
-                             **fields)
+        verdict = RunAborted(
+            verdict_id="e/abort", cause_event_id="e", detector="d", count=1, tool_name="t", message="m", **fields
+        )
         assert state_key(verdict) == state_key(event)
 
 
@@ -71,8 +79,11 @@ def test_calls_of_one_session_without_run_id_share_history_whatever_their_sessio
     assert counts[10] == 10  # the 11th identical call sees the 10 before it: warning (spec §2, threshold 10)
 
 
-@given(st.one_of(st.none(), st.text(max_size=20)), st.one_of(st.none(), st.text(max_size=20)),
-       st.one_of(st.none(), st.text(max_size=20)))
+@given(
+    st.one_of(st.none(), st.text(max_size=20)),
+    st.one_of(st.none(), st.text(max_size=20)),
+    st.one_of(st.none(), st.text(max_size=20)),
+)
 def test_record_key_is_the_run_id_or_the_state_key(run_id, session_key, session_id):
     event = keyed(run_id, session_key, session_id)
     run = normalize_run_id(run_id)
@@ -85,9 +96,14 @@ def test_record_key_is_the_run_id_or_the_state_key(run_id, session_key, session_
 
 # Kafka's own test vectors for its murmur2 (clients/src/test/java/org/apache/kafka/common/utils/
 # UtilsTest.java, testMurmur2), as signed 32-bit ints; the partition is the positive part mod n.
-JAVA_MURMUR2 = [(b"21", -973932308), (b"foobar", -790332482), (b"a-little-bit-long-string", -985981536),
-                (b"a-little-bit-longer-string", -1486304829),
-                (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971), (b"abc", 479470107)]
+JAVA_MURMUR2 = [
+    (b"21", -973932308),
+    (b"foobar", -790332482),
+    (b"a-little-bit-long-string", -985981536),
+    (b"a-little-bit-longer-string", -1486304829),
+    (b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8", -58897971),
+    (b"abc", 479470107),
+]
 
 
 @pytest.mark.parametrize("key, java", JAVA_MURMUR2)
@@ -111,11 +127,17 @@ def test_a_runs_verdict_partitions_are_its_run_ids_and_its_sessions():
     assert verdict_partitions(run, 4, 2) == {by_run % 2, by_session % 2}  # fewer verdict partitions: mod theirs
     alone = keyed(None, None, "i-1")  # no run id, no session key: one key both ways, up to the prefix
     assert verdict_partitions(alone, 8, 8) == {
-        (murmur2_java(b"session:|i-1") & 0x7FFFFFFF) % 8, (murmur2_java(b"scope:session:|i-1") & 0x7FFFFFFF) % 8}
+        (murmur2_java(b"session:|i-1") & 0x7FFFFFFF) % 8,
+        (murmur2_java(b"scope:session:|i-1") & 0x7FFFFFFF) % 8,
+    }
 
 
-@given(st.one_of(st.none(), st.text(max_size=20)), st.one_of(st.none(), st.text(max_size=20)),
-       st.integers(min_value=1, max_value=64), st.integers(min_value=1, max_value=64))
+@given(
+    st.one_of(st.none(), st.text(max_size=20)),
+    st.one_of(st.none(), st.text(max_size=20)),
+    st.integers(min_value=1, max_value=64),
+    st.integers(min_value=1, max_value=64),
+)
 def test_verdict_partitions_hold_the_partitions_of_both_scopes_keys(run_id, session_key, calls, verdicts):
     event = keyed(run_id, session_key, "i")
     found = verdict_partitions(event, calls, verdicts)
@@ -130,7 +152,7 @@ def murmur2_java(data: bytes) -> int:
     length, seed, m, r = len(data), 0x9747B28C, 0x5BD1E995, 24
     h = (seed ^ length) & 0xFFFFFFFF
     for i in range(length // 4):
-        k = int.from_bytes(data[4 * i:4 * i + 4], "little")
+        k = int.from_bytes(data[4 * i : 4 * i + 4], "little")
         k = (k * m) & 0xFFFFFFFF
         k ^= k >> r
         k = (k * m) & 0xFFFFFFFF

@@ -27,11 +27,15 @@ from streams.edge.events import requested_event
 # shorter than the 32 bytes this module insists on).
 RFC4231_KEY = b"\xaa" * 131
 RFC4231_CASES = [
-    (b"Test Using Larger Than Block-Size Key - Hash Key First",
-     "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"),
-    (b"This is a test using a larger than block-size key and a larger than block-size data. The key needs to be "
-     b"hashed before being used by the HMAC algorithm.",
-     "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"),
+    (
+        b"Test Using Larger Than Block-Size Key - Hash Key First",
+        "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54",
+    ),
+    (
+        b"This is a test using a larger than block-size key and a larger than block-size data. The key needs to be "
+        b"hashed before being used by the HMAC algorithm.",
+        "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2",
+    ),
 ]
 
 secrets_ = st.binary(min_size=32, max_size=96)
@@ -73,7 +77,7 @@ def test_any_change_to_the_value_is_refused(secret, value, data):
     if value:
         i = data.draw(st.integers(0, len(value) - 1))
         bit = data.draw(st.integers(0, 7))
-        changed = value[:i] + bytes([value[i] ^ (1 << bit)]) + value[i + 1:]
+        changed = value[:i] + bytes([value[i] ^ (1 << bit)]) + value[i + 1 :]
     else:
         changed = b"\x00"
     assert "does not match" in reason(lambda: Keyring([k]).verify(headers, changed))
@@ -91,9 +95,15 @@ def test_a_signature_made_with_another_secret_under_the_same_id_is_refused(secre
 
 
 @settings(max_examples=300)
-@given(st.lists(st.tuples(st.sampled_from([KEY_ID_HEADER, SIGNATURE_HEADER, "other", "loopwatch.reason"]),
-                          st.binary(max_size=80)), max_size=5),
-       values)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([KEY_ID_HEADER, SIGNATURE_HEADER, "other", "loopwatch.reason"]), st.binary(max_size=80)
+        ),
+        max_size=5,
+    ),
+    values,
+)
 def test_arbitrary_headers_never_verify_without_the_secret(headers, value):
     """Whatever headers a forger sends (without the secret), verification refuses with
     bad_signature and never raises anything else."""
@@ -117,7 +127,7 @@ def test_refusals_say_what_is_wrong():
     assert "more than one" in reason(lambda: ring.verify(good + [good[1]], value))
     upper = (SIGNATURE_HEADER, good[1][1].upper().replace(b"SHA256=", b"sha256="))
     assert "not sha256=<64 lowercase hex>" in reason(lambda: ring.verify([good[0], upper], value))
-    bare = (SIGNATURE_HEADER, good[1][1][len("sha256="):])
+    bare = (SIGNATURE_HEADER, good[1][1][len("sha256=") :])
     assert "not sha256=<64 lowercase hex>" in reason(lambda: ring.verify([good[0], bare], value))
 
 
@@ -126,7 +136,9 @@ def test_the_event_must_name_the_keys_agent():
     ours = requested_event("e1", "read", {}, run_id="r", session_key="s", agent_id="main")
     k.check_agent(ours)
     theirs = requested_event("e2", "read", {}, run_id="r", session_key="s", agent_id="billing")
-    assert reason(lambda: k.check_agent(theirs)) == "key main-1 belongs to agent 'main', the event names agent 'billing'"
+    assert (
+        reason(lambda: k.check_agent(theirs)) == "key main-1 belongs to agent 'main', the event names agent 'billing'"
+    )
     nobody = requested_event("e3", "read", {}, run_id="r", session_key="s")
     assert "names agent None" in reason(lambda: k.check_agent(nobody))
 
@@ -146,12 +158,15 @@ def test_secrets_stay_out_of_repr():
         assert "recognisable" not in text and base64.b64encode(secret).decode() not in text
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: SigningKey("main-1", "main", b"x" * 31), "at least 32 bytes"),
-    (lambda: SigningKey("has space", "main", b"x" * 32), "key id 'has space'"),
-    (lambda: SigningKey("k", "", b"x" * 32), "agent_id must be a non-empty string"),
-    (lambda: Keyring([key(), key(agent_id="other")]), "appears twice"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: SigningKey("main-1", "main", b"x" * 31), "at least 32 bytes"),
+        (lambda: SigningKey("has space", "main", b"x" * 32), "key id 'has space'"),
+        (lambda: SigningKey("k", "", b"x" * 32), "agent_id must be a non-empty string"),
+        (lambda: Keyring([key(), key(agent_id="other")]), "appears twice"),
+    ],
+)
 def test_unusable_keys_are_refused(make, message):
     with pytest.raises(SigningKeyError, match=message):
         make()
@@ -167,13 +182,19 @@ def test_key_files_one_object_or_a_list():
     assert [k.key_id for k in both] == ["main-1", "main-2"]
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{", "keys.json: not JSON"),
-    (json.dumps({"key_id": "a", "agent_id": "b"}), "exactly key_id, agent_id and secret"),
-    (json.dumps({**entry(), "extra": 1}), "exactly key_id, agent_id and secret"),
-    (json.dumps({**entry(), "secret": "not base64!"}), "secret is not base64"),
-    (json.dumps([entry(), {**entry(), "secret": base64.b64encode(b"short").decode()}]), r"keys.json\[1\]: key main-1: the secret must be at least 32 bytes"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{", "keys.json: not JSON"),
+        (json.dumps({"key_id": "a", "agent_id": "b"}), "exactly key_id, agent_id and secret"),
+        (json.dumps({**entry(), "extra": 1}), "exactly key_id, agent_id and secret"),
+        (json.dumps({**entry(), "secret": "not base64!"}), "secret is not base64"),
+        (
+            json.dumps([entry(), {**entry(), "secret": base64.b64encode(b"short").decode()}]),
+            r"keys.json\[1\]: key main-1: the secret must be at least 32 bytes",
+        ),
+    ],
+)
 def test_bad_key_files_name_the_file_and_the_problem(content, message):
     with pytest.raises(SigningKeyError, match=message):
         parse_keys(content, "keys.json")

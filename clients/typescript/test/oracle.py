@@ -37,17 +37,16 @@ import struct
 import sys
 from typing import Any
 
+import msgspec
 from aiokafka.partitioner import murmur2
 
-import msgspec
-
 from schemas.events import CompactionRetried, InvalidEvent, decode_event, encode_event
+from schemas.keys import record_key, state_key
 from schemas.signing import SigningKey, SigningKeyError, parse_keys
 from streams.conformance.cases import expand_steps, load_cases, materialize, materialize_args
+from streams.edge.canonical import UNDEFINED
 from streams.edge.content_windows import ContentEdge
 from streams.edge.events import agent_message_event, completed_event, model_text_event, requested_event
-from schemas.keys import record_key, state_key
-from streams.edge.canonical import UNDEFINED
 from streams.edge.hashing import ThrownError
 
 _FIELDS = dict(run_id="oracle-run", session_key="oracle")

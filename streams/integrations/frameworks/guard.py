@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.verdicts import Decision
-from streams.edge.canonical import UNDEFINED
 from streams.client import LoopBlocked, LoopwatchClient, NoDecisionError, RunAbortedError, RunHandle
+from streams.edge.canonical import UNDEFINED
 from streams.edge.hashing import ThrownError
 
 __all__ = ["Admitted", "Refused", "RunGuard", "json_args", "open_run", "plain", "thrown", "unknown_tool_error"]
@@ -45,14 +45,24 @@ class Refused:
     decision: Decision | None = None
 
 
-def open_run(client: LoopwatchClient, run_id: str | None = None, *, session_key: str | None = None,
-             agent_id: str | None = None, trace_id: str | None = None) -> "RunGuard":
+def open_run(
+    client: LoopwatchClient,
+    run_id: str | None = None,
+    *,
+    session_key: str | None = None,
+    agent_id: str | None = None,
+    trace_id: str | None = None,
+) -> RunGuard:
     """A guard for one run.  Upstream detects only with a session key, so a run without one
     gets ``agent:<agent id or main>:<run id>``; the trace id defaults to the active
     OpenTelemetry trace's, when there is one (it only matters for ``loopwatch.agentRings``)."""
     run_id = run_id or uuid.uuid4().hex
-    handle = client.run(run_id, session_key=session_key or f"agent:{agent_id or 'main'}:{run_id}",
-                        agent_id=agent_id, trace_id=trace_id or _active_trace_id())
+    handle = client.run(
+        run_id,
+        session_key=session_key or f"agent:{agent_id or 'main'}:{run_id}",
+        agent_id=agent_id,
+        trace_id=trace_id or _active_trace_id(),
+    )
     return RunGuard(handle)
 
 
@@ -96,20 +106,32 @@ class RunGuard:
         # a late call's block names the abort's detector when the abort has not arrived yet.
         aborted = self.aborted
         if aborted is None and decision.detector in _ABORT_DETECTORS:
-            aborted = RunAbortedError(decision.message or "", detector=decision.detector,
-                                      count=decision.count or 0, tool_name=decision.tool_name)
+            aborted = RunAbortedError(
+                decision.message or "",
+                detector=decision.detector,
+                count=decision.count or 0,
+                tool_name=decision.tool_name,
+            )
         return Refused(decision.message or "Tool call blocked by loopwatch.", aborted=aborted, decision=decision)
 
     def notices(self) -> tuple[str, ...]:
         """Warnings the model has not been shown yet and that loopwatch asks to show
         (``notify_model``, i.e. ``loopwatch.surfaceWarnings``): gate warnings of this call,
         advisory warnings as they arrived."""
-        fresh = self.run.warnings[self._noticed:]
+        fresh = self.run.warnings[self._noticed :]
         self._noticed = len(self.run.warnings)
         return tuple(d.message for d in fresh if d.notify_model and d.message)
 
-    async def after(self, tool: str, args: Any, call_id: str | None, *, result: Any = None,
-                    error: Any = UNDEFINED, returned: bool = True) -> None:
+    async def after(
+        self,
+        tool: str,
+        args: Any,
+        call_id: str | None,
+        *,
+        result: Any = None,
+        error: Any = UNDEFINED,
+        returned: bool = True,
+    ) -> None:
         """Publish the outcome (a no-op for a call loopwatch blocked: the client completed it)."""
         await self.run.after_tool_call(tool, args, tool_call_id=call_id, result=result, error=error, returned=returned)
 

@@ -30,7 +30,8 @@ API is served (``ainvoke``/``astream``): the client is asyncio's.
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any, Awaitable, Callable, Literal, NotRequired
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Literal, NotRequired
 
 from langchain.agents.middleware.types import AgentMiddleware, AgentState, PrivateStateAttr, hook_config
 from langchain_core.messages import AIMessage, ToolMessage
@@ -56,8 +57,14 @@ class LoopwatchMiddleware(AgentMiddleware):
 
     state_schema = LoopwatchState
 
-    def __init__(self, client: LoopwatchClient, *, agent_id: str | None = None, session_key: str | None = None,
-                 on_abort: Literal["end", "error"] = "end") -> None:
+    def __init__(
+        self,
+        client: LoopwatchClient,
+        *,
+        agent_id: str | None = None,
+        session_key: str | None = None,
+        on_abort: Literal["end", "error"] = "end",
+    ) -> None:
         super().__init__()
         if on_abort not in ("end", "error"):
             raise ValueError("on_abort is 'end' or 'error'")
@@ -119,8 +126,9 @@ class LoopwatchMiddleware(AgentMiddleware):
         call = request.tool_call
         tool, args, call_id = call["name"], plain(call.get("args") or {}), call.get("id")
         guard = self._run_of(request.state, request.runtime)
-        verdict = await (guard.before(tool, args, call_id) if request.tool is not None
-                         else guard.unknown_tool(tool, args, call_id))
+        verdict = await (
+            guard.before(tool, args, call_id) if request.tool is not None else guard.unknown_tool(tool, args, call_id)
+        )
         if not isinstance(verdict, Admitted):
             if verdict.aborted is not None and self.on_abort == "error":
                 await self.end_run(guard.run.fields["run_id"])  # the raise skips the agent's end hook

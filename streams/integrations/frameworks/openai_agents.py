@@ -33,9 +33,10 @@ context variable, which the SDK's tool tasks inherit) and ends it with ``run.end
 from __future__ import annotations
 
 import contextlib
-import copy
 import contextvars
-from typing import Any, AsyncIterator, Iterable
+import copy
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
 
 from agents import FunctionTool, RunConfig, ToolGuardrailFunctionOutput, ToolInputGuardrail, ToolOutputGuardrail
 from agents.run_config import ToolErrorFormatterArgs
@@ -53,7 +54,9 @@ class LoopwatchGuardrails:
         self.client = client
         self.agent_id = agent_id
         self.session_key = session_key
-        self._current: contextvars.ContextVar[_Run | None] = contextvars.ContextVar(f"loopwatch-{id(self):x}", default=None)
+        self._current: contextvars.ContextVar[_Run | None] = contextvars.ContextVar(
+            f"loopwatch-{id(self):x}", default=None
+        )
         self.input_guardrail = ToolInputGuardrail(guardrail_function=self._before, name="loopwatch")
         self.output_guardrail = ToolOutputGuardrail(guardrail_function=self._after, name="loopwatch")
 

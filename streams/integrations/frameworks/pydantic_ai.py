@@ -56,7 +56,7 @@ class Loopwatch(AbstractCapability[Any]):
     def get_serialization_name(cls) -> str | None:
         return None  # holds a live client: not built from agent specs
 
-    async def for_run(self, ctx: Any) -> "Loopwatch":
+    async def for_run(self, ctx: Any) -> Loopwatch:
         return dataclasses.replace(self)  # this run's own guard
 
     async def wrap_run(self, ctx: Any, *, handler: Any) -> Any:

@@ -29,36 +29,77 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=(
-        "An MCP server in front of one or more upstream MCP servers: every tools/call is checked with "
-        "loopwatch (arguments and results are hashed here; only hashes are published)."))
-    p.add_argument("--upstream", action="append", default=[], metavar="[NAME=]COMMAND|URL",
-                   help="an upstream server: a command line (stdio) or an http(s) URL (repeat for several)")
-    p.add_argument("--prefix", action="append", default=[], metavar="NAME=PREFIX",
-                   help="put PREFIX before the tool and prompt names of upstream NAME")
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description=(
+            "An MCP server in front of one or more upstream MCP servers: every tools/call is checked with "
+            "loopwatch (arguments and results are hashed here; only hashes are published)."
+        ),
+    )
+    p.add_argument(
+        "--upstream",
+        action="append",
+        default=[],
+        metavar="[NAME=]COMMAND|URL",
+        help="an upstream server: a command line (stdio) or an http(s) URL (repeat for several)",
+    )
+    p.add_argument(
+        "--prefix",
+        action="append",
+        default=[],
+        metavar="NAME=PREFIX",
+        help="put PREFIX before the tool and prompt names of upstream NAME",
+    )
     p.add_argument("--upstreams-file", metavar="FILE", help="a YAML file of upstreams (see the README)")
-    p.add_argument("--bootstrap", default=os.environ.get("LOOPWATCH_BOOTSTRAP", "127.0.0.1:19092"),
-                   help="Kafka bootstrap servers (default: $LOOPWATCH_BOOTSTRAP or 127.0.0.1:19092)")
+    p.add_argument(
+        "--bootstrap",
+        default=os.environ.get("LOOPWATCH_BOOTSTRAP", "127.0.0.1:19092"),
+        help="Kafka bootstrap servers (default: $LOOPWATCH_BOOTSTRAP or 127.0.0.1:19092)",
+    )
     p.add_argument("--tool-calls-topic", default="tool-calls")
     p.add_argument("--verdicts-topic", default="loop-verdicts")
     p.add_argument("--mode", choices=("gate", "advisory"), default="gate")
-    p.add_argument("--timeout", type=float, default=1.0, metavar="S",
-                   help="seconds to wait for loopwatch's decision (default 1, as the clients)")
-    p.add_argument("--fail-closed", action="store_true",
-                   help="refuse a call when no decision arrives in time (default: run it)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds to wait for loopwatch's decision (default 1, as the clients)",
+    )
+    p.add_argument(
+        "--fail-closed", action="store_true", help="refuse a call when no decision arrives in time (default: run it)"
+    )
     p.add_argument("--agent-id", help="the agent's id (default: the MCP client's name)")
     p.add_argument("--session-key", help="the session key (default: mcp:<agent id>:<run id>)")
     p.add_argument("--run-id", help="the run id (default: a new one per session)")
-    p.add_argument("--upstream-timeout", type=float, default=60.0, metavar="S",
-                   help="seconds a forwarded call may take before the agent gets an error (default 60)")
-    p.add_argument("--connect-timeout", type=float, default=30.0, metavar="S",
-                   help="seconds to connect to an upstream server (default 30)")
-    p.add_argument("--run-idle-timeout", type=float, default=1800.0, metavar="S",
-                   help="over HTTP: a run also ends after this long without a call (default 1800)")
+    p.add_argument(
+        "--upstream-timeout",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="seconds a forwarded call may take before the agent gets an error (default 60)",
+    )
+    p.add_argument(
+        "--connect-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds to connect to an upstream server (default 30)",
+    )
+    p.add_argument(
+        "--run-idle-timeout",
+        type=float,
+        default=1800.0,
+        metavar="S",
+        help="over HTTP: a run also ends after this long without a call (default 1800)",
+    )
     p.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on PORT instead of stdio")
-    p.add_argument("--sdk-proxy", action="store_true",
-                   help="over stdio with one upstream command, serve through the SDK's server and client "
-                        "instead of relaying its messages as they are (the default; docs/mcp-gateway.md)")
+    p.add_argument(
+        "--sdk-proxy",
+        action="store_true",
+        help="over stdio with one upstream command, serve through the SDK's server and client "
+        "instead of relaying its messages as they are (the default; docs/mcp-gateway.md)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="the HTTP address (default 127.0.0.1)")
     p.add_argument("--log-level", default="WARNING")
     return p
@@ -86,7 +127,9 @@ def load_upstreams_file(path: str) -> list[UpstreamSpec]:
         command = entry.get("command")
         if isinstance(command, str):
             command = [command]
-        if command is not None and not (isinstance(command, list) and command and all(isinstance(c, str) for c in command)):
+        if command is not None and not (
+            isinstance(command, list) and command and all(isinstance(c, str) for c in command)
+        ):
             raise UsageError(f"{where}: 'command' is a string or a list of strings")
         args = entry.get("args", [])
         if not (isinstance(args, list) and all(isinstance(a, str) for a in args)):
@@ -100,8 +143,16 @@ def load_upstreams_file(path: str) -> list[UpstreamSpec]:
         argv = tuple([*(command or []), *args])
         name = entry.get("name") or (entry.get("url") or (os.path.basename(argv[0]) if argv else f"upstream-{i}"))
         try:
-            specs.append(UpstreamSpec(name=name, command=argv, url=entry.get("url"), env=env, cwd=entry.get("cwd"),
-                                      prefix=entry.get("prefix") or ""))
+            specs.append(
+                UpstreamSpec(
+                    name=name,
+                    command=argv,
+                    url=entry.get("url"),
+                    env=env,
+                    cwd=entry.get("cwd"),
+                    prefix=entry.get("prefix") or "",
+                )
+            )
         except ValueError as exc:
             raise UsageError(f"{where}: {exc}") from None
     return specs
@@ -125,26 +176,42 @@ def options_from(args: argparse.Namespace) -> GatewayOptions:
         prefixes[name] = prefix
     unknown = set(prefixes) - {s.name for s in specs}
     if unknown:
-        raise UsageError(f"--prefix for unknown upstream(s): {', '.join(sorted(unknown))} "
-                         f"(upstreams: {', '.join(s.name for s in specs)})")
-    specs = [UpstreamSpec(name=s.name, command=s.command, url=s.url, env=s.env, cwd=s.cwd,
-                          prefix=prefixes.get(s.name, s.prefix)) for s in specs]
+        raise UsageError(
+            f"--prefix for unknown upstream(s): {', '.join(sorted(unknown))} "
+            f"(upstreams: {', '.join(s.name for s in specs)})"
+        )
+    specs = [
+        UpstreamSpec(
+            name=s.name, command=s.command, url=s.url, env=s.env, cwd=s.cwd, prefix=prefixes.get(s.name, s.prefix)
+        )
+        for s in specs
+    ]
     if len({s.name for s in specs}) != len(specs):
         raise UsageError("two upstreams have the same name: name them (NAME=COMMAND or 'name:' in the file)")
     for flag in ("timeout", "upstream_timeout", "connect_timeout", "run_idle_timeout"):
         if getattr(args, flag) <= 0:
             raise UsageError(f"--{flag.replace('_', '-')} must be positive")
     return GatewayOptions(
-        upstreams=tuple(specs), bootstrap_servers=args.bootstrap, mode=args.mode, timeout=args.timeout,
-        fail_closed=args.fail_closed, tool_calls_topic=args.tool_calls_topic, verdicts_topic=args.verdicts_topic,
-        agent_id=args.agent_id, session_key=args.session_key, run_id=args.run_id,
-        upstream_timeout=args.upstream_timeout, connect_timeout=args.connect_timeout,
-        run_idle_timeout=args.run_idle_timeout, relay=not args.sdk_proxy,
+        upstreams=tuple(specs),
+        bootstrap_servers=args.bootstrap,
+        mode=args.mode,
+        timeout=args.timeout,
+        fail_closed=args.fail_closed,
+        tool_calls_topic=args.tool_calls_topic,
+        verdicts_topic=args.verdicts_topic,
+        agent_id=args.agent_id,
+        session_key=args.session_key,
+        run_id=args.run_id,
+        upstream_timeout=args.upstream_timeout,
+        connect_timeout=args.connect_timeout,
+        run_idle_timeout=args.run_idle_timeout,
+        relay=not args.sdk_proxy,
     )
 
 
-async def serve(options: GatewayOptions, *, http_port: int | None = None, host: str = "127.0.0.1",
-                ready: Any = None) -> None:
+async def serve(
+    options: GatewayOptions, *, http_port: int | None = None, host: str = "127.0.0.1", ready: Any = None
+) -> None:
     if http_port is None and relays(options):
         if await _relay(options):
             return
@@ -164,6 +231,7 @@ async def serve(options: GatewayOptions, *, http_port: int | None = None, host: 
             app = gateway.http_app(host)
             config = uvicorn.Config(app, host=host, port=http_port, log_level="warning", lifespan="on")
             http = uvicorn.Server(config)
+
             # uvicorn shuts down on SIGINT/SIGTERM, then raises the signal again for the handler it
             # found: the default one would kill the process before ``stop`` ends the open runs.
             # This one only asks uvicorn to shut down (a signal before it took over, too).
@@ -210,8 +278,11 @@ async def _relay(options: GatewayOptions) -> bool:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # stdout is the MCP channel over stdio: every log line goes to stderr.
-    logging.basicConfig(stream=sys.stderr, level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     if logging.getLogger().level > logging.DEBUG:
         logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # its retries while a topic is missing
     try:

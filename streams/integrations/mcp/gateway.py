@@ -76,8 +76,10 @@ class Gateway:
             raise ValueError(f"upstream names must differ: {', '.join(names)}")
         self.options = options
         self.client = client or runner_client(options)
-        self.upstreams = [Upstream(spec, connect_timeout=options.connect_timeout, on_notification=self._notification)
-                          for spec in options.upstreams]
+        self.upstreams = [
+            Upstream(spec, connect_timeout=options.connect_timeout, on_notification=self._notification)
+            for spec in options.upstreams
+        ]
         self._routes: dict[str, tuple[Upstream, str]] = {}
         self._prompt_routes: dict[str, tuple[Upstream, str]] = {}
         self._resource_routes: dict[str, Upstream] = {}
@@ -220,8 +222,11 @@ class Gateway:
         has = lambda what: any(getattr(c, what, None) is not None for c in caps)  # noqa: E731
         handlers: dict[str, Any] = {"on_list_tools": self._list_tools, "on_call_tool": self._call_tool}
         if has("resources"):
-            handlers.update(on_list_resources=self._list_resources, on_read_resource=self._read_resource,
-                            on_list_resource_templates=self._list_resource_templates)
+            handlers.update(
+                on_list_resources=self._list_resources,
+                on_read_resource=self._read_resource,
+                on_list_resource_templates=self._list_resource_templates,
+            )
             if any(c.resources is not None and c.resources.subscribe for c in caps):
                 handlers.update(on_subscribe_resource=self._subscribe, on_unsubscribe_resource=self._unsubscribe)
         if has("prompts"):
@@ -229,11 +234,14 @@ class Gateway:
         if has("completions"):
             handlers["on_completion"] = self._completion
         infos = [u.client.server_info for u in self.upstreams if u.client is not None and u.client.server_info]
-        instructions = "\n\n".join(u.client.instructions for u in self.upstreams
-                                   if u.client is not None and u.client.instructions) or None
+        instructions = (
+            "\n\n".join(u.client.instructions for u in self.upstreams if u.client is not None and u.client.instructions)
+            or None
+        )
         name = infos[0].name if len(infos) == 1 else "loopwatch-mcp-gateway"
-        server = Server(name, version=infos[0].version if len(infos) == 1 else "", instructions=instructions,
-                        **handlers)
+        server = Server(
+            name, version=infos[0].version if len(infos) == 1 else "", instructions=instructions, **handlers
+        )
         return server
 
     # -- runs ---------------------------------------------------------------------------------------
@@ -293,14 +301,18 @@ class Gateway:
         for upstream in self.upstreams:
             try:
                 listed = await asyncio.wait_for(upstream.list_tools(), self.options.upstream_timeout)
-            except (UpstreamUnavailable, MCPError, asyncio.TimeoutError, OSError) as exc:
+            except (TimeoutError, UpstreamUnavailable, MCPError, OSError) as exc:
                 log.warning("upstream %s: tools not listed: %s", upstream.spec.name, exc)
                 continue
             for tool in listed:
                 name = upstream.spec.prefix + tool.name
                 if name in routes:
-                    log.warning("tool %s of upstream %s hidden by the one of %s", name, upstream.spec.name,
-                                routes[name][0].spec.name)
+                    log.warning(
+                        "tool %s of upstream %s hidden by the one of %s",
+                        name,
+                        upstream.spec.name,
+                        routes[name][0].spec.name,
+                    )
                     continue
                 routes[name] = (upstream, tool.name)
                 tools.append(tool.model_copy(update={"name": name}) if upstream.spec.prefix else tool)
@@ -326,8 +338,16 @@ class Gateway:
                 return error_result(refusal)
         return await self._forward(ctx, params, run, name, args, call_id, notice)
 
-    async def _forward(self, ctx: Any, params: types.CallToolRequestParams, run: GuardedRun, name: str,
-                       args: dict, call_id: str, notice: str | None) -> Any:
+    async def _forward(
+        self,
+        ctx: Any,
+        params: types.CallToolRequestParams,
+        run: GuardedRun,
+        name: str,
+        args: dict,
+        call_id: str,
+        notice: str | None,
+    ) -> Any:
         route = await self._route(name)
         if route is None:
             run.complete(name, args, call_id, error=unknown_tool_error(name))
@@ -336,11 +356,19 @@ class Gateway:
         timeout = self.options.upstream_timeout
         try:
             session = await upstream.session()
-            result = await asyncio.wait_for(session.call_tool(
-                tool, params.arguments, read_timeout_seconds=timeout, progress_callback=_progress(ctx, params),
-                input_responses=params.input_responses, request_state=params.request_state,
-                allow_input_required=True, allow_claimed=True,
-            ), timeout + 1.0)  # the session's own read timeout answers first; this is the backstop
+            result = await asyncio.wait_for(
+                session.call_tool(
+                    tool,
+                    params.arguments,
+                    read_timeout_seconds=timeout,
+                    progress_callback=_progress(ctx, params),
+                    input_responses=params.input_responses,
+                    request_state=params.request_state,
+                    allow_input_required=True,
+                    allow_claimed=True,
+                ),
+                timeout + 1.0,
+            )  # the session's own read timeout answers first; this is the backstop
         except MCPError as exc:
             if exc.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
                 if exc.code == types.CONNECTION_CLOSED:
@@ -352,7 +380,7 @@ class Gateway:
                 error = ThrownError(exc.message)
             run.complete(name, args, call_id, error=error)
             raise  # a protocol error goes back to the agent as the upstream sent it
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return await self._failed(run, name, args, call_id, upstream, f"no answer within {timeout:g}s")
         except UpstreamUnavailable as exc:
             return await self._failed(run, name, args, call_id, upstream, str(exc), described=True)
@@ -377,8 +405,17 @@ class Gateway:
         extra = [types.TextContent(type="text", text=text) for text in notices]
         return result.model_copy(update={"content": [*result.content, *extra]})
 
-    async def _failed(self, run: GuardedRun, name: str, args: dict, call_id: str, upstream: Upstream, reason: str,
-                      *, described: bool = False) -> types.CallToolResult:
+    async def _failed(
+        self,
+        run: GuardedRun,
+        name: str,
+        args: dict,
+        call_id: str,
+        upstream: Upstream,
+        reason: str,
+        *,
+        described: bool = False,
+    ) -> types.CallToolResult:
         message = reason if described else upstream_failed(upstream.spec.name, reason)
         run.complete(name, args, call_id, error=ThrownError(message))
         return error_result(message)
@@ -386,7 +423,9 @@ class Gateway:
     # -- everything else: forwarded -----------------------------------------------------------------
 
     def _with(self, what: str) -> list[Upstream]:
-        return [u for u in self.upstreams if u.capabilities is not None and getattr(u.capabilities, what, None) is not None]
+        return [
+            u for u in self.upstreams if u.capabilities is not None and getattr(u.capabilities, what, None) is not None
+        ]
 
     async def _list_resources(self, ctx: Any, params: Any) -> types.ListResourcesResult:
         resources: list[types.Resource] = []
@@ -421,8 +460,12 @@ class Gateway:
 
     async def _read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> Any:
         session = await self._resource_upstream(str(params.uri)).session()
-        return await session.read_resource(params.uri, input_responses=params.input_responses,
-                                           request_state=params.request_state, allow_input_required=True)
+        return await session.read_resource(
+            params.uri,
+            input_responses=params.input_responses,
+            request_state=params.request_state,
+            allow_input_required=True,
+        )
 
     async def _subscribe(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
         return await (await self._resource_upstream(str(params.uri)).session()).subscribe_resource(params.uri)
@@ -449,8 +492,12 @@ class Gateway:
             raise MCPError(types.INVALID_PARAMS, f"Unknown prompt: {params.name}")
         upstream, name = route
         return await (await upstream.session()).get_prompt(
-            name, params.arguments, input_responses=params.input_responses, request_state=params.request_state,
-            allow_input_required=True)
+            name,
+            params.arguments,
+            input_responses=params.input_responses,
+            request_state=params.request_state,
+            allow_input_required=True,
+        )
 
     async def _completion(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
         ref = params.ref
@@ -462,8 +509,11 @@ class Gateway:
         upstream = upstream or (serving[0] if serving else None)
         if upstream is None:
             raise MCPError(types.METHOD_NOT_FOUND, "no upstream serves completions")
-        return await (await upstream.session()).complete(ref, params.argument.model_dump(), context_arguments=(
-            params.context.arguments if params.context is not None else None))
+        return await (await upstream.session()).complete(
+            ref,
+            params.argument.model_dump(),
+            context_arguments=(params.context.arguments if params.context is not None else None),
+        )
 
 
 def error_result(message: str) -> types.CallToolResult:
@@ -478,14 +528,15 @@ def upstream_failed(upstream: str, reason: str) -> str:
 def _progress(ctx: Any, params: Any):
     """A progress callback that passes the upstream's progress on under the agent's token."""
     meta = getattr(params, "meta", None)
-    token = (meta.get("progress_token", meta.get("progressToken")) if isinstance(meta, dict) else None)
+    token = meta.get("progress_token", meta.get("progressToken")) if isinstance(meta, dict) else None
     if token is None:
         return None
 
     async def forward(progress: float, total: float | None, message: str | None) -> None:
         try:
-            await ctx.session.send_progress_notification(token, progress, total, message,
-                                                         related_request_id=ctx.request_id)
+            await ctx.session.send_progress_notification(
+                token, progress, total, message, related_request_id=ctx.request_id
+            )
         except Exception as exc:  # noqa: BLE001 - progress is advisory
             log.debug("progress not forwarded: %s", exc)
 

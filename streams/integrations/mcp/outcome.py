@@ -40,10 +40,13 @@ def canonical_form(result: Any) -> dict:
 
 
 def _text(form: dict) -> str:
-    return js_trim("\n".join(
-        block["text"] for block in form["content"]
-        if isinstance(block, dict) and isinstance(block.get("type"), str) and isinstance(block.get("text"), str)
-    ))
+    return js_trim(
+        "\n".join(
+            block["text"]
+            for block in form["content"]
+            if isinstance(block, dict) and isinstance(block.get("type"), str) and isinstance(block.get("text"), str)
+        )
+    )
 
 
 def edge_outcome(result: Any) -> dict:

@@ -59,8 +59,12 @@ _VERSION_META = "io.modelcontextprotocol/protocolVersion"
 
 def relays(options: GatewayOptions) -> bool:
     """Whether a stdio gateway with these options is a relay: one upstream, a command, no prefix."""
-    return (options.relay and len(options.upstreams) == 1 and bool(options.upstreams[0].command)
-            and not options.upstreams[0].prefix)
+    return (
+        options.relay
+        and len(options.upstreams) == 1
+        and bool(options.upstreams[0].command)
+        and not options.upstreams[0].prefix
+    )
 
 
 @dataclass(eq=False)
@@ -161,13 +165,18 @@ class Relay:
     async def _spawn(self) -> None:
         try:
             process = await asyncio.create_subprocess_exec(
-                *self.spec.command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                env={**os.environ, **self.spec.env}, cwd=self.spec.cwd, limit=LINE_LIMIT)
+                *self.spec.command,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                env={**os.environ, **self.spec.env},
+                cwd=self.spec.cwd,
+                limit=LINE_LIMIT,
+            )
         except OSError as exc:
             raise UpstreamUnavailable(unavailable(self.spec, exc)) from None
         self._process, self._live = process, True
         self._reader = asyncio.create_task(self._read_upstream(process), name=f"mcp-relay-{self.spec.name}")
-        for method, message in self._handshake.items():  # a server started again: the agent's handshake
+        for _method, message in self._handshake.items():  # a server started again: the agent's handshake
             if "id" in message:
                 replay_id = f"{self._replay_prefix}{next(self._replay_ids)}"
                 self._replayed.add(replay_id)
@@ -206,17 +215,17 @@ class Relay:
             process.stdin.close()
             try:
                 await asyncio.wait_for(process.wait(), 2.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 process.terminate()
                 try:
                     await asyncio.wait_for(process.wait(), 2.0)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     process.kill()
                     await process.wait()
         if reader is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(reader), 2.0)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 reader.cancel()
                 await asyncio.gather(reader, return_exceptions=True)
         if self._process is process:
@@ -252,8 +261,9 @@ class Relay:
             self._failed(request_id, call, upstream_failed(self.spec.name, reason))
         requests, self._requests = self._requests, {}
         for request_id in requests:
-            self._write_agent({"jsonrpc": "2.0", "id": request_id,
-                               "error": {"code": types.CONNECTION_CLOSED, "message": reason}})
+            self._write_agent(
+                {"jsonrpc": "2.0", "id": request_id, "error": {"code": types.CONNECTION_CLOSED, "message": reason}}
+            )
         self._replayed.clear()
 
     # -- the agent's messages -----------------------------------------------------------------------
@@ -307,8 +317,13 @@ class Relay:
             await self._to_upstream(line)
         except UpstreamUnavailable as exc:
             if key is not None and self._requests.pop(key, None) is not None:
-                self._write_agent({"jsonrpc": "2.0", "id": request_id,
-                                   "error": {"code": types.CONNECTION_CLOSED, "message": str(exc)}})
+                self._write_agent(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": request_id,
+                        "error": {"code": types.CONNECTION_CLOSED, "message": str(exc)},
+                    }
+                )
             else:
                 log.warning("%s", exc)
 
@@ -356,8 +371,12 @@ class Relay:
         run_id = identity(named, 200) if isinstance(named, str) and named.strip() else self._default_run
         run = self._runs.get(run_id)
         if run is None:
-            agent_id = (self.options.agent_id or self._agent_name
-                        or _client_name(meta.get(_CLIENT_INFO_META) if isinstance(meta, dict) else None) or "mcp")
+            agent_id = (
+                self.options.agent_id
+                or self._agent_name
+                or _client_name(meta.get(_CLIENT_INFO_META) if isinstance(meta, dict) else None)
+                or "mcp"
+            )
             session_key = self.options.session_key or f"mcp:{agent_id}:{run_id}"
             run = GuardedRun(self.client.run(run_id, session_key=session_key, agent_id=agent_id), self._publishing)
             self._runs[run_id] = run
@@ -406,7 +425,9 @@ class Relay:
         if error is not None:  # a protocol error goes back to the agent as the upstream sent it
             code = error.get("code") if isinstance(error, dict) else None
             text = str(error.get("message", "")) if isinstance(error, dict) else str(error)
-            if code == types.INVALID_PARAMS and (unknown_tool_name(text) or (self.tools is not None and name not in self.tools)):
+            if code == types.INVALID_PARAMS and (
+                unknown_tool_name(text) or (self.tools is not None and name not in self.tools)
+            ):
                 run.complete(name, args, call_id, error=unknown_tool_error(name, text))
             else:
                 run.complete(name, args, call_id, error=ThrownError(text))
@@ -442,8 +463,11 @@ class Relay:
             return
         del self._calls[key]
         if self._alive():  # the courtesy cancel the SDK's client sends, so the server stops work
-            cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
-                      "params": {"requestId": request_id, "reason": f"timed out after {timeout:g}s"}}
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "notifications/cancelled",
+                "params": {"requestId": request_id, "reason": f"timed out after {timeout:g}s"},
+            }
             self._process.stdin.write(_encode(cancel) + b"\n")
         self._failed(request_id, call, upstream_failed(self.spec.name, "Request 'tools/call' timed out"))
 

@@ -13,7 +13,8 @@ import asyncio
 import collections
 import logging
 import time
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from streams.client import (
     LoopBlocked,
@@ -37,8 +38,12 @@ hold on a completion (``GuardedRun.complete``)."""
 def runner_client(options: GatewayOptions) -> LoopwatchClient:
     """The runner client a gateway publishes through, from its options."""
     return LoopwatchClient(
-        options.bootstrap_servers, mode=options.mode, timeout=options.timeout, fail_closed=options.fail_closed,
-        tool_calls_topic=options.tool_calls_topic, verdicts_topic=options.verdicts_topic,
+        options.bootstrap_servers,
+        mode=options.mode,
+        timeout=options.timeout,
+        fail_closed=options.fail_closed,
+        tool_calls_topic=options.tool_calls_topic,
+        verdicts_topic=options.verdicts_topic,
         # advisory: no call waits on a delivery, so a call's two events (and those of the
         # calls meanwhile) go in one produce request, at most BATCH_WAIT_MS later
         linger_ms=BATCH_WAIT_MS if options.mode == "advisory" else 0,
@@ -64,8 +69,17 @@ class GuardedRun:
     and the producer keeps one produce request in flight per broker: the request would wait for
     its acknowledgement, a broker round trip, before it went out."""
 
-    __slots__ = ("handle", "last_used", "surfaced_warnings", "surfaced_blocks", "_tasks", "_queue", "_drainer",
-                 "_held", "_hold_timer")
+    __slots__ = (
+        "handle",
+        "last_used",
+        "surfaced_warnings",
+        "surfaced_blocks",
+        "_tasks",
+        "_queue",
+        "_drainer",
+        "_held",
+        "_hold_timer",
+    )
 
     def __init__(self, handle: RunHandle, tasks: set) -> None:
         self.handle = handle
@@ -133,7 +147,9 @@ class GuardedRun:
         try:
             if self.mode == "gate":
                 await self.settled()
-                decision = await handle.before_tool_call(name, args, tool_call_id=call_id, completions=self._take_held())
+                decision = await handle.before_tool_call(
+                    name, args, tool_call_id=call_id, completions=self._take_held()
+                )
             else:
                 handle.check()
                 self.later(lambda: handle.queue_before_tool_call(name, args, tool_call_id=call_id))
@@ -166,8 +182,8 @@ class GuardedRun:
         handle = self.handle
         notices = [notice] if notice else []
         if self.mode == "advisory":
-            notices += [w.message for w in handle.warnings[self.surfaced_warnings:] if w.notify_model and w.message]
-            notices += [b.message for b in handle.blocked[self.surfaced_blocks:] if b.message]
+            notices += [w.message for w in handle.warnings[self.surfaced_warnings :] if w.notify_model and w.message]
+            notices += [b.message for b in handle.blocked[self.surfaced_blocks :] if b.message]
             self.surfaced_warnings, self.surfaced_blocks = len(handle.warnings), len(handle.blocked)
         return notices
 

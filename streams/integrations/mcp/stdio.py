@@ -25,7 +25,7 @@ class _Lines:
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self._reader = reader
 
-    def __aiter__(self) -> "_Lines":
+    def __aiter__(self) -> _Lines:
         return self
 
     async def __anext__(self) -> str:
@@ -55,15 +55,17 @@ async def agent_pipes() -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.Str
     wire_in, wire_out = os.dup(0), os.dup(1)
     reader = asyncio.StreamReader(limit=LINE_LIMIT)
     try:
-        read_transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader),
-                                                         os.fdopen(wire_in, "rb", buffering=0))
+        read_transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(wire_in, "rb", buffering=0)
+        )
     except (OSError, ValueError):
         os.close(wire_in)
         os.close(wire_out)
         yield None
         return
-    write_transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin,
-                                                              os.fdopen(wire_out, "wb", buffering=0))
+    write_transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, os.fdopen(wire_out, "wb", buffering=0)
+    )
     writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
     saved_stdout = os.dup(1)
     os.dup2(2, 1)

@@ -12,8 +12,9 @@ import asyncio
 import logging
 import os
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import mcp_types as types
 from mcp import Client, StdioServerParameters
@@ -44,7 +45,7 @@ class UpstreamSpec:
             raise ValueError(f"upstream {self.name!r}: give a command or a url, not both or neither")
 
     @classmethod
-    def parse(cls, text: str, *, name: str | None = None, prefix: str = "") -> "UpstreamSpec":
+    def parse(cls, text: str, *, name: str | None = None, prefix: str = "") -> UpstreamSpec:
         """``[name=]<url or command line>``: an http(s) URL, otherwise a shell-quoted command."""
         head, sep, rest = text.partition("=")
         if sep and head and head.replace("-", "").replace("_", "").isalnum() and " " not in head:
@@ -61,15 +62,17 @@ class UpstreamSpec:
         if self.url:
             return self.url
         # The server inherits the gateway's environment (PATH, HOME), as an MCP host's servers do.
-        return StdioServerParameters(command=self.command[0], args=list(self.command[1:]),
-                                     env={**os.environ, **self.env}, cwd=self.cwd)
+        return StdioServerParameters(
+            command=self.command[0], args=list(self.command[1:]), env={**os.environ, **self.env}, cwd=self.cwd
+        )
 
 
 class Upstream:
     """A held connection to one upstream server, reconnected on demand."""
 
-    def __init__(self, spec: UpstreamSpec, *, connect_timeout: float,
-                 on_notification: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self, spec: UpstreamSpec, *, connect_timeout: float, on_notification: Callable[[Any], Any] | None = None
+    ) -> None:
         self.spec = spec
         self.connect_timeout = connect_timeout
         self._on_notification = on_notification
@@ -102,7 +105,7 @@ class Upstream:
         self._holder = asyncio.create_task(self._hold(), name=f"mcp-upstream-{self.spec.name}")
         try:
             await asyncio.wait_for(self._ready.wait(), self.connect_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             self.error = TimeoutError(f"no answer within {self.connect_timeout:g}s")
             await self._stop_holder()
 
@@ -150,7 +153,7 @@ class Upstream:
         self._release.set()
         try:
             await asyncio.wait_for(asyncio.shield(holder), 5.0)
-        except (asyncio.TimeoutError, Exception):  # noqa: BLE001 - a server that will not close is killed
+        except (TimeoutError, Exception):  # noqa: BLE001 - a server that will not close is killed
             holder.cancel()
             await asyncio.gather(holder, return_exceptions=True)
         self.client = None

@@ -43,13 +43,21 @@ import asyncio
 import contextlib
 import signal
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 import msgspec
 
 from harness import (
-    collect, committed_offsets, encode_all, end_offsets, header, produce, reference_verdicts, signal_group,
+    collect,
+    committed_offsets,
+    encode_all,
+    end_offsets,
+    header,
+    produce,
+    reference_verdicts,
+    signal_group,
     write_config,
 )
 from schemas import decode_verdict
@@ -57,8 +65,17 @@ from schemas.names import GENERATION_HEADER, WORKER_HEADER
 from streams.offline.scenarios import fleet_trace
 
 __all__ = [
-    "AFTER_CHECKPOINT", "BEFORE_CHECKPOINT", "Comparison", "FaultCase", "Point", "Workload",
-    "Supervisor", "crash_workload", "kill9", "pause", "supervise",
+    "AFTER_CHECKPOINT",
+    "BEFORE_CHECKPOINT",
+    "Comparison",
+    "FaultCase",
+    "Point",
+    "Workload",
+    "Supervisor",
+    "crash_workload",
+    "kill9",
+    "pause",
+    "supervise",
 ]
 
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
@@ -100,8 +117,7 @@ def crash_workload(runs: int = 120, calls: int = 30, *, seed: int = 7, candidate
     """The crash workload, small: interleaved runs of every kind (half healthy, the rest
     looping), gated, as obedient runners publish them, stamped now."""
     start_ms = int(time.time() * 1000)
-    events, _kinds = fleet_trace(runs, calls, seed=seed, gate=True, end=True, start_ms=start_ms,
-                                 run_prefix=f"f{seed}")
+    events, _kinds = fleet_trace(runs, calls, seed=seed, gate=True, end=True, start_ms=start_ms, run_prefix=f"f{seed}")
     return Workload(f"crash-{runs}x{calls}", events, candidate=candidate)
 
 
@@ -132,7 +148,7 @@ class Comparison:
     """A few conflicting ids' copies (publisher, generation, partition, offset, verdict) and the reference."""
 
     @classmethod
-    def of(cls, topic: str, records: list, expected: list) -> "Comparison":
+    def of(cls, topic: str, records: list, expected: list) -> Comparison:
         want = {v.verdict_id: v for v in expected}
         got: dict[str, Any] = {}
         partition_of: dict[str, int] = {}
@@ -151,13 +167,25 @@ class Comparison:
         publishers: dict[str, int] = {}
         examples = []
         for i in sorted(conflicting)[:3]:
-            examples.append([(header(record, WORKER_HEADER), header(record, GENERATION_HEADER), record.partition,
-                              record.offset, msgspec.to_builtins(verdict)) for verdict, record in copies[i]]
-                            + [("reference", msgspec.to_builtins(want.get(i)))])
+            examples.append(
+                [
+                    (
+                        header(record, WORKER_HEADER),
+                        header(record, GENERATION_HEADER),
+                        record.partition,
+                        record.offset,
+                        msgspec.to_builtins(verdict),
+                    )
+                    for verdict, record in copies[i]
+                ]
+                + [("reference", msgspec.to_builtins(want.get(i)))]
+            )
         for i in conflicting:
             for verdict, record in copies[i]:
-                who = (f"{header(record, WORKER_HEADER)}@{header(record, GENERATION_HEADER)} "
-                       f"{'reference' if want.get(i) == verdict else 'other'}")
+                who = (
+                    f"{header(record, WORKER_HEADER)}@{header(record, GENERATION_HEADER)} "
+                    f"{'reference' if want.get(i) == verdict else 'other'}"
+                )
                 publishers[who] = publishers.get(who, 0) + 1
         lost = sorted(set(want) - set(got))
         differing = sorted(i for i, v in got.items() if i in want and want[i] != v)
@@ -170,10 +198,21 @@ class Comparison:
             return out
 
         return cls(
-            topic, len(want), len(records), lost=lost, differing=differing, conflicting=sorted(conflicting),
-            unexpected=sorted(set(got) - set(want)), duplicates=duplicates, publishers=publishers, examples=examples,
-            partitions={"lost": by_partition(lost), "differing": by_partition(differing),
-                        "conflicting": by_partition(sorted(conflicting))},
+            topic,
+            len(want),
+            len(records),
+            lost=lost,
+            differing=differing,
+            conflicting=sorted(conflicting),
+            unexpected=sorted(set(got) - set(want)),
+            duplicates=duplicates,
+            publishers=publishers,
+            examples=examples,
+            partitions={
+                "lost": by_partition(lost),
+                "differing": by_partition(differing),
+                "conflicting": by_partition(sorted(conflicting)),
+            },
         )
 
     @property
@@ -181,12 +220,14 @@ class Comparison:
         return not (self.lost or self.differing or self.conflicting or self.unexpected)
 
     def summary(self) -> str:
-        return (f"{self.topic}: {self.expected} expected, {self.records} records, lost {len(self.lost)}, "
-                f"differing {len(self.differing)}, duplicated with other content {len(self.conflicting)}, "
-                f"unexpected {len(self.unexpected)}, duplicates {self.duplicates}"
-                + ("" if self.exact else f"; by partition {self.partitions}")
-                + (f"; conflicting copies by publisher {self.publishers}" if self.publishers else "")
-                + "".join(f"\n  e.g. {example}" for example in self.examples))
+        return (
+            f"{self.topic}: {self.expected} expected, {self.records} records, lost {len(self.lost)}, "
+            f"differing {len(self.differing)}, duplicated with other content {len(self.conflicting)}, "
+            f"unexpected {len(self.unexpected)}, duplicates {self.duplicates}"
+            + ("" if self.exact else f"; by partition {self.partitions}")
+            + (f"; conflicting copies by publisher {self.publishers}" if self.publishers else "")
+            + "".join(f"\n  e.g. {example}" for example in self.examples)
+        )
 
     def assert_exact(self) -> None:
         assert self.exact, self.summary() + f"; e.g. lost {self.lost[:5]}, differing {self.differing[:5]}"
@@ -220,8 +261,15 @@ class FaultCase:
     """One fault case: its workload, its workers (labels), its settings, on broker ``broker``
     (the shared one unless the case runs its own, ``OwnBroker``)."""
 
-    def __init__(self, lw: Any, workload: Workload, *, workers: tuple[str, ...] = ("a",),
-                 env: dict[str, str] | None = None, broker: str | None = None) -> None:
+    def __init__(
+        self,
+        lw: Any,
+        workload: Workload,
+        *,
+        workers: tuple[str, ...] = ("a",),
+        env: dict[str, str] | None = None,
+        broker: str | None = None,
+    ) -> None:
         self.lw = lw
         self.workload = workload
         self.broker = broker or lw.broker
@@ -259,8 +307,9 @@ class FaultCase:
     async def producing(self, rate: float = 900.0) -> AsyncIterator[None]:
         """The workload's records streaming in at ``rate`` records/s while the body runs;
         waits for the rest of them when the body is done."""
-        self._producing = asyncio.create_task(produce(self.broker, self.names.tool_calls, self.workload.records(),
-                                                      rate=rate))
+        self._producing = asyncio.create_task(
+            produce(self.broker, self.names.tool_calls, self.workload.records(), rate=rate)
+        )
         try:
             yield
         finally:
@@ -283,8 +332,9 @@ class FaultCase:
             if point.committed:
                 if consumed >= records and await self.committed() > 0:
                     break
-            elif consumed >= records and ((committed := await self.committed()) == 0
-                                          or consumed - committed >= UNCOMMITTED_AT_LEAST):
+            elif consumed >= records and (
+                (committed := await self.committed()) == 0 or consumed - committed >= UNCOMMITTED_AT_LEAST
+            ):
                 # Processed work no checkpoint committed yet: all of it, or (on a loaded host an
                 # idle or rebalance checkpoint can commit the first records) enough of it that
                 # the fault loses a checkpoint's work all the same.
@@ -322,8 +372,13 @@ class FaultCase:
         if self.workload.candidate is not None:
             candidate = self.workload.expected_candidate()
             records = await self.read(self.names.shadow_verdicts, candidate, timeout)
-            out.append(Comparison.of(self.names.shadow_verdicts,
-                                     [r for r in records if header(r, "loopwatch.config") == "candidate"], candidate))
+            out.append(
+                Comparison.of(
+                    self.names.shadow_verdicts,
+                    [r for r in records if header(r, "loopwatch.config") == "candidate"],
+                    candidate,
+                )
+            )
         for comparison in out:
             print(comparison.summary())
         return out
@@ -363,8 +418,9 @@ async def supervise(case: FaultCase, backoff_s: float = 1.0) -> None:
         for label, worker in case.workers.items():
             if worker.proc is not None and not worker.running:
                 last_start = worker.log_text().rsplit("===== start #", 1)[-1]
-                assert NOT_A_MEMBER in last_start or NO_BROKER in last_start, \
+                assert NOT_A_MEMBER in last_start or NO_BROKER in last_start, (
                     f"worker {label} exited for another reason: {last_start[-600:]}"
+                )
                 await asyncio.sleep(backoff_s)
                 case.restarts += 1
                 worker.start()
@@ -383,7 +439,7 @@ class Supervisor:
     def start(self) -> None:
         self.task = asyncio.create_task(supervise(self.case))
 
-    async def __aenter__(self) -> "Supervisor":
+    async def __aenter__(self) -> Supervisor:
         return self
 
     async def __aexit__(self, *exc_info: Any) -> None:

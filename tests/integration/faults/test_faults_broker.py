@@ -22,10 +22,16 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fault_harness import (
-    AFTER_CHECKPOINT, BEFORE_CHECKPOINT, BEFORE_CHECKPOINT_ENV, FaultCase, Supervisor, crash_workload, kill9,
+    AFTER_CHECKPOINT,
+    BEFORE_CHECKPOINT,
+    BEFORE_CHECKPOINT_ENV,
+    FaultCase,
+    Supervisor,
+    crash_workload,
+    kill9,
 )
+
 from harness import REPO, free_port
 
 pytestmark = pytest.mark.kafka
@@ -40,8 +46,12 @@ class OwnBroker:
 
     def __init__(self, state_dir: Path) -> None:
         port = free_port()
-        self.env = {**os.environ, "KAFKA_PORT": str(port), "KAFKA_CONTROLLER_PORT": str(free_port()),
-                    "KAFKA_STATE_DIR": str(state_dir)}
+        self.env = {
+            **os.environ,
+            "KAFKA_PORT": str(port),
+            "KAFKA_CONTROLLER_PORT": str(free_port()),
+            "KAFKA_STATE_DIR": str(state_dir),
+        }
         self.address = f"127.0.0.1:{port}"
         self.pid_file = state_dir / "kafka.pid"
         self.kills = 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from fault_harness import AFTER_CHECKPOINT, BEFORE_CHECKPOINT, BEFORE_CHECKPOINT_ENV, FaultCase, crash_workload, kill9
 
 pytestmark = pytest.mark.kafka
@@ -27,8 +26,10 @@ async def test_a_worker_killed_with_a_candidate_loaded_loses_no_live_or_candidat
         await kill9(case.workers["a"])
         case.workers["a"].start()
     live, candidate = await case.compare()
-    blocks = [sum(getattr(v, "action", None) == "block" for v in verdicts)
-              for verdicts in (case.workload.expected(), case.workload.expected_candidate())]
+    blocks = [
+        sum(getattr(v, "action", None) == "block" for v in verdicts)
+        for verdicts in (case.workload.expected(), case.workload.expected_candidate())
+    ]
     assert blocks[1] > blocks[0], f"the candidate blocks no more than the live config ({blocks}): it proves nothing"
     live.assert_exact()
     shadow_lost = {label: w.metric("loopwatch_shadow_verdicts_lost_total") for label, w in case.workers.items()}

@@ -19,14 +19,23 @@ import asyncio
 import time
 
 import pytest
-
 from fault_harness import (
-    AFTER_CHECKPOINT, BEFORE_CHECKPOINT, BEFORE_CHECKPOINT_ENV, SESSION_TIMEOUT_S, FaultCase, crash_workload, pause,
+    AFTER_CHECKPOINT,
+    BEFORE_CHECKPOINT,
+    BEFORE_CHECKPOINT_ENV,
+    SESSION_TIMEOUT_S,
+    FaultCase,
+    crash_workload,
+    pause,
 )
 
 pytestmark = pytest.mark.kafka
 
-PRODUCTION_LIKE = {"LOOPWATCH_CHECKPOINT_S": "5", "LOOPWATCH_COMMIT_INTERVAL_S": "2.8", "LOOPWATCH_HEARTBEAT_INTERVAL_S": "1"}
+PRODUCTION_LIKE = {
+    "LOOPWATCH_CHECKPOINT_S": "5",
+    "LOOPWATCH_COMMIT_INTERVAL_S": "2.8",
+    "LOOPWATCH_HEARTBEAT_INTERVAL_S": "1",
+}
 """Checkpoints and commits at their production intervals: a paused worker then holds a
 checkpoint's worth of work when it comes back."""
 

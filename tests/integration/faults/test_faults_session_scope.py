@@ -23,9 +23,9 @@ import msgspec
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from fault_harness import Comparison
 
 from harness import collect_verdicts, committed_offsets, dedupe, encode_all, produce, reference_verdicts, write_config
-from fault_harness import Comparison
 from schemas.keys import partition_for
 from streams.offline.scenarios import overlapping_runs
 
@@ -55,10 +55,12 @@ def run_ids_on(partition: int, prefix: str, n: int = 4) -> list[str]:
 def two_sessions(start_ms: int) -> list:
     """2 sessions x 4 overlapping runs (one call of each run in turn), the sessions interleaved;
     each session's runs on one partition (0 and 3)."""
-    a = overlapping_runs("agent:main:left", run_ids=run_ids_on(0, "left"), calls_per_run=CALLS_PER_RUN, gate=True,
-                         start_ms=start_ms)
-    b = overlapping_runs("agent:main:right", run_ids=run_ids_on(3, "right"), calls_per_run=CALLS_PER_RUN, gate=True,
-                         start_ms=start_ms)
+    a = overlapping_runs(
+        "agent:main:left", run_ids=run_ids_on(0, "left"), calls_per_run=CALLS_PER_RUN, gate=True, start_ms=start_ms
+    )
+    b = overlapping_runs(
+        "agent:main:right", run_ids=run_ids_on(3, "right"), calls_per_run=CALLS_PER_RUN, gate=True, start_ms=start_ms
+    )
     return [e for pair in zip(a, b) for e in pair]
 
 
@@ -129,8 +131,9 @@ async def test_a_runs_records_keep_their_offset_order_when_its_producers_clock_s
     now = int(time.time() * 1000)
     events = overlapping_runs("agent:main:clock", run_ids=["clock-run"], calls_per_run=20, gate=True, start_ms=now)
     stepped = [e if i < 20 else msgspec.structs.replace(e, ts_ms=e.ts_ms - 120_000) for i, e in enumerate(events)]
-    await produce_stamped(lw.broker, lw.names.tool_calls,
-                          [(key, value, e.ts_ms) for (key, value), e in zip(encode_all(stepped), stepped)])
+    await produce_stamped(
+        lw.broker, lw.names.tool_calls, [(key, value, e.ts_ms) for (key, value), e in zip(encode_all(stepped), stepped)]
+    )
     path = lw.tmp / "session.json"
     write_config(path, CONFIG)
     worker = lw.worker(config=path).start()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from fault_harness import AFTER_CHECKPOINT, BEFORE_CHECKPOINT, BEFORE_CHECKPOINT_ENV, FaultCase, crash_workload, kill9
 
 pytestmark = pytest.mark.kafka
