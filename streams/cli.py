@@ -413,7 +413,30 @@ def _schemas_export(args: argparse.Namespace) -> int:
     return 0
 
 
+# The worker's packages are an optional extra: a runner installs loopwatch without them.
+WORKER_PACKAGES = {
+    "faust": "faust-streaming",
+    "mode": "mode-streaming",
+    "rocksdict": "rocksdict",
+    "prometheus_client": "prometheus-client",
+}
+
+
+def missing_worker_packages() -> list[str]:
+    from importlib.util import find_spec
+
+    return [dist for module, dist in WORKER_PACKAGES.items() if find_spec(module) is None]
+
+
 def _worker(args: argparse.Namespace, rest: list[str]) -> int:
+    missing = missing_worker_packages()
+    if missing:
+        print(
+            f"loopwatch worker: needs the optional extra (missing {', '.join(missing)}): "
+            "pip install 'loopwatch[worker]'",
+            file=sys.stderr,
+        )
+        return 2
     from .app.worker import run_worker
 
     return run_worker(rest)

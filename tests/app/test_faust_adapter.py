@@ -135,7 +135,8 @@ def test_a_version_it_was_not_written_for_fails_in_one_line():
 def test_pyproject_pins_the_versions_the_adapter_was_written_for():
     import tomllib
 
-    dependencies = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    dependencies = project["dependencies"] + project["optional-dependencies"]["worker"]
     for package, versions in faust_adapter.WRITTEN_FOR.items():
         pinned = [d for d in dependencies if re.match(rf"{re.escape(package)}\s*==", d)]
         assert pinned == [f"{package}=={versions[0]}"], (package, pinned)
