@@ -48,7 +48,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
@@ -120,7 +120,7 @@ class LoopwatchClient:
         for workers with ``loopwatch.scope: session``, whose repartition hop it saves (the
         worker accepts the key under either scope)."""
         redact_sasl_exchanges()  # aiokafka's DEBUG log would show a SASL PLAIN password
-        self._access = dict(
+        self._access: dict[str, Any] = dict(
             username=kafka_options.get("sasl_plain_username"),
             mechanism=kafka_options.get("sasl_mechanism"),
             tls=speaks_tls(kafka_options.get("security_protocol")),
@@ -689,7 +689,9 @@ class RunHandle:
         await self._watched(self.client.timeout)
         await self.client.publish(event, self.client.timeout)
 
-    async def agent_message(self, text: str, *, source: str = "agent", empty: bool | None = None) -> str:
+    async def agent_message(
+        self, text: str, *, source: Literal["agent", "user"] = "agent", empty: bool | None = None
+    ) -> str:
         """A message of the agent (or, ``source="user"``, a user prompt) as its hash: profile
         openhands' monologue and empty-response rules read it, gemini-cli's a prompt's start.
         The text stays here.  Returns the event's id (its verdicts' cause)."""
