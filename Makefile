@@ -8,7 +8,7 @@ LOOPWATCH := $(VENV)/bin/loopwatch
 CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
 
-.PHONY: install ops-tools test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
+.PHONY: install ops-tools lint test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
         kafka-status run bench-core bench bench-backtest bench-evaluate bench-gateway bench-verdict-readers evaluate mcp-servers schemas conformance clean ts-client \
         oracles oracle-openhands oracle-gemini test-traces-openhands test-traces-gemini
 
@@ -95,10 +95,17 @@ oracles: oracle-openhands oracle-gemini
 ops-tools: install
 	LOOPWATCH_VENV=$(VENV) bash scripts/install-ops-tools.sh
 
+# Lint, format, types (mypy's files: pyproject.toml) and the import contracts, before any test.
+lint: install
+	$(VENV)/bin/ruff check streams schemas tests bench harness
+	$(VENV)/bin/ruff format --check streams schemas tests bench harness
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
 # The full suite: unit, conformance, golden traces, ops checks and integration tests on the
 # real broker.  pytest exits non-zero (5) when it collects no tests, which fails the target;
 # -rs lists every skipped test with its reason (with CI set, any skip fails the run).
-test: install ops-tools kafka ts-client mcp-servers oracles
+test: lint install ops-tools kafka ts-client mcp-servers oracles
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests
 
 test-unit: install ops-tools ts-client mcp-servers oracles

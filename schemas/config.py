@@ -44,7 +44,7 @@ PositiveInt = Annotated[int, msgspec.Meta(gt=0, le=MAX_COUNT_SETTING)]
 HistorySize = Annotated[int, msgspec.Meta(gt=0, le=MAX_HISTORY_SIZE)]
 AgentId = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_AGENT_ID_LENGTH)]
 Profile = Literal["configurable-final", "latest", "openhands", "gemini-cli"]
-Mode = Literal[MODES]
+Mode = Literal[MODES]  # type: ignore[valid-type]  # msgspec reads the tuple; mypy wants the values spelled out
 CONFIGURABLE_FINAL = "configurable-final"
 LATEST = "latest"
 OPENHANDS = "openhands"

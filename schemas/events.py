@@ -99,7 +99,7 @@ class _Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forbid
     ts_ms: TimestampMs = 0
 
 
-class ToolCallRequested(_Event, tag=names.TOOL_CALL_REQUESTED, kw_only=True):
+class ToolCallRequested(_Event, tag=names.TOOL_CALL_REQUESTED, kw_only=True, frozen=True):
     """A tool call the model asked for, published before the tool runs."""
 
     tool_call_id: OptionalKey = None
@@ -129,7 +129,7 @@ class ToolCallRequested(_Event, tag=names.TOOL_CALL_REQUESTED, kw_only=True):
     by profile gemini-cli, which falls back to ``args_hash`` without it."""
 
 
-class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True):
+class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True, frozen=True):
     """The outcome of a tool call, hashed at the edge (hashing.hash_outcome)."""
 
     tool_call_id: OptionalKey = None
@@ -162,17 +162,17 @@ class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True):
     """As on the requested event."""
 
 
-class CompactionRetried(_Event, tag=names.COMPACTION_RETRIED, kw_only=True):
+class CompactionRetried(_Event, tag=names.COMPACTION_RETRIED, kw_only=True, frozen=True):
     """A context compaction followed by a retry: arms the post-compaction guard."""
 
 
-class RunEnded(_Event, tag=names.RUN_ENDED, kw_only=True):
+class RunEnded(_Event, tag=names.RUN_ENDED, kw_only=True, frozen=True):
     """The run finished; its state is freed at once."""
 
     reason: Annotated[str, msgspec.Meta(max_length=MAX_TOOL_NAME_LENGTH)] | None = None
 
 
-class AgentMessage(_Event, tag=names.AGENT_MESSAGE, kw_only=True):
+class AgentMessage(_Event, tag=names.AGENT_MESSAGE, kw_only=True, frozen=True):
     """A message without tool calls, hashed at the edge (``streams.edge.events.agent_message_event``):
     the model's reply (``source: agent``) or the user's (``source: user``).  Raw text never
     leaves the runner.  Read by profile openhands (monologue, empty responses, a user message
@@ -201,7 +201,7 @@ MAX_WINDOWS_BYTES = (CONTENT_HISTORY - CONTENT_WINDOW + 1) * WINDOW_HASH_BYTES
 always carries a chunk's windows (base64 in JSON: 52,812 characters, within ``MAX_EVENT_BYTES``)."""
 
 
-class ModelText(_Event, tag=names.MODEL_TEXT, kw_only=True):
+class ModelText(_Event, tag=names.MODEL_TEXT, kw_only=True, frozen=True):
     """One chunk of the model's streamed text, as what Gemini CLI's content loop detector reads
     of it, computed at the edge (``streams.edge.content_windows.ContentEdge``): raw text never
     leaves the runner.  Read by profile gemini-cli; the other profiles ignore it, and runners
@@ -322,9 +322,12 @@ def _is_supported(version: bytes) -> bool:
 
 def check_event(event: ToolCallEvent) -> None:
     """Rules msgspec cannot express: consistency between fields, and the hash fields' patterns."""
+    # Each branch rebinds the event under the type ``kind`` proved: mypy narrows on
+    # ``type(event) is C`` but not through ``kind``, and a cast is a call on every event.
     kind = type(event)
     if kind is ToolCallRequested or kind is ToolCallCompleted:
-        tool, args_hash = event.tool_name, event.args_hash
+        call: ToolCallRequested | ToolCallCompleted = event  # type: ignore[assignment]  # (kind)
+        tool, args_hash = call.tool_name, call.args_hash
         n = len(tool)
         hexes = args_hash[n + 1 :]
         try:  # _is_hex, written out: a call costs as much as the check, on every event
@@ -339,15 +342,16 @@ def check_event(event: ToolCallEvent) -> None:
         if not valid:
             raise InvalidEvent(
                 names.INVALID_EVENT,
-                f"args_hash must be '<tool_name>:<64 lowercase hex>' for tool {event.tool_name!r} - at `$.args_hash`",
+                f"args_hash must be '<tool_name>:<64 lowercase hex>' for tool {call.tool_name!r} - at `$.args_hash`",
             )
-        target_hash = event.target_hash
+        target_hash = call.target_hash
         if target_hash is not None:
             if tool != "write":
                 raise InvalidEvent(names.INVALID_EVENT, "target_hash is for tool 'write' only - at `$.target_hash`")
             _check_digest(target_hash, "target_hash", DIGEST_PATTERN)
         if kind is ToolCallCompleted:
-            result_hash = event.result_hash
+            done: ToolCallCompleted = event  # type: ignore[assignment]  # (kind)
+            result_hash = done.result_hash
             if result_hash is not None:
                 try:
                     valid = len(result_hash) == HASH_LENGTH and a2b_hex(result_hash).hex() == result_hash
@@ -355,15 +359,17 @@ def check_event(event: ToolCallEvent) -> None:
                     valid = False
                 if not valid:  # an error: hash, or not a hash
                     _check_digest(result_hash, "result_hash", RESULT_HASH_PATTERN)
-            if event.outcome_kind or event.failure_identity_hash or event.normalized_result_hash:
-                _check_latest_outcome(event)
+            if done.outcome_kind or done.failure_identity_hash or done.normalized_result_hash:
+                _check_latest_outcome(done)
     elif kind is AgentMessage:
-        _check_digest(event.text_hash, "text_hash", DIGEST_PATTERN)
+        message: AgentMessage = event  # type: ignore[assignment]  # (kind)
+        _check_digest(message.text_hash, "text_hash", DIGEST_PATTERN)
     elif kind is ModelText:
-        count, rest = divmod(len(event.windows), WINDOW_HASH_BYTES)
+        text: ModelText = event  # type: ignore[assignment]  # (kind)
+        count, rest = divmod(len(text.windows), WINDOW_HASH_BYTES)
         if rest:
             raise InvalidEvent(names.INVALID_EVENT, "windows must be 8 bytes per window - at `$.windows`")
-        if count > max(0, event.length - CONTENT_WINDOW + 1):
+        if count > max(0, text.length - CONTENT_WINDOW + 1):
             raise InvalidEvent(names.INVALID_EVENT, "more windows than the kept text has - at `$.windows`")
     if not (event.run_id or event.session_key or event.session_id):
         raise InvalidEvent(names.MISSING_KEY, "one of run_id, session_key or session_id is required - at `$.run_id`")
@@ -411,7 +417,7 @@ def _check_latest_outcome(event: ToolCallCompleted) -> None:
         )
 
 
-_OUTCOME_KIND_TOOL = {"terminal-exec-failure": "exec", "write-mutation": "write"}
+_OUTCOME_KIND_TOOL: dict[str | None, str] = {"terminal-exec-failure": "exec", "write-mutation": "write"}
 
 
 def encode_event(event: ToolCallEvent) -> bytes:

@@ -83,11 +83,11 @@ class _Incident(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", for
     """What decisions for the tool tell the model while the incident is open."""
 
 
-class IncidentOpened(_Incident, tag=names.INCIDENT_OPENED, kw_only=True):
+class IncidentOpened(_Incident, tag=names.INCIDENT_OPENED, kw_only=True, frozen=True):
     """A tool is failing across the fleet."""
 
 
-class IncidentResolved(_Incident, tag=names.INCIDENT_RESOLVED, kw_only=True):
+class IncidentResolved(_Incident, tag=names.INCIDENT_RESOLVED, kw_only=True, frozen=True):
     """The tool has stayed below the thresholds for ``quietSeconds``."""
 
     resolved_ms: TimestampMs
@@ -173,7 +173,7 @@ class RingNotice(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
 
     trace_id: Id
     ring_id: Digest16
-    level: Literal[names.LEVELS]
+    level: Literal[names.LEVELS]  # type: ignore[valid-type]  # msgspec reads the tuple; mypy wants the values spelled out
     rounds: Annotated[int, msgspec.Meta(ge=1, le=MAX_SAFE_INT)]
     hops: Annotated[list[RingHop], msgspec.Meta(min_length=3, max_length=MAX_RING_MEMBERS)]
     updated_ms: TimestampMs

@@ -46,8 +46,11 @@ JS_WHITESPACE = (
 
 
 class _Keyed(Protocol):
-    run_id: str | None
-    session_key: str | None
+    # Read-only: the events are frozen Structs.
+    @property
+    def run_id(self) -> str | None: ...
+    @property
+    def session_key(self) -> str | None: ...
 
 
 def normalize_run_id(run_id: Any) -> str | None:

@@ -158,7 +158,7 @@ def _text(raw: bytes | None) -> str:
     try:
         return (raw or b"").decode("utf-8")
     except UnicodeDecodeError:
-        return raw.decode("utf-8", "replace")
+        return (raw or b"").decode("utf-8", "replace")
 
 
 def parse_keys(data: bytes | str, source: str = "<keys>") -> list[SigningKey]:

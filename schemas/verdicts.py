@@ -26,8 +26,8 @@ from .events import (
     Version,
 )
 
-Action = Literal[names.ACTIONS]
-Level = Literal[names.LEVELS]
+Action = Literal[names.ACTIONS]  # type: ignore[valid-type]  # msgspec reads the tuple; mypy wants the values spelled out
+Level = Literal[names.LEVELS]  # type: ignore[valid-type]  # (as Action)
 LivenessSignal = Literal["argument_churn"]
 
 # Bounds.  Every value a verdict carries comes from its event (bounded there) or from the
@@ -58,7 +58,7 @@ class _Verdict(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", forb
     """Timestamp of the causing event (the engine has no clock)."""
 
 
-class Decision(_Verdict, tag=names.DECISION, kw_only=True):
+class Decision(_Verdict, tag=names.DECISION, kw_only=True, frozen=True):
     """The answer to one requested tool call.
 
     ``action`` is ``block`` for a critical detection (the call must not run), ``warn`` for a
@@ -98,7 +98,7 @@ class Decision(_Verdict, tag=names.DECISION, kw_only=True):
     """Left out of the record unless the tool has an open fleet incident."""
 
 
-class RunAborted(_Verdict, tag=names.RUN_ABORTED, kw_only=True):
+class RunAborted(_Verdict, tag=names.RUN_ABORTED, kw_only=True, frozen=True):
     """The run must end: the post-compaction guard's ``compaction_loop_persisted``, or the
     optional ``critical_block_limit`` (``loopwatch.abortAfterCriticalBlocks``)."""
 

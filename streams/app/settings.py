@@ -124,9 +124,10 @@ class Settings:
                 raise SettingsError(f"unknown setting {name!r}")
             if value is not None:
                 raw[name] = value
-        return cls(**{name: _parse(name, value) for name, value in raw.items()})._checked()
+        return cls(**{name: _parse(name, value) for name, value in raw.items()}).checked()
 
-    def _checked(self) -> Settings:
+    def checked(self) -> Settings:
+        """These settings, once each is valid; else ``SettingsError`` naming the first that is not."""
         if not self.broker_hosts:
             raise SettingsError(f"{PREFIX}BROKER: no bootstrap server given")
         for host in self.broker_hosts:

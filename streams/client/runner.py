@@ -48,7 +48,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, Literal
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
@@ -120,7 +120,7 @@ class LoopwatchClient:
         for workers with ``loopwatch.scope: session``, whose repartition hop it saves (the
         worker accepts the key under either scope)."""
         redact_sasl_exchanges()  # aiokafka's DEBUG log would show a SASL PLAIN password
-        self._access = dict(
+        self._access: dict[str, Any] = dict(
             username=kafka_options.get("sasl_plain_username"),
             mechanism=kafka_options.get("sasl_mechanism"),
             tls=speaks_tls(kafka_options.get("security_protocol")),
@@ -206,8 +206,9 @@ class LoopwatchClient:
                 f"topic {topic!r} does not exist (is the loopwatch worker running?)"
             ) from None
 
-    def _read_for(self, run: RunHandle) -> frozenset[int]:
-        """Count ``run`` as a reader of its verdict partitions; returns them."""
+    def read_for(self, run: RunHandle) -> frozenset[int]:
+        """Count ``run`` as a reader of its verdict partitions; returns them (for ``RunHandle``,
+        as are the client's other methods that take a run's events or partitions)."""
         if self.verdict_partitions == "all":
             return frozenset()
         partitions = partitions_of_run(SimpleNamespace(**run.fields), *self._partition_counts)
@@ -215,7 +216,7 @@ class LoopwatchClient:
             self._readers[p] = self._readers.get(p, 0) + 1
         return partitions
 
-    def _done_reading_for(self, partitions: frozenset[int]) -> None:
+    def done_reading_for(self, partitions: frozenset[int]) -> None:
         """A run has ended: pause the partitions no other run of this client reads."""
         for p in partitions:
             left = self._readers.get(p, 0) - 1
@@ -230,7 +231,7 @@ class LoopwatchClient:
             if tp in self._consumer.assignment():
                 self._consumer.pause(tp)
 
-    def _positioning(self, partitions: frozenset[int]) -> list[asyncio.Task]:
+    def positioning(self, partitions: frozenset[int]) -> list[asyncio.Task]:
         """The tasks that position ``partitions`` at their end and resume them (started once per
         partition, again after one failed)."""
         tasks = []
@@ -295,13 +296,32 @@ class LoopwatchClient:
         self._runs[handle.key] = handle
         return handle
 
-    def _next_event_id(self) -> str:
+    def next_event_id(self) -> str:
+        """A new event id, unique to this client."""
         return f"{self._prefix}-{next(self._seq)}"
 
-    async def _publish(self, event: ToolCallEvent, timeout: float, *, ahead: Sequence[ToolCallEvent] = ()) -> bool:
+    def expect_decision(self, event_id: str) -> asyncio.Future:
+        """The future the decision on the gated request ``event_id`` is set on when it is read
+        (``forget_decision`` once it is no longer waited for)."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiting[event_id] = future
+        return future
+
+    def forget_decision(self, event_id: str) -> None:
+        self._waiting.pop(event_id, None)
+
+    def run_ended(self, run: RunHandle, partitions: frozenset[int] | None) -> None:
+        """``run`` has ended: its verdicts no longer reach it, and ``partitions`` (those read
+        for it, if any) are read for it no longer."""
+        if self._runs.get(run.key) is run:
+            self._runs.pop(run.key)
+        if partitions:
+            self.done_reading_for(partitions)
+
+    async def publish(self, event: ToolCallEvent, timeout: float, *, ahead: Sequence[ToolCallEvent] = ()) -> bool:
         """Publish ``event``, waiting at most ``timeout`` seconds; False when it was not
         delivered by then (delivery goes on in the background and a failure is logged).
-        ``ahead``: events queued (``_enqueue``) just before it, in the same step, so in the
+        ``ahead``: events queued (``enqueue``) just before it, in the same step, so in the
         same produce request unless the batch is full."""
         task = asyncio.ensure_future(self._send(event, ahead))
         self._sending.add(task)
@@ -317,7 +337,7 @@ class LoopwatchClient:
 
     async def _send(self, event: ToolCallEvent, ahead: Sequence[ToolCallEvent] = ()) -> None:
         for earlier in ahead:
-            await self._enqueue(earlier)
+            await self.enqueue(earlier)
         value = encode_event(event)
         headers = None if self.signing_key is None else self.signing_key.headers(value)
         try:
@@ -330,12 +350,12 @@ class LoopwatchClient:
             log.warning("event %s (%s) not delivered: %s", event.event_id, type(event).__name__, _describe(exc))
             raise
 
-    async def _enqueue(self, event: ToolCallEvent) -> None:
+    async def enqueue(self, event: ToolCallEvent) -> None:
         """Hand ``event`` to the producer and return once it is queued, not delivered: the
         producer sends a partition's records in the order they were queued (one request in
         flight per partition), so a run's events keep their order without waiting for each
         other's delivery, and those queued meanwhile go in one produce request.  A failed
-        delivery is logged and counted, as ``_publish``'s; ``stop`` waits for what is queued."""
+        delivery is logged and counted, as ``publish``'s; ``stop`` waits for what is queued."""
         value = encode_event(event)
         headers = None if self.signing_key is None else self.signing_key.headers(value)
         key = session_scope_key(event) if self.key_by_session and event.session_key else record_key(event)
@@ -398,7 +418,7 @@ class LoopwatchClient:
         if future is not None and not future.done():
             future.set_result(verdict)
         elif run is not None:
-            run._advisory(verdict)
+            run.apply_advisory(verdict)
 
 
 async def _quietly(stopping: Any, what: str) -> None:
@@ -460,8 +480,8 @@ class RunHandle:
             return
         client = self.client
         if self._verdict_partitions is None:
-            self._verdict_partitions = client._read_for(self)
-        tasks = client._positioning(self._verdict_partitions)
+            self._verdict_partitions = client.read_for(self)
+        tasks = client.positioning(self._verdict_partitions)
         if tasks:
             done, pending = await asyncio.wait(tasks, timeout=max(timeout, 0.0))
             if pending or any(t.cancelled() or t.exception() is not None for t in done):
@@ -474,7 +494,8 @@ class RunHandle:
                 return
         self._read = True
 
-    def _advisory(self, decision: Decision) -> None:
+    def apply_advisory(self, decision: Decision) -> None:
+        """A decision read for this run that no call waited for (the client applies it)."""
         if decision.incident_id:
             self.incidents.append(decision)
         if decision.action == "warn":
@@ -513,13 +534,13 @@ class RunHandle:
             self.check()
         except RunAbortedError:
             for event in ahead:  # what the run did is published all the same
-                await client._enqueue(event)
+                await client.enqueue(event)
             raise
         gate = client.mode == "gate"
         if self._content is not None:
             self._content.tool_call()  # a tool call resets Gemini's content tracking
         event = requested_event(
-            client._next_event_id(),
+            client.next_event_id(),
             tool,
             args,
             tool_call_id=tool_call_id,
@@ -530,18 +551,17 @@ class RunHandle:
             **self.fields,
         )
         if not gate:
-            await client._publish(event, deadline - loop.time(), ahead=ahead)
+            await client.publish(event, deadline - loop.time(), ahead=ahead)
             return None
-        future = loop.create_future()
-        client._waiting[event.event_id] = future
+        future = client.expect_decision(event.event_id)
         decision = None
         try:
-            if await client._publish(event, deadline - loop.time(), ahead=ahead):
+            if await client.publish(event, deadline - loop.time(), ahead=ahead):
                 decision = await asyncio.wait_for(future, max(deadline - loop.time(), 0.0))
         except TimeoutError:
             pass
         finally:
-            client._waiting.pop(event.event_id, None)
+            client.forget_decision(event.event_id)
         if decision is None:
             if client.fail_closed:
                 raise NoDecisionError(f"no loopwatch decision for {tool} within {client.timeout}s (fail-closed)")
@@ -566,15 +586,15 @@ class RunHandle:
         self, tool: str, args: Any, *, tool_call_id: str | None = None, target: str | None = None
     ) -> None:
         """Advisory mode's ``before_tool_call`` that returns once the request is queued for
-        delivery (``LoopwatchClient._enqueue``), never waiting on the broker."""
+        delivery (``LoopwatchClient.enqueue``), never waiting on the broker."""
         self.check()
         client = self.client
         if client.mode == "gate":
             raise RuntimeError("queue_before_tool_call is advisory mode's: gate mode waits for the decision")
         await self._watched(client.timeout)
-        await client._enqueue(
+        await client.enqueue(
             requested_event(
-                client._next_event_id(),
+                client.next_event_id(),
                 tool,
                 args,
                 tool_call_id=tool_call_id,
@@ -603,7 +623,7 @@ class RunHandle:
             self._vetoed.discard(tool_call_id)
             return
         await self._watched(self.client.timeout)
-        await self.client._enqueue(
+        await self.client.enqueue(
             self._completed(
                 tool, args, tool_call_id=tool_call_id, result=result, error=error, returned=returned, target=target
             )
@@ -622,7 +642,7 @@ class RunHandle:
     ) -> ToolCallEvent:
         client = self.client
         return completed_event(
-            client._next_event_id(),
+            client.next_event_id(),
             tool,
             args,
             result=result,
@@ -667,9 +687,11 @@ class RunHandle:
             tool, args, tool_call_id=tool_call_id, result=result, error=error, returned=returned, target=target
         )
         await self._watched(self.client.timeout)
-        await self.client._publish(event, self.client.timeout)
+        await self.client.publish(event, self.client.timeout)
 
-    async def agent_message(self, text: str, *, source: str = "agent", empty: bool | None = None) -> str:
+    async def agent_message(
+        self, text: str, *, source: Literal["agent", "user"] = "agent", empty: bool | None = None
+    ) -> str:
         """A message of the agent (or, ``source="user"``, a user prompt) as its hash: profile
         openhands' monologue and empty-response rules read it, gemini-cli's a prompt's start.
         The text stays here.  Returns the event's id (its verdicts' cause)."""
@@ -677,9 +699,9 @@ class RunHandle:
             self._content.user_prompt()
         await self._watched(self.client.timeout)
         event = agent_message_event(
-            self.client._next_event_id(), text, source=source, empty=empty, ts_ms=int(time.time() * 1000), **self.fields
+            self.client.next_event_id(), text, source=source, empty=empty, ts_ms=int(time.time() * 1000), **self.fields
         )
-        await self.client._publish(event, self.client.timeout)
+        await self.client.publish(event, self.client.timeout)
         return event.event_id
 
     async def model_text(self, text: str) -> str:
@@ -691,21 +713,18 @@ class RunHandle:
             self._content = ContentEdge()
         await self._watched(self.client.timeout)
         event = model_text_event(
-            self.client._next_event_id(), self._content, text, ts_ms=int(time.time() * 1000), **self.fields
+            self.client.next_event_id(), self._content, text, ts_ms=int(time.time() * 1000), **self.fields
         )
-        await self.client._publish(event, self.client.timeout)
+        await self.client.publish(event, self.client.timeout)
         return event.event_id
 
     async def compaction_retried(self) -> None:
         await self._watched(self.client.timeout)
-        event = compaction_event(self.client._next_event_id(), ts_ms=int(time.time() * 1000), **self.fields)
-        await self.client._publish(event, self.client.timeout)
+        event = compaction_event(self.client.next_event_id(), ts_ms=int(time.time() * 1000), **self.fields)
+        await self.client.publish(event, self.client.timeout)
 
     async def end(self, reason: str | None = None) -> None:
-        event = run_ended_event(self.client._next_event_id(), reason, ts_ms=int(time.time() * 1000), **self.fields)
-        await self.client._publish(event, self.client.timeout)
-        if self.client._runs.get(self.key) is self:
-            self.client._runs.pop(self.key)
+        event = run_ended_event(self.client.next_event_id(), reason, ts_ms=int(time.time() * 1000), **self.fields)
+        await self.client.publish(event, self.client.timeout)
         partitions, self._verdict_partitions, self._read = self._verdict_partitions, None, False
-        if partitions:
-            self.client._done_reading_for(partitions)
+        self.client.run_ended(self, partitions)

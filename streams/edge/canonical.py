@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Callable
 from json.encoder import encode_basestring as _json_quote
+from typing import Any
 
 import msgspec
 
@@ -217,7 +218,7 @@ _plain_json_bytes = msgspec.json.Encoder(order="sorted").encode
 _PLAIN_DEPTH = 32
 
 
-def _plain(value: object, depth: int) -> bool:
+def _plain(value: Any, depth: int) -> bool:  # (Any: narrowed by its exact type below)
     """``value`` holds only what upstream's serialisation and msgspec's sorted encoder write
     alike: strings without lone surrogates, safe integers, booleans, null, lists, and dicts
     whose keys are strings below U+D800 (so code-point order is UTF-16 order), nested at most

@@ -9,7 +9,7 @@ is re-exported for callers that pass "no error" explicitly, as the runner client
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Literal
 
 from schemas.events import (
     UNSET,
@@ -154,7 +154,7 @@ def run_ended_event(event_id: str, reason: str | None = None, **fields: Any) -> 
 
 
 def agent_message_event(
-    event_id: str, text: str, *, source: str = "agent", empty: bool | None = None, **fields: Any
+    event_id: str, text: str, *, source: Literal["agent", "user"] = "agent", empty: bool | None = None, **fields: Any
 ) -> AgentMessage:
     """A reply of the model without tool calls (``source="agent"``), or a message of the user
     (``source="user"``), as its hash.  ``empty``: the reply had no user-visible content (by

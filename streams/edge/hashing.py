@@ -15,10 +15,11 @@ import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
+from schemas.events import OutcomeKind
 from schemas.keys import JS_WHITESPACE
 
 from .canonical import UNDEFINED, digest, js_number, js_trim, sha256_hex, stable_bytes, stable_stringify
@@ -44,8 +45,8 @@ __all__ = [
 
 # Profile latest's outcome kinds (openclaw-latest.md §3), interned: histories compare them
 # by identity first.
-TERMINAL_EXEC_FAILURE = sys.intern("terminal-exec-failure")
-WRITE_MUTATION = sys.intern("write-mutation")
+TERMINAL_EXEC_FAILURE = cast("OutcomeKind", sys.intern("terminal-exec-failure"))
+WRITE_MUTATION = cast("OutcomeKind", sys.intern("write-mutation"))
 TOOL_LOOP_VETO = sys.intern("tool-loop-veto")
 """A call the detector vetoed (recorded by the engine, never by a runner's outcome)."""
 
@@ -78,7 +79,7 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
     loop_veto: bool = False
     is_error: bool = False
     normalized_result_hash: str | None = None
-    outcome_kind: str | None = None
+    outcome_kind: OutcomeKind | None = None
     failure_identity_hash: str | None = None
     no_progress: bool = False
 

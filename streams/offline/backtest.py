@@ -129,14 +129,15 @@ class FileSource:
         self._raw: Any = None
         self.overlong = 0
         """Lines over ``streams.offline.files.MAX_LINE_BYTES``, skipped unread (counted ``oversized``)."""
-        self._shared: Any = None
-        """In shards: each shard's (records read, bytes on disk read), for ``progress``."""
+        self.shard_progress: Any = None
+        """While shards read the files (``records_sharded``): each shard's (records read, bytes
+        on disk read), for ``progress``."""
 
     def progress(self) -> float | None:
         """The share of the input read (by bytes on disk; in shards, by the slowest shard)."""
         if not self.total:
             return None
-        return min(1.0, (self._shared_at() if self._shared is not None else self._at()) / self.total)
+        return min(1.0, (self._shared_at() if self.shard_progress is not None else self.bytes_read()) / self.total)
 
     def any_gzip(self) -> bool:
         """Whether any of the files is gzip (by its magic bytes, as ``decompressed`` decides)."""
@@ -149,12 +150,12 @@ class FileSource:
                 return True  # the one-process reader names the error as it always has
         return False
 
-    def _at(self) -> int:
+    def bytes_read(self) -> int:
         """Bytes on disk read so far (in this process)."""
         return self._done + (self._raw.tell() if self._raw is not None and not self._raw.closed else 0)
 
     def _shared_at(self) -> int:
-        shared = self._shared
+        shared = self.shard_progress
         return min(shared[i] for i in range(1, len(shared), 2))
 
     def records(self) -> FileRecords:
@@ -162,7 +163,8 @@ class FileSource:
         the files themselves: ``records_sharded``)."""
         return FileRecords(self)
 
-    def _records(self) -> Iterator[_Line]:
+    def lines(self) -> Iterator[_Line]:
+        """One pass over the files' lines, as records (``records()`` is the view to iterate)."""
         for path in self.paths:
             line = _Line(str(path))
             try:
@@ -194,7 +196,7 @@ class FileRecords:
         self.source = source
 
     def __iter__(self) -> Iterator[_Line]:
-        return self.source._records()
+        return self.source.lines()
 
 
 def parse_time(text: str, now: float | None = None) -> int:
@@ -496,9 +498,9 @@ def _shard_lines(source: FileSource, shard: int, jobs: int, shared: Any) -> Iter
     crc32 = zlib.crc32
     n = 0
     at = 2 * shard
-    for line in source._records():
+    for line in source.lines():
         if n & 0x3FFF == 0:
-            shared[at], shared[at + 1] = n, source._at()
+            shared[at], shared[at + 1] = n, source.bytes_read()
         key = value_state_key(line.value)
         if (crc32(key) % jobs if key else 0) == shard:
             yield n, line
@@ -531,7 +533,7 @@ def _files_sharded(
         if progress is not None:
             progress(min(shared[i] for i in range(0, 2 * jobs, 2)))
 
-    source._shared = shared
+    source.shard_progress = shared
     try:
         results = run_split(shard_work, jobs, cpu_s=cpu_s, poll=poll if progress is not None else None)
         for ok, result, extra in results:
@@ -543,7 +545,7 @@ def _files_sharded(
     except ShardError as exc:
         raise BacktestError(f"{what} process failed: {exc}", code=1) from None
     finally:
-        source._shared = None
+        source.shard_progress = None
     return [result for _ok, result, _extra in results]
 
 

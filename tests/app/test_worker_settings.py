@@ -192,8 +192,8 @@ def test_static_group_membership_id():
     assert dataclasses.replace(pod, web_host="0.0.0.0").group_instance_id != pod.group_instance_id
     for bad in ("", "pod 1", "pod/1", "ü", "x" * 241):
         with pytest.raises(SettingsError, match="LOOPWATCH_INSTANCE_ID"):
-            Settings(instance_id=bad)._checked()
-    assert Settings(instance_id="a.b_c-1" + "x" * 233)._checked()
+            Settings(instance_id=bad).checked()
+    assert Settings(instance_id="a.b_c-1" + "x" * 233).checked()
 
 
 def test_broker_and_clock_settings():
