@@ -150,8 +150,13 @@ class Watchdog:
         self._thread: threading.Thread | None = None
 
     def decision(self) -> Decision:
-        """What ``/healthz`` says (any thread)."""
-        return self.exiting or decide(self.watch, self.clock(), self.bound_s)
+        """What ``/healthz`` says (any thread); ``ok`` until started (a worker run by other
+        means than ``streams.app.worker`` has no watchdog)."""
+        if self.exiting is not None:
+            return self.exiting
+        if self._thread is None:
+            return OK
+        return decide(self.watch, self.clock(), self.bound_s)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Tick on ``loop`` and start the thread (once)."""

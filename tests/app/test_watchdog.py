@@ -86,7 +86,8 @@ def test_leaving_exits_with_its_code_and_healthz_says_why():
     dog = Watchdog(lambda: REJOINING, BOUND, clock=lambda: now[0], exit_=codes.append, grace_s=0.0)
     dog._tick()  # noqa: SLF001 - the loop's half, without a loop
     now[0] = 23.0
-    decision = dog.decision()
+    assert dog.decision().kind == "ok"  # not started: a worker built without its watchdog
+    decision = decide(dog.watch, now[0], BOUND)
     assert decision.kind == "exit"
     dog.leave(decision)
     assert codes == [EXIT_CODE] and EXIT_CODE != 0

@@ -18,15 +18,19 @@ and it counts as rejoined.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 from fault_harness import FAULT_GROUP_ENV, NOT_A_MEMBER, SESSION_TIMEOUT_S, FaultCase, crash_workload, pause
 
 from harness import produce
+from streams.app.watchdog import EXIT_CODE
 
 pytestmark = pytest.mark.kafka
 
@@ -41,6 +45,7 @@ REJOIN_AFTER_S = 2 * SESSION_TIMEOUT_S
 REPEATS = 4
 """A hang seen once in four crashes shows in four repetitions with probability 1 - (3/4)^4 = 68 %
 per case, 90 % over both cases' eight; the total stays near four minutes."""
+WATCHDOG_LINE = "loopwatch worker: leaving:"
 ENV = {"LOOPWATCH_CHECKPOINT_S": "2"}
 """A checkpoint every two seconds: a worker holds uncheckpointed work when the fault comes."""
 
@@ -58,10 +63,17 @@ class Outcome:
     """It logged that it is no longer a member (``NotAMember``)."""
     healthz_200_past_bound: int = 0
     """``/healthz`` answers 200 while it was still up past the watchdog's bound after the fault."""
+    healthz_503: str = ""
+    """The first 503 ``/healthz`` answered after the fault (its body), if any."""
+    by_watchdog: bool = False
+    """Its watchdog ended it (the worker's "leaving:" line)."""
 
     def __str__(self) -> str:
         code = "" if self.code is None else f" (code {self.code})"
-        return f"{self.label}#{self.repetition}: {self.how}{code} {self.seconds:.1f} s after the fault"
+        how = self.how + (" by its watchdog" if self.by_watchdog else "")
+        return f"{self.label}#{self.repetition}: {how}{code} {self.seconds:.1f} s after the fault" + (
+            f"; /healthz said {self.healthz_503[:160]}" if self.healthz_503 else ""
+        )
 
 
 def _this_start(worker) -> str:
@@ -78,10 +90,13 @@ async def watch(worker, repetition: int, fault_ended: float) -> Outcome:
         outcome.crashed = NOT_A_MEMBER in _this_start(worker)
         if not worker.running:
             outcome.how, outcome.code = "exited", worker.proc.returncode
+            outcome.by_watchdog = WATCHDOG_LINE in _this_start(worker)
             return outcome
-        status, _body = await asyncio.to_thread(worker.http, "/healthz")
+        status, body = await asyncio.to_thread(worker.http, "/healthz")
         if not worker.running:
             continue  # gone while it was asked: an exit, not an answer
+        if status == 503 and not outcome.healthz_503:
+            outcome.healthz_503 = body[:2000]
         if waited > WATCHDOG_S and status == 200:
             outcome.healthz_200_past_bound += 1
         if waited > REJOIN_AFTER_S and not outcome.crashed:
@@ -137,7 +152,7 @@ async def test_a_worker_paused_past_its_session_always_leaves(lw):
     await case.start()
     outcomes: list[Outcome] = []
     for repetition in range(1, REPEATS + 1):
-        stream = streaming(case, repetition, STALL_S + 8)
+        stream = streaming(case, repetition, STALL_S + 2)
         await until_consuming(case, ("a",))
         await pause(case.workers["a"], STALL_S)
         outcome = await watch(case.workers["a"], repetition, time.monotonic())
@@ -169,3 +184,29 @@ async def test_a_broker_that_stalls_past_the_session_leaves_no_worker_behind(lw,
                 await restart(case.workers[o.label])
     assert own_broker.stalls >= 1
     verdict(outcomes)
+
+
+async def test_a_stop_that_never_finishes_is_ended_by_the_watchdog(lw):
+    """The backstop alone: a worker whose stop hangs (``hung_stop_worker.py``) after it lost its
+    group exits with the watchdog's code and line within the bound, and ``/healthz`` answers
+    503 with the reason from the moment it stops."""
+    case = FaultCase(lw, crash_workload(1, 1), workers=("b",), env=ENV)
+    hung = lw.worker(
+        label="a",
+        config=case.config_path,
+        env=case.env,
+        command=[sys.executable, str(Path(__file__).with_name("hung_stop_worker.py"))],
+    )
+    case.workers["a"] = hung
+    await case.start()
+    stream = streaming(case, 0, STALL_S + 2)
+    await until_consuming(case, ("a",))
+    await pause(hung, STALL_S)
+    outcome = await watch(hung, 1, time.monotonic())
+    await stream
+    verdict([outcome])
+    assert outcome.crashed and outcome.how == "exited" and outcome.by_watchdog, outcome
+    assert outcome.code == EXIT_CODE, outcome
+    said = json.loads(outcome.healthz_503)
+    assert said["status"] == "stopping" and said["reason"].startswith("stopping for "), said
+    assert "NotAMember: this worker is no longer a member" in said["reason"], said
