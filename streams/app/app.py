@@ -10,6 +10,7 @@ Nothing here does work; each part has its own module (docs/design.md has the pic
 ``output``      the verdict and dead-letter producers;
 ``expiry``      the idle sweep;
 ``health``      readiness, broker reachability, lag, ``/healthz`` and ``/readyz``;
+``watchdog``    a worker out of its group (or whose stop hangs) for too long exits;
 ``reload``      hot reload of the config files (live and candidate) and the signing keys;
 ``fleet``       the fleet topology (issue 17: fleet incidents, agent rings) and every
                 worker's mirror of what it finds;
@@ -37,7 +38,7 @@ from streams.app import faust_adapter
 from streams.engine.fleet import FleetView
 
 from . import logs
-from .checkpoint import Checkpointer
+from .checkpoint import Checkpointer, NotAMember
 from .expiry import Expiry
 from .faust_options import faust_settings
 from .fleet import TICK_S, FleetMirror, FleetTopology
@@ -49,6 +50,7 @@ from .processor import BatchProcessor
 from .reload import ConfigWatcher, KeyringWatcher
 from .run_store import CHANGELOG_MAX_MESSAGE_BYTES, TABLE_NAME, RunStore, state_disk_full
 from .settings import Settings
+from .watchdog import Standing, Watchdog
 
 __all__ = ["Worker", "build_worker"]
 
@@ -79,6 +81,8 @@ class Worker:
     mirror: FleetMirror | None = None
     sessions: Any = None
     """Under session scope, the repartition topic."""
+    watchdog: Watchdog | None = None
+    """Started by ``streams.app.worker`` with the event loop."""
 
     def uses_shadow_topic(self) -> bool:
         """A candidate config, or an agent in shadow mode under the live config."""
@@ -210,6 +214,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
     checkpoints = Checkpointer(
         processor, store, output, checkpoint_s=settings.checkpoint_s, spawn=app.add_future, group=group
     )
+    watchdog = Watchdog(lambda: _standing(group, checkpoints), settings.member_watchdog_bound_s)
     health = Health(
         group,
         checkpoints,
@@ -218,6 +223,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
         metrics,
         tool_calls_topic=settings.tool_calls_topic,
         broker_unreachable_s=settings.broker_unreachable_s,
+        watchdog=watchdog,
     )
     expiry = Expiry(
         store,
@@ -236,6 +242,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
             handle_batch=freeze_before_first_batch(checkpoints.handle_batch),
             before_wait_empty=checkpoints.checkpoint,  # rebalances and shutdown checkpoint first
             after_stop=output.close,
+            leaving=lambda: isinstance(checkpoints.failed, NotAMember),
         )
     )
 
@@ -265,9 +272,22 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
         fleet,
         mirror,
         sessions,
+        watchdog,
     )
     _schedule(worker)
     return worker
+
+
+def _standing(group: Any, checkpoints: Checkpointer) -> Standing:
+    """Where the worker stands, for its watchdog (plain reads: called on the event loop every second)."""
+    failed = checkpoints.failed
+    crash = group.crash_reason or failed
+    if group.stopping or isinstance(failed, NotAMember):
+        why = "a stop was asked for" if crash is None else f"{type(crash).__name__}: {crash}"
+        return Standing(member=group.holds_membership(), stopping=True, why=why)
+    if group.holds_membership():
+        return Standing(member=True, stopping=False)
+    return Standing(member=False, stopping=False, why="the group coordinator holds no membership for it (joining)")
 
 
 def _topology_change(topology: tuple, engine: Any) -> str | None:

@@ -275,16 +275,17 @@ class Checkpointer:
 
     async def checkpoint(self) -> None:
         """Make everything processed so far durable (steps 1-6 of the module docstring)."""
+        if self.failed is not None:
+            # Not even the lock: the checkpoint holding it may be the one that failed, still
+            # on its way out, and a stop or rebalance waiting here must not wait for it.
+            self._no_checkpoint()
+            return
         async with self._checkpoint_lock:
             runs = self.runs
             async with self.write_lock:
                 self._checkpointed_at = time.monotonic()
                 if self.failed is not None:
-                    log.warning(
-                        "no checkpoint after an interrupted batch or checkpoint (%r): the work "
-                        "since the last one is redone after a restart",
-                        self.failed,
-                    )
+                    self._no_checkpoint()
                     return
                 if not self._dones and not runs.dirty:
                     return
@@ -334,6 +335,13 @@ class Checkpointer:
                     await self.step_aside()  # thousands of acks: let batches in between
             self.store.count(cp.created, cp.deleted)
             self.checkpoints += 1
+
+    def _no_checkpoint(self) -> None:
+        log.warning(
+            "no checkpoint after an interrupted batch or checkpoint (%r): the work since the last one is redone "
+            "after a restart",
+            self.failed,
+        )
 
     async def _hold_before_exit(self, exc: BaseException) -> None:
         """A full state disk stops the worker, and its restart finds the disk full again: say

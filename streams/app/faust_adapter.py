@@ -31,7 +31,8 @@ measurements behind it):
 * **Where the consumer is** (``ConsumerView``): read and committed offsets, for the idle
   sweep's backlog check and the lag metric; and whether the group coordinator still counts
   this worker a member of its generation (``still_member``: a heartbeat, generation-checked
-  by the broker), which every checkpoint asks before it writes (docs/reliability.md).
+  by the broker), which every checkpoint asks before it writes (docs/reliability.md); and
+  whether it holds a membership at all (``holds_membership``: the watchdog's question).
 
 Faust's classes (``WorkerApp`` and the consumer, transport and web classes) are composed on
 first use (``__getattr__``): their method code is in the mixins below, readable like any
@@ -187,6 +188,8 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread", "_ensure_consumer", "method", ("self",)),
     PrivateName("aiokafka.consumer.consumer:AIOKafkaConsumer", "_coordinator", "attribute", type_name="types:NoneType"),
     PrivateName("aiokafka.consumer.group_coordinator:GroupCoordinator", "_do_heartbeat", "async method", ("self",)),
+    # the consumer, if Faust has made it (ConsumerView.holds_membership: never makes it)
+    PrivateName("faust.app.base:App", "_consumer", "attribute", type_name=_CONSUMER),
     # Faust's producer (Producers)
     PrivateName("faust.transport.drivers.aiokafka:Producer", "_ensure_producer", "method", ("self",)),
     PrivateName("faust.transport.drivers.aiokafka:Producer", "_new_producer", "method", ("self", "transactional_id")),
@@ -378,6 +381,10 @@ class WorkerHooks:
     the worker makes its pending batches durable and acks them there."""
     after_stop: Callable[[], Awaitable[None]]
     """Awaited once Faust has stopped (after the consumer, hence after the last checkpoint)."""
+    leaving: Callable[[], bool] = lambda: False
+    """True once the worker has lost its group for good (``NotAMember``: it stops): its
+    unacked batches will never be acked and its commits would be refused, so Faust's wait for
+    them (``wait_empty``) is skipped: it would wait for as long as the consumer is not stopped."""
 
 
 # Filled by ``_compose`` with the Faust names the mixins use (Faust is not imported before).
@@ -641,6 +648,14 @@ class _BatchingConsumer:
         hooks = self.app.hooks
         if hooks is not None:
             await hooks.before_wait_empty()
+            if hooks.leaving():
+                # Faust waits until every tracked message is acked, for as long as the consumer
+                # is not stopped, then commits.  A worker that lost its group never acks its
+                # open batches (nothing of them may be written) and the broker refuses its
+                # commits; on a rebalance or a stop that began before the consumer was told to
+                # stop, that wait never ended (the log's last line "Wait for streams...").
+                log.info("not waiting for unacked records: this worker is no longer a member of its group")
+                return
         await super().wait_empty()
 
     def _ack_batch(self, offsets: list[tuple[Any, int, int]]) -> None:
@@ -874,6 +889,27 @@ class ConsumerView:
         if coordinator.generation != generation:
             return False
         return True if answered else None
+
+    def holds_membership(self) -> bool:
+        """Whether the group coordinator under the consumer holds a generation and a member id
+        for this worker: a member, with partitions or idle, also while the group rebalances.
+        aiokafka drops both when the broker refuses them (a heartbeat or a commit answered
+        "unknown member" or "illegal generation") and until it has joined again; during a
+        broker outage it keeps them (no answer refuses them).  False before the consumer exists.
+        (``streams.app.watchdog``; plain attribute reads, no request.)"""
+        consumer = self._app._consumer
+        if consumer is None:
+            return False
+        try:
+            coordinator = consumer._thread._ensure_consumer()._coordinator
+        except Exception:  # noqa: BLE001 - not started yet (ConsumerNotStarted), or stopped
+            return False
+        return coordinator is not None and coordinator.generation > 0 and bool(coordinator.member_id)
+
+    @property
+    def crash_reason(self) -> BaseException | None:
+        """What crashed the app, if anything did (it is then stopping)."""
+        return self._app.crash_reason
 
     @property
     def rebalancing(self) -> bool:

@@ -1,7 +1,10 @@
 """Health: readiness, broker reachability, consumer lag and the worker's status line.
 
-``/healthz`` answers 200 while the process is up; ``/readyz`` 200 once the run table is
-recovered, no rebalance is in progress, a broker answered within
+``/healthz`` (liveness) answers 200 while the worker is a working member of its group or
+on its way to being one (starting, rejoining); 503 with a ``reason`` while it stops, and in
+the grace before its membership watchdog ends it (``streams.app.watchdog``: out of its group
+for longer than ``LOOPWATCH_MEMBER_WATCHDOG_S``).  ``/readyz`` (readiness) answers 200 once
+the run table is recovered, no rebalance is in progress, a broker answered within
 ``LOOPWATCH_BROKER_UNREACHABLE_S`` and no batch or checkpoint failed, else 503 (with the
 reasons in its JSON body).  ``loopwatch_ready`` says the same to Prometheus.
 
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
     from .metrics import Metrics
     from .output import Output
     from .run_store import RunStore
+    from .watchdog import Watchdog
 
 __all__ = ["BROKER_PROBE_S", "Health"]
 
@@ -57,6 +61,7 @@ class Health:
         tool_calls_topic: str,
         broker_unreachable_s: float,
         probe: Callable[[Any], Any] = fetch_cluster_metadata,
+        watchdog: Watchdog | None = None,
     ) -> None:
         self.group = group
         self.checkpoints = checkpoints
@@ -66,6 +71,7 @@ class Health:
         self.tool_calls_topic = tool_calls_topic
         self.broker_unreachable_s = broker_unreachable_s
         self._probe = probe
+        self.watchdog = watchdog
         self._broker_answered_at = time.monotonic()
         """When a broker last answered the readiness probe (``probe_broker``)."""
         self._broker_lost_logged = False
@@ -188,8 +194,13 @@ class Health:
         """Faust page handlers (``app.page(path)(handler)``): ``(view, request) -> response``."""
 
         async def healthz(view: Any, request: Any) -> Any:
-            """200 while the process is up."""
-            return view.json({"status": "ok"})
+            """200 while the worker is, or is becoming, a working member of its group; 503
+            with the reason while it stops or is about to be ended by its watchdog."""
+            decision = None if self.watchdog is None else self.watchdog.decision()
+            if decision is None or decision.kind == "ok":
+                return view.json({"status": "ok"})
+            status = "leaving" if decision.kind == "exit" else "stopping"
+            return view.json({"status": status, "reason": decision.reason}, status=503)
 
         async def readyz(view: Any, request: Any) -> Any:
             """200 when ready (``Health.is_ready``), else 503."""

@@ -90,6 +90,12 @@ class Settings:
     explicitly)."""
     broker_unreachable_s: float = 15.0
     """``/readyz`` answers 503 once no broker has answered the worker for this long."""
+    member_watchdog_s: float | None = None
+    """A worker that has not been a member of its consumer group (with partitions, or idle as
+    a member), or whose stop has not finished, for this long exits (code 75, one line saying
+    why), whatever its event loop is doing; ``/healthz`` answers 503 while it stops
+    (``streams.app.watchdog``).  At least the session timeout; unset: twice the session timeout
+    plus the rebalance timeout (``member_watchdog_bound_s``)."""
     clock_skew_s: float = 300.0
     """Event times more than this far ahead of the worker's clock are clamped to it."""
     # TLS / SASL
@@ -184,6 +190,11 @@ class Settings:
             path = getattr(self, name)
             if path is not None and not path.exists():
                 raise SettingsError(f"{env_name(name)}: {path} does not exist")
+        if self.member_watchdog_s is not None and self.member_watchdog_s < self.session_timeout_s:
+            raise SettingsError(
+                f"{PREFIX}MEMBER_WATCHDOG_S={self.member_watchdog_s:g} is shorter than {PREFIX}SESSION_TIMEOUT_S="
+                f"{self.session_timeout_s:g}: a worker would be stopped before it can know it lost its group"
+            )
         if self.tls:
             self.ssl_context()  # a CA, certificate or key that does not load fails here, by name
         return self
@@ -273,6 +284,14 @@ class Settings:
         return f"{self.app_id}-{name}"
 
     @property
+    def member_watchdog_bound_s(self) -> float:
+        """How long a worker may be out of its group before it exits (``member_watchdog_s``):
+        by default two session timeouts (the broker's and a rejoin's) and a rebalance."""
+        if self.member_watchdog_s is not None:
+            return self.member_watchdog_s
+        return 2 * self.session_timeout_s + self.rebalance_timeout_s
+
+    @property
     def sweep_interval_s(self) -> float:
         """How often idle runs are looked for: a tenth of the timeout, within 1 s … 60 s."""
         return min(60.0, max(1.0, self.idle_timeout_s / 10.0))
@@ -316,7 +335,11 @@ def _parse(name: str, value: Any) -> Any:
             if name == "web_port" and number == 0:
                 raise ValueError("the web server needs a port")
             return number
-        if kind == "float":
+        if kind in ("float", "float | None"):
+            if value is None or value == "":
+                if kind == "float":
+                    raise ValueError("must be a positive number of seconds")
+                return None
             number = float(value)
             if not number > 0 or number != number or number == float("inf"):
                 raise ValueError("must be a positive number of seconds")

@@ -119,6 +119,8 @@ def run_worker(argv: list[str] | None = None) -> int:
         loop.close()
         return 2
     logging.getLogger("loopwatch.worker").debug("settings: %r", settings)
+    if built.watchdog is not None:
+        built.watchdog.start(loop)  # from here on, a worker out of its group for too long exits
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

@@ -89,3 +89,17 @@ async def test_batches_of_a_generation_the_group_left_are_not_written():
     with pytest.raises(NotAMember):
         await cp.checkpoint()
     assert store.writes == [] and group.asked == []
+
+
+async def test_after_a_lost_membership_a_checkpoint_returns_at_once_even_while_one_holds_the_lock():
+    """A rebalance or a stop that waits for a checkpoint (``before_wait_empty``) must not wait
+    behind the checkpoint that failed (or any other): nothing will ever be written again."""
+    import asyncio
+
+    group = Group(member=False)
+    cp, _store = checkpointer(group)
+    await cp.handle_batch([(0, b"run:a")], lambda: None)
+    with pytest.raises(NotAMember):
+        await cp.checkpoint()
+    async with cp._checkpoint_lock:  # noqa: SLF001 - held, as by a checkpoint still on its way out
+        await asyncio.wait_for(cp.checkpoint(), timeout=1.0)

@@ -223,6 +223,27 @@ def test_worker_env_contract(default_manifest: str) -> None:
     assert Settings.from_env(pod_env).instance_id == f"{RELEASE}-loopwatch-0"
 
 
+def test_the_member_watchdog_is_the_workers_default_unless_set(helm: str, default_manifest: str) -> None:
+    """Unset, the worker derives the bound from its session and rebalance timeouts (so a
+    session timeout raised through extraEnv raises it too); set, it reaches the worker as is."""
+    assert "LOOPWATCH_MEMBER_WATCHDOG_S" not in env(default_manifest)
+    from streams.app.settings import Settings
+
+    assert Settings.from_env({}).member_watchdog_bound_s == 180.0  # the comment in values.yaml
+    manifest = render(helm, "--set", "worker.memberWatchdogSeconds=240")
+    assert env(manifest)["LOOPWATCH_MEMBER_WATCHDOG_S"] == {"name": "LOOPWATCH_MEMBER_WATCHDOG_S", "value": "240"}
+    assert Settings.from_env({"LOOPWATCH_MEMBER_WATCHDOG_S": "240"}).member_watchdog_bound_s == 240.0
+
+
+def test_liveness_restarts_a_hung_stop_before_the_watchdog_would(default_manifest: str) -> None:
+    """/healthz answers 503 from the moment a worker stops: the kubelet restarts a stop that
+    hangs after periodSeconds x failureThreshold, which must stay under the watchdog's bound."""
+    from streams.app.settings import Settings
+
+    live = container(default_manifest)["livenessProbe"]
+    assert live["periodSeconds"] * live["failureThreshold"] < Settings.from_env({}).member_watchdog_bound_s
+
+
 def test_loop_detection_configmap_default(default_manifest: str) -> None:
     cm = next(d for d in by_kind(default_manifest)["ConfigMap"] if d["metadata"]["name"].endswith("-config"))
     config = yaml.safe_load(cm["data"]["loop-detection.yaml"])
@@ -455,6 +476,7 @@ def test_dashboard_label_is_configurable(helm: str) -> None:
         (["--set", "kafka.bootstrapServers=kafka"], "bootstrapServers"),
         (["--set", "resources.limits.memory=lots"], "memory"),
         (["--set", "unknownKey=1"], "unknownKey"),
+        (["--set", "worker.memberWatchdogSeconds=0"], "memberWatchdogSeconds"),
         (["--set", "kafka.securityProtocol=SSL"], "kafka.tls.existingSecret"),
         (["--set", "kafka.securityProtocol=SASL_PLAINTEXT"], "kafka.sasl.existingSecret"),
         (
@@ -529,6 +551,7 @@ def test_dashboard_label_is_configurable(helm: str) -> None:
         "bootstrap",
         "quantity",
         "unknown-key",
+        "member-watchdog-zero",
         "tls-secret",
         "sasl-secret",
         "sasl-username",

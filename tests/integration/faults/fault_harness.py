@@ -41,19 +41,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import subprocess
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 
 from harness import (
+    REPO,
     collect,
     committed_offsets,
     encode_all,
     end_offsets,
+    free_port,
     header,
     produce,
     reference_verdicts,
@@ -69,6 +75,7 @@ __all__ = [
     "BEFORE_CHECKPOINT",
     "Comparison",
     "FaultCase",
+    "OwnBroker",
     "Point",
     "Workload",
     "Supervisor",
@@ -382,6 +389,71 @@ class FaultCase:
         for comparison in out:
             print(comparison.summary())
         return out
+
+
+# -- a broker of the case's own ----------------------------------------------------------------
+
+KAFKA_SH = REPO / "scripts" / "kafka.sh"
+
+
+class OwnBroker:
+    """A single-node broker of ``scripts/kafka.sh`` on free ports with its own state directory."""
+
+    def __init__(self, state_dir: Path) -> None:
+        port = free_port()
+        self.env = {
+            **os.environ,
+            "KAFKA_PORT": str(port),
+            "KAFKA_CONTROLLER_PORT": str(free_port()),
+            "KAFKA_STATE_DIR": str(state_dir),
+        }
+        self.address = f"127.0.0.1:{port}"
+        self.pid_file = state_dir / "kafka.pid"
+        self.kills = 0
+        self.stalls = 0
+
+    def _script(self, *args: str) -> None:
+        done = subprocess.run([str(KAFKA_SH), *args], env=self.env, capture_output=True, text=True, timeout=300)
+        if done.returncode != 0:
+            pytest.fail(f"scripts/kafka.sh {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+
+    def start(self) -> None:
+        self._script("start")
+
+    def kill9(self) -> None:
+        """SIGKILL the broker's JVM (the pid ``scripts/kafka.sh`` recorded) and wait until it is gone."""
+        pid = self.pid
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while Path(f"/proc/{pid}").exists() and _state(pid) != "Z":
+            assert time.monotonic() < deadline, f"broker {pid} still alive after SIGKILL"
+            time.sleep(0.05)
+        self.kills += 1
+
+    @property
+    def pid(self) -> int:
+        return int(self.pid_file.read_text().strip())
+
+    async def stall(self, seconds: float) -> None:
+        """SIGSTOP the broker's JVM, SIGCONT it ``seconds`` later (a broker that stops
+        answering without closing its connections: a long GC pause, a frozen VM, a stalled disk)."""
+        pid = self.pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        self.stalls += 1
+
+    def stop(self) -> None:
+        subprocess.run([str(KAFKA_SH), "stop", "--wipe"], env=self.env, capture_output=True, timeout=120)
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
 
 
 # -- faults ------------------------------------------------------------------------------------------

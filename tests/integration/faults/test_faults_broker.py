@@ -15,11 +15,6 @@ from the changelog.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import time
-from pathlib import Path
 
 import pytest
 from fault_harness import (
@@ -32,67 +27,10 @@ from fault_harness import (
     kill9,
 )
 
-from harness import REPO, free_port
-
 pytestmark = pytest.mark.kafka
 
-KAFKA_SH = REPO / "scripts" / "kafka.sh"
 DOWN_S = 4.0
 """How long the broker stays down before it is started again (its start takes a few seconds more)."""
-
-
-class OwnBroker:
-    """A single-node broker of ``scripts/kafka.sh`` on free ports with its own state directory."""
-
-    def __init__(self, state_dir: Path) -> None:
-        port = free_port()
-        self.env = {
-            **os.environ,
-            "KAFKA_PORT": str(port),
-            "KAFKA_CONTROLLER_PORT": str(free_port()),
-            "KAFKA_STATE_DIR": str(state_dir),
-        }
-        self.address = f"127.0.0.1:{port}"
-        self.pid_file = state_dir / "kafka.pid"
-        self.kills = 0
-
-    def _script(self, *args: str) -> None:
-        done = subprocess.run([str(KAFKA_SH), *args], env=self.env, capture_output=True, text=True, timeout=300)
-        if done.returncode != 0:
-            pytest.fail(f"scripts/kafka.sh {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
-
-    def start(self) -> None:
-        self._script("start")
-
-    def kill9(self) -> None:
-        """SIGKILL the broker's JVM (the pid ``scripts/kafka.sh`` recorded) and wait until it is gone."""
-        pid = int(self.pid_file.read_text().strip())
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while Path(f"/proc/{pid}").exists() and _state(pid) != "Z":
-            assert time.monotonic() < deadline, f"broker {pid} still alive after SIGKILL"
-            time.sleep(0.05)
-        self.kills += 1
-
-    def stop(self) -> None:
-        subprocess.run([str(KAFKA_SH), "stop", "--wipe"], env=self.env, capture_output=True, timeout=120)
-
-
-def _state(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return "gone"
-
-
-@pytest.fixture
-def own_broker(tmp_path: Path):
-    broker = OwnBroker(tmp_path / "kafka")
-    broker.start()
-    try:
-        yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.mark.parametrize("point", [BEFORE_CHECKPOINT, AFTER_CHECKPOINT], ids=lambda p: p.name)
