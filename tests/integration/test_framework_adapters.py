@@ -588,6 +588,17 @@ async def test_readme_openai_agents_snippet_runs(worker):
     assert events[0].run_id == "run-42"
 
 
+async def test_readme_openai_agents_snippet_lets_loopwatch_block_a_loop(worker):
+    """The SDK's default of 10 turns would end this run at its 10th call; the snippet's run
+    reaches upstream's critical threshold (20 identical calls) and its 21st is blocked."""
+    model = oa_model([("search", {"q": "same"})] * 25)
+    result = await run_snippet(worker, "openai-agents")(model, [search])
+    assert result.final_output == "done"
+    seen = oa_seen(model)
+    blocked = sorted(int(call_id.split("-")[1]) for call_id, output in seen.items() if "CRITICAL" in output)
+    assert len(seen) == 25 and blocked == list(range(20, 25))  # call-20 is the 21st call
+
+
 async def test_readme_pydantic_ai_snippet_runs(worker):
     call_id = f"readme-pai-{new_id()}"
 
