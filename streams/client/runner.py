@@ -566,6 +566,9 @@ class RunHandle:
                 raise NoDecisionError(f"no loopwatch decision for {tool} within {client.timeout}s (fail-closed)")
             log.warning("no loopwatch decision for %s within %ss; failing open", tool, client.timeout)
             return None
+        if decision.detection_off and not self.detection_off:
+            self.detection_off = True
+            self._warn_detection_off()
         if decision.incident_id:
             self.incidents.append(decision)
         if decision.action == "warn":
