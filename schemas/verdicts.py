@@ -96,6 +96,10 @@ class Decision(_Verdict, tag=names.DECISION, kw_only=True, frozen=True):
     liveness_signal: LivenessSignal | None = None
     incident_id: IncidentId | Unset = UNSET
     """Left out of the record unless the tool has an open fleet incident."""
+    detection_off: bool | Unset = UNSET
+    """True on an ``allow`` when the config runs no detection for the agent
+    (``tools.loopDetection.enabled`` is not true): the call was not checked.  Left out of the
+    record otherwise, so a runner can warn that the guard it waits for is off."""
 
 
 class RunAborted(_Verdict, tag=names.RUN_ABORTED, kw_only=True, frozen=True):

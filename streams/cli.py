@@ -359,9 +359,10 @@ class _ImportProgress:
 
 
 def _config_check(args: argparse.Namespace) -> int:
-    from schemas.config import ConfigError, load_config_file, warnings
+    from schemas.config import PEER_PROFILES, ConfigError, load_config_file, warnings
 
     from .engine import ConfigSet
+    from .engine.config import DETECTION_OFF_HINT
 
     try:
         root = load_config_file(args.file)
@@ -377,7 +378,9 @@ def _config_check(args: argparse.Namespace) -> int:
     effective = {}
     for agent in agents:
         s = config.settings_for(agent)
+        on = config.profile_for(agent) in PEER_PROFILES or s.detection.enabled
         effective["(default)" if agent is None else agent] = {
+            "detection": "on" if on else f"OFF: {DETECTION_OFF_HINT}",
             "profile": config.profile_for(agent),
             **s.detection.as_dict(),
             "postCompactionGuard": {"enabled": s.guard.enabled, "windowSize": s.guard.window_size},
@@ -397,6 +400,9 @@ def _config_check(args: argparse.Namespace) -> int:
         print(json.dumps({**effective, "(fleet)": fleet}, indent=2))
     else:
         print(f"{args.file}: valid")
+        off = [name for name, values in effective.items() if values["detection"] != "on"]
+        if off:
+            print(f"detection OFF for {', '.join(off)}: {DETECTION_OFF_HINT}")
         for name, values in {**effective, "(fleet)": fleet}.items():
             print(f"\n[{name}]")
             for key, value in values.items():

@@ -185,6 +185,12 @@ class Metrics:
             ["config"],
             registry=registry,
         )
+        self.detection_enabled = Gauge(
+            "loopwatch_detection_enabled",
+            "1 when the live config checks this agent's calls (tools.loopDetection.enabled), 0 when it allows them all",
+            ["agent"],
+            registry=registry,
+        )
         # Issue 17's options: declared (and their known label values at 0) on every worker;
         # they move only where the config turns the option on.
         self.events_forwarded = Counter(

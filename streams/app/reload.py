@@ -33,6 +33,7 @@ from schemas.config import ConfigError, load_config_bytes, read_config_file, war
 from schemas.names import LIVE
 from schemas.signing import Keyring, SigningKeyError, keys_of, read_key_files
 from streams.engine import LoopEngine, engine_for
+from streams.engine.config import detection_line
 
 if TYPE_CHECKING:
     from .metrics import Metrics
@@ -94,12 +95,31 @@ class ConfigWatcher:
     def load_initial(self) -> LoopEngine:
         """Load the file at start; a bad file is fatal here (there is no old config to keep)."""
         if self.path is None:
-            return engine_for(None)
+            log.info("%s loop-detection config: none given (--config), upstream's defaults", self.name)
+            return self.announce(engine_for(None))
         self._stat = self._stat_of()
         data = read_config_file(self.path)
         engine = engine_from_bytes(data, self.path)
         self._digest = hashlib.sha256(data).hexdigest()
         log.info("%s loop-detection config loaded from %s", self.name, self.path)
+        return self.announce(engine)
+
+    def announce(self, engine: LoopEngine) -> LoopEngine:
+        """Say, per agent, whether the config in force checks anything: a worker with detection
+        off allows every call, and nothing else would tell (one log line per agent; the live
+        config's ``loopwatch_detection_enabled``, docs/metrics.md, alert LoopwatchDetectionOff)."""
+        status = engine.config.detection_status()
+        for agent, profile, on in status:
+            line = detection_line(agent, profile, on)
+            if on:
+                log.info("%s config: %s", self.name, line)
+            else:
+                log.warning("%s config: %s", self.name, line)
+        if self.metrics is not None and self.name == LIVE:
+            gauge = self.metrics.detection_enabled
+            gauge.clear()  # agents no longer listed leave the series
+            for agent, _profile, on in status:
+                gauge.labels(agent).set(1 if on else 0)
         return engine
 
     def load_or_refuse(self) -> LoopEngine | None:
@@ -108,13 +128,13 @@ class ConfigWatcher:
         For the candidate: a shadow-only file must never keep a worker on its live config from
         starting, or a bad candidate would turn enforcement off at the next restart."""
         if self.path is None:
-            return engine_for(None)
+            return self.announce(engine_for(None))
         self._stat = self._stat_of()
         engine = self._read_and_check()
         if engine is None:
             return None
         log.info("%s loop-detection config loaded from %s", self.name, self.path)
-        return engine
+        return self.announce(engine)
 
     def _read_and_check(self) -> LoopEngine | None:
         """The engine for the file as it is now, or None when it is refused (or unchanged: the
@@ -171,6 +191,7 @@ class ConfigWatcher:
             self.metrics.config_reloads.labels("applied", self.name).inc()
         self.on_change(engine)
         log.info("%s loop-detection config reloaded from %s", self.name, self.path)
+        self.announce(engine)
         return True
 
     def _refuse(self, digest: str | None, exc: Exception) -> None:

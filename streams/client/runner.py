@@ -462,6 +462,9 @@ class RunHandle:
         self.incidents: list[Decision] = []
         """Decisions that carried a fleet incident (the tool is failing across the fleet:
         ``message`` says so, ``incident_id`` names it)."""
+        self.detection_off = False
+        """loopwatch answered this run's calls without checking them: its config runs no
+        detection for the agent (``Decision.detection_off``; logged once per agent and client)."""
         self._vetoed: set[str | None] = set()
         self._verdict_partitions: frozenset[int] | None = None
         """The verdict partitions read for this run, once it has published (``_watched``)."""
@@ -469,6 +472,19 @@ class RunHandle:
         """Its verdict partitions are positioned and being read."""
         self._content: ContentEdge | None = None
         """Gemini's content tracking of the run's streamed text (``model_text``), once it sends any."""
+
+    def _warn_detection_off(self) -> None:
+        """One WARNING per agent and client: every call is allowed, and nothing else would tell."""
+        agent = self.fields["agent_id"]
+        warned = self.client.__dict__.setdefault("_detection_off_warned", set())
+        if agent in warned or len(warned) >= 1000:  # bounded: at most 1,000 agents' lines
+            return
+        warned.add(agent)
+        log.warning(
+            "loopwatch detection is OFF for agent %s: its calls are allowed without a check "
+            "(set tools.loopDetection.enabled: true in the worker's config; loopwatch config check shows it)",
+            agent or "*",
+        )
 
     async def _watched(self, timeout: float) -> None:
         """Before the run's events go out: its verdict partitions positioned at their end and
@@ -496,6 +512,9 @@ class RunHandle:
 
     def apply_advisory(self, decision: Decision) -> None:
         """A decision read for this run that no call waited for (the client applies it)."""
+        if decision.detection_off and not self.detection_off:
+            self.detection_off = True
+            self._warn_detection_off()
         if decision.incident_id:
             self.incidents.append(decision)
         if decision.action == "warn":
@@ -567,6 +586,9 @@ class RunHandle:
                 raise NoDecisionError(f"no loopwatch decision for {tool} within {client.timeout}s (fail-closed)")
             log.warning("no loopwatch decision for %s within %ss; failing open", tool, client.timeout)
             return None
+        if decision.detection_off and not self.detection_off:
+            self.detection_off = True
+            self._warn_detection_off()
         if decision.incident_id:
             self.incidents.append(decision)
         if decision.action == "warn":

@@ -38,9 +38,11 @@ __all__ = [
     "OPENHANDS",
     "PEER_PROFILES",
     "PROFILES",
+    "DETECTION_OFF_HINT",
     "DetectorSettings",
     "GuardSettings",
     "Settings",
+    "detection_line",
     "merge_loop_detection",
     "pos_int",
     "resolve_detector",
@@ -177,6 +179,19 @@ class AgentRingSettings:
             "criticalThreshold": self.critical_rounds,
             "windowSeconds": self.window_s,
         }
+
+
+DETECTION_OFF_HINT = (
+    "tools.loopDetection.enabled is not true; every call is allowed unchecked "
+    '(turn it on: examples/recommended.yaml, README "Configuration")'
+)
+
+
+def detection_line(agent: str, profile: str, on: bool) -> str:
+    """One line saying whether an agent's calls are checked (worker logs, ``config check``)."""
+    if on:
+        return f"detection on for agent {agent} (profile {profile})"
+    return f"detection OFF for agent {agent} (profile {profile}): {DETECTION_OFF_HINT}"
 
 
 def _get(block: Any, key: str) -> Any:
@@ -415,6 +430,16 @@ class ConfigSet:
         )
         self.resolved[agent_id] = settings
         return settings
+
+    def detection_status(self) -> list[tuple[str, str, bool]]:
+        """Whether detection runs, per agent: ``(agent, profile, on)`` for the default (``*``)
+        and each listed agent.  The peer profiles read no loopDetection block: always on."""
+        status = []
+        for agent in (None, *self.agent_ids()):
+            profile = self.profile_for(agent)
+            on = profile in PEER_PROFILES or self.settings_for(agent).detection.enabled
+            status.append(("*" if agent is None else agent, profile, on))
+        return status
 
     def agent_ids(self) -> list[str]:
         entries = _get(_get(self.root, "agents"), "list")

@@ -100,11 +100,15 @@ class Step(msgspec.Struct, gc=False):
     notify: bool = False
     built_decision: Decision | None = None
     built_logs: tuple[LogLine, ...] | None = ()
+    unchecked: bool = False
+    """The agent's config runs no detection: its decision says so (``detection_off``)."""
 
     @property
     def decision(self) -> Decision | None:
         if self.built_decision is None and self.request is not None:
             self.built_decision = build_decision(self.request, self.action, self.detection, self.emitted, self.notify)
+            if self.unchecked:
+                self.built_decision = msgspec.structs.replace(self.built_decision, detection_off=True)
         return self.built_decision
 
     @property
@@ -119,9 +123,10 @@ class Step(msgspec.Struct, gc=False):
         if decision is None:
             if request is None or (self.action == "allow" and not request.gate):
                 return None
-            decision = self.built_decision = build_decision(
-                request, self.action, self.detection, self.emitted, self.notify
-            )
+            decision = build_decision(request, self.action, self.detection, self.emitted, self.notify)
+            if self.unchecked:
+                decision = msgspec.structs.replace(decision, detection_off=True)
+            self.built_decision = decision
             return decision
         if decision.action != "allow" or (request is not None and request.gate):
             return decision
@@ -330,7 +335,8 @@ class LoopEngine:
                 else:
                     history.trim(state, size)
         if detection is None:
-            return Step(state, event)
+            # (a detection-off agent's decisions say so: the runner can tell its guard is off)
+            return Step(state, event) if cfg.enabled else Step(state, event, unchecked=True)
         return self._warning(state, event, settings, detection)
 
     final_requested = _requested
@@ -501,7 +507,8 @@ class LatestEngine(LoopEngine):
             if len(sigs) > LATEST_HISTORY_SIZE:
                 history.trim_latest(state, latest)
         if detection is None:
-            return Step(state, event)
+            # (a detection-off agent's decisions say so: the runner can tell its guard is off)
+            return Step(state, event) if cfg.enabled else Step(state, event, unchecked=True)
         return self._warning(state, event, settings, detection)
 
     def _completed(self, state: RunState, event: ToolCallCompleted) -> Step:

@@ -587,6 +587,17 @@ def fleet() -> dashboard_b.Dashboard:
             thresholds=_steps((None, GREEN), (1, RED)),
         )
     )
+    d = d.with_panel(
+        timeseries(
+            L,
+            "Detection on, per agent",
+            "1 when the live config checks the agent's calls, 0 when tools.loopDetection.enabled is not true "
+            "and every call is allowed unchecked (alert LoopwatchDetectionOff).",
+            [Q("loopwatch_detection_enabled", "{{agent}} {{instance}}")],
+            max_val=1,
+            thresholds=_steps((None, RED), (1, GREEN)),
+        )
+    )
     return d
 
 

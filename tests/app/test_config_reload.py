@@ -266,3 +266,63 @@ def test_a_bad_candidate_at_start_is_refused_like_a_reload_and_applied_once_fixe
     assert processor.runs.with_candidate and processor.sha256[CANDIDATE] == candidate.sha256 != "defaults"
     assert sample("loopwatch_config_file_refused", {"config": "candidate"}) == 0
     assert sample("loopwatch_config_reloads_total", {"result": "applied", "config": "candidate"}) == 1
+
+
+def detection_gauge(registry) -> dict[str, float]:
+    return {
+        s.labels["agent"]: s.value
+        for m in registry.collect()
+        if m.name == "loopwatch_detection_enabled"
+        for s in m.samples
+    }
+
+
+def detection_lines(caplog) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records if "detection o" in r.getMessage().lower()]
+
+
+@pytest.mark.parametrize("content", [None, "{}"])
+def test_a_worker_with_detection_off_says_so_in_its_log_and_gauge(tmp_path, caplog, content):
+    """No --config, or ``{}``: upstream's defaults, under which nothing is detected."""
+    path = None
+    if content is not None:
+        path = tmp_path / "loop.yaml"
+        path.write_text(content)
+    registry = CollectorRegistry()
+    with caplog.at_level("INFO", logger="loopwatch.config"):
+        ConfigWatcher(path, lambda engine: None, Metrics(registry, process_metrics=False)).load_initial()
+    assert detection_lines(caplog) == [
+        (
+            "WARNING",
+            "live config: detection OFF for agent * (profile configurable-final): tools.loopDetection.enabled is "
+            'not true; every call is allowed unchecked (turn it on: examples/recommended.yaml, README "Configuration")',
+        )
+    ]
+    assert detection_gauge(registry) == {"*": 0.0}
+
+
+def test_detection_is_reported_per_agent_at_start_and_on_each_reload(tmp_path, caplog):
+    path = tmp_path / "loop.json"
+    write(path, {"agents": {"list": [{"id": "main", "tools": {"loopDetection": {"enabled": True}}}, {"id": "cron"}]}})
+    registry = CollectorRegistry()
+    watcher = ConfigWatcher(path, lambda engine: None, Metrics(registry, process_metrics=False))
+    with caplog.at_level("INFO", logger="loopwatch.config"):
+        watcher.load_initial()
+    lines = detection_lines(caplog)
+    assert [(level, msg.split(" (")[0]) for level, msg in lines] == [
+        ("WARNING", "live config: detection OFF for agent *"),
+        ("INFO", "live config: detection on for agent main"),
+        ("WARNING", "live config: detection OFF for agent cron"),
+    ]
+    assert detection_gauge(registry) == {"*": 0.0, "main": 1.0, "cron": 0.0}
+
+    # a reload turns it on everywhere, and agents no longer listed leave the gauge
+    caplog.clear()
+    write(path, {"tools": {"loopDetection": {"enabled": True}}, "agents": {"list": [{"id": "main"}]}})
+    with caplog.at_level("INFO", logger="loopwatch.config"):
+        assert watcher.poll() is True
+    assert detection_lines(caplog) == [
+        ("INFO", "live config: detection on for agent * (profile configurable-final)"),
+        ("INFO", "live config: detection on for agent main (profile configurable-final)"),
+    ]
+    assert detection_gauge(registry) == {"*": 1.0, "main": 1.0}

@@ -62,7 +62,9 @@ def test_worker_with_a_non_utf8_config_exits_before_connecting(latin1_config, tm
 def test_config_check_refuses_an_empty_document(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text)
-    one_line_error(loopwatch("config", "check", path), 1, "holds no configuration", "refused")
+    one_line_error(
+        loopwatch("config", "check", path), 1, "holds no configuration", "refused", "loopDetection: {enabled: true}"
+    )
 
 
 def test_worker_refuses_an_empty_config_at_start(tmp_path):

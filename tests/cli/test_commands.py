@@ -239,3 +239,15 @@ def test_config_check_shows_the_fleet_wide_options():
     ]
     plain = json.loads(loopwatch("config", "check", EXAMPLES / "loop-detection.yaml", "--json", check=True).stdout)
     assert plain["(fleet)"] == {"scope": "run", "fleetIncidents": {"enabled": False}, "agentRings": {"enabled": False}}
+
+
+def test_config_check_says_detection_off_in_words_per_agent(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("agents:\n  list:\n    - id: main\n      tools: {loopDetection: {enabled: true}}\n    - id: cron\n")
+    proc = loopwatch("config", "check", path, check=True)
+    assert "detection OFF for (default), cron: tools.loopDetection.enabled is not true" in proc.stdout
+    effective = json.loads(loopwatch("config", "check", path, "--json", check=True).stdout)
+    assert effective["main"]["detection"] == "on"
+    assert effective["cron"]["detection"].startswith("OFF: ") and effective["(default)"]["detection"].startswith("OFF")
+    on = loopwatch("config", "check", EXAMPLES / "getting-started.yaml", check=True)
+    assert "OFF" not in on.stdout

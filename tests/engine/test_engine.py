@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.events import InvalidEvent, ToolCallCompleted, ToolCallRequested, decode_event, encode_event
+from schemas.verdicts import encode_verdict
 from streams.edge.events import compaction_event, completed_event, requested_event, run_ended_event
 from streams.engine import RunState, copy_state, decode_state, encode_state, engine_for, state_key
 from streams.offline.scenarios import SCENARIOS, run_events
@@ -349,3 +350,27 @@ def test_copy_state_copies_every_part_the_engine_changes_in_place():
     for n in range(12, 40):
         state = call(engine, state, n, args={"path": f"/{n % 3}"}).state
     assert encode_state(copy) == frozen and copy != state
+
+
+@pytest.mark.parametrize(
+    ("root", "off"),
+    [
+        (None, True),  # no config: upstream's defaults
+        ({}, True),
+        ({"tools": {"loopDetection": {"enabled": True}}}, False),
+        ({"loopwatch": {"profile": "latest"}}, True),
+        ({"loopwatch": {"profile": "latest"}, "tools": {"loopDetection": {"enabled": True}}}, False),
+        ({"loopwatch": {"detectors": {"cycle": True}}}, True),
+        ({"loopwatch": {"profile": "openhands"}}, False),  # reads no loopDetection block
+    ],
+)
+def test_an_allow_says_when_the_agent_runs_no_detection(root, off):
+    """A gated call's allow carries ``detection_off`` when its agent's config checks nothing,
+    so the runner can tell; on the wire only then (left out otherwise)."""
+    event = ToolCallRequested(
+        event_id="e1", run_id="r", session_key="s", tool_name="read", args_hash="read:" + "0" * 64, gate=True
+    )
+    decision = engine_for(root).handle(None, event).published_decision
+    assert decision.action == "allow"
+    assert (decision.detection_off is True) is off
+    assert (b"detection_off" in encode_verdict(decision)) is off

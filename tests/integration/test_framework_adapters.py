@@ -529,21 +529,22 @@ async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def readme_snippet(heading: str) -> str:
-    """The python block under ``### <heading>`` in "Guarding agents that are not OpenClaw",
-    with only the broker address replaced by this test's broker and topics."""
+def readme_snippet(marker: str) -> str:
+    """The python block after ``<!-- snippet: <marker> -->`` in the README, with only the broker
+    address replaced by this test's broker and topics (tests/docs/test_snippets.py checks that
+    every marker exists)."""
     text = README.read_text(encoding="utf-8")
-    section = text.split("## Guarding agents that are not OpenClaw\n", 1)[1].split("\n## ", 1)[0]
-    part = section.split(f"### {heading}\n", 1)[1].split("\n### ", 1)[0]
-    code = part.split("```python\n", 1)[1].split("```", 1)[0]
-    assert code.count('"kafka:9092"') == 1, heading
+    head = f"<!-- snippet: {marker} -->\n```python\n"
+    assert text.count(head) == 1, f"README.md has no `{head.strip()}`"
+    code = text.split(head, 1)[1].split("```", 1)[0]
+    assert code.count('"kafka:9092"') == 1, marker
     return code
 
 
-def run_snippet(lw, heading: str):
+def run_snippet(lw, marker: str):
     target = f'"{lw.broker}", tool_calls_topic="{lw.names.tool_calls}", verdicts_topic="{lw.names.verdicts}"'
     namespace: dict[str, Any] = {}
-    exec(compile(readme_snippet(heading).replace('"kafka:9092"', target), f"README.md ({heading})", "exec"), namespace)
+    exec(compile(readme_snippet(marker).replace('"kafka:9092"', target), f"README.md ({marker})", "exec"), namespace)
     return namespace["main"]
 
 
@@ -573,7 +574,7 @@ async def test_readme_langchain_snippet_runs(worker):
             lc_messages.AIMessage(content="done"),
         ]
     )
-    state = await run_snippet(worker, "LangChain / LangGraph")(model, [lookup])
+    state = await run_snippet(worker, "langchain")(model, [lookup])
     assert state["messages"][-1].content == "done" and lc_seen(state) == {call_id: "page about notes"}
     await readme_run_of(worker, call_id)
 
@@ -581,10 +582,21 @@ async def test_readme_langchain_snippet_runs(worker):
 async def test_readme_openai_agents_snippet_runs(worker):
     call_id = f"readme-oa-{new_id()}"
     model = ScriptedModel([[function_call("search", {"q": "notes"}, call_id=call_id)], [assistant_message("done")]])
-    result = await run_snippet(worker, "OpenAI Agents SDK")(model, [search])
+    result = await run_snippet(worker, "openai-agents")(model, [search])
     assert result.final_output == "done" and oa_seen(model) == {call_id: "page about notes"}
     events = await readme_run_of(worker, call_id)
     assert events[0].run_id == "run-42"
+
+
+async def test_readme_openai_agents_snippet_lets_loopwatch_block_a_loop(worker):
+    """The SDK's default of 10 turns would end this run at its 10th call; the snippet's run
+    reaches upstream's critical threshold (20 identical calls) and its 21st is blocked."""
+    model = oa_model([("search", {"q": "same"})] * 25)
+    result = await run_snippet(worker, "openai-agents")(model, [search])
+    assert result.final_output == "done"
+    seen = oa_seen(model)
+    blocked = sorted(int(call_id.split("-")[1]) for call_id, output in seen.items() if "CRITICAL" in output)
+    assert len(seen) == 25 and blocked == list(range(20, 25))  # call-20 is the 21st call
 
 
 async def test_readme_pydantic_ai_snippet_runs(worker):
@@ -599,7 +611,7 @@ async def test_readme_pydantic_ai_snippet_runs(worker):
         """Look a page up."""
         return f"page about {q}"
 
-    result = await run_snippet(worker, "Pydantic AI")(FunctionModel(respond), [find])
+    result = await run_snippet(worker, "pydantic-ai")(FunctionModel(respond), [find])
     assert result.output == "done"
     events = await readme_run_of(worker, call_id)
     assert events[0].run_id == result.run_id

@@ -19,6 +19,7 @@ ALERTS = {
     "LoopwatchRunStateTrimmed",
     "LoopwatchRunnerClockAhead",
     "LoopwatchConfigRefused",
+    "LoopwatchDetectionOff",
     "LoopwatchToolOutage",
     "LoopwatchFleetIncidentsLimited",
 }

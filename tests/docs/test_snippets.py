@@ -1,0 +1,85 @@
+"""The README's snippets, found by their ``<!-- snippet: NAME -->`` markers: each named snippet
+exists, and each config snippet is a valid config that turns detection on.  (The framework
+adapters' Python snippets are run as written, against the broker and a worker, by
+tests/integration/test_framework_adapters.py, which finds them by the same markers.)"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from schemas.config import load_config_file
+from streams.engine import ConfigSet
+from streams.engine.config import CONFIGURABLE_FINAL
+
+README = Path(__file__).resolve().parents[2] / "README.md"
+MARKER = re.compile(r"^<!-- snippet: ([a-z0-9-]+) -->\n```(\w+)\n(.*?)^```$", re.M | re.S)
+
+PYTHON_SNIPPETS = {"langchain", "openai-agents", "pydantic-ai"}
+CONFIG_SNIPPETS = {"config-first"}
+
+
+def snippets() -> dict[str, tuple[str, str]]:
+    """Marker name -> (language, code)."""
+    found: dict[str, tuple[str, str]] = {}
+    for name, lang, code in MARKER.findall(README.read_text(encoding="utf-8")):
+        assert name not in found, f"snippet {name} marked twice"
+        found[name] = (lang, code)
+    return found
+
+
+def snippet(name: str, lang: str) -> str:
+    found = snippets()
+    assert name in found, f"README.md has no `<!-- snippet: {name} -->` followed by a ```{lang} block"
+    assert found[name][0] == lang, name
+    return found[name][1]
+
+
+def test_every_marker_is_one_the_tests_run() -> None:
+    """A marker no test reads would be a snippet nobody checks; a missing one fails below."""
+    assert set(snippets()) == PYTHON_SNIPPETS | CONFIG_SNIPPETS
+
+
+@pytest.mark.parametrize("name", sorted(PYTHON_SNIPPETS))
+def test_python_snippet_compiles(name: str) -> None:
+    code = snippet(name, "python")
+    compile(code, f"README.md ({name})", "exec")
+    assert code.count('"kafka:9092"') == 1  # the one address the integration test replaces
+
+
+def config_snippet_paths(tmp_path: Path) -> list[Path]:
+    paths = [README.parent / "examples" / "getting-started.yaml"]
+    for name in sorted(CONFIG_SNIPPETS):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(snippet(name, "yaml"), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_config_snippet_is_valid_and_turns_detection_on(which: int, tmp_path: Path) -> None:
+    """The README's first config and examples/getting-started.yaml."""
+    path = config_snippet_paths(tmp_path)[which]
+    config = ConfigSet(load_config_file(path))  # strict: the validation `config check` runs
+    assert config.detection_status() == [("*", CONFIGURABLE_FINAL, True)]
+    settings = config.settings_for(None)
+    # What the snippet says in its comments (hand-read from the README).
+    assert settings.surface_warnings is True and settings.abort_after_critical_blocks == 3
+
+
+def test_openai_agents_snippet_outlives_the_sdks_default_turns() -> None:
+    """The SDK's default max_turns (10) ends a run before upstream's critical threshold (20)."""
+    code = snippet("openai-agents", "python")
+    turns = re.search(r"max_turns=(\d+)", code)
+    assert turns is not None and int(turns.group(1)) > 20
+    assert "set_tracing_disabled(True)" in code
+
+
+def test_helm_install_commands_escape_commas() -> None:
+    """``helm --set a=x,y`` splits at the comma (y becomes a key): lists need ``\\,``."""
+    for doc in (README, README.parent / "helm" / "loopwatch" / "README.md"):
+        for line in doc.read_text(encoding="utf-8").splitlines():
+            for value in re.findall(r"--set(?:-string)? (\S+)", line):
+                assert not re.search(r"(?<!\\),", value.split("=", 1)[1]), f"{doc.name}: {line.strip()}"
