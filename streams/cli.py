@@ -285,6 +285,51 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plant(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from schemas.events import encode_event_lines
+
+    from .importers import open_output
+    from .offline.backtest import BacktestError, FileSource
+    from .offline.evaluate import Evaluation
+    from .offline.plant import plant_runs
+
+    def fail(message: str, code: int = 2) -> int:
+        print(f"loopwatch plant: {message}", file=sys.stderr)
+        return code
+
+    if not 0.0 <= args.fraction <= 1.0:
+        return fail(f"--fraction must be between 0 and 1, not {args.fraction:g}")
+    try:
+        source = FileSource([Path(f) for f in args.files])
+        reader = Evaluation([])
+        runs = [events for _order, _key, events in reader.runs_of(enumerate(source.records()))]
+    except BacktestError as exc:
+        return fail(str(exc), exc.code)
+    if not runs:
+        return fail("no runs in the input", 1)
+    planted, where = plant_runs(runs, args.seed, args.fraction)
+    shapes = Counter(w.shape for w in where if w is not None)
+    fh, finish = open_output(Path(args.output))
+    ok = False
+    try:
+        for events in planted:
+            fh.write(encode_event_lines(events))
+        ok = True
+    finally:
+        finish(ok)
+    dead = sum(reader.dead.values())
+    print(
+        f"loopwatch plant: {len(runs):,} runs into {args.output}, {sum(shapes.values()):,} planted ("
+        + ", ".join(f"{k} {v}" for k, v in sorted(shapes.items()))
+        + f"), seed {args.seed}"
+        + (f"; skipped {dead:,} records the worker would refuse" if dead else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _import(args: argparse.Namespace) -> int:
     from .importers import FORMATS, ImportFailed, import_files, load_labels, open_output
 
@@ -568,6 +613,19 @@ def build_parser() -> argparse.ArgumentParser:
         help="processes to split the runs over (default: the cores available to this process)",
     )
     p.set_defaults(func=_evaluate)
+
+    p = sub.add_parser(
+        "plant",
+        help="plant one loop into a seeded fraction of recorded runs (labelled planted:<shape>:<start>:<length>)",
+        description="Read recorded runs (tool-calls events: loopwatch import writes them) and write them all "
+        "again, one loop planted at a random point of a seeded fraction of them; docs/evaluation.md lists "
+        "the shapes and where real agents loop so.",
+    )
+    p.add_argument("files", nargs="+", help="JSONL files of tool-calls events (.gz: gzip)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl[.gz]", help="the events file to write")
+    p.add_argument("--seed", type=int, default=0, help="the random seed (default 0): same seed, same output")
+    p.add_argument("--fraction", type=float, default=0.5, help="the share of runs to plant a loop in (default 0.5)")
+    p.set_defaults(func=_plant)
 
     p = sub.add_parser("config", help="configuration tools")
     config_sub = p.add_subparsers(dest="config_command", required=True)
