@@ -285,6 +285,163 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _plant(args: argparse.Namespace) -> int:
+    from collections import Counter
+
+    from schemas.events import encode_event_lines
+
+    from .importers import open_output
+    from .offline.backtest import BacktestError, FileSource
+    from .offline.evaluate import Evaluation
+    from .offline.plant import plant_runs
+
+    def fail(message: str, code: int = 2) -> int:
+        print(f"loopwatch plant: {message}", file=sys.stderr)
+        return code
+
+    if not 0.0 <= args.fraction <= 1.0:
+        return fail(f"--fraction must be between 0 and 1, not {args.fraction:g}")
+    try:
+        source = FileSource([Path(f) for f in args.files])
+        reader = Evaluation([])
+        runs = [events for _order, _key, events in reader.runs_of(enumerate(source.records()))]
+    except BacktestError as exc:
+        return fail(str(exc), exc.code)
+    if not runs:
+        return fail("no runs in the input", 1)
+    planted, where = plant_runs(runs, args.seed, args.fraction)
+    shapes = Counter(w.shape for w in where if w is not None)
+    fh, finish = open_output(Path(args.output))
+    ok = False
+    try:
+        for events in planted:
+            fh.write(encode_event_lines(events))
+        ok = True
+    finally:
+        finish(ok)
+    dead = sum(reader.dead.values())
+    print(
+        f"loopwatch plant: {len(runs):,} runs into {args.output}, {sum(shapes.values()):,} planted ("
+        + ", ".join(f"{k} {v}" for k, v in sorted(shapes.items()))
+        + f"), seed {args.seed}"
+        + (f"; skipped {dead:,} records the worker would refuse" if dead else ""),
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _tune(args: argparse.Namespace) -> int:
+    import shlex
+    import time
+
+    import yaml
+
+    from .offline import tune
+    from .offline.backtest import BacktestError, FileSource
+    from .offline.evaluate import Evaluation
+    from .offline.sharded import ShardError, available_cores, run_split
+
+    def fail(message: str, code: int = 2) -> int:
+        print(f"loopwatch tune: {message}", file=sys.stderr)
+        return code
+
+    if args.folds < 2 or args.folds > 100:
+        return fail(f"--folds must be between 2 and 100, not {args.folds}")
+    if args.trials < 1 or args.trials > 10_000:
+        return fail(f"--trials must be between 1 and 10000, not {args.trials}")
+    if not 0.0 <= args.max_false_alarms <= 1.0:
+        return fail(f"--max-false-alarms must be between 0 and 1, not {args.max_false_alarms:g}")
+    if args.jobs is not None and args.jobs < 1:
+        return fail(f"--jobs must be at least 1, not {args.jobs}")
+    started = time.monotonic()
+    try:
+        reader = Evaluation([])
+        runs = [
+            (key, events)
+            for _o, key, events in reader.runs_of(enumerate(FileSource([Path(f) for f in args.files]).records()))
+        ]
+    except BacktestError as exc:
+        return fail(str(exc), exc.code)
+    facts = [tune.facts(key, events) for key, events in runs]
+    if not any(f.start is not None and f.length >= tune.MIN_LOOP for f in facts):
+        return fail("no planted loop of 5+ calls in the input (loopwatch plant writes them)", 1)
+    if len(runs) < args.folds:
+        return fail(f"{len(runs)} runs cannot be split into {args.folds} folds", 1)
+    configs = tune.sample_trials(args.trials, args.seed)
+    jobs = min(args.jobs or available_cores(), len(configs))
+    print(f"tune: {len(runs):,} runs, {len(configs)} trials, {args.folds} folds, {jobs} processes", file=sys.stderr)
+    try:
+        parts = run_split(lambda shard: tune.judge_trials(configs[shard::jobs], runs), jobs)
+    except ShardError as exc:
+        return fail(str(exc), 1)
+    stops = [None] * len(configs)
+    for shard, part in enumerate(parts):
+        stops[shard::jobs] = part
+    print(f"tune: judged in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    folds = tune.folds_of(facts, args.folds, args.seed)
+    everyone = [i for members in folds for i in members]
+    pooled = [tune.figures(s, facts, everyone) for s in stops]
+    chosen = tune.choose(pooled, args.max_false_alarms)
+    cv = tune.cross_validated(stops, facts, folds, args.max_false_alarms)
+    front = tune.pareto(pooled)
+    command = (
+        "loopwatch tune " + " ".join(shlex.quote(a) for a in sys.argv[1:] if a != "tune")
+        if args.command_line is None
+        else args.command_line
+    )
+    report = {
+        "runs": len(runs),
+        "trials": len(configs),
+        "folds": [[facts[i].key for i in members] for members in folds],
+        "budget": args.max_false_alarms,
+        "chosen": chosen,
+        "chosen_config": configs[chosen] if chosen is not None else None,
+        "chosen_figures": pooled[chosen] if chosen is not None else None,
+        "chosen_per_fold": [tune.figures(stops[chosen], facts, m) for m in folds] if chosen is not None else None,
+        "cross_validated": cv,
+        "pareto": [{"trial": i, "config": configs[i], **pooled[i]} for i in front],
+    }
+    if chosen is not None:
+        fig = pooled[chosen]
+        lines = [
+            "# Chosen by loopwatch tune (docs/evaluation.md): the best held-out catch rate of planted loops of 5+",
+            "# calls within the false-alarm budget, ties broken by fewer calls into the loop.",
+            f"# command: {command}",
+            f"# runs: {len(runs)}; trials: {len(configs)}; folds: {args.folds} (seed {args.seed}); "
+            f"budget: {args.max_false_alarms:g}",
+            f"# held-out, pooled: loops of 5+ stopped {fig['caught_5']}/{fig['loops_5']}; calls into the loop "
+            f"median {fig['into_median']}, p90 {fig['into_p90']}; false alarms {fig['false_alarms']}/{fig['successful']}",
+        ]
+        for f, per in enumerate(report["chosen_per_fold"]):
+            lines.append(
+                f"# fold {f}: loops of 5+ stopped {per['caught_5']}/{per['loops_5']}; false alarms "
+                f"{per['false_alarms']}/{per['successful']}"
+            )
+        cvp = cv["pooled"]
+        lines.append(
+            f"# choosing on the other folds, measured on each fold: loops of 5+ stopped {cvp['caught_5']}/{cvp['loops_5']};"
+            f" false alarms {cvp['false_alarms']}/{cvp['successful']}"
+        )
+        Path(args.output).write_text("\n".join(lines) + "\n" + yaml.safe_dump(configs[chosen], sort_keys=False))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(
+            "Pareto front (held-out, pooled over folds): trial, loops of 5+ stopped, calls into loop median/p90, false alarms"
+        )
+        for i in front:
+            fig = pooled[i]
+            mark = " (chosen)" if i == chosen else ""
+            print(
+                f"  {i:>4}  {fig['caught_5']}/{fig['loops_5']}  {fig['into_median']}/{fig['into_p90']}  "
+                f"{fig['false_alarms']}/{fig['successful']}{mark}  {json.dumps(configs[i], separators=(',', ':'))}"
+            )
+    if chosen is None:
+        return fail(f"no trial stays within --max-false-alarms {args.max_false_alarms:g}; nothing written", 1)
+    print(f"loopwatch tune: wrote {args.output} (trial {chosen})", file=sys.stderr)
+    return 0
+
+
 def _import(args: argparse.Namespace) -> int:
     from .importers import FORMATS, ImportFailed, import_files, load_labels, open_output
 
@@ -597,6 +754,43 @@ def build_parser() -> argparse.ArgumentParser:
         help="processes to split the runs over (default: the cores available to this process)",
     )
     p.set_defaults(func=_evaluate)
+
+    p = sub.add_parser(
+        "plant",
+        help="plant one loop into a seeded fraction of recorded runs (labelled planted:<shape>:<start>:<length>)",
+        description="Read recorded runs (tool-calls events: loopwatch import writes them) and write them all "
+        "again, one loop planted at a random point of a seeded fraction of them; docs/evaluation.md lists "
+        "the shapes and where real agents loop so.",
+    )
+    p.add_argument("files", nargs="+", help="JSONL files of tool-calls events (.gz: gzip)")
+    p.add_argument("-o", "--output", required=True, metavar="OUT.jsonl[.gz]", help="the events file to write")
+    p.add_argument("--seed", type=int, default=0, help="the random seed (default 0): same seed, same output")
+    p.add_argument("--fraction", type=float, default=0.5, help="the share of runs to plant a loop in (default 0.5)")
+    p.set_defaults(func=_plant)
+
+    p = sub.add_parser(
+        "tune",
+        help="search one profile's settings on labelled runs, k-fold cross-validated; write the chosen config",
+        description="A seeded search over profile configurable-final's settings on runs with planted loops "
+        "(loopwatch plant): held-out figures per trial, the Pareto front, and the best config within a "
+        "false-alarm budget written as YAML.",
+    )
+    p.add_argument("files", nargs="+", help="JSONL files of tool-calls events (.gz: gzip)")
+    p.add_argument("-o", "--output", required=True, metavar="CONFIG.yaml", help="the chosen config to write")
+    p.add_argument("--folds", type=int, default=5, help="cross-validation folds, by run (default 5)")
+    p.add_argument("--trials", type=int, default=40, help="configs to try, drawn seeded (default 40)")
+    p.add_argument("--seed", type=int, default=0, help="seeds the trials and the folds (default 0)")
+    p.add_argument(
+        "--max-false-alarms",
+        type=float,
+        default=0.01,
+        metavar="RATE",
+        help="the share of successful background runs a config may stop (default 0.01)",
+    )
+    p.add_argument("--jobs", type=int, metavar="N", help="processes (default: the cores available)")
+    p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("--command-line", help=argparse.SUPPRESS)
+    p.set_defaults(func=_tune)
 
     p = sub.add_parser("config", help="configuration tools")
     config_sub = p.add_subparsers(dest="config_command", required=True)

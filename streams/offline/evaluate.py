@@ -21,7 +21,7 @@ how many of the loop's calls ran before it (0: stopped before the loop began).
 A run's outcome label is its ``run.ended`` reason (``loopwatch import`` writes them):
 successful is ``completed`` (the clients' normal end), ``resolved`` (SWE-bench) or
 ``reward:<r>`` with r >= 1 (tau-bench); ``unresolved``, ``failed``, ``max-iterations``,
-``error`` and ``reward:<r>`` below 1 are unsuccessful; anything else is unlabelled.  A block or
+``error``, ``reward:<r>`` below 1 and ``planted:...`` (``loopwatch plant``) are unsuccessful; anything else is unlabelled.  A block or
 abort in a successful run is a **false alarm**.
 
 The reference rows are the peers' own simple rules, written here from their descriptions
@@ -77,6 +77,8 @@ def is_successful(reason: str | None, successful: frozenset[str] = SUCCESSFUL) -
     """True, False or None (unlabelled) for a ``run.ended`` reason (module docstring)."""
     if reason is None:
         return None
+    if reason.startswith("planted:"):  # loopwatch plant: a loop was planted into the run
+        return False
     if reason.startswith("reward:"):
         try:
             return float(reason[7:]) >= 1.0
