@@ -113,7 +113,7 @@ def test_claude_code_loop_is_warned_then_denied_through_its_own_hooks(lw, claude
             assert [r.get("tool_use_id") for r in results] == [f"toolu_{n:04d}"], results
             last_user = next(m for m in reversed(request["messages"]) if m.get("role") == "user")
             seen.append((results[0], text_of(last_user["content"])))
-        for n, (result, text) in enumerate(seen, start=1):
+        for n, (result, _) in enumerate(seen, start=1):
             content = text_of(result.get("content"))
             if n < FIRST_DENIED:
                 assert not result.get("is_error"), (n, result)
