@@ -101,7 +101,11 @@ class ScriptedModel:
             {"type": "content_block_start", "index": 0, "content_block": block},
             *({"type": "content_block_delta", "index": 0, "delta": d} for d in deltas),
             {"type": "content_block_stop", "index": 0},
-            {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": {"output_tokens": 5}},
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop, "stop_sequence": None},
+                "usage": {"output_tokens": 5},
+            },
             {"type": "message_stop"},
         ]
 
