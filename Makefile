@@ -9,7 +9,7 @@ CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
 
 .PHONY: install ops-tools lint test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
-        kafka-status run bench-core bench bench-backtest bench-evaluate bench-gateway bench-verdict-readers evaluate tune mcp-servers schemas conformance clean ts-client \
+        kafka-status run bench-core bench bench-backtest bench-evaluate bench-gateway bench-verdict-readers evaluate tune mcp-servers agent-clis schemas conformance clean ts-client \
         oracles oracle-openhands oracle-gemini test-traces-openhands test-traces-gemini
 
 install: $(STAMP)
@@ -53,6 +53,21 @@ $(MCP_SERVERS_DEPS): $(MCP_SERVERS_SRC)/package.json $(MCP_SERVERS_SRC)/package-
 	touch $@
 
 mcp-servers: $(MCP_SERVERS_DEPS)
+
+# The agent CLIs whose hooks loopwatch hook drives in the tests (Claude Code), pinned in
+# tests/hooks/agent_clis' lock file, installed under ~/.cache/loopwatch/agent-clis.
+AGENT_CLIS ?= $(HOME)/.cache/loopwatch/agent-clis
+AGENT_CLIS_SRC := tests/hooks/agent_clis
+AGENT_CLIS_DEPS := $(AGENT_CLIS)/node_modules/.package-lock.json
+
+$(AGENT_CLIS_DEPS): $(AGENT_CLIS_SRC)/package.json $(AGENT_CLIS_SRC)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm (Node.js >= 20) is required for the agent CLIs the hook tests drive" >&2; exit 1; }
+	mkdir -p $(AGENT_CLIS)
+	cp $(AGENT_CLIS_SRC)/package.json $(AGENT_CLIS_SRC)/package-lock.json $(AGENT_CLIS)/
+	cd $(AGENT_CLIS) && npm ci --no-audit --no-fund
+	touch $@
+
+agent-clis: $(AGENT_CLIS_DEPS)
 
 # The peers' own published code, the oracles of profiles openhands and gemini-cli (issue 29),
 # cached under ~/.cache/loopwatch/oracles.  openhands-sdk needs Python >= 3.12 and pins
@@ -105,8 +120,8 @@ lint: install
 # The full suite: unit, conformance, golden traces, ops checks and integration tests on the
 # real broker.  pytest exits non-zero (5) when it collects no tests, which fails the target;
 # -rs lists every skipped test with its reason (with CI set, any skip fails the run).
-test: lint install ops-tools kafka ts-client mcp-servers oracles
-	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests
+test: lint install ops-tools kafka ts-client mcp-servers agent-clis oracles
+	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_AGENT_CLIS=$(AGENT_CLIS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests
 
 test-unit: install ops-tools ts-client mcp-servers oracles
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests -m "not kafka"

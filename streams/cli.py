@@ -622,6 +622,20 @@ def _mcp_gateway(args: argparse.Namespace, rest: list[str]) -> int:
     return gateway_main(rest)
 
 
+def _hook(args: argparse.Namespace, rest: list[str]) -> int:
+    if rest[:1] and rest[0] in HOOK_CLIS:
+        from streams.integrations.hooks.call import main as call_main
+
+        return call_main(rest)
+    from streams.integrations.hooks.cli import main as hook_main
+
+    return hook_main(rest)
+
+
+HOOK_CLIS = ("claude-code",)
+"""``loopwatch hook <cli>``: the per-call command an agent CLI runs (``main`` takes it first)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loopwatch", description="Central tool-loop detection for AI agent runners.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -823,12 +837,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="an MCP server in front of MCP servers, guarding every tool call (needs loopwatch[mcp])",
     )
     p.set_defaults(func=_mcp_gateway, passthrough=True)
+
+    p = sub.add_parser(
+        "hook",
+        add_help=False,
+        help="loopwatch behind an agent CLI's hooks: --serve, install, or the per-call command (claude-code)",
+    )
+    p.set_defaults(func=_hook, passthrough=True)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["hook"] and argv[1:2] and argv[1] in HOOK_CLIS:
+        # An agent CLI runs this for every tool call: no parser, none of the rooms' imports.
+        from streams.integrations.hooks.call import main as call_main
+
+        return call_main(argv[1:])
+    parser = build_parser()
     args, rest = parser.parse_known_args(argv)
     if getattr(args, "passthrough", False):
         return args.func(args, rest)

@@ -1,0 +1,138 @@
+"""The per-call command an agent CLI runs for each hook (``loopwatch hook claude-code``).
+
+It must start fast, so it imports only the standard library and nothing of loopwatch: it reads
+the hook's JSON on stdin, sends it to ``loopwatch hook --serve`` over a Unix socket (one JSON
+line each way), and writes the CLI's hook output the serve process answered.  When the serve
+process is not there (or does not answer within ``--timeout``) it fails open (no output: the
+call runs) or, with ``--fail-closed``, denies the tool call.  It can also be run by path
+(``python -S .../call.py claude-code``), which skips the interpreter's site setup.
+
+The protocol: request ``{"cli": "claude-code", "payload": {...}}``; answer
+``{"output": {...} | null}`` or ``{"error": "one line"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+
+CLIS = ("claude-code",)
+MAX_LINE = 4 * 1024 * 1024
+"""Longest request or answer line: a hook payload carries the tool's whole output."""
+SOCKET_ENV = "LOOPWATCH_HOOK_SOCKET"
+DEFAULT_TIMEOUT_S = 5.0
+USAGE = "usage: loopwatch hook claude-code [--socket PATH] [--timeout S] [--fail-closed]"
+
+
+def default_socket() -> str:
+    """``$LOOPWATCH_HOOK_SOCKET``, else one socket per user in the runtime (or temp) directory."""
+    explicit = os.environ.get(SOCKET_ENV)
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("TMPDIR") or "/tmp"  # tempfile costs ms
+    return os.path.join(base, f"loopwatch-hook-{os.getuid()}.sock")
+
+
+class UsageError(Exception):
+    pass
+
+
+def parse(argv: list[str]) -> tuple[str, str, float, bool]:
+    """``(cli, socket path, timeout, fail closed)``; argparse is left out to start faster."""
+    if not argv or argv[0] not in CLIS:
+        raise UsageError(f"the CLI is one of: {', '.join(CLIS)}")
+    path, timeout, closed = default_socket(), DEFAULT_TIMEOUT_S, False
+    rest = argv[1:]
+    while rest:
+        flag = rest.pop(0)
+        if flag == "--fail-closed":
+            closed = True
+        elif flag in ("--socket", "--timeout") and rest:
+            value = rest.pop(0)
+            if flag == "--socket":
+                path = value
+            else:
+                try:
+                    timeout = float(value)
+                except ValueError:
+                    raise UsageError(f"--timeout takes seconds, not {value!r}") from None
+                if not 0 < timeout <= 600:
+                    raise UsageError("--timeout is between 0 and 600 seconds")
+        else:
+            raise UsageError(f"unknown or incomplete option {flag!r}")
+    return argv[0], path, timeout, closed
+
+
+def ask(path: str, request: bytes, timeout: float) -> dict:
+    """One request line to the serve process, its answer line decoded."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout)
+        s.connect(path)
+        s.sendall(request)
+        chunks, size = [], 0
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+            if chunk.endswith(b"\n"):
+                break
+            if size > MAX_LINE:
+                raise ValueError("answer too long")
+    answer = json.loads(b"".join(chunks))
+    if not isinstance(answer, dict):
+        raise ValueError("answer is not a JSON object")
+    return answer
+
+
+def unavailable_output(cli: str, payload: dict, reason: str) -> dict | None:
+    """Fail closed: deny a tool call about to run; other events have nothing to refuse."""
+    if cli == "claude-code" and payload.get("hook_event_name") == "PreToolUse":
+        return {
+            "hookSpecificOutput": {
+                "hookEventName": "PreToolUse",
+                "permissionDecision": "deny",
+                "permissionDecisionReason": f"Tool call blocked: loopwatch loop protection is unavailable ({reason}).",
+            }
+        }
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        cli, path, timeout, closed = parse(list(argv))
+    except UsageError as exc:
+        print(f"loopwatch hook: {exc} ({USAGE})", file=sys.stderr)
+        return 2
+    raw = sys.stdin.buffer.read(MAX_LINE + 1)
+    try:
+        if len(raw) > MAX_LINE:
+            raise ValueError(f"longer than {MAX_LINE} bytes")
+        payload = json.loads(raw)
+        if not isinstance(payload, dict):
+            raise ValueError("not a JSON object")
+    except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        print(f"loopwatch hook: the hook input on stdin is not a JSON object: {str(exc)[:200]}", file=sys.stderr)
+        return 1
+    request = json.dumps({"cli": cli, "payload": payload}, separators=(",", ":")).encode() + b"\n"
+    try:
+        answer = ask(path, request, timeout)
+        if "error" in answer:
+            raise ValueError(str(answer["error"])[:300])
+        output = answer.get("output")
+    except (OSError, ValueError) as exc:
+        reason = f"no answer from loopwatch hook --serve at {path}: {exc or type(exc).__name__}"
+        print(f"loopwatch hook: {reason}; failing {'closed' if closed else 'open'}", file=sys.stderr)
+        output = unavailable_output(cli, payload, reason) if closed else None
+    if output is not None:
+        sys.stdout.write(json.dumps(output))
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""``loopwatch hook``: ``--serve``, ``install``, and the per-call ``claude-code`` (``call``,
+which ``streams.cli`` runs without importing this module)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .call import DEFAULT_TIMEOUT_S, default_socket
+
+PROG = "loopwatch hook"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="loopwatch behind an agent CLI's own hooks: a serve process holding the Kafka connection, "
+        "the per-call command the CLI runs (loopwatch hook claude-code), and their installation.",
+    )
+    p.add_argument("--serve", action="store_true", help="answer the per-call hook commands over a Unix socket")
+    p.add_argument("--socket", default=None, help="the Unix socket (default: $LOOPWATCH_HOOK_SOCKET or per user)")
+    p.add_argument(
+        "--bootstrap",
+        default=os.environ.get("LOOPWATCH_BOOTSTRAP", "127.0.0.1:19092"),
+        help="Kafka bootstrap servers (default: $LOOPWATCH_BOOTSTRAP or 127.0.0.1:19092)",
+    )
+    p.add_argument("--tool-calls-topic", default="tool-calls")
+    p.add_argument("--verdicts-topic", default="loop-verdicts")
+    p.add_argument("--timeout", type=float, default=1.0, metavar="S", help="seconds to wait for a decision")
+    p.add_argument("--start-timeout", type=float, default=30.0, metavar="S", help="seconds to reach Kafka at start")
+    p.add_argument(
+        "--fail-closed", action="store_true", help="deny a call when no decision arrives in time (default: run it)"
+    )
+    p.add_argument("--agent-id", default="claude-code", help="the agent id of the runs (default: claude-code)")
+    sub = p.add_subparsers(dest="action")
+    i = sub.add_parser("install", help="write loopwatch's hooks into the CLI's settings file")
+    i.add_argument("--cli", choices=("claude-code",), required=True)
+    i.add_argument("--settings", default=".claude/settings.json", help="default: .claude/settings.json (project)")
+    i.add_argument("--command", default=None, help="the per-call command (default: loopwatch hook claude-code)")
+    i.add_argument("--socket", dest="install_socket", default=None, help="the serve process's socket, if not default")
+    i.add_argument("--fail-closed", dest="install_fail_closed", action="store_true", help="deny when loopwatch is away")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    if args.action == "install":
+        from .install import DEFAULT_COMMAND, InstallError, hook_command, install
+
+        command = hook_command(
+            args.command or DEFAULT_COMMAND, socket=args.install_socket, fail_closed=args.install_fail_closed
+        )
+        try:
+            print(install(Path(args.settings), command))
+        except InstallError as exc:
+            print(f"{PROG} install: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if not args.serve:
+        print(f"{PROG}: give --serve, install, or the CLI (claude-code); see {PROG} --help", file=sys.stderr)
+        return 2
+    if not 0 < args.timeout <= DEFAULT_TIMEOUT_S:
+        print(
+            f"{PROG}: --timeout is above 0 and at most {DEFAULT_TIMEOUT_S}s (the per-call command's)", file=sys.stderr
+        )
+        return 2
+    args.socket = args.socket or default_socket()
+    from streams.client import LoopwatchUnavailable
+    from streams.edge.broker import BrokerAccessError
+
+    from .serve import main as serve_main
+
+    try:
+        return serve_main(args)
+    except (LoopwatchUnavailable, BrokerAccessError, FileExistsError, OSError) as exc:
+        print(f"{PROG} --serve: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

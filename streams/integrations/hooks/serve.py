@@ -1,0 +1,123 @@
+"""``loopwatch hook --serve``: one ``LoopwatchClient`` (one Kafka connection) answering the
+per-call hook commands over a Unix socket, one JSON line each way (``call``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import stat
+import sys
+from typing import Any
+
+from streams.client import LoopwatchClient
+
+from .call import MAX_LINE
+from .claude_code import ClaudeCodeHooks, PayloadError
+
+log = logging.getLogger("loopwatch.hook")
+
+
+class HookServer:
+    def __init__(self, client: LoopwatchClient, path: str, *, agent_id: str = "claude-code") -> None:
+        self.client = client
+        self.path = path
+        self.clis = {"claude-code": ClaudeCodeHooks(client, agent_id=agent_id)}
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        _clear_stale_socket(self.path)
+        self._server = await asyncio.start_unix_server(self._connection, path=self.path, limit=MAX_LINE + 1)
+        os.chmod(self.path, 0o600)  # the socket is the user's own: hook payloads carry tool output
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    async def answer(self, line: bytes) -> dict[str, Any]:
+        try:
+            request = json.loads(line)
+            if not isinstance(request, dict) or not isinstance(request.get("payload"), dict):
+                raise PayloadError('a request is {"cli": ..., "payload": {...}}')
+            hooks = self.clis.get(request.get("cli"))
+            if hooks is None:
+                raise PayloadError(f"unknown cli {str(request.get('cli'))[:40]!r}")
+            return {"output": await hooks.handle(request["payload"])}
+        except (PayloadError, ValueError) as exc:
+            return {"error": str(exc)[:300]}
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            try:
+                line = await reader.readline()
+            except (asyncio.LimitOverrunError, ValueError):
+                answer: dict[str, Any] = {"error": f"request longer than {MAX_LINE} bytes"}
+            else:
+                answer = await self.answer(line) if line else {"error": "empty request"}
+            writer.write(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
+            await writer.drain()
+        except Exception:  # noqa: BLE001 - one broken connection must not end the server
+            log.exception("hook request failed")
+        finally:
+            writer.close()
+
+
+def _clear_stale_socket(path: str) -> None:
+    """A socket file left by a process that is gone is removed; anything else is refused."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise FileExistsError(f"{path} exists and is not a socket")
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+        except OSError:
+            os.unlink(path)
+            return
+    raise FileExistsError(f"another loopwatch hook --serve is answering on {path}")
+
+
+async def serve(args: Any) -> int:
+    client = LoopwatchClient(
+        args.bootstrap,
+        timeout=args.timeout,
+        fail_closed=args.fail_closed,
+        tool_calls_topic=args.tool_calls_topic,
+        verdicts_topic=args.verdicts_topic,
+        start_timeout=args.start_timeout,
+    )
+    await client.start()
+    server = HookServer(client, args.socket, agent_id=args.agent_id)
+    try:
+        await server.start()
+        how = "closed: a tool call is denied" if args.fail_closed else "open: a tool call runs"
+        print(
+            f"loopwatch hook: serving on {args.socket} (Kafka {args.bootstrap}); fails {how} "
+            f"when loopwatch does not answer within {args.timeout}s",
+            flush=True,
+        )
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping.set)
+        await stopping.wait()
+    finally:
+        await server.close()
+        await client.stop()
+    return 0
+
+
+def main(args: Any) -> int:
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s")
+    return asyncio.run(serve(args))
