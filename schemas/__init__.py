@@ -3,12 +3,14 @@
 ``events``   what runners publish on ``tool-calls``;
 ``verdicts`` what loopwatch publishes on ``loop-verdicts``;
 ``config``   the ``tools.loopDetection`` configuration (global and per agent);
-``keys``     which run an event belongs to: the state key and the Kafka record key.
+``keys``     which run an event belongs to: the state key and the Kafka record key;
+``errors``   ``LoopwatchError``, the root of every error loopwatch raises.
 
 JSON Schema for every wire type is exported to ``schemas/jsonschema/`` (``make schemas``).
 """
 
-from .config import ConfigIssue, LoopDetectionConfig, LoopwatchConfig, LoopwatchOptions
+from .config import ConfigError, ConfigIssue, LoopDetectionConfig, LoopwatchConfig, LoopwatchOptions
+from .errors import LoopwatchError
 from .events import (
     MAX_EVENT_BYTES,
     SCHEMA_VERSION,
@@ -33,11 +35,13 @@ __all__ = [
     "SUPPORTED_VERSIONS",
     "AgentMessage",
     "CompactionRetried",
+    "ConfigError",
     "ConfigIssue",
     "Decision",
     "InvalidEvent",
     "LoopDetectionConfig",
     "LoopwatchConfig",
+    "LoopwatchError",
     "LoopwatchOptions",
     "ModelText",
     "RunAborted",

@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from .errors import LoopwatchError
 from .names import MODES
 
 MAX_HISTORY_SIZE = 1000
@@ -638,7 +639,7 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
     return issues, notes
 
 
-class ConfigError(ValueError):
+class ConfigError(LoopwatchError, ValueError):
     """A config file that cannot be read or parsed, or that fails validation."""
 
     def __init__(self, message: str, issues: list[ConfigIssue] | None = None) -> None:

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from . import names
+from .errors import LoopwatchError
 
 MAX_EVENT_BYTES = 64 * 1024
 """Records larger than this are rejected (and dead-lettered by the worker)."""
@@ -235,7 +236,7 @@ MAX_DETAIL_LENGTH = 300
 """A dead letter's detail is one line of at most this many characters."""
 
 
-class InvalidEvent(ValueError):
+class InvalidEvent(LoopwatchError, ValueError):
     """A record that is not a valid event; ``reason`` is a short machine-readable code and
     ``detail`` one line saying what is wrong and where (``- at `$.field```)."""
 

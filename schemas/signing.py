@@ -40,6 +40,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .config import ConfigError
 from .events import InvalidEvent, ToolCallEvent
 from .names import BAD_SIGNATURE
 
@@ -65,7 +66,7 @@ _KEY_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}\Z")
 _SIGNATURE = re.compile(r"sha256=[0-9a-f]{64}\Z")
 
 
-class SigningKeyError(ValueError):
+class SigningKeyError(ConfigError):
     """Key material that cannot be used (the message names the file and the problem)."""
 
 

@@ -636,8 +636,23 @@ HOOK_CLIS = ("claude-code",)
 """``loopwatch hook <cli>``: the per-call command an agent CLI runs (``main`` takes it first)."""
 
 
+class _Version(argparse.Action):
+    """``--version``: ``loopwatch <version>``, read when asked (the metadata lookup is not free)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest=dest, default=argparse.SUPPRESS, nargs=0, help="print the version")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        import streams
+
+        # streams.__version__ is the installed distribution's (pyproject.toml's) version.
+        print(f"loopwatch {streams.__version__}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loopwatch", description="Central tool-loop detection for AI agent runners.")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("conformance", help="run conformance case files or golden traces against the engine")

@@ -66,6 +66,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from schemas.errors import LoopwatchError
 from schemas.names import CANDIDATE, LIVE
 
 from . import logs
@@ -119,7 +120,7 @@ more slice.  Catching up, latency is the backlog's anyway and the checkpoint mus
 behind."""
 
 
-class NotAMember(RuntimeError):
+class NotAMember(LoopwatchError, RuntimeError):
     """The group coordinator no longer counts this worker a member of the generation its
     batches were processed in: nothing of them may be written."""
 

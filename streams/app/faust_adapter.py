@@ -54,6 +54,8 @@ from typing import Any, ClassVar
 
 import msgspec
 
+from schemas.errors import LoopwatchError
+
 __all__ = [
     "BatchHandler",
     "ConsumerView",
@@ -85,7 +87,7 @@ allow another: install it, run ``pytest tests/app/test_faust_adapter.py`` and th
 integration tests, then add it here and to pyproject.toml."""
 
 
-class DependencyVersionError(ImportError):
+class DependencyVersionError(LoopwatchError, ImportError):
     """An installed Faust, mode or aiokafka is not a version this module was written for."""
 
 

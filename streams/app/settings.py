@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from schemas.config import ConfigError
+
 __all__ = ["Settings", "SettingsError", "PREFIX"]
 
 PREFIX = "LOOPWATCH_"
@@ -33,7 +35,7 @@ _INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,240}")  # Kafka's rule for group.in
 _SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
-class SettingsError(ValueError):
+class SettingsError(ConfigError):
     """A setting with a value the worker cannot use."""
 
 

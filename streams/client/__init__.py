@@ -1,5 +1,6 @@
 """The runner client: what an agent runner embeds to talk to loopwatch over Kafka."""
 
+from schemas.errors import LoopwatchError
 from schemas.signing import SigningKey
 
 from ..edge.broker import BrokerAccessError
@@ -16,6 +17,7 @@ __all__ = [
     "BrokerAccessError",
     "LoopBlocked",
     "LoopwatchClient",
+    "LoopwatchError",
     "LoopwatchUnavailable",
     "NoDecisionError",
     "PostCompactionLoopPersistedError",

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from schemas.errors import LoopwatchError
 from schemas.verdicts import Decision, RunAborted
 
 
-class LoopBlocked(Exception):
+class LoopBlocked(LoopwatchError):
     """A tool call was vetoed by a critical loop detection; ``message`` is for the model."""
 
     def __init__(self, decision: Decision) -> None:
@@ -16,16 +17,16 @@ class LoopBlocked(Exception):
         self.tool_name = decision.tool_name
 
 
-class NoDecisionError(TimeoutError):
+class NoDecisionError(LoopwatchError, TimeoutError):
     """Gate mode with ``fail_closed=True``: no decision within the timeout (loopwatch or its
     Kafka unreachable, or too slow).  The call must not run."""
 
 
-class LoopwatchUnavailable(ConnectionError):
+class LoopwatchUnavailable(LoopwatchError, ConnectionError):
     """The client could not start: Kafka unreachable, or the verdicts topic missing."""
 
 
-class RunAbortedError(Exception):
+class RunAbortedError(LoopwatchError):
     """loopwatch ended the run (base class of the specific abort errors)."""
 
     name = "RunAbortedError"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.config import validate_loop_detection
+from schemas.errors import LoopwatchError
 from schemas.events import InvalidEvent
 from schemas.names import MISSING_KEY
 
@@ -38,7 +39,7 @@ from ..engine.engine import normalize_run_id
 from ..engine.state import CompactionRereads, GuardWindow, RunState
 
 
-class CaseFailure(AssertionError):
+class CaseFailure(LoopwatchError, AssertionError):
     pass
 
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from schemas.errors import LoopwatchError
+
 from ..edge.canonical import UNDEFINED
 from ..edge.events import blocked_result, compaction_event, completed_event, requested_event
 from ..edge.hashing import ThrownError
@@ -41,7 +43,7 @@ MAX_TRACE_LINE_BYTES = 16 * 1024 * 1024
 is 0.6 MB)."""
 
 
-class TraceFileError(ValueError):
+class TraceFileError(LoopwatchError, ValueError):
     """A sessions or expected-steps file that cannot be read as one (a one-line message)."""
 
 

@@ -25,6 +25,8 @@ from collections.abc import AsyncIterator, Iterable
 
 from aiokafka import errors
 
+from schemas.errors import LoopwatchError
+
 __all__ = ["BrokerAccessError", "NOT_TLS", "broker_access", "explain", "redact_sasl_exchanges", "speaks_tls"]
 
 
@@ -55,7 +57,7 @@ def redact_sasl_bytes(text: str) -> str | None:
     return _SASL_BYTES.sub(r"\1<redacted>", text)
 
 
-class BrokerAccessError(ConnectionError):
+class BrokerAccessError(LoopwatchError, ConnectionError):
     """The broker refused this client for good (credentials, TLS trust, SASL mechanism)."""
 
 

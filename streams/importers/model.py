@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any
 
+from schemas.errors import LoopwatchError
 from schemas.events import MAX_ID_LENGTH, MAX_TOOL_NAME_LENGTH, ToolCallEvent
 
 from ..edge.events import compaction_event, completed_from_outcome, requested_event, run_ended_event
@@ -36,7 +37,7 @@ MAX_ITERATIONS = "max-iterations"
 """The run was stopped by its agent's iteration (step, cost) limit."""
 
 
-class ImportFailed(Exception):
+class ImportFailed(LoopwatchError):
     """Input an importer cannot use: one line for the user; ``code`` the exit status."""
 
     def __init__(self, message: str, code: int = 2) -> None:

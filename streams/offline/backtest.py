@@ -44,6 +44,7 @@ from datetime import UTC
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+from schemas.errors import LoopwatchError
 from schemas.events import EVENT_TYPE_OF, InvalidEvent, RunEnded
 from schemas.names import OUTCOMES, PROCESSING_ERROR
 
@@ -79,7 +80,7 @@ EXAMPLES = 20
 """Runs listed per list in the terminal table (``--json`` lists them all)."""
 
 
-class BacktestError(Exception):
+class BacktestError(LoopwatchError):
     """Input the backtest cannot use: the message is one line for the user; ``code`` the exit
     status (2: bad input, 1: nothing to compare)."""
 

@@ -27,6 +27,8 @@ from datetime import UTC
 from pathlib import Path
 from typing import Any
 
+from schemas.errors import LoopwatchError
+
 __all__ = [
     "AXES_BOX",
     "DPI",
@@ -68,7 +70,7 @@ DODGE_PT = 12.0
 """How far apart rows on the same point are set, in points of the picture."""
 
 
-class PlotError(Exception):
+class PlotError(LoopwatchError):
     """A chart that cannot be drawn or written; the message is one line for the user."""
 
 

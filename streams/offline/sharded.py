@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from schemas.errors import LoopwatchError
 from schemas.keys import state_key
 
 __all__ = ["ShardError", "available_cores", "run_split", "run_sharded", "shard_of", "value_state_key"]
@@ -36,7 +37,7 @@ BATCH = 1024
 """Records per message to a shard's process (one pickle and one pipe write per batch)."""
 
 
-class ShardError(Exception):
+class ShardError(LoopwatchError):
     """A shard's work failed; the message is one line (the exception's type and text)."""
 
 

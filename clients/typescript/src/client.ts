@@ -16,7 +16,14 @@
  * the key of its run's agent (`signing.ts`).
  */
 import { randomBytes } from "node:crypto";
-import { LoopBlocked, LoopwatchInputError, LoopwatchUnavailableError, RunAbortedError } from "./errors.js";
+import {
+  BrokerAccessError,
+  LoopBlocked,
+  LoopwatchInputError,
+  LoopwatchUnavailable,
+  NoDecisionError,
+  RunAbortedError,
+} from "./errors.js";
 import {
   agentMessageEvent,
   blockedResult,
@@ -47,7 +54,7 @@ export interface ClientOptions extends KafkaSettings {
   mode?: "gate" | "advisory";
   /** Gate mode: the most a call waits for its decision, publishing included. Also bounds every publish. */
   timeoutMs?: number;
-  /** Refuse (throw `LoopwatchUnavailableError`) instead of going on when loopwatch cannot answer in time. */
+  /** Refuse (throw `NoDecisionError`) instead of going on when loopwatch cannot answer in time. */
   failClosed?: boolean;
   /** Gate mode: throw `LoopBlocked` on a block (default) or return the decision. */
   raiseOnBlock?: boolean;
@@ -138,19 +145,20 @@ export class LoopwatchClient {
 
   /**
    * Connect, join and position the verdict reader; at most `startTimeoutMs`. Idempotent.
-   * Rejects with `LoopwatchUnavailableError`: `BrokerAccessError` at once when the broker
-   * refuses this client for good (credentials, TLS trust, ACLs), with the reason in one line.
+   * Rejects with `LoopwatchUnavailable` when Kafka or the verdicts topic cannot be reached in
+   * time, `BrokerAccessError` at once when the broker refuses this client for good
+   * (credentials, TLS trust, ACLs), with the reason in one line.
    */
   start(): Promise<void> {
     if (this.#state === "stopped") {
-      return Promise.reject(new Error("the client was stopped"));
+      return Promise.reject(new LoopwatchUnavailable("the client was stopped"));
     }
     if (this.#starting === null) {
       this.#state = "starting";
       this.#starting = withDeadline(
         this.#transport.start(),
         this.#startTimeoutMs,
-        () => new LoopwatchUnavailableError(`could not reach Kafka and the verdicts topic within ${this.#startTimeoutMs} ms`),
+        () => new LoopwatchUnavailable(`could not reach Kafka and the verdicts topic within ${this.#startTimeoutMs} ms`),
       ).then(
         () => {
           this.#state = "started";
@@ -159,10 +167,10 @@ export class LoopwatchClient {
           // Allow a later start() to try again.
           this.#starting = null;
           this.#state = "new";
-          if (err instanceof LoopwatchUnavailableError) {
+          if (err instanceof LoopwatchUnavailable || err instanceof BrokerAccessError) {
             throw err; // the deadline, or BrokerAccessError's one line
           }
-          throw new LoopwatchUnavailableError(`cannot start on ${this.#brokers}: ${describeKafkaError(err)}`);
+          throw new LoopwatchUnavailable(`cannot start on ${this.#brokers}: ${describeKafkaError(err)}`);
         },
       );
     }
@@ -250,10 +258,10 @@ export class LoopwatchClient {
       return;
     }
     if (this.#state === "stopped") {
-      throw new LoopwatchUnavailableError("the client was stopped");
+      throw new LoopwatchUnavailable("the client was stopped");
     }
     if (this.#state === "new" && this.#starting === null) {
-      throw new LoopwatchUnavailableError("the client is not started (call start() first)");
+      throw new LoopwatchUnavailable("the client is not started (call start() first)");
     }
     await withDeadline(this.start(), deadlineMs - Date.now(), () => timeoutError("connecting", this.timeoutMs));
   }
@@ -300,8 +308,8 @@ export class LoopwatchClient {
 /** Resolves the pending decisions of a stopped client (never a real decision). */
 const STOPPED = Object.freeze({ type: "loop.decision", verdict_id: "" }) as unknown as Decision;
 
-function timeoutError(what: string, timeoutMs: number): LoopwatchUnavailableError {
-  return new LoopwatchUnavailableError(`no answer from loopwatch within ${timeoutMs} ms (${what})`);
+function timeoutError(what: string, timeoutMs: number): NoDecisionError {
+  return new NoDecisionError(`no answer from loopwatch within ${timeoutMs} ms (${what})`);
 }
 
 /** One agent run's side of the conversation with loopwatch. */
@@ -382,8 +390,8 @@ export class RunHandle {
 
   /** What to do when loopwatch did not answer: go on (fail open) or refuse (fail closed). */
   #unavailable(err: unknown, what: string): null {
-    if (!(err instanceof LoopwatchUnavailableError)) {
-      err = new LoopwatchUnavailableError(`${what}: ${err instanceof Error ? err.message : String(err)}`);
+    if (!(err instanceof NoDecisionError || err instanceof LoopwatchUnavailable || err instanceof BrokerAccessError)) {
+      err = new NoDecisionError(`${what}: ${err instanceof Error ? err.message : String(err)}`);
     }
     if (this.client.failClosed) {
       throw err;
@@ -395,7 +403,8 @@ export class RunHandle {
   /**
    * Publish the request; in gate mode wait for the decision. Returns the decision (null when
    * none came in time, or in advisory mode). Throws `LoopBlocked`, `RunAbortedError`,
-   * `LoopwatchInputError` (nothing published) or, failing closed, `LoopwatchUnavailableError`.
+   * `LoopwatchInputError` (nothing published) or, failing closed, `NoDecisionError` (`LoopwatchUnavailable`
+   * or `BrokerAccessError` when the client is not running).
    */
   async beforeToolCall(toolName: string, args: unknown, options: { toolCallId?: string | null } = {}): Promise<Decision | null> {
     const toolCallId = options.toolCallId ?? null;
@@ -427,7 +436,7 @@ export class RunHandle {
       return rethrowInput(err) ?? this.#unavailable(err, `${toolName} request`);
     }
     if (decision === STOPPED) {
-      return this.#unavailable(new LoopwatchUnavailableError("the client was stopped"), `${toolName} request`);
+      return this.#unavailable(new NoDecisionError("the client was stopped before the decision came"), `${toolName} request`);
     }
     if (decision.action === "warn") {
       this.warnings.push(decision);

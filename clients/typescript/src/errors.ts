@@ -1,8 +1,17 @@
-/** What the client throws: loopwatch's decisions, and the client's own refusals. */
+/**
+ * What the client throws: loopwatch's decisions, and the client's own refusals. The names are
+ * the Python client's (`streams/client`), for the same failures, and every class derives from
+ * `LoopwatchError`, as every Python error derives from `schemas.errors.LoopwatchError`.
+ */
 import type { Decision, RunAborted } from "./verdicts.js";
 
+/** Base class of every error loopwatch throws: `instanceof LoopwatchError` catches them all. */
+export class LoopwatchError extends Error {
+  override name = "LoopwatchError";
+}
+
 /** A tool call was vetoed by a critical loop detection; `message` is for the model. */
-export class LoopBlocked extends Error {
+export class LoopBlocked extends LoopwatchError {
   override name = "LoopBlocked";
   readonly detector: string | null;
   readonly count: number | null;
@@ -17,7 +26,7 @@ export class LoopBlocked extends Error {
 }
 
 /** loopwatch ended the run (base class of the specific abort errors). */
-export class RunAbortedError extends Error {
+export class RunAbortedError extends LoopwatchError {
   override name = "RunAbortedError";
 
   constructor(
@@ -41,19 +50,29 @@ export class PostCompactionLoopPersistedError extends RunAbortedError {
 }
 
 /**
- * loopwatch could not be reached in time (publishing or waiting for the decision) and the
- * client is configured to fail closed.
+ * @deprecated Catch `LoopwatchUnavailable`, `NoDecisionError` or `BrokerAccessError` (or
+ * `LoopwatchError`). The common parent of those three, which it used to stand for: kept so
+ * that `instanceof LoopwatchUnavailableError` still catches everything it caught. Nothing
+ * throws it itself any more.
  */
-export class LoopwatchUnavailableError extends Error {
+export class LoopwatchUnavailableError extends LoopwatchError {
   override name = "LoopwatchUnavailableError";
 }
 
 /**
- * The call cannot become a valid event (its arguments cannot be hashed, or a name or id is
- * beyond the schema's bounds). Thrown before anything is published.
+ * The client is not running: it could not start (Kafka or the verdicts topic unreachable
+ * within `startTimeoutMs`), was never started, or was stopped.
  */
-export class LoopwatchInputError extends Error {
-  override name = "LoopwatchInputError";
+export class LoopwatchUnavailable extends LoopwatchUnavailableError {
+  override name = "LoopwatchUnavailable";
+}
+
+/**
+ * Failing closed (`failClosed: true`): no answer from loopwatch in time (publishing the event
+ * or waiting for the decision), so the call must not run.
+ */
+export class NoDecisionError extends LoopwatchUnavailableError {
+  override name = "NoDecisionError";
 }
 
 /**
@@ -62,4 +81,20 @@ export class LoopwatchInputError extends Error {
  */
 export class BrokerAccessError extends LoopwatchUnavailableError {
   override name = "BrokerAccessError";
+}
+
+/**
+ * Configuration that cannot be used: the OpenClaw plugin's config, or a signing key file
+ * (`SigningKeyError`, in `signing.ts`). The message says which setting and why, in one line.
+ */
+export class ConfigError extends LoopwatchError {
+  override name = "ConfigError";
+}
+
+/**
+ * The call cannot become a valid event (its arguments cannot be hashed, or a name or id is
+ * beyond the schema's bounds). Thrown before anything is published.
+ */
+export class LoopwatchInputError extends LoopwatchError {
+  override name = "LoopwatchInputError";
 }

@@ -40,9 +40,13 @@ export {
 export { decodeVerdict, type Decision, type RunAborted, type Verdict } from "./verdicts.js";
 export {
   BrokerAccessError,
+  ConfigError,
   LoopBlocked,
+  LoopwatchError,
   LoopwatchInputError,
-  LoopwatchUnavailableError,
+  LoopwatchUnavailable,
+  LoopwatchUnavailableError, // deprecated: the parent of LoopwatchUnavailable, NoDecisionError, BrokerAccessError
+  NoDecisionError,
   PostCompactionLoopPersistedError,
   RunAbortedError,
 } from "./errors.js";

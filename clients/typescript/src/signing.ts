@@ -14,6 +14,7 @@
  */
 import { createHmac } from "node:crypto";
 import { readFileSync } from "node:fs";
+import { ConfigError } from "./errors.js";
 
 export const KEY_ID_HEADER = "loopwatch.key_id";
 export const SIGNATURE_HEADER = "loopwatch.signature";
@@ -24,7 +25,7 @@ const MAX_AGENT_ID = 512;
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
 /** Key material that cannot be used (the message names the source and the problem). */
-export class SigningKeyError extends Error {
+export class SigningKeyError extends ConfigError {
   override name = "SigningKeyError";
 }
 

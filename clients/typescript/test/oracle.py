@@ -191,6 +191,23 @@ def case_items(path: str) -> list[dict]:
     return items
 
 
+def errors_answer() -> dict:
+    """The error classes a Python runner meets (the client's and the config's), each with the
+    loopwatch classes it derives from, nearest first."""
+    import schemas.config
+    import schemas.signing
+    import streams.client
+    from schemas.errors import LoopwatchError
+
+    classes = [getattr(streams.client, name) for name in streams.client.__all__]
+    classes += [schemas.config.ConfigError, schemas.signing.SigningKeyError]
+    return {
+        cls.__name__: [base.__name__ for base in cls.__mro__[1:] if issubclass(base, LoopwatchError)]
+        for cls in classes
+        if isinstance(cls, type) and issubclass(cls, LoopwatchError)
+    }
+
+
 def answer(request: dict) -> Any:
     op = request["op"]
     if op == "peer_args":
@@ -231,6 +248,8 @@ def answer(request: dict) -> Any:
         return record_key(CompactionRetried(event_id="oracle", **request["fields"]))
     if op == "partition":
         return (murmur2(request["key"].encode("utf-8", "surrogatepass")) & 0x7FFFFFFF) % request["partitions"]
+    if op == "errors":
+        return errors_answer()
     raise ValueError(f"unknown op {op!r}")
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from schemas.config import ConfigError
 from streams.client import LoopwatchUnavailable
 from streams.edge.broker import BrokerAccessError
 
@@ -24,7 +25,7 @@ from .upstream import UpstreamSpec, UpstreamUnavailable
 PROG = "loopwatch mcp-gateway"
 
 
-class UsageError(Exception):
+class UsageError(ConfigError):
     """Bad flags or a bad upstreams file: one line, exit code 2."""
 
 

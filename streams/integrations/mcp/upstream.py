@@ -19,12 +19,14 @@ from typing import Any
 import mcp_types as types
 from mcp import Client, StdioServerParameters
 
+from schemas.errors import LoopwatchError
+
 log = logging.getLogger("loopwatch.mcp")
 
 __all__ = ["Upstream", "UpstreamSpec", "UpstreamUnavailable", "unavailable"]
 
 
-class UpstreamUnavailable(Exception):
+class UpstreamUnavailable(LoopwatchError):
     """The upstream server cannot be reached (not started, crashed, or unreachable)."""
 
 

@@ -7,12 +7,14 @@
 import { readFileSync } from "node:fs";
 import type { ConnectionOptions as TlsOptions } from "node:tls";
 import type { ClientOptions } from "../client.js";
+import { ConfigError } from "../errors.js";
 import type { SaslSettings } from "../kafka.js";
 import { loadKeys, SigningKeyError, type SigningKey } from "../signing.js";
 
-export class PluginConfigError extends Error {
-  override name = "PluginConfigError";
-}
+/** @deprecated Use `ConfigError` (what the plugin's config errors are now). */
+export const PluginConfigError = ConfigError;
+/** @deprecated Use `ConfigError`. */
+export type PluginConfigError = ConfigError;
 
 type Json = Record<string, unknown>;
 
@@ -30,7 +32,7 @@ function isObject(value: unknown): value is Json {
 }
 
 function fail(path: string, message: string): never {
-  throw new PluginConfigError(`loopwatch plugin config: ${path} ${message}`);
+  throw new ConfigError(`loopwatch plugin config: ${path} ${message}`);
 }
 
 function onlyKeys(value: Json, allowed: Set<string>, path: string): void {
@@ -166,7 +168,7 @@ function signingKeys(value: unknown): SigningKey[] {
   return keys;
 }
 
-/** Client options from the plugin config; throws `PluginConfigError` with one clear line. */
+/** Client options from the plugin config; throws `ConfigError` with one clear line. */
 export function clientOptionsFromConfig(config: unknown, env: NodeJS.ProcessEnv = process.env): ClientOptions {
   if (!isObject(config)) {
     fail("(root)", "must be an object with at least brokers");

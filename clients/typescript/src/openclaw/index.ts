@@ -4,12 +4,14 @@
  * `openclaw` package. The config schema is the manifest's, read from `openclaw.plugin.json`.
  */
 import { readFileSync } from "node:fs";
-import { clientOptionsFromConfig, PluginConfigError } from "./config.js";
+import { ConfigError } from "../errors.js";
+import { clientOptionsFromConfig } from "./config.js";
 import { registerLoopwatch, type OpenClawPluginApi } from "./plugin.js";
 
 export { registerLoopwatch, BEFORE_TOOL_CALL_PRIORITY } from "./plugin.js";
 export type * from "./plugin.js";
 export { clientOptionsFromConfig, PluginConfigError } from "./config.js";
+export { ConfigError } from "../errors.js";
 
 /** `openclaw.plugin.json`, three levels up from dist/src/openclaw/. */
 export const MANIFEST_URL = new URL("../../../openclaw.plugin.json", import.meta.url);
@@ -31,7 +33,7 @@ const plugin = {
         clientOptionsFromConfig(value);
         return { ok: true, value };
       } catch (err) {
-        if (err instanceof PluginConfigError) {
+        if (err instanceof ConfigError) {
           return { ok: false, errors: [err.message] };
         }
         throw err;

@@ -13,7 +13,14 @@
  * Hook names and shapes follow OpenClaw's `src/plugins/hook-types.ts` and
  * `src/agents/agent-tools.before-tool-call.ts` (see README.md for the exact files).
  */
-import { LoopBlocked, LoopwatchInputError, LoopwatchUnavailableError, RunAbortedError } from "../errors.js";
+import {
+  BrokerAccessError,
+  LoopBlocked,
+  LoopwatchInputError,
+  LoopwatchUnavailable,
+  NoDecisionError,
+  RunAbortedError,
+} from "../errors.js";
 import { LoopwatchClient, type ClientOptions, type RunHandle } from "../client.js";
 import { isPlainObject } from "../canonical.js";
 import { clientOptionsFromConfig } from "./config.js";
@@ -252,7 +259,7 @@ export function registerLoopwatch(api: OpenClawPluginApi, options?: ClientOption
       if (err instanceof LoopBlocked) {
         return { block: true, blockReason: err.message };
       }
-      if (err instanceof LoopwatchUnavailableError) {
+      if (err instanceof NoDecisionError || err instanceof LoopwatchUnavailable || err instanceof BrokerAccessError) {
         // Only thrown when failing closed (failing open returns null above).
         return { block: true, blockReason: `Tool call blocked: loopwatch loop protection is unavailable (${err.message}).` };
       }

@@ -8,7 +8,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { LoopwatchClient } from "../../src/client.js";
-import { LoopwatchInputError, LoopwatchUnavailableError } from "../../src/errors.js";
+import { LoopwatchError, LoopwatchInputError, LoopwatchUnavailable, LoopwatchUnavailableError, NoDecisionError } from "../../src/errors.js";
 import { captureLog, refusingBroker, silentBroker, type DeadBroker } from "../support/offline.js";
 
 const LIMIT = { timeout: 30_000 };
@@ -31,7 +31,11 @@ for (const [kind, makeBroker] of [["refused", refusingBroker], ["silent", silent
   test(`${kind} broker: start() gives up with a clear error`, LIMIT, async () => {
     const broker = await makeBroker();
     const { c } = client(broker);
-    await assert.rejects(c.start(), LoopwatchUnavailableError);
+    const refused = await c.start().then(() => null, (err: unknown) => err);
+    assert.ok(refused instanceof LoopwatchUnavailable, String(refused));
+    assert.equal((refused as Error).name, "LoopwatchUnavailable");
+    // The deprecated name still catches it, and so does the root.
+    assert.ok(refused instanceof LoopwatchUnavailableError && refused instanceof LoopwatchError);
     await c.stop();
     await broker.close();
   });
@@ -54,9 +58,9 @@ for (const [kind, makeBroker] of [["refused", refusingBroker], ["silent", silent
     const { c } = client(broker, { failClosed: true });
     const starting = c.start().catch(() => undefined);
     const run = c.run({ runId: "r1", sessionKey: "s" });
-    await assert.rejects(run.beforeToolCall("read", { path: "/x" }), { name: "LoopwatchUnavailableError", message: /no answer from loopwatch within 300 ms/ });
-    await assert.rejects(run.afterToolCall("read", { path: "/x" }, { result: "ok" }), LoopwatchUnavailableError);
-    await assert.rejects(run.compactionRetried(), LoopwatchUnavailableError);
+    await assert.rejects(run.beforeToolCall("read", { path: "/x" }), { name: "NoDecisionError", message: /no answer from loopwatch within 300 ms/ });
+    await assert.rejects(run.afterToolCall("read", { path: "/x" }, { result: "ok" }), NoDecisionError);
+    await assert.rejects(run.compactionRetried(), LoopwatchUnavailableError); // the deprecated name still catches it
     await starting;
     await c.stop();
     await broker.close();
@@ -68,7 +72,7 @@ for (const [kind, makeBroker] of [["refused", refusingBroker], ["silent", silent
     const closed = client(broker, { mode: "advisory", failClosed: true });
     const starts = [open.c.start().catch(() => undefined), closed.c.start().catch(() => undefined)];
     assert.equal(await open.c.run({ runId: "r1" }).beforeToolCall("read", {}), null);
-    await assert.rejects(closed.c.run({ runId: "r1" }).beforeToolCall("read", {}), LoopwatchUnavailableError);
+    await assert.rejects(closed.c.run({ runId: "r1" }).beforeToolCall("read", {}), NoDecisionError);
     await Promise.all(starts);
     await Promise.all([open.c.stop(), closed.c.stop()]);
     await broker.close();

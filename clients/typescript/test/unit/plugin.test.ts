@@ -15,6 +15,7 @@ import { join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import Ajv from "ajv";
 import { clientOptionsFromConfig, PluginConfigError } from "../../src/openclaw/config.js";
+import { ConfigError } from "../../src/errors.js";
 import { registerLoopwatch, BEFORE_TOOL_CALL_PRIORITY } from "../../src/openclaw/plugin.js";
 import { FakeOpenClaw, OPENCLAW_HOOK_NAMES } from "../support/fake-openclaw.js";
 import { refusingBroker, silentBroker } from "../support/offline.js";
@@ -88,7 +89,8 @@ test("the config parser accepts and refuses what the manifest's schema does", ()
   }
   for (const config of refused) {
     assert.equal(validate(config), false, `schema accepted ${JSON.stringify(config)}`);
-    assert.throws(() => clientOptionsFromConfig(config, {}), PluginConfigError, JSON.stringify(config));
+    assert.throws(() => clientOptionsFromConfig(config, {}), ConfigError, JSON.stringify(config));
+    assert.throws(() => clientOptionsFromConfig(config, {}), PluginConfigError, JSON.stringify(config)); // the deprecated alias
   }
   // Stricter than the schema can say: credentials must be complete and readable.
   assert.throws(() => clientOptionsFromConfig({ brokers: ["a:1"], sasl: { mechanism: "PLAIN", username: "u" } }, {}), /needs username and password/);
@@ -156,7 +158,7 @@ test("register: the hooks OpenClaw knows, before_tool_call first, middleware and
 
 test("a bad config fails registration with one clear line", () => {
   const api = new FakeOpenClaw({ brokers: ["a:1"], mode: "sometimes" });
-  assert.throws(() => registerLoopwatch(api), { name: "PluginConfigError", message: "loopwatch plugin config: mode must be gate or advisory" });
+  assert.throws(() => registerLoopwatch(api), { name: "ConfigError", message: "loopwatch plugin config: mode must be gate or advisory" });
   assert.equal(api.hooks.length, 0);
 });
 
