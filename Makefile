@@ -69,7 +69,7 @@ $(AGENT_CLIS_DEPS): $(AGENT_CLIS_SRC)/package.json $(AGENT_CLIS_SRC)/package-loc
 
 agent-clis: $(AGENT_CLIS_DEPS)
 
-# The peers' own published code, the oracles of profiles openhands and gemini-cli (issue 29),
+# The peers' own published code, the oracles of profiles openhands and gemini-cli,
 # cached under ~/.cache/loopwatch/oracles.  openhands-sdk needs Python >= 3.12 and pins
 # dependencies loopwatch's env does not want: a venv of its own, from a frozen requirements file.
 ORACLES ?= $(HOME)/.cache/loopwatch/oracles
@@ -126,12 +126,12 @@ test: lint install ops-tools kafka ts-client mcp-servers agent-clis oracles
 test-unit: install ops-tools ts-client mcp-servers oracles
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests -m "not kafka"
 
-# Step-for-step agreement with upstream on the golden traces (issue 5).
+# Step-for-step agreement with upstream on the golden traces.
 test-traces: install
 	$(LOOPWATCH) conformance --traces $(CONFORMANCE)/traces/one-run-sessions.jsonl.gz \
 	    --expected $(CONFORMANCE)/traces/expected.jsonl.gz
 
-# The same for profile latest (issue 14), on the repository's own copy of the traces.
+# The same for profile latest, on the repository's own copy of the traces.
 test-traces-latest: install
 	$(LOOPWATCH) conformance --profile latest --traces tests/data/conformance/latest/sessions.jsonl.gz \
 	    --expected tests/data/conformance/latest/expected.jsonl.gz
@@ -139,14 +139,14 @@ test-traces-latest: install
 conformance: install
 	$(LOOPWATCH) conformance $(CONFORMANCE)/openclaw-cases.json
 
-# Profile openhands (issue 29): the golden traces, and the peer's unit-test cases transcribed.
+# Profile openhands: the golden traces, and the peer's unit-test cases transcribed.
 test-traces-openhands: install
 	$(LOOPWATCH) conformance --profile openhands --traces $(CONFORMANCE)/openhands/sessions.jsonl.gz \
 	    --expected $(CONFORMANCE)/openhands/expected.jsonl.gz
 	$(LOOPWATCH) conformance --profile openhands --traces $(CONFORMANCE)/openhands/cases.jsonl \
 	    --expected $(CONFORMANCE)/openhands/cases-expected.jsonl
 
-# Profile gemini-cli (issue 29): the golden traces, and Gemini's unit-test cases transcribed.
+# Profile gemini-cli: the golden traces, and Gemini's unit-test cases transcribed.
 test-traces-gemini: install
 	$(LOOPWATCH) conformance --profile gemini-cli --traces $(CONFORMANCE)/gemini-cli/sessions.jsonl.gz \
 	    --expected $(CONFORMANCE)/gemini-cli/expected.jsonl.gz
@@ -185,11 +185,11 @@ bench-core: install
 bench: install kafka
 	$(PY) -m bench.kafka $(BENCH_ARGS)
 
-# loopwatch backtest over a generated fleet file, on one core (issue 16).
+# loopwatch backtest over a generated fleet file, on one core.
 bench-backtest: install
 	$(PY) -m bench.backtest $(BENCH_ARGS)
 
-# The MCP gateway's own cost per call over a direct MCP call, alternated (issue 27).
+# The MCP gateway's own cost per call over a direct MCP call, alternated.
 bench-gateway: install kafka
 	$(PY) -m bench.gateway $(BENCH_ARGS)
 
@@ -198,12 +198,12 @@ bench-gateway: install kafka
 bench-verdict-readers: install kafka
 	$(PY) -m bench.verdict_readers $(BENCH_ARGS)
 
-# Import and evaluate throughput on one core (issue 28): tool calls/s, per config.  With
+# Import and evaluate throughput on one core: tool calls/s, per config.  With
 # DATA=<directory> (as for `make evaluate`) it also times the recorded sets.
 bench-evaluate: install
 	$(PY) -m bench.evaluate $(if $(DATA),--data $(DATA)) $(BENCH_ARGS)
 
-# The full evaluation of issue 28 over recorded trajectories, read from DATA (a directory; no
+# The full evaluation over recorded trajectories, read from DATA (a directory; no
 # default). It expects the files of the MIT-licensed sets docs/evaluation.md lists under "The
 # data", each from its project's repository: mini-swe-agent-gemini-3-pro-swebench-verified.tar.gz
 # (gruckion/mini-swe-agent, swebench_results/20251118_gemini-3-pro-74pct packed as trajs/ and

@@ -28,7 +28,7 @@ MAX_HISTORY_SIZE = 1000
 """loopwatch's upper bound on ``historySize`` (upstream has none).  A run's stored state must
 fit one changelog record (``streams.app.processor.MAX_STATE_BYTES``, 1 MB); 1000 records
 of ordinary ids take ~90 KB.  Upstream keeps one history in memory; here every run's history
-is written to Kafka, and a larger one was lost at the next restore (issue 13)."""
+is written to Kafka, and a larger one was lost at the next restore."""
 MAX_COUNT_SETTING = 1_000_000
 """Every other count (thresholds, ``windowSize``, ``abortAfterCriticalBlocks``) above this is
 refused.  Upstream accepts any positive integer; counts are bounded by the history, so a
@@ -63,7 +63,7 @@ SESSION_SCOPE = "session"
 SCOPES = (RUN_SCOPE, SESSION_SCOPE)
 """``loopwatch.scope`` values; the first is the default."""
 
-# loopwatch's fleet-wide options (issue 17): bounds and defaults.
+# loopwatch's fleet-wide options: bounds and defaults.
 MAX_FLEET_COUNT = 1_000
 """``fleetIncidents.minRuns`` and ``minAgents``: an open window keeps up to this many run and
 agent digests per tool and outcome, so the bound is the size of a window's value."""

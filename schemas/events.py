@@ -113,7 +113,7 @@ class ToolCallRequested(_Event, tag=names.TOOL_CALL_REQUESTED, kw_only=True, fro
     target_hash: Digest | None = None
     """Tool ``write`` only: SHA-256 of ``{"path": <path>}`` (hashing.write_target_hash).
     Read by profile latest (argument churn on one target); optional."""
-    # loopwatch's agent rings (issue 17), both optional and left out of the record when unset
+    # loopwatch's agent rings, both optional and left out of the record when unset
     # (so every event without them encodes exactly as before).
     trace_id: TraceId | Unset = UNSET
     """The conversation or task this call belongs to, shared by the agents that message each

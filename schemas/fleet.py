@@ -1,4 +1,4 @@
-"""The records of loopwatch's fleet-wide view (issue 17): what no single runner can see.
+"""The records of loopwatch's fleet-wide view: what no single runner can see.
 
 Public, on ``loop-incidents`` (key: the tool name; compacted, so the latest record per tool
 is the tool's state):

@@ -15,7 +15,7 @@ run id belongs to its session's "no run" scope, named the way upstream names the
 The ``|`` keeps the two session forms apart, so a session key never names the same scope as an
 equal session id.
 
-Under ``loopwatch.scope: session`` (issue 17) one state holds every run of a session
+Under ``loopwatch.scope: session`` one state holds every run of a session
 (``session_scope_key``); verdicts stay keyed by ``state_key``, so runners route them as before.
 
 Partitions follow from keys (``partition_for``, Kafka's default partitioner): a run's verdicts

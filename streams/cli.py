@@ -21,7 +21,7 @@ def _conformance(args: argparse.Namespace) -> int:
                 print(f"  … {n} sessions", file=sys.stderr, flush=True)
 
         try:
-            if args.profile in PEER_PROFILES:  # the peers' own answers (issue 29)
+            if args.profile in PEER_PROFILES:  # the peers' own answers
                 from .conformance.peers import run_peer_traces
 
                 results = run_peer_traces(args.traces, args.expected, args.profile, progress=progress)

@@ -12,7 +12,7 @@ Nothing here does work; each part has its own module (docs/design.md has the pic
 ``health``      readiness, broker reachability, lag, ``/healthz`` and ``/readyz``;
 ``watchdog``    a worker out of its group (or whose stop hangs) for too long exits;
 ``reload``      hot reload of the config files (live and candidate) and the signing keys;
-``fleet``       the fleet topology (issue 17: fleet incidents, agent rings) and every
+``fleet``       the fleet topology (fleet incidents, agent rings) and every
                 worker's mirror of what it finds;
 ``faust_options``, ``gc_policy``  what the Faust app is told; the cyclic GC's thresholds and freezes;
 ``streams.app.faust_adapter``  every touch of Faust's and aiokafka's internals.
@@ -89,7 +89,7 @@ class Worker:
         return self.candidate is not None or self.processor.engine.config.uses_shadow()
 
     def extra_topics(self) -> dict[str, dict[str, str]]:
-        """The topics issue 17's options add, by name, with their configs (``topics.ensure_topics``)."""
+        """The topics loopwatch's own options add, by name, with their configs (``topics.ensure_topics``)."""
         out: dict[str, dict[str, str]] = {}
         if self.sessions is not None:
             out[self.sessions.get_topic_name()] = {}
@@ -182,7 +182,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
             use_candidate(candidate_engine)
     batch_topics = {settings.tool_calls_topic}
     sessions = None
-    if scope == SESSION_SCOPE:  # issue 17: the repartition by session key (streams.app.processor)
+    if scope == SESSION_SCOPE:  # the repartition by session key (streams.app.processor)
         sessions = app.topic(settings.internal_topic("sessions"), **declared, **raw)
         app.topics.add(sessions)
         processor.sessions_topic = sessions.get_topic_name()

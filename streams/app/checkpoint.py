@@ -31,7 +31,7 @@ rebalance or a shutdown proceeds) does, in this order:
    next restore while its records count as done: that error stops the worker too);
 6. ack the batches' records; Faust flushes the producer before it commits acked offsets.
 
-**Only a member writes** (issue 26).  Before step 4, the checkpoint asks the group coordinator
+**Only a member writes**.  Before step 4, the checkpoint asks the group coordinator
 whether this worker is still a member of the generation its batches were processed in
 (``ConsumerView.still_member``: a heartbeat, checked by the broker).  A worker that was paused
 past its session timeout (a long GC, a frozen VM) learns there that its partitions may be
@@ -222,7 +222,7 @@ class Checkpointer:
                 # thousands of delivered futures (and their record metadata) lived long enough
                 # to reach the GC's oldest generation and make its full collections longer.
                 self._pending = pending = [future for future in self._pending if not _delivered(future)]
-                if result.forwards:  # under session scope, before they count as done (issue 17)
+                if result.forwards:  # under session scope, before they count as done
                     pending += await self.output.send_forwards(result.forwards)
                 if result.verdicts:
                     processor.observe_latency(result.verdicts)

@@ -501,7 +501,7 @@ class _BatchingConsumer:
                     # the partitions are sought back to their committed offsets.  aiokafka's
                     # seek_to_committed skips a partition whose committed offset is none or 0
                     # (never committed), whose position then stays past the dropped records:
-                    # ``_fetch_again`` moves those back (issue 26: a partition's first records
+                    # ``_fetch_again`` moves those back (a partition's first records
                     # lost when it moved to another worker before its first commit).
                     try:
                         await self.perform_seek()
@@ -609,7 +609,7 @@ class _BatchingConsumer:
         partitions, seeks them to their committed offsets and resumes them; aiokafka then
         returns the new owner's first records (from the committed offset on) to the waiting
         call and moves the position past them.  Faust's seek to the committed offsets came
-        before, so dropping them without a seek skips them for good (issue 26: the new
+        before, so dropping them without a seek skips them for good (the new
         owner's consumption jumped from the committed offset to about the partition's end).
         A partition whose position is no longer past the dropped records was sought since
         (to its committed offset) and is left alone.

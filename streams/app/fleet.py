@@ -1,4 +1,4 @@
-"""The fleet topology (issue 17): what no single runner can see, keyed by tool or by trace.
+"""The fleet topology: what no single runner can see, keyed by tool or by trace.
 
 The per-run topology (``processor``) is partitioned by run; a fleet incident is about a tool
 and an agent ring about a trace, whose events come from runs on every partition.  So the

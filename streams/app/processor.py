@@ -42,7 +42,7 @@ event time further ahead of the worker's clock than ``clock_skew_ms`` is clamped
 worker's clock (``loopwatch_event_time_clamped_total``).  Idle expiry never reads event
 times: a runner's clock cannot keep a run alive.
 
-Issue 17's options add, each only when on:
+loopwatch's own options add, each only when on:
 
 * ``loopwatch.scope: session``: a session's runs arrive on the partitions of their run ids
   (runners that key by run id), but the session's state lives on one partition.  So such a
@@ -53,7 +53,7 @@ Issue 17's options add, each only when on:
   once.  A forwarded record carries the ``tool-calls`` partition and offset it came from
   (``FORWARDED_FROM_HEADER``), and a session's state the offset of the last record applied
   per source partition: a record forwarded again after a crash is applied once
-  (``_session_fresh``; issue 26).  Verdicts stay keyed by the run (``state_key``), so
+  (``_session_fresh``).  Verdicts stay keyed by the run (``state_key``), so
   runners route them as before.
 * ``loopwatch.fleetIncidents``, ``loopwatch.agentRings``: a completed call that failed or made
   no progress, and a completed send of a trace, also become a record for the fleet topology

@@ -39,7 +39,7 @@ written, recovered, expired and deduplicated together, at the same source offset
 candidate the worker writes version 3 and skips the section of a version 4 (the candidate's
 state is dropped at the run's next write).
 
-Under session scope (``loopwatch.scope: session``) a state fed by forwarded records (issue 26)
+Under session scope (``loopwatch.scope: session``) a state fed by forwarded records
 is version 5: it also holds, per ``tool-calls`` partition its forwarded records came from, the
 offset of the last one applied (``Envelope.sources``)::
 
@@ -66,8 +66,8 @@ no state (version 3: 21 bytes; version 5: 27 + 12 per source).  A redelivery of 
 events after a crash or a rebalance (the changelog can be ahead of the committed offsets: a
 checkpoint's changelog records are accepted before its offsets are committed) is then skipped
 by the stamp, as for a live run; deleting the state instead let a redelivery start the run
-again from an empty history in mid-run, with verdicts under the same ids and other content
-(issue 26).  A later event of the same run id starts a new run, as before.  The idle sweep
+again from an empty history in mid-run, with verdicts under the same ids and other content.
+A later event of the same run id starts a new run, as before.  The idle sweep
 deletes markers like idle runs; ``loopwatch_runs_tracked`` does not count them.  (A worker of
 an earlier release reads a marker as an undecodable state and starts the run afresh.)
 

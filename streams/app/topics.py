@@ -27,7 +27,7 @@ async def ensure_topics(
     only_shadow: bool = False,
 ) -> list[str]:
     """Create ``tool-calls``, ``loop-verdicts`` and the dead-letter topic when missing, and the
-    topics of issue 17's options (``extra``: name -> topic configs; ``Worker.extra_topics``);
+    topics of loopwatch's own options (``extra``: name -> topic configs; ``Worker.extra_topics``);
     with ``shadow`` also the shadow topic (``only_shadow``: that one alone), which is never
     fatal: a worker that may not create it runs, and loses its shadow verdicts (counted) until
     it exists.

@@ -4,7 +4,7 @@ openclaw-latest.md §5).
 ``detect`` (configurable-final) and ``detect_latest`` see the run's history *before* the
 current call is recorded and return the first matching ``Detection`` (or None), exactly as
 upstream's ``detectToolCallLoop`` of each profile.  ``detect_cycle`` is loopwatch's own,
-opt-in ``cycle`` detector (issue 17): the engine's extensions ask it only where an agent's
+opt-in ``cycle`` detector: the engine's extensions ask it only where an agent's
 config turns it on (``streams.engine.extensions``), so neither profile's path changes.
 """
 
@@ -155,7 +155,7 @@ def ping_pong_key(sig_a: str, sig_b: str) -> str:
     return f"pingpong:{pair[0]}|{pair[1]}"
 
 
-# -- loopwatch's cycle detector (issue 17) -----------------------------------------------------
+# -- loopwatch's cycle detector -----------------------------------------------------
 
 CYCLE_PERIODS = (3, 4, 5)
 """Cycles the detector looks for; a cycle of 2 is ping-pong, upstream's."""

@@ -1,4 +1,4 @@
-"""loopwatch's extensions of upstream's engine (issue 17), each off by default.
+"""loopwatch's extensions of upstream's engine, each off by default.
 
 * ``loopwatch.scope: session``: one state per session key holds every run of the session
   (``schemas.keys.session_scope_key``).  A ``run.ended`` no longer frees it (the session goes

@@ -1,4 +1,4 @@
-"""What no single run shows, sans I/O (issue 17): fleet incidents and agent rings.
+"""What no single run shows, sans I/O: fleet incidents and agent rings.
 
 Two topologies need it.  The per-run topology (the engine, keyed by run) reads a
 ``FleetView``: the open incidents by tool and the agent rings by trace, as every worker

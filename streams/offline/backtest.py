@@ -480,7 +480,7 @@ def records_sharded(
 
     if isinstance(records, FileRecords) and not keyed and not records.source.any_gzip():
         # gzip: this process inflates each file once and sends the lines (measured faster on
-        # two cores than every shard inflating all of it: docs/benchmarks.md, issue 30)
+        # two cores than every shard inflating all of it: docs/benchmarks.md)
         return _files_sharded(records.source, work, jobs, progress=progress, what=what, cpu_s=cpu_s)
     try:
         return run_sharded(items(), lambda numbered: work(_rebuilt(numbered, keyed)), jobs, cpu_s=cpu_s)
@@ -494,7 +494,7 @@ def _shard_lines(source: FileSource, shard: int, jobs: int, shared: Any) -> Iter
     each line included) and keeps those whose state key, read from the run fields alone
     (``value_state_key``, as ``run_sharded``'s parent reads it: the same shard for every line),
     falls to it.  (A byte scan for the run id, with a decode wherever the scan is not certain,
-    cost more per line than this decode: docs/benchmarks.md, issue 30.)  ``shared`` gets
+    cost more per line than this decode: docs/benchmarks.md)  ``shared`` gets
     its records read and bytes on disk read every 16,384 records and at the end."""
     crc32 = zlib.crc32
     n = 0

@@ -242,7 +242,7 @@ def fleet_trace(
     return list(obey(interleaved(), engine)), kind_of
 
 
-# -- fleet-wide scenarios (issue 17): what no single run shows ---------------------------------------
+# -- fleet-wide scenarios: what no single run shows ---------------------------------------
 
 
 def _at(event_ms: int, i: int) -> int:
@@ -410,7 +410,7 @@ def overlapping_runs(
 ) -> list[ToolCallEvent]:
     """One session whose runs overlap in time (a session's runs working at once): one call of
     each run in turn, every call the same read with the same result, so under session scope the
-    session's history counts them all together (issue 26's crash case).  The runner does not
+    session's history counts them all together (the forwarding crash case).  The runner does not
     obey blocks (each call completes): every call adds to the count."""
     ids = run_ids or [f"{session_key}/run-{r + 1}" for r in range(runs)]
     events: list[ToolCallEvent] = []

@@ -1,4 +1,4 @@
-"""``loopwatch mcp-gateway``: loopwatch in front of any MCP client's tool servers (issue 27).
+"""``loopwatch mcp-gateway``: loopwatch in front of any MCP client's tool servers.
 
 An MCP server towards the agent (stdio, or streamable HTTP), an MCP client towards each
 upstream server, and loopwatch's runner client on every ``tools/call``.  Needs the optional

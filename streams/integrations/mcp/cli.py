@@ -253,7 +253,7 @@ def _freeze_startup_objects() -> None:
     """Keep what start-up made (the SDK's, pydantic's and aiokafka's modules and classes, about
     90,000 objects) out of every later garbage collection: they live as long as the process,
     and a full collection that walks them takes about 50 ms, stalling every call in flight
-    (docs/benchmarks.md, issue 27)."""
+    (docs/benchmarks.md)."""
     gc.collect()
     gc.freeze()
 

@@ -18,7 +18,7 @@ relay reads what it must and no more:
 
 Why not the SDK's server and client back to back (``gateway.py``, still used for HTTP, several
 upstreams or prefixes): each SDK hop validates and re-serialises every message, about 1 ms at
-p50 on this project's machines, which is the whole per-call budget issue 27 gives the gateway
+p50 on this project's machines, which is the whole per-call budget this gives the gateway
 (docs/benchmarks.md).  What the relay does not parse it cannot change either.
 """
 

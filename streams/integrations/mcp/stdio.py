@@ -3,7 +3,7 @@ writes itself, for the relay (``relay.py``) as they are, for the SDK's ``stdio_s
 
 ``stdio_server()`` without arguments reads stdin and writes stdout through worker threads
 (``anyio.wrap_file``): two thread hand-offs per message, the larger part of what the gateway
-added to a call in ``make bench-gateway`` (docs/benchmarks.md, issue 27).  It takes any
+added to a call in ``make bench-gateway`` (docs/benchmarks.md).  It takes any
 async line source and writer instead, so it gets asyncio's own pipe transports here; a stdin
 the event loop cannot poll (a regular file) falls back to the SDK's threads.
 """
