@@ -163,6 +163,9 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
             check=lambda engine: _scope_change(scope, engine),
         )
     keys = None if settings.signing_keys is None else KeyringWatcher(settings.signing_keys, use_keyring)
+    keyring = (
+        None if keys is None else keys.load_initial()
+    )  # a bad key file stops the start before the config is announced
     engine = config.load_initial()
     engine.fleet = view
     topology = engine.config.topology()
@@ -171,7 +174,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
         engine,
         metrics,
         clock_skew_s=settings.clock_skew_s,
-        keyring=None if keys is None else keys.load_initial(),
+        keyring=keyring,
     )
     processor.use_config(processor.engine, config.sha256)
     if candidate is not None:
