@@ -21,8 +21,12 @@ import msgspec
 from schemas.keys import JS_WHITESPACE  # the one definition of ECMAScript trim()'s whitespace
 
 __all__ = [
+    "JSON_DEPTH_LIMIT",
     "UNDEFINED",
+    "TooDeep",
+    "check_depth",
     "digest",
+    "exceeds_depth",
     "js_number",
     "js_trim",
     "sha256_hex",
@@ -44,6 +48,51 @@ class _Undefined:
 
 
 UNDEFINED = _Undefined()
+
+
+JSON_DEPTH_LIMIT = 128
+"""The deepest nesting of lists and objects loopwatch reads or hashes: a JSON-RPC message, a
+tool's arguments or result, a transcript record.  128 is serde_json's default recursion limit
+(what a Rust MCP server refuses beyond); msgspec and Python's ``json`` stop only at the
+interpreter's recursion limit (about 1,000) with a ``RecursionError``, which must not reach a
+caller that serves other requests.  A scalar has depth 0, ``[]`` depth 1."""
+
+
+class TooDeep(ValueError):
+    """A value nested deeper than ``JSON_DEPTH_LIMIT`` (a ``ValueError``: bad input)."""
+
+    def __init__(self, limit: int = JSON_DEPTH_LIMIT) -> None:
+        super().__init__(f"nested deeper than {limit} levels of lists and objects")
+        self.limit = limit
+
+
+def exceeds_depth(value: object, limit: int = JSON_DEPTH_LIMIT) -> bool:
+    """Whether ``value`` (decoded JSON: dicts, lists, tuples, scalars) nests deeper than
+    ``limit``, found without recursion and without walking past ``limit``."""
+    stack: list[tuple[object, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            children = item.values()
+        elif kind is list or kind is tuple:
+            children = item
+        else:
+            continue
+        depth += 1
+        if depth > limit:
+            return True
+        stack.extend((child, depth) for child in children if type(child) in _CONTAINERS)
+    return False
+
+
+_CONTAINERS = (dict, list, tuple)
+
+
+def check_depth(value: object, limit: int = JSON_DEPTH_LIMIT) -> None:
+    """``TooDeep`` when ``value`` nests deeper than ``limit``."""
+    if exceeds_depth(value, limit):
+        raise TooDeep(limit)
 
 
 def js_trim(text: str) -> str:
@@ -151,6 +200,7 @@ def _normalized_keys(obj: dict, normalize: Callable[[str], str]) -> list[tuple[s
 
 
 def _write(value: object, out: list[str], ancestors: list[int], normalize: Callable[[str], str] | None = None) -> None:
+    # ``ancestors`` is the path of containers from the top: its length is the depth.
     if value is None:
         out.append("null")
     elif value is True:
@@ -179,6 +229,8 @@ def _write(value: object, out: list[str], ancestors: list[int], normalize: Calla
         if id(value) in ancestors:
             out.append('"[Circular]"')
             return
+        if len(ancestors) >= JSON_DEPTH_LIMIT:
+            raise TooDeep
         ancestors.append(id(value))
         out.append("{")
         first = True
@@ -199,6 +251,8 @@ def _write(value: object, out: list[str], ancestors: list[int], normalize: Calla
         if id(value) in ancestors:
             out.append('"[Circular]"')
             return
+        if len(ancestors) >= JSON_DEPTH_LIMIT:
+            raise TooDeep
         ancestors.append(id(value))
         out.append("[")
         for i, item in enumerate(value):
@@ -258,6 +312,7 @@ def stable_stringify(value: object, normalize: Callable[[str], str] | None = Non
 
     ``normalize`` (profile latest, openclaw-latest.md §4.1) is applied to every string value
     and every object key before it is quoted; keys are then ordered by their normalised form.
+    ``TooDeep`` when ``value`` nests deeper than ``JSON_DEPTH_LIMIT``.
     """
     # Fast path for the most common leaf types.
     if isinstance(value, str):

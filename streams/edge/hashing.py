@@ -22,7 +22,17 @@ import msgspec
 from schemas.events import OutcomeKind
 from schemas.keys import JS_WHITESPACE
 
-from .canonical import UNDEFINED, digest, js_number, js_trim, sha256_hex, stable_bytes, stable_stringify
+from .canonical import (
+    JSON_DEPTH_LIMIT,
+    UNDEFINED,
+    TooDeep,
+    digest,
+    js_number,
+    js_trim,
+    sha256_hex,
+    stable_bytes,
+    stable_stringify,
+)
 
 __all__ = [
     "Outcome",
@@ -94,9 +104,10 @@ def args_hash(tool_name: str, args: Any) -> str:
     return f"{tool_name}:{digest(args)}"
 
 
-def js_json_stringify(value: Any) -> str:
+def js_json_stringify(value: Any, _depth: int = 0) -> str:
     """JavaScript's ``JSON.stringify`` of a JSON value: keys in their order (not sorted, unlike
-    ``stable_stringify``), JavaScript's number forms, non-finite numbers as null."""
+    ``stable_stringify``), JavaScript's number forms, non-finite numbers as null.  ``TooDeep``
+    when it nests deeper than ``JSON_DEPTH_LIMIT``."""
     if value is None:
         return "null"
     if value is True:
@@ -107,6 +118,10 @@ def js_json_stringify(value: Any) -> str:
         return json.dumps(value, ensure_ascii=False)
     if isinstance(value, (int, float)):
         return js_number(value) if math.isfinite(value) else "null"
+    if isinstance(value, (dict, list, tuple)):
+        if _depth >= JSON_DEPTH_LIMIT:
+            raise TooDeep
+        _depth += 1
     if isinstance(value, dict):
         # A JavaScript object lists its integer-like keys first, in ascending order, then the
         # others in insertion order.
@@ -115,10 +130,12 @@ def js_json_stringify(value: Any) -> str:
         ordered = indices + [k for k in keys if not _is_array_index(k)] if indices else keys
         items = {str(k): v for k, v in value.items()}
         return (
-            "{" + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{js_json_stringify(items[k])}" for k in ordered) + "}"
+            "{"
+            + ",".join(f"{json.dumps(k, ensure_ascii=False)}:{js_json_stringify(items[k], _depth)}" for k in ordered)
+            + "}"
         )
     if isinstance(value, (list, tuple)):
-        return "[" + ",".join(js_json_stringify(v) for v in value) + "]"
+        return "[" + ",".join(js_json_stringify(v, _depth) for v in value) + "]"
     raise TypeError(f"not a JSON value: {type(value).__name__}")
 
 
@@ -203,15 +220,18 @@ def _is_message_delivery_object(obj: dict) -> bool:
     )
 
 
-def strip_volatile_send_ids(value: Any) -> Any:
-    """Drop per-send volatile ids and timestamps, at any depth (spec §5.2)."""
-    if isinstance(value, list):
-        return [strip_volatile_send_ids(item) for item in value]
-    if not isinstance(value, dict):
+def strip_volatile_send_ids(value: Any, _depth: int = 0) -> Any:
+    """Drop per-send volatile ids and timestamps, at any depth (spec §5.2); ``TooDeep`` deeper
+    than ``JSON_DEPTH_LIMIT``."""
+    if not isinstance(value, (list, dict)):
         return value
+    if _depth >= JSON_DEPTH_LIMIT:
+        raise TooDeep
+    if isinstance(value, list):
+        return [strip_volatile_send_ids(item, _depth + 1) for item in value]
     drop_id = _is_message_delivery_object(value)
     return {
-        key: strip_volatile_send_ids(nested)
+        key: strip_volatile_send_ids(nested, _depth + 1)
         for key, nested in value.items()
         if key not in _VOLATILE_SEND_KEYS and not (drop_id and key == "id")
     }

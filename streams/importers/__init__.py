@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from schemas.events import encode_event_lines
+from streams.edge.canonical import TooDeep
 
 from . import claude_code, codex, mini_swe_agent, openai_chat, openhands, swe_agent
 from .model import ImportFailed, Run, label_reason, run_events
@@ -173,7 +174,10 @@ def _import_files(
                 summary.calls += run.calls
                 summary.compactions += len(run.items) - run.calls
                 summary.ends[run.end] += 1
-                events = list(run_events(run, agent_id=agent_id))
+                try:
+                    events = list(run_events(run, agent_id=agent_id))
+                except TooDeep as exc:  # a value the file holds within the bound, hashed inside a wrapper
+                    raise ImportFailed(f"{path}: run {run.run_id}: {exc}") from None
                 summary.events += len(events)
                 write(encode_event_lines(events))
                 if progress is not None:

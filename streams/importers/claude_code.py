@@ -24,7 +24,8 @@ _TYPES = {"user", "assistant", "system", "summary", "queue-operation", "file-his
 def detect(first: Any) -> bool:
     return (
         isinstance(first, dict)
-        and first.get("type") in _TYPES
+        and isinstance(first.get("type"), str)
+        and first["type"] in _TYPES
         and any(k in first for k in ("sessionId", "uuid", "leafUuid", "messageId"))
     )
 

@@ -16,10 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
-
 from .mini_swe_agent import _stem
 from .model import Call, Compaction, ImportFailed, Run, iso_ms, text_of
+from .reader import decode_embedded
 
 NAME = "codex"
 KIND = "lines"
@@ -31,17 +30,14 @@ _OUTPUTS = {"function_call_output", "custom_tool_call_output"}
 def detect(first: Any) -> bool:
     if not isinstance(first, dict):
         return False
-    if first.get("type") in _LINE_TYPES and isinstance(first.get("payload"), dict):
+    if isinstance(first.get("type"), str) and first["type"] in _LINE_TYPES and isinstance(first.get("payload"), dict):
         return True
     return "instructions" in first and "id" in first and "timestamp" in first and "type" not in first
 
 
-def _decoded(value: Any) -> Any:
+def _decoded(value: Any, where: str) -> Any:
     if isinstance(value, str) and value[:1] in "{[":
-        try:
-            return msgspec.json.decode(value)
-        except msgspec.DecodeError:
-            return value
+        return decode_embedded(value, where)
     return value
 
 
@@ -77,13 +73,16 @@ def runs(lines: Iterator[tuple[int, Any]], name: str) -> Iterator[Run]:
             continue
         if kind != "response_item":
             continue
-        what = item.get("type")
+        what = item.get("type") if isinstance(item.get("type"), str) else None
         if what in _CALLS:
             if what == "local_shell_call":
                 tool, args = "local_shell", item.get("action")
             else:
                 tool = str(item.get("name") or "unknown")
-                args = _decoded(item.get("arguments") if what == "function_call" else item.get("input"))
+                args = _decoded(
+                    item.get("arguments") if what == "function_call" else item.get("input"),
+                    f"{name}: line {number}: the call's arguments",
+                )
             call_id = item.get("call_id") or item.get("id")
             call = Call(tool, args, None, False, ts, call_id)
             run.items.append(call)
@@ -92,7 +91,7 @@ def runs(lines: Iterator[tuple[int, Any]], name: str) -> Iterator[Run]:
         elif what in _OUTPUTS:
             call = pending.pop(item.get("call_id"), None)
             if call is not None:
-                output = _decoded(item.get("output"))
+                output = _decoded(item.get("output"), f"{name}: line {number}: the call's output")
                 call.error = _error(output)
                 call.result = (
                     text_of(output.get("content")) if isinstance(output, dict) and "content" in output else output

@@ -13,10 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import msgspec
-
 from .mini_swe_agent import _stem
 from .model import ENDED, Call, ImportFailed, Run, label_reason, text_of
+from .reader import decode_embedded
 
 NAME = "openai-chat"
 KIND = "document"
@@ -41,16 +40,16 @@ def runs(doc: Any, name: str) -> Iterator[Run]:
         raise ImportFailed(f"{name} is not an {NAME} file: expected runs with traj[]/messages[], or messages")
     stem = _stem(name)
     if isinstance(doc, dict):
-        yield _run(doc, stem)
+        yield _run(doc, stem, name)
     elif _is_messages(doc) and not _is_run(doc[0]):
-        yield _run({"messages": doc}, stem)
+        yield _run({"messages": doc}, stem, name)
     else:
         for i, entry in enumerate(doc):
             if _is_run(entry):
-                yield _run(entry, f"{stem}#{i}")
+                yield _run(entry, f"{stem}#{i}", name)
 
 
-def _run(entry: dict, fallback: str) -> Run:
+def _run(entry: dict, fallback: str, name: str) -> Run:
     messages = entry.get("traj") if _is_messages(entry.get("traj")) else entry.get("messages")
     if "task_id" in entry:
         run_id = f"task-{entry['task_id']}" + (f"-trial-{entry['trial']}" if "trial" in entry else "")
@@ -70,10 +69,7 @@ def _run(entry: dict, fallback: str) -> Run:
                 continue
             args = function.get("arguments")
             if isinstance(args, str):
-                try:
-                    args = msgspec.json.decode(args)
-                except msgspec.DecodeError:
-                    pass
+                args = decode_embedded(args, f"{name}: run {run_id}: the arguments of call {call.get('id')!r}")
             reply = results.get(call.get("id"))
             result = None if reply is None else text_of(reply.get("content"))
             error = isinstance(result, str) and result.startswith("Error")

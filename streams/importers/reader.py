@@ -14,11 +14,20 @@ from typing import IO, Any
 
 import msgspec
 
+from streams.edge.canonical import JSON_DEPTH_LIMIT, exceeds_depth
 from streams.offline.files import decompressed
 
 from .model import ImportFailed
 
-__all__ = ["MAX_DOCUMENT_BYTES", "MAX_LINE_BYTES", "MAX_RUN_LINE_BYTES", "Opened", "decode", "open_source"]
+__all__ = [
+    "MAX_DOCUMENT_BYTES",
+    "MAX_LINE_BYTES",
+    "MAX_RUN_LINE_BYTES",
+    "Opened",
+    "decode",
+    "decode_embedded",
+    "open_source",
+]
 
 MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 """A JSON document (a ``.traj``, a tau-bench results file): the largest read whole."""
@@ -34,13 +43,44 @@ _CHUNK = 1 << 20
 _decoder = msgspec.json.Decoder()
 
 
+_TOO_DEEP = f"JSON nested deeper than {JSON_DEPTH_LIMIT} levels of lists and objects (loopwatch's bound)"
+
+
+def _too_deep(data: bytes | str, value: Any) -> bool:
+    """``value`` (decoded from ``data``) nests deeper than ``JSON_DEPTH_LIMIT``.  As many brackets
+    as the limit cannot nest deeper than it: most lines need no walk."""
+    return data.count(b"[" if isinstance(data, bytes) else "[") + data.count(
+        b"{" if isinstance(data, bytes) else "{"
+    ) > JSON_DEPTH_LIMIT and exceeds_depth(value)
+
+
 def decode(data: bytes, where: str) -> Any:
+    """A whole JSON document; ``ImportFailed`` when it is not JSON or nests deeper than
+    ``JSON_DEPTH_LIMIT`` (msgspec stops a far deeper one with a ``RecursionError`` itself)."""
     try:
-        return _decoder.decode(data)
+        value = _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise ImportFailed(f"{where} is not valid JSON ({exc}): a truncated or corrupt file?") from None
     except RecursionError:
-        raise ImportFailed(f"{where}: JSON nested too deeply") from None
+        raise ImportFailed(f"{where}: {_TOO_DEEP}") from None
+    if _too_deep(data, value):
+        raise ImportFailed(f"{where}: {_TOO_DEEP}")
+    return value
+
+
+def decode_embedded(text: str, where: str) -> Any:
+    """A JSON value held in a string of the transcript (a call's ``arguments``): decoded, or
+    ``text`` itself when it is not JSON; ``ImportFailed`` when it nests deeper than
+    ``JSON_DEPTH_LIMIT``."""
+    try:
+        value = _decoder.decode(text)
+    except msgspec.DecodeError:
+        return text
+    except RecursionError:
+        raise ImportFailed(f"{where}: {_TOO_DEEP}") from None
+    if _too_deep(text, value):
+        raise ImportFailed(f"{where}: {_TOO_DEEP}")
+    return value
 
 
 class Opened:
@@ -73,6 +113,8 @@ class Opened:
                 self.first = _decoder.decode(head)
             except (msgspec.DecodeError, RecursionError):
                 self.first = None
+            if self.first is not None and _too_deep(head, self.first):
+                self.first = None  # refused when it is read as a line or a document
             if self.first is not None:
                 nxt = self._readline(1)
                 self.single_line = nxt is None
@@ -111,7 +153,33 @@ class Opened:
             raise ImportFailed(f"cannot read {self.name}: {exc} (a truncated gzip file?)") from None
         if len(data) > MAX_DOCUMENT_BYTES:
             raise ImportFailed(f"{self.name} is larger than {MAX_DOCUMENT_BYTES >> 20} MiB: split it first")
-        return decode(data, self.name)
+        try:
+            return decode(data, self.name)
+        except ImportFailed:
+            problem = self._first_line_problem()
+            if problem is None:
+                raise
+        raise ImportFailed(f"{self.name}: line 1: {problem}")
+
+    def _first_line_problem(self) -> str | None:
+        """For a file that is no JSON document but has more than one line: what is wrong with
+        its first line when that line is JSON, but no object ("expected a JSON object, got an
+        array") or too deep (JSONL of the wrong records, to be named as such), else None."""
+        self._rewind()
+        head = self._readline(MAX_RUN_LINE_BYTES + 1)
+        while head is not None and not head.strip():
+            head = self._readline(MAX_RUN_LINE_BYTES + 1)
+        if head is None or len(head) > MAX_RUN_LINE_BYTES or self._readline(1) is None:
+            return None
+        try:
+            first = _decoder.decode(head)
+        except msgspec.DecodeError:
+            return None
+        except RecursionError:
+            return _TOO_DEEP
+        if _too_deep(head, first):
+            return _TOO_DEEP
+        return None if isinstance(first, dict) else f"expected a JSON object, got {_kind(first)}"
 
     def lines(self, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
         """``(line number, decoded object)`` per non-empty line; a line over ``limit`` bytes is
@@ -134,13 +202,33 @@ class Opened:
                 continue
             try:
                 value = _decoder.decode(line)
-            except (msgspec.DecodeError, RecursionError) as exc:
+            except msgspec.DecodeError as exc:
                 cut = not line.endswith(b"\n")
                 raise ImportFailed(
                     f"{self.name}: line {number} is not valid JSON"
                     + (" (the file ends mid-line: truncated?)" if cut else f" ({exc})")
                 ) from None
+            except RecursionError:
+                raise ImportFailed(f"{self.name}: line {number}: {_TOO_DEEP}") from None
+            if _too_deep(line, value):
+                raise ImportFailed(f"{self.name}: line {number}: {_TOO_DEEP}")
             yield number, value
+
+
+_NOT_JSON = object()
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's type as a sentence names it."""
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, str):
+        return "a string"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return "a number"
 
 
 def _size(n: int) -> str:

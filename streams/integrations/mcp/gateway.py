@@ -41,6 +41,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 
 from streams.client import LoopwatchClient
+from streams.edge.canonical import JSON_DEPTH_LIMIT, TooDeep, exceeds_depth
 from streams.edge.hashing import ThrownError, unknown_tool_name
 
 from .options import GatewayOptions
@@ -326,6 +327,8 @@ class Gateway:
 
     async def _call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> Any:
         name, args = params.name, params.arguments if params.arguments is not None else {}
+        if exceeds_depth(args, JSON_DEPTH_LIMIT - 2):  # within params within the message: the relay's bound
+            raise MCPError(types.INVALID_REQUEST, f"refused by loopwatch: {TooDeep()}")
         run = self._run_for(ctx, params)
         pending = self._pending.pop(params.request_state, None) if params.request_state else None
         notice = None
@@ -398,7 +401,11 @@ class Gateway:
             return result  # the agent answers the input requests and retries: passed on unchanged
         if not isinstance(result, types.CallToolResult):
             return result  # a shape a client extension claimed: not a tool result to hash
-        run.complete(name, args, call_id, **edge_outcome(result))
+        try:
+            outcome = edge_outcome(result)
+        except TooDeep as exc:
+            return await self._failed(run, name, args, call_id, upstream, f"malformed answer: {exc}")
+        run.complete(name, args, call_id, **outcome)
         notices = run.notices(notice)
         if not notices:
             return result

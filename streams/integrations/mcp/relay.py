@@ -28,6 +28,7 @@ import asyncio
 import itertools
 import logging
 import os
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,7 @@ import msgspec
 from pydantic import ValidationError
 
 from streams.client import LoopwatchClient
+from streams.edge.canonical import JSON_DEPTH_LIMIT, TooDeep, exceeds_depth
 from streams.edge.hashing import ThrownError, unknown_tool_name
 
 from .gateway import RUN_ID_META, GatewayOptions, agent_name, identity, upstream_failed
@@ -269,15 +271,29 @@ class Relay:
     # -- the agent's messages -----------------------------------------------------------------------
 
     async def _from_agent(self, line: bytes) -> None:
-        try:
-            message = _decode(line)
-        except msgspec.DecodeError:
-            message = None  # not JSON: the upstream answers it as it would
+        message, fault = _read(line)  # not JSON (None): the upstream answers it as it would
+        if fault == "deep":
+            self._refuse_deep(line)
+            return
         if isinstance(message, list):  # a JSON-RPC batch (2025-03-26): each message on its own
             for item in message:
                 await self._agent_message(item, _encode(item))
         else:
             await self._agent_message(message, line)
+
+    def _refuse_deep(self, line: bytes) -> None:
+        """A message of the agent nested deeper than ``JSON_DEPTH_LIMIT``: never forwarded (the
+        upstream might not survive it either); each request in it gets a JSON-RPC error."""
+        envelope = _envelope(line)
+        answered = False
+        for item in envelope if isinstance(envelope, list) else [envelope]:
+            request_id = item.get("id") if isinstance(item, dict) and isinstance(item.get("method"), str) else None
+            if _key(request_id) is not None:
+                error = {"code": types.INVALID_REQUEST, "message": f"refused by loopwatch: {TooDeep()}"}
+                self._write_agent({"jsonrpc": "2.0", "id": request_id, "error": error})
+                answered = True
+        if not answered:
+            log.warning("a message of the agent nested deeper than %d levels was dropped", JSON_DEPTH_LIMIT)
 
     async def _agent_message(self, message: Any, line: bytes) -> None:
         if not isinstance(message, dict):
@@ -385,9 +401,11 @@ class Relay:
     # -- the upstream's messages --------------------------------------------------------------------
 
     async def _from_upstream(self, line: bytes) -> None:
-        try:
-            message = _decode(line)
-        except msgspec.DecodeError:
+        message, fault = _read(line)
+        if fault == "deep":
+            self._deep_answer(line)
+            return
+        if fault == "not JSON":
             log.warning("upstream %s: a line that is not JSON was dropped: %.120r", self.spec.name, line)
             return
         if isinstance(message, dict) and "method" not in message and "id" in message:  # an answer
@@ -403,6 +421,24 @@ class Relay:
             if request is not None and request[0] == "tools/list":
                 self._listed(message, continued=request[1])
         await self._pass_on(line)
+
+    def _deep_answer(self, line: bytes) -> None:
+        """A message of the upstream nested deeper than ``JSON_DEPTH_LIMIT``: the request it
+        answers fails (a tool call with the gateway's error result), nothing else does."""
+        envelope = _envelope(line)
+        key = _key(envelope.get("id")) if isinstance(envelope, dict) and "method" not in envelope else None
+        reason = f"malformed answer: {TooDeep()}"
+        call = self._calls.pop(key, None) if key is not None else None
+        if call is not None:
+            if call.timer is not None:
+                call.timer.cancel()
+            self._failed(envelope["id"], call, upstream_failed(self.spec.name, reason))
+            return
+        if key is not None and self._requests.pop(key, None) is not None:
+            error = {"code": types.INTERNAL_ERROR, "message": upstream_failed(self.spec.name, reason)}
+            self._write_agent({"jsonrpc": "2.0", "id": envelope["id"], "error": error})
+            return
+        log.warning("upstream %s: a message nested deeper than %d levels was dropped", self.spec.name, JSON_DEPTH_LIMIT)
 
     async def _pass_on(self, line: bytes) -> None:
         self._agent_out.write(line)
@@ -479,6 +515,57 @@ class Relay:
         out = self._agent_out
         if out is not None and not out.is_closing():
             out.write(_encode(message) + b"\n")
+
+
+def _read(line: bytes) -> tuple[Any, str | None]:
+    """``(message, fault)`` of one line; with a fault (``"not JSON"``, ``"deep"``: nested deeper
+    than ``JSON_DEPTH_LIMIT``) the message is None.  msgspec's own guard stops a line deeper than
+    the interpreter's recursion limit with a ``RecursionError`` before the stack runs out; a
+    shallower one too deep is walked."""
+    try:
+        message = _decode(line)
+    except msgspec.DecodeError:
+        return None, "not JSON"
+    except RecursionError:
+        return None, "deep"
+    # As many brackets as the limit cannot nest deeper than it: most lines need no walk.
+    if line.count(b"[") + line.count(b"{") > JSON_DEPTH_LIMIT and exceeds_depth(message):
+        return None, "deep"
+    return message, None
+
+
+_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[{]+|[\]}]+', re.DOTALL)
+"""A string, a run of opening brackets or a run of closing ones (a run is one token, so the
+deepest line costs no more than its changes of direction)."""
+
+
+def _envelope(line: bytes, keep: int = 2) -> Any:
+    """A too-deep message with every list and object below depth ``keep`` replaced by null:
+    its ``id`` and ``method`` (a batch's, its items'), or None when it is not JSON at all."""
+    parts: list[bytes] = []
+    depth, start, cutting = 0, 0, False
+    for match in _TOKENS.finditer(line):
+        token = match.group()
+        if token[0] == 0x22:  # a string: its brackets are text
+            continue
+        if token[0] in b"[{":
+            if not cutting and depth + len(token) > keep:
+                parts.append(line[start : match.start() + keep - depth])
+                cutting = True
+            depth += len(token)
+        else:
+            if cutting and depth - len(token) <= keep:
+                parts.append(b"null")
+                start = match.start() + depth - keep
+                cutting = False
+            depth -= len(token)
+    if cutting:
+        return None
+    parts.append(line[start:])
+    try:
+        return _decode(b"".join(parts))
+    except (msgspec.DecodeError, RecursionError):
+        return None
 
 
 def _error_result(message: str, modern: bool) -> dict:

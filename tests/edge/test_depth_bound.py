@@ -1,0 +1,114 @@
+"""The nesting bound of the canonical form and the edge hashing: a value nested deeper than
+``JSON_DEPTH_LIMIT`` (128, serde_json's default) is refused with ``TooDeep`` (a ``ValueError``),
+however deep it is, never with a ``RecursionError``; one at the bound is serialised.
+
+Expected serialisations are written by hand: ``[[...[0]...]]`` is its brackets around ``0``."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from streams.edge.canonical import (
+    JSON_DEPTH_LIMIT,
+    TooDeep,
+    check_depth,
+    digest,
+    exceeds_depth,
+    stable_bytes,
+    stable_stringify,
+)
+from streams.edge.hashing import args_hash, gemini_call_key, hash_outcome, js_json_stringify, strip_volatile_send_ids
+
+
+def nest(shape: list[bool], leaf: object = 0) -> object:
+    """``leaf`` inside one container per entry of ``shape`` (True: a dict under key "k", False:
+    a list), the first entry outermost; built without recursion."""
+    value = leaf
+    for is_dict in reversed(shape):
+        value = {"k": value} if is_dict else [value]
+    return value
+
+
+def text_of(shape: list[bool], leaf: str = "0") -> str:
+    opened = "".join('{"k":' if is_dict else "[" for is_dict in shape)
+    closed = "".join("}" if is_dict else "]" for is_dict in reversed(shape))
+    return opened + leaf + closed
+
+
+HASHERS = {
+    "stable_stringify": stable_stringify,
+    "stable_bytes": stable_bytes,
+    "digest": digest,
+    "normalised stable_stringify": lambda v: stable_stringify(v, str.lower),
+    "js_json_stringify": js_json_stringify,
+    "gemini_call_key": lambda v: gemini_call_key("t", v),
+    "args_hash": lambda v: args_hash("t", v),
+    "strip_volatile_send_ids": strip_volatile_send_ids,
+    "hash_outcome of a result": lambda v: hash_outcome("t", {}, result={"details": {"d": v}}),
+    "hash_outcome of a thrown value": lambda v: hash_outcome("t", {}, error=v),
+    "hash_outcome of a send": lambda v: hash_outcome("message", {"action": "send"}, result={"details": {"d": v}}),
+}
+
+shapes = st.lists(st.booleans(), min_size=1, max_size=400)
+
+
+@pytest.mark.parametrize("name", HASHERS)
+def test_a_value_100000_deep_is_refused_with_too_deep(name):
+    value = nest([i % 3 == 0 for i in range(100_000)])
+    with pytest.raises(TooDeep, match="nested deeper than 128 levels"):
+        HASHERS[name](value)
+
+
+@pytest.mark.parametrize("name", HASHERS)
+@settings(max_examples=60, deadline=None)
+@given(shape=shapes)
+@example(shape=[False] * 126)
+@example(shape=[True] * 127)
+@example(shape=[False] * 128)
+@example(shape=[True, False] * 64 + [True])
+def test_mixed_nesting_is_refused_exactly_past_the_bound(name, shape):
+    value = nest(shape)
+    hasher = HASHERS[name]
+    # The hashers that wrap the value add their own levels: a result hashes {"details": {"d": v},
+    # "text": ...}, two more; a send hashes its details {"d": v} alone, one more.
+    wrapped = {"hash_outcome of a result": 2, "hash_outcome of a send": 1}.get(name, 0)
+    if len(shape) + wrapped > JSON_DEPTH_LIMIT:
+        with pytest.raises(TooDeep):
+            hasher(value)
+    else:
+        hasher(value)  # no error at or below the bound
+
+
+@settings(max_examples=100, deadline=None)
+@given(shape=st.lists(st.booleans(), min_size=0, max_size=JSON_DEPTH_LIMIT))
+def test_at_the_bound_the_serialisation_is_the_brackets_around_the_leaf(shape):
+    assert stable_stringify(nest(shape)) == text_of(shape)
+    assert stable_stringify(nest(shape, 0.5)) == text_of(shape, "0.5")  # floats take the slow path
+
+
+@settings(max_examples=200, deadline=None)
+@given(shape=shapes)
+def test_exceeds_depth_counts_containers(shape):
+    assert exceeds_depth(nest(shape)) is (len(shape) > JSON_DEPTH_LIMIT)
+    assert exceeds_depth(nest(shape), len(shape)) is False
+    assert exceeds_depth(nest(shape), len(shape) - 1) is True
+
+
+def test_depth_counts_the_deepest_branch_not_the_first():
+    wide = {"a": 1, "b": [nest([False] * 200)], "c": []}
+    assert exceeds_depth(wide)
+    with pytest.raises(TooDeep):
+        check_depth(wide)
+    check_depth(nest([True] * JSON_DEPTH_LIMIT))
+
+
+def test_a_cycle_within_the_bound_is_still_circular():
+    cycle: list = []
+    cycle.append(cycle)
+    assert stable_stringify(cycle) == '["[Circular]"]'
+
+
+def test_too_deep_is_bad_input():
+    assert issubclass(TooDeep, ValueError)
