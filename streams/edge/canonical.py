@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from json.encoder import encode_basestring as _json_quote
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
+from schemas.errors import LoopwatchError
 from schemas.keys import JS_WHITESPACE  # the one definition of ECMAScript trim()'s whitespace
 
 __all__ = [
@@ -58,7 +59,7 @@ interpreter's recursion limit (about 1,000) with a ``RecursionError``, which mus
 caller that serves other requests.  A scalar has depth 0, ``[]`` depth 1."""
 
 
-class TooDeep(ValueError):
+class TooDeep(LoopwatchError, ValueError):
     """A value nested deeper than ``JSON_DEPTH_LIMIT`` (a ``ValueError``: bad input)."""
 
     def __init__(self, limit: int = JSON_DEPTH_LIMIT) -> None:
@@ -73,10 +74,11 @@ def exceeds_depth(value: object, limit: int = JSON_DEPTH_LIMIT) -> bool:
     while stack:
         item, depth = stack.pop()
         kind = type(item)
+        children: Iterable[object]
         if kind is dict:
-            children = item.values()
+            children = cast("dict[str, object]", item).values()
         elif kind is list or kind is tuple:
-            children = item
+            children = cast("list[object]", item)
         else:
             continue
         depth += 1

@@ -35,14 +35,14 @@ def default_socket() -> str:
     return os.path.join(base, f"loopwatch-hook-{os.getuid()}.sock")
 
 
-class UsageError(Exception):
-    pass
+def parse(argv: list[str]) -> tuple[str, str, float, bool] | str:
+    """``(cli, socket path, timeout, fail closed)``, or what is wrong with ``argv`` in one line.
 
-
-def parse(argv: list[str]) -> tuple[str, str, float, bool]:
-    """``(cli, socket path, timeout, fail closed)``; argparse is left out to start faster."""
+    argparse is left out to start faster; a problem is returned rather than raised so that this
+    module defines no exception class (those derive from ``LoopwatchError``, whose import would
+    pull in msgspec and cost the hook ~100 ms on every call)."""
     if not argv or argv[0] not in CLIS:
-        raise UsageError(f"the CLI is one of: {', '.join(CLIS)}")
+        return f"the CLI is one of: {', '.join(CLIS)}"
     path, timeout, closed = default_socket(), DEFAULT_TIMEOUT_S, False
     rest = argv[1:]
     while rest:
@@ -57,11 +57,11 @@ def parse(argv: list[str]) -> tuple[str, str, float, bool]:
                 try:
                     timeout = float(value)
                 except ValueError:
-                    raise UsageError(f"--timeout takes seconds, not {value!r}") from None
+                    return f"--timeout takes seconds, not {value!r}"
                 if not 0 < timeout <= 600:
-                    raise UsageError("--timeout is between 0 and 600 seconds")
+                    return "--timeout is between 0 and 600 seconds"
         else:
-            raise UsageError(f"unknown or incomplete option {flag!r}")
+            return f"unknown or incomplete option {flag!r}"
     return argv[0], path, timeout, closed
 
 
@@ -103,11 +103,11 @@ def unavailable_output(cli: str, payload: dict, reason: str) -> dict | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    try:
-        cli, path, timeout, closed = parse(list(argv))
-    except UsageError as exc:
-        print(f"loopwatch hook: {exc} ({USAGE})", file=sys.stderr)
+    parsed = parse(list(argv))
+    if isinstance(parsed, str):
+        print(f"loopwatch hook: {parsed} ({USAGE})", file=sys.stderr)
         return 2
+    cli, path, timeout, closed = parsed
     raw = sys.stdin.buffer.read(MAX_LINE + 1)
     try:
         if len(raw) > MAX_LINE:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from schemas.errors import LoopwatchError
 from schemas.verdicts import Decision
 from streams.client import LoopBlocked, LoopwatchClient, NoDecisionError, RunAbortedError, RunHandle
 
@@ -29,7 +30,7 @@ MAX_SESSIONS = 10_000
 _ABORT_DETECTORS = frozenset({"compaction_loop_persisted", "critical_block_limit"})
 
 
-class PayloadError(ValueError):
+class PayloadError(LoopwatchError, ValueError):
     """A hook payload loopwatch cannot read: one line for the per-call command's stderr."""
 
 

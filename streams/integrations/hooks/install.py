@@ -12,6 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from schemas.errors import LoopwatchError
+
 DEFAULT_COMMAND = "loopwatch hook claude-code"
 MARKER = "hook claude-code"
 HOOK_TIMEOUT_S = 10
@@ -20,7 +22,7 @@ EVENTS = ("PreToolUse", "PostToolUse", "SessionEnd")
 TOOL_EVENTS = ("PreToolUse", "PostToolUse")
 
 
-class InstallError(Exception):
+class InstallError(LoopwatchError):
     """A settings file that cannot be updated: one line."""
 
 
