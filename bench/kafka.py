@@ -33,7 +33,7 @@ Four measurements, in one run, on the local broker (``scripts/kafka.sh``):
     session as runners do for session scope, and the options once more on the same events
     keyed by run (each record forwarded to the repartition topic first); the ratios to the
     default of each round and their medians.
-(d) peers (``bench.peers``), right after (b) and like it: the same events preloaded
+(d) peers (``bench.rivals``), right after (b) and like it: the same events preloaded
     into a fresh topic, drained by the same engine as a user would run it with another
     Python stream processor, each in its own subprocess, timed from its first processed
     record to its last: (d1) a Quix Streams ``Application`` with a keyed stateful function
@@ -67,8 +67,8 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from bench.peers import PEERS
-from bench.peers.runner import PeerFailed, measure_peer
+from bench.rivals import RIVALS
+from bench.rivals.runner import RivalFailed, measure_rival
 from harness import (
     REPO,
     WorkerNames,
@@ -456,7 +456,7 @@ def stop_profiler(profiler: subprocess.Popen) -> None:
 async def peer_throughput(
     broker: str, name: str, records: list[tuple[bytes, bytes]], expected: list, tmp: Path, *, used: list[str]
 ) -> dict:
-    """Peer ``name`` (``bench.peers.PEERS``) on a fresh topic holding ``records``;
+    """Peer ``name`` (``bench.rivals.RIVALS``) on a fresh topic holding ``records``;
     ``expected``: the engine's verdicts for them (``reference_verdicts``)."""
     names = WorkerNames(prefix="lwbench")
     used.append(names.app_id)  # Faust's changelog: <app id>-runs-changelog
@@ -465,7 +465,7 @@ async def peer_throughput(
     await preload(broker, names.tool_calls, records)
     config = tmp / "loop-detection.json"
     write_config(config, CONFIG)
-    return await measure_peer(
+    return await measure_rival(
         name,
         broker,
         source=names.tool_calls,
@@ -693,7 +693,7 @@ def target_verdicts(results: dict) -> list[str]:
     for name, d in results.get("peers", {}).items():
         if b:
             ratio = b["rate"] / d["rate"]
-            lines.append(f"loopwatch ahead of {PEERS[name].label}: {_verdict(ratio > 1)} ({ratio:.2f}×)")
+            lines.append(f"loopwatch ahead of {RIVALS[name].label}: {_verdict(ratio > 1)} ({ratio:.2f}×)")
     if "options_ratio" in results:
         ratio = results["options_ratio"]
         lines.append(
@@ -933,8 +933,8 @@ async def run(args: argparse.Namespace) -> int:
                 )
         if args.peer:
             expected = reference_verdicts(events, CONFIG)
-            for name in sorted(set(args.peer), key=list(PEERS).index):
-                peer = PEERS[name]
+            for name in sorted(set(args.peer), key=list(RIVALS).index):
+                peer = RIVALS[name]
                 d = await peer_throughput(broker, name, records, expected, tmp, used=used)
                 d["version"] = version(peer.distribution)
                 results.setdefault("peers", {})[name] = d
@@ -1050,7 +1050,7 @@ async def run(args: argparse.Namespace) -> int:
             f"events/s ({plain['cpu_us']:.0f} / {cand['cpu_us']:.0f} µs CPU/event); ratio {cand['rate'] / plain['rate']:.2f} |"
         )
     for name, d in results.get("peers", {}).items():
-        peer = PEERS[name]
+        peer = RIVALS[name]
         print(
             f"| ({peer.tag}) {peer.label} {d['version']} peer ({peer.shape}), same workload and engine | "
             f"{d['rate']:,.0f} events/s processed ({d['cpu_us']:.0f} µs CPU/event); {d['durable_rate']:,.0f} events/s "
@@ -1182,7 +1182,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--peer",
         action="append",
-        choices=sorted(PEERS),
+        choices=sorted(RIVALS),
         help="run only this peer of (d) (repeat for several; default: all of them)",
     )
     p.add_argument(
@@ -1197,10 +1197,10 @@ def main(argv: list[str] | None = None) -> int:
         "then by run), in turn, N times each",
     )
     args = p.parse_args(argv)
-    args.peer = [] if args.skip_peers else (args.peer or list(PEERS))
+    args.peer = [] if args.skip_peers else (args.peer or list(RIVALS))
     try:
         return asyncio.run(run(args))
-    except (BenchFailed, PeerFailed) as exc:
+    except (BenchFailed, RivalFailed) as exc:
         print(f"bench: {exc}", file=sys.stderr)
         return 1
 

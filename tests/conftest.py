@@ -6,6 +6,12 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# The machines are shared and noisy (and the suite runs beside a broker and workers): a
+# per-example deadline measures the neighbours, not the code, so no hypothesis test has one.
+settings.register_profile("loopwatch", deadline=None)
+settings.load_profile("loopwatch")
 
 REPO = Path(__file__).resolve().parents[1]
 CONFORMANCE = REPO / "tests" / "data" / "conformance"

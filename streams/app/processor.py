@@ -94,9 +94,9 @@ from schemas.names import (
 from schemas.signing import Keyring
 from schemas.verdicts import Decision, encode_verdict
 from streams.engine import LoopEngine, RunState, copy_state, outcome, shadow_answer, state_key
+from streams.engine.compaction_guard import SUBSYSTEM as GUARD_SUBSYSTEM
 from streams.engine.extensions import FleetStep
 from streams.engine.fleet import fleet_outcome, fleet_send
-from streams.engine.guard import SUBSYSTEM as GUARD_SUBSYSTEM
 from streams.engine.intake import (
     DIGEST_SIZE,
     SEEN_BYTES,

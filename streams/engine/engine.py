@@ -32,7 +32,7 @@ from schemas.names import ARGUMENT_CHURN, CRITICAL, CRITICAL_BLOCK_LIMIT, UNKNOW
 from schemas.verdicts import Decision, RunAborted
 from streams.edge.hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
 
-from . import guard as guard_mod
+from . import compaction_guard as guard_mod
 from . import history
 from .config import ConfigSet, Settings
 from .detectors import Detection, LatestDetection, detect, detect_latest, write_churn

@@ -4,7 +4,7 @@
 
 Starts the local Kafka broker if needed (``scripts/kafka.sh start``, left running), one
 loopwatch worker on topics of its own (``loop-detection.yaml`` from ``examples/``), and
-``loopwatch demo``'s simulated runners (``streams.ops.fleet``) in three phases: a quiet
+``loopwatch demo``'s simulated runners (``streams.ops.traffic``) in three phases: a quiet
 fleet of mostly healthy runs, a loop storm (most new runs loop: polls without progress,
 repeats, ping-pong, unknown tools, loops surviving compaction), and recovery.  It scrapes
 the worker's ``/metrics`` every second, as Prometheus would, and plots a 2x2 figure with
@@ -105,7 +105,7 @@ def record_demo(duration_s: float, config: Path, settle_s: float = 4.0) -> tuple
     from harness import WorkerNames, WorkerProcess
     from streams.offline.demo import ensure_broker
 
-    from .fleet import drive_fleet
+    from .traffic import drive_fleet
 
     print("render: starting the local Kafka broker (scripts/kafka.sh start)…", flush=True)
     bootstrap = ensure_broker()

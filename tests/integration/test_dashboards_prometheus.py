@@ -3,7 +3,7 @@
 One worker (real broker, ``lw_module``) and Debian's ``prometheus`` binary as subprocesses:
 Prometheus scrapes the worker's ``/metrics`` every second as ``job="loopwatch"`` and loads
 ``helm/loopwatch/files/alerts.rules.yml``.  ``loopwatch demo``'s simulated runners
-(``streams.ops.fleet``: every scenario, runner client in gate mode) and a few malformed
+(``streams.ops.traffic``: every scenario, runner client in gate mode) and a few malformed
 records keep the worker busy for ``TRAFFIC_S`` seconds.  Then every query of every panel of
 every dashboard under ``helm/loopwatch/dashboards/`` goes through Prometheus' HTTP API, with
 Grafana's variables substituted the way Grafana would (built-in intervals; query variables
@@ -288,7 +288,7 @@ def malformed(tag: str, i: int) -> list[tuple[bytes | None, bytes]]:
 
 async def drive(lw, tag: str) -> dict:
     """The fleet for TRAFFIC_S seconds, and malformed records every 5 s meanwhile."""
-    from streams.ops.fleet import drive_fleet
+    from streams.ops.traffic import drive_fleet
 
     fleet = asyncio.create_task(
         drive_fleet(

@@ -1,6 +1,6 @@
 """Peer (d1) of ``make bench``: loopwatch's engine as a Quix Streams user would run it.
 
-``python -m bench.peers.quix_streams BROKER SOURCE SINK GROUP EXPECTED CONFIG STATE_DIR RESULT_FILE``
+``python -m bench.rivals.quix_streams BROKER SOURCE SINK GROUP EXPECTED CONFIG STATE_DIR RESULT_FILE``
 
 Written the way Quix Streams' documentation shows a stateful application, with its defaults
 wherever the workload does not need another value:
@@ -32,14 +32,14 @@ import sys
 
 from quixstreams import Application, State
 
-from bench.peers.common import EventStep, Progress, load_config, parse_args
+from bench.rivals.common import EventStep, Progress, load_config, parse_args
 
 RUN_STATE = "run"
 """The name under which a run's engine state is kept in its key's ``State``."""
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parse_args("python -m bench.peers.quix_streams", __doc__.splitlines()[0], argv)
+    args = parse_args("python -m bench.rivals.quix_streams", __doc__.splitlines()[0], argv)
     step = EventStep(load_config(args.config))
     progress = Progress(args.expected, args.result_file)
 

@@ -25,18 +25,18 @@ class Peer(NamedTuple):
     """What the peer is, in a few words."""
 
 
-PEERS = {
+RIVALS = {
     "quix": Peer(
         "d1",
         "Quix Streams",
-        "bench.peers.quix_streams",
+        "bench.rivals.quix_streams",
         "quixstreams",
         "Application, keyed stateful function, RocksDB state + changelog, at-least-once",
     ),
     "faust": Peer(
         "d2",
         "Faust",
-        "bench.peers.faust_agent",
+        "bench.rivals.faust_agent",
         "faust-streaming",
         "agent (concurrency 1), a table write per event, RocksDB + changelog, at-least-once",
     ),

@@ -8,8 +8,8 @@ import msgspec
 import pytest
 
 from bench.kafka import CONFIG, fleet
-from bench.peers.common import EventStep
-from bench.peers.runner import PeerFailed, compare_verdicts, verdict_counts
+from bench.rivals.common import EventStep
+from bench.rivals.runner import RivalFailed, compare_verdicts, verdict_counts
 from harness import reference_verdicts
 from schemas import decode_verdict, encode_event
 from schemas.keys import record_key
@@ -57,7 +57,7 @@ def test_compare_verdicts_catches_a_missing_verdict(expected):
     got = {v.verdict_id: v for v in expected}
     blocked = next(v for v in expected if getattr(v, "action", None) == "block")
     del got[blocked.verdict_id]
-    with pytest.raises(PeerFailed, match="by action"):
+    with pytest.raises(RivalFailed, match="by action"):
         compare_verdicts("peer", got, expected)
 
 
@@ -65,7 +65,7 @@ def test_compare_verdicts_catches_a_changed_verdict_with_the_same_counts(expecte
     got = {v.verdict_id: v for v in expected}
     warned = next(v for v in expected if getattr(v, "action", None) == "warn")
     got[warned.verdict_id] = msgspec.structs.replace(warned, count=warned.count + 1)
-    with pytest.raises(PeerFailed, match="1 differing"):
+    with pytest.raises(RivalFailed, match="1 differing"):
         compare_verdicts("peer", got, expected)
 
 
@@ -75,5 +75,5 @@ def test_compare_verdicts_catches_a_verdict_for_another_event(expected):
     del got[allowed[0].verdict_id]
     other = msgspec.structs.replace(allowed[0], verdict_id="elsewhere/decision")
     got[other.verdict_id] = other
-    with pytest.raises(PeerFailed, match="1 of the engine's verdicts missing, 1 others published"):
+    with pytest.raises(RivalFailed, match="1 of the engine's verdicts missing, 1 others published"):
         compare_verdicts("peer", got, expected)

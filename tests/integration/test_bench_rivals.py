@@ -10,14 +10,14 @@ import asyncio
 import pytest
 
 from bench.kafka import CONFIG, fleet, peer_throughput
-from bench.peers import PEERS
-from bench.peers.runner import PeerFailed, verdict_counts
+from bench.rivals import RIVALS
+from bench.rivals.runner import RivalFailed, verdict_counts
 from harness import delete_topics, encode_all, reference_verdicts
 
 pytestmark = pytest.mark.kafka
 
 
-@pytest.mark.parametrize("peer", sorted(PEERS))
+@pytest.mark.parametrize("peer", sorted(RIVALS))
 async def test_peer_publishes_the_engines_verdicts(kafka_broker, tmp_path, peer):
     events = fleet(1_500, 30, seed=7)
     records = encode_all(events)
@@ -41,7 +41,7 @@ async def test_a_peer_short_of_one_verdict_fails_the_benchmark(kafka_broker, tmp
     expected = reference_verdicts(events, CONFIG)
     used: list[str] = []
     try:
-        with pytest.raises(PeerFailed, match="verdicts by action"):
+        with pytest.raises(RivalFailed, match="verdicts by action"):
             await peer_throughput(kafka_broker, "quix", encode_all(events), expected[:-1], tmp_path, used=used)
     finally:
         await asyncio.wait_for(delete_topics(kafka_broker, used), 30)

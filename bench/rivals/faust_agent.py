@@ -1,6 +1,6 @@
 """Peer (d2) of ``make bench``: loopwatch's engine in an idiomatic Faust agent.
 
-``python -m bench.peers.faust_agent BROKER SOURCE SINK GROUP EXPECTED CONFIG STATE_DIR RESULT_FILE``
+``python -m bench.rivals.faust_agent BROKER SOURCE SINK GROUP EXPECTED CONFIG STATE_DIR RESULT_FILE``
 
 The same Faust (faust-streaming 0.15) as the worker, as its documentation shows an agent
 with a table, and with none of the worker's changes to Faust (no batching transport, no
@@ -32,7 +32,7 @@ from typing import NoReturn
 
 import faust
 
-from bench.peers.common import EventStep, Progress, load_config, parse_args
+from bench.rivals.common import EventStep, Progress, load_config, parse_args
 
 PARTITIONS = 4
 """The source topic's partition count (the bench creates it): the table's changelog must
@@ -78,7 +78,7 @@ def create_app(args) -> faust.App:
 
 
 def main(argv: list[str] | None = None) -> NoReturn:
-    args = parse_args("python -m bench.peers.faust_agent", __doc__.splitlines()[0], argv)
+    args = parse_args("python -m bench.rivals.faust_agent", __doc__.splitlines()[0], argv)
     # Runs until SIGTERM, then exits the process (SystemExit) with the worker's status.
     faust.Worker(create_app(args), loglevel="warning", quiet=True, redirect_stdouts=False).execute_from_commandline()
 

@@ -25,16 +25,16 @@ from typing import Any
 from harness import REPO, collect, committed_offsets, dedupe, end_offsets, stop_group
 from schemas.verdicts import RunAborted
 
-from . import PEERS
+from . import RIVALS
 
-__all__ = ["PeerFailed", "PeerProcess", "compare_verdicts", "measure_peer", "verdict_counts"]
+__all__ = ["RivalFailed", "PeerProcess", "compare_verdicts", "measure_rival", "verdict_counts"]
 
 
 PROGRESS_S = 30.0
 """While a peer drains its topic, a progress line this often (Faust's takes minutes)."""
 
 
-class PeerFailed(Exception):
+class RivalFailed(Exception):
     """A peer did not run, did not drain its topic, or published other verdicts than the
     engine's (the message says which)."""
 
@@ -55,7 +55,7 @@ class PeerProcess:
         work_dir: Path,
     ) -> None:
         self.name = name
-        self.label, self.module = PEERS[name].label, PEERS[name].module
+        self.label, self.module = RIVALS[name].label, RIVALS[name].module
         work_dir.mkdir(parents=True, exist_ok=True)
         self.result_file = work_dir / f"peer-{name}.result.json"
         self.log_path = work_dir / f"peer-{name}.log"
@@ -111,23 +111,23 @@ def verdict_counts(verdicts: Iterable[Any]) -> dict[str, int]:
 
 
 def compare_verdicts(label: str, got: dict[str, Any], expected: Iterable[Any]) -> None:
-    """Raise ``PeerFailed`` unless ``got`` (verdict id -> verdict, de-duplicated) holds exactly
+    """Raise ``RivalFailed`` unless ``got`` (verdict id -> verdict, de-duplicated) holds exactly
     the ``expected`` verdicts: first the counts by action, then each verdict."""
     want = {v.verdict_id: v for v in expected}
     got_counts, want_counts = verdict_counts(got.values()), verdict_counts(want.values())
     if got_counts != want_counts:
-        raise PeerFailed(f"{label}: verdicts by action {got_counts}, the engine's {want_counts}")
+        raise RivalFailed(f"{label}: verdicts by action {got_counts}, the engine's {want_counts}")
     missing = want.keys() - got.keys()
     extra = got.keys() - want.keys()
     differing = sum(1 for k in want.keys() & got.keys() if got[k] != want[k])
     if missing or extra or differing:
-        raise PeerFailed(
+        raise RivalFailed(
             f"{label}: {len(missing)} of the engine's verdicts missing, {len(extra)} others published, "
             f"{differing} differing (though the counts by action agree)"
         )
 
 
-async def measure_peer(
+async def measure_rival(
     name: str,
     broker: str,
     *,
@@ -144,7 +144,7 @@ async def measure_peer(
 
     Returns its rate (events/s, first to last processed record), CPU per event, the rate
     until every offset was committed, and its verdicts' counts by action, once they are
-    found to be the ``expected`` ones (else ``PeerFailed``).  ``timeout``: seconds to drain
+    found to be the ``expected`` ones (else ``RivalFailed``).  ``timeout``: seconds to drain
     the topic (default: a minute plus 5 ms an event); a line every ``PROGRESS_S`` meanwhile.
     """
     if timeout is None:
@@ -159,12 +159,12 @@ async def measure_peer(
         progress_at = started + PROGRESS_S
         while (result := peer.result()) is None:
             if not peer.running:
-                raise PeerFailed(
+                raise RivalFailed(
                     f"{peer.label} exited (code {peer.proc.returncode}) after processing fewer than "
                     f"{events:,} events (see {peer.log_path}):\n{peer.log_tail()}"
                 )
             if time.monotonic() > deadline:
-                raise PeerFailed(
+                raise RivalFailed(
                     f"{peer.label} did not process {events:,} events within {timeout:.0f} s (see {peer.log_path})"
                 )
             if time.monotonic() > progress_at:
@@ -180,23 +180,23 @@ async def measure_peer(
         deadline = time.monotonic() + 120
         while sum((await committed_offsets(broker, group, source)).values()) < events:
             if not peer.running:
-                raise PeerFailed(f"{peer.label} exited before committing every offset:\n{peer.log_tail()}")
+                raise RivalFailed(f"{peer.label} exited before committing every offset:\n{peer.log_tail()}")
             if time.monotonic() > deadline:
-                raise PeerFailed(f"{peer.label} processed every event but did not commit every offset within 120 s")
+                raise RivalFailed(f"{peer.label} processed every event but did not commit every offset within 120 s")
             await asyncio.sleep(0.1)
         durable_at = time.monotonic()
     finally:
         code = peer.stop()
     if code not in (0, None, -15):
-        raise PeerFailed(f"{peer.label} exited with code {code} when stopped:\n{peer.log_tail()}")
+        raise RivalFailed(f"{peer.label} exited with code {code} when stopped:\n{peer.log_tail()}")
 
     total = sum((await end_offsets(broker, sink)).values())
     records = await collect(broker, sink, until=lambda out: len(out) >= total, timeout=120)
     if len(records) < total:
-        raise PeerFailed(f"{peer.label}: read {len(records):,} of the {total:,} records on {sink}")
+        raise RivalFailed(f"{peer.label}: read {len(records):,} of the {total:,} records on {sink}")
     by_id, duplicates, differing = dedupe(records)
     if differing:
-        raise PeerFailed(f"{peer.label}: {differing} verdicts published twice with different content")
+        raise RivalFailed(f"{peer.label}: {differing} verdicts published twice with different content")
     compare_verdicts(peer.label, by_id, expected)
     return {
         "label": peer.label,
