@@ -32,9 +32,23 @@ def test_package_version_is_the_distributions():
     assert out == f"{_pyproject_version()}\n"
 
 
-def test_package_version_without_an_installed_distribution_is_unknown():
-    # -S: no site-packages, so no loopwatch distribution metadata; the source tree is on the path.
-    code = "import importlib.metadata as m, streams\ntry:\n    m.version('loopwatch')\nexcept m.PackageNotFoundError:\n    print(streams.__version__)"
-    run = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+def test_package_version_without_an_installed_distribution_is_unknown(tmp_path):
+    # -S -I: no site-packages and no working directory on the path, so no loopwatch metadata
+    # (an editable install leaves loopwatch.egg-info beside the sources, hence the link to
+    # streams alone rather than the repository on the path).
+    (tmp_path / "streams").symlink_to(REPO / "streams")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import importlib.metadata as m, streams\n"
+        "try:\n    m.version('loopwatch')\nexcept m.PackageNotFoundError:\n    print(streams.__version__)\n"
+        "else:\n    print('installed')"
+    )
+    run = subprocess.run(
+        [sys.executable, "-S", "-I", "-c", code, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     assert run.stdout == "0+unknown\n"
