@@ -1,4 +1,5 @@
-"""The per-call command an agent CLI runs for each hook (``loopwatch hook claude-code``).
+"""The per-call command an agent CLI runs for each hook (``loopwatch hook claude-code``,
+``loopwatch hook gemini``).
 
 It must start fast, so it imports only the standard library and nothing of loopwatch: it reads
 the hook's JSON on stdin, sends it to ``loopwatch hook --serve`` over a Unix socket (one JSON
@@ -18,12 +19,12 @@ import os
 import socket
 import sys
 
-CLIS = ("claude-code",)
+CLIS = ("claude-code", "gemini")
 MAX_LINE = 4 * 1024 * 1024
 """Longest request or answer line: a hook payload carries the tool's whole output."""
 SOCKET_ENV = "LOOPWATCH_HOOK_SOCKET"
 DEFAULT_TIMEOUT_S = 5.0
-USAGE = "usage: loopwatch hook claude-code [--socket PATH] [--timeout S] [--fail-closed]"
+USAGE = "usage: loopwatch hook claude-code|gemini [--socket PATH] [--timeout S] [--fail-closed]"
 
 
 def default_socket() -> str:
@@ -90,14 +91,18 @@ def ask(path: str, request: bytes, timeout: float) -> dict:
 
 def unavailable_output(cli: str, payload: dict, reason: str) -> dict | None:
     """Fail closed: deny a tool call about to run; other events have nothing to refuse."""
-    if cli == "claude-code" and payload.get("hook_event_name") == "PreToolUse":
+    message = f"Tool call blocked: loopwatch loop protection is unavailable ({reason})."
+    event = payload.get("hook_event_name")
+    if cli == "claude-code" and event == "PreToolUse":
         return {
             "hookSpecificOutput": {
                 "hookEventName": "PreToolUse",
                 "permissionDecision": "deny",
-                "permissionDecisionReason": f"Tool call blocked: loopwatch loop protection is unavailable ({reason}).",
+                "permissionDecisionReason": message,
             }
         }
+    if cli == "gemini" and event == "BeforeTool":
+        return {"decision": "deny", "reason": message}
     return None
 
 

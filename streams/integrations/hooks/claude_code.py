@@ -15,43 +15,16 @@ The run is Claude Code's session: run id ``session_id``, session key
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
-from schemas.errors import LoopwatchError
 from schemas.verdicts import Decision
-from streams.client import LoopBlocked, LoopwatchClient, NoDecisionError, RunAbortedError, RunHandle
+from streams.client import LoopBlocked, LoopwatchClient, NoDecisionError, RunAbortedError
+
+from .sessions import MAX_ID, PayloadError, Session, Sessions, event_name, ident
+
+__all__ = ["EVENTS", "ClaudeCodeHooks", "PayloadError"]
 
 EVENTS = ("PreToolUse", "PostToolUse", "SessionEnd")
-MAX_ID = 256
-MAX_SESSIONS = 10_000
-# The detectors whose block refuses a late call of a run loopwatch has aborted
-# (streams.engine.engine.refused_after_abort names the abort's detector).
-_ABORT_DETECTORS = frozenset({"compaction_loop_persisted", "critical_block_limit"})
-
-
-class PayloadError(LoopwatchError, ValueError):
-    """A hook payload loopwatch cannot read: one line for the per-call command's stderr."""
-
-
-def _ident(payload: dict, name: str, *, required: bool = True) -> str | None:
-    value = payload.get(name)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value or len(value) > MAX_ID:
-        raise PayloadError(f"{name} must be a non-empty string of at most {MAX_ID} characters")
-    return value
-
-
-class _Session:
-    def __init__(self, run: RunHandle) -> None:
-        self.run = run
-        self.noticed = 0  # how many of run.warnings were given to the model (or skipped)
-
-    def notices(self) -> list[str]:
-        fresh = self.run.warnings[self.noticed :]
-        self.noticed = len(self.run.warnings)
-        return [d.message for d in fresh if d.notify_model and d.message]
 
 
 class ClaudeCodeHooks:
@@ -59,41 +32,27 @@ class ClaudeCodeHooks:
 
     def __init__(self, client: LoopwatchClient, *, agent_id: str = "claude-code") -> None:
         self.client = client
-        self.agent_id = agent_id
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
-
-    def _session(self, session_id: str) -> _Session:
-        session = self._sessions.get(session_id)
-        if session is None:
-            run = self.client.run(session_id, session_key=f"claude-code:{session_id}", agent_id=self.agent_id)
-            session = self._sessions[session_id] = _Session(run)
-            while len(self._sessions) > MAX_SESSIONS:  # bounded: the oldest session is forgotten
-                self._sessions.popitem(last=False)
-        else:
-            self._sessions.move_to_end(session_id)
-        return session
+        self.sessions = Sessions(client, agent_id=agent_id, key_prefix="claude-code")
 
     async def handle(self, payload: dict) -> dict | None:
-        event = payload.get("hook_event_name")
-        if event not in EVENTS:
-            raise PayloadError(f"hook_event_name must be one of {', '.join(EVENTS)}, not {str(event)[:40]!r}")
-        session_id = _ident(payload, "session_id")
+        event = event_name(payload, EVENTS)
+        session_id = ident(payload, "session_id")
         if event == "SessionEnd":
-            session = self._sessions.pop(session_id, None)
+            session = self.sessions.pop(session_id)
             if session is not None:
                 reason = payload.get("reason")
                 await session.run.end(reason[:MAX_ID] if isinstance(reason, str) else None)
             return None
-        tool = _ident(payload, "tool_name")
-        call_id = _ident(payload, "tool_use_id", required=False)
+        tool = ident(payload, "tool_name")
+        call_id = ident(payload, "tool_use_id", required=False)
         args = payload.get("tool_input")
-        session = self._session(session_id)
+        session = self.sessions.get(session_id)
         if event == "PreToolUse":
             return await self._before(session, tool, args, call_id)
         await session.run.after_tool_call(tool, args, tool_call_id=call_id, result=payload.get("tool_response"))
         return self._context("PostToolUse", session)
 
-    async def _before(self, session: _Session, tool: str, args: Any, call_id: str | None) -> dict | None:
+    async def _before(self, session: Session, tool: str, args: Any, call_id: str | None) -> dict | None:
         try:
             decision = await session.run.before_tool_call(tool, args, tool_call_id=call_id)
         except RunAbortedError as aborted:
@@ -106,18 +65,11 @@ class ClaudeCodeHooks:
             return self._blocked(session, decision)
         return self._context("PreToolUse", session)
 
-    def _blocked(self, session: _Session, decision: Decision) -> dict:
+    def _blocked(self, session: Session, decision: Decision) -> dict:
         session.notices()  # the block's own message says it all; earlier warnings are moot
-        message = decision.message or "Tool call blocked by loopwatch."
-        aborted = session.run.aborted
-        stop = None
-        if aborted is not None:
-            stop = aborted.message or message
-        elif decision.detector in _ABORT_DETECTORS:
-            stop = message
-        return _deny(message, stop=stop)
+        return _deny(decision.message or "Tool call blocked by loopwatch.", stop=session.stop_message(decision))
 
-    def _context(self, event: str, session: _Session) -> dict | None:
+    def _context(self, event: str, session: Session) -> dict | None:
         out: dict[str, Any] = {}
         notices = session.notices()
         if notices:

@@ -1,5 +1,5 @@
-"""``loopwatch hook``: ``--serve``, ``install``, and the per-call ``claude-code`` (``call``,
-which ``streams.cli`` runs without importing this module)."""
+"""``loopwatch hook``: ``--serve``, ``install``, and the per-call ``claude-code`` and ``gemini``
+(``call``, which ``streams.cli`` runs without importing this module)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from .call import DEFAULT_TIMEOUT_S, default_socket
+from .call import CLIS, DEFAULT_TIMEOUT_S, default_socket
 
 PROG = "loopwatch hook"
 
@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
         description="loopwatch behind an agent CLI's own hooks: a serve process holding the Kafka connection, "
-        "the per-call command the CLI runs (loopwatch hook claude-code), and their installation.",
+        "the per-call command the CLI runs (loopwatch hook claude-code|gemini), and their installation.",
     )
     p.add_argument("--serve", action="store_true", help="answer the per-call hook commands over a Unix socket")
     p.add_argument("--socket", default=None, help="the Unix socket (default: $LOOPWATCH_HOOK_SOCKET or per user)")
@@ -33,12 +33,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--fail-closed", action="store_true", help="deny a call when no decision arrives in time (default: run it)"
     )
-    p.add_argument("--agent-id", default="claude-code", help="the agent id of the runs (default: claude-code)")
+    p.add_argument(
+        "--agent-id", default=None, help="the agent id of the runs (default: the CLI's, claude-code or gemini-cli)"
+    )
     sub = p.add_subparsers(dest="action")
     i = sub.add_parser("install", help="write loopwatch's hooks into the CLI's settings file")
-    i.add_argument("--cli", choices=("claude-code",), required=True)
-    i.add_argument("--settings", default=".claude/settings.json", help="default: .claude/settings.json (project)")
-    i.add_argument("--command", default=None, help="the per-call command (default: loopwatch hook claude-code)")
+    i.add_argument("--cli", choices=CLIS, required=True)
+    i.add_argument(
+        "--settings", default=None, help="default: the project's .claude/settings.json or .gemini/settings.json"
+    )
+    i.add_argument("--command", default=None, help="the per-call command (default: loopwatch hook <cli>)")
     i.add_argument("--socket", dest="install_socket", default=None, help="the serve process's socket, if not default")
     i.add_argument("--fail-closed", dest="install_fail_closed", action="store_true", help="deny when loopwatch is away")
     return p
@@ -47,19 +51,20 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.action == "install":
-        from .install import DEFAULT_COMMAND, InstallError, hook_command, install
+        from .install import CLIS as SETTINGS
+        from .install import InstallError, default_command, hook_command, install
 
         command = hook_command(
-            args.command or DEFAULT_COMMAND, socket=args.install_socket, fail_closed=args.install_fail_closed
+            args.command or default_command(args.cli), socket=args.install_socket, fail_closed=args.install_fail_closed
         )
         try:
-            print(install(Path(args.settings), command))
+            print(install(Path(args.settings or SETTINGS[args.cli].settings), command, args.cli))
         except InstallError as exc:
             print(f"{PROG} install: {exc}", file=sys.stderr)
             return 2
         return 0
     if not args.serve:
-        print(f"{PROG}: give --serve, install, or the CLI (claude-code); see {PROG} --help", file=sys.stderr)
+        print(f"{PROG}: give --serve, install, or the CLI ({'|'.join(CLIS)}); see {PROG} --help", file=sys.stderr)
         return 2
     if not 0 < args.timeout <= DEFAULT_TIMEOUT_S:
         print(

@@ -1,7 +1,8 @@
 """``loopwatch hook install``: loopwatch's hooks in an agent CLI's settings file.
 
-Idempotent: loopwatch's own entries (a command that runs ``hook claude-code``) are replaced,
-everything else in the file is kept; a file that changes is first copied to ``<file>.bak``.
+Idempotent: loopwatch's own entries (a command that runs ``hook claude-code`` or ``hook
+gemini``) are replaced, everything else in the file is kept; a file that changes is first
+copied to ``<file>.bak``.
 """
 
 from __future__ import annotations
@@ -9,17 +10,44 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from schemas.errors import LoopwatchError
 
-DEFAULT_COMMAND = "loopwatch hook claude-code"
-MARKER = "hook claude-code"
 HOOK_TIMEOUT_S = 10
-"""Claude Code's own limit on one hook command, in seconds (the per-call command gives up first)."""
-EVENTS = ("PreToolUse", "PostToolUse", "SessionEnd")
-TOOL_EVENTS = ("PreToolUse", "PostToolUse")
+"""The CLI's own limit on one hook command (the per-call command gives up first)."""
+
+
+@dataclass(frozen=True)
+class CliSettings:
+    """Where and how one agent CLI reads its hooks."""
+
+    settings: str
+    """The project's settings file, relative to the project's root."""
+    tool_events: tuple[str, ...]
+    """Before and after a tool call: a group with ``matcher: "*"`` (every tool)."""
+    session_events: tuple[str, ...]
+    timeout: int
+    """``HOOK_TIMEOUT_S`` in the unit of the CLI's ``timeout`` field."""
+    name: str | None = None
+    """The hook's ``name`` field, where the CLI shows one."""
+
+
+CLIS = {
+    "claude-code": CliSettings(".claude/settings.json", ("PreToolUse", "PostToolUse"), ("SessionEnd",), HOOK_TIMEOUT_S),
+    "gemini": CliSettings(
+        ".gemini/settings.json", ("BeforeTool", "AfterTool"), ("SessionEnd",), HOOK_TIMEOUT_S * 1000, "loopwatch"
+    ),
+}
+
+
+def default_command(cli: str) -> str:
+    return f"loopwatch hook {cli}"
+
+
+DEFAULT_COMMAND = default_command("claude-code")
 
 
 class InstallError(LoopwatchError):
@@ -41,29 +69,33 @@ def _quoted(value: str) -> str:
     return shlex.quote(value)
 
 
-def claude_code_hooks(command: str) -> dict[str, list[dict[str, Any]]]:
-    """The ``hooks`` block of Claude Code's settings.json: every tool, before and after, and
-    the session's end."""
-    hook = {"type": "command", "command": command, "timeout": HOOK_TIMEOUT_S}
-    return {
-        event: [{"matcher": "*", "hooks": [dict(hook)]}] if event in TOOL_EVENTS else [{"hooks": [dict(hook)]}]
-        for event in EVENTS
-    }
+def cli_hooks(cli: str, command: str) -> dict[str, list[dict[str, Any]]]:
+    """The ``hooks`` block of the CLI's settings file: every tool, before and after, and the
+    session's end."""
+    spec = CLIS[cli]
+    hook: dict[str, Any] = {"type": "command", "command": command, "timeout": spec.timeout}
+    if spec.name:
+        hook = {"name": spec.name, **hook}
+    out = {event: [{"matcher": "*", "hooks": [dict(hook)]}] for event in spec.tool_events}
+    out.update({event: [{"hooks": [dict(hook)]}] for event in spec.session_events})
+    return out
 
 
 def _ours(group: Any) -> bool:
     hooks = group.get("hooks") if isinstance(group, dict) else None
-    return isinstance(hooks, list) and any(isinstance(h, dict) and MARKER in str(h.get("command", "")) for h in hooks)
+    return isinstance(hooks, list) and any(
+        isinstance(h, dict) and any(f"hook {cli}" in str(h.get("command", "")) for cli in CLIS) for h in hooks
+    )
 
 
-def merged(settings: dict[str, Any], command: str) -> dict[str, Any]:
+def merged(settings: dict[str, Any], command: str, cli: str = "claude-code") -> dict[str, Any]:
     """``settings`` with loopwatch's hooks in place of any earlier ones of loopwatch."""
     out = dict(settings)
     hooks = out.get("hooks", {})
     if not isinstance(hooks, dict):
         raise InstallError('its "hooks" is not a JSON object')
     hooks = dict(hooks)
-    for event, groups in claude_code_hooks(command).items():
+    for event, groups in cli_hooks(cli, command).items():
         earlier = hooks.get(event, [])
         if not isinstance(earlier, list):
             raise InstallError(f"its hooks.{event} is not a JSON array")
@@ -72,7 +104,7 @@ def merged(settings: dict[str, Any], command: str) -> dict[str, Any]:
     return out
 
 
-def install(path: Path, command: str) -> str:
+def install(path: Path, command: str, cli: str = "claude-code") -> str:
     """Write the hooks into ``path``; returns what was done, in one line."""
     before = None
     if path.exists():
@@ -86,7 +118,7 @@ def install(path: Path, command: str) -> str:
     else:
         settings = {}
     try:
-        after = json.dumps(merged(settings, command), indent=2) + "\n"
+        after = json.dumps(merged(settings, command, cli), indent=2) + "\n"
     except InstallError as exc:
         raise InstallError(f"cannot update {path}: {exc}") from None
     if before is not None and json.loads(before or "{}") == json.loads(after):

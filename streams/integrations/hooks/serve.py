@@ -1,5 +1,5 @@
 """``loopwatch hook --serve``: one ``LoopwatchClient`` (one Kafka connection) answering the
-per-call hook commands over a Unix socket, one JSON line each way (``call``)."""
+per-call hook commands of every supported CLI over a Unix socket, one JSON line each way (``call``)."""
 
 from __future__ import annotations
 
@@ -15,16 +15,22 @@ from typing import Any
 from streams.client import LoopwatchClient
 
 from .call import MAX_LINE
-from .claude_code import ClaudeCodeHooks, PayloadError
+from .claude_code import ClaudeCodeHooks
+from .gemini import GeminiHooks
+from .sessions import PayloadError
 
 log = logging.getLogger("loopwatch.hook")
 
 
 class HookServer:
-    def __init__(self, client: LoopwatchClient, path: str, *, agent_id: str = "claude-code") -> None:
+    def __init__(self, client: LoopwatchClient, path: str, *, agent_id: str | None = None) -> None:
+        """``agent_id``: the agent id of every run, or None for each CLI's own name."""
         self.client = client
         self.path = path
-        self.clis = {"claude-code": ClaudeCodeHooks(client, agent_id=agent_id)}
+        self.clis: dict[str, ClaudeCodeHooks | GeminiHooks] = {
+            "claude-code": ClaudeCodeHooks(client, agent_id=agent_id or "claude-code"),
+            "gemini": GeminiHooks(client, agent_id=agent_id or "gemini-cli"),
+        }
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:

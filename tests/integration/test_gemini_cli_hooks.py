@@ -1,0 +1,119 @@
+"""Gemini CLI itself (npm ``@google/gemini-cli``, ``make agent-clis``) with loopwatch's hooks,
+run headless against a scripted Gemini API (``scripted_gemini``) that has the agent run the
+same shell ``ls`` in a temp directory again and again, on the real broker and a real worker.
+
+What the model must see, by hand from the spec's rules (§2, §3) with warningThreshold 10 and
+criticalThreshold 12: calls 1-10 run plainly; call 11 (ten identical calls before it, count 10,
+warning bucket 10 // 10 = 1) runs, and loopwatch's warning reaches the model appended to its
+result (Gemini CLI reads context from an AfterTool hook only); call 12 runs (count 11: no new
+bucket); calls 13 on are denied (count 12, and twelve identical outcomes once the shell tool's
+process ids are left out; a vetoed call is not recorded, so the count stays), the reason
+reaching the model as the tool's error.  Gemini CLI's own loop detection (five identical calls)
+is switched off, so that loopwatch's is the one that acts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from scripted_gemini import ScriptedGemini, function_responses
+from test_claude_code_hooks import AGENT_CLIS, python_env, start_serve, stop
+
+from harness import REPO
+
+pytestmark = pytest.mark.kafka
+
+CONFIG = {
+    "tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}},
+    "loopwatch": {"surfaceWarnings": True},
+}
+CALLS = 14
+WARNED, FIRST_DENIED = 11, 13
+GEMINI = AGENT_CLIS / "node_modules" / ".bin" / "gemini"
+BLOCKED = (
+    "Tool execution blocked: CRITICAL: Called run_shell_command with identical arguments and identical "
+    "outcomes 12 times. Session execution blocked to prevent runaway loops."
+)
+WARNING = "WARNING: You have called run_shell_command 10 times with identical arguments."
+USER_SETTINGS = {
+    "security": {"auth": {"selectedType": "gemini-api-key"}},
+    "model": {"disableLoopDetection": True},
+    "privacy": {"usageStatisticsEnabled": False},
+    "general": {"enableAutoUpdate": False, "enableAutoUpdateNotification": False},
+}
+
+
+@pytest.fixture
+def gemini() -> Path:
+    if not GEMINI.exists():
+        pytest.fail(f"{GEMINI} is missing: make agent-clis installs Gemini CLI")
+    return GEMINI
+
+
+def output_of(response: dict) -> str:
+    body = response.get("response") or {}
+    return str(body.get("output", "")) + str(body.get("error", ""))
+
+
+def test_gemini_cli_loop_is_warned_then_denied_through_its_own_hooks(lw, gemini, tmp_path):
+    lw.configured_worker(CONFIG)
+    socket = tmp_path / "hook.sock"
+    serve = start_serve(lw, socket)
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        (work / "marker-file.txt").write_text("x\n")
+        home = tmp_path / "home"
+        (home / ".gemini").mkdir(parents=True)
+        (home / ".gemini" / "settings.json").write_text(json.dumps(USER_SETTINGS))
+        installed = subprocess.run(
+            [sys.executable, "-m", "streams.cli", "hook", "install", "--cli", "gemini",
+             "--settings", str(work / ".gemini" / "settings.json"),
+             "--command", f"{sys.executable} -m streams.cli hook gemini", "--socket", str(socket)],
+            cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert installed.returncode == 0, installed.stderr
+        with ScriptedGemini(CALLS) as model:
+            env = python_env()
+            env.update(
+                HOME=str(home),
+                GEMINI_API_KEY="test-dummy-key",
+                GOOGLE_GEMINI_BASE_URL=model.url,
+                GEMINI_CLI_TRUST_WORKSPACE="true",
+            )
+            started = time.monotonic()
+            run = subprocess.run(
+                [str(gemini), "-p", "List the files here.", "--output-format", "json", "--approval-mode", "yolo",
+                 "-m", "gemini-2.5-flash"],
+                cwd=work, env=env, capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            elapsed = time.monotonic() - started
+            requests = list(model.requests)
+        assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
+        # One request per call, and the one after the last call, each with that call's result.
+        assert len(requests) == CALLS + 1, (len(requests), run.stdout[-1000:], run.stderr[-1000:])
+        seen = []
+        for n, request in enumerate(requests[1:], start=1):
+            responses = function_responses(request)
+            assert [r.get("name") for r in responses] == ["run_shell_command"], (n, responses)
+            seen.append(output_of(responses[0]))
+        for n, text in enumerate(seen, start=1):
+            if n < FIRST_DENIED:
+                assert "marker-file.txt" in text, (n, text)  # the real ls ran
+                assert "blocked" not in text, (n, text)
+            else:
+                assert "marker-file.txt" not in text, (n, text)
+                assert text == BLOCKED, (n, text)
+        warned = [n for n, text in enumerate(seen, start=1) if WARNING in text]
+        assert warned == [WARNED], seen
+        assert f"<hook_context>{WARNING}" in seen[WARNED - 1], seen[WARNED - 1]
+        print(f"gemini -p with {CALLS} hooked calls took {elapsed:.1f}s")
+    finally:
+        stop(serve)
+        if serve.stderr:
+            print(serve.stderr.read()[-3000:])
