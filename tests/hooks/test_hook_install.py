@@ -7,14 +7,18 @@ import json
 import re
 from pathlib import Path
 
-from streams.integrations.hooks.install import DEFAULT_COMMAND, install
+import pytest
+
+from streams.integrations.hooks.install import DEFAULT_COMMAND, default_command, install
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "agent-clis.md"
 
 
-def test_documented_snippet_is_what_install_writes(tmp_path):
-    snippet = re.search(r"```json\n(.*?)```", DOC.read_text(), re.S).group(1)
-    install(tmp_path / "settings.json", DEFAULT_COMMAND)
+@pytest.mark.parametrize(("cli", "heading"), [("claude-code", "Claude Code"), ("gemini", "Gemini CLI")])
+def test_documented_snippet_is_what_install_writes(tmp_path, cli, heading):
+    section = DOC.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    snippet = re.search(r"```json\n(.*?)```", section, re.S).group(1)
+    install(tmp_path / "settings.json", default_command(cli), cli)
     assert json.loads((tmp_path / "settings.json").read_text()) == json.loads(snippet)
 
 
@@ -30,3 +34,17 @@ def test_install_is_idempotent_keeps_other_hooks_and_backs_up(tmp_path):
     pre = json.loads(first)["hooks"]["PreToolUse"]
     assert pre[0] == other and len(pre) == 2 and pre[1]["hooks"][0]["command"] == DEFAULT_COMMAND
     assert json.loads(first)["model"] == "x"
+
+
+def test_install_of_gemini_keeps_its_other_settings_and_hooks(tmp_path):
+    path = tmp_path / "settings.json"
+    other = {"matcher": "write_file", "hooks": [{"type": "command", "command": "./lint.sh"}]}
+    path.write_text(json.dumps({"model": {"name": "m"}, "hooks": {"AfterTool": [other]}}))
+    install(path, "loopwatch hook gemini --fail-closed", "gemini")
+    assert "nothing changed" not in install(path, "loopwatch hook gemini", "gemini")  # replaced, not added
+    settings = json.loads(path.read_text())
+    assert settings["model"] == {"name": "m"}
+    after = settings["hooks"]["AfterTool"]
+    assert after[0] == other and len(after) == 2 and after[1]["hooks"][0]["command"] == "loopwatch hook gemini"
+    assert [len(settings["hooks"][e]) for e in ("BeforeTool", "SessionEnd")] == [1, 1]
+    assert "PreToolUse" not in settings["hooks"]  # nothing of Claude Code's

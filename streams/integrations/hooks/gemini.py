@@ -41,7 +41,7 @@ SHELL_TOOL = "run_shell_command"
 # Gemini CLI's shell tool ends its result with the process ids of the run (inside the
 # untrusted_context wrapper it may add): they differ every time the same command runs, and
 # are no part of what the command did.
-_SHELL_PIDS = re.compile(r"(?:\nBackground PIDs: [0-9, ]*)?\nProcess Group PGID: [0-9]+(?=\n</untrusted_context>$|$)")
+_SHELL_PIDS = re.compile(r"(?:\nBackground PIDs: [0-9, ]*)?\nProcess Group PGID: [0-9]+(?=\n</untrusted_context>\Z|\Z)")
 
 
 def outcome(tool: str, response: Any) -> Any:
