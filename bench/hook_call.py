@@ -1,10 +1,10 @@
-"""The per-call cost of ``loopwatch hook claude-code``: the wall time of one hook command, as
-Claude Code runs it (a process per call, the hook JSON on stdin), against a running
+"""The per-call cost of ``loopwatch hook claude-code`` (or ``gemini``): the wall time of one
+hook command, as the CLI runs it (a process per call, the hook JSON on stdin), against a running
 ``loopwatch hook --serve`` and a real worker on the broker.  Every call has new arguments, so
-loopwatch allows them all; a PreToolUse waits for the gate's decision over Kafka, a
-PostToolUse publishes the completion.
+loopwatch allows them all; a before-tool hook waits for the gate's decision over Kafka, an
+after-tool hook publishes the completion.
 
-    PYTHONPATH=$PWD python -m bench.hook_call [--calls 200] [--broker 127.0.0.1:19092]
+    PYTHONPATH=$PWD python -m bench.hook_call [--cli claude-code|gemini] [--calls 200] [--broker 127.0.0.1:19092]
 """
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ from harness import REPO, WorkerNames, WorkerProcess, write_config
 from streams.integrations.hooks import call
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+# Each CLI's hook input: (before event, after event, its tool, its call id field or None, a response).
+HOOKS = {
+    "claude-code": ("PreToolUse", "PostToolUse", "Bash", "tool_use_id", {"stdout": ""}),
+    "gemini": ("BeforeTool", "AfterTool", "run_shell_command", None, {"llmContent": "Output: (empty)"}),
+}
 
 
 def timed(command: list[str], payload: dict, env: dict) -> tuple[float, str]:
@@ -35,6 +40,7 @@ def timed(command: list[str], payload: dict, env: dict) -> tuple[float, str]:
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="bench.hook_call")
+    p.add_argument("--cli", choices=tuple(HOOKS), default="claude-code")
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--broker", default=os.environ.get("LOOPWATCH_BOOTSTRAP", "127.0.0.1:19092"))
     args = p.parse_args()
@@ -54,30 +60,30 @@ def main() -> int:
         )  # fmt: skip
         print(serve.stdout.readline().strip())
         commands = {
-            "python -S call.py (by path)": [sys.executable, "-S", call.__file__, "claude-code", "--socket", sock],
-            "python -m streams.cli hook claude-code": [
-                sys.executable, "-m", "streams.cli", "hook", "claude-code", "--socket", sock,
+            "python -S call.py (by path)": [sys.executable, "-S", call.__file__, args.cli, "--socket", sock],
+            f"python -m streams.cli hook {args.cli}": [
+                sys.executable, "-m", "streams.cli", "hook", args.cli, "--socket", sock,
             ],
             "baseline: python -S -c pass": [sys.executable, "-S", "-c", "pass"],
         }  # fmt: skip
         session = f"bench-{names.tag}"
+        before, after, tool, id_field, response = HOOKS[args.cli]
         for label, command in commands.items():
             pre, post = [], []
             for i in range(args.calls + 10):
-                base = {"session_id": session, "tool_name": "Bash", "tool_input": {"command": f"ls {label} {i}"}}
-                base["tool_use_id"] = f"toolu_{label[:6]}_{i}"
-                ms, out = timed(command, {**base, "hook_event_name": "PreToolUse"}, env)
+                base = {"session_id": session, "tool_name": tool, "tool_input": {"command": f"ls {label} {i}"}}
+                if id_field:
+                    base[id_field] = f"toolu_{label[:6]}_{i}"
+                ms, out = timed(command, {**base, "hook_event_name": before}, env)
                 assert out == "", out  # allowed: no output
-                ms2, _ = timed(
-                    command, {**base, "hook_event_name": "PostToolUse", "tool_response": {"stdout": ""}}, env
-                )
+                ms2, _ = timed(command, {**base, "hook_event_name": after, "tool_response": response}, env)
                 if i >= 10:  # warm-up: the first calls position the run's verdict partitions
                     pre.append(ms)
                     post.append(ms2)
             q = lambda xs, f: sorted(xs)[int(f * (len(xs) - 1))]  # noqa: E731
             print(
-                f"{label}: PreToolUse p50 {statistics.median(pre):.1f} ms p95 {q(pre, 0.95):.1f} ms; "
-                f"PostToolUse p50 {statistics.median(post):.1f} ms p95 {q(post, 0.95):.1f} ms ({args.calls} calls each)"
+                f"{label}: {before} p50 {statistics.median(pre):.1f} ms p95 {q(pre, 0.95):.1f} ms; "
+                f"{after} p50 {statistics.median(post):.1f} ms p95 {q(post, 0.95):.1f} ms ({args.calls} calls each)"
             )
         print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {platform.platform()}")
     finally:
