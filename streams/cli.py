@@ -632,7 +632,7 @@ def _hook(args: argparse.Namespace, rest: list[str]) -> int:
     return hook_main(rest)
 
 
-HOOK_CLIS = ("claude-code", "gemini")
+HOOK_CLIS = ("claude-code", "codex", "gemini")
 """``loopwatch hook <cli>``: the per-call command an agent CLI runs (``main`` takes it first)."""
 
 
@@ -856,7 +856,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "hook",
         add_help=False,
-        help="loopwatch behind an agent CLI's hooks: --serve, install, or the per-call command (claude-code, gemini)",
+        help="loopwatch behind an agent CLI's hooks: --serve, install, or the per-call command (claude-code, codex, gemini)",
     )
     p.set_defaults(func=_hook, passthrough=True)
     return parser

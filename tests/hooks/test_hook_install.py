@@ -14,7 +14,9 @@ from streams.integrations.hooks.install import DEFAULT_COMMAND, default_command,
 DOC = Path(__file__).resolve().parents[2] / "docs" / "agent-clis.md"
 
 
-@pytest.mark.parametrize(("cli", "heading"), [("claude-code", "Claude Code"), ("gemini", "Gemini CLI")])
+@pytest.mark.parametrize(
+    ("cli", "heading"), [("claude-code", "Claude Code"), ("codex", "Codex CLI"), ("gemini", "Gemini CLI")]
+)
 def test_documented_snippet_is_what_install_writes(tmp_path, cli, heading):
     section = DOC.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     snippet = re.search(r"```json\n(.*?)```", section, re.S).group(1)
@@ -48,3 +50,13 @@ def test_install_of_gemini_keeps_its_other_settings_and_hooks(tmp_path):
     assert after[0] == other and len(after) == 2 and after[1]["hooks"][0]["command"] == "loopwatch hook gemini"
     assert [len(settings["hooks"][e]) for e in ("BeforeTool", "SessionEnd")] == [1, 1]
     assert "PreToolUse" not in settings["hooks"]  # nothing of Claude Code's
+
+
+def test_codex_hooks_go_to_codex_home(tmp_path, monkeypatch):
+    from streams.integrations.hooks.install import CLIS
+
+    monkeypatch.setenv("CODEX_HOME", str(tmp_path / "ch"))
+    assert CLIS["codex"].path() == str(tmp_path / "ch" / "hooks.json")
+    monkeypatch.delenv("CODEX_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert CLIS["codex"].path() == str(tmp_path / ".codex" / "hooks.json")

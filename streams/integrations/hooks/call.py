@@ -1,5 +1,5 @@
 """The per-call command an agent CLI runs for each hook (``loopwatch hook claude-code``,
-``loopwatch hook gemini``).
+``loopwatch hook codex``, ``loopwatch hook gemini``).
 
 It must start fast, so it imports only the standard library and nothing of loopwatch: it reads
 the hook's JSON on stdin, sends it to ``loopwatch hook --serve`` over a Unix socket (one JSON
@@ -19,12 +19,12 @@ import os
 import socket
 import sys
 
-CLIS = ("claude-code", "gemini")
+CLIS = ("claude-code", "codex", "gemini")
 MAX_LINE = 4 * 1024 * 1024
 """Longest request or answer line: a hook payload carries the tool's whole output."""
 SOCKET_ENV = "LOOPWATCH_HOOK_SOCKET"
 DEFAULT_TIMEOUT_S = 5.0
-USAGE = "usage: loopwatch hook claude-code|gemini [--socket PATH] [--timeout S] [--fail-closed]"
+USAGE = "usage: loopwatch hook claude-code|codex|gemini [--socket PATH] [--timeout S] [--fail-closed]"
 
 
 def default_socket() -> str:
@@ -93,7 +93,7 @@ def unavailable_output(cli: str, payload: dict, reason: str) -> dict | None:
     """Fail closed: deny a tool call about to run; other events have nothing to refuse."""
     message = f"Tool call blocked: loopwatch loop protection is unavailable ({reason})."
     event = payload.get("hook_event_name")
-    if cli == "claude-code" and event == "PreToolUse":
+    if cli in ("claude-code", "codex") and event == "PreToolUse":  # Codex CLI speaks Claude Code's protocol
         return {
             "hookSpecificOutput": {
                 "hookEventName": "PreToolUse",

@@ -30,12 +30,15 @@ EVENTS = ("PreToolUse", "PostToolUse", "SessionEnd")
 class ClaudeCodeHooks:
     """One serve process's Claude Code sessions, each a run of ``client``."""
 
+    events = EVENTS
+    key_prefix = "claude-code"
+
     def __init__(self, client: LoopwatchClient, *, agent_id: str = "claude-code") -> None:
         self.client = client
-        self.sessions = Sessions(client, agent_id=agent_id, key_prefix="claude-code")
+        self.sessions = Sessions(client, agent_id=agent_id, key_prefix=self.key_prefix)
 
     async def handle(self, payload: dict) -> dict | None:
-        event = event_name(payload, EVENTS)
+        event = event_name(payload, self.events)
         session_id = ident(payload, "session_id")
         if event == "SessionEnd":
             session = self.sessions.pop(session_id)

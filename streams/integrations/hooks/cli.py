@@ -1,5 +1,5 @@
-"""``loopwatch hook``: ``--serve``, ``install``, and the per-call ``claude-code`` and ``gemini``
-(``call``, which ``streams.cli`` runs without importing this module)."""
+"""``loopwatch hook``: ``--serve``, ``install``, and the per-call ``claude-code``, ``codex`` and
+``gemini`` (``call``, which ``streams.cli`` runs without importing this module)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
         description="loopwatch behind an agent CLI's own hooks: a serve process holding the Kafka connection, "
-        "the per-call command the CLI runs (loopwatch hook claude-code|gemini), and their installation.",
+        "the per-call command the CLI runs (loopwatch hook claude-code|codex|gemini), and their installation.",
     )
     p.add_argument("--serve", action="store_true", help="answer the per-call hook commands over a Unix socket")
     p.add_argument("--socket", default=None, help="the Unix socket (default: $LOOPWATCH_HOOK_SOCKET or per user)")
@@ -34,13 +34,17 @@ def build_parser() -> argparse.ArgumentParser:
         "--fail-closed", action="store_true", help="deny a call when no decision arrives in time (default: run it)"
     )
     p.add_argument(
-        "--agent-id", default=None, help="the agent id of the runs (default: the CLI's, claude-code or gemini-cli)"
+        "--agent-id",
+        default=None,
+        help="the agent id of the runs (default: the CLI's, claude-code, codex or gemini-cli)",
     )
     sub = p.add_subparsers(dest="action")
     i = sub.add_parser("install", help="write loopwatch's hooks into the CLI's settings file")
     i.add_argument("--cli", choices=CLIS, required=True)
     i.add_argument(
-        "--settings", default=None, help="default: the project's .claude/settings.json or .gemini/settings.json"
+        "--settings",
+        default=None,
+        help="default: the project's .claude/settings.json or .gemini/settings.json, Codex CLI's ~/.codex/hooks.json",
     )
     i.add_argument("--command", default=None, help="the per-call command (default: loopwatch hook <cli>)")
     i.add_argument("--socket", dest="install_socket", default=None, help="the serve process's socket, if not default")
@@ -58,7 +62,7 @@ def main(argv: list[str]) -> int:
             args.command or default_command(args.cli), socket=args.install_socket, fail_closed=args.install_fail_closed
         )
         try:
-            print(install(Path(args.settings or SETTINGS[args.cli].settings), command, args.cli))
+            print(install(Path(args.settings or SETTINGS[args.cli].path()), command, args.cli))
         except InstallError as exc:
             print(f"{PROG} install: {exc}", file=sys.stderr)
             return 2

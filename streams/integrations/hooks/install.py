@@ -1,7 +1,7 @@
 """``loopwatch hook install``: loopwatch's hooks in an agent CLI's settings file.
 
-Idempotent: loopwatch's own entries (a command that runs ``hook claude-code`` or ``hook
-gemini``) are replaced, everything else in the file is kept; a file that changes is first
+Idempotent: loopwatch's own entries (a command that runs ``hook claude-code``, ``hook codex``
+or ``hook gemini``) are replaced, everything else in the file is kept; a file that changes is first
 copied to ``<file>.bak``.
 """
 
@@ -25,7 +25,7 @@ class CliSettings:
     """Where and how one agent CLI reads its hooks."""
 
     settings: str
-    """The project's settings file, relative to the project's root."""
+    """The settings file: relative to the project's root, or in the user's home (``~/``)."""
     tool_events: tuple[str, ...]
     """Before and after a tool call: a group with ``matcher: "*"`` (every tool)."""
     session_events: tuple[str, ...]
@@ -33,10 +33,21 @@ class CliSettings:
     """``HOOK_TIMEOUT_S`` in the unit of the CLI's ``timeout`` field."""
     name: str | None = None
     """The hook's ``name`` field, where the CLI shows one."""
+    home_env: str | None = None
+    """The variable that, when set, names the directory of ``settings`` instead."""
+
+    def path(self) -> str:
+        moved = os.environ.get(self.home_env) if self.home_env else None
+        if moved:  # $CODEX_HOME/hooks.json in place of ~/.codex/hooks.json
+            return os.path.join(moved, os.path.basename(self.settings))
+        return os.path.expanduser(self.settings)
 
 
 CLIS = {
     "claude-code": CliSettings(".claude/settings.json", ("PreToolUse", "PostToolUse"), ("SessionEnd",), HOOK_TIMEOUT_S),
+    "codex": CliSettings(
+        "~/.codex/hooks.json", ("PreToolUse", "PostToolUse"), (), HOOK_TIMEOUT_S, home_env="CODEX_HOME"
+    ),
     "gemini": CliSettings(
         ".gemini/settings.json", ("BeforeTool", "AfterTool"), ("SessionEnd",), HOOK_TIMEOUT_S * 1000, "loopwatch"
     ),

@@ -16,6 +16,7 @@ from streams.client import LoopwatchClient
 
 from .call import MAX_LINE
 from .claude_code import ClaudeCodeHooks
+from .codex import CodexHooks
 from .gemini import GeminiHooks
 from .sessions import PayloadError
 
@@ -29,6 +30,7 @@ class HookServer:
         self.path = path
         self.clis: dict[str, ClaudeCodeHooks | GeminiHooks] = {
             "claude-code": ClaudeCodeHooks(client, agent_id=agent_id or "claude-code"),
+            "codex": CodexHooks(client, agent_id=agent_id or "codex"),
             "gemini": GeminiHooks(client, agent_id=agent_id or "gemini-cli"),
         }
         self._server: asyncio.AbstractServer | None = None

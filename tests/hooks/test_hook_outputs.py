@@ -1,5 +1,5 @@
-"""Gemini CLI's side of ``loopwatch hook``: the shell tool's outcome without its process ids,
-and the per-call command's deny when the serve process is away (fail closed)."""
+"""What ``loopwatch hook`` hands the CLIs: Gemini CLI's shell outcome without its process ids,
+and each CLI's deny from the per-call command when the serve process is away (fail closed)."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def _hook(event: str, *flags: str, tmp_path) -> subprocess.CompletedProcess:
     )  # fmt: skip
 
 
-def test_fail_closed_denies_a_call_the_gemini_way_when_serve_is_away(tmp_path):
+def test_gemini_fails_closed_with_its_own_deny_when_serve_is_away(tmp_path):
     denied = _hook("BeforeTool", "--fail-closed", tmp_path=tmp_path)
     assert denied.returncode == 0, denied.stderr
     out = json.loads(denied.stdout)
@@ -83,7 +83,18 @@ def test_fail_closed_denies_a_call_the_gemini_way_when_serve_is_away(tmp_path):
     assert after.returncode == 0 and after.stdout == ""  # nothing to refuse after the fact
 
 
-def test_fail_open_lets_the_call_run(tmp_path):
+def test_gemini_fails_open_and_the_call_runs(tmp_path):
     allowed = _hook("BeforeTool", tmp_path=tmp_path)
     assert allowed.returncode == 0 and allowed.stdout == ""
     assert "failing open" in allowed.stderr
+
+
+def test_codex_fails_closed_with_claude_codes_deny(tmp_path):
+    payload = {"session_id": "s1", "hook_event_name": "PreToolUse", "tool_name": "Bash", "tool_input": {}}
+    denied = subprocess.run(
+        [sys.executable, "-S", call.__file__, "codex", "--socket", str(tmp_path / "absent.sock"), "--fail-closed"],
+        input=json.dumps(payload), capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    out = json.loads(denied.stdout)["hookSpecificOutput"]
+    assert out["hookEventName"] == "PreToolUse" and out["permissionDecision"] == "deny"
+    assert out["permissionDecisionReason"].startswith("Tool call blocked: loopwatch loop protection is unavailable")
