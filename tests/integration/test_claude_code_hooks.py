@@ -12,13 +12,13 @@ threshold under 10 is never surfaced: its bucket is 0.)
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from agent_cli_setup import AGENT_CLIS, python_env, start_serve, stop
 from scripted_model import ScriptedModel, text_of, tool_results
 
 from harness import REPO
@@ -31,7 +31,6 @@ CONFIG = {
 }
 CALLS = 14
 WARNED, FIRST_DENIED = 11, 13
-AGENT_CLIS = Path(os.environ.get("LOOPWATCH_AGENT_CLIS", Path.home() / ".cache" / "loopwatch" / "agent-clis"))
 CLAUDE = AGENT_CLIS / "node_modules" / ".bin" / "claude"
 
 
@@ -40,34 +39,6 @@ def claude() -> Path:
     if not CLAUDE.exists():
         pytest.fail(f"{CLAUDE} is missing: make agent-clis installs Claude Code")
     return CLAUDE
-
-
-def python_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return env
-
-
-def start_serve(lw, socket: Path) -> subprocess.Popen:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streams.cli", "hook", "--serve", "--socket", str(socket), "--bootstrap", lw.broker,
-         "--tool-calls-topic", lw.names.tool_calls, "--verdicts-topic", lw.names.verdicts, "--timeout", "5"],
-        cwd=REPO, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )  # fmt: skip
-    line = proc.stdout.readline()
-    assert "fails open" in line and str(socket) in line, (line, proc.poll() is not None and proc.stderr.read())
-    return proc
-
-
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, 15)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, 9)
-            proc.wait()
 
 
 def test_claude_code_loop_is_warned_then_denied_through_its_own_hooks(lw, claude, tmp_path):

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
+from agent_cli_setup import AGENT_CLIS, python_env, start_serve, stop
 from scripted_gemini import ScriptedGemini, function_responses
-from test_claude_code_hooks import AGENT_CLIS, python_env, start_serve, stop
 
 from harness import REPO
 

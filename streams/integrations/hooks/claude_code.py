@@ -20,7 +20,7 @@ from typing import Any
 from schemas.verdicts import Decision
 from streams.client import LoopBlocked, LoopwatchClient, NoDecisionError, RunAbortedError
 
-from .sessions import MAX_ID, PayloadError, Session, Sessions, event_name, ident
+from .sessions import MAX_ID, PayloadError, Session, Sessions, event_name, ident, optional_ident
 
 __all__ = ["EVENTS", "ClaudeCodeHooks", "PayloadError"]
 
@@ -30,7 +30,7 @@ EVENTS = ("PreToolUse", "PostToolUse", "SessionEnd")
 class ClaudeCodeHooks:
     """One serve process's Claude Code sessions, each a run of ``client``."""
 
-    events = EVENTS
+    events: tuple[str, ...] = EVENTS
     key_prefix = "claude-code"
 
     def __init__(self, client: LoopwatchClient, *, agent_id: str = "claude-code") -> None:
@@ -47,7 +47,7 @@ class ClaudeCodeHooks:
                 await session.run.end(reason[:MAX_ID] if isinstance(reason, str) else None)
             return None
         tool = ident(payload, "tool_name")
-        call_id = ident(payload, "tool_use_id", required=False)
+        call_id = optional_ident(payload, "tool_use_id")
         args = payload.get("tool_input")
         session = self.sessions.get(session_id)
         if event == "PreToolUse":

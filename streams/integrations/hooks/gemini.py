@@ -106,7 +106,6 @@ class GeminiHooks:
     async def handle(self, payload: dict) -> dict | None:
         event = event_name(payload, EVENTS)
         session_id = ident(payload, "session_id")
-        assert session_id is not None
         if event == "SessionEnd":
             ended = self.sessions.pop(session_id)
             if ended is not None:
@@ -114,7 +113,6 @@ class GeminiHooks:
                 await ended.run.end(reason[:MAX_ID] if isinstance(reason, str) else None)
             return None
         tool = ident(payload, "tool_name")
-        assert tool is not None
         args = payload.get("tool_input")
         session = self._session(session_id)
         key = _call_key(tool, args)

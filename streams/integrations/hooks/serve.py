@@ -54,7 +54,7 @@ class HookServer:
             request = json.loads(line)
             if not isinstance(request, dict) or not isinstance(request.get("payload"), dict):
                 raise PayloadError('a request is {"cli": ..., "payload": {...}}')
-            hooks = self.clis.get(request.get("cli"))
+            hooks = self.clis.get(str(request.get("cli")))
             if hooks is None:
                 raise PayloadError(f"unknown cli {str(request.get('cli'))[:40]!r}")
             return {"output": await hooks.handle(request["payload"])}

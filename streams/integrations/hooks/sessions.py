@@ -20,13 +20,15 @@ class PayloadError(LoopwatchError, ValueError):
     """A hook payload loopwatch cannot read: one line for the per-call command's stderr."""
 
 
-def ident(payload: dict, name: str, *, required: bool = True) -> str | None:
+def ident(payload: dict, name: str) -> str:
     value = payload.get(name)
-    if value is None and not required:
-        return None
     if not isinstance(value, str) or not value or len(value) > MAX_ID:
         raise PayloadError(f"{name} must be a non-empty string of at most {MAX_ID} characters")
     return value
+
+
+def optional_ident(payload: dict, name: str) -> str | None:
+    return None if payload.get(name) is None else ident(payload, name)
 
 
 def event_name(payload: dict, events: tuple[str, ...]) -> str:
