@@ -1,10 +1,10 @@
-"""The per-call cost of ``loopwatch hook claude-code`` (or ``gemini``): the wall time of one
+"""The per-call cost of ``loopwatch hook claude-code`` (or ``codex``, ``gemini``): the wall time of one
 hook command, as the CLI runs it (a process per call, the hook JSON on stdin), against a running
 ``loopwatch hook --serve`` and a real worker on the broker.  Every call has new arguments, so
 loopwatch allows them all; a before-tool hook waits for the gate's decision over Kafka, an
 after-tool hook publishes the completion.
 
-    PYTHONPATH=$PWD python -m bench.hook_call [--cli claude-code|gemini] [--calls 200] [--broker 127.0.0.1:19092]
+    PYTHONPATH=$PWD python -m bench.hook_call [--cli claude-code|codex|gemini] [--calls 200] [--broker 127.0.0.1:19092]
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 # Each CLI's hook input: (before event, after event, its tool, its call id field or None, a response).
 HOOKS = {
     "claude-code": ("PreToolUse", "PostToolUse", "Bash", "tool_use_id", {"stdout": ""}),
+    "codex": ("PreToolUse", "PostToolUse", "Bash", "tool_use_id", ""),
     "gemini": ("BeforeTool", "AfterTool", "run_shell_command", None, {"llmContent": "Output: (empty)"}),
 }
 

@@ -60,8 +60,10 @@ def output_of(response: dict) -> str:
     return str(body.get("output", "")) + str(body.get("error", ""))
 
 
-def test_gemini_cli_loop_is_warned_then_denied_through_its_own_hooks(lw, gemini, tmp_path):
-    lw.configured_worker(CONFIG)
+def run_gemini(lw, gemini: Path, tmp_path: Path, config: dict, calls: int):
+    """Gemini CLI headless with loopwatch's hooks against a script of ``calls`` identical
+    calls: its finished process and the requests of its agent loop."""
+    lw.configured_worker(config)
     socket = tmp_path / "hook.sock"
     serve = start_serve(lw, socket)
     try:
@@ -78,7 +80,7 @@ def test_gemini_cli_loop_is_warned_then_denied_through_its_own_hooks(lw, gemini,
             cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert installed.returncode == 0, installed.stderr
-        with ScriptedGemini(CALLS) as model:
+        with ScriptedGemini(calls) as model:
             env = python_env()
             env.update(
                 HOME=str(home),
@@ -92,28 +94,58 @@ def test_gemini_cli_loop_is_warned_then_denied_through_its_own_hooks(lw, gemini,
                  "-m", "gemini-2.5-flash"],
                 cwd=work, env=env, capture_output=True, text=True, timeout=300,
             )  # fmt: skip
-            elapsed = time.monotonic() - started
-            requests = list(model.requests)
-        assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
-        # One request per call, and the one after the last call, each with that call's result.
-        assert len(requests) == CALLS + 1, (len(requests), run.stdout[-1000:], run.stderr[-1000:])
-        seen = []
-        for n, request in enumerate(requests[1:], start=1):
-            responses = function_responses(request)
-            assert [r.get("name") for r in responses] == ["run_shell_command"], (n, responses)
-            seen.append(output_of(responses[0]))
-        for n, text in enumerate(seen, start=1):
-            if n < FIRST_DENIED:
-                assert "marker-file.txt" in text, (n, text)  # the real ls ran
-                assert "blocked" not in text, (n, text)
-            else:
-                assert "marker-file.txt" not in text, (n, text)
-                assert text == BLOCKED, (n, text)
-        warned = [n for n, text in enumerate(seen, start=1) if WARNING in text]
-        assert warned == [WARNED], seen
-        assert f"<hook_context>{WARNING}" in seen[WARNED - 1], seen[WARNED - 1]
-        print(f"gemini -p with {CALLS} hooked calls took {elapsed:.1f}s")
+            print(f"gemini -p with {calls} scripted calls took {time.monotonic() - started:.1f}s")
+            return run, list(model.requests)
     finally:
         stop(serve)
         if serve.stderr:
             print(serve.stderr.read()[-3000:])
+
+
+def outputs_seen(requests: list[dict]) -> list[str]:
+    """What the model got back for each call, in order (request n carries call n's result)."""
+    seen = []
+    for n, request in enumerate(requests[1:], start=1):
+        responses = function_responses(request)
+        assert [r.get("name") for r in responses] == ["run_shell_command"], (n, responses)
+        seen.append(output_of(responses[0]))
+    return seen
+
+
+def test_gemini_cli_loop_is_warned_then_denied_through_its_own_hooks(lw, gemini, tmp_path):
+    run, requests = run_gemini(lw, gemini, tmp_path, CONFIG, CALLS)
+    assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
+    # One request per call, and the one after the last call, each with that call's result.
+    assert len(requests) == CALLS + 1, (len(requests), run.stdout[-1000:], run.stderr[-1000:])
+    seen = outputs_seen(requests)
+    for n, text in enumerate(seen, start=1):
+        if n < FIRST_DENIED:
+            assert "marker-file.txt" in text, (n, text)  # the real ls ran
+            assert "blocked" not in text, (n, text)
+        else:
+            assert "marker-file.txt" not in text, (n, text)
+            assert text == BLOCKED, (n, text)
+    warned = [n for n, text in enumerate(seen, start=1) if WARNING in text]
+    assert warned == [WARNED], seen
+    assert f"<hook_context>{WARNING}" in seen[WARNED - 1], seen[WARNED - 1]
+
+
+def test_gemini_cli_session_is_stopped_when_loopwatch_aborts_the_run(lw, gemini, tmp_path):
+    """With abortAfterCriticalBlocks 2, the second block (call 14) ends the run.  Its abort
+    follows its decision on the verdicts topic, so the hook of call 14 stops the session when
+    the abort has arrived with the decision, else call 15's hook does (the run is over: its
+    request is refused).  Either way Gemini CLI stops its agent loop there: the model is asked
+    nothing more, and the script's later calls never come."""
+    config = {**CONFIG, "loopwatch": {**CONFIG["loopwatch"], "abortAfterCriticalBlocks": 2}}
+    run, requests = run_gemini(lw, gemini, tmp_path, config, 20)
+    assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
+    stopped_at = len(requests)  # requests 0..k-1 were made: call k was the one stopped
+    assert stopped_at in (14, 15), (stopped_at, run.stderr[-2000:])
+    assert json.loads(run.stdout)["stats"]["tools"]["totalCalls"] == stopped_at
+    seen = outputs_seen(requests)
+    assert all("marker-file.txt" in text for text in seen[:12]), seen
+    assert seen[12:] == [BLOCKED] * (stopped_at - 13), seen[12:]
+    assert (
+        "Agent execution stopped by hook: CRITICAL: loopwatch ended this run after 2 critical tool-loop blocks "
+        "(last: generic_repeat on run_shell_command). Blocking single calls did not stop the loop."
+    ) in run.stderr, run.stderr[-2000:]
