@@ -16,8 +16,9 @@ COMMAND = "ls"
 
 
 class ScriptedResponses:
-    def __init__(self, calls: int) -> None:
+    def __init__(self, calls: int, command: str = COMMAND) -> None:
         self.calls = calls
+        self.command = command
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         model = self
@@ -71,7 +72,7 @@ class ScriptedResponses:
                 "id": f"fc_{n:04d}",
                 "call_id": f"call_{n:04d}",
                 "name": TOOL,
-                "arguments": json.dumps({"cmd": COMMAND}),
+                "arguments": json.dumps({"cmd": self.command}),
                 "status": "completed",
             }
         else:

@@ -32,6 +32,8 @@ class ClaudeCodeHooks:
 
     events: tuple[str, ...] = EVENTS
     key_prefix = "claude-code"
+    ends_session = True
+    """An aborted run's hooks answer ``continue: false``, which ends the CLI's session."""
 
     def __init__(self, client: LoopwatchClient, *, agent_id: str = "claude-code") -> None:
         self.client = client
@@ -59,28 +61,31 @@ class ClaudeCodeHooks:
         try:
             decision = await session.run.before_tool_call(tool, args, tool_call_id=call_id)
         except RunAbortedError as aborted:
-            return _deny(aborted.message, stop=aborted.message)
+            return self._deny(aborted.message, stop=aborted.message)
         except LoopBlocked as blocked:
             return self._blocked(session, blocked.decision)
         except NoDecisionError as missing:  # fail closed
-            return _deny(f"Tool call blocked: loopwatch loop protection is unavailable ({missing}).")
+            return self._deny(f"Tool call blocked: loopwatch loop protection is unavailable ({missing}).")
         if decision is not None and decision.action == "block":
             return self._blocked(session, decision)
         return self._context("PreToolUse", session)
 
     def _blocked(self, session: Session, decision: Decision) -> dict:
         session.notices()  # the block's own message says it all; earlier warnings are moot
-        return _deny(decision.message or "Tool call blocked by loopwatch.", stop=session.stop_message(decision))
+        return self._deny(decision.message or "Tool call blocked by loopwatch.", stop=session.stop_message(decision))
 
     def _context(self, event: str, session: Session) -> dict | None:
         out: dict[str, Any] = {}
         notices = session.notices()
         if notices:
             out["hookSpecificOutput"] = {"hookEventName": event, "additionalContext": "\n\n".join(notices)}
-        if session.run.aborted is not None:
+        if session.run.aborted is not None and self.ends_session:
             out["continue"] = False
             out["stopReason"] = session.run.aborted.message or "loopwatch ended the run."
         return out or None
+
+    def _deny(self, reason: str, *, stop: str | None = None) -> dict:
+        return _deny(reason, stop=stop if self.ends_session else None)
 
 
 def _deny(reason: str, *, stop: str | None = None) -> dict:

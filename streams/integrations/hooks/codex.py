@@ -2,8 +2,13 @@
 ``PreToolUse`` and ``PostToolUse`` hooks: the same input fields (``session_id``, ``tool_name``,
 ``tool_input``, ``tool_use_id``, ``tool_response``) and the same output (a deny is
 ``permissionDecision: "deny"`` with ``permissionDecisionReason``, context is
-``additionalContext``, an end is ``continue: false`` with ``stopReason``).  Codex CLI has no
-session-end hook (``Stop`` ends a turn, not the session), so a run is not ended from here.
+``additionalContext``).  Codex CLI has no session-end hook (``Stop`` ends a turn, not the
+session), so a run is not ended from here.
+
+An aborted run gets no ``continue: false``: Codex CLI does not end its session on it, and at
+``PreToolUse`` it runs the command all the same (the output the model gets is replaced by
+``stopReason``), which would let the very call loopwatch refuses run.  Instead every later call
+of an aborted run is denied with the abort's message.
 
 The run is Codex CLI's session: run id ``session_id``, session key ``codex:<session_id>``.
 """
@@ -20,3 +25,4 @@ class CodexHooks(ClaudeCodeHooks):
 
     events = EVENTS
     key_prefix = "codex"
+    ends_session = False
