@@ -16,8 +16,9 @@ COMMAND = "ls"
 
 
 class ScriptedGemini:
-    def __init__(self, calls: int) -> None:
+    def __init__(self, calls: int, command: str = COMMAND) -> None:
         self.calls = calls
+        self.command = command
         self.requests: list[dict[str, Any]] = []
         self.paths: list[str] = []
         self._lock = threading.Lock()
@@ -76,7 +77,7 @@ class ScriptedGemini:
                 self.requests.append(body)
         if body.get("tools") and turns < self.calls:
             parts: list[dict[str, Any]] = [
-                {"functionCall": {"name": TOOL, "args": {"command": COMMAND, "description": "List files"}}}
+                {"functionCall": {"name": TOOL, "args": {"command": self.command, "description": "Run it"}}}
             ]
         else:
             parts = [{"text": "Done."}]

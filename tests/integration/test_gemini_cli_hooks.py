@@ -60,9 +60,10 @@ def output_of(response: dict) -> str:
     return str(body.get("output", "")) + str(body.get("error", ""))
 
 
-def run_gemini(lw, gemini: Path, tmp_path: Path, config: dict, calls: int):
+def run_gemini(lw, gemini: Path, tmp_path: Path, config: dict, calls: int, command: str = "ls"):
     """Gemini CLI headless with loopwatch's hooks against a script of ``calls`` identical
-    calls: its finished process and the requests of its agent loop."""
+    calls of ``command`` in ``tmp_path/work``: its finished process and the requests of its
+    agent loop."""
     lw.configured_worker(config)
     socket = tmp_path / "hook.sock"
     serve = start_serve(lw, socket)
@@ -80,7 +81,7 @@ def run_gemini(lw, gemini: Path, tmp_path: Path, config: dict, calls: int):
             cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert installed.returncode == 0, installed.stderr
-        with ScriptedGemini(calls) as model:
+        with ScriptedGemini(calls, command) as model:
             env = python_env()
             env.update(
                 HOME=str(home),
@@ -135,15 +136,16 @@ def test_gemini_cli_session_is_stopped_when_loopwatch_aborts_the_run(lw, gemini,
     follows its decision on the verdicts topic, so the hook of call 14 stops the session when
     the abort has arrived with the decision, else call 15's hook does (the run is over: its
     request is refused).  Either way Gemini CLI stops its agent loop there: the model is asked
-    nothing more, and the script's later calls never come."""
+    nothing more, and the script's later calls never come.  The command appends a line to a
+    file: the twelve calls that ran wrote it, none of the denied or stopped ones did."""
     config = {**CONFIG, "loopwatch": {**CONFIG["loopwatch"], "abortAfterCriticalBlocks": 2}}
-    run, requests = run_gemini(lw, gemini, tmp_path, config, 20)
+    run, requests = run_gemini(lw, gemini, tmp_path, config, 20, "echo ran >> ran.log")
     assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
     stopped_at = len(requests)  # requests 0..k-1 were made: call k was the one stopped
     assert stopped_at in (14, 15), (stopped_at, run.stderr[-2000:])
     assert json.loads(run.stdout)["stats"]["tools"]["totalCalls"] == stopped_at
+    assert (tmp_path / "work" / "ran.log").read_text() == "ran\n" * 12
     seen = outputs_seen(requests)
-    assert all("marker-file.txt" in text for text in seen[:12]), seen
     assert seen[12:] == [BLOCKED] * (stopped_at - 13), seen[12:]
     assert (
         "Agent execution stopped by hook: CRITICAL: loopwatch ended this run after 2 critical tool-loop blocks "
