@@ -1,4 +1,5 @@
-"""``loopwatch hook``: loopwatch behind an agent CLI's own hooks (Claude Code's first).
+"""``loopwatch hook``: loopwatch behind an agent CLI's own hooks (Claude Code, Codex CLI,
+Gemini CLI).
 
 Three parts, apart from one another so that the per-call side stays cheap:
 
@@ -7,7 +8,8 @@ Three parts, apart from one another so that the per-call side stays cheap:
   and prints the CLI's hook output, failing open or closed when the serve process is away;
 * ``serve``: the long-lived process that holds one ``LoopwatchClient`` (one Kafka
   connection) and turns hook payloads into edge events and loopwatch's verdicts into the
-  CLI's deny / context / stop outputs (``claude_code``);
+  CLI's deny / context / stop outputs (one module per protocol: ``claude_code``, ``codex``,
+  ``gemini``; ``sessions`` holds what they share);
 * ``install``: writes the hooks into the CLI's settings file.
 
 Nothing here is imported at package import: ``call`` must not pay for the client's imports.
