@@ -9,7 +9,7 @@ CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
 
 .PHONY: install ops-tools lint test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
-        kafka-status run bench-core bench bench-backtest bench-evaluate bench-gateway bench-verdict-readers evaluate tune mcp-servers agent-clis schemas conformance clean ts-client \
+        kafka-status run docs bench-core bench bench-backtest bench-evaluate bench-gateway bench-verdict-readers evaluate tune mcp-servers agent-clis schemas conformance clean ts-client \
         oracles oracle-openhands oracle-gemini test-traces-openhands test-traces-gemini
 
 install: $(STAMP)
@@ -17,7 +17,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[worker,test,ops,bench,langchain,openai-agents,pydantic-ai,mcp,mcp-test]'
+	$(PY) -m pip install -q -e '.[worker,test,ops,bench,langchain,openai-agents,pydantic-ai,mcp,mcp-test,docs]'
 	touch $(STAMP)
 
 # The TypeScript client (clients/typescript): npm dependencies from its lock file (npm's cache
@@ -117,10 +117,15 @@ lint: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# The documentation site (mkdocs.yml, docs/; the front page is README.md), built with --strict:
+# a broken link or anchor fails it.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d build/site
+
 # The full suite: unit, conformance, golden traces, ops checks and integration tests on the
 # real broker.  pytest exits non-zero (5) when it collects no tests, which fails the target;
 # -rs lists every skipped test with its reason (with CI set, any skip fails the run).
-test: lint install ops-tools kafka ts-client mcp-servers agent-clis oracles
+test: lint docs install ops-tools kafka ts-client mcp-servers agent-clis oracles
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_AGENT_CLIS=$(AGENT_CLIS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests
 
 test-unit: install ops-tools ts-client mcp-servers oracles
