@@ -218,9 +218,17 @@ def _evaluate(args: argparse.Namespace) -> int:
     from schemas.config import RUN_SCOPE, ConfigError
 
     from .engine import engine_for
-    from .engine.config import with_profile
+    from .engine.config import PEER_PROFILES, with_profile
     from .offline.backtest import BacktestError, FileSource, Progress
-    from .offline.evaluate import REFERENCE_ROWS, SUCCESSFUL, EngineRow, Evaluation, plot, render_table
+    from .offline.evaluate import (
+        REFERENCE_ROWS,
+        SUCCESSFUL,
+        EngineRow,
+        Evaluation,
+        distribution_path,
+        plot,
+        render_table,
+    )
     from .offline.sharded import available_cores
 
     def fail(message: str, code: int = 2) -> int:
@@ -231,11 +239,9 @@ def _evaluate(args: argparse.Namespace) -> int:
         return fail(f"--jobs must be at least 1, not {args.jobs}")
     rows = []
     for profile in args.profile or ():
-        rows.append(
-            EngineRow(
-                f"profile {profile} (upstream defaults, enabled)", engine_for(with_profile(UPSTREAM_DEFAULTS, profile))
-            )
-        )
+        # The peer profiles read no tools.loopDetection block: their own thresholds, always on.
+        what = "its system's defaults" if profile in PEER_PROFILES else "upstream defaults, enabled"
+        rows.append(EngineRow(f"profile {profile} ({what})", engine_for(with_profile(UPSTREAM_DEFAULTS, profile))))
     for path in args.config or ():
         try:
             engine = engine_for(_load_root(path))
@@ -272,6 +278,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         report = evaluation.report()
         if args.plot:
             plot(report, Path(args.plot))
+            print(
+                f"loopwatch evaluate: wrote {args.plot} and {distribution_path(Path(args.plot))} (calls into the loop)",
+                file=sys.stderr,
+            )
     except BacktestError as exc:
         return fail(str(exc), exc.code)
     if args.json:
@@ -651,6 +661,8 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from schemas.config import PROFILES
+
     parser = argparse.ArgumentParser(prog="loopwatch", description="Central tool-loop detection for AI agent runners.")
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -763,8 +775,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--profile",
         action="append",
-        choices=("configurable-final", "latest"),
-        help="a row: the profile with upstream's defaults, detection on (repeat for several)",
+        choices=PROFILES,
+        help="a row: the profile with upstream's defaults, detection on (gemini-cli, openhands: their own "
+        "thresholds); repeat for several",
     )
     p.add_argument("--config", action="append", metavar="FILE", help="a row: a config file (repeat for several)")
     p.add_argument("--no-reference", action="store_true", help="leave out the peers' reference rows")
@@ -775,7 +788,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="another run.ended reason of a successful run (besides completed, resolved, reward:1)",
     )
     p.add_argument("--json", action="store_true", help="the report as JSON")
-    p.add_argument("--plot", metavar="PNG", help="write catch rate against false-alarm rate per row")
+    p.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="write catch rate against false-alarm rate per row, and beside it (NAME-calls-into-loop.png) "
+        "the calls into the loop at each catch",
+    )
     p.add_argument(
         "--jobs",
         type=int,
