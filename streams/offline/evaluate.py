@@ -628,7 +628,7 @@ def render_table(report: dict, out: IO[str]) -> None:
         sw = max(16, *(len(s) for s in shapes))
         w(f"{'row':<{nw}}  " + "  ".join(f"{s:>{sw}}" for s in shapes) + "\n")
         for r in rows:
-            cells = []
+            texts: list[str] = []
             for shape in shapes:
                 p = r["planted"][shape]
                 text = f"{p['caught']}/{p['runs']}"
@@ -636,8 +636,8 @@ def render_table(report: dict, out: IO[str]) -> None:
                     text += f" ({p['calls_into_loop_median']:g})"
                 if p["stopped_before_loop"]:
                     text += f" b{p['stopped_before_loop']}"
-                cells.append(text)
-            w(f"{r['name']:<{nw}}  " + "  ".join(f"{c:>{sw}}" for c in cells) + "\n")
+                texts.append(text)
+            w(f"{r['name']:<{nw}}  " + "  ".join(f"{c:>{sw}}" for c in texts) + "\n")
     if any(r["false_alarm_runs"] for r in rows):
         w("\nfalse alarms (blocked or aborted runs labelled successful; *: pure, outside any strict loop):\n")
         for r in rows:
