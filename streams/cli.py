@@ -414,6 +414,9 @@ def _tune(args: argparse.Namespace) -> int:
             f"{fig['false_alarms']})"
         )
 
+    def shapes_line(fig: dict) -> str:
+        return ", ".join(f"{k} {v['caught_5']}/{v['loops_5']}" for k, v in fig["by_shape"].items())
+
     if chosen is not None:
         lines = [
             "# Chosen by loopwatch tune (docs/evaluation.md): the best catch rate of planted loops of 5+ calls",
@@ -424,6 +427,7 @@ def _tune(args: argparse.Namespace) -> int:
             f"# runs: {len(runs)}; trials: {len(configs)}; folds: {args.folds} (seed {args.seed}); "
             f"budget (pure false alarms): {args.max_false_alarms:g}",
             f"# held-out, pooled: {figures_line(report['chosen_figures'])}",
+            f"# held-out, pooled, loops of 5+ stopped by shape: {shapes_line(report['chosen_figures'])}",
         ]
         for per in report["chosen_per_fold"]:
             lines.append(f"# held-out, fold {per['fold']} (trial {per['trial']}): {figures_line(per)}")
@@ -453,6 +457,7 @@ def _tune(args: argparse.Namespace) -> int:
         if chosen is not None:
             print(f"chosen: trial {chosen} {json.dumps(configs[chosen], separators=(',', ':'))}")
             print(f"  held-out, pooled: {figures_line(report['chosen_figures'])}")
+            print(f"  held-out, pooled, by shape: {shapes_line(report['chosen_figures'])}")
             print(f"  on the runs it was chosen on: {figures_line(report['in_sample'])}")
     if chosen is None:
         return fail(f"no trial stays within --max-false-alarms {args.max_false_alarms:g}; nothing written", 1)

@@ -136,14 +136,18 @@ def figures(stops: Sequence[int | None], runs: Sequence[RunFacts], members: Sequ
     """The figures of one config's stops over the runs ``members`` (indexes)."""
     loops = caught = before = alarms = pure = successful = 0
     into: list[int] = []
+    shapes: dict[str, list[int]] = {}
     for i in members:
         run, stop = runs[i], stops[i]
         if run.start is not None and run.length is not None:
             if run.length >= MIN_LOOP:
                 loops += 1
+                shape = shapes.setdefault(run.shape or "unknown", [0, 0])
+                shape[1] += 1
                 at = caught_at(stop, run.start, run.length)
                 if at is not None:
                     caught += 1
+                    shape[0] += 1
                     into.append(at)
                 elif stop is not None and stop < run.start:
                     before += 1
@@ -163,6 +167,7 @@ def figures(stops: Sequence[int | None], runs: Sequence[RunFacts], members: Sequ
         "false_alarms": alarms,
         "pure_false_alarms": pure,
         "pure_false_alarm_rate": pure / successful if successful else 0.0,
+        "by_shape": {k: {"caught_5": c, "loops_5": n} for k, (c, n) in sorted(shapes.items())},
     }
 
 

@@ -229,7 +229,7 @@ def test_the_held_out_front_is_the_nested_choice_per_budget():
 def test_a_stop_before_the_planted_loop_is_not_caught_and_a_stop_in_a_strict_loop_is_not_pure():
     # P: loop of 5 at call 3; stops 2 (before), 3 (its first call refused), 8 (right after it), 9 (past it).
     # S: successful with a strict loop of 3 at call 4: stop 4 and 7 are in it, 3 and 8 are pure.
-    runs = [RunFacts("P", False, 3, 5), RunFacts("S", True, None, None, None, ((4, 3),))]
+    runs = [RunFacts("P", False, 3, 5, "poll"), RunFacts("S", True, None, None, None, ((4, 3),))]
     cases = {(2, 3): (0, 1, 1), (3, 4): (1, 0, 0), (8, 7): (1, 0, 0), (9, 8): (0, 0, 1)}
     for (p_stop, s_stop), (caught, before, pure) in cases.items():
         fig = figures([p_stop, s_stop], runs, [0, 1])
@@ -239,3 +239,4 @@ def test_a_stop_before_the_planted_loop_is_not_caught_and_a_stop_in_a_strict_loo
             pure,
             1,
         ), (p_stop, s_stop)
+        assert fig["by_shape"] == {"poll": {"caught_5": caught, "loops_5": 1}}
