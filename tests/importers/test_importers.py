@@ -471,3 +471,67 @@ def test_labels_of_no_known_shape_name_the_shapes_read(tmp_path):
     assert proc.returncode != 0 and proc.stderr.count("\n") == 1
     for shape in ("results_summary.json", "resolved_ids", "results.json (resolved[]", "true/false"):
         assert shape in proc.stderr, shape
+
+
+@settings(max_examples=60)
+@given(
+    stages=st.dictionaries(
+        st.sampled_from(["generated", "with_logs", "applied", "no_apply", "test_errored", "no_generation"]),
+        st.lists(st.sampled_from([f"repo__repo-{n}" for n in range(8)]), max_size=8),
+        min_size=1,
+    ),
+    resolved=st.lists(st.sampled_from([f"repo__repo-{n}" for n in range(8)]), min_size=1, max_size=8),
+)
+def test_a_results_json_labels_every_listed_id_resolved_only_if_in_resolved(tmp_path_factory, stages, resolved):
+    from streams.importers import load_labels
+
+    path = tmp_path_factory.mktemp("labels") / "results.json"
+    path.write_text(json.dumps({**stages, "resolved": resolved}))
+    labels = load_labels(path)
+    listed = {i for ids in stages.values() for i in ids} | set(resolved)
+    assert set(labels) == listed
+    for run_id in listed:
+        assert labels[run_id] == ("resolved" if run_id in resolved else "unresolved"), run_id
+
+
+@settings(max_examples=40)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30),
+            st.integers(-1, 3),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_mini_swe_agent_v2_calls_are_their_commands_and_return_codes(tmp_path_factory, steps):
+    """A v2 tool-calling trajectory built here: each call's command and return code, given
+    in ``extra.returncode`` or only in the content's ``<returncode>``."""
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    for n, (command, code, in_extra) in enumerate(steps):
+        call = {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": command})},
+        }
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        reply = {
+            "role": "tool",
+            "tool_call_id": f"c{n}",
+            "content": f"<returncode>{code}</returncode>\n<output>\nx\n</output>",
+        }
+        if in_extra:
+            reply["extra"] = {"returncode": code}
+        messages.append(reply)
+    doc = {"trajectory_format": "mini-swe-agent-1.1", "info": {"exit_status": "Submitted"}, "messages": messages}
+    path = tmp_path_factory.mktemp("v2") / "one.traj.json"
+    path.write_text(json.dumps(doc))
+    out = io.BytesIO()
+    import_files([path], out)
+    events = [decode_event(line) for line in out.getvalue().splitlines()]
+    got = calls(events)
+    assert [c.args_hash for c in got] == [args_hash("bash", {"command": c}) for c, _code, _e in steps]
+    assert [c.is_error for c in got] == [code != 0 for _c, code, _e in steps]
+    assert type(events[-1]) is RunEnded and events[-1].reason == "submitted"
