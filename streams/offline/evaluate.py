@@ -80,6 +80,8 @@ __all__ = [
     "RunResult",
     "REFERENCE_ROWS",
     "caught_at",
+    "distribution",
+    "distribution_path",
     "evaluate_run",
     "loop_spans",
     "is_successful",

@@ -39,6 +39,7 @@ __all__ = [
     "ROW_COLORS",
     "ROW_MARKERS",
     "SCATTER_BOX",
+    "Spread",
     "Series",
     "axes_pixels",
     "counts_per_bucket",
