@@ -217,7 +217,7 @@ bench-evaluate: install
 # example outputs and test trajectories); a set that is missing is left out.  Writes the
 # events, report.txt, report.json and evaluation.png to $(EVALUATION).
 EVALUATION ?= build/evaluation
-EVALUATION_ROWS ?= --profile configurable-final --profile latest --config examples/recommended.yaml
+EVALUATION_ROWS ?= --profile configurable-final --profile latest --profile gemini-cli --profile openhands --config examples/recommended.yaml
 MINI_SWE := mini-swe-agent-gemini-3-pro-swebench-verified.tar.gz
 evaluate: install
 	@test -n "$(DATA)" || { echo "make evaluate: give DATA=<directory of recorded trajectories> (docs/evaluation.md, \"The data\", says where to get them)" >&2; exit 2; }
@@ -238,13 +238,14 @@ evaluate: install
 
 # loopwatch tune over the same sets (run `make evaluate DATA=...` first: it writes the events):
 # a loop planted into 30% of the runs (seed 28), then 60 seeded trials of configurable-final's
-# settings, 5 folds, at most 1% of successful runs stopped.  Writes $(EVALUATION)/planted.jsonl.gz
-# and $(EVALUATION)/tuned.yaml; docs/evaluation.md, "Tuning on planted loops", has the figures.
+# settings, 5 folds, at most 1% of successful runs stopped outside a loop.  Writes
+# $(EVALUATION)/planted.jsonl.gz, tuned.yaml (held-out figures in its comments) and front.png;
+# docs/evaluation.md, "Tuning on planted loops", has the figures.
 TUNE_ARGS ?= --trials 60 --folds 5 --seed 28 --max-false-alarms 0.01
 tune: install
 	@ls $(EVALUATION)/*.jsonl.gz >/dev/null 2>&1 || { echo "make tune: run make evaluate DATA=<directory> first (it imports the sets into $(EVALUATION))" >&2; exit 2; }
 	$(LOOPWATCH) plant $$(ls $(EVALUATION)/*.jsonl.gz | grep -v /planted.jsonl.gz) -o $(EVALUATION)/planted.jsonl.gz --seed 28 --fraction 0.3
-	$(LOOPWATCH) tune $(EVALUATION)/planted.jsonl.gz -o $(EVALUATION)/tuned.yaml $(TUNE_ARGS) | tee $(EVALUATION)/tune.txt
+	$(LOOPWATCH) tune $(EVALUATION)/planted.jsonl.gz -o $(EVALUATION)/tuned.yaml $(TUNE_ARGS) --plot $(EVALUATION)/front.png | tee $(EVALUATION)/tune.txt
 
 clean:
 	rm -rf .pytest_cache .hypothesis build *.egg-info $(TS)/dist
