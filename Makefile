@@ -17,7 +17,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[worker,test,ops,bench,langchain,openai-agents,pydantic-ai,mcp,mcp-test,docs]'
+	$(PY) -m pip install -q -e '.[worker,test,ops,bench,langchain,openai-agents,pydantic-ai,mcp,mcp-test,otlp,otlp-test,docs]'
 	touch $(STAMP)
 
 # The TypeScript client (clients/typescript): npm dependencies from its lock file (npm's cache

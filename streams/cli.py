@@ -694,6 +694,18 @@ def _hook(args: argparse.Namespace, rest: list[str]) -> int:
     return hook_main(rest)
 
 
+def _otlp(args: argparse.Namespace, rest: list[str]) -> int:
+    try:
+        import aiohttp  # noqa: F401 - the optional extra's packages
+        import opentelemetry.proto  # noqa: F401
+    except ImportError:
+        print("loopwatch otlp: needs the optional extra: pip install 'loopwatch[otlp]'", file=sys.stderr)
+        return 2
+    from streams.integrations.otlp.cli import main as otlp_main
+
+    return otlp_main(rest)
+
+
 HOOK_CLIS = ("claude-code",)
 """``loopwatch hook <cli>``: the per-call command an agent CLI runs (``main`` takes it first)."""
 
@@ -932,6 +944,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="loopwatch behind an agent CLI's hooks: --serve, install, or the per-call command (claude-code)",
     )
     p.set_defaults(func=_hook, passthrough=True)
+
+    p = sub.add_parser(
+        "otlp",
+        add_help=False,
+        help="receive OpenTelemetry GenAI tool spans over OTLP/HTTP; observe-only (needs loopwatch[otlp])",
+    )
+    p.set_defaults(func=_otlp, passthrough=True)
     return parser
 
 
