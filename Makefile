@@ -9,7 +9,7 @@ CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
 
 .PHONY: install ops-tools lint test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
-        kafka-status run bench-core bench bench-backtest bench-evaluate bench-gateway bench-verdict-readers evaluate tune mcp-servers agent-clis schemas conformance clean ts-client \
+        kafka-status run docs bench-core bench bench-backtest bench-evaluate bench-gateway bench-verdict-readers evaluate tune mcp-servers agent-clis schemas conformance clean ts-client \
         oracles oracle-openhands oracle-gemini test-traces-openhands test-traces-gemini
 
 install: $(STAMP)
@@ -17,7 +17,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[worker,test,ops,bench,langchain,openai-agents,pydantic-ai,mcp,mcp-test]'
+	$(PY) -m pip install -q -e '.[worker,test,ops,bench,langchain,openai-agents,pydantic-ai,mcp,mcp-test,otlp,otlp-test,docs]'
 	touch $(STAMP)
 
 # The TypeScript client (clients/typescript): npm dependencies from its lock file (npm's cache
@@ -117,10 +117,15 @@ lint: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
+# The documentation site (mkdocs.yml, docs/; the front page is README.md), built with --strict:
+# a broken link or anchor fails it.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d build/site
+
 # The full suite: unit, conformance, golden traces, ops checks and integration tests on the
 # real broker.  pytest exits non-zero (5) when it collects no tests, which fails the target;
 # -rs lists every skipped test with its reason (with CI set, any skip fails the run).
-test: lint install ops-tools kafka ts-client mcp-servers agent-clis oracles
+test: lint docs install ops-tools kafka ts-client mcp-servers agent-clis oracles
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_AGENT_CLIS=$(AGENT_CLIS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests
 
 test-unit: install ops-tools ts-client mcp-servers oracles
@@ -212,7 +217,7 @@ bench-evaluate: install
 # example outputs and test trajectories); a set that is missing is left out.  Writes the
 # events, report.txt, report.json and evaluation.png to $(EVALUATION).
 EVALUATION ?= build/evaluation
-EVALUATION_ROWS ?= --profile configurable-final --profile latest --config examples/recommended.yaml
+EVALUATION_ROWS ?= --profile configurable-final --profile latest --profile gemini-cli --profile openhands --config examples/recommended.yaml
 MINI_SWE := mini-swe-agent-gemini-3-pro-swebench-verified.tar.gz
 evaluate: install
 	@test -n "$(DATA)" || { echo "make evaluate: give DATA=<directory of recorded trajectories> (docs/evaluation.md, \"The data\", says where to get them)" >&2; exit 2; }
@@ -233,13 +238,14 @@ evaluate: install
 
 # loopwatch tune over the same sets (run `make evaluate DATA=...` first: it writes the events):
 # a loop planted into 30% of the runs (seed 28), then 60 seeded trials of configurable-final's
-# settings, 5 folds, at most 1% of successful runs stopped.  Writes $(EVALUATION)/planted.jsonl.gz
-# and $(EVALUATION)/tuned.yaml; docs/evaluation.md, "Tuning on planted loops", has the figures.
+# settings, 5 folds, at most 1% of successful runs stopped outside a loop.  Writes
+# $(EVALUATION)/planted.jsonl.gz, tuned.yaml (held-out figures in its comments) and front.png;
+# docs/evaluation.md, "Tuning on planted loops", has the figures.
 TUNE_ARGS ?= --trials 60 --folds 5 --seed 28 --max-false-alarms 0.01
 tune: install
 	@ls $(EVALUATION)/*.jsonl.gz >/dev/null 2>&1 || { echo "make tune: run make evaluate DATA=<directory> first (it imports the sets into $(EVALUATION))" >&2; exit 2; }
 	$(LOOPWATCH) plant $$(ls $(EVALUATION)/*.jsonl.gz | grep -v /planted.jsonl.gz) -o $(EVALUATION)/planted.jsonl.gz --seed 28 --fraction 0.3
-	$(LOOPWATCH) tune $(EVALUATION)/planted.jsonl.gz -o $(EVALUATION)/tuned.yaml $(TUNE_ARGS) | tee $(EVALUATION)/tune.txt
+	$(LOOPWATCH) tune $(EVALUATION)/planted.jsonl.gz -o $(EVALUATION)/tuned.yaml $(TUNE_ARGS) --plot $(EVALUATION)/front.png | tee $(EVALUATION)/tune.txt
 
 clean:
 	rm -rf .pytest_cache .hypothesis build *.egg-info $(TS)/dist

@@ -231,7 +231,7 @@ FORGEABLE_INCIDENTS = (
     "claim, so one producer can open incidents for any tool (bounded by maxOpenIncidents and "
     "maxToolsPerAgentPerMinute); with signed events only agents whose signatures verified count"
 )
-"""``config check``'s and the worker's note for ``loopwatch.fleetIncidents`` (README: Fleet incidents)."""
+"""``config check``'s and the worker's note for ``loopwatch.fleetIncidents`` (docs/configuration.md: Fleet incidents)."""
 
 
 class ConfigIssue(msgspec.Struct, frozen=True):

@@ -218,9 +218,17 @@ def _evaluate(args: argparse.Namespace) -> int:
     from schemas.config import RUN_SCOPE, ConfigError
 
     from .engine import engine_for
-    from .engine.config import with_profile
+    from .engine.config import PEER_PROFILES, with_profile
     from .offline.backtest import BacktestError, FileSource, Progress
-    from .offline.evaluate import REFERENCE_ROWS, SUCCESSFUL, EngineRow, Evaluation, plot, render_table
+    from .offline.evaluate import (
+        REFERENCE_ROWS,
+        SUCCESSFUL,
+        EngineRow,
+        Evaluation,
+        distribution_path,
+        plot,
+        render_table,
+    )
     from .offline.sharded import available_cores
 
     def fail(message: str, code: int = 2) -> int:
@@ -231,11 +239,9 @@ def _evaluate(args: argparse.Namespace) -> int:
         return fail(f"--jobs must be at least 1, not {args.jobs}")
     rows = []
     for profile in args.profile or ():
-        rows.append(
-            EngineRow(
-                f"profile {profile} (upstream defaults, enabled)", engine_for(with_profile(UPSTREAM_DEFAULTS, profile))
-            )
-        )
+        # The peer profiles read no tools.loopDetection block: their own thresholds, always on.
+        what = "its system's defaults" if profile in PEER_PROFILES else "upstream defaults, enabled"
+        rows.append(EngineRow(f"profile {profile} ({what})", engine_for(with_profile(UPSTREAM_DEFAULTS, profile))))
     for path in args.config or ():
         try:
             engine = engine_for(_load_root(path))
@@ -272,6 +278,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         report = evaluation.report()
         if args.plot:
             plot(report, Path(args.plot))
+            print(
+                f"loopwatch evaluate: wrote {args.plot} and {distribution_path(Path(args.plot))} (calls into the loop)",
+                file=sys.stderr,
+            )
     except BacktestError as exc:
         return fail(str(exc), exc.code)
     if args.json:
@@ -331,8 +341,8 @@ def _plant(args: argparse.Namespace) -> int:
 
 
 def _tune(args: argparse.Namespace) -> int:
+    import multiprocessing
     import shlex
-    import time
 
     import yaml
 
@@ -353,7 +363,6 @@ def _tune(args: argparse.Namespace) -> int:
         return fail(f"--max-false-alarms must be between 0 and 1, not {args.max_false_alarms:g}")
     if args.jobs is not None and args.jobs < 1:
         return fail(f"--jobs must be at least 1, not {args.jobs}")
-    started = time.monotonic()
     try:
         reader = Evaluation([])
         runs = [
@@ -370,76 +379,129 @@ def _tune(args: argparse.Namespace) -> int:
     configs = tune.sample_trials(args.trials, args.seed)
     jobs = min(args.jobs or available_cores(), len(configs))
     print(f"tune: {len(runs):,} runs, {len(configs)} trials, {args.folds} folds, {jobs} processes", file=sys.stderr)
+    judged = multiprocessing.get_context("fork").Value("i", 0)
+
+    def one_done() -> None:
+        with judged.get_lock():
+            judged.value += 1
+
+    bar = tune.TrialBar(sys.stderr, len(configs))
     try:
-        parts = run_split(lambda shard: tune.judge_trials(configs[shard::jobs], runs), jobs)
+        parts = run_split(
+            lambda shard: tune.judge_trials(configs[shard::jobs], runs, one_done), jobs, poll=lambda: bar(judged.value)
+        )
     except ShardError as exc:
         return fail(str(exc), 1)
+    bar.done()
     stops = [None] * len(configs)
     for shard, part in enumerate(parts):
         stops[shard::jobs] = part
-    print(f"tune: judged in {time.monotonic() - started:.1f} s", file=sys.stderr)
     folds = tune.folds_of(facts, args.folds, args.seed)
-    everyone = [i for members in folds for i in members]
-    pooled = [tune.figures(s, facts, everyone) for s in stops]
-    chosen = tune.choose(pooled, args.max_false_alarms)
-    cv = tune.cross_validated(stops, facts, folds, args.max_false_alarms)
-    front = tune.pareto(pooled)
+    report = tune.tune_report(configs, stops, facts, folds, args.max_false_alarms)
     command = (
         "loopwatch tune " + " ".join(shlex.quote(a) for a in sys.argv[1:] if a != "tune")
         if args.command_line is None
         else args.command_line
     )
-    report = {
-        "runs": len(runs),
-        "trials": len(configs),
-        "folds": [[facts[i].key for i in members] for members in folds],
-        "budget": args.max_false_alarms,
-        "chosen": chosen,
-        "chosen_config": configs[chosen] if chosen is not None else None,
-        "chosen_figures": pooled[chosen] if chosen is not None else None,
-        "chosen_per_fold": [tune.figures(stops[chosen], facts, m) for m in folds] if chosen is not None else None,
-        "cross_validated": cv,
-        "pareto": [{"trial": i, "config": configs[i], **pooled[i]} for i in front],
-    }
+    report["command"] = command
+    chosen = report["chosen"]
+
+    def figures_line(fig: dict) -> str:
+        return (
+            f"loops of 5+ stopped {fig['caught_5']}/{fig['loops_5']} ({fig['stopped_before_loop']} stopped before "
+            f"the loop); calls into the loop median {_num(fig['into_median'])}, p90 {_num(fig['into_p90'])}; "
+            f"pure false alarms {fig['pure_false_alarms']}/{fig['successful']} (all stops of successful runs "
+            f"{fig['false_alarms']})"
+        )
+
+    def shapes_line(fig: dict) -> str:
+        return ", ".join(f"{k} {v['caught_5']}/{v['loops_5']}" for k, v in fig["by_shape"].items())
+
     if chosen is not None:
-        fig = pooled[chosen]
         lines = [
-            "# Chosen by loopwatch tune (docs/evaluation.md): the best held-out catch rate of planted loops of 5+",
-            "# calls within the false-alarm budget, ties broken by fewer calls into the loop.",
+            "# Chosen by loopwatch tune (docs/evaluation.md): the best catch rate of planted loops of 5+ calls",
+            "# within the pure false-alarm budget, ties broken by fewer calls into the loop, chosen on all runs.",
+            "# Its figures are held out: in each fold, the config chosen the same way on the other folds, scored",
+            "# on that fold.",
             f"# command: {command}",
             f"# runs: {len(runs)}; trials: {len(configs)}; folds: {args.folds} (seed {args.seed}); "
-            f"budget: {args.max_false_alarms:g}",
-            f"# held-out, pooled: loops of 5+ stopped {fig['caught_5']}/{fig['loops_5']}; calls into the loop "
-            f"median {fig['into_median']}, p90 {fig['into_p90']}; false alarms {fig['false_alarms']}/{fig['successful']}",
+            f"budget (pure false alarms): {args.max_false_alarms:g}",
+            f"# held-out, pooled: {figures_line(report['chosen_figures'])}",
+            f"# held-out, pooled, loops of 5+ stopped by shape: {shapes_line(report['chosen_figures'])}",
         ]
-        for f, per in enumerate(report["chosen_per_fold"]):
-            lines.append(
-                f"# fold {f}: loops of 5+ stopped {per['caught_5']}/{per['loops_5']}; false alarms "
-                f"{per['false_alarms']}/{per['successful']}"
-            )
-        cvp = cv["pooled"]
+        for per in report["chosen_per_fold"]:
+            lines.append(f"# held-out, fold {per['fold']} (trial {per['trial']}): {figures_line(per)}")
         lines.append(
-            f"# choosing on the other folds, measured on each fold: loops of 5+ stopped {cvp['caught_5']}/{cvp['loops_5']};"
-            f" false alarms {cvp['false_alarms']}/{cvp['successful']}"
+            f"# on the runs it was chosen on (flatters it; not a held-out figure): {figures_line(report['in_sample'])}"
         )
         Path(args.output).write_text("\n".join(lines) + "\n" + yaml.safe_dump(configs[chosen], sort_keys=False))
+    if args.plot:
+        try:
+            _tune_plot(report, Path(args.plot))
+        except BacktestError as exc:
+            return fail(str(exc), exc.code)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
-        print(
-            "Pareto front (held-out, pooled over folds): trial, loops of 5+ stopped, calls into loop median/p90, false alarms"
-        )
-        for i in front:
-            fig = pooled[i]
-            mark = " (chosen)" if i == chosen else ""
+        print("held-out front (nested cross-validation, pooled over folds), one point per pure false-alarm budget:")
+        print("  budget  loops 5+ stopped  before  into median/p90  pure false alarms  all stops of successful runs")
+        for point in report["front"]:
+            fig = point["pooled"]
+            mark = "  front" if point["on_front"] else ""
+            mark += "  (asked)" if point["budget"] == args.max_false_alarms else ""
             print(
-                f"  {i:>4}  {fig['caught_5']}/{fig['loops_5']}  {fig['into_median']}/{fig['into_p90']}  "
-                f"{fig['false_alarms']}/{fig['successful']}{mark}  {json.dumps(configs[i], separators=(',', ':'))}"
+                f"  {point['budget']:>6g}  {fig['caught_5']:>9}/{fig['loops_5']:<6}  {fig['stopped_before_loop']:>6}  "
+                f"{_num(fig['into_median']):>6}/{_num(fig['into_p90']):<7}  {fig['pure_false_alarms']:>9}/"
+                f"{fig['successful']:<7}  {fig['false_alarms']:>8}{mark}"
             )
+        if chosen is not None:
+            print(f"chosen: trial {chosen} {json.dumps(configs[chosen], separators=(',', ':'))}")
+            print(f"  held-out, pooled: {figures_line(report['chosen_figures'])}")
+            print(f"  held-out, pooled, by shape: {shapes_line(report['chosen_figures'])}")
+            print(f"  on the runs it was chosen on: {figures_line(report['in_sample'])}")
     if chosen is None:
         return fail(f"no trial stays within --max-false-alarms {args.max_false_alarms:g}; nothing written", 1)
     print(f"loopwatch tune: wrote {args.output} (trial {chosen})", file=sys.stderr)
     return 0
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:g}"
+
+
+def _tune_plot(report: dict, path: Path) -> None:
+    """The held-out front: per budget, catch rate of planted loops of 5+ against the pure
+    false-alarm rate, each budget its own colour and marker."""
+    from .offline.backtest import BacktestError
+    from .offline.plots import Marker, PlotError, Points, row_styles, save, scatter_chart
+
+    points = report["front"]
+    rows = []
+    for (color, shape), point in zip(row_styles(len(points)), points):
+        fig = point["pooled"]
+        xy = [
+            (
+                100 * fig["pure_false_alarm_rate"],
+                100 * (fig["catch_rate"] or 0.0),
+                "front" if point["on_front"] else "off",
+            )
+        ]
+        label = f"budget {point['budget']:g}: {fig['caught_5']}/{fig['loops_5']} stopped, median {_num(fig['into_median'])} in"
+        rows.append(Points(label, xy, color, shape))
+    try:
+        chart = scatter_chart(
+            rows,
+            markers={
+                "front": Marker("o", 13, "on the held-out front (large)"),
+                "off": Marker("o", 8, "off it (small)"),
+            },
+            title=f"loopwatch tune: held-out figures of the choice per budget ({report['runs']:,} runs, {report['trials']} trials)",
+            xlabel="pure false alarms, % of successful background runs (held out)",
+            ylabel="planted loops of 5+ stopped inside, % (held out)",
+        )
+        save(chart, path)
+    except PlotError as exc:
+        raise BacktestError(str(exc)) from None
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -632,6 +694,18 @@ def _hook(args: argparse.Namespace, rest: list[str]) -> int:
     return hook_main(rest)
 
 
+def _otlp(args: argparse.Namespace, rest: list[str]) -> int:
+    try:
+        import aiohttp  # noqa: F401 - the optional extra's packages
+        import opentelemetry.proto  # noqa: F401
+    except ImportError:
+        print("loopwatch otlp: needs the optional extra: pip install 'loopwatch[otlp]'", file=sys.stderr)
+        return 2
+    from streams.integrations.otlp.cli import main as otlp_main
+
+    return otlp_main(rest)
+
+
 HOOK_CLIS = ("claude-code", "codex", "gemini")
 """``loopwatch hook <cli>``: the per-call command an agent CLI runs (``main`` takes it first)."""
 
@@ -651,6 +725,8 @@ class _Version(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from schemas.config import PROFILES
+
     parser = argparse.ArgumentParser(prog="loopwatch", description="Central tool-loop detection for AI agent runners.")
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -763,8 +839,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--profile",
         action="append",
-        choices=("configurable-final", "latest"),
-        help="a row: the profile with upstream's defaults, detection on (repeat for several)",
+        choices=PROFILES,
+        help="a row: the profile with upstream's defaults, detection on (gemini-cli, openhands: their own "
+        "thresholds); repeat for several",
     )
     p.add_argument("--config", action="append", metavar="FILE", help="a row: a config file (repeat for several)")
     p.add_argument("--no-reference", action="store_true", help="leave out the peers' reference rows")
@@ -775,7 +852,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="another run.ended reason of a successful run (besides completed, resolved, reward:1)",
     )
     p.add_argument("--json", action="store_true", help="the report as JSON")
-    p.add_argument("--plot", metavar="PNG", help="write catch rate against false-alarm rate per row")
+    p.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="write catch rate against false-alarm rate per row, and beside it (NAME-calls-into-loop.png) "
+        "the calls into the loop at each catch",
+    )
     p.add_argument(
         "--jobs",
         type=int,
@@ -801,8 +883,9 @@ def build_parser() -> argparse.ArgumentParser:
         "tune",
         help="search one profile's settings on labelled runs, k-fold cross-validated; write the chosen config",
         description="A seeded search over profile configurable-final's settings on runs with planted loops "
-        "(loopwatch plant): held-out figures per trial, the Pareto front, and the best config within a "
-        "false-alarm budget written as YAML.",
+        "(loopwatch plant), nested k-fold: the config chosen on the other folds is scored on each fold. Prints "
+        "the held-out front over false-alarm budgets and writes the config chosen within the budget as YAML, "
+        "its held-out figures and the command in its comments.",
     )
     p.add_argument("files", nargs="+", help="JSONL files of tool-calls events (.gz: gzip)")
     p.add_argument("-o", "--output", required=True, metavar="CONFIG.yaml", help="the chosen config to write")
@@ -814,10 +897,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=0.01,
         metavar="RATE",
-        help="the share of successful background runs a config may stop (default 0.01)",
+        help="the share of successful background runs a config may stop outside any strict loop (pure false "
+        "alarms; default 0.01)",
     )
     p.add_argument("--jobs", type=int, metavar="N", help="processes (default: the cores available)")
     p.add_argument("--json", action="store_true", help="the report as JSON")
+    p.add_argument("--plot", metavar="PNG", help="write the held-out front: loops stopped against pure false alarms")
     p.add_argument("--command-line", help=argparse.SUPPRESS)
     p.set_defaults(func=_tune)
 
@@ -859,6 +944,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="loopwatch behind an agent CLI's hooks: --serve, install, or the per-call command (claude-code, codex, gemini)",
     )
     p.set_defaults(func=_hook, passthrough=True)
+
+    p = sub.add_parser(
+        "otlp",
+        add_help=False,
+        help="receive OpenTelemetry GenAI tool spans over OTLP/HTTP; observe-only (needs loopwatch[otlp])",
+    )
+    p.set_defaults(func=_otlp, passthrough=True)
     return parser
 
 

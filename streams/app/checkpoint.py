@@ -348,11 +348,11 @@ class Checkpointer:
         """A full state disk stops the worker, and its restart finds the disk full again: say
         why in one line, and stay up ``FULL_DISK_HOLD_S`` first, so that ``/readyz`` (503,
         ``error``) and ``loopwatch_state_disk_full`` show it to the probes and the scrapes
-        before the exit (README: alert-loopwatchworkernotready, cause state disk full)."""
+        before the exit (docs/operations.md: alert-loopwatchworkernotready, cause state disk full)."""
         self._hold_until = time.monotonic() + FULL_DISK_HOLD_S
         log.error(
             "%s; the worker stops in %.0f s: free space on the state volume (LOOPWATCH_DATA_DIR) or grow it, "
-            "then restart (README: a full state disk)",
+            "then restart (docs/operations.md: a full state disk)",
             describe_failure(exc),
             FULL_DISK_HOLD_S,
         )

@@ -314,7 +314,7 @@ class Output:
             n_partitions = self.shadow_partitions
             if n_partitions is None:
                 raise RuntimeError(
-                    f"topic {self.shadow_topic} not found (create it: README, Changing thresholds safely)"
+                    f"topic {self.shadow_topic} not found (create it: docs/configuration.md, Changing thresholds safely)"
                 )
             headers = [(CONFIG_HEADER, config.encode()), (CONFIG_SHA256_HEADER, sha256.encode())]
             by_partition: dict[int, list[tuple[bytes, bytes]]] = defaultdict(list)

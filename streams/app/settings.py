@@ -49,7 +49,7 @@ class Settings:
     """The loop-detection config file (JSON5/YAML); None runs upstream's defaults (detection off)."""
     candidate_config: Path | None = None
     """A second config file evaluated beside the live one on the same events, with its own
-    per-run state; its verdicts go only to the shadow topic (README, Changing thresholds
+    per-run state; its verdicts go only to the shadow topic (docs/configuration.md, Changing thresholds
     safely).  Hot-reloaded like the live one.  None: no candidate."""
     data_dir: Path = Path(".loopwatch-state")
     """Where RocksDB keeps the run table (one directory per worker)."""

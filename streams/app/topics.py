@@ -85,7 +85,7 @@ async def ensure_topics(
                 if code == TopicAuthorizationFailedError.errno and name == settings.shadow_verdicts_topic:
                     log.warning(
                         "topic %s does not exist and this worker may not create it: shadow verdicts are "
-                        "lost until it exists (README, Changing thresholds safely)",
+                        "lost until it exists (docs/configuration.md, Changing thresholds safely)",
                         name,
                     )
                     continue
@@ -93,7 +93,7 @@ async def ensure_topics(
                     who = f"user {settings.sasl_username!r}" if settings.sasl_username else "this worker"
                     raise BrokerAccessError(
                         f"topic {name} does not exist (or may not be described) and {who} may not create it:"
-                        " create it first and grant the ACLs (README, Securing Kafka)"
+                        " create it first and grant the ACLs (docs/security.md)"
                     )
                 if code == 0:
                     created.append(name)

@@ -47,8 +47,8 @@ def kafka_key_problem(key: bytes | None, event: Any, state_key_bytes: bytes) -> 
     (``schemas.keys``):
 
     * the runner's key, ``record_key``: the event's run id, or without one its state key
-      (what the README tells runners, and what the clients of this repository send);
-    * the key the README gave before ``record_key``: the event's ``run_id`` exactly as
+      (what docs/events-and-verdicts.md tells runners, and what the clients of this repository send);
+    * the key the documentation gave before ``record_key``: the event's ``run_id`` exactly as
       published, or without one its ``session_key``, else its ``session_id``;
     * the event's state key, ``state_key``: ``run:<run id>``, ``session:<session key>|`` or
       ``session:|<session id>`` (the form verdicts are keyed by);

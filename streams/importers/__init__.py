@@ -76,10 +76,21 @@ def _per_line(src: Opened, module: Any) -> Iterator[Run]:
         yield from module.runs(record, f"{src.name}:{number}")
 
 
+LABEL_SHAPES = (
+    "mini-swe-agent's results_summary.json (instances[] with resolved)",
+    "a SWE-bench report (resolved_ids, unresolved_ids)",
+    "a SWE-bench results.json (resolved[] and other lists of instance ids: generated, applied, ...)",
+    "an object of run id -> true/false",
+)
+
+
 def load_labels(path: Path) -> dict[str, str]:
-    """Run id -> ``run.ended`` reason from a benchmark's results: mini-swe-agent's
-    ``results_summary.json`` (``instances[]`` of ``{instance_id, resolved}``), a SWE-bench
-    report (``resolved_ids``, ``unresolved_ids``), or an object of id -> true/false."""
+    """Run id -> ``run.ended`` reason from a benchmark's results (``LABEL_SHAPES``):
+    mini-swe-agent's ``results_summary.json`` (``instances[]`` of ``{instance_id, resolved}``),
+    a SWE-bench report (``resolved_ids``, ``unresolved_ids``), a SWE-bench ``results.json``
+    (the experiments repository's: lists of instance ids by stage, ``resolved`` among them;
+    an id in any other list and not in ``resolved`` is unresolved), or an object of id ->
+    true/false."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -94,13 +105,19 @@ def load_labels(path: Path) -> dict[str, str]:
         for key, resolved in (("unresolved_ids", False), ("resolved_ids", True)):
             for run_id in doc.get(key) or ():
                 labels[str(run_id)] = label_reason(resolved=resolved)
-    elif isinstance(doc, dict) and all(isinstance(v, bool) for v in doc.values()):
+    elif isinstance(doc, dict) and isinstance(doc.get("resolved"), list):
+        resolved = {str(i) for i in doc["resolved"] if isinstance(i, str)}
+        for key, ids in doc.items():
+            if key != "resolved" and isinstance(ids, list):
+                for run_id in ids:
+                    if isinstance(run_id, str) and run_id not in resolved:
+                        labels[run_id] = label_reason(resolved=False)
+        for run_id in resolved:
+            labels[run_id] = label_reason(resolved=True)
+    elif isinstance(doc, dict) and doc and all(isinstance(v, bool) for v in doc.values()):
         labels = {str(k): label_reason(resolved=v) for k, v in doc.items()}
     if not labels:
-        raise ImportFailed(
-            f"{path} holds no labels: expected results_summary.json (instances[] with resolved), "
-            "a SWE-bench report (resolved_ids) or an object of run id -> true/false"
-        )
+        raise ImportFailed(f"{path} holds no labels: expected one of " + "; ".join(LABEL_SHAPES))
     return labels
 
 

@@ -1,10 +1,22 @@
-"""mini-swe-agent trajectories (``<instance>.traj.json``, ``trajectory_format: mini-swe-agent-1``).
+"""mini-swe-agent trajectories (``<instance>.traj.json``, ``trajectory_format: mini-swe-agent-1``
+and ``-1.1``).
 
-The agent has one tool, a shell: an assistant message whose content holds exactly one
-```` ```bash ```` block is a call (the block is its command: mini-swe-agent's own
-``action_regex``), and the next message (the user's) is its result, ``<returncode>N</returncode>``
-then the output.  A non-zero return code is an error.  A message without exactly one block is
-mini-swe-agent's format error, not a call.  ``info.exit_status`` ends the run (``Submitted``:
+The agent has one tool, a shell, and two ways to call it:
+
+* Text (v1, and v2's text-based models): an assistant message whose content holds exactly one
+  ```` ```bash ```` block (v2: ```` ```mswea_bash_command ````) is a call (the block is its
+  command: mini-swe-agent's own ``action_regex``), and the next message (the user's) is its
+  result, ``<returncode>N</returncode>`` then the output.  A message without exactly one
+  block is mini-swe-agent's format error, not a call.
+* Tool calling (v2's default models): every entry of an assistant message's ``tool_calls``
+  is a call (``function.name``, ``function.arguments`` JSON-decoded: ``{"command": ...}``),
+  its result the ``role: tool`` message with its ``tool_call_id``; the message's
+  ``extra.returncode`` is the return code when it has one, else its content's
+  ``<returncode>`` (a call v2 did not execute has return code -1: an error).  A call with no
+  result message is imported with no result.  A trajectory with any ``tool_calls`` is read
+  this way only.
+
+A non-zero return code is an error.  ``info.exit_status`` ends the run (``Submitted``:
 ``submitted``; ``LimitsExceeded``: ``max-iterations``); labels (resolved) come from the
 benchmark's results (``loopwatch import --labels results_summary.json``).
 """
@@ -16,11 +28,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from .model import MAX_ITERATIONS, Call, ImportFailed, Run, text_of
+from .reader import decode_embedded
 
 NAME = "mini-swe-agent"
 KIND = "document"
 TOOL = "bash"
-_ACTION = re.compile(r"```bash\s*\n(.*?)\n```", re.S)
+_ACTION = re.compile(r"```(?:bash|mswea_bash_command)\s*\n(.*?)\n```", re.S)
 _RETURNCODE = re.compile(r"\s*<returncode>(-?\d+)</returncode>")
 _EXIT = {"Submitted": "submitted", "LimitsExceeded": MAX_ITERATIONS}
 
@@ -48,6 +61,10 @@ def runs(doc: Any, name: str) -> Iterator[Run]:
     status = info.get("exit_status")
     run = Run(run_id, end=_EXIT.get(status, str(status).lower() if status else "ended"))
     messages = doc["messages"]
+    if any(isinstance(m, dict) and m.get("tool_calls") for m in messages):
+        _tool_calls(messages, run, name)
+        yield run
+        return
     for i, message in enumerate(messages):
         if not isinstance(message, dict) or message.get("role") != "assistant":
             continue
@@ -67,6 +84,36 @@ def runs(doc: Any, name: str) -> Iterator[Run]:
                 error = code is not None and code.group(1) != "0"
         run.items.append(Call(TOOL, {"command": actions[0].strip()}, result, error))
     yield run
+
+
+def _tool_calls(messages: list, run: Run, name: str) -> None:
+    """v2's tool-calling trajectory into ``run`` (module docstring)."""
+    results = {m.get("tool_call_id"): m for m in messages if isinstance(m, dict) and m.get("role") == "tool"}
+    for message in messages:
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        calls = message.get("tool_calls")
+        if not isinstance(calls, list):
+            continue
+        for call in calls:
+            function = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(function, dict):
+                continue
+            args = function.get("arguments")
+            if isinstance(args, str):
+                args = decode_embedded(args, f"{name}: the arguments of call {call.get('id')!r}")
+            reply = results.get(call.get("id"))
+            result = None if reply is None else text_of(reply.get("content"))
+            error = False
+            if reply is not None:
+                extra = reply.get("extra")
+                code = extra.get("returncode") if isinstance(extra, dict) else None
+                if isinstance(code, int) and not isinstance(code, bool):
+                    error = code != 0
+                elif isinstance(result, str):
+                    match = _RETURNCODE.match(result)
+                    error = match is not None and match.group(1) != "0"
+            run.items.append(Call(str(function.get("name") or TOOL), args, result, error, 0, call.get("id")))
 
 
 def _stem(name: str) -> str:

@@ -14,15 +14,31 @@ outcome (OpenHands' stuck detector, after an observation) lets that call run too
 stop would have saved are the run's calls from there to its end.
 
 A **strict loop of k** is k calls in a row with the same call (``args_hash``: tool and
-arguments) and the same result (``result_hash``).  A rule catches a run's first such loop when
-its first stop comes no later than right after the loop's last call; "calls into the loop" is
-how many of the loop's calls ran before it (0: stopped before the loop began).
+arguments) and the same result (``result_hash``).  A rule **catches** a loop (a run's first
+strict loop of k, or a loop ``loopwatch plant`` planted) when its first stop falls inside it:
+no earlier than the loop's first call (``stop >= start``, the loop's first call refused) and
+no later than the call right after its last (``stop <= start + length``).  "Calls into the
+loop" is how many of the loop's calls ran before the stop (``stop - start``, 0 to the loop's
+length).  A first stop before the loop began is not a catch: it is counted on its own
+(``stopped_before_loop``), as the stop of a run the rule would have ended for another reason.
 
 A run's outcome label is its ``run.ended`` reason (``loopwatch import`` writes them):
 successful is ``completed`` (the clients' normal end), ``resolved`` (SWE-bench) or
 ``reward:<r>`` with r >= 1 (tau-bench); ``unresolved``, ``failed``, ``max-iterations``,
-``error``, ``reward:<r>`` below 1 and ``planted:...`` (``loopwatch plant``) are unsuccessful; anything else is unlabelled.  A block or
-abort in a successful run is a **false alarm**.
+``error``, ``reward:<r>`` below 1 and ``planted:...`` (``loopwatch plant``) are unsuccessful; anything
+else is unlabelled.  A block or abort in a successful run is a **false alarm**, of one of two
+kinds: a stop inside a strict loop of ``STRICT_LOOP`` (3) or more calls of the run (within the
+loop or on the call right after it, as a catch is counted) is a stop of a real loop in a run
+that still succeeded; any other is a **pure false alarm**, a stop with no loop to show for it.
+
+A planted run (``run.ended`` reason ``planted:<shape>:<start>:<length>``) is also counted by
+shape: the planted loops each row caught inside their span, those it stopped before the span,
+and how many calls into the loop.  Planted loops need not be strict (edit/test alternation,
+near-identical arguments and cycles of 3 are not), so this is where the rules that read more
+than repeats show.
+
+The calls-into-the-loop distribution of each row's catches is reported as nearest-rank
+percentiles and a histogram (calls into the loop: catches).
 
 The reference rows are the peers' own simple rules, written here from their descriptions
 (docs/evaluation.md cites the sources); they are not engine profiles and judge only the
@@ -53,15 +69,21 @@ from schemas.events import RunEnded, ToolCallCompleted
 from ..engine import LoopEngine, RunDriver, outcome
 from ..engine.drive import BLOCK, WARN
 from .backtest import BacktestError, checked, records_sharded
+from .plant import SHAPES, Planted, parse_planted
 
 __all__ = [
     "LOOP_LENGTHS",
+    "STRICT_LOOP",
     "EngineRow",
     "Evaluation",
     "ReferenceRow",
     "RunResult",
     "REFERENCE_ROWS",
+    "caught_at",
+    "distribution",
+    "distribution_path",
     "evaluate_run",
+    "loop_spans",
     "is_successful",
     "plot",
     "render_table",
@@ -69,6 +91,10 @@ __all__ = [
 ]
 
 LOOP_LENGTHS = (3, 5, 10)
+STRICT_LOOP = 3
+"""A stop on a successful run inside a strict loop of this many calls or more is not a pure
+false alarm (module docstring)."""
+PERCENTILES = (25, 50, 75, 90)
 SUCCESSFUL = frozenset({"completed", "resolved"})
 UNSUCCESSFUL = frozenset({"unresolved", "failed", "max-iterations", "error"})
 
@@ -226,6 +252,30 @@ REFERENCE_ROWS = (
 )
 
 
+def caught_at(stop: int | None, start: int, length: int) -> int | None:
+    """Calls into the loop at a stop that catches it (module docstring); None: no stop, or one
+    outside the loop (before its first call, or after the call right after its last)."""
+    if stop is None or stop < start or stop > start + length:
+        return None
+    return stop - start
+
+
+def loop_spans(calls: Sequence[tuple[str, str | None, bool]], least: int = STRICT_LOOP) -> list[tuple[int, int]]:
+    """Every strict loop of at least ``least`` calls in the run: ``(calls before it, its
+    length)``, in order (maximal: a loop is not also counted as its shorter parts)."""
+    spans = []
+    start, n = 0, len(calls)
+    while start < n:
+        key = calls[start][:2]
+        end = start + 1
+        while end < n and calls[end][:2] == key:
+            end += 1
+        if end - start >= least:
+            spans.append((start, end - start))
+        start = end
+    return spans
+
+
 def strict_loops(
     calls: Sequence[tuple[str, str | None, bool]], lengths: Iterable[int] = LOOP_LENGTHS
 ) -> dict[int, tuple[int, int]]:
@@ -258,6 +308,9 @@ class RunResult:
     loops: dict[int, tuple[int, int]]
     stops: list[Stops]
     """Per row, in the rows' order."""
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    """The run's strict loops of ``STRICT_LOOP`` or more calls (``loop_spans``)."""
+    planted: Planted | None = None
 
 
 def evaluate_run(
@@ -266,8 +319,17 @@ def evaluate_run(
     """One run, every row: a function of the run's events only."""
     calls = [(e.args_hash, e.result_hash, e.is_error) for e in events if type(e) is ToolCallCompleted]
     last = events[-1] if events else None
-    success = is_successful(last.reason, successful) if type(last) is RunEnded else None
-    return RunResult(key, len(calls), success, strict_loops(calls), [row.judge(events, calls) for row in rows])
+    reason = last.reason if type(last) is RunEnded else None
+    success = is_successful(reason, successful) if type(last) is RunEnded else None
+    return RunResult(
+        key,
+        len(calls),
+        success,
+        strict_loops(calls),
+        [row.judge(events, calls) for row in rows],
+        loop_spans(calls),
+        parse_planted(reason),
+    )
 
 
 def _percentile(values: list[int], share: float) -> float | None:
@@ -286,6 +348,14 @@ def _median(values: list[int]) -> float | None:
     return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
+def distribution(into: list[int]) -> dict:
+    """Calls into the loop at each catch: nearest-rank percentiles and a histogram."""
+    return {
+        "percentiles": {f"p{p}": _percentile(into, p / 100) for p in PERCENTILES},
+        "histogram": {str(n): c for n, c in sorted(Counter(into).items())},
+    }
+
+
 @dataclass
 class _Tally:
     warned: int = 0
@@ -294,10 +364,13 @@ class _Tally:
     blocks: int = 0
     false_alarms: int = 0
     false_alarm_runs: list = field(default_factory=list)
+    pure_false_alarm_runs: list = field(default_factory=list)
     stopped_runs: list = field(default_factory=list)
     saved: int = 0
     saved_unsuccessful: int = 0
     caught: dict = field(default_factory=lambda: {k: [] for k in LOOP_LENGTHS})
+    before: dict = field(default_factory=lambda: {k: 0 for k in LOOP_LENGTHS})
+    planted: dict = field(default_factory=lambda: {s: {"caught": [], "before": 0} for s in SHAPES})
 
 
 class Evaluation:
@@ -312,6 +385,7 @@ class Evaluation:
         self.labels: Counter = Counter()
         self.loops = {k: 0 for k in LOOP_LENGTHS}
         self.loop_runs: dict[int, list[str]] = {k: [] for k in LOOP_LENGTHS}
+        self.planted: Counter = Counter()
         self.tallies = [_Tally() for _ in self.rows]
         self.shard_cpu_s: list[float] = []
         """CPU seconds of each process of the last ``run`` in shards (``bench.evaluate``)."""
@@ -385,6 +459,9 @@ class Evaluation:
         for k, _loop in result.loops.items():
             self.loops[k] += 1
             self.loop_runs[k].append(result.key)
+        planted = result.planted
+        if planted is not None:
+            self.planted[planted.shape] += 1
         for tally, stops in zip(self.tallies, result.stops):
             tally.warned += stops.warn is not None
             tally.blocked += stops.block is not None
@@ -401,11 +478,22 @@ class Evaluation:
             if result.success is True:
                 tally.false_alarms += 1
                 tally.false_alarm_runs.append(result.key)
+                if all(caught_at(stop, start, length) is None for start, length in result.spans):
+                    tally.pure_false_alarm_runs.append(result.key)
             elif result.success is False:
                 tally.saved_unsuccessful += saved
             for k, (start, length) in result.loops.items():
-                if stop <= start + length:
-                    tally.caught[k].append(max(0, stop - start))
+                into = caught_at(stop, start, length)
+                if into is not None:
+                    tally.caught[k].append(into)
+                elif stop < start:
+                    tally.before[k] += 1
+            if planted is not None:
+                into = caught_at(stop, planted.start, planted.length)
+                if into is not None:
+                    tally.planted[planted.shape]["caught"].append(into)
+                elif stop < planted.start:
+                    tally.planted[planted.shape]["before"] += 1
 
     def report(self) -> dict:
         rows = []
@@ -418,9 +506,25 @@ class Evaluation:
                     "runs": self.loops[k],
                     "caught": len(into),
                     "rate": len(into) / self.loops[k] if self.loops[k] else None,
+                    "stopped_before_loop": tally.before[k],
                     "calls_into_loop_median": _median(into),
                     "calls_into_loop_p90": _percentile(into, 0.9),
+                    "calls_into_loop": distribution(into),
                 }
+            planted = {}
+            for shape in SHAPES:
+                if not self.planted[shape]:
+                    continue
+                into = tally.planted[shape]["caught"]
+                planted[shape] = {
+                    "runs": self.planted[shape],
+                    "caught": len(into),
+                    "rate": len(into) / self.planted[shape],
+                    "stopped_before_loop": tally.planted[shape]["before"],
+                    "calls_into_loop_median": _median(into),
+                    "calls_into_loop": distribution(into),
+                }
+            pure = len(tally.pure_false_alarm_runs)
             rows.append(
                 {
                     "name": row.name,
@@ -430,9 +534,14 @@ class Evaluation:
                     "runs_aborted": tally.aborted,
                     "blocks": tally.blocks,
                     "loops": loops,
+                    "planted": planted,
                     "false_alarms": tally.false_alarms,
                     "false_alarm_rate": tally.false_alarms / successful if successful else None,
                     "false_alarm_runs": sorted(tally.false_alarm_runs),
+                    "false_alarms_in_strict_loops": tally.false_alarms - pure,
+                    "pure_false_alarms": pure,
+                    "pure_false_alarm_rate": pure / successful if successful else None,
+                    "pure_false_alarm_runs": sorted(tally.pure_false_alarm_runs),
                     "stopped_runs": sorted(tally.stopped_runs, key=lambda r: r["run"]),
                     "calls_saved": tally.saved,
                     "calls_saved_in_unsuccessful_runs": tally.saved_unsuccessful,
@@ -450,6 +559,7 @@ class Evaluation:
             "strict_loops": {
                 str(k): {"runs": self.loops[k], "examples": sorted(self.loop_runs[k])[:20]} for k in LOOP_LENGTHS
             },
+            "planted_loops": {shape: self.planted[shape] for shape in SHAPES if self.planted[shape]},
             "rows": rows,
         }
 
@@ -482,13 +592,19 @@ def render_table(report: dict, out: IO[str]) -> None:
             + (" (" + ", ".join(f"{k} {v:,}" for k, v in dead.items()) + ")" if dead else "")
             + "\n"
         )
-    w("loops: caught/runs with one (median, p90 calls into the loop before the stop)\n\n")
+    w(
+        "loops: caught/runs with one (median, p90 calls into the loop before the stop); a stop before the loop "
+        "is not a catch (before 5+: such stops); false alarms: stops of successful runs, pure: outside any "
+        f"strict loop of {STRICT_LOOP}+\n\n"
+    )
     rows = report["rows"]
     nw = max(4, *(len(r["name"]) for r in rows))
     heads = (
-        ("warned", "blocked", "aborted") + tuple(f"loops {k}+" for k in LOOP_LENGTHS) + ("false alarms", "calls saved")
+        ("warned", "blocked", "aborted")
+        + tuple(f"loops {k}+" for k in LOOP_LENGTHS)
+        + ("before 5+", "false alarms", "pure", "calls saved")
     )
-    widths = (7, 7, 7, 16, 16, 16, 12, 11)
+    widths = (7, 7, 7, 16, 16, 16, 9, 12, 6, 11)
     w(f"{'row':<{nw}}  " + "  ".join(f"{h:>{wd}}" for h, wd in zip(heads, widths)) + "\n")
     for r in rows:
         cells = (
@@ -496,7 +612,9 @@ def render_table(report: dict, out: IO[str]) -> None:
             r["runs_blocked"],
             r["runs_aborted"],
             *(_cell(r["loops"][str(k)]) for k in LOOP_LENGTHS),
+            r["loops"]["5"]["stopped_before_loop"],
             r["false_alarms"],
+            r["pure_false_alarms"],
             r["calls_saved"],
         )
         w(
@@ -504,28 +622,60 @@ def render_table(report: dict, out: IO[str]) -> None:
             + "  ".join(f"{c:>{wd}}" if isinstance(c, str) else f"{c:>{wd},}" for c, wd in zip(cells, widths))
             + "\n"
         )
-    alarms = [(r["name"], r["false_alarm_runs"]) for r in rows if r["false_alarm_runs"]]
-    if alarms:
-        w("\nfalse alarms (blocked or aborted runs labelled successful):\n")
-        for name, runs in alarms:
-            w(f"  {name}: {', '.join(runs[:10])}" + (f" ... {len(runs) - 10} more" if len(runs) > 10 else "") + "\n")
+    shapes = list(report.get("planted_loops", {}))
+    if shapes:
+        w(
+            "\nplanted loops caught inside their span, by shape: caught/planted (median calls into the loop) b<n>: n stopped before their loop\n"
+        )
+        sw = max(16, *(len(s) for s in shapes))
+        w(f"{'row':<{nw}}  " + "  ".join(f"{s:>{sw}}" for s in shapes) + "\n")
+        for r in rows:
+            texts: list[str] = []
+            for shape in shapes:
+                p = r["planted"][shape]
+                text = f"{p['caught']}/{p['runs']}"
+                if p["caught"]:
+                    text += f" ({p['calls_into_loop_median']:g})"
+                if p["stopped_before_loop"]:
+                    text += f" b{p['stopped_before_loop']}"
+                texts.append(text)
+            w(f"{r['name']:<{nw}}  " + "  ".join(f"{c:>{sw}}" for c in texts) + "\n")
+    if any(r["false_alarm_runs"] for r in rows):
+        w("\nfalse alarms (blocked or aborted runs labelled successful; *: pure, outside any strict loop):\n")
+        for r in rows:
+            runs = r["false_alarm_runs"]
+            if not runs:
+                continue
+            pure = set(r["pure_false_alarm_runs"])
+            shown = [f"{run}*" if run in pure else run for run in runs[:10]]
+            w(f"  {r['name']}: {', '.join(shown)}" + (f" ... {len(runs) - 10} more" if len(runs) > 10 else "") + "\n")
+
+
+def distribution_path(path: Path) -> Path:
+    """Where ``plot`` writes the calls-into-the-loop chart beside the catch-rate chart."""
+    return path.with_name(f"{path.stem}-calls-into-loop{path.suffix or '.png'}")
 
 
 def plot(report: dict, path: Path) -> None:
-    """Catch rate against false-alarm rate, a colour per row and a marker per loop length
-    (3+, 5+, 10+; ``streams.offline.plots.scatter_chart``)."""
-    from .plots import ROW_COLORS, Marker, PlotError, Points, save, scatter_chart
+    """Catch rate against false-alarm rate, each row its own colour and marker shape, a size
+    per loop length (3+, 5+, 10+; ``streams.offline.plots.scatter_chart``); and beside it
+    (``distribution_path``) each row's calls into the loop at its catches of strict loops of 5+
+    (percentiles 25, 50, 75, 90; ``distribution_chart``)."""
+    from .plots import Marker, PlotError, Points, Spread, distribution_chart, row_styles, save, scatter_chart
 
     markers = {
-        "3": Marker("o", 16, "strict loops of 3+ calls"),
+        "3": Marker("o", 16, "strict loops of 3+ calls (largest)"),
         "5": Marker("s", 10.5, "strict loops of 5+ calls"),
-        "10": Marker("^", 7.5, "strict loops of 10+ calls"),
+        "10": Marker("^", 7.5, "strict loops of 10+ calls (smallest)"),
     }
-    rows = []
-    for i, row in enumerate(report["rows"]):
+    styles = row_styles(len(report["rows"]))
+    rows, spreads = [], []
+    for (color, shape), row in zip(styles, report["rows"]):
         fa = 100 * (row["false_alarm_rate"] or 0.0)
         points = [(fa, 100 * row["loops"][k]["rate"], k) for k in markers if row["loops"][k]["rate"] is not None]
-        rows.append(Points(row["name"], points, ROW_COLORS[i % len(ROW_COLORS)]))
+        rows.append(Points(row["name"], points, color, shape))
+        pct = row["loops"]["5"]["calls_into_loop"]["percentiles"]
+        spreads.append(Spread(row["name"], pct["p25"], pct["p50"], pct["p75"], pct["p90"], color, shape))
     loops = {k: v["runs"] for k, v in report["strict_loops"].items()}
     try:
         fig = scatter_chart(
@@ -538,6 +688,13 @@ def plot(report: dict, path: Path) -> None:
             empty="no strict loops in these runs",
         )
         save(fig, path)
+        fig = distribution_chart(
+            spreads,
+            title=f"calls into the loop at each catch of a strict loop of 5+ calls ({loops['5']} runs have one)",
+            xlabel="calls into the loop before the stop: bar 25th-75th percentile, line to the 90th, marker the median",
+            empty="no strict loop of 5+ calls caught",
+        )
+        save(fig, distribution_path(path))
     except PlotError as exc:
         raise BacktestError(str(exc)) from None
 

@@ -37,10 +37,14 @@ __all__ = [
     "PlotError",
     "Points",
     "ROW_COLORS",
+    "ROW_MARKERS",
     "SCATTER_BOX",
+    "Spread",
     "Series",
     "axes_pixels",
     "counts_per_bucket",
+    "distribution_chart",
+    "row_styles",
     "save",
     "scatter_chart",
     "time_chart",
@@ -65,7 +69,11 @@ ROW_COLORS = (
     "#bcbd22",
     "#7f7f7f",
 )
-"""A scatter chart's rows, in turn (matplotlib's tab10: told apart at a glance and by a test)."""
+"""A scatter chart's rows, in turn (matplotlib's tab10: told apart at a glance and by a test);
+``row_styles`` gives more rows colours of their own."""
+ROW_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "p", "h", "8", "d", "H")
+"""A scatter chart's rows' marker shapes, in turn; ``row_styles`` draws regular polygons and
+stars for more rows."""
 DODGE_PT = 12.0
 """How far apart rows on the same point are set, in points of the picture."""
 
@@ -84,6 +92,30 @@ class Series:
     color: str
     hollow: bool = False
     """Hollow circles on a solid line (drawn first); else filled squares on a dashed line."""
+
+
+def row_styles(count: int) -> list[tuple[str, Any]]:
+    """A colour and a marker shape for each of ``count`` rows, no two rows alike in either: up
+    to 10 rows tab10's colours (``ROW_COLORS``), beyond that hues evenly spread round the
+    colour wheel at two lightnesses; ``ROW_MARKERS`` in turn, then regular polygons and stars
+    of 3 to 10 sides at growing angles (matplotlib's ``(sides, style, angle)`` markers)."""
+    import colorsys
+
+    if count <= len(ROW_COLORS):
+        colors = list(ROW_COLORS[:count])
+    else:
+        colors = []
+        for i in range(count):
+            r, g, b = colorsys.hsv_to_rgb(i / count, 0.85, 0.95 if i % 2 else 0.65)
+            colors.append(f"#{round(r * 255):02x}{round(g * 255):02x}{round(b * 255):02x}")
+    shapes: list[Any] = []
+    for i in range(count):
+        if i < len(ROW_MARKERS):
+            shapes.append(ROW_MARKERS[i])
+        else:
+            j = i - len(ROW_MARKERS)
+            shapes.append((3 + j % 8, (j // 8) % 2, 7.5 * (j // 16)))
+    return list(zip(colors, shapes))
 
 
 def counts_per_bucket(counts: Sequence[Mapping[int, int]], bucket_s: float) -> tuple[list[float], list[list[int]]]:
@@ -182,6 +214,8 @@ class Points:
     label: str
     points: Sequence[tuple[float, float, str]]
     color: str
+    shape: Any = None
+    """The row's own marker shape (``row_styles``); None: each kind's (``Marker.shape``)."""
 
 
 def scatter_chart(
@@ -207,6 +241,7 @@ def scatter_chart(
         for x, y, kind in row.points:
             at.setdefault((x, y, kind), []).append(i)
     order = sorted(markers, key=lambda kind: -markers[kind].size)
+    own_shapes = any(row.shape is not None for row in rows)
     for kind in order:
         marker = markers[kind]
         for (x, y, k), here in at.items():
@@ -218,7 +253,7 @@ def scatter_chart(
                     [x],
                     [y],
                     linestyle="none",
-                    marker=marker.shape,
+                    marker=marker.shape if rows[i].shape is None else rows[i].shape,
                     markersize=marker.size,
                     color=rows[i].color,
                     markeredgecolor="black",
@@ -245,7 +280,7 @@ def scatter_chart(
                 [],
                 [],
                 linestyle="none",
-                marker="o",
+                marker="o" if row.shape is None else row.shape,
                 markersize=9,
                 color=row.color,
                 markeredgecolor="black",
@@ -265,7 +300,7 @@ def scatter_chart(
                 [],
                 [],
                 linestyle="none",
-                marker=markers[k].shape,
+                marker="o" if own_shapes else markers[k].shape,
                 markersize=markers[k].size,
                 color="white",
                 markeredgecolor="black",
@@ -281,6 +316,79 @@ def scatter_chart(
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
+    return fig
+
+
+@dataclass(frozen=True)
+class Spread:
+    """One row of a distribution chart: its percentiles (25, 50, 75, 90; None: no values),
+    its colour and marker shape."""
+
+    label: str
+    p25: float | None
+    p50: float | None
+    p75: float | None
+    p90: float | None
+    color: str
+    shape: Any = "o"
+
+
+def distribution_chart(rows: Sequence[Spread], *, title: str, xlabel: str, empty: str = "nothing to draw") -> Any:
+    """Each row on a line of its own: a thick bar from its 25th to its 75th percentile, a thin
+    one on to its 90th, its median as its marker (``save`` writes it)."""
+    fig, ax = _figure(SCATTER_BOX, title)
+    drawn = [r for r in rows if r.p50 is not None]
+    top = 1.0
+    for y, row in enumerate(rows):
+        if row.p50 is None:
+            ax.text(0, y, "  nothing caught", va="center", color="0.4", fontsize=8)
+            continue
+        p25, p75 = row.p25 or 0.0, row.p75 or 0.0
+        p90 = row.p90 if row.p90 is not None else p75
+        ax.plot([p25, p90], [y, y], color=row.color, linewidth=1.5, zorder=2)
+        ax.plot([p25, p75], [y, y], color=row.color, linewidth=7, solid_capstyle="butt", zorder=2)
+        ax.plot(
+            [row.p50],
+            [y],
+            linestyle="none",
+            marker=row.shape,
+            markersize=11,
+            color=row.color,
+            markeredgecolor="black",
+            markeredgewidth=0.8,
+            zorder=3,
+        )
+        top = max(top, p90)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([""] * len(rows))
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlim(-0.5, top + 0.5)
+    if not drawn:
+        ax.text(0.5, 0.5, empty, transform=ax.transAxes, ha="center", va="center", color="0.4")
+    from matplotlib.lines import Line2D
+
+    fig.legend(
+        handles=[
+            Line2D(
+                [],
+                [],
+                linestyle="none",
+                marker=r.shape,
+                markersize=9,
+                color=r.color,
+                markeredgecolor="black",
+                label=r.label,
+            )
+            for r in rows
+        ],
+        loc="upper left",
+        bbox_to_anchor=(SCATTER_BOX[0] + SCATTER_BOX[2] + 0.015, SCATTER_BOX[1] + SCATTER_BOX[3]),
+        frameon=False,
+        fontsize=8,
+    )
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("rows (top to bottom as in the legend)")
+    ax.grid(alpha=0.3, axis="x")
     return fig
 
 

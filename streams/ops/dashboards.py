@@ -36,7 +36,7 @@ from grafana_foundation_sdk.models import prometheus as prometheus_m
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO_ROOT / "helm" / "loopwatch" / "dashboards"
-README_URL = "https://github.com/loopwatch/loopwatch/blob/main/README.md"
+OPERATIONS_URL = "https://github.com/loopwatch/loopwatch/blob/main/docs/operations.md"
 
 # Every panel queries the Prometheus data source picked in the `datasource` variable.
 DATASOURCE = dashboard_m.DataSourceRef(type_val="prometheus", uid="${datasource}")
@@ -207,7 +207,7 @@ def dashboard(uid: str, title: str, description: str, tags: list[str]) -> dashbo
         .link(
             dashboard_b.DashboardLink("Runbooks")
             .type(dashboard_m.DashboardLinkType.LINK)
-            .url(README_URL + "#operations")
+            .url(OPERATIONS_URL)
             .icon("doc")
             .target_blank(True)
         )
@@ -532,7 +532,7 @@ def fleet() -> dashboard_b.Dashboard:
             "Worker ready",
             "1 when the worker's /readyz answers 200 (tables recovered, not rebalancing, a broker answers). "
             '"state disk full": 1 once a run-table write failed for a full disk, in the 30 s before the '
-            "worker stops (README: alert-loopwatchworkernotready).",
+            "worker stops (docs/operations.md: alert-loopwatchworkernotready).",
             [Q("loopwatch_ready", "{{instance}}"), Q("loopwatch_state_disk_full", "state disk full {{instance}}")],
             width=8,
             max_val=1,

@@ -121,6 +121,11 @@ def test_hand_counted_transcript(tmp_path):
         "saved": 4 + 1 + 1,
     }
     assert by_name(report)["Roo Code"]["false_alarm_runs"] == ["task-B-loop-of-4-resolved-trial-0"]
+    # B's loop of 4 is calls 2-5 (start 1, length 4): Roo Code stops at 4 executed, OpenHands at
+    # 5 (the call right after it); both stops are inside it, so neither is a pure false alarm.
+    for name in ("Roo Code", "OpenHands"):
+        row = by_name(report)[name]
+        assert (row["false_alarms_in_strict_loops"], row["pure_false_alarms"]) == (1, 0), name
 
 
 def test_a_real_resolved_run_that_two_peers_would_stop(tmp_path):
@@ -172,6 +177,8 @@ def test_plot_is_a_png_beside_the_table(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert "Roo Code" in proc.stdout and "loops 5+" in proc.stdout
+    spread = tmp_path / "plot-calls-into-loop.png"
+    assert spread.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and str(spread) in proc.stderr
 
 
 def test_bad_input(tmp_path):

@@ -25,6 +25,7 @@ from streams.offline.plots import (  # noqa: E402
     Series,
     axes_pixels,
     counts_per_bucket,
+    row_styles,
     save,
     scatter_chart,
     time_chart,
@@ -188,3 +189,24 @@ def test_the_evaluate_plot_shows_every_row(tmp_path):
     assert len(rows) == 5
     for i, row in enumerate(rows):
         assert marks_of(png, ROW_COLORS[i], SCATTER_BOX) >= 20, row["name"]
+
+
+def test_every_row_has_its_own_colour_and_marker_at_any_count():
+    for count in (1, 10, 11, 16, 40, 120):
+        styles = row_styles(count)
+        assert len(styles) == count
+        assert len({c for c, _m in styles}) == count, count
+        assert len({repr(m) for _c, m in styles}) == count, count
+    assert [c for c, _m in row_styles(10)] == list(ROW_COLORS)  # up to 10 rows: tab10
+
+
+def test_fourteen_rows_each_with_marks_of_its_colour_and_its_own_marker(tmp_path):
+    styles = row_styles(14)
+    rows = [Points(f"row {i}", [(float(i), 50.0, "5")], color, shape) for i, (color, shape) in enumerate(styles)]
+    fig = scatter_chart(rows, markers=MARKERS, title="t", xlabel="x, %", ylabel="y, %")
+    png = tmp_path / "fourteen.png"
+    save(fig, png)
+    for i, (color, _shape) in enumerate(styles):
+        assert marks_of(png, color, SCATTER_BOX) >= 15, i
+    drawn = [(line.get_color(), repr(line.get_marker())) for line in fig.axes[0].get_lines()]
+    assert sorted(drawn) == sorted((c, repr(m)) for c, m in styles)

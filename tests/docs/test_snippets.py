@@ -79,7 +79,13 @@ def test_openai_agents_snippet_outlives_the_sdks_default_turns() -> None:
 
 def test_helm_install_commands_escape_commas() -> None:
     """``helm --set a=x,y`` splits at the comma (y becomes a key): lists need ``\\,``."""
-    for doc in (README, README.parent / "helm" / "loopwatch" / "README.md"):
+    docs = README.parent / "docs"
+    for doc in (
+        README,
+        docs / "operations.md",
+        docs / "security.md",
+        README.parent / "helm" / "loopwatch" / "README.md",
+    ):
         for line in doc.read_text(encoding="utf-8").splitlines():
             for value in re.findall(r"--set(?:-string)? (\S+)", line):
                 assert not re.search(r"(?<!\\),", value.split("=", 1)[1]), f"{doc.name}: {line.strip()}"

@@ -32,6 +32,11 @@ PINNED = {
     "codex/codex_with_escalation.jsonl": ("5c9bd70d439a1b02bdbf7f7b625146cba422f80ff871b68852bda84088832342", 9),
     "codex/session_with_compaction.jsonl": ("fe4264b398c44059f411fc905f77507cad2b89fd8380e1038b148f1e360c5323", 6),
     "hand-made/loops.json": ("e15074f62a46064ef6738ac391ac38dfe2a0e09fb8cf88b41226fab69a93d101", 72),
+    # added with the v2 tool-calling import, pinned from then on
+    "hand-made/mini-swe-agent-toolcall.traj.json": (
+        "485a80cd281f4dc3ab4fd875487dc342dba22adda7a632d4bb057268809084fe",
+        11,
+    ),
     "mini-swe-agent/django__django-16255.traj.json": (
         "af3c429d3429bd750cf16cc958dbacaa653e5e79be1af60495adb97666d946bb",
         35,
@@ -65,7 +70,9 @@ def transcripts() -> list[str]:
     return sorted(
         str(p.relative_to(DATA))
         for p in DATA.rglob("*")
-        if p.is_file() and not p.name.startswith("LICENSE") and p.name != "results_summary.json"
+        if p.is_file()
+        and not p.name.startswith("LICENSE")
+        and p.name not in ("results_summary.json", "swe-bench-results.json")
     )
 
 

@@ -410,3 +410,128 @@ def test_every_format_is_documented_in_the_mapping_table():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "evaluation.md").read_text()
     for name in FORMATS:
         assert f"| `{name}` |" in doc
+
+
+def test_mini_swe_agent_v2_tool_calling_trajectory_is_imported(tmp_path):
+    """tests/data/transcripts/hand-made/mini-swe-agent-toolcall.traj.json, counted by hand: 5
+    calls in 4 assistant messages (the second has 2); call_2 exits 1 and call_3 was not executed
+    (return code -1): both errors; call_4's result has no extra.returncode and reads
+    <returncode>0</returncode>: not an error.  Exit status Submitted: the run ends submitted,
+    or resolved with the SWE-bench results.json that lists it as resolved."""
+    path = DATA / "hand-made" / "mini-swe-agent-toolcall.traj.json"
+    events, err = imported(tmp_path, path, extra=("--labels", DATA / "hand-made" / "swe-bench-results.json"))
+    commands = [
+        "cat calc.py",
+        "python -c 'import calc; assert calc.add(1, 2) == 3'",
+        "grep -n add calc.py",
+        "sed -i 's/a - b/a + b/' calc.py",
+        "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && git diff",
+    ]
+    results = [
+        ("result", "<returncode>0</returncode>\n<output>\ndef add(a, b):\n    return a - b\n</output>"),
+        ("error", "<returncode>1</returncode>\n<output>\nAssertionError\n</output>"),
+        ("error", "<returncode>-1</returncode>\n<output>\n</output>"),
+        ("result", "<returncode>0</returncode>\n<output>\n</output>"),
+        (None, None),
+    ]
+    got = calls(events)
+    assert [c.args_hash for c in got] == [args_hash("bash", {"command": c}) for c in commands]
+    assert [c.is_error for c in got] == [False, True, True, False, False]
+    for done, command, (kind, text) in zip(got, commands, results):
+        if kind is None:  # the run's last call has no result message: no result is recorded
+            assert done.result_hash is None
+            continue
+        assert done.result_hash == hash_outcome("bash", {"command": command}, **{kind: text}).result_hash, command
+    ended = events[-1]
+    assert type(ended) is RunEnded and ended.reason == "resolved" and ended.run_id == "demo__demo-1"
+    assert_well_formed(events, 1)
+    assert "1 of 1 runs labelled" in err
+    proc = loopwatch("import", path, "-o", tmp_path / "plain.jsonl")
+    assert proc.returncode == 0 and b'"submitted"' in (tmp_path / "plain.jsonl").read_bytes()
+
+
+def test_swe_bench_results_json_labels_by_its_resolved_list():
+    from streams.importers import load_labels
+
+    labels = load_labels(DATA / "hand-made" / "swe-bench-results.json")
+    # every id of any list; resolved only demo-1 (demo-9 generated nothing, demo-3 did not apply)
+    assert labels == {
+        "demo__demo-1": "resolved",
+        "demo__demo-2": "unresolved",
+        "demo__demo-3": "unresolved",
+        "demo__demo-9": "unresolved",
+    }
+
+
+def test_labels_of_no_known_shape_name_the_shapes_read(tmp_path):
+    junk = tmp_path / "labels.json"
+    junk.write_text('{"passed": 3}')
+    out = tmp_path / "e.jsonl"
+    proc = loopwatch("import", DATA / "hand-made" / "mini-swe-agent-toolcall.traj.json", "-o", out, "--labels", junk)
+    assert proc.returncode != 0 and proc.stderr.count("\n") == 1
+    for shape in ("results_summary.json", "resolved_ids", "results.json (resolved[]", "true/false"):
+        assert shape in proc.stderr, shape
+
+
+@settings(max_examples=60)
+@given(
+    stages=st.dictionaries(
+        st.sampled_from(["generated", "with_logs", "applied", "no_apply", "test_errored", "no_generation"]),
+        st.lists(st.sampled_from([f"repo__repo-{n}" for n in range(8)]), max_size=8),
+        min_size=1,
+    ),
+    resolved=st.lists(st.sampled_from([f"repo__repo-{n}" for n in range(8)]), min_size=1, max_size=8),
+)
+def test_a_results_json_labels_every_listed_id_resolved_only_if_in_resolved(tmp_path_factory, stages, resolved):
+    from streams.importers import load_labels
+
+    path = tmp_path_factory.mktemp("labels") / "results.json"
+    path.write_text(json.dumps({**stages, "resolved": resolved}))
+    labels = load_labels(path)
+    listed = {i for ids in stages.values() for i in ids} | set(resolved)
+    assert set(labels) == listed
+    for run_id in listed:
+        assert labels[run_id] == ("resolved" if run_id in resolved else "unresolved"), run_id
+
+
+@settings(max_examples=40)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.text(alphabet=st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=30),
+            st.integers(-1, 3),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_mini_swe_agent_v2_calls_are_their_commands_and_return_codes(tmp_path_factory, steps):
+    """A v2 tool-calling trajectory built here: each call's command and return code, given
+    in ``extra.returncode`` or only in the content's ``<returncode>``."""
+    messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    for n, (command, code, in_extra) in enumerate(steps):
+        call = {
+            "id": f"c{n}",
+            "type": "function",
+            "function": {"name": "bash", "arguments": json.dumps({"command": command})},
+        }
+        messages.append({"role": "assistant", "content": "", "tool_calls": [call]})
+        reply = {
+            "role": "tool",
+            "tool_call_id": f"c{n}",
+            "content": f"<returncode>{code}</returncode>\n<output>\nx\n</output>",
+        }
+        if in_extra:
+            reply["extra"] = {"returncode": code}
+        messages.append(reply)
+    doc = {"trajectory_format": "mini-swe-agent-1.1", "info": {"exit_status": "Submitted"}, "messages": messages}
+    path = tmp_path_factory.mktemp("v2") / "one.traj.json"
+    path.write_text(json.dumps(doc))
+    out = io.BytesIO()
+    import_files([path], out)
+    events = [decode_event(line) for line in out.getvalue().splitlines()]
+    got = calls(events)
+    assert [c.args_hash for c in got] == [args_hash("bash", {"command": c}) for c, _code, _e in steps]
+    assert [c.is_error for c in got] == [code != 0 for _c, code, _e in steps]
+    assert type(events[-1]) is RunEnded and events[-1].reason == "submitted"

@@ -386,3 +386,37 @@ async def test_a_missing_verdicts_topic_at_start_is_named(kafka_broker):
     )
     with pytest.raises(LoopwatchUnavailable, match="'lwit-no-such-topic-4f1c' does not exist"):
         await client.start()
+
+
+async def test_enqueue_batch_delivers_every_event_once_and_a_runs_events_in_order(worker):
+    """Thousands of events of many runs in one call, filling many record batches: each reaches
+    ``tool-calls`` once, on its run's partition, in the order it was given."""
+    from schemas.events import decode_event
+    from schemas.keys import partition_for, record_key
+    from streams.edge.events import requested_event
+
+    events = [
+        requested_event(
+            f"batch-{n}", "read", {"path": f"/f{n}", "pad": "x" * 300}, run_id=f"run-{n % 7}", session_key="s"
+        )
+        for n in range(3_000)
+    ]
+    async with worker.client(mode="advisory") as client:
+        await client.enqueue_batch(events)
+    assert client.undelivered == 0
+
+    def ours(records):  # the module's worker topic holds the other tests' events too
+        found = ((r.partition, decode_event(r.value).event_id, r.key) for r in records)
+        return [(p, e, k) for p, e, k in found if e.startswith("batch-")]
+
+    records = await collect(
+        worker.broker, worker.names.tool_calls, until=lambda rs: len(ours(rs)) >= len(events), timeout=WAIT_S, settle=1
+    )
+    got = ours(records)
+    assert sorted(e for _, e, _ in got) == sorted(e.event_id for e in events)
+    partitions = client._partition_counts[0]
+    for partition, _, key in got:
+        assert partition == partition_for(key, partitions)
+    for run in range(7):
+        ids = [e for p, e, k in got if k == record_key(events[run]).encode()]
+        assert ids == [e.event_id for e in events if e.run_id == f"run-{run}"]

@@ -23,7 +23,7 @@ ALERTS = {
     "LoopwatchToolOutage",
     "LoopwatchFleetIncidentsLimited",
 }
-RUNBOOK_BASE = "https://github.com/loopwatch/loopwatch/blob/main/README.md#alert-"
+RUNBOOK_BASE = "https://github.com/loopwatch/loopwatch/blob/main/docs/operations.md#alert-"
 
 
 def alert_rules() -> list[dict]:
@@ -84,7 +84,7 @@ def test_every_alert_is_tested_firing_and_not_firing() -> None:
 
 
 def test_runbook_sections_exist() -> None:
-    """The README has a section per alert, titled with the runbook_url's anchor."""
-    text = (REPO / "README.md").read_text(encoding="utf-8")
+    """docs/operations.md has a section per alert, titled with the runbook_url's anchor."""
+    text = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
     headings = set(re.findall(r"^##+ (alert-[a-z0-9-]+)\s*$", text, re.M))
     assert {"alert-" + a.lower() for a in ALERTS} <= headings

@@ -1,4 +1,4 @@
-"""README's "Securing Kafka" against what the tests run: the kafka-acls commands grant exactly
+"""docs/security.md ("Securing Kafka") against what the tests run: the kafka-acls commands grant exactly
 the ACLs the secured broker gets (scripts/kafka/secure-acls.conf, enforced in
 tests/integration/test_secure_kafka.py), and the signed-event example is what the code signs."""
 
@@ -12,14 +12,14 @@ from opsutil import REPO
 
 from schemas.signing import SigningKey
 
-README = (REPO / "README.md").read_text(encoding="utf-8")
+SECURITY_DOC = (REPO / "docs" / "security.md").read_text(encoding="utf-8")
 ACL_FILE = REPO / "scripts" / "kafka" / "secure-acls.conf"
 
 
-def readme_acls() -> set[tuple[str, str, str, str, str]]:
+def documented_acls() -> set[tuple[str, str, str, str, str]]:
     """(principal, resource type, pattern type, name, operation) of every `$ACLS --add` line."""
     out = set()
-    for line in README.splitlines():
+    for line in SECURITY_DOC.splitlines():
         if not line.startswith("$ACLS --add"):
             continue
         args = shlex.split(line)[2:]
@@ -54,16 +54,16 @@ def file_acls() -> set[tuple[str, str, str, str, str]]:
     return out
 
 
-def test_readme_acl_commands_grant_what_the_secured_broker_enforces():
-    documented = readme_acls()
+def test_documented_acl_commands_grant_what_the_secured_broker_enforces():
+    documented = documented_acls()
     assert len(documented) == 21
     assert documented == file_acls()
 
 
-def test_readme_signature_example_is_what_the_code_signs():
-    """The example's signature was computed with openssl (the command is in the README)."""
-    secret = re.search(r"secret `([A-Za-z0-9+/=]+)` \(base64", README).group(1)
-    value = re.search(r"value\s+`(\{[^`]+\})`", README).group(1)
-    signature = re.search(r"`loopwatch\.signature: (sha256=[0-9a-f]{64})`", README).group(1)
+def test_documented_signature_example_is_what_the_code_signs():
+    """The example's signature was computed with openssl (the command is in docs/security.md)."""
+    secret = re.search(r"secret `([A-Za-z0-9+/=]+)` \(base64", SECURITY_DOC).group(1)
+    value = re.search(r"value\s+`(\{[^`]+\})`", SECURITY_DOC).group(1)
+    signature = re.search(r"`loopwatch\.signature: (sha256=[0-9a-f]{64})`", SECURITY_DOC).group(1)
     key = SigningKey("example", "main", base64.b64decode(secret))
     assert key.signature(value.encode()) == signature

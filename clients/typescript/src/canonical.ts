@@ -19,7 +19,23 @@ export type Normalizer = (text: string) => string;
  * quoted, and an object's fields are ordered by their normalised key, ties by the original.
  */
 export function stableStringify(value: unknown, normalize?: Normalizer): string {
-  return stringifyValue(value, new WeakSet(), normalize);
+  return stringifyValue(value, new WeakSet(), normalize, 0);
+}
+
+/**
+ * The deepest nesting of arrays and objects the client hashes: the Python edge's bound
+ * (`streams.edge.canonical.JSON_DEPTH_LIMIT`), so both clients refuse the same values rather than
+ * each overflowing its own stack at a different depth. A scalar has depth 0, `[]` depth 1.
+ */
+export const JSON_DEPTH_LIMIT = 128;
+
+/** A value nested deeper than `JSON_DEPTH_LIMIT` (the Python edge's `TooDeep`). */
+export class TooDeepError extends RangeError {
+  override name = "TooDeep";
+
+  constructor() {
+    super(`nested deeper than ${JSON_DEPTH_LIMIT} levels of lists and objects`);
+  }
 }
 
 /** Lowercase hex SHA-256 of a text, UTF-8 encoded. */
@@ -32,7 +48,8 @@ export function digest(value: unknown, normalize?: Normalizer): string {
   return sha256Hex(stableStringify(value, normalize));
 }
 
-function stringifyValue(value: unknown, ancestors: WeakSet<object>, normalize: Normalizer | undefined): string {
+/** `depth`: how many arrays and objects enclose `value`. */
+function stringifyValue(value: unknown, ancestors: WeakSet<object>, normalize: Normalizer | undefined, depth: number): string {
   if (value === null || value === undefined) {
     return String(value);
   }
@@ -52,25 +69,29 @@ function stringifyValue(value: unknown, ancestors: WeakSet<object>, normalize: N
   if (ancestors.has(value)) {
     return JSON.stringify("[Circular]");
   }
+  if (depth >= JSON_DEPTH_LIMIT) {
+    throw new TooDeepError();
+  }
   ancestors.add(value);
   try {
-    return stringifyObject(value, ancestors, normalize);
+    return stringifyObject(value, ancestors, normalize, depth);
   } finally {
     ancestors.delete(value);
   }
 }
 
-function stringifyObject(value: object, ancestors: WeakSet<object>, normalize: Normalizer | undefined): string {
+function stringifyObject(value: object, ancestors: WeakSet<object>, normalize: Normalizer | undefined, depth: number): string {
+  // An Error or a Uint8Array prints as the object that stands for it, at its own depth.
   if (value instanceof Error) {
-    return stringifyValue({ name: value.name, message: value.message, stack: value.stack }, ancestors, normalize);
+    return stringifyValue({ name: value.name, message: value.message, stack: value.stack }, ancestors, normalize, depth);
   }
   if (value instanceof Uint8Array) {
-    return stringifyValue({ type: "Uint8Array", data: Buffer.from(value).toString("base64") }, ancestors, normalize);
+    return stringifyValue({ type: "Uint8Array", data: Buffer.from(value).toString("base64") }, ancestors, normalize, depth);
   }
   if (Array.isArray(value)) {
     const entries: string[] = [];
     for (const entry of value) {
-      entries.push(stringifyValue(entry, ancestors, normalize));
+      entries.push(stringifyValue(entry, ancestors, normalize, depth + 1));
     }
     return `[${entries.join(",")}]`;
   }
@@ -78,13 +99,13 @@ function stringifyObject(value: object, ancestors: WeakSet<object>, normalize: N
   const fields: string[] = [];
   if (normalize === undefined) {
     for (const key of Object.keys(record).sort()) {
-      fields.push(`${JSON.stringify(key)}:${stringifyValue(record[key], ancestors, normalize)}`);
+      fields.push(`${JSON.stringify(key)}:${stringifyValue(record[key], ancestors, normalize, depth + 1)}`);
     }
   } else {
     const keys = Object.keys(record).map((key) => [key, normalize(key)] as const);
     keys.sort(([a, shownA], [b, shownB]) => compareUnits(shownA, shownB) || compareUnits(a, b));
     for (const [key, shown] of keys) {
-      fields.push(`${JSON.stringify(shown)}:${stringifyValue(record[key], ancestors, normalize)}`);
+      fields.push(`${JSON.stringify(shown)}:${stringifyValue(record[key], ancestors, normalize, depth + 1)}`);
     }
   }
   return `{${fields.join(",")}}`;

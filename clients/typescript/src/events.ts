@@ -4,6 +4,7 @@
  * is for Python). The wire shape is `schemas/jsonschema/tool-calls.event.v1.json`.
  */
 import { LoopwatchInputError } from "./errors.js";
+import { TooDeepError } from "./canonical.js";
 import type { ContentEdge } from "./geminiContent.js";
 import {
   argsHash,
@@ -130,7 +131,7 @@ function hashing<T>(what: string, toolName: string, compute: () => T): T {
     return compute();
   } catch (err) {
     const reason =
-      err instanceof RangeError && /call stack/i.test(err.message)
+      err instanceof RangeError && /call stack/i.test(err.message) && !(err instanceof TooDeepError)
         ? "the value is nested too deeply to serialise (upstream's stableStringify overflows the stack too)"
         : err instanceof Error
           ? err.message

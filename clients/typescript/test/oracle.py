@@ -44,7 +44,7 @@ from schemas.events import CompactionRetried, InvalidEvent, decode_event, encode
 from schemas.keys import record_key, state_key
 from schemas.signing import SigningKey, SigningKeyError, parse_keys
 from streams.conformance.cases import expand_steps, load_cases, materialize, materialize_args
-from streams.edge.canonical import UNDEFINED
+from streams.edge.canonical import UNDEFINED, TooDeep
 from streams.edge.content_windows import ContentEdge
 from streams.edge.events import agent_message_event, completed_event, model_text_event, requested_event
 from streams.edge.hashing import ThrownError
@@ -259,10 +259,11 @@ def main() -> None:
             continue
         try:
             reply = {"ok": answer(json.loads(line))}
-        except RecursionError:
-            # What upstream's JavaScript does too (a RangeError): e.g. a cycle in a send result,
-            # which stripVolatileSendIds walks without a guard.
-            reply = {"ok": {"failed": "recursion"}}
+        except (RecursionError, TooDeep):
+            # TooDeep: nested past JSON_DEPTH_LIMIT, which both clients refuse.  RecursionError:
+            # what upstream's JavaScript does too (a RangeError), e.g. on a cycle in a send
+            # result, which stripVolatileSendIds walks without a guard.
+            reply = {"ok": {"failed": "too-deep"}}
         except Exception as exc:  # noqa: BLE001 - reported to the test, which fails on it
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         sys.stdout.write(json.dumps(reply) + "\n")

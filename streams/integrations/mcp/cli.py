@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME=PREFIX",
         help="put PREFIX before the tool and prompt names of upstream NAME",
     )
-    p.add_argument("--upstreams-file", metavar="FILE", help="a YAML file of upstreams (see the README)")
+    p.add_argument("--upstreams-file", metavar="FILE", help="a YAML file of upstreams (see docs/integrations.md)")
     p.add_argument(
         "--bootstrap",
         default=os.environ.get("LOOPWATCH_BOOTSTRAP", "127.0.0.1:19092"),

@@ -25,16 +25,17 @@ const SEED = Number(process.env.LOOPWATCH_FC_SEED ?? 20261201);
 const ORACLE_FIELDS: EventFields = { run_id: "oracle-run", session_key: "oracle", session_id: null, agent_id: null, tsMs: 0 };
 
 /** An event as both sides give it: its fields, and its record value (the bytes published). */
-type Answer = { event: Record<string, unknown>; wire: string } | { failed: "recursion" };
+type Answer = { event: Record<string, unknown>; wire: string } | { failed: "too-deep" };
 
 function answer(build: () => ToolCallEvent): Answer {
   let event: ToolCallEvent;
   try {
     event = build();
   } catch (err) {
-    // Both languages overflow their stack on the same inputs (upstream does too).
-    if (err instanceof LoopwatchInputError && /nested too deeply/.test(err.message)) {
-      return { failed: "recursion" };
+    // Both languages refuse values nested past JSON_DEPTH_LIMIT, and overflow their stack on
+    // the same cyclic inputs (upstream does too).
+    if (err instanceof LoopwatchInputError && /nested too deeply|nested deeper than 128 levels/.test(err.message)) {
+      return { failed: "too-deep" };
     }
     throw err;
   }

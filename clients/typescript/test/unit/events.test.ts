@@ -43,7 +43,11 @@ function assertValid(event: ToolCallEvent): void {
 
 test("every event type is valid against the schema, for random calls and outcomes", () => {
   for (const { tool, args } of fc.sample(argsCase, { numRuns: 300, seed: 7 })) {
-    assertValid(requestedEvent("e1", tool, args, { ...FIELDS, toolCallId: "c1", gate: true }));
+    try {
+      assertValid(requestedEvent("e1", tool, args, { ...FIELDS, toolCallId: "c1", gate: true }));
+    } catch (err) {
+      if (!(err instanceof LoopwatchInputError)) throw err; // nested past JSON_DEPTH_LIMIT: refused, as Python refuses it
+    }
   }
   for (const { tool, args, outcome } of fc.sample(outcomeCase, { numRuns: 300, seed: 8 })) {
     try {
@@ -138,7 +142,7 @@ test("bad arguments: cycles hash as upstream; what upstream cannot serialise fai
   for (let i = 0; i < 200_000; i += 1) deep = [deep];
   assert.throws(
     () => requestedEvent("e", "read", deep, { ...FIELDS, toolCallId: null, gate: false }),
-    { name: "LoopwatchInputError", message: /nested too deeply to serialise/ },
+    { name: "LoopwatchInputError", message: /nested deeper than 128 levels/ },
   );
   const proxy = new Proxy({}, { ownKeys() { throw new TypeError("no keys for you"); } });
   assert.throws(() => requestedEvent("e", "read", proxy, { ...FIELDS, toolCallId: null, gate: false }), /no keys for you/);
@@ -190,4 +194,23 @@ test("verdicts: the schema's examples decode; anything else is skipped, not fata
   for (const bad of ["", "not json", "[]", "null", JSON.stringify({ ...decision, action: "explode" }), JSON.stringify({ ...aborted, count: "3" }), JSON.stringify({ type: "loop.other", verdict_id: "x", cause_event_id: "y" })]) {
     assert.equal(decodeVerdict(bad), null, bad);
   }
+});
+
+test("the depth bound is the Python edge's: 128 levels hash in both languages, 129 are refused by both", () => {
+  const nest = (levels: number): unknown => {
+    let value: unknown = "leaf";
+    for (let i = 0; i < levels; i += 1) value = i % 2 === 0 ? [value] : { k: value };
+    return value;
+  };
+  const deepest = requestedEvent("e", "read", nest(128), { ...FIELDS, toolCallId: null, gate: false });
+  const [python128, python129] = askPython([
+    { op: "args", tool: "read", args: encodeValue(nest(128)) },
+    { op: "args", tool: "read", args: encodeValue(nest(129)) },
+  ]) as [{ event: { args_hash: string } }, { failed: string }];
+  assert.equal(deepest.args_hash, python128.event.args_hash);
+  assert.throws(() => requestedEvent("e", "read", nest(129), { ...FIELDS, toolCallId: null, gate: false }), {
+    name: "LoopwatchInputError",
+    message: /nested deeper than 128 levels/,
+  });
+  assert.deepEqual(python129, { failed: "too-deep" });
 });
