@@ -14,6 +14,7 @@ is switched off, so that loopwatch's is the one that acts.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -25,6 +26,9 @@ from agent_cli_setup import AGENT_CLIS, python_env, start_serve, stop
 from scripted_gemini import ScriptedGemini, function_responses
 
 from harness import REPO
+from harness.kafka import collect
+from schemas import decode_event
+from schemas.events import RunEnded
 
 pytestmark = pytest.mark.kafka
 
@@ -129,6 +133,16 @@ def test_gemini_cli_loop_is_warned_then_denied_through_its_own_hooks(lw, gemini,
     warned = [n for n, text in enumerate(seen, start=1) if WARNING in text]
     assert warned == [WARNED], seen
     assert f"<hook_context>{WARNING}" in seen[WARNED - 1], seen[WARNED - 1]
+    # Gemini CLI's SessionEnd hook ended the run: the session's run_ended event is on the topic.
+    session_id = json.loads(run.stdout)["session_id"]
+
+    def ended(records: list) -> list:
+        events = [decode_event(r.value) for r in records]
+        return [e for e in events if isinstance(e, RunEnded) and e.run_id == session_id]
+
+    records = asyncio.run(collect(lw.broker, lw.names.tool_calls, until=lambda rs: bool(ended(rs)), timeout=30))
+    (end,) = ended(records)
+    assert (end.session_key, end.agent_id, end.reason) == (f"gemini:{session_id}", "gemini-cli", "exit")
 
 
 def test_gemini_cli_session_is_stopped_when_loopwatch_aborts_the_run(lw, gemini, tmp_path):
