@@ -15,7 +15,7 @@ import pytest
 
 from harness import collect, collect_verdicts, dedupe, encode_all, produce, reference_verdicts, write_config
 from schemas import decode_verdict
-from schemas.fleet import IncidentOpened, IncidentResolved, decode_incident
+from schemas.fleet import IncidentOpened, IncidentResolved, decode_incident, decode_ring_notice
 from schemas.keys import partition_for, session_scope_key
 from streams.client import LoopwatchClient
 from streams.offline.scenarios import agent_ring, run_events, session_loop, tool_outage
@@ -208,6 +208,17 @@ async def test_a_cycle_of_three_calls_is_warned_then_blocked(fleet_worker):
     assert cycle[0] == (9, "warn", 10) and cycle[-1] == (19, "block", 20)
 
 
+async def ring_notice(lw, trace_id: str, rounds: int) -> None:
+    """Wait until ``<app id>-rings`` holds the trace's ring at ``rounds`` or more."""
+
+    def done(records: list) -> bool:
+        notices = (decode_ring_notice(r.value) for r in records if r.value is not None)
+        return any(n.trace_id == trace_id and n.rounds >= rounds for n in notices)
+
+    records = await collect(lw.broker, f"{lw.names.app_id}-rings", until=done, timeout=90)
+    assert done(records), f"no ring notice of {rounds} rounds for {trace_id} within 90 s"
+
+
 async def test_agents_in_a_ring_are_warned_then_blocked(fleet_worker):
     """Three agents in a ring, as runners that obey: each send waits for its decision, a
     blocked send is not made.  Round 4 comes after 3 rounds of identical sends: every agent
@@ -222,7 +233,11 @@ async def test_agents_in_a_ring_are_warned_then_blocked(fleet_worker):
             answers.append((r + 1, decision.run_id, decision.action, decision.detector, decision.count))
             if decision.action != "block":
                 await produce(lw.broker, lw.names.tool_calls, encode_all([completion]))
-        await asyncio.sleep(1.5)  # the round's last send reaches the fleet topology and every worker's view
+        if 3 <= r + 1 < 6:
+            # The fleet topology's notice of this round (it counts rounds from the third on),
+            # then a moment for every worker's mirror: a loaded host can take seconds for it.
+            await ring_notice(lw, "e2e-ring", rounds=r + 1)
+        await asyncio.sleep(1.5)
     by_round = {r: {(a[2], a[3], a[4]) for a in answers if a[0] == r} for r in range(1, 7)}
     assert by_round[1] == by_round[2] == by_round[3] == {("allow", None, None)}
     assert by_round[4] == {("warn", "agent_ring", 3)}
