@@ -11,7 +11,7 @@ config turns it on (``streams.engine.extensions``), so neither profile's path ch
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import cast
+from typing import Protocol, cast
 
 import msgspec
 
@@ -48,6 +48,7 @@ _OBSERVED_NO_PROGRESS = NO_PROGRESS_PLAIN | OBSERVED
 __all__ = [
     "CycleDetection",
     "Detection",
+    "Finding",
     "LatestDetection",
     "detect",
     "detect_cycle",
@@ -55,6 +56,33 @@ __all__ = [
     "ping_pong_key",
     "write_churn",
 ]
+
+
+class Warned(Protocol):
+    """What the bucket rule reads of a warning (``LoopEngine.warning_bucket``)."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def warning_key(self) -> str: ...
+
+
+class Finding(Warned, Protocol):
+    """What the engine reads of a finding to decide, publish and log it: a ``Detection``, or
+    one of loopwatch's own findings that reads the same (``streams.engine.fleet.RingDetection``)."""
+
+    @property
+    def level(self) -> str: ...
+    @property
+    def detector(self) -> str: ...
+    @property
+    def paired_tool_name(self) -> str | None: ...
+    @property
+    def liveness_signal(self) -> str | None: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def log(self) -> tuple[str, str] | None: ...
 
 
 class Detection(msgspec.Struct, gc=False):
