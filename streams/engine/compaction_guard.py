@@ -8,6 +8,7 @@ Profile latest (openclaw-latest.md §7) fixes the window at 3 and adds instrumen
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from schemas.names import COMPACTION_LOOP_PERSISTED
 from streams.edge.canonical import js_number
@@ -58,7 +59,8 @@ def observe(
     triple = (tool, args_hash, result_hash)
     if guard.length == 0:
         guard.first = triple
-    elif guard.uniform and tuple(guard.first) != triple:
+    # (``first`` is set whenever ``length`` is not 0: the branch above sets it, ``arm`` clears both)
+    elif guard.uniform and tuple(cast("tuple[str, str, str]", guard.first)) != triple:
         guard.uniform = False
     guard.length += 1
     armed = guard.remaining > 0

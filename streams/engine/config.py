@@ -143,13 +143,14 @@ class Settings:
 class FleetIncidentSettings:
     """``loopwatch.fleetIncidents``, resolved (root only)."""
 
-    min_runs: int = FLEET_INCIDENT_DEFAULTS["minRuns"]
-    min_agents: int = FLEET_INCIDENT_DEFAULTS["minAgents"]
-    window_s: int = FLEET_INCIDENT_DEFAULTS["windowSeconds"]
-    hop_s: int = FLEET_INCIDENT_DEFAULTS["hopSeconds"]
-    quiet_s: int = FLEET_INCIDENT_DEFAULTS["quietSeconds"]
-    max_open: int = FLEET_INCIDENT_DEFAULTS["maxOpenIncidents"]
-    max_tools_per_agent: int = FLEET_INCIDENT_DEFAULTS["maxToolsPerAgentPerMinute"]
+    # Numbers as ``pos_int`` resolves them (an unvalidated root may hold floats beyond 2**53).
+    min_runs: int | float = FLEET_INCIDENT_DEFAULTS["minRuns"]
+    min_agents: int | float = FLEET_INCIDENT_DEFAULTS["minAgents"]
+    window_s: int | float = FLEET_INCIDENT_DEFAULTS["windowSeconds"]
+    hop_s: int | float = FLEET_INCIDENT_DEFAULTS["hopSeconds"]
+    quiet_s: int | float = FLEET_INCIDENT_DEFAULTS["quietSeconds"]
+    max_open: int | float = FLEET_INCIDENT_DEFAULTS["maxOpenIncidents"]
+    max_tools_per_agent: int | float = FLEET_INCIDENT_DEFAULTS["maxToolsPerAgentPerMinute"]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -168,9 +169,10 @@ class FleetIncidentSettings:
 class AgentRingSettings:
     """``loopwatch.agentRings``, resolved (root only): thresholds in rounds."""
 
-    warning_rounds: int = AGENT_RING_DEFAULTS["warningThreshold"]
-    critical_rounds: int = AGENT_RING_DEFAULTS["criticalThreshold"]
-    window_s: int = AGENT_RING_DEFAULTS["windowSeconds"]
+    # Numbers as ``pos_int`` resolves them (an unvalidated root may hold floats beyond 2**53).
+    warning_rounds: int | float = AGENT_RING_DEFAULTS["warningThreshold"]
+    critical_rounds: int | float = AGENT_RING_DEFAULTS["criticalThreshold"]
+    window_s: int | float = AGENT_RING_DEFAULTS["windowSeconds"]
 
     def as_dict(self) -> dict[str, Any]:
         return {

@@ -10,6 +10,9 @@ config turns it on (``streams.engine.extensions``), so neither profile's path ch
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol, cast
+
 import msgspec
 
 from schemas.names import (
@@ -25,7 +28,17 @@ from schemas.names import (
 )
 
 from .config import DetectorSettings
-from .state import AWAITING, MUTATION, NO_PROGRESS, NO_PROGRESS_PLAIN, OBSERVED, TERMINAL_FAILURE, VETO, RunState
+from .state import (
+    AWAITING,
+    MUTATION,
+    NO_PROGRESS,
+    NO_PROGRESS_PLAIN,
+    OBSERVED,
+    TERMINAL_FAILURE,
+    VETO,
+    LatestState,
+    RunState,
+)
 
 # A kind with the guard's OBSERVED flag (LatestState.observed): scans look for both forms.
 _OBSERVED_TERMINAL = TERMINAL_FAILURE | OBSERVED
@@ -35,6 +48,7 @@ _OBSERVED_NO_PROGRESS = NO_PROGRESS_PLAIN | OBSERVED
 __all__ = [
     "CycleDetection",
     "Detection",
+    "Finding",
     "LatestDetection",
     "detect",
     "detect_cycle",
@@ -42,6 +56,33 @@ __all__ = [
     "ping_pong_key",
     "write_churn",
 ]
+
+
+class Warned(Protocol):
+    """What the bucket rule reads of a warning (``LoopEngine.warning_bucket``)."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def warning_key(self) -> str: ...
+
+
+class Finding(Warned, Protocol):
+    """What the engine reads of a finding to decide, publish and log it: a ``Detection``, or
+    one of loopwatch's own findings that reads the same (``streams.engine.fleet.RingDetection``)."""
+
+    @property
+    def level(self) -> str: ...
+    @property
+    def detector(self) -> str: ...
+    @property
+    def paired_tool_name(self) -> str | None: ...
+    @property
+    def liveness_signal(self) -> str | None: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def log(self) -> tuple[str, str] | None: ...
 
 
 class Detection(msgspec.Struct, gc=False):
@@ -58,10 +99,13 @@ class Detection(msgspec.Struct, gc=False):
     paired_tool_name: str | None = None
     paired_sig: str | None = None
     unknown_name: str | None = None
-    liveness_signal = None
-    """Profile latest: ``argument_churn`` when the call also continues an argument churn.
-    (A field of ``LatestDetection`` only: configurable-final's detections, built on every
-    warning of a loop, do without the extra field.)"""
+
+    @property
+    def liveness_signal(self) -> str | None:
+        """Profile latest: ``argument_churn`` when the call also continues an argument churn.
+        (A field of ``LatestDetection`` only: configurable-final's detections, built on every
+        warning of a loop, do without the extra field.)"""
+        return None
 
     @property
     def message(self) -> str:
@@ -115,7 +159,8 @@ class Detection(msgspec.Struct, gc=False):
         if kind == UNKNOWN_TOOL_REPEAT:
             return f"unknown-tool:{self.tool}:{self.unknown_name or 'unknown'}"
         if kind == PING_PONG:
-            return ping_pong_key(self.sig, self.paired_sig)
+            # (a ping-pong detection always names the signature it alternates with)
+            return ping_pong_key(self.sig, cast(str, self.paired_sig))
         if kind == GENERIC_REPEAT and self.level == WARNING:
             return f"generic:{self.tool}:{self.sig}"
         prefix = {GLOBAL_CIRCUIT_BREAKER: "global", KNOWN_POLL_NO_PROGRESS: "poll"}.get(kind, "generic")
@@ -148,6 +193,7 @@ def _utf16(text: str) -> bytes:
 
 def ping_pong_key(sig_a: str, sig_b: str) -> str:
     """``pingpong:`` + both signatures sorted as JavaScript sorts strings (UTF-16 units)."""
+    pair: Sequence[str]
     if sig_a.isascii() and sig_b.isascii():  # code points and UTF-16 units order alike
         pair = (sig_a, sig_b) if sig_a <= sig_b else (sig_b, sig_a)
     else:
@@ -209,7 +255,7 @@ def detect_cycle(
     one call, nor (period 4) a ping-pong.  Of several periods the longest tail wins."""
     sigs, results = state.sigs, state.results
     n = len(sigs)
-    best = None
+    best: tuple[int, int, tuple[str, ...]] | None = None
     for period in CYCLE_PERIODS:
         if n + 1 < 2 * period or sigs[n - period] != sig:
             continue
@@ -227,11 +273,11 @@ def detect_cycle(
             best = (count, period, tuple(block))
     if best is None:
         return None
-    count, period, block = best
+    count, period, signatures = best
     if count >= critical_threshold:
-        return CycleDetection(CRITICAL, CYCLE, count, tool, sig, period=period, signatures=block)
+        return CycleDetection(CRITICAL, CYCLE, count, tool, sig, period=period, signatures=signatures)
     if count >= warning_threshold:
-        return CycleDetection(WARNING, CYCLE, count, tool, sig, period=period, signatures=block)
+        return CycleDetection(WARNING, CYCLE, count, tool, sig, period=period, signatures=signatures)
     return None
 
 
@@ -403,7 +449,7 @@ class LatestDetection(Detection, gc=False):
                 f"CRITICAL: Called {tool} with identical outcomes {n} times. "
                 "Session execution blocked to prevent runaway loops."
             )
-        return Detection.message.fget(self)
+        return super().message
 
     @property
     def warning_key(self) -> str:
@@ -411,13 +457,13 @@ class LatestDetection(Detection, gc=False):
             if self.write_mutation:
                 return f"argument-churn:{self.tool}:write-mutation:{self.write_target or 'unknown'}"
             return f"argument-churn:{self.tool}"
-        return Detection.warning_key.fget(self)
+        return super().warning_key
 
     @property
     def log(self) -> tuple[str, str] | None:
         if self.detector == ARGUMENT_CHURN:
             return "warn", f"Argument churn warning: {self.tool} cycled through stable argument patterns"
-        return Detection.log.fget(self)
+        return super().log
 
 
 def _signature_streak(state: RunState, sig: str, kinds: bytearray, occurrences: int) -> tuple[int, str | None]:
@@ -426,6 +472,8 @@ def _signature_streak(state: RunState, sig: str, kinds: bytearray, occurrences: 
     once an outcome anchors them (alone, when none does)."""
     sigs, results = state.sigs, state.results
     n = len(sigs)
+    outcomes: list[str | None]
+    own_kinds: bytearray | list[int] | None
     if occurrences == n:
         outcomes, own_kinds = results, kinds
         distinct = set(results)
@@ -475,7 +523,7 @@ def _signature_streak(state: RunState, sig: str, kinds: bytearray, occurrences: 
     return streak, anchor
 
 
-def _terminal_streak(state: RunState, sig: str, kinds: bytearray, latest) -> tuple[int, str | None]:
+def _terminal_streak(state: RunState, sig: str, kinds: bytearray, latest: LatestState) -> tuple[int, str | None]:
     """The terminal walk (tool exec): the contiguous tail of exec records, across changing
     commands, while they are terminal failures with identical results or one failure
     identity; after passing another command it ends at an older record of this one."""
@@ -547,7 +595,7 @@ def write_churn(state: RunState, sig: str, target: str, skip: int = -1) -> int:
     changed ``target``, if the proposed ``sig`` is not one of them; else 0.  ``skip`` leaves
     one record out (the outcome-time check of §6.3 judges a record against the others)."""
     tools, sigs = state.tools, state.sigs
-    latest = state.latest
+    latest = cast(LatestState, state.latest)  # (profile latest's paths: see detect_latest)
     kinds, digest = latest.flags, latest.digest  # (on write records: the targets)
     variants: list[str] = []
     for i in range(len(sigs) - 1, -1, -1):
@@ -573,7 +621,7 @@ def _may_churn(state: RunState, tool: str, occurrences: int, target: str | None)
     a variant seen 3+ times, its walk to get past the newest record (same tool; pending,
     vetoed or no-progress) and 10 no-progress records; write churn needs the newest record
     to be a write mutation, and 10 of them."""
-    flags = state.latest.flags
+    flags = cast(LatestState, state.latest).flags  # (profile latest's paths: see detect_latest)
     if not flags:
         return False
     newest = flags[-1] & ~OBSERVED
@@ -598,7 +646,7 @@ def _argument_churn(
     (Upstream computes write churn only when stable-outcome churn is 0; both are never
     non-zero at once: the first needs the newest record with a result to be a no-progress
     one, the second a write mutation.)"""
-    latest = state.latest
+    latest = cast(LatestState, state.latest)  # (profile latest's paths: see detect_latest)
     if occurrences >= 3:
         count, variants = _stable_outcome_churn(state, tool, sig, latest.flags)
         if count >= LATEST_WARNING:
@@ -631,6 +679,9 @@ def _liveness(state: RunState, tool: str, sig: str, target: str | None, occurren
 def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target: str | None) -> LatestDetection | None:
     """Upstream's ``detectToolCallLoop`` at 2a627431 (openclaw-latest.md §5.1) on one run's
     history, whose latest columns are aligned (callers check ``enabled``)."""
+    # Aligned columns exist: the engine runs profile latest's paths only after
+    # ``history.latest_columns`` (which creates them) has checked them.
+    latest = cast(LatestState, state.latest)
     sigs = state.sigs
     unknowns = state.unknowns
     if unknowns and unknowns[-1]:
@@ -642,13 +693,12 @@ def detect_latest(state: RunState, tool: str, sig: str, known_poll: bool, target
         # Nothing of this signature: only exec's terminal walk (which needs a terminal
         # failure in the history) and write churn (which needs the newest record to be a
         # write mutation) look further.
-        flags = state.latest.flags
+        flags = latest.flags
         if target is None:
             if tool != "exec" or (TERMINAL_FAILURE not in flags and _OBSERVED_TERMINAL not in flags):
                 return None
         elif not flags or flags[-1] & 7 != MUTATION:
             return None
-    latest = state.latest
     kinds = latest.flags
     is_exec = tool == "exec"
     # The signature walk counts records of this signature only, so its streak is at most

@@ -26,7 +26,7 @@ from schemas.events import ToolCallEvent
 from schemas.verdicts import Decision, Verdict
 
 from .engine import LoopEngine, Step, allow_decision
-from .peers import gemini_judged, gemini_llm_check_due
+from .peers import gemini_due_state, gemini_judged, gemini_llm_check_due
 from .state import RunState
 
 __all__ = ["ABORT", "BLOCK", "NONE", "RunDriver", "WARN", "outcome", "published", "shadow_answer"]
@@ -104,11 +104,12 @@ class RunDriver:
     def _judged(self, step: Step, event: ToolCallEvent) -> Step:
         from streams.engine.judge import RunContext, checked_confidence  # (outside the engine package)
 
+        state, gemini = gemini_due_state(step)
         context = RunContext(
-            run_id=step.state.run_id,
+            run_id=state.run_id,
             session_key=event.session_key,
             agent_id=event.agent_id,
-            turn=step.state.peer.gemini.turns,
+            turn=gemini.turns,
         )
         return gemini_judged(step, checked_confidence(self.judge(context)))
 

@@ -12,7 +12,7 @@ An event the engine rejects raises ``InvalidEvent`` before any state is touched.
 from __future__ import annotations
 
 from sys import intern
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
@@ -35,7 +35,7 @@ from streams.edge.hashing import TERMINAL_EXEC_FAILURE, WRITE_MUTATION
 from . import compaction_guard as guard_mod
 from . import history
 from .config import ConfigSet, Settings
-from .detectors import Detection, LatestDetection, detect, detect_latest, write_churn
+from .detectors import Detection, Finding, LatestDetection, Warned, detect, detect_latest, write_churn
 from .history import LATEST_HISTORY_SIZE
 from .state import (
     AWAITING,
@@ -48,8 +48,12 @@ from .state import (
     CallRecord,
     CompactionRereads,
     GuardWindow,
+    LatestState,
     RunState,
 )
+
+if TYPE_CHECKING:
+    from .fleet import FleetView
 
 __all__ = ["LogLine", "LoopEngine", "Step", "allow_decision", "normalize_run_id", "state_key"]
 
@@ -93,7 +97,7 @@ class Step(msgspec.Struct, gc=False):
     guard: guard_mod.GuardVerdict | None = None
     built_record: CallRecord | None = None
     abort: RunAborted | None = None
-    detection: Detection | None = None
+    detection: Finding | None = None
     vetoed: bool = False
     action: str = "allow"
     emitted: bool | None = None
@@ -135,7 +139,8 @@ class Step(msgspec.Struct, gc=False):
     @property
     def record(self) -> CallRecord | None:
         if self.built_record is None and self.record_at >= 0:
-            self.built_record = self.state.record(self.record_at)
+            # (a step that points at a record holds the state it is in)
+            self.built_record = cast(RunState, self.state).record(self.record_at)
         return self.built_record
 
     @property
@@ -146,7 +151,12 @@ class Step(msgspec.Struct, gc=False):
 
 
 def build_decision(
-    event: ToolCallRequested, action: str, d: Detection | None, emitted: bool | None, notify: bool, **override: Any
+    event: ToolCallRequested | ToolCallCompleted,
+    action: str,
+    d: Finding | None,
+    emitted: bool | None,
+    notify: bool,
+    **override: Any,
 ) -> Decision:
     # A gated runner gets a decision for every call, and msgspec matches keyword arguments
     # one by one: passing only the fields an allowed call has costs a fifth of passing
@@ -210,9 +220,10 @@ def build_run_aborted(event: ToolCallEvent, detector: str, count: int, tool_name
 
 def _request_logs(step: Step) -> tuple[LogLine, ...]:
     """Upstream's log lines for a requested call, in order (spec §2.13, §3)."""
-    d, event = step.detection, step.request
+    d = step.detection
     if d is None:
         return ()
+    event = cast(ToolCallRequested, step.request)  # (only a request's steps have logs to build)
     lines = []
     own = d.log
     if own is not None:
@@ -236,7 +247,7 @@ WRAPPER_SUBSYSTEM = "agents/tools"
 DIAGNOSTIC_SUBSYSTEM = "diagnostic"
 
 
-def _tool_loop_line(event: ToolCallRequested, d: Detection, action: str, message: str) -> str:
+def _tool_loop_line(event: ToolCallRequested | ToolCallCompleted, d: Finding, action: str, message: str) -> str:
     paired = f" pairedTool={d.paired_tool_name}" if d.paired_tool_name else ""
     return (
         f"tool loop: sessionId={event.session_id or 'unknown'} sessionKey={event.session_key or 'unknown'} "
@@ -260,7 +271,7 @@ class LoopEngine:
     session under ``loopwatch.scope: session``)."""
     incidents_on = rings_on = fleet_records = False
     """loopwatch's fleet options (``streams.engine.extensions``): off."""
-    fleet = None
+    fleet: FleetView | None = None
     """What the fleet topology found (``streams.engine.fleet.FleetView``), for the engines of
     configs that use it."""
 
@@ -284,21 +295,23 @@ class LoopEngine:
         """
         if not validated:
             check_event(event)
-        kind = type(event)  # exact types: the wire decoder builds no subclasses
-        if state is None and kind is not RunEnded:
+        # Exact types (the wire decoder builds no subclasses), which narrow ``event`` too.
+        if state is None:
+            if type(event) is RunEnded:
+                return Step(None)
             state = RunState(run_id=normalize_run_id(event.run_id))  # (dropped if the kind is rejected)
-        if kind is ToolCallRequested:  # the two common kinds first
+        if type(event) is ToolCallRequested:  # the two common kinds first
             step = self._requested(state, event)
-        elif kind is ToolCallCompleted:
+        elif type(event) is ToolCallCompleted:
             step = self._completed(state, event)
-        elif kind is RunEnded:
+        elif type(event) is RunEnded:
             return Step(None)
-        elif kind is CompactionRetried:
+        elif type(event) is CompactionRetried:
             step = self._compaction(state, event)
-        elif kind is AgentMessage or kind is ModelText:
+        elif type(event) is AgentMessage or type(event) is ModelText:
             return Step(state)  # read by the peer profiles only (streams.engine.peers)
         else:
-            raise InvalidEvent(UNKNOWN_TYPE, f"unsupported event {kind.__name__}")
+            raise InvalidEvent(UNKNOWN_TYPE, f"unsupported event {type(event).__name__}")
         if event.ts_ms > state.last_event_ms:
             state.last_event_ms = event.ts_ms
         return step
@@ -344,7 +357,7 @@ class LoopEngine:
     that profile (called as ``LoopEngine.final_requested(self, ...)``: ``super()`` costs 0.14 µs
     more a call on CPython 3.11, and this is most events' path)."""
 
-    def _warning(self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Detection) -> Step:
+    def _warning(self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Finding) -> Step:
         """A warning for a call that runs: emitted or hidden by the bucket rule."""
         emitted = self.warning_bucket(state, detection)
         return Step(
@@ -357,7 +370,7 @@ class LoopEngine:
             notify=emitted and settings.surface_warnings,
         )
 
-    def block(self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Detection) -> Step:
+    def block(self, state: RunState, event: ToolCallRequested, settings: Settings, detection: Finding) -> Step:
         """A critical detection vetoes the call (also for loopwatch's own detectors,
         ``streams.engine.extensions``)."""
         # The vetoed call is not recorded: the next identical call sees the same history.
@@ -388,9 +401,10 @@ class LoopEngine:
 
     def _after_abort(self, state: RunState, event: ToolCallRequested) -> Step:
         # Upstream's run is over after an abort; a late call of the same run is refused.
-        return refused_after_abort(state, event, state.aborted)
+        # (Called only for an aborted run: ``aborted`` names its detector.)
+        return refused_after_abort(state, event, cast(str, state.aborted))
 
-    def warning_bucket(self, state: RunState, detection: Detection) -> bool:
+    def warning_bucket(self, state: RunState, detection: Warned) -> bool:
         """Upstream's bucket rule: a warning is emitted when count // 10 reaches a new high
         for its key.  (Upstream prefixes keys with the run id; every key of a run's state
         shares that prefix, so it is left out.)"""
@@ -445,9 +459,7 @@ class LoopEngine:
         verdict, error_line = guard_mod.observe(guard, True, event.tool_name, event.args_hash, result_hash)
         if not verdict.should_abort:
             return Step(state, None, record_at, verdict, record)
-        end_run(state, verdict.detector)
-        abort = build_run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
-        log = LogLine("error", guard_mod.SUBSYSTEM, error_line)
+        abort, log = _guard_abort(state, event, verdict, error_line)
         return Step(state, None, record_at, verdict, record, abort=abort, built_logs=(log,))
 
     final_completed = _completed
@@ -620,7 +632,7 @@ class LatestEngine(LoopEngine):
         state: RunState,
         event: ToolCallCompleted,
         settings: Settings,
-        latest,
+        latest: LatestState,
         at: int,
         result_hash: str,
         observing: bool,
@@ -634,7 +646,7 @@ class LatestEngine(LoopEngine):
             warning = self._outcome_churn_warning(state, latest, at)
         if warning is not None:
             decision = build_decision(event, "warn", warning, True, True)
-            message = decision.message
+            message = cast(str, decision.message)  # (a decision with a detection carries its message)
             logs.append(LogLine("warn", WRAPPER_SUBSYSTEM, f"Loop warning for {tool}: {message}"))
             logs.append(LogLine("warn", DIAGNOSTIC_SUBSYSTEM, _tool_loop_line(event, warning, "warn", message)))
         verdict, error_line, info_line = guard_mod.observe_latest(
@@ -646,9 +658,8 @@ class LatestEngine(LoopEngine):
         if info_line is not None:
             logs.append(LogLine("info", guard_mod.SUBSYSTEM, info_line))
         if verdict.should_abort:
-            end_run(state, verdict.detector)
-            abort = build_run_aborted(event, verdict.detector, verdict.count, verdict.tool_name, verdict.message)
-            logs.append(LogLine("error", guard_mod.SUBSYSTEM, error_line))
+            abort, log = _guard_abort(state, event, verdict, error_line)
+            logs.append(log)
         return Step(
             state, None, at, verdict, abort=abort, detection=warning, built_logs=tuple(logs), built_decision=decision
         )
@@ -662,7 +673,7 @@ class LatestEngine(LoopEngine):
         logs = (LogLine("info", guard_mod.SUBSYSTEM, line),) if line else ()
         return Step(state=state, built_logs=logs)
 
-    def _outcome_churn_warning(self, state: RunState, latest, at: int) -> Detection | None:
+    def _outcome_churn_warning(self, state: RunState, latest: LatestState, at: int) -> Detection | None:
         """§6.3: a write-mutation record judged against the rest of the run's history;
         the warning if the bucket rule emits it."""
         target = latest.digest(at)  # (a write-mutation record: its target)
@@ -684,6 +695,20 @@ class LatestEngine(LoopEngine):
             write_mutation=True,
         )
         return found if self.warning_bucket(state, found) else None
+
+
+def _guard_abort(
+    state: RunState, event: ToolCallCompleted, verdict: guard_mod.GuardVerdict, error_line: str | None
+) -> tuple[RunAborted, LogLine]:
+    """The post-compaction guard ended the run: its abort and error log line."""
+    # An aborting verdict names its detector, count, tool and message, and comes with its
+    # error line (``compaction_guard.observe`` and ``observe_latest`` build them together).
+    detector = cast(str, verdict.detector)
+    end_run(state, detector)
+    abort = build_run_aborted(
+        event, detector, cast(int, verdict.count), cast(str, verdict.tool_name), cast(str, verdict.message)
+    )
+    return abort, LogLine("error", guard_mod.SUBSYSTEM, cast(str, error_line))
 
 
 def end_run(state: RunState, detector: str) -> None:

@@ -38,8 +38,8 @@ from schemas.names import CRITICAL, WARNING
 from schemas.verdicts import Decision
 
 from . import history
-from .config import Settings
-from .detectors import detect, detect_cycle, detect_latest
+from .config import ConfigSet, Settings
+from .detectors import Detection, Finding, detect, detect_cycle, detect_latest
 from .engine import LatestEngine, LoopEngine, Step, refused_after_abort
 from .fleet import FleetView, RingDetection
 from .state import RunState
@@ -66,10 +66,11 @@ def with_incident(decision: Decision, incident: IncidentOpened) -> Decision:
     return msgspec.structs.replace(decision, incident_id=incident.incident_id, message=message, notify_model=True)
 
 
-class _Extensions:
-    """The extensions over either profile's engine (mixed in before it)."""
+class _Extensions(LoopEngine):
+    """The extensions over either profile's engine (mixed in before it: a ``LoopEngine`` only
+    so that its methods are typed, the class it is mixed into keeps its place in the MRO)."""
 
-    def __init__(self, config: Any = None) -> None:
+    def __init__(self, config: ConfigSet | dict | None = None) -> None:
         super().__init__(config)
         options = self.config
         self.session_scope = options.scope == SESSION_SCOPE
@@ -97,7 +98,7 @@ class _Extensions:
             state = RunState(run_id=None)
         run_id = normalize_run_id(event.run_id)
         aborted = state.aborted_runs
-        if aborted and kind is ToolCallRequested:
+        if aborted and run_id is not None and kind is ToolCallRequested:  # (no aborted run without an id)
             detector = dict(aborted).get(run_id)
             if detector is not None:
                 if not validated:
@@ -110,7 +111,7 @@ class _Extensions:
 
     def _requested(self, state: RunState, event: ToolCallRequested) -> Step:
         settings = self.settings_for(event.agent_id)
-        found = None
+        found: Finding | None = None
         if event.session_key and state.aborted is None and settings.detection.enabled:
             cfg = settings.detection
             if settings.cycle:
@@ -139,6 +140,7 @@ class _Extensions:
     def _upstream_blocks(self, state: RunState, event: ToolCallRequested, settings: Settings) -> bool:
         """Whether upstream's own detectors block this call (they then decide it)."""
         sig = intern(event.args_hash)
+        found: Detection | None
         if settings.latest:
             history.latest_columns(state, self)
             found = detect_latest(state, event.tool_name, sig, event.known_poll, event.target_hash)
@@ -146,7 +148,7 @@ class _Extensions:
             found = detect(state, event.tool_name, sig, event.known_poll, settings.detection)
         return found is not None and found.level == CRITICAL
 
-    def _warn(self, state: RunState, step: Step, settings: Settings, found: Any) -> None:
+    def _warn(self, state: RunState, step: Step, settings: Settings, found: Finding) -> None:
         """An extension's warning on a call upstream let through silently (already recorded)."""
         if isinstance(found, RingDetection):
             # A ring's warning is emitted at each new round: its bucket is the round count.
@@ -177,5 +179,5 @@ class _ExtendedLatestEngine(_Extensions, LatestEngine):
     """Profile latest (for some agent) with loopwatch's extensions."""
 
 
-def engine_class(latest: bool) -> type:
+def engine_class(latest: bool) -> type[LoopEngine]:
     return _ExtendedLatestEngine if latest else _ExtendedEngine

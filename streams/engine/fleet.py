@@ -25,7 +25,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from enum import Enum
+from typing import Any, Final, Literal, NamedTuple, TypedDict, cast, overload
 
 from schemas.events import ToolCallCompleted
 from schemas.fleet import (
@@ -52,6 +53,7 @@ __all__ = [
     "TRACE_HOPS",
     "TraceSends",
     "WITHDRAWN",
+    "Withdrawn",
     "count_outcome",
     "digest16",
     "earliest_start",
@@ -146,7 +148,7 @@ class SourceLimit:
 
     __slots__ = ("limit", "minute", "tools", "limited")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int | float) -> None:
         self.limit = limit
         self.minute = -1
         self.tools: dict[str, set[str]] = {}
@@ -200,7 +202,7 @@ class IncidentState:
         return cls(**value) if isinstance(value, dict) and value else None
 
 
-def incident_message(tool: str, runs: int, agents: int, window_s: int, error: bool, incident_id: str) -> str:
+def incident_message(tool: str, runs: int, agents: int, window_s: int | float, error: bool, incident_id: str) -> str:
     what = "error" if error else "no-progress outcome"
     return (
         f"WARNING: tool {tool} is failing across the fleet: the same {what} in at least {runs} runs of "
@@ -209,14 +211,33 @@ def incident_message(tool: str, runs: int, agents: int, window_s: int, error: bo
     )
 
 
+class _IncidentFields(TypedDict):
+    """The fields an opened and a resolved incident share."""
+
+    incident_id: str
+    tool_name: str
+    outcome_hash: str
+    runs: int
+    agents: int
+    window_s: int
+    opened_ms: int
+    message: str
+
+
+@overload
+def _notice(state: IncidentState, settings: FleetIncidentSettings, resolved_ms: None = None) -> IncidentOpened: ...
+@overload
+def _notice(state: IncidentState, settings: FleetIncidentSettings, resolved_ms: int) -> IncidentResolved: ...
 def _notice(state: IncidentState, settings: FleetIncidentSettings, resolved_ms: int | None = None) -> Incident:
-    fields = dict(
+    fields = _IncidentFields(
         incident_id=state.incident_id,
         tool_name=state.tool_name,
         outcome_hash=state.outcome_hash,
         runs=state.runs,
         agents=state.agents,
-        window_s=settings.window_s,
+        # An int: every config a worker or a replay loads passed ``schemas.config``, which bounds
+        # windowSeconds to a day, and ``pos_int`` keeps such a number an int.
+        window_s=cast(int, settings.window_s),
         opened_ms=state.opened_ms,
         message=incident_message(
             state.tool_name, state.runs, state.agents, settings.window_s, state.error, state.incident_id
@@ -392,13 +413,18 @@ def ring_id(trace_id: str, hops: Iterable[Hop]) -> str:
     return digest16("\n".join([trace_id, *(f"{h.session_key or ''}\t{h.agent_id or ''}\t{h.target}" for h in hops)]))
 
 
-WITHDRAWN = object()
-"""``observe_send``'s answer when the trace's ring notice is to be withdrawn (a tombstone)."""
+class Withdrawn(Enum):
+    """``observe_send``'s answer when the trace's ring notice is to be withdrawn (a tombstone)."""
+
+    WITHDRAWN = "withdrawn"
+
+
+WITHDRAWN: Final = Withdrawn.WITHDRAWN
 
 
 def observe_send(
     trace: TraceSends, record: FleetSend, now_ms: int, settings: AgentRingSettings
-) -> RingNotice | object | None:
+) -> RingNotice | Literal[Withdrawn.WITHDRAWN] | None:
     """Add a send to its trace; a ``RingNotice`` to publish when a ring through its hop reaches
     a level or a new round, ``WITHDRAWN`` when the ring in force lost this hop's streak, else
     None."""
@@ -516,9 +542,9 @@ class FleetSimulator:
 
     def observe(self, event: Any) -> list[Incident | RingNotice | tuple[str, None]]:
         """Feed one event (after the engine handled it); returns the records published."""
-        out: list = []
+        out: list[Incident | RingNotice | tuple[str, None]] = []
         now_ms = event.ts_ms
-        settings = self.incident_settings
+        settings, limit, ring_settings = self.incident_settings, self.limit, self.ring_settings
         if settings is not None:
             for tool in list(self._incidents):  # a quiet window passes with the events' time
                 resolved = resolve_if_quiet(self._incidents[tool], now_ms, settings)
@@ -529,12 +555,12 @@ class FleetSimulator:
         if not isinstance(event, ToolCallCompleted):
             return out
         outcome = fleet_outcome(event) if settings is not None else None
-        if outcome is not None:
-            out.extend(self._count(outcome, now_ms, settings))
-        send = fleet_send(event) if self.ring_settings is not None else None
-        if send is not None:
+        if outcome is not None and settings is not None and limit is not None:  # (settings and limit: both or neither)
+            out.extend(self._count(outcome, now_ms, settings, limit))
+        send = fleet_send(event) if ring_settings is not None else None
+        if send is not None and ring_settings is not None:
             trace = self._traces.setdefault(send.trace_id, TraceSends())
-            found = observe_send(trace, send, now_ms, self.ring_settings)
+            found = observe_send(trace, send, now_ms, ring_settings)
             if found is WITHDRAWN:
                 self.view.apply_ring(send.trace_id, None)
                 out.append((send.trace_id, None))
@@ -543,7 +569,9 @@ class FleetSimulator:
                 out.append(found)
         return out
 
-    def _count(self, outcome: FleetOutcome, now_ms: int, settings: FleetIncidentSettings) -> list[Incident]:
+    def _count(
+        self, outcome: FleetOutcome, now_ms: int, settings: FleetIncidentSettings, limit: SourceLimit
+    ) -> list[Incident]:
         ts = now_ms / 1000.0
         hop = int(ts // settings.hop_s)
         if hop != self._swept_hop:  # once a hop: windows that ended, which no later event reads
@@ -551,7 +579,7 @@ class FleetSimulator:
             horizon = ts - settings.window_s
             for window in [w for w in self._windows if w[2] + settings.window_s <= horizon]:
                 del self._windows[window]
-        if not self.limit.admit(outcome.agent, outcome.tool_name, now_ms):
+        if not limit.admit(outcome.agent, outcome.tool_name, now_ms):
             return []
         key = (outcome.tool_name, outcome.fingerprint)
         for start in window_starts(ts, settings.window_s, settings.hop_s):

@@ -69,7 +69,7 @@ def content_loop(c: ContentState, was_reset: bool, skipped: bool, truncated: int
         del c.windows[: _H * truncated]
         stats = c.stats
         for key, positions in list(stats.items()):
-            if type(positions) is int:
+            if isinstance(positions, int):
                 if positions >= truncated:
                     stats[key] = positions - truncated
                 else:
@@ -113,7 +113,7 @@ def _analyse(c: ContentState) -> bool:
         if positions is None:
             stats[key] = p
         else:
-            if type(positions) is int:
+            if isinstance(positions, int):
                 positions = stats[key] = [positions, p]
             else:
                 positions.append(p)

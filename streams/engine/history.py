@@ -149,8 +149,10 @@ def append_latest(
     state.unknowns.append(unknown_tool_name)
     state.stamps.append(ts_ms)
     latest.flags.append(flags)
-    if target is not None or failure_id is not None:
-        latest.digests[latest.first + len(sigs) - 1] = target if failure_id is None else failure_id
+    if failure_id is not None:
+        latest.digests[latest.first + len(sigs) - 1] = failure_id
+    elif target is not None:
+        latest.digests[latest.first + len(sigs) - 1] = target
     if len(sigs) > LATEST_HISTORY_SIZE:
         trim_latest(state, latest)
 

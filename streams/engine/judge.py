@@ -21,7 +21,8 @@ __all__ = ["Judge", "RunContext", "checked_confidence"]
 class RunContext(msgspec.Struct, frozen=True):
     """What a judge is asked about: the run, and the prompt's turn that started the check."""
 
-    run_id: str
+    run_id: str | None
+    """None for a run without an id (its session stands for it)."""
     session_key: str | None
     agent_id: str | None
     turn: int

@@ -12,7 +12,8 @@ docs/peer-profiles.md.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 from schemas.config import GEMINI_CLI, OPENHANDS
 from schemas.events import (
@@ -38,25 +39,29 @@ from schemas.verdicts import Decision
 from . import gemini as gm
 from . import gemini_content as gc
 from . import openhands as oh
-from .engine import Step, build_decision, build_run_aborted, end_run, refused_after_abort
+from .engine import LoopEngine, Step, build_decision, build_run_aborted, end_run, refused_after_abort
 from .peer_state import PeerState
 from .state import RunState
 
-__all__ = ["gemini_judged", "gemini_llm_check_due", "peer_engine_class"]
+__all__ = ["gemini_due_state", "gemini_judged", "gemini_llm_check_due", "peer_engine_class"]
 
-_CLASSES: dict[type, type] = {}
+_CLASSES: dict[type[LoopEngine], type[LoopEngine]] = {}
 
 
-def peer_engine_class(base: type) -> type:
+def peer_engine_class(base: type[LoopEngine]) -> type[LoopEngine]:
     """``base`` (the engine a config would get without peer profiles) with them."""
     cls = _CLASSES.get(base)
     if cls is None:
-        cls = _CLASSES[base] = type(f"Peer{base.__name__.lstrip('_')}", (_PeerProfiles, base), {})
+        # (``type`` answers a plain ``type``: this one subclasses ``base``, a LoopEngine)
+        built = type(f"Peer{base.__name__.lstrip('_')}", (_PeerProfiles, base), {})
+        cls = _CLASSES[base] = cast("type[LoopEngine]", built)
     return cls
 
 
-class _PeerProfiles:
-    """Routes each event of an agent under a peer profile to that profile's rules."""
+class _PeerProfiles(LoopEngine):
+    """Routes each event of an agent under a peer profile to that profile's rules.  (Mixed in
+    before an engine class: a ``LoopEngine`` only so that its methods are typed, the class it
+    is mixed into keeps its place in the MRO.)"""
 
     def handle(self, state: RunState | None, event: Any, validated: bool = False) -> Step:
         settings = self.settings_for(event.agent_id)
@@ -309,6 +314,13 @@ def _gemini_text(state: RunState, g: gm.GeminiState, event: ModelText) -> Step:
     return Step(state, abort=build_run_aborted(event, GEMINI_CONTENT_LOOP, g.strikes, "", message))
 
 
+def gemini_due_state(step: Step) -> tuple[RunState, gm.GeminiState]:
+    """The run's state and its Gemini state, for a step whose LLM check is due."""
+    # ``gemini_llm_check_due`` said so only for a step with a state that has a Gemini state.
+    state = cast(RunState, step.state)
+    return state, cast(gm.GeminiState, cast(PeerState, state.peer).gemini)
+
+
 def gemini_llm_check_due(step: Step) -> bool:
     """Whether Gemini's LLM check is due at this step (a requested call of an agent under
     ``gemini-cli`` whose turn started one) and nothing else already answered the call: the
@@ -326,8 +338,7 @@ def gemini_judged(step: Step, confidence: float | None) -> Step:
     """The step once the judge answered its due check (``gemini_llm_check_due``): a loop at
     confidence 0.9 or more, handled like the tool-call loop (the prompt's first detection blocks
     the call with feedback, its second ends the run); below, the next check's interval."""
-    state = step.state
-    g = state.peer.gemini
+    state, g = gemini_due_state(step)
     if not gm.llm_answer(g, confidence):
         return step
     event = step.request
@@ -342,4 +353,5 @@ def gemini_judged(step: Step, confidence: float | None) -> Step:
     )
 
 
-_RULES = {OPENHANDS: _openhands, GEMINI_CLI: _gemini}
+_RULES: dict[str | None, Callable[[RunState, Any, type], Step]] = {OPENHANDS: _openhands, GEMINI_CLI: _gemini}
+"""Each peer profile's rules, by ``Settings.peer`` (None: no peer profile, no rules)."""

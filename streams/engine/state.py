@@ -13,7 +13,9 @@ and result hash once, as raw 32-byte digests, with per-record indices.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from sys import intern
+from typing import cast
 
 import msgspec
 
@@ -351,7 +353,7 @@ _PACKED_RESULTS: dict[str, bytes | None] = {}
 _PACKED_MAX = 100_000
 
 
-def _memo(memo: dict[str, bytes | None], text: str, pack) -> bytes | None:
+def _memo(memo: dict[str, bytes | None], text: str, pack: Callable[[str], bytes | None]) -> bytes | None:
     try:
         return memo[text]
     except KeyError:
@@ -400,6 +402,7 @@ def encode_state(state: RunState) -> bytes:
     result_index: dict[str | None, int] = {None: -1}  # pending and vetoed calls: -1
     result_idx = [result_index.setdefault(r, len(result_index) - 1) for r in results]
     del result_index[None]
+    result_texts = cast("dict[str, int]", result_index)  # (None, the one key that was no result, is gone)
 
     verbatim: dict[str, str] = {}
     latest = None if state.latest is None else _encode_latest(state.latest, tools, sig_index, verbatim)
@@ -414,7 +417,7 @@ def encode_state(state: RunState) -> bytes:
             packed = b""
         sig_table.append(packed)
     result_table = []
-    for i, result in enumerate(result_index):
+    for i, result in enumerate(result_texts):
         packed = _memo(_PACKED_RESULTS, result, _pack_result_text)
         if packed is None:
             verbatim[f"r{i}"] = result
@@ -455,7 +458,7 @@ def _encode_latest(
     latest: LatestState, tools: list[str], sig_index: dict[str, int], verbatim: dict[str, str]
 ) -> _StoredLatest:
     flags = latest.flags
-    flags = b"" if flags.count(AWAITING) + flags.count(PLAIN) == len(flags) else bytes(flags)
+    stored_flags = b"" if flags.count(AWAITING) + flags.count(PLAIN) == len(flags) else bytes(flags)
     digest_index: dict[str | None, int] = {None: -1}
     digest_idx = []
     for i, (digest, tool) in enumerate(zip(latest.column(), tools)):
@@ -466,8 +469,9 @@ def _encode_latest(
     if digest_idx.count(-1) == len(digest_idx):
         digest_idx = []
     del digest_index[None]
+    digest_texts = cast("dict[str, int]", digest_index)  # (None, the one key that was no digest, is gone)
     digest_table = []
-    for i, text in enumerate(digest_index):
+    for i, text in enumerate(digest_texts):
         packed = _digest_bytes(text)
         if packed is None:
             verbatim[f"d{i}"] = text
@@ -475,7 +479,7 @@ def _encode_latest(
         digest_table.append(packed)
     rereads = latest.rereads
     return _StoredLatest(
-        flags=flags,
+        flags=stored_flags,
         digest_idx=digest_idx,
         digest_table=digest_table,
         # Signatures the history no longer holds join the table (stored verbatim).
@@ -553,6 +557,7 @@ def decode_state(data: bytes) -> RunState:
         aborted=s.aborted,
         last_event_ms=s.last_event_ms,
         latest=latest,
-        aborted_runs=tuple(map(tuple, s.aborted_runs)) if s.aborted_runs else (),
+        # (msgspec decodes each pair as a tuple already: ``tuple`` copies only the list)
+        aborted_runs=tuple(s.aborted_runs) if s.aborted_runs else (),
         peer=s.peer,
     )
