@@ -243,6 +243,28 @@ def test_a_runners_own_forwarded_from_header_is_never_taken_for_the_workers():
     assert forwarded_from(forged) is None
 
 
+def test_a_signed_record_forwarded_under_session_scope_keeps_its_age():
+    """The forward carries the tool-calls record's Kafka timestamp (the repartition record is
+    produced with it): a signed event forwarded late, in a backlog, is judged by the time it
+    was published; one that was already stale when published is refused after the hop."""
+    from schemas.signing import Keyring, SigningKey
+
+    key = SigningKey("main-1", "main", b"m" * 32)
+    published_ms = 1_760_000_000_000
+    fresh = requested_event("fresh", "read", {}, run_id="r1", session_key="s1", agent_id="main", ts_ms=published_ms)
+    stale = requested_event("stale", "read", {}, run_id="r2", session_key="s1", agent_id="main", ts_ms=1)
+    p = processor()
+    p.keyring = Keyring([key])
+    records = [
+        Record("tool-calls", 3, i, e.run_id.encode(), encode_event(e), published_ms, key.headers(encode_event(e)))
+        for i, e in enumerate([fresh, stale])
+    ]
+    forwards = p.process(records, lambda *_: None).forwards
+    assert [t for _k, _v, _h, t in forwards] == [published_ms, published_ms]
+    hop = p.process([Record(TOPIC, 0, i, k, v, t, h) for i, (k, v, h, t) in enumerate(forwards)], lambda *_: None)
+    assert hop.events == 1 and [(l.reason, l.record.source_offset) for l in hop.dead_letters] == [("stale_event", 1)]
+
+
 def test_an_oversized_record_is_dead_lettered_where_it_is_not_forwarded():
     """Forwarded, it could exceed the repartition topic's limit: that forward refused while the
     partition's later ones go through would leave a gap in the partition's forwarded order."""
