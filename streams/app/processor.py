@@ -36,6 +36,13 @@ holding agent A's key cannot write history into a run of agent B's by naming its
 Without a keyring agent ids are unverified, so nothing is checked (the owner is still
 recorded, so that turning signing on protects the runs already open).
 
+With a keyring, signed events are also checked for freshness (a replay past the id window):
+one stamped (``ts_ms``, which the signature covers) more than ``signed_max_age_s`` before its
+record's Kafka timestamp, or before the newest event its run applied (``RunState.last_event_ms``),
+is dead-lettered ``stale_event``.  Both references are the record's and the stored state's,
+never the worker's clock, so a backlog and a batch processed again after a crash are judged
+as the first time.
+
 Records are checked before they reach the engine: the Kafka key must be one of the forms
 ``streams.engine.intake.kafka_key_problem`` accepts (all of a run's events must land on one partition), and an
 event time further ahead of the worker's clock than ``clock_skew_ms`` is clamped to the
@@ -171,7 +178,7 @@ class BatchProcessor:
         self.clock_skew_ms = None if clock_skew_s is None else int(clock_skew_s * 1000)
         self.signed_max_age_ms = int(signed_max_age_s * 1000)
         """With a keyring: how much older than its record's Kafka timestamp, or than its run's
-        newest applied event, a signed event may be (``_stale``)."""
+        newest applied event, a signed event may be (``_check_record_age``, ``_run_group``)."""
         self.runs = LiveRuns(metrics, clock=clock, cache_size=cache_size)
         self._keys: dict[bytes | None, tuple[Any, ...]] = {}
         """``check_record``'s memo: ``Kafka key -> (run_id, session_key, session_id, state key, key problem)``."""
