@@ -101,6 +101,8 @@ UNKNOWN_TYPE = "unknown_type"
 MISSING_KEY = "missing_key"
 KEY_MISMATCH = "key_mismatch"
 BAD_SIGNATURE = "bad_signature"
+STALE_EVENT = "stale_event"
+"""With signed events: a signed event older than ``LOOPWATCH_SIGNED_MAX_AGE_S`` (a replay)."""
 PROCESSING_ERROR = "processing_error"
 DEAD_LETTER_REASONS = (
     INVALID_JSON,
@@ -111,6 +113,7 @@ DEAD_LETTER_REASONS = (
     UNKNOWN_TYPE,
     UNSUPPORTED_VERSION,
     BAD_SIGNATURE,
+    STALE_EVENT,
     PROCESSING_ERROR,
 )
 

@@ -17,7 +17,11 @@ The format, for runners in any language:
 * the event's ``agent_id`` is the key's agent.
 
 Nothing else is signed: the record key must equal the event's run id anyway, and a
-replayed record repeats its ``event_id``.
+replayed record repeats its ``event_id`` and its ``ts_ms``.  Since ``ts_ms`` is signed, the
+worker refuses (``stale_event``) a signed event stamped more than ``LOOPWATCH_SIGNED_MAX_AGE_S``
+before its record's Kafka timestamp or before the newest event its run applied
+(``streams.app.processor``): a runner stamps ``ts_ms`` when it makes an event and publishes it
+at once.
 
 Key files (``load_keys``): JSON, one object or a list of them, each
 ``{"key_id": "...", "agent_id": "...", "secret": "<base64 of at least 32 bytes>"}``; a

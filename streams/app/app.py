@@ -174,6 +174,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
         engine,
         metrics,
         clock_skew_s=settings.clock_skew_s,
+        signed_max_age_s=settings.signed_max_age_s,
         keyring=keyring,
     )
     processor.use_config(processor.engine, config.sha256)
@@ -238,6 +239,8 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
         tool_calls_topic=processor.sessions_topic or settings.tool_calls_topic,
         idle_timeout_s=settings.idle_timeout_s,
         max_batch=settings.max_batch,
+        max_runs_per_agent=settings.max_runs_per_agent,
+        metrics=metrics,
     )
     app.attach(
         faust_adapter.WorkerHooks(

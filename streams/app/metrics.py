@@ -162,6 +162,11 @@ class Metrics:
             "events whose ts_ms was too far ahead of the worker's clock (clamped to it)",
             registry=registry,
         )
+        self.runs_evicted = Counter(
+            "loopwatch_runs_evicted",
+            "runs deleted because their agent held more than LOOPWATCH_MAX_RUNS_PER_AGENT on this worker",
+            registry=registry,
+        )
         self.states_trimmed = Counter(
             "loopwatch_state_trimmed",
             "run states over the size limit whose oldest history was dropped",

@@ -119,24 +119,34 @@ async def _send_batches(
     producer: Any,
     topic: str,
     partition: int,
-    records: Iterable[tuple[bytes | None, bytes | None, list]],
+    records: Iterable[tuple[Any, ...]],
 ) -> list[tuple[asyncio.Future, int]]:
-    """Produce ``(key, value, headers)`` records to one partition as few record batches;
-    returns (future, count) per batch."""
+    """Produce ``(key, value, headers)`` records, or ``(key, value, headers, timestamp ms)``
+    ones (None: the producer's clock), to one partition as few record batches; returns
+    (future, count) per batch."""
     sent: list[tuple[asyncio.Future, int]] = []
     batch = producer.create_batch()
     append = batch.append
     n = 0
-    for key, value, headers in records:
-        if append(key=key, value=value, timestamp=None, headers=headers) is None:
+    for record in records:
+        key, value, headers = record[0], record[1], record[2]
+        timestamp = record[3] if len(record) > 3 else None
+        if append(key=key, value=value, timestamp=timestamp, headers=headers) is None:
             if n:
                 sent.append((await producer.send_batch(batch, topic, partition=partition), n))
                 batch = producer.create_batch()
                 append = batch.append
                 n = 0
-            if append(key=key, value=value, timestamp=None, headers=headers) is None:
+            if append(key=key, value=value, timestamp=timestamp, headers=headers) is None:
                 # Larger than a whole batch: the per-record path sizes a batch for it.
-                sent.append((await producer.send(topic, value, key=key, partition=partition, headers=headers), 1))
+                sent.append(
+                    (
+                        await producer.send(
+                            topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp
+                        ),
+                        1,
+                    )
+                )
                 continue
         n += 1
     if n:
@@ -145,11 +155,11 @@ async def _send_batches(
 
 
 async def _send_keyed(
-    producer: Any, topic: str, partitions: int, items: Iterable[tuple[bytes, bytes, list]]
+    producer: Any, topic: str, partitions: int, items: Iterable[tuple[Any, ...]]
 ) -> list[asyncio.Future]:
-    """Produce ``(key, value, headers)`` records to the partitions their keys give, as one
-    record batch per partition (a record larger than a batch on its own)."""
-    by_partition: dict[int, list[tuple[bytes, bytes, list]]] = defaultdict(list)
+    """Produce ``(key, value, headers[, timestamp ms])`` records to the partitions their keys
+    give, as one record batch per partition (a record larger than a batch on its own)."""
+    by_partition: dict[int, list[tuple[Any, ...]]] = defaultdict(list)
     for item in items:
         by_partition[partition_for(item[0], partitions)].append(item)
     futures = []
@@ -255,9 +265,9 @@ class Output:
                 futures.append(future)
         return futures
 
-    async def send_forwards(self, records: list[tuple[bytes, bytes, list]]) -> list[asyncio.Future]:
+    async def send_forwards(self, records: list[tuple[bytes, bytes, list, int | None]]) -> list[asyncio.Future]:
         """Repartition records under session scope (``streams.app.processor``): to the
-        repartition topic, by their new key, headers (signatures) kept.  On the verdicts'
+        repartition topic, by their new key, headers (signatures) and Kafka timestamp kept.  On the verdicts'
         producer: a forwarded event's decision waits for this hop."""
         topic = self.sessions_topic
         return await _send_keyed(await self.start(), topic, await self._partition_count(topic), records)

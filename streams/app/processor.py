@@ -36,6 +36,13 @@ holding agent A's key cannot write history into a run of agent B's by naming its
 Without a keyring agent ids are unverified, so nothing is checked (the owner is still
 recorded, so that turning signing on protects the runs already open).
 
+With a keyring, signed events are also checked for freshness (a replay past the id window):
+one stamped (``ts_ms``, which the signature covers) more than ``signed_max_age_s`` before its
+record's Kafka timestamp, or before the newest event its run applied (``RunState.last_event_ms``),
+is dead-lettered ``stale_event``.  Both references are the record's and the stored state's,
+never the worker's clock, so a backlog and a batch processed again after a crash are judged
+as the first time.
+
 Records are checked before they reach the engine: the Kafka key must be one of the forms
 ``streams.engine.intake.kafka_key_problem`` accepts (all of a run's events must land on one partition), and an
 event time further ahead of the worker's clock than ``clock_skew_ms`` is clamped to the
@@ -89,6 +96,7 @@ from schemas.names import (
     LIVE,
     OUTCOMES,
     PROCESSING_ERROR,
+    STALE_EVENT,
     WARNING,
 )
 from schemas.signing import Keyring
@@ -153,6 +161,7 @@ class BatchProcessor:
         cache_size: int = 4096,
         keyring: Keyring | None = None,
         clock_skew_s: float | None = 300.0,
+        signed_max_age_s: float = 300.0,
     ) -> None:
         self.engine = engine
         self.candidate: LoopEngine | None = None
@@ -167,6 +176,9 @@ class BatchProcessor:
         self.metrics = metrics
         self.clock = clock
         self.clock_skew_ms = None if clock_skew_s is None else int(clock_skew_s * 1000)
+        self.signed_max_age_ms = int(signed_max_age_s * 1000)
+        """With a keyring: how much older than its record's Kafka timestamp, or than its run's
+        newest applied event, a signed event may be (``_check_record_age``, ``_run_group``)."""
         self.runs = LiveRuns(metrics, clock=clock, cache_size=cache_size)
         self._keys: dict[bytes | None, tuple[Any, ...]] = {}
         """``check_record``'s memo: ``Kafka key -> (run_id, session_key, session_id, state key, key problem)``."""
@@ -214,6 +226,8 @@ class BatchProcessor:
             try:
                 # (Positional: keyword arguments cost a fifth more per call, on every record.)
                 event, key = check_record(record, keyring, True, key_of, key_problem, keys)
+                if keyring is not None:
+                    self._check_record_age(record, event)
             except InvalidEvent as exc:
                 dead.append(DeadLetter(record, exc.reason, _cut(exc.detail)))
                 continue
@@ -259,6 +273,27 @@ class BatchProcessor:
             logs.log_many("loopwatch.", counts.lines)
         self._account(result, tallies, counts)
         return result
+
+    def _check_record_age(self, record: Record, event: Any) -> None:
+        """Raise ``InvalidEvent("stale_event")`` when a signed event is older than its record's
+        Kafka timestamp by more than ``signed_max_age_ms``.
+
+        The signature covers ``ts_ms`` (it is part of the record's value), so a replay carries
+        its old time; the record's Kafka timestamp is that of the new publication (the broker's
+        clock on a ``LogAppendTime`` topic).  Both are read from the record alone: a record
+        processed again after a crash, or in a backlog long after it was published, is judged
+        as it was the first time.  A forwarded record (session scope) carries the timestamp
+        of the ``tool-calls`` record it was forwarded from."""
+        published = record.timestamp
+        if published is None or published < 0:
+            raise InvalidEvent(STALE_EVENT, "signed event without a Kafka timestamp to check its age against")
+        age = int(published) - event.ts_ms
+        if age > self.signed_max_age_ms:
+            raise InvalidEvent(
+                STALE_EVENT,
+                f"signed event {event.event_id[:128]!r} is stamped {event.ts_ms} ms, {age} ms before its record's "
+                f"Kafka timestamp ({int(published)} ms; at most {self.signed_max_age_ms} ms): a replay",
+            )
 
     def _forward(self, records: Iterable[Record], result: BatchResult) -> list[Record]:
         """Under session scope: which records reach the engine here, and which are forwarded
@@ -340,7 +375,7 @@ class BatchProcessor:
             key = session_scope_key(fields).encode("utf-8", "surrogatepass")
             headers = list(record.headers or ())
             headers.append((FORWARDED_FROM_HEADER, pack_source(record.partition, record.offset)))
-            result.forwards.append((key, record.value, headers))
+            result.forwards.append((key, record.value, headers, record.timestamp))
         return kept
 
     def _partition_of(self, key: bytes) -> int:
@@ -399,6 +434,7 @@ class BatchProcessor:
         applied = live.applied
         verdicts = result.verdicts
         check_owner = self.keyring is not None
+        max_age_ms = self.signed_max_age_ms
         handle = engine.handle
         collect = self._collect
         steps: list[tuple[Any, Any, Any]] | None = [] if with_steps else None
@@ -413,6 +449,17 @@ class BatchProcessor:
                 result.duplicates += 1  # not applied: not part of a rebuild either
                 continue
             owner = live.owner
+            if check_owner and state is not None and event.ts_ms < state.last_event_ms - max_age_ms:
+                result.dead_letters.append(
+                    DeadLetter(
+                        record,
+                        STALE_EVENT,
+                        f"signed event {event.event_id[:128]!r} is stamped {event.ts_ms} ms, more than "
+                        f"{max_age_ms} ms before the newest event its run applied ({state.last_event_ms} ms): "
+                        "a replay",
+                    )
+                )
+                continue
             if check_owner and owner is not None and event.agent_id != owner:
                 result.dead_letters.append(
                     DeadLetter(

@@ -79,9 +79,9 @@ class BatchResult:
     """Valid events applied."""
     runs: int = 0
     """Runs this batch touched."""
-    forwards: list[tuple[bytes, bytes, list]] = field(default_factory=list)
+    forwards: list[tuple[bytes, bytes, list, int | None]] = field(default_factory=list)
     """Under session scope: ``tool-calls`` records to repartition, as (session key, value,
-    headers)."""
+    headers, the record's Kafka timestamp: the forwarded record keeps it)."""
     fleet: list[tuple[bytes, bytes]] = field(default_factory=list)
     """Records for the fleet topology, as (key, value)."""
     fleet_kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))

@@ -68,6 +68,9 @@ class Settings:
     replication: int = 1
     idle_timeout_s: float = 1800.0
     """Runs without events for this long are dropped from the table."""
+    max_runs_per_agent: int = 20000
+    """At most this many runs of one agent (its runs' owner) on each worker: beyond it, the idle
+    sweep deletes the agent's longest idle runs first (``streams.app.expiry``)."""
     config_poll_s: float = 2.0
     """How often the config file's mtime is checked for hot reload."""
     standby_replicas: int = 1
@@ -112,6 +115,10 @@ class Settings:
     signing_keys: Path | None = None
     """A key file, or a directory of key files (a mounted Secret), of the agents whose signed
     events are accepted (``schemas.signing``); None accepts unsigned events (the default)."""
+    signed_max_age_s: float = 300.0
+    """With signed events: a signed event whose ``ts_ms`` is older than this, measured from its
+    record's Kafka timestamp or from the newest event its run applied, is a replay and is
+    dead-lettered ``stale_event`` (``streams.app.processor``)."""
 
     # -- construction ------------------------------------------------------------------------
 
@@ -330,7 +337,7 @@ def _parse(name: str, value: Any) -> Any:
             number = int(value)
             if name in ("web_port", "metrics_port") and not 0 <= number <= 65535:
                 raise ValueError("not a port number")
-            if name in ("partitions", "replication", "max_batch") and number < 1:
+            if name in ("partitions", "replication", "max_batch", "max_runs_per_agent") and number < 1:
                 raise ValueError("must be at least 1")
             if name == "standby_replicas" and number < 0:
                 raise ValueError("must not be negative")

@@ -512,12 +512,14 @@ def fleet() -> dashboard_b.Dashboard:
             L,
             "Retries, runner clocks and state limits per minute",
             "Events skipped as duplicates of an event id their run already applied (runner retries), "
-            "event times clamped to the worker's clock (a runner's clock far ahead), and run states "
-            "trimmed to the 1 MB limit.",
+            "event times clamped to the worker's clock (a runner's clock far ahead), run states "
+            "trimmed to the 1 MB limit, and runs deleted because their agent held more than "
+            "LOOPWATCH_MAX_RUNS_PER_AGENT on a worker.",
             [
                 Q(f"sum(rate(loopwatch_duplicate_events_total[{RATE}])) * 60", "duplicate events"),
                 Q(f"sum(rate(loopwatch_event_time_clamped_total[{RATE}])) * 60", "event times clamped"),
                 Q(f"sum(rate(loopwatch_state_trimmed_total[{RATE}])) * 60", "states trimmed"),
+                Q(f"sum(rate(loopwatch_runs_evicted_total[{RATE}])) * 60", "runs over the per-agent cap deleted"),
             ],
             width=8,
         )

@@ -55,10 +55,10 @@ def test_session_scope_forwards_every_tool_calls_record_under_its_sessions_key()
     result = p.process(tool_calls(events), no_store)
     assert result.verdicts == [] and result.events == 0  # nothing reaches the engine from tool-calls
     assert len(result.forwards) == len(events)
-    assert {key for key, _v, _h in result.forwards} == {b"scope:session:agent:main:support-42|"}
-    assert [value for _k, value, _h in result.forwards] == [encode_event(e) for e in events]  # unchanged, in order
+    assert {key for key, _v, _h, _t in result.forwards} == {b"scope:session:agent:main:support-42|"}
+    assert [value for _k, value, _h, _t in result.forwards] == [encode_event(e) for e in events]  # unchanged, in order
     # The runner's headers (its signature) kept, and where each came from (partition 0, offset i).
-    assert [headers for _k, _v, headers in result.forwards] == [
+    assert [headers for _k, _v, headers, _t in result.forwards] == [
         [("loopwatch.key_id", b"k1"), ("loopwatch.forwarded_from", struct.pack(">Iq", 0, i))]
         for i in range(len(events))
     ]
@@ -69,7 +69,7 @@ def test_session_scope_forwarded_records_reach_the_engine_and_verdicts_stay_the_
     events = session_loop(gate=True)
     p = processor(SESSION)
     forwards = p.process(tool_calls(events), no_store).forwards
-    records = [Record("lw-sessions", 2, i, key, value, 1.0) for i, (key, value, _h) in enumerate(forwards)]
+    records = [Record("lw-sessions", 2, i, key, value, 1.0) for i, (key, value, _h, _t) in enumerate(forwards)]
     result = p.process(records, no_store)
     got = [decode_verdict(v.value) for v in result.verdicts]
     want = RunDriver(engine_for(SESSION)).verdicts(events)  # the engine under session scope
@@ -113,7 +113,7 @@ def test_under_session_scope_each_run_of_a_session_counts_for_the_fleet_topology
     events = [msgspec.structs.replace(e, session_key="agent:main:one-session") for e in tool_outage(runs=3, agents=1)]
     p = processor({**ENABLED, "loopwatch": {"scope": "session", "fleetIncidents": {"enabled": True}}})
     forwards = p.process(tool_calls(events), no_store).forwards
-    result = p.process([Record("lw-sessions", 0, i, k, v) for i, (k, v, _h) in enumerate(forwards)], no_store)
+    result = p.process([Record("lw-sessions", 0, i, k, v) for i, (k, v, _h, _t) in enumerate(forwards)], no_store)
     outcomes = [decode_fleet_record(v) for _k, v in result.fleet]
     assert len(outcomes) == 3 and len({o.run for o in outcomes}) == 3
 
@@ -258,7 +258,7 @@ def test_under_session_scope_a_shadow_agents_verdicts_stay_keyed_by_run():
     events = session_loop(gate=True)
     p = processor({**ENABLED, "loopwatch": {"scope": "session", "mode": "shadow"}})
     forwards = p.process(tool_calls(events), no_store).forwards
-    result = p.process([Record("lw-sessions", 1, i, k, v) for i, (k, v, _h) in enumerate(forwards)], no_store)
+    result = p.process([Record("lw-sessions", 1, i, k, v) for i, (k, v, _h, _t) in enumerate(forwards)], no_store)
     shadow = [decode_verdict(v.value) for v in result.shadow]
     assert shadow == RunDriver(engine_for(SESSION)).verdicts(events)  # what enforce mode would publish
     assert any(v.action == "block" for v in shadow)
@@ -288,7 +288,7 @@ def test_a_candidate_config_under_session_scope_keys_its_verdicts_by_run_and_com
     p.sessions_topic = "lw-sessions"
     p.use_candidate(engine_for(strict), "c0ffee")
     forwards = p.process(tool_calls(events), no_store).forwards
-    result = p.process([Record("lw-sessions", 1, i, k, v) for i, (k, v, _h) in enumerate(forwards)], no_store)
+    result = p.process([Record("lw-sessions", 1, i, k, v) for i, (k, v, _h, _t) in enumerate(forwards)], no_store)
     judged = [decode_verdict(v.value) for v in result.candidate]
     assert judged == RunDriver(engine_for(strict)).verdicts(events)  # the engine driven directly
     assert all(v.key == f"run:{v.verdict.run_id}".encode() for v in result.candidate + result.verdicts)

@@ -104,7 +104,7 @@ class Pipeline:
         self.verdicts += [decode_verdict(v.value) for v in result.verdicts]
 
     def produce_forwards(self, forwards) -> None:
-        for key, value, headers in forwards:
+        for key, value, headers, _published in forwards:
             part = self.sessions[partition_for(key, PARTITIONS)]
             part.append(Record(TOPIC, partition_for(key, PARTITIONS), len(part), key, value, 0, headers))
 
@@ -160,7 +160,7 @@ def test_the_crash_case_fails_without_the_source_header():
     strip = pipe.produce_forwards
 
     def without_source(forwards):
-        strip([(k, v, [h for h in headers if h[0] != FORWARDED_FROM_HEADER]) for k, v, headers in forwards])
+        strip([(k, v, [h for h in headers if h[0] != FORWARDED_FROM_HEADER], t) for k, v, headers, t in forwards])
 
     pipe.produce_forwards = without_source
     pipe.step(up_to_ms=100)
@@ -185,7 +185,7 @@ def test_copies_from_a_paused_worker_and_the_new_owner_are_applied_once_however_
     ).forwards
     first, second = forwards[:60], forwards
     mixed = first[:25] + second[:10] + first[25:50] + second[10:70] + first[50:] + second[70:] + second[60:80]
-    records = [Record(TOPIC, 0, i, k, v, 0, h) for i, (k, v, h) in enumerate(mixed)]
+    records = [Record(TOPIC, 0, i, k, v, 0, h) for i, (k, v, h, _t) in enumerate(mixed)]
     stored: dict = {}
     verdicts = []
     for at in range(0, len(records), 17):  # batches of 17, checkpointed after each
@@ -222,8 +222,8 @@ def test_records_forwarded_from_a_partition_and_direct_ones_from_it_are_separate
     forwards = p.process(
         [Record("tool-calls", q, 2 + i, b"b", encode_event(e), 4 + i) for i, e in enumerate(b)], read
     ).forwards
-    assert [h[-1] for _k, _v, h in forwards] == [(FORWARDED_FROM_HEADER, source(q, 2 + i)) for i in range(4)]
-    forwarded = p.process([Record(TOPIC, q, i, k, v, 0, h) for i, (k, v, h) in enumerate(forwards)], read)
+    assert [h[-1] for _k, _v, h, _t in forwards] == [(FORWARDED_FROM_HEADER, source(q, 2 + i)) for i in range(4)]
+    forwarded = p.process([Record(TOPIC, q, i, k, v, 0, h) for i, (k, v, h, _t) in enumerate(forwards)], read)
     stored.update(p.runs.checkpoint().writes)
     assert (direct.events, forwarded.events, forwarded.skipped, forwarded.duplicates) == (4, 4, 0, 0)
     envelope = unpack_state(stored[(q, key)])
@@ -238,9 +238,31 @@ def test_a_runners_own_forwarded_from_header_is_never_taken_for_the_workers():
     event = requested_event("e", "read", {}, run_id="r1", session_key="s1")
     forged = [(FORWARDED_FROM_HEADER, source(0, 999999)), ("loopwatch.key_id", b"k")]
     record = Record("tool-calls", 3, 7, b"r1", encode_event(event), 0, forged)
-    [(_key, _value, headers)] = processor().process([record], lambda *_: None).forwards
+    [(_key, _value, headers, _published)] = processor().process([record], lambda *_: None).forwards
     assert headers == forged + [(FORWARDED_FROM_HEADER, source(3, 7))] and forwarded_from(headers) == (3, 7)
     assert forwarded_from(forged) is None
+
+
+def test_a_signed_record_forwarded_under_session_scope_keeps_its_age():
+    """The forward carries the tool-calls record's Kafka timestamp (the repartition record is
+    produced with it): a signed event forwarded late, in a backlog, is judged by the time it
+    was published; one that was already stale when published is refused after the hop."""
+    from schemas.signing import Keyring, SigningKey
+
+    key = SigningKey("main-1", "main", b"m" * 32)
+    published_ms = 1_760_000_000_000
+    fresh = requested_event("fresh", "read", {}, run_id="r1", session_key="s1", agent_id="main", ts_ms=published_ms)
+    stale = requested_event("stale", "read", {}, run_id="r2", session_key="s1", agent_id="main", ts_ms=1)
+    p = processor()
+    p.keyring = Keyring([key])
+    records = [
+        Record("tool-calls", 3, i, e.run_id.encode(), encode_event(e), published_ms, key.headers(encode_event(e)))
+        for i, e in enumerate([fresh, stale])
+    ]
+    forwards = p.process(records, lambda *_: None).forwards
+    assert [t for _k, _v, _h, t in forwards] == [published_ms, published_ms]
+    hop = p.process([Record(TOPIC, 0, i, k, v, t, h) for i, (k, v, h, t) in enumerate(forwards)], lambda *_: None)
+    assert hop.events == 1 and [(l.reason, l.record.source_offset) for l in hop.dead_letters] == [("stale_event", 1)]
 
 
 def test_an_oversized_record_is_dead_lettered_where_it_is_not_forwarded():
@@ -257,7 +279,7 @@ def test_an_oversized_record_is_dead_lettered_where_it_is_not_forwarded():
         lambda *_: None,
     )
     assert [d.reason for d in result.dead_letters] == ["oversized"]
-    assert [h[-1] for _k, _v, h in result.forwards] == [(FORWARDED_FROM_HEADER, source(0, 1))]
+    assert [h[-1] for _k, _v, h, _t in result.forwards] == [(FORWARDED_FROM_HEADER, source(0, 1))]
 
 
 @given(st.integers(0, 2**32 - 1), st.integers(0, 2**63 - 1))
@@ -345,7 +367,7 @@ def test_a_state_stored_by_an_earlier_release_goes_on_and_is_stored_as_version_5
     forwards = p.process(
         [Record("tool-calls", 1, 6 + i, b"u", encode_event(e), i) for i, e in enumerate(events[6:])], read
     ).forwards
-    result = p.process([Record(TOPIC, 2, 6 + i, k, v, 0, h) for i, (k, v, h) in enumerate(forwards)], read)
+    result = p.process([Record(TOPIC, 2, 6 + i, k, v, 0, h) for i, (k, v, h, _t) in enumerate(forwards)], read)
     assert [decode_verdict(v.value) for v in result.verdicts] == RunDriver(engine).verdicts(events)[3:]
     value = p.runs.checkpoint().writes[(2, key)]
     assert value[0] == 5
@@ -372,8 +394,8 @@ def test_a_runs_records_keep_their_offset_order_when_its_producers_clock_steps_b
     p = processor()
     published = [Record("tool-calls", 0, i, b"clock", encode_event(e), stamps[i]) for i, e in enumerate(stepped)]
     forwards = p.process(published, lambda *_: None).forwards
-    assert [v for _k, v, _h in forwards] == [encode_event(e) for e in stepped]  # offset order
-    result = p.process([Record(TOPIC, 0, i, k, v, 0, h) for i, (k, v, h) in enumerate(forwards)], lambda *_: None)
+    assert [v for _k, v, _h, _t in forwards] == [encode_event(e) for e in stepped]  # offset order
+    result = p.process([Record(TOPIC, 0, i, k, v, 0, h) for i, (k, v, h, _t) in enumerate(forwards)], lambda *_: None)
     decisions = [decode_verdict(v.value) for v in result.verdicts]
     warned = [(n, d.count) for n, d in enumerate(decisions) if d.action == "warn"]
     assert warned[0] == (10, 10)
@@ -399,6 +421,6 @@ def test_partitions_are_merged_by_timestamp_each_in_its_offset_order():
         for i, ts in enumerate(stamps[part])
     ]
     forwards = processor().process(records, lambda *_: None).forwards
-    assert [h[-1][1] for _k, _v, h in forwards] == [
+    assert [h[-1][1] for _k, _v, h, _t in forwards] == [
         source(*at) for at in ((1, 0), (1, 1), (0, 0), (0, 1), (0, 2), (1, 2))
     ]

@@ -9,6 +9,7 @@ import base64
 import json
 import logging
 
+import msgspec
 from prometheus_client import CollectorRegistry
 
 from schemas import encode_event
@@ -221,28 +222,131 @@ def test_with_signed_events_a_fleet_incident_counts_only_agents_whose_signatures
     assert claimed_agents == {digest16(f"agent-{i}") for i in range(3)} and claimed_qualifies
 
 
-def test_a_signed_event_replayed_within_the_64_id_window_is_skipped_and_after_it_applied_again():
-    # Issue 26: a replay is the record's exact bytes (its signature verifies) on a new offset.
-    # The worker skips an event id among the last SEEN_EVENT_IDS (64) its run applied; an older
-    # one replayed counts again (README, Signed events: what it does not cover).
+T0 = 1_760_000_000_000
+"""A fixed epoch time (ms) the freshness tests count from."""
+
+
+def spaced(run_id: str, n: int, step_ms: int = 10_000):
+    """``n`` loop events of agent main, each ``step_ms`` after the one before from ``T0``."""
+    events = loop_events(run_id, "main", (n + 1) // 2)[:n]
+    return [msgspec.structs.replace(e, ts_ms=T0 + i * step_ms) for i, e in enumerate(events)]
+
+
+def published(record: Record, offset: int, at_ms: int) -> Record:
+    """``record``'s exact bytes and headers published again at ``offset``, Kafka timestamp ``at_ms``."""
+    return Record(record.topic, record.partition, offset, record.key, record.value, at_ms, record.headers)
+
+
+def signed_as_made(events, key: SigningKey = MAIN, start: int = 0):
+    """Records of ``events`` published when each was made (Kafka timestamp = ``ts_ms``)."""
+    return [published(r, r.offset, e.ts_ms) for r, e in zip(signed(events, key, start=start), events, strict=True)]
+
+
+def test_a_signed_event_replayed_within_the_64_id_window_is_skipped_as_a_duplicate():
+    # A replay is the record's exact bytes (its signature verifies) on a new offset; the worker
+    # skips an event id among the last SEEN_EVENT_IDS (64) its run applied.
     from streams.engine.intake import SEEN_EVENT_IDS
 
     p = BatchProcessor(engine_for(CONFIG), keyring=Keyring([MAIN]))
-    events = loop_events("r", "main", 40)  # 80 events
-    records = signed(events, MAIN)
+    records = signed(loop_events("r", "main", 40), MAIN)  # 80 events
     first = run(p, records)
     assert first.events == 80 and first.dead_letters == []
-    recent, old = records[80 - SEEN_EVENT_IDS], records[80 - SEEN_EVENT_IDS - 1]
-
-    def replay(record, offset):
-        return Record(
-            record.topic, record.partition, offset, record.key, record.value, record.timestamp, record.headers
-        )
-
-    within = run(p, [replay(recent, 80)])
+    within = run(p, [published(records[80 - SEEN_EVENT_IDS], 80, records[80 - SEEN_EVENT_IDS].timestamp)])
     assert (within.events, within.duplicates, within.dead_letters) == (0, 1, [])
-    after = run(p, [replay(old, 81)])
-    assert (after.events, after.duplicates, after.dead_letters) == (1, 0, [])
+
+
+def test_a_signed_event_replayed_after_more_than_64_newer_ones_is_refused_once_older_than_the_max_age():
+    """80 events 10 s apart (T0 ... T0 + 790 s), each published when made; max age 300 s.
+    The oldest replayed (70+ newer ids later, so out of the id window) is stale whatever the
+    replayer stamps its record with: now (790 s > 300 s after its ts_ms), or its original
+    time (the run's newest event, T0 + 790 s, is 790 s after it).  So is the 65th newest
+    (T0 + 150 s: 640 s before the run's newest)."""
+    metrics = Metrics(CollectorRegistry())
+    p = BatchProcessor(engine_for(CONFIG), metrics, keyring=Keyring([MAIN]), signed_max_age_s=300)
+    events = spaced("r", 80)
+    records = signed_as_made(events)
+    first = run(p, records)
+    assert first.events == 80 and first.dead_letters == []
+    now = T0 + 800_000
+    replays = [published(records[0], 80, now), published(records[0], 81, T0), published(records[15], 82, T0 + 150_000)]
+    result = run(p, replays)
+    assert result.events == 0 and result.duplicates == 0
+    assert [(l.reason, l.record.offset) for l in result.dead_letters] == [
+        ("stale_event", 80),
+        ("stale_event", 81),
+        ("stale_event", 82),
+    ]
+    assert result.dead_letters[0].detail == (
+        f"signed event 'r-0q' is stamped {T0} ms, 800000 ms before its record's Kafka timestamp ({now} ms; "
+        "at most 300000 ms): a replay"
+    )
+    assert result.dead_letters[1].detail == (
+        f"signed event 'r-0q' is stamped {T0} ms, more than 300000 ms before the newest event its run applied "
+        f"({T0 + 790_000} ms): a replay"
+    )
+    assert metrics.dead_letters.labels("stale_event")._value.get() == 3
+
+
+def test_the_max_age_bounds_are_inclusive():
+    """Hand-worked bounds, max age 300 s: 300,000 ms before the record's time (or the run's
+    newest) is fresh, 300,001 ms is stale."""
+    p = BatchProcessor(engine_for(CONFIG), keyring=Keyring([MAIN]), signed_max_age_s=300)
+    a, b, c, d = spaced("r", 4, step_ms=1)
+    at = [
+        msgspec.structs.replace(a, ts_ms=T0),
+        msgspec.structs.replace(b, ts_ms=T0 + 300_000),
+        msgspec.structs.replace(c, ts_ms=T0 - 1),  # 300,001 ms before the run's newest
+        msgspec.structs.replace(d, ts_ms=T0),  # exactly 300,000 ms before it
+    ]
+    records = signed(at, MAIN)
+    result = run(
+        p,
+        [
+            published(records[0], 0, T0 + 300_000),  # 300,000 ms old: fresh
+            published(records[1], 1, T0 + 300_000),
+            published(records[2], 2, T0 + 300_000),
+            published(records[3], 3, T0 + 300_000),
+        ],
+    )
+    assert [(l.reason, l.record.offset) for l in result.dead_letters] == [("stale_event", 2)]
+    assert result.events == 3
+    (late,) = signed([msgspec.structs.replace(d, event_id="late", ts_ms=T0 + 1)], MAIN)
+    result = run(p, [published(late, 4, T0 + 300_002)])  # 300,001 ms after its ts_ms
+    assert [(l.reason, l.record.offset) for l in result.dead_letters] == [("stale_event", 4)]
+
+
+def test_signed_events_in_a_backlog_or_processed_again_after_a_restart_are_not_refused():
+    """The check reads the record and the run's stored state, never the worker's clock: a
+    backlog processed a day after it was published is applied, and after a restart from a
+    checkpoint the same offsets redelivered are skipped as already applied, not dead-lettered."""
+    day = 86_400_000
+    store: dict = {}
+
+    def read(partition, key):
+        return store.get((partition, key))
+
+    events = spaced("r", 40, step_ms=1_000)
+    records = signed_as_made(events)
+    p = BatchProcessor(engine_for(CONFIG), keyring=Keyring([MAIN]), clock=lambda: (T0 + day) / 1000)
+    first = p.process(records[:20], read)
+    store.update(p.runs.checkpoint().writes)
+    assert first.events == 20 and first.dead_letters == []
+    restarted = BatchProcessor(engine_for(CONFIG), keyring=Keyring([MAIN]), clock=lambda: (T0 + 2 * day) / 1000)
+    again = restarted.process(records, read)  # the crash lost the commit: offsets 0-19 redelivered
+    assert (again.dead_letters, again.skipped, again.events) == ([], 20, 20)
+    plain = BatchProcessor(engine_for(CONFIG)).process(signed(events, None), lambda partition, key: None)
+    assert [v.value for v in first.verdicts + again.verdicts] == [v.value for v in plain.verdicts]
+
+
+def test_a_signed_record_without_a_kafka_timestamp_is_refused_and_unsigned_events_are_never_aged():
+    p = BatchProcessor(engine_for(CONFIG), keyring=Keyring([MAIN]))
+    (record,) = signed(loop_events("r", "main", 1)[:1], MAIN)
+    result = run(p, [published(record, 0, None)])
+    assert [(l.reason, l.detail) for l in result.dead_letters] == [
+        ("stale_event", "signed event without a Kafka timestamp to check its age against")
+    ]
+    old = [published(r, r.offset, T0) for r in signed(loop_events("u", "main", 2), None)]
+    assert run(BatchProcessor(engine_for(CONFIG)), old).dead_letters == []
 
 
 def test_events_signed_with_a_key_rotated_out_are_refused_from_the_next_batch_on():

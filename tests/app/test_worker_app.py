@@ -367,6 +367,42 @@ def test_the_sweep_deletes_old_markers_of_ended_runs_without_counting_them_as_ru
     assert store.runs_tracked == 1  # the live run; a marker is not a run
 
 
+def test_the_sweep_caps_the_runs_of_an_agent_deleting_its_longest_idle_runs_first(worker, app, monkeypatch):
+    """Cap 3.  Agent busy holds 6 runs over partitions 0 and 1, idle since (ms ago) 60, 50,
+    40, 30, 20, 10; the longest idle one was touched since the last checkpoint (active).  So
+    the three longest idle of the others go (50, 40, 30 ms): busy keeps the active one and the
+    two freshest.  Agent quiet's 2 runs, and a run without a known owner, stay."""
+    from faust.types import TP
+
+    from streams.app.live_runs import LiveRun
+    from streams.app.run_store import pack_state
+    from streams.engine import RunState
+
+    wired(worker)
+    store, expiry = worker.store, worker.expiry
+    loop = asyncio.get_event_loop()
+    now_ms = int(time.time() * 1000)
+    busy = [((i % 2, f"run:busy-{i}".encode()), now_ms - 60 + 10 * i) for i in range(6)]
+    writes = [(pk, pack_state(RunState(run_id=pk[1].decode()), 1, at, owner="busy")) for pk, at in busy]
+    writes += [
+        ((0, f"run:quiet-{i}".encode()), pack_state(RunState(run_id="q"), 1, now_ms - 1000, owner="quiet"))
+        for i in range(2)
+    ]
+    writes.append(((1, b"run:nobody"), pack_state(RunState(run_id="n"), 1, now_ms - 1000)))
+    loop.run_until_complete(store.write(writes))
+    worker.processor.runs.touched[(0, b"run:busy-0")] = LiveRun(None, None, -1)
+    expiry.max_runs_per_agent = 3
+    monkeypatch.setattr(expiry, "ready", lambda: True)
+    monkeypatch.setattr(app.assignor, "assigned_actives", lambda: {TP(store.changelog_topic, p) for p in (0, 1)})
+    monkeypatch.setattr(expiry, "has_backlog", lambda partition: False)
+    assert loop.run_until_complete(expiry.sweep()) == 0  # nothing idle for the 30 min timeout
+    kept = {key for partition in (0, 1) for key, _value in store.items(store.partition_db(partition))}
+    assert kept == {b"run:busy-0", b"run:busy-4", b"run:busy-5", b"run:quiet-0", b"run:quiet-1", b"run:nobody"}
+    assert store.runs_tracked == 6
+    assert worker.metrics.runs_evicted._value.get() == 3
+    assert loop.run_until_complete(expiry.sweep()) == 0 and worker.metrics.runs_evicted._value.get() == 3
+
+
 def test_a_partition_has_a_backlog_while_more_than_a_batch_is_unprocessed(worker, app, monkeypatch):
     from faust.types import TP
 

@@ -25,6 +25,7 @@ def test_defaults():
     )
     assert (s.partitions, s.replication) == (4, 1)
     assert s.idle_timeout_s == 1800
+    assert (s.max_runs_per_agent, s.signed_max_age_s) == (20_000, 300.0)
     assert s.security_protocol == "PLAINTEXT"
     assert broker_credentials(s) is None
     assert s.kafka_client_options() == {"security_protocol": "PLAINTEXT"}
@@ -78,6 +79,9 @@ def test_empty_values_mean_default():
         ("LOOPWATCH_BROKER", "no-port"),
         ("LOOPWATCH_KAFKA_SECURITY_PROTOCOL", "TLS"),
         ("LOOPWATCH_VERDICTS_TOPIC", "tool-calls"),
+        ("LOOPWATCH_MAX_RUNS_PER_AGENT", "0"),
+        ("LOOPWATCH_SIGNED_MAX_AGE_S", "0"),
+        ("LOOPWATCH_SIGNED_MAX_AGE_S", "-5"),
     ],
 )
 def test_bad_values_name_the_variable(name, value):

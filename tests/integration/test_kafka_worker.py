@@ -533,3 +533,43 @@ async def test_idle_runs_expire_and_ended_runs_are_freed(lw):
     by_id = {decode_verdict(r.value).verdict_id: decode_verdict(r.value) for r in records}
     assert by_id["idle:20:req/decision"].action == "allow"
     assert by_id["ended:20:req/decision"].action == "allow"
+
+
+async def test_an_agent_over_its_run_cap_loses_its_longest_idle_runs_and_another_agent_none(lw):
+    """Cap 40 runs per agent.  Agent flood opens 120 runs (40 first, then 80 a few seconds
+    later), agent quiet 5: the sweeps delete 80 of flood's runs, its first 40 (the longest
+    idle) among them, and none of quiet's; nothing is idle for the 30 s timeout."""
+    env = {"LOOPWATCH_MAX_RUNS_PER_AGENT": "40", "LOOPWATCH_IDLE_TIMEOUT_S": "30"}  # a sweep every 3 s
+    worker = lw.worker(config=config_file(lw), env=env).start()
+    worker.wait_ready()
+    now = int(time.time() * 1000)
+
+    def runs(agent: str, first: int, n: int):
+        return [
+            requested_event(
+                f"{agent}-{i}", "read", {"i": i}, run_id=f"{agent}-{i}", session_key=f"s-{agent}-{i}",
+                agent_id=agent, gate=True, ts_ms=now,
+            )
+            for i in range(first, first + n)
+        ]  # fmt: skip
+
+    await produce(lw.broker, lw.names.tool_calls, encode_all(runs("flood", 0, 40) + runs("quiet", 0, 5)))
+    await verdicts_for(lw, ["flood-39/decision", "quiet-4/decision"])
+    await asyncio.sleep(4)  # the first 40 are now seconds older than the rest
+    await produce(lw.broker, lw.names.tool_calls, encode_all(runs("flood", 40, 80)))
+    await verdicts_for(lw, ["flood-119/decision"])
+    deadline = time.monotonic() + 30
+    while worker.metric("loopwatch_runs_evicted_total") < 80 or worker.metric("loopwatch_runs_tracked") != 45:
+        assert time.monotonic() < deadline, (
+            worker.metric("loopwatch_runs_evicted_total"),
+            worker.metric("loopwatch_runs_tracked"),
+        )
+        await asyncio.sleep(0.5)
+    assert worker.metric("loopwatch_runs_evicted_total") == 80
+    await wait_for_log(worker, "over LOOPWATCH_MAX_RUNS_PER_AGENT=40")
+    # The deletions went through the changelog (tombstones, so a restore does not bring them
+    # back): flood's first 40, the longest idle, among them, and none of quiet's.
+    changelog = await collect(lw.broker, lw.names.changelog, until=lambda rs: sum(r.value is None for r in rs) >= 80)
+    deleted = {r.key.decode() for r in changelog if r.value is None}
+    assert len(deleted) == 80 and all(key.startswith("run:flood-") for key in deleted)
+    assert {f"run:flood-{i}" for i in range(40)} <= deleted

@@ -326,6 +326,7 @@ async def test_only_events_signed_by_their_agent_are_processed_and_keys_rotate(s
                 agent_id=agent_id,
                 session_key=f"agent:{agent_id}:{run_id}",
                 gate=True,
+                ts_ms=int(time.time() * 1000),  # signed events are refused once older than the max age
             )
         )
 

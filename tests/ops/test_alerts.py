@@ -17,6 +17,7 @@ ALERTS = {
     "LoopwatchDeadLettersRising",
     "LoopwatchWorkerNotReady",
     "LoopwatchRunStateTrimmed",
+    "LoopwatchAgentRunsCapped",
     "LoopwatchRunnerClockAhead",
     "LoopwatchConfigRefused",
     "LoopwatchDetectionOff",

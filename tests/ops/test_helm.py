@@ -208,6 +208,7 @@ def test_worker_env_contract(default_manifest: str) -> None:
         "LOOPWATCH_PARTITIONS": "6",
         "LOOPWATCH_REPLICATION": "3",
         "LOOPWATCH_IDLE_TIMEOUT_S": "1800",
+        "LOOPWATCH_MAX_RUNS_PER_AGENT": "20000",
         "LOOPWATCH_CHECKPOINT_S": "5",
         "LOOPWATCH_STANDBY_REPLICAS": "1",
         "LOOPWATCH_CONFIG_POLL_S": "2",

@@ -7,7 +7,11 @@
  * * header `loopwatch.key_id`: the key's id (UTF-8);
  * * header `loopwatch.signature`: `sha256=` + lowercase hex HMAC-SHA-256 of the record value
  *   (the exact bytes published), keyed with the key's secret (its raw bytes, not their base64);
- * * the event's `agent_id` is the key's agent.
+ * * the event's `agent_id` is the key's agent;
+ * * the event's `ts_ms` (signed with the value) is at most the workers'
+ *   `LOOPWATCH_SIGNED_MAX_AGE_S` before the record's Kafka timestamp and before the newest
+ *   event of its run, or the event is refused as a replay (`stale_event`): the client stamps
+ *   `ts_ms` when it makes an event and publishes it at once.
  *
  * Key files are the workers' format: JSON, one object or a list, each
  * `{"key_id": "...", "agent_id": "...", "secret": "<base64 of at least 32 bytes>"}`.
