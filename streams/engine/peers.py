@@ -115,13 +115,16 @@ def _openhands(state: RunState, event: Any, kind: type) -> Step:
         if w.pending:
             return Step(state)  # the step's other calls are still running: OpenHands has not looked yet
     elif kind is AgentMessage:
+        w.pending = 0  # a reply without tool calls ends the step
         if event.source == "user":
             w.append(oh.USER_MESSAGE)
         else:
             w.append(oh.AGENT_MESSAGE)
-            if event.empty:  # OpenHands' agent answers an empty reply with its corrective feedback
-                w.append(oh.FRAMEWORK_MESSAGE)
-        w.pending = 0  # a reply without tool calls ends the step
+            if not event.empty:
+                # A reply with content finishes the agent (status FINISHED), and OpenHands' run
+                # loop exits before its next check: this reply is never judged.
+                return Step(state)
+            w.append(oh.FRAMEWORK_MESSAGE)  # OpenHands' agent answers an empty reply with its corrective feedback
     elif kind is CompactionRetried:
         w.append(oh.CONDENSATION)
     return _check(state, w, event)

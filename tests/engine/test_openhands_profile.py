@@ -1,6 +1,6 @@
 """Profile openhands (issue 29): OpenHands' StuckDetector, step for step, against the peer's own
-published code (``openhands-sdk``, run by ``tests/oracles/openhands_oracle.py`` in its own venv,
-``make oracle-openhands``).  The golden answers were computed by that oracle; one test computes
+published code (``openhands-sdk``'s ``Conversation.run()``, driven by
+``tests/oracles/openhands_oracle.py`` in its own venv, ``make oracle-openhands``).  The golden answers were computed by that oracle; one test computes
 them again from the installed package."""
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def test_every_openhands_session_agrees_with_the_oracle():
     )
     lines = proc.stdout.strip().splitlines()
     assert proc.returncode == 0, "\n".join(lines[:20])
-    assert lines[-2:] == ["11194 steps compared", "600 passed, 0 failed, 0 skipped"]
+    assert lines[-2:] == ["13737 steps compared", "600 passed, 0 failed, 0 skipped"]
     assert "sessions" in proc.stderr  # progress is shown
 
 
@@ -79,7 +79,7 @@ def test_openhands_own_unit_test_cases_transcribed():
 
 def test_the_golden_answers_are_the_installed_oracles():
     """The expected steps (of the random sessions and of the hand-worked cases) are what
-    openhands-sdk's StuckDetector answers today, recomputed from the installed package."""
+    openhands-sdk's own run loop answers today, recomputed from the installed package."""
     python = _oracle_python()
     if not python.exists():
         pytest.skip(f"the openhands-sdk oracle is not installed ({python}): make oracle-openhands")
@@ -227,6 +227,33 @@ def test_three_empty_replies_are_a_monologue_and_a_user_message_resets():
         engine_for(OPENHANDS), [*empty, user, *[agent_message_event(f"n{i}", " ", **ids) for i in range(3)]]
     )
     assert [bool(v) for v in verdicts] == [False, False, False, False, False, True]
+    assert verdicts[-1][0].detector == OPENHANDS_MONOLOGUE
+
+
+def _replies(*texts):
+    ids = {"run_id": "r1", "session_key": "agent:main:s1"}
+    return [agent_message_event(f"m{i}", text, **ids) for i, text in enumerate(texts)]
+
+
+def test_a_reply_with_content_finishes_the_agent_and_is_not_judged():
+    # OpenHands: the two empty replies each get the corrective feedback and a check (2 agent
+    # messages: no monologue); "Done." sets FINISHED and the run loop exits before checking.
+    verdicts = _run(engine_for(OPENHANDS), _replies("", "", "Done."))
+    assert verdicts == [[], [], []]
+
+
+def test_a_third_empty_reply_is_still_a_monologue():
+    # The third empty reply does not finish the agent: OpenHands checks and sees 3 agent messages.
+    verdicts = _run(engine_for(OPENHANDS), _replies("", "", "   "))
+    assert [bool(v) for v in verdicts] == [False, False, True]
+    assert verdicts[-1][0].detector == OPENHANDS_MONOLOGUE
+
+
+def test_an_agent_that_goes_on_after_finishing_is_judged_at_its_next_reply():
+    # A Stop hook that refuses the finish: the agent replies again without a user message.  The
+    # finishing reply stays in the window, so the next empty reply makes 4 agent messages.
+    verdicts = _run(engine_for(OPENHANDS), _replies("", "", "Done.", ""))
+    assert [bool(v) for v in verdicts] == [False, False, False, True]
     assert verdicts[-1][0].detector == OPENHANDS_MONOLOGUE
 
 

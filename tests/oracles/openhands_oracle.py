@@ -1,4 +1,4 @@
-"""OpenHands' own StuckDetector (the ``openhands-sdk`` package) as the oracle of profile openhands.
+"""OpenHands' own run loop (the ``openhands-sdk`` package) as the oracle of profile openhands.
 
 Runs in the oracle's venv (``make oracle-openhands``: openhands-sdk needs Python >= 3.12), never
 in loopwatch's.  Two commands:
@@ -9,12 +9,18 @@ in loopwatch's.  Two commands:
         the oracle's answers for the sessions, one JSON line per session, on stdout.
 
 A session is a list of events with their raw text (the golden traces' format,
-tests/data/conformance/openhands/TRACES.md).  Each is appended to a real ``ConversationState``
-as the OpenHands event it stands for, and the detector is asked exactly where OpenHands' run
-loop asks (``LocalConversation._check_stuck_or_nudge``): before the agent's next step, i.e.
-after an event that leaves no call of the step without its outcome.  As the run loop does,
-the nudge is asked first and, when there is one, added to the history as a framework message;
-an empty reply is followed by the agent's corrective feedback (``_send_corrective_nudge``).
+tests/data/conformance/openhands/TRACES.md).  Each session is played through the SDK's own
+``Conversation.run()``: a scripted ``TestLLM`` (the SDK's) answers each agent step with the
+session's next tool calls, reply or empty reply; the session's tools run through real SDK tools
+whose executor returns the scripted result or raises the scripted error; a user event is
+``send_message()`` then ``run()``.  So OpenHands' own loop decides where the stuck detector is
+asked (``_check_stuck_or_nudge``, at the top of each iteration), what an empty reply adds (the
+corrective nudge) and that a reply with text finishes the agent (status FINISHED: the loop
+exits before its next check).  The answer of a check is recorded on the session event that
+completed the step before it.  Two things the session holds that no scripted LLM can say are
+done in the agent's step as the SDK's own ``Agent.step`` does them: a condensation is emitted
+as the condenser's output is (``on_event(condensation); return``), and a user message that
+arrives while the agent still works pauses the run at that step, before the message is sent.
 """
 
 from __future__ import annotations
@@ -24,24 +30,26 @@ import json
 import os
 import random
 import re
+import shutil
 import sys
-import uuid
+import tempfile
+from collections import deque
+from collections.abc import Sequence
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
 
 import logging  # noqa: E402
 
+from openhands.sdk import Conversation  # noqa: E402
 from openhands.sdk.agent import Agent  # noqa: E402
-from openhands.sdk.conversation.state import ConversationState  # noqa: E402
-from openhands.sdk.conversation.stuck_detector import StuckDetector  # noqa: E402
-from openhands.sdk.event import ActionEvent, AgentErrorEvent, MessageEvent, ObservationEvent  # noqa: E402
+from openhands.sdk.conversation.state import ConversationExecutionStatus  # noqa: E402
 from openhands.sdk.event.condenser import Condensation  # noqa: E402
-from openhands.sdk.llm import LLM, Message, MessageToolCall, TextContent  # noqa: E402
-from openhands.sdk.tool import Action, Observation  # noqa: E402
-from openhands.sdk.workspace import LocalWorkspace  # noqa: E402
+from openhands.sdk.llm import Message, MessageToolCall, TextContent  # noqa: E402
+from openhands.sdk.testing import TestLLM  # noqa: E402
+from openhands.sdk.tool import Action, Observation, Tool, ToolDefinition, ToolExecutor, register_tool  # noqa: E402
 
-logging.disable(logging.WARNING)
+logging.disable(logging.CRITICAL)
 
 PATTERNS = {
     "_is_stuck_repeating_action_observation": "openhands_action_observation",
@@ -62,27 +70,132 @@ class ToolResult(Observation):
     """A tool's text result."""
 
 
-_AGENT = None
+class ScriptedExecutor(ToolExecutor):
+    """Returns the scripted outcomes of the step's calls, in call order (the SDK runs a step's
+    calls one after another by default); an error is raised, as a failing tool raises."""
+
+    def __init__(self) -> None:
+        self.outcomes: deque[dict] = deque()
+
+    def __call__(self, action: ToolArgs, conversation=None) -> ToolResult:  # noqa: ARG002
+        outcome = self.outcomes.popleft()
+        if outcome["k"] == "error":
+            raise ValueError(outcome["text"])
+        return ToolResult.from_text(text=outcome["text"])
 
 
-def _state() -> ConversationState:
-    global _AGENT
-    if _AGENT is None:
-        _AGENT = Agent(llm=LLM(model="gpt-4o-mini", usage_id="oracle"))
-    return ConversationState.create(id=uuid.uuid4(), agent=_AGENT, workspace=LocalWorkspace(working_dir="/tmp"))
+EXECUTOR = ScriptedExecutor()
+
+
+def _tool_class(name: str) -> type[ToolDefinition]:
+    def create(cls, conv_state=None, **params) -> Sequence[ToolDefinition]:  # noqa: ARG001
+        return [
+            cls(
+                description=f"the session's {name}",
+                action_type=ToolArgs,
+                observation_type=ToolResult,
+                executor=EXECUTOR,
+            )
+        ]
+
+    cls = type(f"{name.title().replace('_', '')}Tool", (ToolDefinition,), {"create": classmethod(create)})
+    cls.name = name
+    return cls
+
+
+TOOLS = ("terminal", "editor", "browser", "grep")  # none that the SDK rewrites (it rewrites file_editor calls)
+for _name in TOOLS:
+    register_tool(_name, _tool_class(_name))
 
 
 def _text(text: str) -> list:
     return [TextContent(text=text)] if text else []
 
 
-class Oracle:
-    def __init__(self) -> None:
-        self.state = _state()
-        self.detector = StuckDetector(self.state)
+def _items(events: list[dict]) -> list[dict]:
+    """The session as the agent's steps: one LLM response (its calls and their outcomes, a reply),
+    a condensation, or a user message; ``last`` is the index of the step's last event."""
+    items: list[dict] = []
+    i = 0
+    while i < len(events):
+        e = events[i]
+        if e["k"] == "call":
+            calls = []
+            while i < len(events) and events[i]["k"] == "call":
+                calls.append(events[i])
+                i += 1
+            outcomes = {}
+            while len(outcomes) < len(calls) and i < len(events) and events[i]["k"] in ("result", "error"):
+                outcomes[events[i]["id"]] = events[i]
+                i += 1
+            items.append({"k": "calls", "calls": calls, "outcomes": [outcomes[c["id"]] for c in calls], "last": i - 1})
+            continue
+        if e["k"] not in ("reply", "user", "condense"):
+            raise ValueError(f"unknown or misplaced event kind {e['k']!r}")
+        items.append({**e, "last": i})
+        i += 1
+    return items
+
+
+def _response(item: dict) -> Message:
+    if item["k"] == "reply":
+        return Message(role="assistant", content=_text(item["text"]))
+    thought = item["calls"][0].get("thought")
+    return Message(
+        role="assistant",
+        content=_text(thought) if thought else [],
+        tool_calls=[
+            MessageToolCall(id=c["id"], name=c["tool"], arguments=json.dumps({"args": c["args"]}), origin="completion")
+            for c in item["calls"]
+        ],
+    )
+
+
+class ScriptedAgent(Agent):
+    """The SDK's agent, whose step plays the session's next item."""
+
+    @property
+    def prompt_dir(self) -> str:  # the SDK's own prompts, not a directory beside this file
+        return os.path.join(os.path.dirname(sys.modules[Agent.__module__].__file__), "prompts")
+
+    def step(self, conversation, on_event, on_token=None) -> None:
+        run = RUNS[conversation.state.id]
+        if run.cursor >= len(run.items) or run.items[run.cursor]["k"] == "user":
+            conversation.state.execution_status = ConversationExecutionStatus.PAUSED
+            return
+        item = run.items[run.cursor]
+        if item["k"] == "condense":
+            on_event(Condensation(forgotten_event_ids=[], summary=None, llm_response_id=f"r{run.cursor}"))
+        else:
+            if item["k"] == "calls":
+                EXECUTOR.outcomes = deque(item["outcomes"])
+            super().step(conversation, on_event, on_token)
+        run.done = item["last"]
+        run.cursor += 1
+
+
+RUNS: dict = {}
+
+
+class Run:
+    def __init__(self, events: list[dict]) -> None:
+        self.items = _items(events)
+        self.steps: list = [None] * len(events)
+        self.cursor = 0
+        self.done = -1
+        responses = [_response(it) for it in self.items if it["k"] in ("calls", "reply")]
+        llm = TestLLM.from_messages(responses, model="gpt-4o-mini", usage_id="oracle")
+        agent = ScriptedAgent(llm=llm, tools=[Tool(name=name) for name in TOOLS], include_default_tools=[])
+        self.workdir = tempfile.mkdtemp(prefix="oh-oracle-")
+        self.conversation = Conversation(agent=agent, workspace=self.workdir, visualizer=None)
+        RUNS[self.conversation.state.id] = self
+        self._spy()
+
+    def _spy(self) -> None:
+        detector = self.conversation.stuck_detector
         self.fired: list[str] = []
         for name, pattern in PATTERNS.items():
-            method = getattr(self.detector, name)
+            method = getattr(detector, name)
 
             def spy(*args, _method=method, _pattern=pattern):
                 found = _method(*args)
@@ -90,89 +203,51 @@ class Oracle:
                     self.fired.append(_pattern)
                 return found
 
-            setattr(self.detector, name, spy)
-        self.calls: dict[str, ActionEvent] = {}
-        self.pending = 0
-        self.n = 0
+            setattr(detector, name, spy)
+        nudge_of, stuck_of = detector.get_action_error_nudge, detector.is_stuck
 
-    def _add(self, event) -> None:
-        self.state.events.append(event)
+        def nudge():
+            found = nudge_of()
+            if found is not None and self.done >= 0:
+                self.steps[self.done] = [re.match(r"You've called `(.*?)` with", found).group(1), None]
+            return found
 
-    def _framework_message(self, text: str) -> None:
-        self._add(
-            MessageEvent(source="environment", llm_message=Message(role="user", content=[TextContent(text=text)]))
-        )
+        def is_stuck():
+            self.fired.clear()
+            stuck = stuck_of()
+            if self.done >= 0:
+                self.steps[self.done] = [None, self.fired[0] if stuck else None]
+            return stuck
 
-    def step(self, e: dict):
-        """Append one session event; the oracle's answer where OpenHands checks, else None."""
-        k = e["k"]
-        self.n += 1
-        if k == "call":
-            thought = e.get("thought")
-            action = ActionEvent(
-                source="agent",
-                thought=_text(thought) if thought is not None else [],
-                action=ToolArgs(args=e["args"]),
-                tool_name=e["tool"],
-                tool_call_id=e["id"],
-                tool_call=MessageToolCall(
-                    id=e["id"], name=e["tool"], arguments=json.dumps(e["args"]), origin="completion"
-                ),
-                llm_response_id=f"r{self.n}",
-            )
-            self.calls[e["id"]] = action
-            self.pending += 1
-            self._add(action)
-            return None
-        if k in ("result", "error"):
-            action = self.calls[e["id"]]
-            self.pending = max(0, self.pending - 1)
-            if k == "error":
-                self._add(AgentErrorEvent(error=e["text"], tool_name=action.tool_name, tool_call_id=e["id"]))
-            else:
-                self._add(
-                    ObservationEvent(
-                        source="environment",
-                        observation=ToolResult.from_text(text=e["text"]),
-                        action_id=action.id,
-                        tool_name=action.tool_name,
-                        tool_call_id=e["id"],
-                    )
-                )
-            if self.pending:
-                return None
-        elif k == "reply":
-            self._add(MessageEvent(source="agent", llm_message=Message(role="assistant", content=_text(e["text"]))))
-            if not e["text"].strip():  # classify_response: EMPTY; the agent's corrective feedback follows
-                self._framework_message("[corrective feedback]")
-            self.pending = 0
-        elif k == "user":
-            self._add(MessageEvent(source="user", llm_message=Message(role="user", content=_text(e["text"]))))
-        elif k == "condense":
-            self._add(Condensation(forgotten_event_ids=[], summary=None, llm_response_id=f"r{self.n}"))
-        else:
-            raise ValueError(f"unknown event kind {k!r}")
-        return self.check()
+        detector.get_action_error_nudge = nudge
+        detector.is_stuck = is_stuck
 
-    def check(self) -> list:
-        """``_check_stuck_or_nudge``: [the nudged tool or None, the stuck pattern or None]."""
-        nudge = self.detector.get_action_error_nudge()
-        if nudge is not None:
-            self._framework_message(nudge)
-            return [re.match(r"You've called `(.*?)` with", nudge).group(1), None]
-        self.fired.clear()
-        stuck = self.detector.is_stuck()
-        return [None, self.fired[0] if stuck else None]
+    def play(self) -> list:
+        try:
+            while True:
+                self.conversation.run()
+                status = self.conversation.state.execution_status
+                if status == ConversationExecutionStatus.STUCK or self.cursor >= len(self.items):
+                    break
+                item = self.items[self.cursor]
+                if item["k"] != "user":  # a reply that finished the agent, then the agent's next step
+                    raise ValueError(f"event {item['last']}: the agent finished; only a user message resumes it")
+                self.cursor += 1
+                self.done = item["last"]
+                self.conversation.send_message(item["text"])
+        finally:
+            RUNS.pop(self.conversation.state.id, None)
+            self.conversation.close()
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return self.steps
 
 
 def answer(session: dict) -> list:
-    oracle = Oracle()
-    return [oracle.step(e) for e in session["events"]]
+    return Run(session["events"]).play()
 
 
 # -- the generator -------------------------------------------------------------------------------
 
-TOOLS = ("terminal", "file_editor", "browser", "grep")
 RESULTS = ("ok", "file1.txt\nfile2.txt", "", "no match", "Permission denied", "42")
 ERRORS = ("Tool 'x' not found", "invalid arguments: missing 'path'", "timeout after 30s")
 THOUGHTS = ("Let me look at the files.", "I should run the tests again.", "Trying once more.")
@@ -273,6 +348,16 @@ class Gen:
                 self.outcome(self.call(), r.choice(ERRORS) if r.random() < 0.15 else None)
 
 
+def _resumed(events: list[dict]) -> list[dict]:
+    """A reply with content finishes the agent: only a user message sets it working again."""
+    out: list[dict] = []
+    for i, e in enumerate(events):
+        out.append(e)
+        if e["k"] == "reply" and e["text"].strip() and i + 1 < len(events) and events[i + 1]["k"] != "user":
+            out.append({"k": "user", "text": "continue"})
+    return out
+
+
 def generate(n: int, seed: int) -> list[tuple[dict, list]]:
     rng = random.Random(seed)
     out = []
@@ -283,6 +368,7 @@ def generate(n: int, seed: int) -> list[tuple[dict, list]]:
         target = rng.randint(8, 60)
         while len(g.events) < target:
             g.motif()
+        g.events = _resumed(g.events)
         session = {"id": f"oh-{s:05d}", "events": g.events}
         steps = answer(session)
         for i, st in enumerate(steps):  # OpenHands stops the agent: the session ends there
