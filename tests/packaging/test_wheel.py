@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -129,6 +130,18 @@ def test_base_install_loopwatch_worker_names_the_extra_in_one_line(fresh_venv):
 def test_base_install_loopwatch_mcp_gateway_names_the_extra_in_one_line(fresh_venv):
     venv = fresh_venv(None)
     one_line_error(venv.run(venv.bin("loopwatch"), "mcp-gateway"), 2, "pip install 'loopwatch[mcp]'")
+
+
+def test_base_install_runs_upstreams_conformance_cases(fresh_venv):
+    """The engine as installed (no Faust) agrees with upstream on every case of the repository's
+    copy of the shared conformance set."""
+    venv = fresh_venv(None)
+    cases = REPO / "tests" / "data" / "conformance" / "openclaw-cases.json"
+    proc = venv.run(venv.bin("loopwatch"), "conformance", str(cases))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = proc.stdout.strip().splitlines()[-1]
+    passed, failed, skipped = (int(n) for n in re.findall(r"(\d+) (?:passed|failed|skipped)", summary))
+    assert passed > 0 and (failed, skipped) == (0, 0), summary
 
 
 def test_base_install_version_is_pyprojects(fresh_venv, version):
