@@ -13,12 +13,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Only what the package needs: no tests, venvs or caches end up in the image.
+# Only what the package needs: no tests, venvs or caches end up in the image.  The image runs the
+# worker, so it installs the worker extra (the base install is what a runner needs).
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY schemas/ schemas/
 COPY streams/ streams/
-RUN pip install . \
+RUN pip install '.[worker]' \
  && rm -rf /src \
  && groupadd --system --gid 10001 loopwatch \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /var/lib/loopwatch \

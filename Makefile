@@ -8,7 +8,7 @@ LOOPWATCH := $(VENV)/bin/loopwatch
 CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
 
-.PHONY: install ops-tools lint test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
+.PHONY: install ops-tools lint dist test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
         kafka-status run docs bench-core bench bench-backtest bench-evaluate bench-gateway bench-verdict-readers evaluate tune mcp-servers agent-clis schemas conformance clean ts-client \
         oracles oracle-openhands oracle-gemini test-traces-openhands test-traces-gemini
 
@@ -122,10 +122,18 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d build/site
 
+# The sdist and the wheel a release would publish, checked as PyPI checks an upload;
+# tests/packaging installs this wheel into fresh venvs.  setuptools' build/lib goes too: it
+# would otherwise copy a module deleted since the last build into the wheel.
+dist: install
+	rm -rf dist build/lib build/bdist.*
+	$(PY) -m build --quiet --sdist --wheel --outdir dist/
+	$(VENV)/bin/twine check --strict dist/*
+
 # The full suite: unit, conformance, golden traces, ops checks and integration tests on the
 # real broker.  pytest exits non-zero (5) when it collects no tests, which fails the target;
 # -rs lists every skipped test with its reason (with CI set, any skip fails the run).
-test: lint docs install ops-tools kafka ts-client mcp-servers agent-clis oracles
+test: lint docs dist install ops-tools kafka ts-client mcp-servers agent-clis oracles
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_AGENT_CLIS=$(AGENT_CLIS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests
 
 test-unit: install ops-tools ts-client mcp-servers oracles
@@ -248,4 +256,4 @@ tune: install
 	$(LOOPWATCH) tune $(EVALUATION)/planted.jsonl.gz -o $(EVALUATION)/tuned.yaml $(TUNE_ARGS) --plot $(EVALUATION)/front.png | tee $(EVALUATION)/tune.txt
 
 clean:
-	rm -rf .pytest_cache .hypothesis build *.egg-info $(TS)/dist
+	rm -rf .pytest_cache .hypothesis build dist *.egg-info $(TS)/dist

@@ -119,7 +119,7 @@ class LoopwatchDetectors(msgspec.Struct, forbid_unknown_fields=True, omit_defaul
 
     cycle: bool | None = None
     """Cycles of 3 to 5 calls repeated with identical outcomes (read, edit, test, ...), which
-    no upstream detector catches (#64500, #117637).  Warns at ``warningThreshold`` calls,
+    no upstream detector catches (OpenClaw issues #64500, #117637).  Warns at ``warningThreshold`` calls,
     blocks at ``criticalThreshold``; ping-pong (a cycle of 2) stays upstream's."""
 
 
@@ -171,10 +171,10 @@ class AgentLoopwatchOptions(msgspec.Struct, forbid_unknown_fields=True, omit_def
     ``gemini-cli`` (Gemini CLI's LoopDetectionService), docs/peer-profiles.md."""
     abortAfterCriticalBlocks: PositiveInt | None = None
     """End the run (a ``critical_block_limit`` abort) after this many critical blocks.
-    Upstream blocks single calls and lets the run continue for ever (#106231, #119719)."""
+    Upstream blocks single calls and lets the run continue for ever (OpenClaw issues #106231, #119719)."""
     surfaceWarnings: bool | None = None
     """Set ``notify_model`` on emitted warnings so runners show them to the model.
-    Upstream only logs warnings (#120449)."""
+    Upstream only logs warnings (OpenClaw issue #120449)."""
     mode: Mode | None = None
     """``enforce`` (the default): verdicts go to ``loop-verdicts``.  ``shadow``: detection runs
     exactly as in enforce mode, but verdicts go only to the shadow topic
@@ -191,7 +191,7 @@ class LoopwatchOptions(AgentLoopwatchOptions, forbid_unknown_fields=True, omit_d
     scope: Scope | None = None
     """Root only.  ``run`` (the default): one history per run id.  ``session``: one history per
     session key, across the runs of the session (a compaction or a restart that starts a new
-    run no longer starts the streak over, #126545)."""
+    run no longer starts the streak over, OpenClaw issue #126545)."""
     fleetIncidents: FleetIncidentsConfig | None = None
     """Root only: fleet incidents on ``loop-incidents`` (off unless ``enabled``)."""
     agentRings: AgentRingsConfig | None = None

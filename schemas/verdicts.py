@@ -66,7 +66,7 @@ class Decision(_Verdict, tag=names.DECISION, kw_only=True, frozen=True):
     bucket rule hid keeps its ``level``/``detector`` with ``action=allow`` and
     ``warning_emitted=false``.  ``notify_model`` says whether the runner should show
     ``message`` to the model: always for a block (upstream's blocked result); for warnings
-    only with the ``surfaceWarnings`` option (upstream never shows them, #120449).
+    only with the ``surfaceWarnings`` option (upstream never shows them, OpenClaw issue #120449).
 
     With ``loopwatch.fleetIncidents``, a call of a tool with an open fleet incident gets a
     decision whatever its action (also when not gated): it carries ``incident_id``, its

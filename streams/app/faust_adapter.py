@@ -99,12 +99,12 @@ def check_versions(installed: Callable[[str], str] = version) -> None:
             found = installed(package)
         except PackageNotFoundError:
             raise DependencyVersionError(
-                f"loopwatch needs {package} {' or '.join(versions)}, which is not installed (pip install -e .)"
+                f"loopwatch needs {package} {' or '.join(versions)}, which is not installed (pip install 'loopwatch[worker]')"
             ) from None
         if found not in versions:
             raise DependencyVersionError(
                 f"{package} {found} is installed, but streams/app/faust_adapter.py was written for {' or '.join(versions)}: "
-                f"install that (pip install -e .), or check the adapter against {found} "
+                f"install that (pip install 'loopwatch[worker]'), or check the adapter against {found} "
                 f"(pytest tests/app/test_faust_adapter.py) and add it to WRITTEN_FOR"
             )
 

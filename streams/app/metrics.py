@@ -196,8 +196,9 @@ class Metrics:
             ["agent"],
             registry=registry,
         )
-        # Issue 17's options: declared (and their known label values at 0) on every worker;
-        # they move only where the config turns the option on.
+        # The fleet options' metrics (loopwatch.scope, fleetIncidents, agentRings): declared (and
+        # their known label values at 0) on every worker; they move only where the config turns
+        # the option on.
         self.events_forwarded = Counter(
             "loopwatch_events_forwarded",
             "tool-calls records repartitioned by session (loopwatch.scope: session)",

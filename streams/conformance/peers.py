@@ -16,7 +16,7 @@ from schemas.names import GEMINI_CONTENT_LOOP, GEMINI_LLM_LOOP, GEMINI_TOOL_CALL
 from ..edge.content_windows import ContentEdge
 from ..edge.events import agent_message_event, compaction_event, completed_event, model_text_event, requested_event
 from ..engine import LoopEngine, RunDriver, engine_for, published
-from .traces import SessionResult, TraceFileError, _numbered_jsonl
+from .traces import SessionResult, TraceFileError, numbered_jsonl
 
 __all__ = ["gemini_answers", "gemini_events", "openhands_answers", "openhands_events", "run_peer_traces"]
 
@@ -148,13 +148,13 @@ def run_peer_traces(
     if answers is None:
         raise TraceFileError(f"no golden traces for profile {profile!r} yet")
     expected: dict[str, list] = {}
-    for number, line in _numbered_jsonl(expected_path):
+    for number, line in numbered_jsonl(expected_path):
         if not isinstance(line.get("id"), str) or not isinstance(line.get("steps"), list):
             raise TraceFileError(f'{expected_path}:{number}: not an expected line (no "id" and "steps")')
         expected[line["id"]] = line["steps"]
     engine = engine_for({"loopwatch": {"profile": profile}})
     results = []
-    for number, session in _numbered_jsonl(sessions_path):
+    for number, session in numbered_jsonl(sessions_path):
         if not isinstance(session.get("id"), str) or not isinstance(session.get("events"), list):
             raise TraceFileError(f'{sessions_path}:{number}: not a session (no "id" and "events")')
         want = expected.pop(session["id"], None)

@@ -34,6 +34,7 @@ __all__ = [
     "TraceFileError",
     "compare_session",
     "history_digest",
+    "numbered_jsonl",
     "open_jsonl",
     "run_traces",
 ]
@@ -48,11 +49,11 @@ class TraceFileError(LoopwatchError, ValueError):
 
 
 def open_jsonl(path: str | Path) -> Iterator[dict]:
-    for _number, value in _numbered_jsonl(path):
+    for _number, value in numbered_jsonl(path):
         yield value
 
 
-def _numbered_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
+def numbered_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     """(line number, object) per non-blank line; ``TraceFileError`` for anything else."""
     path = Path(path)
     try:
@@ -340,14 +341,14 @@ def run_traces(
     """Compare every session with its expected lines.  ``TraceFileError`` when either file is
     not of its kind (the two swapped included); a session that disagrees is a failed result."""
     expected: dict[str, list[dict]] = {}
-    for number, line in _numbered_jsonl(expected_path):
+    for number, line in numbered_jsonl(expected_path):
         if not isinstance(line.get("s"), str) or not isinstance(line.get("i"), int):
             raise TraceFileError(
                 f'{expected_path}:{number}: not an expected step (no "s" and "i"): is it the sessions file?'
             )
         expected.setdefault(line["s"], []).append(line)
     results = []
-    for number, session in _numbered_jsonl(sessions_path):
+    for number, session in numbered_jsonl(sessions_path):
         if not isinstance(session.get("id"), str) or not isinstance(session.get("steps"), list):
             raise TraceFileError(
                 f'{sessions_path}:{number}: not a session (no "id" and "steps"): is it the expected-steps file?'

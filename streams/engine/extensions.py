@@ -19,7 +19,7 @@ upstream warns or allows, a warning where upstream says nothing).  Ping-pong (a 
 therefore stays upstream's, and wins.
 
 A config that uses none of them gets ``LoopEngine`` or its profile-latest engine, whose paths
-carry no check of them (``LoopEngine.__new__``; ``ConfigSet.uses_extensions``).
+carry no check of them (``streams.engine.choose.engine_for``; ``ConfigSet.uses_extensions``).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ same engine, for the agents whose config names them (``loopwatch.profile``, at t
 agent, as the two OpenClaw profiles are chosen).
 
 A config in which no agent uses one gets ``LoopEngine`` (or its latest or extensions engine)
-unchanged: their paths carry no check of the peer profiles (``LoopEngine.__new__``).  A config
+unchanged: their paths carry no check of the peer profiles (``choose.engine_for``).  A config
 that uses one gets the same engine class with ``_PeerProfiles`` mixed in before it: each event
 first looks up its agent's profile, and an agent under a peer profile never reaches OpenClaw's
 detectors.  What each system decides, and how its answers map onto warn, block and abort:

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .mini_swe_agent import _stem
-from .model import Call, Compaction, ImportFailed, Run, iso_ms, text_of
+from .model import Call, Compaction, ImportFailed, Run, iso_ms, run_id_of_file, text_of
 
 NAME = "claude-code"
 KIND = "lines"
@@ -31,7 +30,7 @@ def detect(first: Any) -> bool:
 
 
 def runs(lines: Iterator[tuple[int, Any]], name: str) -> Iterator[Run]:
-    run = Run(_stem(name))
+    run = Run(run_id_of_file(name))
     named = False
     pending: dict[str, Call] = {}
     for number, line in lines:

@@ -27,7 +27,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from .model import MAX_ITERATIONS, Call, ImportFailed, Run, text_of
+from .model import MAX_ITERATIONS, Call, ImportFailed, Run, run_id_of_file, text_of
 from .reader import decode_embedded
 
 NAME = "mini-swe-agent"
@@ -57,7 +57,7 @@ def runs(doc: Any, name: str) -> Iterator[Run]:
     if not detect(doc):
         raise ImportFailed(f"{name} is not a {NAME} trajectory: expected an object with messages[]")
     info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
-    run_id = str(doc.get("instance_id") or _stem(name))
+    run_id = str(doc.get("instance_id") or run_id_of_file(name))
     status = info.get("exit_status")
     run = Run(run_id, end=_EXIT.get(status, str(status).lower() if status else "ended"))
     messages = doc["messages"]
@@ -114,11 +114,3 @@ def _tool_calls(messages: list, run: Run, name: str) -> None:
                     match = _RETURNCODE.match(result)
                     error = match is not None and match.group(1) != "0"
             run.items.append(Call(str(function.get("name") or TOOL), args, result, error, 0, call.get("id")))
-
-
-def _stem(name: str) -> str:
-    base = name.rsplit("/", 1)[-1]
-    for suffix in (".gz", ".json", ".traj"):
-        if base.endswith(suffix):
-            base = base[: -len(suffix)]
-    return base

@@ -28,6 +28,7 @@ __all__ = [
     "iso_ms",
     "label_reason",
     "run_events",
+    "run_id_of_file",
     "text_of",
 ]
 
@@ -87,6 +88,16 @@ def label_reason(*, resolved: bool | None = None, reward: float | None = None) -
     if reward is not None:
         return f"reward:{float(reward):g}"
     return ENDED
+
+
+def run_id_of_file(name: str) -> str:
+    """The run id a transcript file names when its content names none: its base name without
+    ``.gz``, ``.json`` or ``.traj`` (``runs/abc.traj.gz`` is run ``abc``)."""
+    base = name.rsplit("/", 1)[-1]
+    for suffix in (".gz", ".json", ".traj"):
+        if base.endswith(suffix):
+            base = base[: -len(suffix)]
+    return base
 
 
 def _bounded(text: str, limit: int) -> str:

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .mini_swe_agent import _stem
-from .model import ENDED, Call, ImportFailed, Run, label_reason, text_of
+from .model import ENDED, Call, ImportFailed, Run, label_reason, run_id_of_file, text_of
 from .reader import decode_embedded
 
 NAME = "openai-chat"
@@ -38,7 +37,7 @@ def detect(doc: Any) -> bool:
 def runs(doc: Any, name: str) -> Iterator[Run]:
     if not detect(doc):
         raise ImportFailed(f"{name} is not an {NAME} file: expected runs with traj[]/messages[], or messages")
-    stem = _stem(name)
+    stem = run_id_of_file(name)
     if isinstance(doc, dict):
         yield _run(doc, stem, name)
     elif _is_messages(doc) and not _is_run(doc[0]):

@@ -16,8 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .mini_swe_agent import _stem
-from .model import ENDED, MAX_ITERATIONS, Call, Compaction, ImportFailed, Run, iso_ms, label_reason
+from .model import ENDED, MAX_ITERATIONS, Call, Compaction, ImportFailed, Run, iso_ms, label_reason, run_id_of_file
 
 NAME = "openhands"
 KIND = "either"
@@ -39,9 +38,9 @@ def runs(doc: Any, name: str) -> Iterator[Run]:
     if not detect(doc):
         raise ImportFailed(f"{name} is not an {NAME} event stream: expected history[] or a list of events")
     if isinstance(doc, list):
-        yield _run(doc, _stem(name), None)
+        yield _run(doc, run_id_of_file(name), None)
     else:
-        yield _run(doc["history"], str(doc.get("instance_id") or _stem(name)), doc)
+        yield _run(doc["history"], str(doc.get("instance_id") or run_id_of_file(name)), doc)
 
 
 def _run(history: list, run_id: str, record: dict | None) -> Run:

@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .mini_swe_agent import _stem
-from .model import MAX_ITERATIONS, Call, ImportFailed, Run
+from .model import MAX_ITERATIONS, Call, ImportFailed, Run, run_id_of_file
 
 NAME = "swe-agent"
 KIND = "document"
@@ -62,7 +61,7 @@ def runs(doc: Any, name: str) -> Iterator[Run]:
     info = doc.get("info") if isinstance(doc.get("info"), dict) else {}
     status = str(info.get("exit_status") or "")
     end = "submitted" if status.startswith("submitted") else MAX_ITERATIONS if status in _LIMITS else status or "ended"
-    run = Run(str(doc.get("instance_id") or info.get("instance_id") or _stem(name)), end=end)
+    run = Run(str(doc.get("instance_id") or info.get("instance_id") or run_id_of_file(name)), end=end)
     for step in doc["trajectory"]:
         action = step.get("action")
         if not isinstance(action, str) or not action.strip():

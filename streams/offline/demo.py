@@ -22,7 +22,8 @@ from ..app.processes import stop_group, wait_http_ok
 from ..client import LoopBlocked, LoopwatchClient, RunAbortedError
 from .scenarios import SCENARIOS, scenario_calls
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
+"""The repository: ``loopwatch demo`` runs from a clone (its broker script, example config and state)."""
 COLORS = {
     "warn": "\033[33m",
     "block": "\033[31m",

@@ -85,6 +85,8 @@ __all__ = [
     "evaluate_run",
     "loop_spans",
     "is_successful",
+    "median",
+    "percentile",
     "plot",
     "render_table",
     "strict_loops",
@@ -332,7 +334,7 @@ def evaluate_run(
     )
 
 
-def _percentile(values: list[int], share: float) -> float | None:
+def percentile(values: list[int], share: float) -> float | None:
     """The nearest-rank percentile (None: no values)."""
     if not values:
         return None
@@ -340,7 +342,7 @@ def _percentile(values: list[int], share: float) -> float | None:
     return float(ordered[max(0, math.ceil(share * len(ordered)) - 1)])
 
 
-def _median(values: list[int]) -> float | None:
+def median(values: list[int]) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
@@ -351,7 +353,7 @@ def _median(values: list[int]) -> float | None:
 def distribution(into: list[int]) -> dict:
     """Calls into the loop at each catch: nearest-rank percentiles and a histogram."""
     return {
-        "percentiles": {f"p{p}": _percentile(into, p / 100) for p in PERCENTILES},
+        "percentiles": {f"p{p}": percentile(into, p / 100) for p in PERCENTILES},
         "histogram": {str(n): c for n, c in sorted(Counter(into).items())},
     }
 
@@ -507,8 +509,8 @@ class Evaluation:
                     "caught": len(into),
                     "rate": len(into) / self.loops[k] if self.loops[k] else None,
                     "stopped_before_loop": tally.before[k],
-                    "calls_into_loop_median": _median(into),
-                    "calls_into_loop_p90": _percentile(into, 0.9),
+                    "calls_into_loop_median": median(into),
+                    "calls_into_loop_p90": percentile(into, 0.9),
                     "calls_into_loop": distribution(into),
                 }
             planted = {}
@@ -521,7 +523,7 @@ class Evaluation:
                     "caught": len(into),
                     "rate": len(into) / self.planted[shape],
                     "stopped_before_loop": tally.planted[shape]["before"],
-                    "calls_into_loop_median": _median(into),
+                    "calls_into_loop_median": median(into),
                     "calls_into_loop": distribution(into),
                 }
             pure = len(tally.pure_false_alarm_runs)

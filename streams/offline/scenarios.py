@@ -259,7 +259,7 @@ def session_loop(
 ) -> list[ToolCallEvent]:
     """One session whose loop outlives its runs: the same read with the same result,
     ``calls_per_run`` times in each of ``runs`` runs (a compaction or a restart starts the
-    next run, upstream #126545).  No run loops long enough on its own."""
+    next run, OpenClaw issue #126545).  No run loops long enough on its own."""
     events: list[ToolCallEvent] = []
     n = 0
     for r in range(runs):
@@ -298,7 +298,7 @@ def agent_ring(
     gate: bool = False,
     start_ms: int = 1_700_000_000_000,
 ) -> list[ToolCallEvent]:
-    """Agents messaging each other in a ring (upstream #37842): agent i sends agent i+1 the
+    """Agents messaging each other in a ring (OpenClaw issue #37842): agent i sends agent i+1 the
     same message and gets the same answer, round after round, each in its own run."""
     events: list[ToolCallEvent] = []
     names = [f"agent:ring-{i}:{trace_id}" for i in range(agents)]

@@ -40,7 +40,7 @@ from typing import IO, Any
 from schemas.events import RunEnded, ToolCallCompleted
 
 from ..engine import engine_for
-from .evaluate import EngineRow, _median, _percentile, caught_at, is_successful, loop_spans
+from .evaluate import EngineRow, caught_at, is_successful, loop_spans, median, percentile
 from .plant import parse_planted
 
 __all__ = [
@@ -161,8 +161,8 @@ def figures(stops: Sequence[int | None], runs: Sequence[RunFacts], members: Sequ
         "caught_5": caught,
         "catch_rate": caught / loops if loops else None,
         "stopped_before_loop": before,
-        "into_median": _median(into),
-        "into_p90": _percentile(into, 0.9),
+        "into_median": median(into),
+        "into_p90": percentile(into, 0.9),
         "successful": successful,
         "false_alarms": alarms,
         "pure_false_alarms": pure,

@@ -51,19 +51,26 @@ export class PostCompactionLoopPersistedError extends RunAbortedError {
 
 /**
  * @deprecated Catch `LoopwatchUnavailable`, `NoDecisionError` or `BrokerAccessError` (or
- * `LoopwatchError`). The common parent of those three, which it used to stand for: kept so
- * that `instanceof LoopwatchUnavailableError` still catches everything it caught. Nothing
- * throws it itself any more.
+ * `LoopwatchError`). The old name of those three: they derive from `LoopwatchError`, as in
+ * Python, and `instanceof LoopwatchUnavailableError` still holds for each of them (and for
+ * anything else it caught). Nothing throws it itself any more.
  */
 export class LoopwatchUnavailableError extends LoopwatchError {
   override name = "LoopwatchUnavailableError";
+
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    // Only the class itself answers for the three; a subclass keeps the ordinary prototype check.
+    const ordinary = Function.prototype[Symbol.hasInstance].call(this, value);
+    if (this !== LoopwatchUnavailableError) return ordinary;
+    return ordinary || value instanceof LoopwatchUnavailable || value instanceof NoDecisionError || value instanceof BrokerAccessError;
+  }
 }
 
 /**
  * The client is not running: it could not start (Kafka or the verdicts topic unreachable
  * within `startTimeoutMs`), was never started, or was stopped.
  */
-export class LoopwatchUnavailable extends LoopwatchUnavailableError {
+export class LoopwatchUnavailable extends LoopwatchError {
   override name = "LoopwatchUnavailable";
 }
 
@@ -71,7 +78,7 @@ export class LoopwatchUnavailable extends LoopwatchUnavailableError {
  * Failing closed (`failClosed: true`): no answer from loopwatch in time (publishing the event
  * or waiting for the decision), so the call must not run.
  */
-export class NoDecisionError extends LoopwatchUnavailableError {
+export class NoDecisionError extends LoopwatchError {
   override name = "NoDecisionError";
 }
 
@@ -79,7 +86,7 @@ export class NoDecisionError extends LoopwatchUnavailableError {
  * The broker refused this client for good: a wrong password, an untrusted certificate, a
  * SASL mechanism it does not offer, a missing ACL. The message says which, in one line.
  */
-export class BrokerAccessError extends LoopwatchUnavailableError {
+export class BrokerAccessError extends LoopwatchError {
   override name = "BrokerAccessError";
 }
 

@@ -45,7 +45,7 @@ export {
   LoopwatchError,
   LoopwatchInputError,
   LoopwatchUnavailable,
-  LoopwatchUnavailableError, // deprecated: the parent of LoopwatchUnavailable, NoDecisionError, BrokerAccessError
+  LoopwatchUnavailableError, // deprecated: the old name of LoopwatchUnavailable, NoDecisionError, BrokerAccessError (instanceof holds)
   NoDecisionError,
   PostCompactionLoopPersistedError,
   RunAbortedError,

@@ -132,7 +132,7 @@ app.kubernetes.io/component: worker
 {{- include "loopwatch.validateThresholds" (dict "ld" (merge (deepCopy $own) $global) "where" (printf "agent %s (merged with the global loopDetection)" $agent.id)) }}
 {{- end }}
 {{- end }}
-{{- /* Issue 17's options: the checks schemas.config makes across keys. */}}
+{{- /* The fleet options (scope, fleetIncidents, agentRings): the checks schemas.config makes across keys. */}}
 {{- $options := .Values.detectionConfig.loopwatch | default dict }}
 {{- $fleet := $options.fleetIncidents | default dict }}
 {{- if gt (int ($fleet.minAgents | default 3)) (int ($fleet.minRuns | default 20)) }}

@@ -43,10 +43,7 @@ test("the errors a runner meets have the Python client's names and families", ()
     const cls = exported.get(name);
     assert.ok(cls !== undefined, `the package exports no ${name}`);
     assert.equal(cls.name, name);
-    // TypeScript has one more parent, the deprecated LoopwatchUnavailableError: the old name
-    // of NoDecisionError, LoopwatchUnavailable and BrokerAccessError.
-    const ours = ancestors(cls).filter((n) => n !== "LoopwatchUnavailableError");
-    assert.deepEqual(ours, pythonAncestors, name);
+    assert.deepEqual(ancestors(cls), pythonAncestors, name);
   }
 });
 
@@ -76,11 +73,23 @@ test("every error the package exports derives from LoopwatchError and says its n
   }
 });
 
-test("the old names still catch what they caught", () => {
+test("the old names still catch what they caught", async () => {
   for (const error of [new client.LoopwatchUnavailable("x"), new client.NoDecisionError("x"), new client.BrokerAccessError("x")]) {
     assert.ok(error instanceof client.LoopwatchUnavailableError, error.name);
+    assert.ok(!ancestors(error.constructor as ErrorClass).includes("LoopwatchUnavailableError"), error.name);
+    await assert.rejects(Promise.reject(error), client.LoopwatchUnavailableError); // as a test of a catch would name it
   }
-  assert.ok(!(new client.ConfigError("x") instanceof client.LoopwatchUnavailableError));
+  for (const error of [
+    new client.LoopwatchError("x"),
+    new client.ConfigError("x"),
+    new client.LoopwatchInputError("x"),
+    new client.RunAbortedError("ended", "generic_repeat", 30, "read"),
+    new Error("x"),
+    "LoopwatchUnavailable",
+    null,
+  ]) {
+    assert.ok(!(error instanceof client.LoopwatchUnavailableError), String(error));
+  }
   assert.equal(openclaw.PluginConfigError, client.ConfigError);
   assert.equal(openclaw.ConfigError, client.ConfigError);
   assert.throws(() => openclaw.clientOptionsFromConfig({ brokers: [] }, {}), openclaw.PluginConfigError);
