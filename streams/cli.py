@@ -614,7 +614,10 @@ def _config_check(args: argparse.Namespace) -> int:
                 "abortAfterCriticalBlocks": s.abort_after_critical_blocks,
                 "surfaceWarnings": s.surface_warnings,
                 "mode": config.mode_for(agent),
-                "detectors": {"cycle": s.cycle},
+                "detectors": {
+                    "cycle": s.cycle,
+                    "earlyWarning": False if s.early_warning is None else s.early_warning.as_dict(),
+                },
             },
         }
     fleet = {  # root only: how the whole fleet's events are keyed and repartitioned

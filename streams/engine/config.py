@@ -130,6 +130,9 @@ class EarlyWarningSettings:
     ratio: float = EARLY_WARNING_DEFAULTS["ratio"]
     min_calls: int = EARLY_WARNING_DEFAULTS["minCalls"]
 
+    def as_dict(self) -> dict[str, Any]:
+        return {"window": self.window, "ratio": self.ratio, "minCalls": self.min_calls}
+
 
 @dataclass(frozen=True, slots=True)
 class Settings:

@@ -115,3 +115,13 @@ def test_the_cli_row(tmp_path):
         "early: before the loop 1/3 (4, 4); inside it 1; never 1; successful runs warned 1/2, 83.33 per 1,000 calls"
         in text.stdout
     )
+
+
+def test_config_check_shows_the_early_warning_resolved(tmp_path):
+    """Keys left out take the defaults (ratio 0.5, minCalls 20)."""
+    config = tmp_path / "early.json"
+    config.write_text(json.dumps({**CONFIG, "loopwatch": {"detectors": {"earlyWarning": {"window": 8}}}}))
+    proc = loopwatch("config", "check", config, "--json")
+    assert proc.returncode == 0, proc.stderr
+    detectors = json.loads(proc.stdout)["(default)"]["loopwatch"]["detectors"]
+    assert detectors == {"cycle": False, "earlyWarning": {"window": 8, "ratio": 0.5, "minCalls": 20}}
