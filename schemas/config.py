@@ -624,6 +624,20 @@ def _check_block(block: Any, path: str, latest_only: bool, issues: list[ConfigIs
         issues += validate_loop_detection(block, path)
 
 
+def _note_early_warning_in_vain(options: Any, profile: str, path: str, notes: list[ConfigIssue]) -> None:
+    """The peer profiles run their own systems' rules only: an early warning there is off."""
+    detectors = options.get("detectors") if isinstance(options, dict) else None
+    early = detectors.get("earlyWarning") if isinstance(detectors, dict) else None
+    if profile in PEER_PROFILES and (early is True or isinstance(early, dict)):
+        notes.append(
+            ConfigIssue(
+                f"{path}.detectors.earlyWarning",
+                f"profile {profile} runs its own system's rules only: the early warning is off for its agents",
+                "ignored",
+            )
+        )
+
+
 def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
     """(errors, warnings) of a whole config root.
 
@@ -662,6 +676,7 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
         block = options.get("fleetIncidents") if isinstance(options, dict) else None
         if isinstance(block, dict) and block.get("enabled") is True:
             notes.append(ConfigIssue("loopwatch.fleetIncidents", FORGEABLE_INCIDENTS, "forgeable"))
+        _note_early_warning_in_vain(options, root_profile, "loopwatch", notes)
     if agents is not None:
         if not isinstance(agents, dict) or not isinstance(entries, (list, type(None))):
             issues.append(ConfigIssue("agents.list", "Invalid input: expected array", "invalid_type"))
@@ -698,6 +713,8 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
                 _check_block(agent_tools["loopDetection"], f"{where}.tools.loopDetection", latest_only, issues, notes)
             if "loopwatch" in entry:
                 _validate_options(entry["loopwatch"], f"{where}.loopwatch", issues)
+                profile = _profile_of(entry.get("loopwatch"), root_profile)
+                _note_early_warning_in_vain(entry["loopwatch"], profile, f"{where}.loopwatch", notes)
     return issues, notes
 
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.config import validate
+from schemas.config import validate, warnings
 from streams.edge.events import completed_event, requested_event
 from streams.engine import LoopEngine, RunDriver, engine_for
 from streams.engine.config import EarlyWarningSettings
@@ -217,3 +217,21 @@ def test_it_never_blocks_and_changes_no_other_answer(actions, window, ratio, ext
         else:
             assert (a.action, a.detector, a.count, a.message) == (b.action, b.detector, b.count, b.message)
     assert sum(d.detector == "early_warning" for d in on) <= max(1, math.ceil(len(actions) / 2))
+
+
+def test_a_peer_profile_says_it_leaves_the_early_warning_off():
+    """Profiles openhands and gemini-cli run their own systems' rules only: no early warning (the
+    calls above repeat X 4 times; OpenHands' own rule blocks from the 4th identical pair), and the
+    config says so rather than going silently without."""
+    root = {**ENABLED, "loopwatch": {"profile": "openhands", "detectors": {"earlyWarning": SMALL}}}
+    assert not any(d.detector == "early_warning" for d in drive(root, "ABCDEXXXXFGXXX"))
+    assert [f"{n.path}: {n.message}" for n in warnings(root)] == [
+        "loopwatch.detectors.earlyWarning: profile openhands runs its own system's rules only: "
+        "the early warning is off for its agents"
+    ]
+    agent = {
+        **ENABLED,
+        "agents": {"list": [{"id": "g", "loopwatch": {"profile": "gemini-cli", **early()["loopwatch"]}}]},
+    }
+    assert [n.path for n in warnings(agent)] == ["agents.list[0].loopwatch.detectors.earlyWarning"]
+    assert warnings(early(SMALL)) == []
