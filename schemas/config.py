@@ -85,6 +85,13 @@ FLEET_INCIDENT_DEFAULTS = {
     "maxToolsPerAgentPerMinute": 30,
 }
 AGENT_RING_DEFAULTS = {"warningThreshold": 3, "criticalThreshold": 5, "windowSeconds": 3600}
+EARLY_WARNING_DEFAULTS = {"window": 10, "ratio": 0.5, "minCalls": 20}
+"""``loopwatch.detectors.earlyWarning``: the entropy of the last 10 calls, a warning when it falls
+below half of the run's own mean over its earlier windows, from the 20th call on (a window of 20
+needs 12 identical calls in it to halve, so it warns deep in a loop if at all; docs/evaluation.md)."""
+MAX_EARLY_WARNING_WINDOW = 1_000
+"""``earlyWarning.window``'s bound (the calls a run's state keeps for it)."""
+MAX_EARLY_WARNING_MIN_CALLS = 1_000_000
 FleetCount = Annotated[int, msgspec.Meta(gt=0, le=MAX_FLEET_COUNT)]
 WindowSeconds = Annotated[int, msgspec.Meta(gt=0, le=MAX_WINDOW_SECONDS)]
 RingRounds = Annotated[int, msgspec.Meta(gt=0, le=MAX_RING_ROUNDS)]
@@ -114,6 +121,19 @@ class LoopDetectionConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defau
     postCompactionGuard: PostCompactionGuardConfig | None = None
 
 
+class EarlyWarningConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    """``loopwatch.detectors.earlyWarning`` as an object (on; a key left out takes its default)."""
+
+    window: Annotated[int, msgspec.Meta(ge=2, le=MAX_EARLY_WARNING_WINDOW)] | None = None
+    """The calls whose action entropy is measured: the last ``window`` (10)."""
+    ratio: Annotated[float, msgspec.Meta(gt=0, lt=1)] | None = None
+    """Warn when the window's entropy falls below ``ratio`` times the run's mean over its
+    earlier windows (0.5)."""
+    minCalls: Annotated[int, msgspec.Meta(gt=0, le=MAX_EARLY_WARNING_MIN_CALLS)] | None = None
+    """No warning before the run's ``minCalls``-th call (20); above ``window``, so the run has a
+    baseline of earlier windows."""
+
+
 class LoopwatchDetectors(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
     """loopwatch's own detectors, each off unless true."""
 
@@ -121,6 +141,10 @@ class LoopwatchDetectors(msgspec.Struct, forbid_unknown_fields=True, omit_defaul
     """Cycles of 3 to 5 calls repeated with identical outcomes (read, edit, test, ...), which
     no upstream detector catches (OpenClaw issues #64500, #117637).  Warns at ``warningThreshold`` calls,
     blocks at ``criticalThreshold``; ping-pong (a cycle of 2) stays upstream's."""
+    earlyWarning: bool | EarlyWarningConfig | None = None
+    """A warning, never a block, when the variety of the run's recent calls collapses against
+    the run's own earlier calls, which tends to come before a loop: ``true`` for the defaults,
+    or an object of ``window``, ``ratio`` and ``minCalls``."""
 
 
 class FleetIncidentsConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -483,6 +507,39 @@ def _validate_fleet_options(options: dict, path: str, issues: list[ConfigIssue])
                 )
 
 
+def _check_early_warning(block: dict, path: str, issues: list[ConfigIssue]) -> None:
+    before = len(issues)
+    _check_strict(block, tuple(EARLY_WARNING_DEFAULTS), path, issues)
+    if "window" in block:
+        _check_positive_int(block["window"], f"{path}.window", issues, MAX_EARLY_WARNING_WINDOW)
+        if len(issues) == before and block["window"] < 2:
+            issues.append(ConfigIssue(f"{path}.window", "Too small: expected number to be >=2", "too_small"))
+    if "minCalls" in block:
+        _check_positive_int(block["minCalls"], f"{path}.minCalls", issues, MAX_EARLY_WARNING_MIN_CALLS)
+    if "ratio" in block:
+        ratio = block["ratio"]
+        if not _is_number(ratio):
+            issues.append(
+                ConfigIssue(
+                    f"{path}.ratio", f"Invalid input: expected number, received {_type_name(ratio)}", "invalid_type"
+                )
+            )
+        elif not 0 < ratio < 1:
+            issues.append(
+                ConfigIssue(f"{path}.ratio", "Invalid input: expected a number above 0 and below 1", "invalid_value")
+            )
+    if len(issues) == before:
+        merged = {**EARLY_WARNING_DEFAULTS, **block}
+        if merged["minCalls"] <= merged["window"]:
+            issues.append(
+                ConfigIssue(
+                    f"{path}.minCalls",
+                    f"{path}.minCalls must exceed window (the run needs earlier windows for its baseline).",
+                    "custom",
+                )
+            )
+
+
 def _validate_options(options: Any, path: str, issues: list[ConfigIssue], *, root: bool = False) -> None:
     if not isinstance(options, dict):
         issues.append(
@@ -503,7 +560,12 @@ def _validate_options(options: Any, path: str, issues: list[ConfigIssue], *, roo
     if root:
         _validate_fleet_options(options, path, issues)
     if "detectors" in options:
-        _check_block_of(options["detectors"], f"{path}.detectors", issues, {}, bools=("cycle",))
+        detectors = options["detectors"]
+        where = f"{path}.detectors"
+        if isinstance(detectors, dict) and isinstance(detectors.get("earlyWarning"), dict):
+            _check_early_warning(detectors["earlyWarning"], f"{where}.earlyWarning", issues)
+            detectors = {k: v for k, v in detectors.items() if k != "earlyWarning"}
+        _check_block_of(detectors, where, issues, {}, bools=("cycle", "earlyWarning"))
     profile = options.get("profile")
     if profile is not None and profile not in PROFILES:
         issues.append(
@@ -562,6 +624,20 @@ def _check_block(block: Any, path: str, latest_only: bool, issues: list[ConfigIs
         issues += validate_loop_detection(block, path)
 
 
+def _note_early_warning_in_vain(options: Any, profile: str, path: str, notes: list[ConfigIssue]) -> None:
+    """The peer profiles run their own systems' rules only: an early warning there is off."""
+    detectors = options.get("detectors") if isinstance(options, dict) else None
+    early = detectors.get("earlyWarning") if isinstance(detectors, dict) else None
+    if profile in PEER_PROFILES and (early is True or isinstance(early, dict)):
+        notes.append(
+            ConfigIssue(
+                f"{path}.detectors.earlyWarning",
+                f"profile {profile} runs its own system's rules only: the early warning is off for its agents",
+                "ignored",
+            )
+        )
+
+
 def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
     """(errors, warnings) of a whole config root.
 
@@ -600,6 +676,7 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
         block = options.get("fleetIncidents") if isinstance(options, dict) else None
         if isinstance(block, dict) and block.get("enabled") is True:
             notes.append(ConfigIssue("loopwatch.fleetIncidents", FORGEABLE_INCIDENTS, "forgeable"))
+        _note_early_warning_in_vain(options, root_profile, "loopwatch", notes)
     if agents is not None:
         if not isinstance(agents, dict) or not isinstance(entries, (list, type(None))):
             issues.append(ConfigIssue("agents.list", "Invalid input: expected array", "invalid_type"))
@@ -636,6 +713,8 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
                 _check_block(agent_tools["loopDetection"], f"{where}.tools.loopDetection", latest_only, issues, notes)
             if "loopwatch" in entry:
                 _validate_options(entry["loopwatch"], f"{where}.loopwatch", issues)
+                profile = _profile_of(entry.get("loopwatch"), root_profile)
+                _note_early_warning_in_vain(entry["loopwatch"], profile, f"{where}.loopwatch", notes)
     return issues, notes
 
 

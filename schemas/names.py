@@ -50,6 +50,10 @@ CYCLE = "cycle"
 """loopwatch's opt-in detector of cycles of 3 to 5 calls (``loopwatch.detectors.cycle``)."""
 AGENT_RING = "agent_ring"
 """loopwatch's opt-in detector of agents messaging each other in a ring (``loopwatch.agentRings``)."""
+EARLY_WARNING = "early_warning"
+"""loopwatch's opt-in warn-only detector of a collapse of the run's action entropy, which tends to
+come before a loop (``loopwatch.detectors.earlyWarning``).  It never blocks, and it warns once
+per collapse, without the warning-bucket rule."""
 
 # Profile openhands (OpenHands' StuckDetector, openhands-sdk; docs/peer-profiles.md).
 OPENHANDS_ACTION_OBSERVATION = "openhands_action_observation"

@@ -262,6 +262,13 @@ def _evaluate(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         rows.append(EngineRow(Path(path).stem, engine))
+    if args.early_warning:
+        rows.append(
+            EngineRow(
+                "early warning (upstream defaults, enabled, detectors.earlyWarning: true)",
+                engine_for({**UPSTREAM_DEFAULTS, "loopwatch": {"detectors": {"earlyWarning": True}}}),
+            )
+        )
     if not rows:
         rows = [
             EngineRow("upstream defaults (enabled)", engine_for(UPSTREAM_DEFAULTS)),
@@ -607,7 +614,10 @@ def _config_check(args: argparse.Namespace) -> int:
                 "abortAfterCriticalBlocks": s.abort_after_critical_blocks,
                 "surfaceWarnings": s.surface_warnings,
                 "mode": config.mode_for(agent),
-                "detectors": {"cycle": s.cycle},
+                "detectors": {
+                    "cycle": s.cycle,
+                    "earlyWarning": False if s.early_warning is None else s.early_warning.as_dict(),
+                },
             },
         }
     fleet = {  # root only: how the whole fleet's events are keyed and repartitioned
@@ -845,6 +855,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--config", action="append", metavar="FILE", help="a row: a config file (repeat for several)")
     p.add_argument("--no-reference", action="store_true", help="leave out the peers' reference rows")
+    p.add_argument(
+        "--early-warning",
+        action="store_true",
+        help="a row: upstream's defaults, detection on, with loopwatch.detectors.earlyWarning at its defaults "
+        "(a --config row that turns it on is reported the same way): planted loops warned before they start, "
+        "the lead in calls, and warnings on successful runs",
+    )
     p.add_argument(
         "--success",
         action="append",

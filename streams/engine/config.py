@@ -17,9 +17,11 @@ from typing import Any
 from schemas.config import (
     AGENT_RING_DEFAULTS,
     CONFIGURABLE_FINAL,
+    EARLY_WARNING_DEFAULTS,
     FLEET_INCIDENT_DEFAULTS,
     GEMINI_CLI,
     LATEST,
+    MAX_EARLY_WARNING_WINDOW,
     OPENHANDS,
     PEER_PROFILES,
     PROFILES,
@@ -121,6 +123,18 @@ class GuardSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class EarlyWarningSettings:
+    """``loopwatch.detectors.earlyWarning``, resolved (``streams.engine.early_warning``)."""
+
+    window: int = int(EARLY_WARNING_DEFAULTS["window"])
+    ratio: float = float(EARLY_WARNING_DEFAULTS["ratio"])
+    min_calls: int = int(EARLY_WARNING_DEFAULTS["minCalls"])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"window": self.window, "ratio": self.ratio, "minCalls": self.min_calls}
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Everything the engine needs for one agent's runs."""
 
@@ -134,6 +148,9 @@ class Settings:
     """loopwatch option: ask runners to show emitted warnings to the model (upstream: no)."""
     cycle: bool = False
     """loopwatch option: the ``cycle`` detector (``loopwatch.detectors.cycle``; upstream: none)."""
+    early_warning: EarlyWarningSettings | None = None
+    """loopwatch option: the warn-only entropy-collapse detector
+    (``loopwatch.detectors.earlyWarning``; upstream: none), None when off."""
     peer: str | None = None
     """Profile ``openhands`` or ``gemini-cli`` (``streams.engine.peers``): another agent
     family's rules instead of OpenClaw's; None for the two OpenClaw profiles."""
@@ -330,6 +347,21 @@ def _agent_rings(block: Any) -> AgentRingSettings | None:
     )
 
 
+def _early_warning(block: Any) -> EarlyWarningSettings | None:
+    """``true`` or an object: on (a key left out, or out of bounds, takes its default)."""
+    if block is True:
+        return EarlyWarningSettings()
+    if not isinstance(block, dict):
+        return None
+    d = EarlyWarningSettings()
+    window = int(pos_int(block.get("window"), d.window))
+    window = window if 2 <= window <= MAX_EARLY_WARNING_WINDOW else d.window
+    ratio = block.get("ratio")
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio < 1:
+        ratio = d.ratio
+    return EarlyWarningSettings(window, float(ratio), max(int(pos_int(block.get("minCalls"), d.min_calls)), window + 1))
+
+
 class ConfigSet:
     """A config root resolved per agent id, memoised (resolution runs once per agent)."""
 
@@ -358,7 +390,10 @@ class ConfigSet:
         runs."""
         if self.scope != RUN_SCOPE or self.fleet_incidents is not None or self.agent_rings is not None:
             return True
-        return any(self.settings_for(agent).cycle for agent in (None, *self.agent_ids()))
+        return any(
+            settings.cycle or settings.early_warning is not None
+            for settings in map(self.settings_for, (None, *self.agent_ids()))
+        )
 
     def loop_detection_block(self, agent_id: str | None, profile: str = CONFIGURABLE_FINAL) -> Any:
         global_block = _get(_get(self.root, "tools"), "loopDetection")
@@ -428,6 +463,7 @@ class ConfigSet:
             else None,
             surface_warnings=options.get("surfaceWarnings") is True,
             cycle=_get(options.get("detectors"), "cycle") is True,
+            early_warning=_early_warning(_get(options.get("detectors"), "earlyWarning")),
             peer=profile if profile in PEER_PROFILES else None,
         )
         self.resolved[agent_id] = settings

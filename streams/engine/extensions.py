@@ -8,6 +8,8 @@
   buffer does for a session without run ids).
 * ``loopwatch.detectors.cycle``: ``detectors.detect_cycle`` on the history before the call is
   recorded.
+* ``loopwatch.detectors.earlyWarning``: ``early_warning.observe`` on every checked call, its
+  warning shown only on a call no other detector has a finding on (it never blocks).
 * ``loopwatch.agentRings``: a send whose (sender, target) is a hop of a ring the fleet
   topology found in its trace (``FleetView.ring_for``).
 * ``loopwatch.fleetIncidents``: a call of a tool with an open incident publishes its decision,
@@ -37,12 +39,12 @@ from schemas.keys import normalize_run_id, session_scope_key
 from schemas.names import CRITICAL, WARNING
 from schemas.verdicts import Decision
 
-from . import history
+from . import early_warning, history
 from .config import ConfigSet, Settings
 from .detectors import Detection, Finding, detect, detect_cycle, detect_latest
 from .engine import LatestEngine, LoopEngine, Step, refused_after_abort
 from .fleet import FleetView, RingDetection
-from .state import RunState
+from .state import EntropyWindow, RunState
 
 __all__ = ["FleetStep", "engine_class", "with_incident"]
 
@@ -112,8 +114,13 @@ class _Extensions(LoopEngine):
     def _requested(self, state: RunState, event: ToolCallRequested) -> Step:
         settings = self.settings_for(event.agent_id)
         found: Finding | None = None
+        early = None
         if event.session_key and state.aborted is None and settings.detection.enabled:
             cfg = settings.detection
+            if settings.early_warning is not None:
+                if state.early is None:
+                    state.early = EntropyWindow()
+                early = early_warning.observe(state.early, event.tool_name, event.args_hash, settings.early_warning)
             if settings.cycle:
                 found = detect_cycle(
                     state, event.tool_name, intern(event.args_hash), cfg.warning_threshold, cfg.critical_threshold
@@ -131,6 +138,13 @@ class _Extensions(LoopEngine):
             step = super()._requested(state, event)
             if step.detection is None and not step.vetoed and found.level == WARNING:
                 self._warn(state, step, settings, found)
+        if early is not None and step.detection is None and not step.vetoed:
+            # Once per collapse, not by the bucket rule: the collapse already counts once.
+            step.detection = early
+            step.action = "warn"
+            step.emitted = True
+            step.notify = settings.surface_warnings
+            step.built_logs = None
         if self.incidents_on and self.fleet is not None:
             incident = self.fleet.incidents.get(event.tool_name)
             if incident is not None:

@@ -36,6 +36,7 @@ __all__ = [
     "VETO",
     "CallRecord",
     "CompactionRereads",
+    "EntropyWindow",
     "GuardWindow",
     "LatestState",
     "RunState",
@@ -187,6 +188,21 @@ class LatestState(msgspec.Struct, gc=False):
         self.ring = None
 
 
+class EntropyWindow(msgspec.Struct, array_like=True, gc=False):
+    """What the detector keeps for a run (``RunState.early``): ``streams.engine.early_warning``."""
+
+    actions: list[int] = []
+    """The last ``window`` actions, oldest first (``action_id``)."""
+    calls: int = 0
+    """Calls observed in the run."""
+    entropy_sum: float = 0.0
+    windows: int = 0
+    """The baseline: the sum of the entropies of the run's earlier full windows outside a
+    collapse, and how many."""
+    collapsed: bool = False
+    """In a collapse (warned; quiet until the entropy recovers)."""
+
+
 # gc=False: a state holds lists of strings and a dict of ints, never a cycle; keeping tens
 # of thousands of states out of the cyclic collector's scans matters on a busy worker.
 class RunState(msgspec.Struct, gc=False):
@@ -213,6 +229,8 @@ class RunState(msgspec.Struct, gc=False):
     id, the detector that ended it); their late calls are refused."""
     peer: PeerState | None = None
     """What profile openhands or gemini-cli keeps (``streams.engine.peers``), None without one."""
+    early: EntropyWindow | None = None
+    """What ``loopwatch.detectors.earlyWarning`` keeps, None without it."""
 
     def __len__(self) -> int:
         return len(self.sigs)
@@ -259,6 +277,8 @@ def copy_state(state: RunState) -> RunState:
         warning_buckets=state.warning_buckets.copy(),
         guard=msgspec.structs.replace(state.guard),
     )
+    if state.early is not None:
+        copy.early = msgspec.structs.replace(state.early, actions=state.early.actions.copy())
     if state.peer is not None:  # (small: a window of at most 20 events)
         copy.peer = msgspec.msgpack.decode(msgspec.msgpack.encode(state.peer), type=PeerState)
     latest = state.latest
@@ -332,6 +352,13 @@ class _StoredPeer(_Stored, array_like=True, omit_defaults=True):
     peer: PeerState | None = None
 
 
+class _StoredEarly(_StoredPeer, array_like=True, omit_defaults=True):
+    """A state with ``RunState.early``: one element more again (``peer`` nil without one).  A
+    state without it is written as before; every stored state decodes as this."""
+
+    early: EntropyWindow | None = None
+
+
 def _digest_bytes(text: str) -> bytes | None:
     """32 raw bytes for exactly 64 lowercase hex characters, else None."""
     if len(text) != 64:
@@ -385,7 +412,7 @@ def _unpack_result(value: bytes) -> str:
 
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(_StoredPeer)
+_decoder = msgspec.msgpack.Decoder(_StoredEarly)
 
 
 def encode_state(state: RunState) -> bytes:
@@ -446,7 +473,9 @@ def encode_state(state: RunState) -> bytes:
         latest=latest,
         aborted_runs=list(state.aborted_runs) or None,
     )
-    if state.peer is not None:
+    if state.early is not None:
+        stored = _StoredEarly(**msgspec.structs.asdict(stored), peer=state.peer, early=state.early)
+    elif state.peer is not None:
         stored = _StoredPeer(**msgspec.structs.asdict(stored), peer=state.peer)
     return _encoder.encode(stored)
 
@@ -560,4 +589,5 @@ def decode_state(data: bytes) -> RunState:
         # (msgspec decodes each pair as a tuple already: ``tuple`` copies only the list)
         aborted_runs=tuple(s.aborted_runs) if s.aborted_runs else (),
         peer=s.peer,
+        early=s.early,
     )

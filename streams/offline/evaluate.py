@@ -40,6 +40,15 @@ than repeats show.
 The calls-into-the-loop distribution of each row's catches is reported as nearest-rank
 percentiles and a histogram (calls into the loop: catches).
 
+A row whose config turns on ``loopwatch.detectors.earlyWarning`` (or ``evaluate --early-warning``)
+also reports its **early warnings** (detector ``early_warning``, warn-only) on their own: on
+planted runs, the share warned before the loop's first call (the last such warning's **lead**, in
+calls: ``start - warned``, the warned call being the ``warned``-th), the share whose first warning
+after that falls inside the loop instead (``start <= warned <= start + length``, calls into the
+loop as for a catch), and the share never warned up to the loop's end; on successful runs, the
+runs warned and the warnings per 1,000 calls, the rate at which a warning before a loop would
+come by chance.
+
 The reference rows are the peers' own simple rules, written here from their descriptions
 (docs/evaluation.md cites the sources); they are not engine profiles and judge only the
 hashes the events carry:
@@ -65,6 +74,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from schemas.events import RunEnded, ToolCallCompleted
+from schemas.names import EARLY_WARNING
 
 from ..engine import LoopEngine, RunDriver, outcome
 from ..engine.drive import BLOCK, WARN
@@ -82,6 +92,7 @@ __all__ = [
     "caught_at",
     "distribution",
     "distribution_path",
+    "early_warned",
     "evaluate_run",
     "loop_spans",
     "is_successful",
@@ -128,6 +139,8 @@ class Stops:
     block: int | None = None
     abort: int | None = None
     blocks: int = 0
+    early: tuple[int, ...] = ()
+    """Where each of the row's early warnings fell (calls executed before), in order."""
 
     @property
     def stop(self) -> int | None:
@@ -145,12 +158,16 @@ class EngineRow:
     def __init__(self, name: str, engine: LoopEngine) -> None:
         self.name = name
         self.engine = engine
+        config = engine.config
+        self.early = any(config.settings_for(agent).early_warning is not None for agent in (None, *config.agent_ids()))
+        """Whether the row's config turns the early warning on (its figures are reported)."""
 
     def judge(self, events: Sequence[Any], calls: Sequence[tuple[str, str | None, bool]]) -> Stops:
         driver = RunDriver(self.engine)
         handle = driver.handle
         executed = blocks = 0
         warn = block = abort = None
+        early: list[int] = []
         for event in events:
             step = handle(event, "run", validated=True)
             rank = outcome(step)
@@ -158,6 +175,8 @@ class EngineRow:
                 if rank == WARN:
                     if warn is None:
                         warn = executed
+                    if step.detection is not None and step.detection.detector == EARLY_WARNING:
+                        early.append(executed)
                 elif rank == BLOCK:
                     blocks += 1
                     if block is None:
@@ -166,13 +185,14 @@ class EngineRow:
                     abort = executed
             if type(event) is ToolCallCompleted:
                 executed += 1
-        return Stops(warn, block, abort, blocks)
+        return Stops(warn, block, abort, blocks, tuple(early))
 
 
 class ReferenceRow:
     """A peer's simple rule over a run's calls (``(args_hash, result_hash, is_error)``)."""
 
     kind = "reference"
+    early = False
 
     def __init__(self, name: str, rule: Callable[[Sequence[tuple[str, str | None, bool]]], Stops], source: str) -> None:
         self.name = name
@@ -260,6 +280,19 @@ def caught_at(stop: int | None, start: int, length: int) -> int | None:
     if stop is None or stop < start or stop > start + length:
         return None
     return stop - start
+
+
+def early_warned(positions: Sequence[int], start: int, length: int) -> tuple[str, int] | None:
+    """A planted loop's early warning (module docstring): ``("before", lead)`` for the last
+    warning before its first call, else ``("inside", calls into the loop)`` for the first one
+    inside it, else None."""
+    before = [p for p in positions if p < start]
+    if before:
+        return "before", start - before[-1]
+    for p in positions:
+        if start <= p <= start + length:
+            return "inside", p - start
+    return None
 
 
 def loop_spans(calls: Sequence[tuple[str, str | None, bool]], least: int = STRICT_LOOP) -> list[tuple[int, int]]:
@@ -373,6 +406,13 @@ class _Tally:
     caught: dict = field(default_factory=lambda: {k: [] for k in LOOP_LENGTHS})
     before: dict = field(default_factory=lambda: {k: 0 for k in LOOP_LENGTHS})
     planted: dict = field(default_factory=lambda: {s: {"caught": [], "before": 0} for s in SHAPES})
+    early_runs: int = 0
+    early_warnings: int = 0
+    early_successful_runs: list = field(default_factory=list)
+    early_successful_warnings: int = 0
+    early_lead: list = field(default_factory=list)
+    early_into: list = field(default_factory=list)
+    early_by_shape: dict = field(default_factory=lambda: {s: {"before": 0, "inside": 0} for s in SHAPES})
 
 
 class Evaluation:
@@ -383,7 +423,7 @@ class Evaluation:
         self.successful = frozenset(successful)
         self.records = self.events = self.duplicates = 0
         self.dead: Counter = Counter()
-        self.runs = self.calls = 0
+        self.runs = self.calls = self.successful_calls = 0
         self.labels: Counter = Counter()
         self.loops = {k: 0 for k in LOOP_LENGTHS}
         self.loop_runs: dict[int, list[str]] = {k: [] for k in LOOP_LENGTHS}
@@ -458,6 +498,8 @@ class Evaluation:
         self.runs += 1
         self.calls += result.calls
         self.labels[{True: "successful", False: "unsuccessful", None: "unlabelled"}[result.success]] += 1
+        if result.success is True:
+            self.successful_calls += result.calls
         for k, _loop in result.loops.items():
             self.loops[k] += 1
             self.loop_runs[k].append(result.key)
@@ -469,6 +511,17 @@ class Evaluation:
             tally.blocked += stops.block is not None
             tally.aborted += stops.abort is not None
             tally.blocks += stops.blocks
+            if stops.early:
+                tally.early_runs += 1
+                tally.early_warnings += len(stops.early)
+                if result.success is True:
+                    tally.early_successful_runs.append(result.key)
+                    tally.early_successful_warnings += len(stops.early)
+            if planted is not None:
+                warned = early_warned(stops.early, planted.start, planted.length)
+                if warned is not None:
+                    (tally.early_lead if warned[0] == "before" else tally.early_into).append(warned[1])
+                    tally.early_by_shape[planted.shape][warned[0]] += 1
             stop = stops.stop
             if stop is None:
                 continue
@@ -548,6 +601,7 @@ class Evaluation:
                     "calls_saved": tally.saved,
                     "calls_saved_in_unsuccessful_runs": tally.saved_unsuccessful,
                     **({"source": row.source} if row.kind == "reference" else {}),
+                    **({"early_warning": self._early_report(tally)} if row.early else {}),
                 }
             )
         return {
@@ -563,6 +617,36 @@ class Evaluation:
             },
             "planted_loops": {shape: self.planted[shape] for shape in SHAPES if self.planted[shape]},
             "rows": rows,
+        }
+
+    def _early_report(self, tally: _Tally) -> dict:
+        planted = sum(self.planted.values())
+        successful = self.labels["successful"]
+        lead, into = tally.early_lead, tally.early_into
+        return {
+            "runs_warned": tally.early_runs,
+            "warnings": tally.early_warnings,
+            "planted_runs": planted,
+            "warned_before_loop": len(lead),
+            "warned_before_loop_rate": len(lead) / planted if planted else None,
+            "lead_calls_median": median(lead),
+            "lead_calls_p90": percentile(lead, 0.9),
+            "lead_calls": distribution(lead),
+            "warned_in_loop": len(into),
+            "calls_into_loop_median": median(into),
+            "not_warned": planted - len(lead) - len(into),
+            "by_shape": {
+                shape: {"runs": self.planted[shape], **tally.early_by_shape[shape]}
+                for shape in SHAPES
+                if self.planted[shape]
+            },
+            "successful_runs": successful,
+            "successful_runs_warned": len(tally.early_successful_runs),
+            "successful_runs_warned_rate": len(tally.early_successful_runs) / successful if successful else None,
+            "successful_warnings_per_1000_calls": 1000 * tally.early_successful_warnings / self.successful_calls
+            if self.successful_calls
+            else None,
+            "successful_runs_warned_examples": sorted(tally.early_successful_runs)[:20],
         }
 
 
@@ -642,6 +726,25 @@ def render_table(report: dict, out: IO[str]) -> None:
                     text += f" b{p['stopped_before_loop']}"
                 texts.append(text)
             w(f"{r['name']:<{nw}}  " + "  ".join(f"{c:>{sw}}" for c in texts) + "\n")
+    early = [r for r in rows if "early_warning" in r]
+    if early:
+        w(
+            "\nearly warnings (loopwatch.detectors.earlyWarning, warn-only): planted loops warned before their first "
+            "call (median, p90 lead in calls), warned inside the loop instead, never; successful runs warned, "
+            "warnings per 1,000 calls of successful runs\n"
+        )
+        for r in early:
+            e = r["early_warning"]
+            before = f"{e['warned_before_loop']}/{e['planted_runs']}"
+            if e["warned_before_loop"]:
+                before += f" ({e['lead_calls_median']:g}, {e['lead_calls_p90']:g})"
+            rate = e["successful_warnings_per_1000_calls"]
+            w(
+                f"  {r['name']}: before the loop {before}; inside it {e['warned_in_loop']}; never {e['not_warned']}; "
+                f"successful runs warned {e['successful_runs_warned']}/{e['successful_runs']}"
+                + (f", {rate:.2f} per 1,000 calls" if rate is not None else "")
+                + "\n"
+            )
     if any(r["false_alarm_runs"] for r in rows):
         w("\nfalse alarms (blocked or aborted runs labelled successful; *: pure, outside any strict loop):\n")
         for r in rows:
