@@ -20,7 +20,7 @@ from schemas.names import MISSING_KEY
 from ..client.errors import PostCompactionLoopPersistedError, RunAbortedError
 from ..edge.events import blocked_result, completed_event, requested_event
 from ..edge.hashing import ThrownError, args_hash, hash_outcome, is_known_poll
-from ..engine import guard as guard_mod
+from ..engine import compaction_guard as guard_mod
 from ..engine import history as history_mod
 from ..engine.choose import engine_for
 from ..engine.config import (

@@ -22,7 +22,7 @@ from ..edge.canonical import UNDEFINED
 from ..edge.events import blocked_result, compaction_event, completed_event, requested_event
 from ..edge.hashing import ThrownError
 from ..engine import LoopEngine, RunDriver, RunState, engine_for
-from ..engine import guard as guard_mod
+from ..engine import compaction_guard as guard_mod
 from ..engine.config import CONFIGURABLE_FINAL, LATEST, PROFILES, with_profile
 from ..engine.engine import normalize_run_id
 from ..offline.files import OverlongLine, read_lines
