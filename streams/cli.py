@@ -125,16 +125,13 @@ def _backtest(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         return fail(f"--jobs must be at least 1, not {args.jobs}")
-    if args.files and args.broker:
-        return fail("give files or --broker/--topic, not both")
-    if not args.files and not args.broker:
-        return fail("give JSONL files of tool-calls events, or --broker and --topic")
-    if args.broker and not args.topic:
-        return fail("--broker needs --topic")
-    if args.files and (
-        args.topic or args.from_offset is not None or args.to_offset is not None or args.since or args.until
-    ):
-        return fail("--topic, --from-offset, --to-offset, --since and --until read a topic: they need --broker")
+    named_broker = args.bootstrap or args.deprecated_broker
+    if args.files and (args.topic or named_broker):
+        return fail("give files or --topic (and --bootstrap), not both")
+    if not args.files and not args.topic:
+        return fail("give JSONL files of tool-calls events, or --topic (and --bootstrap)")
+    if args.files and (args.from_offset is not None or args.to_offset is not None or args.since or args.until):
+        return fail("--from-offset, --to-offset, --since and --until read a topic: they need --topic")
     engines = {}
     for name in ("baseline", "candidate"):
         try:
@@ -158,14 +155,16 @@ def _backtest(args: argparse.Namespace) -> int:
         if args.files:
             source = FileSource([Path(f) for f in args.files])
         else:
-            from .app.settings import Settings, SettingsError
+            from .app.broker_options import client_settings
+            from .app.settings import SettingsError
 
             try:
-                options = Settings.from_env(broker=args.broker).kafka_client_options()
+                settings = client_settings(args, "loopwatch backtest")
+                options = settings.kafka_client_options()
             except SettingsError as exc:
                 return fail(str(exc))
             source = KafkaRange(
-                args.broker,
+                settings.broker,
                 args.topic,
                 start=args.from_offset,
                 end=args.to_offset,
@@ -693,12 +692,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--candidate", required=True, metavar="CONFIG", help="the config to try")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="write would-fire per minute, baseline against candidate")
-    p.add_argument(
-        "--broker",
-        help="read a tool-calls topic instead of files (bootstrap servers; TLS/SASL from "
-        "the worker's LOOPWATCH_KAFKA_* variables)",
-    )
-    p.add_argument("--topic", help="the topic to read (with --broker)")
+    p.add_argument("--topic", help="read this tool-calls topic instead of files (on --bootstrap's cluster)")
     p.add_argument(
         "--from-offset", type=int, metavar="N", help="first offset of every partition (default: the beginning)"
     )
@@ -723,6 +717,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="processes to split the runs over (default: the cores available to this process)",
     )
+    from .app.broker_options import add_broker_options
+
+    add_broker_options(p)
     p.set_defaults(func=_backtest)
 
     from .importers import FORMATS

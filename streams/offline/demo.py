@@ -18,11 +18,13 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from ..app.broker_options import add_broker_options, broker_overrides
 from ..app.processes import stop_group, wait_http_ok
+from ..app.settings import Settings, SettingsError, env_name
 from ..client import LoopBlocked, LoopwatchClient, RunAbortedError
 from .scenarios import SCENARIOS, scenario_calls
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 COLORS = {
     "warn": "\033[33m",
     "block": "\033[31m",
@@ -49,10 +51,13 @@ def ensure_broker() -> str:
     return "127.0.0.1:19092"
 
 
-def start_worker(bootstrap: str, web_port: int, metrics_port: int, config: Path, log_path: Path) -> subprocess.Popen:
+def start_worker(
+    bootstrap: str, web_port: int, metrics_port: int, config: Path, log_path: Path, kafka_env: dict[str, str]
+) -> subprocess.Popen:
     env = {
         **os.environ,
-        "LOOPWATCH_BROKER": bootstrap,
+        **kafka_env,
+        "LOOPWATCH_BOOTSTRAP": bootstrap,
         "LOOPWATCH_CONFIG": str(config),
         "LOOPWATCH_WEB_PORT": str(web_port),
         "LOOPWATCH_METRICS_PORT": str(metrics_port),
@@ -117,10 +122,12 @@ async def simulate_run(client: LoopwatchClient, kind: str, run_id: str, length: 
         print(paint("ok", f"  {run_id:22} finished cleanly ({length} calls)"))
 
 
-async def run_fleet(bootstrap: str, runs_per_kind: int, length: int, pace: float) -> dict:
+async def run_fleet(
+    bootstrap: str, runs_per_kind: int, length: int, pace: float, kafka_options: dict | None = None
+) -> dict:
     stats: dict = defaultdict(Counter)
     stats["latency"] = []
-    async with LoopwatchClient(bootstrap, mode="gate", timeout=5.0) as client:
+    async with LoopwatchClient(bootstrap, mode="gate", timeout=5.0, **(kafka_options or {})) as client:
         tasks = [
             simulate_run(client, kind, f"{kind}-{n + 1}", length, stats, pace)
             for kind in SCENARIOS
@@ -155,20 +162,33 @@ def run_demo(argv: list[str] | None = None) -> int:
     parser.add_argument("--web-port", type=int, default=6066)
     parser.add_argument("--metrics-port", type=int, default=9108)
     parser.add_argument("--keep-worker", action="store_true", help="leave the worker running (Ctrl-C stops it)")
+    add_broker_options(parser)
     args = parser.parse_args(argv)
-
-    print("loopwatch demo: starting the local Kafka broker (cached after the first run)…", flush=True)
-    bootstrap = ensure_broker()
+    try:
+        overrides = broker_overrides(args, "loopwatch demo")
+        settings = Settings.from_env(**overrides)
+    except SettingsError as exc:
+        print(f"loopwatch demo: {exc}", file=sys.stderr)
+        return 2
+    # The worker reads the same broker settings: the flags given, as its variables.
+    kafka_env = {env_name(name): str(value) for name, value in overrides.items() if value is not None}
+    if overrides["broker"] is None and not (os.environ.get(env_name("broker")) or os.environ.get("LOOPWATCH_BROKER")):
+        print("loopwatch demo: starting the local Kafka broker (cached after the first run)…", flush=True)
+        bootstrap = ensure_broker()
+    else:
+        bootstrap = settings.broker
     log_path = REPO / ".loopwatch-state" / "demo-worker.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     print(f"starting a loopwatch worker (log: {log_path.relative_to(REPO)})…", flush=True)
-    worker = start_worker(bootstrap, args.web_port, args.metrics_port, Path(args.config), log_path)
+    worker = start_worker(bootstrap, args.web_port, args.metrics_port, Path(args.config), log_path, kafka_env)
     try:
         wait_http_ok(f"http://127.0.0.1:{args.web_port}/readyz", worker, what="the worker", timeout=120, interval=0.5)
         print(f"worker ready: http://127.0.0.1:{args.web_port}/readyz, metrics on :{args.metrics_port}/metrics")
         print(f"simulating {args.runs_per_scenario * len(SCENARIOS)} runs ({', '.join(SCENARIOS)}):\n", flush=True)
         started = time.monotonic()
-        stats = asyncio.run(run_fleet(bootstrap, args.runs_per_scenario, args.calls, args.pace))
+        stats = asyncio.run(
+            run_fleet(bootstrap, args.runs_per_scenario, args.calls, args.pace, settings.kafka_client_options())
+        )
         print_summary(stats, time.monotonic() - started)
         if args.keep_worker:
             print("\nthe worker keeps running; Ctrl-C to stop it")
