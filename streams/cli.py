@@ -191,6 +191,8 @@ def _backtest(args: argparse.Namespace) -> int:
             return fail(
                 f"unknown agent {', '.join(map(repr, missing))}: no event of it in the input (agents seen: {seen})", 1
             )
+    if backtest.events == 0:  # a wrong input: no report of zeros, no plot
+        return fail(_nothing_read("compare", args.files, sum(backtest.dead.values())), 1)
     report = backtest.report()
     if args.plot:
         try:
@@ -201,11 +203,37 @@ def _backtest(args: argparse.Namespace) -> int:
         print(json.dumps(report.data, indent=2))
     else:
         render_table(report, sys.stdout)
-    if backtest.events == 0:
-        refused = sum(backtest.dead.values())
-        what = f"all {refused:,} records were refused" if refused else "it holds no events"
-        return fail(f"nothing to compare: {what}", 1)
     return 0
+
+
+def _nothing_read(what: str, files: list[str], refused: int) -> str:
+    """Why an offline tool read no event: a raw transcript is named by its format, with the
+    ``loopwatch import`` command that turns it into events."""
+    for name in files:
+        fmt = _transcript_format(Path(name))
+        if fmt is not None:
+            return (
+                f"nothing to {what}: {name} is a {fmt} transcript, not tool-calls events; "
+                f"run `loopwatch import {fmt} {name} -o events.jsonl` first and give events.jsonl"
+            )
+    return f"nothing to {what}: " + (f"all {refused:,} records were refused" if refused else "it holds no events")
+
+
+def _transcript_format(path: Path) -> str | None:
+    """The ``loopwatch import`` format ``path`` is in, or None (not a transcript, or unreadable)."""
+    from .importers import ImportFailed, detect
+    from .importers.reader import open_source
+
+    try:
+        src = open_source(path)
+    except ImportFailed:
+        return None
+    try:
+        return detect(src)[0].NAME
+    except (ImportFailed, OSError, EOFError, ValueError):
+        return None
+    finally:
+        src.close()
 
 
 UPSTREAM_DEFAULTS = {"tools": {"loopDetection": {"enabled": True}}}
@@ -268,6 +296,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         progress = Progress(sys.stderr, source.progress, what="evaluate")
         evaluation.run(source.records(), progress=progress, jobs=args.jobs or available_cores())
         progress.done(evaluation.records)
+        if evaluation.events == 0:  # a wrong input: no report of zeros, no plot
+            return fail(_nothing_read("evaluate", args.files, sum(evaluation.dead.values())), 1)
         report = evaluation.report()
         if args.plot:
             plot(report, Path(args.plot))
@@ -277,10 +307,6 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         render_table(report, sys.stdout)
-    if evaluation.events == 0:
-        refused = sum(evaluation.dead.values())
-        what = f"all {refused:,} records were refused" if refused else "it holds no events"
-        return fail(f"nothing to evaluate: {what}", 1)
     return 0
 
 
