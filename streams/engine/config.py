@@ -183,7 +183,7 @@ class AgentRingSettings:
 
 DETECTION_OFF_HINT = (
     "tools.loopDetection.enabled is not true; every call is allowed unchecked "
-    '(turn it on: examples/recommended.yaml, README "Configuration")'
+    "(turn it on: start the worker with --config examples/getting-started.yaml, docs/configuration.md)"
 )
 
 

@@ -71,8 +71,18 @@ def test_config_check_refuses_an_empty_document(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text)
     one_line_error(
-        loopwatch("config", "check", path), 1, "holds no configuration", "refused", "loopDetection: {enabled: true}"
+        loopwatch("config", "check", path),
+        1,
+        "holds no configuration",
+        "refused",
+        "start from examples/getting-started.yaml (detection on",
+        "loopDetection: {enabled: true}",
     )
+    assert "{} for" not in proc_text(path)  # {} is detection off too: never the advice
+
+
+def proc_text(path) -> str:
+    return loopwatch("config", "check", path).stderr
 
 
 def test_worker_refuses_an_empty_config_at_start(tmp_path):
