@@ -45,7 +45,7 @@ test("detection_off is read from the worker's verdicts, absent meaning on", () =
     ["v2", "r1", "main", false],
   ]);
   assert.equal(decision(off!).detection_off, true);
-  assert.equal(decision(on!).detection_off, false);
+  assert.equal(decision(on!).detection_off, undefined);
 });
 
 test("one warning per agent whose decisions say detection is off", () => {
