@@ -1,6 +1,6 @@
 # loopwatch worker image (ghcr.io/loopwatch/loopwatch), used by helm/loopwatch.
 #   docker build -t ghcr.io/loopwatch/loopwatch:0.1.0 .
-#   docker run --rm -e LOOPWATCH_BROKER=kafka:9092 ghcr.io/loopwatch/loopwatch:0.1.0
+#   docker run --rm -e LOOPWATCH_BOOTSTRAP=kafka:9092 ghcr.io/loopwatch/loopwatch:0.1.0
 FROM python:3.11-slim
 
 LABEL org.opencontainers.image.title="loopwatch" \

@@ -189,7 +189,7 @@ kafka-status:
 	scripts/kafka.sh status
 
 run: install kafka
-	$(LOOPWATCH) demo
+	$(LOOPWATCH) demo $(if $(KEEP),--keep-worker)
 
 bench-core: install
 	$(PY) -m bench.core

@@ -124,7 +124,7 @@ class WorkerProcess:
         env.update(self.names.env())
         env.update(FAST_GROUP_ENV)
         env.update(
-            LOOPWATCH_BROKER=self.broker,
+            LOOPWATCH_BOOTSTRAP=self.broker,
             # One static group member per label: a restart rejoins as the same member, and
             # two workers of one test never fence each other (they share a host name).
             LOOPWATCH_INSTANCE_ID=f"{self.names.app_id}-{self.label}",

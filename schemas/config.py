@@ -753,8 +753,8 @@ def _one_line(exc: BaseException) -> str:
 
 EMPTY_REFUSED = (
     "holds no configuration (empty, only comments, or null): refused, because an empty config "
-    "would turn loop detection off; to turn it on write `tools: {loopDetection: {enabled: true}}` "
-    "(or start from examples/recommended.yaml), or {} for upstream's defaults (detection off)"
+    "would turn loop detection off; start from examples/getting-started.yaml (detection on, warnings "
+    "shown to the model, the run ended after repeated blocks) or write `tools: {loopDetection: {enabled: true}}`"
 )
 
 

@@ -125,16 +125,13 @@ def _backtest(args: argparse.Namespace) -> int:
 
     if args.jobs is not None and args.jobs < 1:
         return fail(f"--jobs must be at least 1, not {args.jobs}")
-    if args.files and args.broker:
-        return fail("give files or --broker/--topic, not both")
-    if not args.files and not args.broker:
-        return fail("give JSONL files of tool-calls events, or --broker and --topic")
-    if args.broker and not args.topic:
-        return fail("--broker needs --topic")
-    if args.files and (
-        args.topic or args.from_offset is not None or args.to_offset is not None or args.since or args.until
-    ):
-        return fail("--topic, --from-offset, --to-offset, --since and --until read a topic: they need --broker")
+    named_broker = args.bootstrap or args.deprecated_broker
+    if args.files and (args.topic or named_broker):
+        return fail("give files or --topic (and --bootstrap), not both")
+    if not args.files and not args.topic:
+        return fail("give JSONL files of tool-calls events, or --topic (and --bootstrap)")
+    if args.files and (args.from_offset is not None or args.to_offset is not None or args.since or args.until):
+        return fail("--from-offset, --to-offset, --since and --until read a topic: they need --topic")
     engines = {}
     for name in ("baseline", "candidate"):
         try:
@@ -158,14 +155,16 @@ def _backtest(args: argparse.Namespace) -> int:
         if args.files:
             source = FileSource([Path(f) for f in args.files])
         else:
-            from .app.settings import Settings, SettingsError
+            from .app.broker_options import client_settings
+            from .app.settings import SettingsError
 
             try:
-                options = Settings.from_env(broker=args.broker).kafka_client_options()
+                settings = client_settings(args, "loopwatch backtest")
+                options = settings.kafka_client_options()
             except SettingsError as exc:
                 return fail(str(exc))
             source = KafkaRange(
-                args.broker,
+                settings.broker,
                 args.topic,
                 start=args.from_offset,
                 end=args.to_offset,
@@ -192,6 +191,8 @@ def _backtest(args: argparse.Namespace) -> int:
             return fail(
                 f"unknown agent {', '.join(map(repr, missing))}: no event of it in the input (agents seen: {seen})", 1
             )
+    if backtest.events == 0:  # a wrong input: no report of zeros, no plot
+        return fail(_nothing_read("compare", args.files, sum(backtest.dead.values())), 1)
     report = backtest.report()
     if args.plot:
         try:
@@ -202,11 +203,37 @@ def _backtest(args: argparse.Namespace) -> int:
         print(json.dumps(report.data, indent=2))
     else:
         render_table(report, sys.stdout)
-    if backtest.events == 0:
-        refused = sum(backtest.dead.values())
-        what = f"all {refused:,} records were refused" if refused else "it holds no events"
-        return fail(f"nothing to compare: {what}", 1)
     return 0
+
+
+def _nothing_read(what: str, files: list[str], refused: int) -> str:
+    """Why an offline tool read no event: a raw transcript is named by its format, with the
+    ``loopwatch import`` command that turns it into events."""
+    for name in files:
+        fmt = _transcript_format(Path(name))
+        if fmt is not None:
+            return (
+                f"nothing to {what}: {name} is a {fmt} transcript, not tool-calls events; "
+                f"run `loopwatch import {fmt} {name} -o events.jsonl` first and give events.jsonl"
+            )
+    return f"nothing to {what}: " + (f"all {refused:,} records were refused" if refused else "it holds no events")
+
+
+def _transcript_format(path: Path) -> str | None:
+    """The ``loopwatch import`` format ``path`` is in, or None (not a transcript, or unreadable)."""
+    from .importers import ImportFailed, detect
+    from .importers.reader import open_source
+
+    try:
+        src = open_source(path)
+    except ImportFailed:
+        return None
+    try:
+        return detect(src)[0].NAME
+    except (ImportFailed, OSError, EOFError, ValueError):
+        return None
+    finally:
+        src.close()
 
 
 UPSTREAM_DEFAULTS = {"tools": {"loopDetection": {"enabled": True}}}
@@ -282,6 +309,8 @@ def _evaluate(args: argparse.Namespace) -> int:
         progress = Progress(sys.stderr, source.progress, what="evaluate")
         evaluation.run(source.records(), progress=progress, jobs=args.jobs or available_cores())
         progress.done(evaluation.records)
+        if evaluation.events == 0:  # a wrong input: no report of zeros, no plot
+            return fail(_nothing_read("evaluate", args.files, sum(evaluation.dead.values())), 1)
         report = evaluation.report()
         if args.plot:
             plot(report, Path(args.plot))
@@ -295,10 +324,6 @@ def _evaluate(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
     else:
         render_table(report, sys.stdout)
-    if evaluation.events == 0:
-        refused = sum(evaluation.dead.values())
-        what = f"all {refused:,} records were refused" if refused else "it holds no events"
-        return fail(f"nothing to evaluate: {what}", 1)
     return 0
 
 
@@ -779,12 +804,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--candidate", required=True, metavar="CONFIG", help="the config to try")
     p.add_argument("--json", action="store_true", help="the report as JSON")
     p.add_argument("--plot", metavar="PNG", help="write would-fire per minute, baseline against candidate")
-    p.add_argument(
-        "--broker",
-        help="read a tool-calls topic instead of files (bootstrap servers; TLS/SASL from "
-        "the worker's LOOPWATCH_KAFKA_* variables)",
-    )
-    p.add_argument("--topic", help="the topic to read (with --broker)")
+    p.add_argument("--topic", help="read this tool-calls topic instead of files (on --bootstrap's cluster)")
     p.add_argument(
         "--from-offset", type=int, metavar="N", help="first offset of every partition (default: the beginning)"
     )
@@ -809,6 +829,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="processes to split the runs over (default: the cores available to this process)",
     )
+    from .app.broker_options import add_broker_options
+
+    add_broker_options(p)
     p.set_defaults(func=_backtest)
 
     from .importers import FORMATS

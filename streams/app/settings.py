@@ -26,9 +26,11 @@ from typing import Any
 
 from schemas.config import ConfigError
 
-__all__ = ["Settings", "SettingsError", "PREFIX"]
+__all__ = ["DEPRECATED_BROKER_ENV", "Settings", "SettingsError", "PREFIX"]
 
 PREFIX = "LOOPWATCH_"
+DEPRECATED_BROKER_ENV = PREFIX + "BROKER"
+"""The bootstrap servers' old variable, read when ``LOOPWATCH_BOOTSTRAP`` is not set."""
 
 _SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 _INSTANCE_ID = re.compile(r"[A-Za-z0-9._-]{1,240}")  # Kafka's rule for group.instance.id, 9 left for the suffix
@@ -130,6 +132,8 @@ class Settings:
         settings_file = env.get(PREFIX + "SETTINGS_FILE")
         if settings_file:
             raw.update(_read_settings_file(Path(settings_file)))
+        if env.get(DEPRECATED_BROKER_ENV) and not env.get(env_name("broker")):
+            raw["broker"] = env[DEPRECATED_BROKER_ENV]
         for name in _FIELDS:
             value = env.get(env_name(name))
             if value is not None and value != "":
@@ -144,10 +148,10 @@ class Settings:
     def checked(self) -> Settings:
         """These settings, once each is valid; else ``SettingsError`` naming the first that is not."""
         if not self.broker_hosts:
-            raise SettingsError(f"{PREFIX}BROKER: no bootstrap server given")
+            raise SettingsError(f"{PREFIX}BOOTSTRAP: no bootstrap server given")
         for host in self.broker_hosts:
             if ":" not in host:
-                raise SettingsError(f"{PREFIX}BROKER: {host!r} is not host:port")
+                raise SettingsError(f"{PREFIX}BOOTSTRAP: {host!r} is not host:port")
         if not self.app_id:
             raise SettingsError(f"{PREFIX}APP_ID must not be empty")
         if not _INSTANCE_ID.fullmatch(self.instance_id):
@@ -308,6 +312,7 @@ class Settings:
 
 # Environment names differ from field names only for the Kafka security settings.
 _ENV_ALIASES = {
+    "broker": "bootstrap",
     "security_protocol": "kafka_security_protocol",
     "ssl_cafile": "kafka_ssl_cafile",
     "ssl_certfile": "kafka_ssl_certfile",

@@ -14,6 +14,8 @@ import logging
 import sys
 from pathlib import Path
 
+from .broker_options import add_broker_options, broker_overrides
+
 __all__ = ["build_parser", "run_worker"]
 
 LOGLEVELS = ("debug", "info", "warn", "error", "crit")
@@ -28,7 +30,6 @@ def build_parser(prog: str = "loopwatch worker") -> argparse.ArgumentParser:
     )
     p.add_argument("-l", "--loglevel", default="info", choices=LOGLEVELS, help="log level (default: info)")
     p.add_argument("--logfile", default=None, help="log to this file instead of stderr")
-    p.add_argument("--broker", help="bootstrap servers (LOOPWATCH_BROKER)")
     p.add_argument("--app-id", dest="app_id", help="Faust app id / consumer group (LOOPWATCH_APP_ID)")
     p.add_argument("--config", type=Path, help="loop-detection config file (LOOPWATCH_CONFIG)")
     p.add_argument("--data-dir", dest="data_dir", type=Path, help="RocksDB directory (LOOPWATCH_DATA_DIR)")
@@ -38,6 +39,7 @@ def build_parser(prog: str = "loopwatch worker") -> argparse.ArgumentParser:
         "--metrics-port", dest="metrics_port", type=int, help="Prometheus port, 0 = off (LOOPWATCH_METRICS_PORT)"
     )
     p.add_argument("--quiet", action="store_true", help="no start-up banner")
+    add_broker_options(p, signing="verify")
     return p
 
 
@@ -64,9 +66,9 @@ def run_worker(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     overrides = {
-        name: getattr(args, name)
-        for name in ("broker", "app_id", "config", "data_dir", "web_host", "web_port", "metrics_port")
+        name: getattr(args, name) for name in ("app_id", "config", "data_dir", "web_host", "web_port", "metrics_port")
     }
+    overrides.update(broker_overrides(args, "loopwatch worker"))
     try:
         settings = Settings.from_env(**overrides)
     except SettingsError as exc:

@@ -529,7 +529,8 @@ class RunHandle:
         warned.add(agent)
         log.warning(
             "loopwatch detection is OFF for agent %s: its calls are allowed without a check "
-            "(set tools.loopDetection.enabled: true in the worker's config; loopwatch config check shows it)",
+            "(start the worker with --config examples/getting-started.yaml, or set tools.loopDetection.enabled: "
+            "true in its config; loopwatch config check shows it)",
             agent or "*",
         )
 

@@ -202,7 +202,7 @@ class AgentRingSettings:
 
 DETECTION_OFF_HINT = (
     "tools.loopDetection.enabled is not true; every call is allowed unchecked "
-    "(turn it on: examples/recommended.yaml, docs/configuration.md)"
+    "(turn it on: start the worker with --config examples/getting-started.yaml, docs/configuration.md)"
 )
 
 

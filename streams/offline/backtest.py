@@ -426,6 +426,8 @@ class _Tally:
     first_ms: int | None
     last_at: int | None
     last_ms: int | None
+    earliest_ms: int | None
+    latest_ms: int | None
 
 
 class _Record:
@@ -643,6 +645,10 @@ class Backtest:
         self.first_at: int | None = None
         self.last_at: int | None = None
         """The numbers in the stream of the first and last event (``_run``)."""
+        self.earliest_ms: int | None = None
+        self.latest_ms: int | None = None
+        """The earliest and latest event time: the span the report covers (events need not come
+        in time order: a topic's partitions interleave, files are concatenated)."""
         self.shard_cpu_s: list[float] = []
         """CPU seconds of each process of the last ``run`` in shards (``bench.backtest``)."""
 
@@ -710,9 +716,15 @@ class Backtest:
                 self._ended(key, event, seq)
             else:
                 remember(seen, digest)
+            ts = event.ts_ms
             if self.first_ms is None:
-                self.first_ms, self.first_at = event.ts_ms, seq
-            self.last_ms = event.ts_ms
+                self.first_ms, self.first_at = ts, seq
+                self.earliest_ms = self.latest_ms = ts
+            elif ts < self.earliest_ms:  # type: ignore[operator]  # set with first_ms
+                self.earliest_ms = ts
+            elif ts > self.latest_ms:  # type: ignore[operator]
+                self.latest_ms = ts
+            self.last_ms = ts
             last_at = seq
         self.records += counted[0]
         self.events += events
@@ -804,6 +816,8 @@ class Backtest:
             self.first_ms,
             self.last_at,
             self.last_ms,
+            self.earliest_ms,
+            self.latest_ms,
         )
 
     def _merge(self, tallies: list[_Tally]) -> None:
@@ -829,6 +843,9 @@ class Backtest:
                 self.first_at, self.first_ms = t.first_at, t.first_ms
             if t.last_at is not None and (self.last_at is None or t.last_at > self.last_at):
                 self.last_at, self.last_ms = t.last_at, t.last_ms
+            if t.earliest_ms is not None:
+                self.earliest_ms = t.earliest_ms if self.earliest_ms is None else min(self.earliest_ms, t.earliest_ms)
+                self.latest_ms = t.latest_ms if self.latest_ms is None else max(self.latest_ms, t.latest_ms)  # type: ignore[type-var]
         finished.sort(key=lambda run: run.ended_at)
         judged.sort(key=lambda run: run.seen_at)
         self.finished = finished
@@ -915,7 +932,7 @@ class Report:
             "duplicates": bt.duplicates,
             "other_agents": bt.other_agents,
             "dead_letters": dict(sorted(bt.dead.items())),
-            "time_range_ms": [bt.first_ms, bt.last_ms],
+            "time_range_ms": [bt.earliest_ms, bt.latest_ms],
             "verdicts": {name: {k: counts[name][k] for k in ("warn", "block", "abort")} for name in SIDES},
             "outcomes": {name: {k: outcomes[name][k] for k in OUTCOMES} for name in SIDES},
             "by_agent_detector_tool": table,
@@ -939,8 +956,8 @@ def render_table(report: Report, out: IO[str], *, examples: int = EXAMPLES) -> N
     d = report.data
     w = out.write
     span = ""
-    if d["time_range_ms"][0]:
-        span = f", event times {_iso(min(d['time_range_ms']))} to {_iso(max(d['time_range_ms']))}"
+    if d["time_range_ms"][0] is not None:
+        span = f", event times {_iso(d['time_range_ms'][0])} to {_iso(d['time_range_ms'][1])}"
     w(f"{d['events']:,} events of {d['runs']:,} runs ({d['records']:,} records{span})\n")
     skipped = [f"{d['duplicates']:,} duplicates skipped (a run's event id seen again, as the worker skips them)"]
     if d["other_agents"]:

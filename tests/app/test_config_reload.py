@@ -295,7 +295,8 @@ def test_a_worker_with_detection_off_says_so_in_its_log_and_gauge(tmp_path, capl
         (
             "WARNING",
             "live config: detection OFF for agent * (profile configurable-final): tools.loopDetection.enabled is "
-            "not true; every call is allowed unchecked (turn it on: examples/recommended.yaml, docs/configuration.md)",
+            "not true; every call is allowed unchecked (turn it on: start the worker with --config "
+            "examples/getting-started.yaml, docs/configuration.md)",
         )
     ]
     assert detection_gauge(registry) == {"*": 0.0}

@@ -33,7 +33,7 @@ def test_defaults():
 
 def test_environment_overrides_everything():
     env = {
-        "LOOPWATCH_BROKER": "kafka://a:1, b:2",
+        "LOOPWATCH_BOOTSTRAP": "kafka://a:1, b:2",
         "LOOPWATCH_APP_ID": "lw-test",
         "LOOPWATCH_CONFIG": "/etc/loop.yaml",
         "LOOPWATCH_DATA_DIR": "/var/lib/lw",
@@ -76,7 +76,7 @@ def test_empty_values_mean_default():
         ("LOOPWATCH_IDLE_TIMEOUT_S", "0"),
         ("LOOPWATCH_IDLE_TIMEOUT_S", "nan"),
         ("LOOPWATCH_IDLE_TIMEOUT_S", "soon"),
-        ("LOOPWATCH_BROKER", "no-port"),
+        ("LOOPWATCH_BOOTSTRAP", "no-port"),
         ("LOOPWATCH_KAFKA_SECURITY_PROTOCOL", "TLS"),
         ("LOOPWATCH_VERDICTS_TOPIC", "tool-calls"),
         ("LOOPWATCH_MAX_RUNS_PER_AGENT", "0"),

@@ -266,7 +266,7 @@ def test_an_unreachable_broker(configs):
     one_line_error(
         loopwatch(
             "backtest",
-            "--broker",
+            "--bootstrap",
             "127.0.0.1:9",
             "--topic",
             "tool-calls",
@@ -285,13 +285,14 @@ def test_an_unreachable_broker(configs):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["--topic", "t"], "need --broker"),
-        (["--broker", "127.0.0.1:9"], "--broker needs --topic"),
-        (["--broker", "127.0.0.1:9", "--topic", "t", "--since", "yesterday"], "cannot read the time 'yesterday'"),
+        (["--topic", "t"], "give files or --topic (and --bootstrap), not both"),
+        (["--since", "1h"], "they need --topic"),
+        (["--bootstrap", "127.0.0.1:9"], "give JSONL files of tool-calls events, or --topic"),
+        (["--bootstrap", "127.0.0.1:9", "--topic", "t", "--since", "yesterday"], "cannot read the time 'yesterday'"),
     ],
 )
 def test_options_that_do_not_fit(tmp_path, configs, args, needle):
-    files = [write_lines(tmp_path / "f.jsonl", hand_fleet())] if args[0] == "--topic" else []
+    files = [write_lines(tmp_path / "f.jsonl", hand_fleet())] if args[0] in ("--topic", "--since") else []
     one_line_error(loopwatch("backtest", *files, "--baseline", configs[0], "--candidate", configs[1], *args), 2, needle)
 
 

@@ -21,7 +21,15 @@ def worker_at_no_broker(config: Path, tmp_path: Path):
     """``loopwatch worker`` with ``config``, a broker address nothing listens on, and its own
     state directory: what it says before (or instead of) its first connection."""
     return loopwatch(
-        "worker", "--config", config, "--broker", "127.0.0.1:9", "--data-dir", tmp_path / "state", "--metrics-port", "0"
+        "worker",
+        "--config",
+        config,
+        "--bootstrap",
+        "127.0.0.1:9",
+        "--data-dir",
+        tmp_path / "state",
+        "--metrics-port",
+        "0",
     )
 
 
@@ -63,8 +71,18 @@ def test_config_check_refuses_an_empty_document(tmp_path, name, text):
     path = tmp_path / name
     path.write_text(text)
     one_line_error(
-        loopwatch("config", "check", path), 1, "holds no configuration", "refused", "loopDetection: {enabled: true}"
+        loopwatch("config", "check", path),
+        1,
+        "holds no configuration",
+        "refused",
+        "start from examples/getting-started.yaml (detection on",
+        "loopDetection: {enabled: true}",
     )
+    assert "{} for" not in proc_text(path)  # {} is detection off too: never the advice
+
+
+def proc_text(path) -> str:
+    return loopwatch("config", "check", path).stderr
 
 
 def test_worker_refuses_an_empty_config_at_start(tmp_path):
@@ -223,8 +241,11 @@ def test_worker_help_shows_every_option_and_setting():
 
     proc = loopwatch("worker", "--help")
     assert proc.returncode == 0, proc.stderr
-    options = [s for action in build_parser()._actions for s in action.option_strings]
-    assert len(options) > 10
+    import argparse
+
+    actions = [a for a in build_parser()._actions if a.help is not argparse.SUPPRESS]  # --broker: deprecated
+    options = [s for action in actions for s in action.option_strings]
+    assert len(options) > 10 and "--bootstrap" in options
     for option in options:
         assert option in proc.stdout
     for f in dataclasses.fields(Settings):

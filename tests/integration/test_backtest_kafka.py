@@ -1,4 +1,4 @@
-"""``loopwatch backtest --broker --topic`` on the real broker (issue 16): a recorded fleet is
+"""``loopwatch backtest --bootstrap --topic`` on the real broker (issue 16): a recorded fleet is
 produced to a topic as runners publish it, then backtested with two configs.
 
 The small fleet is hand-worked (``harness.fleets.hand_worked_fleet``'s docstring), with the
@@ -51,7 +51,7 @@ def backtest(lw, *args: object) -> subprocess.CompletedProcess[str]:
             "-m",
             "streams.cli",
             "backtest",
-            "--broker",
+            "--bootstrap",
             lw.broker,
             "--baseline",
             base,

@@ -30,5 +30,6 @@ async def test_a_worker_without_config_says_detection_is_off_and_the_client_warn
     lines = [r.getMessage() for r in caplog.records if "detection is OFF" in r.getMessage()]
     assert lines == [
         "loopwatch detection is OFF for agent main: its calls are allowed without a check "
-        "(set tools.loopDetection.enabled: true in the worker's config; loopwatch config check shows it)"
+        "(start the worker with --config examples/getting-started.yaml, or set tools.loopDetection.enabled: "
+        "true in its config; loopwatch config check shows it)"
     ]

@@ -740,6 +740,7 @@ async def test_a_tls_worker_or_client_at_a_plaintext_listener_is_told_it_does_no
     worker = WorkerProcess(
         kafka_broker,
         WorkerNames(prefix="lwtls"),
+        config=REPO / "examples" / "getting-started.yaml",  # detection on: the one line is the broker's
         env={"LOOPWATCH_KAFKA_SECURITY_PROTOCOL": "SSL"},
         log_dir=tmp_path,
         label="tls-at-plaintext",

@@ -302,7 +302,7 @@ async def test_a_worker_restarted_on_another_port_rejoins_instead_of_hanging(lw)
 async def test_readyz_drops_while_no_broker_answers_and_comes_back(lw):
     proxy = KafkaCutProxy(lw.broker).start()
     try:
-        env = {"LOOPWATCH_BROKER": proxy.address, "LOOPWATCH_BROKER_UNREACHABLE_S": "3"}
+        env = {"LOOPWATCH_BOOTSTRAP": proxy.address, "LOOPWATCH_BROKER_UNREACHABLE_S": "3"}
         worker = lw.worker(config=config_file(lw), env=env).start()
         worker.wait_ready(60)
         assert proxy.rewrites > 0, "the worker learnt the broker's own address: a cut would not cut"

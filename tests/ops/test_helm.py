@@ -192,7 +192,7 @@ def test_worker_env_contract(default_manifest: str) -> None:
     """Every variable the chart sets is one the worker reads (streams/app/settings.py)."""
     e = env(default_manifest)
     assert {k: v.get("value") for k, v in e.items()} == {
-        "LOOPWATCH_BROKER": "kafka:9092",
+        "LOOPWATCH_BOOTSTRAP": "kafka:9092",
         "LOOPWATCH_CONFIG": "/etc/loopwatch/loop-detection.yaml",
         "LOOPWATCH_DATA_DIR": "/var/lib/loopwatch",
         "LOOPWATCH_APP_ID": "loopwatch",

@@ -108,6 +108,7 @@ export class LoopwatchClient {
   #seq = 0;
   readonly #waiting = new Map<string, Waiter>();
   readonly #seen = new Set<string>();
+  readonly #detectionOffWarned = new Set<string | null>();
   readonly #runs = new Map<string, RunHandle>();
   #state: "new" | "starting" | "started" | "stopped" = "new";
   #starting: Promise<void> | null = null;
@@ -275,6 +276,22 @@ export class LoopwatchClient {
     this.dispatch(verdict, record.key);
   }
 
+  /**
+   * @internal One warning per agent whose decisions say detection is off: every call is
+   * allowed, and nothing else would tell (at most 1,000 agents' lines).
+   */
+  warnDetectionOff(agentId: string | null): void {
+    if (this.#detectionOffWarned.has(agentId) || this.#detectionOffWarned.size >= 1000) {
+      return;
+    }
+    this.#detectionOffWarned.add(agentId);
+    this.logger.warn(
+      `loopwatch detection is OFF for agent ${agentId ?? "*"}: its calls are allowed without a check ` +
+        "(start the worker with --config examples/getting-started.yaml, or set tools.loopDetection.enabled: " +
+        "true in its config; loopwatch config check shows it)",
+    );
+  }
+
   /** @internal Route one verdict: its waiting call, else its run. Duplicates are dropped by id. */
   dispatch(verdict: Verdict, key: string | null): void {
     if (this.#seen.has(verdict.verdict_id)) {
@@ -320,6 +337,11 @@ export class RunHandle {
   aborted: RunAborted | null = null;
   readonly warnings: Decision[] = [];
   readonly blocked: Decision[] = [];
+  /**
+   * loopwatch answered this run's calls without checking them: its config runs no detection
+   * for the agent (`Decision.detection_off`; warned once per agent and client).
+   */
+  detectionOff = false;
   /** Messages for the model not yet taken by `takeModelNotices` (advisory verdicts, aborts). */
   readonly #notices: string[] = [];
   readonly #vetoed = new Set<string | null>();
@@ -354,6 +376,7 @@ export class RunHandle {
 
   /** @internal A decision that arrived for no waiting call (advisory mode, or after a timeout). */
   applyAdvisory(decision: Decision): void {
+    this.#noteDetectionOff(decision);
     if (decision.action === "warn") {
       this.warnings.push(decision);
     } else if (decision.action === "block") {
@@ -363,6 +386,13 @@ export class RunHandle {
     }
     if (decision.notify_model && decision.message !== null) {
       this.#notices.push(decision.message);
+    }
+  }
+
+  #noteDetectionOff(decision: Decision): void {
+    if (decision.detection_off && !this.detectionOff) {
+      this.detectionOff = true;
+      this.client.warnDetectionOff(this.fields.agent_id ?? null);
     }
   }
 
@@ -438,6 +468,7 @@ export class RunHandle {
     if (decision === STOPPED) {
       return this.#unavailable(new NoDecisionError("the client was stopped before the decision came"), `${toolName} request`);
     }
+    this.#noteDetectionOff(decision);
     if (decision.action === "warn") {
       this.warnings.push(decision);
     } else if (decision.action === "block") {

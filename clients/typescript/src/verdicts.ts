@@ -36,6 +36,12 @@ export interface Decision extends VerdictBase {
    * getting anywhere (on argument-churn, poll and ping-pong warnings).
    */
   liveness_signal: string | null;
+  /**
+   * The worker's config runs no detection for this agent: the call was allowed unchecked
+   * (the client warns once per agent; `RunHandle.detectionOff`). Absent when detection is on,
+   * as on the wire.
+   */
+  detection_off?: true;
 }
 
 export interface RunAborted extends VerdictBase {
@@ -101,6 +107,7 @@ export function decodeVerdict(data: Uint8Array | string): Verdict | null {
       warning_emitted: typeof v.warning_emitted === "boolean" ? v.warning_emitted : null,
       notify_model: v.notify_model === true,
       liveness_signal: isString(v.liveness_signal) ? v.liveness_signal : null,
+      ...(v.detection_off === true ? { detection_off: true as const } : {}),
     };
   }
   if (v.type === "loop.run_aborted") {

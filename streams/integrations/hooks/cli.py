@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -21,11 +20,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--serve", action="store_true", help="answer the per-call hook commands over a Unix socket")
     p.add_argument("--socket", default=None, help="the Unix socket (default: $LOOPWATCH_HOOK_SOCKET or per user)")
-    p.add_argument(
-        "--bootstrap",
-        default=os.environ.get("LOOPWATCH_BOOTSTRAP", "127.0.0.1:19092"),
-        help="Kafka bootstrap servers (default: $LOOPWATCH_BOOTSTRAP or 127.0.0.1:19092)",
-    )
     p.add_argument("--tool-calls-topic", default="tool-calls")
     p.add_argument("--verdicts-topic", default="loop-verdicts")
     p.add_argument("--timeout", type=float, default=1.0, metavar="S", help="seconds to wait for a decision")
@@ -36,8 +30,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--agent-id",
         default=None,
-        help="the agent id of the runs (default: the CLI's, claude-code, codex or gemini-cli)",
+        help="the agent id of the runs (default: the signing key's agent, else the CLI's: claude-code, codex or gemini-cli)",
     )
+    from streams.app.broker_options import add_broker_options
+
+    add_broker_options(p, signing="sign")
     sub = p.add_subparsers(dest="action")
     i = sub.add_parser("install", help="write loopwatch's hooks into the CLI's settings file")
     i.add_argument("--cli", choices=CLIS, required=True)
@@ -76,6 +73,26 @@ def main(argv: list[str]) -> int:
         )
         return 2
     args.socket = args.socket or default_socket()
+    from schemas.config import ConfigError
+    from streams.app.broker_options import client_settings, signing_key_of
+
+    try:
+        settings = client_settings(args, f"{PROG} --serve")
+        args.bootstrap = settings.broker
+        args.kafka_options = settings.kafka_client_options()
+        key = signing_key_of(args)
+    except ConfigError as exc:  # SettingsError, SigningKeyError
+        print(f"{PROG} --serve: {exc}", file=sys.stderr)
+        return 2
+    if key is not None:
+        if args.agent_id not in (None, key.agent_id):
+            print(
+                f"{PROG} --serve: --agent-id {args.agent_id!r}: the signing key is {key.agent_id!r}'s", file=sys.stderr
+            )
+            return 2
+        args.agent_id = key.agent_id
+        args.kafka_options["signing_key"] = key
+    # Left None, each CLI's runs take the CLI's own name (the serve process's HookServer).
     from streams.client import LoopwatchUnavailable
     from streams.edge.broker import BrokerAccessError
 

@@ -104,6 +104,7 @@ async def serve(args: Any) -> int:
         tool_calls_topic=args.tool_calls_topic,
         verdicts_topic=args.verdicts_topic,
         start_timeout=args.start_timeout,
+        **args.kafka_options,
     )
     await client.start()
     server = HookServer(client, args.socket, agent_id=args.agent_id)

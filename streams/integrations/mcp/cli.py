@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 
 from schemas.config import ConfigError
+from streams.app.broker_options import add_broker_options, client_settings, signing_key_of
 from streams.client import LoopwatchUnavailable
 from streams.edge.broker import BrokerAccessError
 
@@ -52,11 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="put PREFIX before the tool and prompt names of upstream NAME",
     )
     p.add_argument("--upstreams-file", metavar="FILE", help="a YAML file of upstreams (see docs/integrations.md)")
-    p.add_argument(
-        "--bootstrap",
-        default=os.environ.get("LOOPWATCH_BOOTSTRAP", "127.0.0.1:19092"),
-        help="Kafka bootstrap servers (default: $LOOPWATCH_BOOTSTRAP or 127.0.0.1:19092)",
-    )
     p.add_argument("--tool-calls-topic", default="tool-calls")
     p.add_argument("--verdicts-topic", default="loop-verdicts")
     p.add_argument("--mode", choices=("gate", "advisory"), default="gate")
@@ -103,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--host", default="127.0.0.1", help="the HTTP address (default 127.0.0.1)")
     p.add_argument("--log-level", default="WARNING")
+    add_broker_options(p, signing="sign")
     return p
 
 
@@ -192,21 +189,35 @@ def options_from(args: argparse.Namespace) -> GatewayOptions:
     for flag in ("timeout", "upstream_timeout", "connect_timeout", "run_idle_timeout"):
         if getattr(args, flag) <= 0:
             raise UsageError(f"--{flag.replace('_', '-')} must be positive")
+    try:
+        settings = client_settings(args, PROG)
+        kafka_options = settings.kafka_client_options()
+        key = signing_key_of(args)
+    except ConfigError as exc:  # SettingsError, SigningKeyError
+        raise UsageError(str(exc)) from None
+    agent_id = args.agent_id
+    if key is not None:
+        # A worker that checks signatures refuses an event naming another agent than the key's.
+        if agent_id is not None and agent_id != key.agent_id:
+            raise UsageError(f"--agent-id {agent_id!r}: the signing key {key.key_id} is agent {key.agent_id!r}'s")
+        agent_id = key.agent_id
+        kafka_options["signing_key"] = key
     return GatewayOptions(
         upstreams=tuple(specs),
-        bootstrap_servers=args.bootstrap,
+        bootstrap_servers=settings.broker,
         mode=args.mode,
         timeout=args.timeout,
         fail_closed=args.fail_closed,
         tool_calls_topic=args.tool_calls_topic,
         verdicts_topic=args.verdicts_topic,
-        agent_id=args.agent_id,
+        agent_id=agent_id,
         session_key=args.session_key,
         run_id=args.run_id,
         upstream_timeout=args.upstream_timeout,
         connect_timeout=args.connect_timeout,
         run_idle_timeout=args.run_idle_timeout,
         relay=not args.sdk_proxy,
+        kafka_options=tuple(kafka_options.items()),
     )
 
 

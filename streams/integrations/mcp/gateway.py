@@ -46,7 +46,7 @@ from streams.edge.hashing import ThrownError, unknown_tool_name
 
 from .options import GatewayOptions
 from .outcome import edge_outcome, unknown_tool_error
-from .runs import GuardedRun, runner_client
+from .runs import GuardedRun, KafkaLink, UnguardedRun
 from .upstream import Upstream, UpstreamUnavailable
 
 log = logging.getLogger("loopwatch.mcp")
@@ -64,7 +64,7 @@ class _Pending:
     """A call whose upstream asked for more input (``InputRequiredResult``): its retries are the
     same call, so they are not gated again, and it completes once, with the final result."""
 
-    run: GuardedRun
+    run: GuardedRun | UnguardedRun
     tool_call_id: str
 
 
@@ -76,7 +76,7 @@ class Gateway:
         if len(set(names)) != len(names):
             raise ValueError(f"upstream names must differ: {', '.join(names)}")
         self.options = options
-        self.client = client or runner_client(options)
+        self.link = KafkaLink(options, client)
         self.upstreams = [
             Upstream(spec, connect_timeout=options.connect_timeout, on_notification=self._notification)
             for spec in options.upstreams
@@ -96,12 +96,17 @@ class Gateway:
         self._publishing: set[asyncio.Future] = set()
         self.server: Server | None = None
 
+    @property
+    def client(self) -> LoopwatchClient:
+        """The runner client (a new one once Kafka is reached after a failed start)."""
+        return self.link.client
+
     # -- life cycle -------------------------------------------------------------------------------
 
     async def start(self) -> Server:
         """Start the runner client and connect every upstream; the agent-facing server, with the
         handlers of what the upstreams serve."""
-        await self.client.start()
+        await self.link.start()
         # An upstream that cannot be reached now is tried again by the calls that need it: the
         # agent's session comes up with what the others serve.  With none reachable, nothing does.
         reached = 0
@@ -161,7 +166,7 @@ class Gateway:
             await asyncio.wait(set(self._publishing))
         for upstream in self.upstreams:
             await upstream.close()
-        await self.client.stop()
+        await self.link.stop()
 
     async def end_session_run(self) -> None:
         """The stdio session closed: its run ends."""
@@ -247,8 +252,10 @@ class Gateway:
 
     # -- runs ---------------------------------------------------------------------------------------
 
-    def _run_for(self, ctx: Any, params: Any) -> GuardedRun:
+    def _run_for(self, ctx: Any, params: Any) -> GuardedRun | UnguardedRun:
         self._remember_agent_session(ctx)
+        if not self.link.connected:
+            return self.link.unguarded()
         run_id = self._run_id_of(ctx, params)
         run = self._runs.get(run_id)
         if run is None:
@@ -345,7 +352,7 @@ class Gateway:
         self,
         ctx: Any,
         params: types.CallToolRequestParams,
-        run: GuardedRun,
+        run: GuardedRun | UnguardedRun,
         name: str,
         args: dict,
         call_id: str,
@@ -414,7 +421,7 @@ class Gateway:
 
     async def _failed(
         self,
-        run: GuardedRun,
+        run: GuardedRun | UnguardedRun,
         name: str,
         args: dict,
         call_id: str,

@@ -29,6 +29,7 @@ import itertools
 import logging
 import os
 import re
+import shlex
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,7 +44,7 @@ from streams.edge.hashing import ThrownError, unknown_tool_name
 
 from .gateway import RUN_ID_META, GatewayOptions, agent_name, identity, upstream_failed
 from .outcome import edge_outcome, unknown_tool_error
-from .runs import GuardedRun, runner_client
+from .runs import GuardedRun, KafkaLink, UnguardedRun
 from .stdio import LINE_LIMIT
 from .upstream import UpstreamUnavailable, unavailable
 
@@ -71,7 +72,7 @@ def relays(options: GatewayOptions) -> bool:
 
 @dataclass(eq=False)
 class _Call:
-    run: GuardedRun
+    run: GuardedRun | UnguardedRun
     name: str
     args: Any
     call_id: str
@@ -87,7 +88,7 @@ class Relay:
             raise ValueError("the relay takes one upstream command without a prefix")
         self.options = options
         self.spec = options.upstreams[0]
-        self.client = client or runner_client(options)
+        self.link = KafkaLink(options, client)
         self._publishing: set[asyncio.Future] = set()
         self._runs: dict[str, GuardedRun] = {}
         self._default_run = options.run_id or f"mcp-{uuid.uuid4().hex[:16]}"
@@ -113,22 +114,48 @@ class Relay:
         self._gated: set[asyncio.Task] = set()
         self._agent_out: asyncio.StreamWriter | None = None
         self._stopping = False
+        self._heard = False
+        """The upstream has written something (an upstream that exits before is not a server)."""
+        self._exited_at_start = asyncio.Event()
+        self.exit_at_start: str | None = None
+        """Why the upstream ended at start: one line."""
+
+    @property
+    def client(self) -> LoopwatchClient:
+        """The runner client (a new one once Kafka is reached after a failed start)."""
+        return self.link.client
 
     # -- life cycle -------------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Start the runner client and the upstream server (``UpstreamUnavailable`` when its
         command cannot be started)."""
-        await self.client.start()
+        await self.link.start()
         try:
             await self._spawn()
         except UpstreamUnavailable:
-            await self.client.stop()
+            await self.link.stop()
             raise
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Relay until the agent closes its side; then its runs end (``session closed``)."""
+        """Relay until the agent closes its side; then its runs end (``session closed``).
+        ``UpstreamUnavailable`` when the upstream exits at start, before it said anything: a
+        server that cannot start does not start on the agent's next message either."""
         self._agent_out = writer
+        relaying = asyncio.ensure_future(self._relay_agent(reader))
+        exited = asyncio.ensure_future(self._exited_at_start.wait())
+        await asyncio.wait([relaying, exited], return_when=asyncio.FIRST_COMPLETED)
+        exited.cancel()
+        if relaying.done():
+            relaying.result()
+            return
+        relaying.cancel()
+        await asyncio.gather(relaying, return_exceptions=True)
+        await self._session_closed()
+        assert self.exit_at_start is not None
+        raise UpstreamUnavailable(self.exit_at_start)
+
+    async def _relay_agent(self, reader: asyncio.StreamReader) -> None:
         while True:
             try:
                 line = await reader.readline()
@@ -147,7 +174,7 @@ class Relay:
         await self._stop_upstream()
         if self._publishing:
             await asyncio.wait(set(self._publishing))
-        await self.client.stop()
+        await self.link.stop()
 
     async def _session_closed(self) -> None:
         for task in list(self._gated):
@@ -251,7 +278,23 @@ class Relay:
             reason = f"Connection closed: {exc}"
         finally:
             if self._process is process and self._live:
+                if not self._heard and not self._stopping:
+                    await self._ended_at_start(process)
                 self._upstream_gone(reason)
+
+    async def _ended_at_start(self, process: asyncio.subprocess.Process) -> None:
+        try:
+            status = await asyncio.wait_for(process.wait(), 5.0)
+        except TimeoutError:
+            how = "closed its output"
+        else:
+            how = f"exited with status {status}"
+        where = shlex.join(self.spec.command)
+        self.exit_at_start = (
+            f"upstream MCP server {self.spec.name!r} ({where}) {how} at start, before answering anything"
+        )
+        self._stopping = True  # its end is told once, by the relay's error
+        self._exited_at_start.set()
 
     def _upstream_gone(self, reason: str) -> None:
         """The upstream's output ended: every request still waiting on it gets its error now."""
@@ -301,7 +344,7 @@ class Relay:
             return
         method = message.get("method")
         if method == "tools/call" and isinstance(message.get("params"), dict) and _key(message.get("id")) is not None:
-            if self.client.mode == "gate":  # the decision is waited for without holding the others
+            if self.options.mode == "gate":  # the decision is waited for without holding the others
                 task = asyncio.ensure_future(self._call(message, line))
                 self._gated.add(task)
                 task.add_done_callback(self._gated.discard)
@@ -381,7 +424,9 @@ class Relay:
                 call.timer.cancel()
                 self._failed(request_id, call, str(exc))
 
-    def _run_of(self, params: dict) -> GuardedRun:
+    def _run_of(self, params: dict) -> GuardedRun | UnguardedRun:
+        if not self.link.connected:
+            return self.link.unguarded()
         meta = params.get("_meta")
         named = meta.get(RUN_ID_META) if isinstance(meta, dict) else None
         run_id = identity(named, 200) if isinstance(named, str) and named.strip() else self._default_run
@@ -401,6 +446,7 @@ class Relay:
     # -- the upstream's messages --------------------------------------------------------------------
 
     async def _from_upstream(self, line: bytes) -> None:
+        self._heard = True
         message, fault = _read(line)
         if fault == "deep":
             self._deep_answer(line)

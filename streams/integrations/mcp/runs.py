@@ -17,8 +17,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from streams.client import (
+    BrokerAccessError,
     LoopBlocked,
     LoopwatchClient,
+    LoopwatchUnavailable,
     NoDecisionError,
     RunAbortedError,
     RunHandle,
@@ -28,7 +30,10 @@ from .options import GatewayOptions
 
 log = logging.getLogger("loopwatch.mcp")
 
-__all__ = ["BATCH_WAIT_MS", "GuardedRun", "runner_client"]
+__all__ = ["BATCH_WAIT_MS", "GuardedRun", "KafkaLink", "UnguardedRun", "runner_client"]
+
+RECONNECT_S = 2.0
+"""How often the gateway tries Kafka again while it cannot reach it."""
 
 BATCH_WAIT_MS = 5
 """How long an event may wait to share a produce request: advisory mode's linger, gate mode's
@@ -191,3 +196,80 @@ class GuardedRun:
         self._release()
         await self.settled()
         await self.handle.end(reason)
+
+
+class UnguardedRun:
+    """A call's run while loopwatch cannot be reached: nothing is published, and the call runs
+    (fail open) or is refused with the reason (fail closed), as a gated call that gets no
+    decision in time would be."""
+
+    def __init__(self, refusal: str | None) -> None:
+        self.refusal = refusal
+
+    async def admit(self, name: str, args: Any, call_id: str) -> tuple[str | None, str | None]:
+        return self.refusal, None
+
+    def complete(self, name: str, args: Any, call_id: str, **outcome: Any) -> None:
+        pass
+
+    def notices(self, notice: str | None) -> list[str]:
+        return [notice] if notice else []
+
+    async def end(self, reason: str) -> None:
+        pass
+
+
+class KafkaLink:
+    """The gateway's runner client, reconnecting: a gateway that cannot reach Kafka at start
+    serves its tools all the same, each call unguarded (``unguarded``), and tries again every
+    ``RECONNECT_S`` until it can; from then on calls are guarded.  A broker that refuses the
+    client for good (``BrokerAccessError``: credentials, TLS trust) still stops the start:
+    waiting would not fix it."""
+
+    def __init__(self, options: GatewayOptions, client: LoopwatchClient | None = None) -> None:
+        self.options = options
+        self.client = client or runner_client(options)
+        self.connected = False
+        self._reconnecting: asyncio.Task | None = None
+        self._given_client = client is not None
+
+    async def start(self) -> None:
+        try:
+            await self.client.start()
+        except LoopwatchUnavailable as exc:
+            how = "refused" if self.options.fail_closed else "run unguarded (fail open)"
+            log.warning("%s; tool calls are %s until it is reached (trying every %gs)", exc, how, RECONNECT_S)
+            self._reconnecting = asyncio.create_task(self._reconnect(), name="mcp-gateway-kafka")
+            return
+        self.connected = True
+
+    async def _reconnect(self) -> None:
+        while True:
+            await asyncio.sleep(RECONNECT_S)
+            # A client that failed to start is stopped for good: a new one is made per attempt.
+            client = self.client if self._given_client else runner_client(self.options)
+            try:
+                await client.start()
+            except (LoopwatchUnavailable, BrokerAccessError) as exc:
+                log.debug("still no loopwatch: %s", exc)
+                continue
+            self.client, self.connected = client, True
+            log.warning("reached loopwatch on %s: tool calls are guarded again", self.options.bootstrap_servers)
+            return
+
+    def unguarded(self) -> UnguardedRun:
+        """The run of a call made while Kafka is out of reach."""
+        refusal = None
+        if self.options.fail_closed:
+            refusal = (
+                f"loopwatch is unavailable (Kafka at {self.options.bootstrap_servers} cannot be reached) and the "
+                "gateway fails closed; the call was not run"
+            )
+        return UnguardedRun(refusal)
+
+    async def stop(self) -> None:
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
+            await asyncio.gather(self._reconnecting, return_exceptions=True)
+        if self.connected:
+            await self.client.stop()

@@ -280,7 +280,7 @@ class FaultCase:
         self.lw = lw
         self.workload = workload
         self.broker = broker or lw.broker
-        self.env = {**FAULT_GROUP_ENV, **(env or {}), "LOOPWATCH_BROKER": self.broker}
+        self.env = {**FAULT_GROUP_ENV, **(env or {}), "LOOPWATCH_BOOTSTRAP": self.broker}
         self.config_path = lw.tmp / "live.json"
         write_config(self.config_path, workload.live)
         if workload.candidate is not None:
