@@ -19,6 +19,8 @@ MARKER = re.compile(r"^<!-- snippet: ([a-z0-9-]+) -->\n```(\w+)\n(.*?)^```$", re
 
 PYTHON_SNIPPETS = {"langchain", "openai-agents", "pydantic-ai"}
 CONFIG_SNIPPETS = {"config-first"}
+MCP_CLIENT_SNIPPETS = {"mcp-client-config"}
+"""Run as written by tests/docs/test_mcp_client_config.py (every such block of README.md and docs/)."""
 
 
 def snippets() -> dict[str, tuple[str, str]]:
@@ -39,7 +41,7 @@ def snippet(name: str, lang: str) -> str:
 
 def test_every_marker_is_one_the_tests_run() -> None:
     """A marker no test reads would be a snippet nobody checks; a missing one fails below."""
-    assert set(snippets()) == PYTHON_SNIPPETS | CONFIG_SNIPPETS
+    assert set(snippets()) == PYTHON_SNIPPETS | CONFIG_SNIPPETS | MCP_CLIENT_SNIPPETS
 
 
 @pytest.mark.parametrize("name", sorted(PYTHON_SNIPPETS))
