@@ -32,11 +32,12 @@ ends; with ``hooks()`` on options of your own (``ClaudeSDKClient``), call ``end(
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterable, AsyncIterator
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
+from typing import Any, cast
 
 from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKError, HookMatcher
 from claude_agent_sdk import query as sdk_query
+from claude_agent_sdk.types import HookCallback
 
 from streams.client import LoopwatchClient, RunAbortedError
 
@@ -69,7 +70,9 @@ class Loopwatch:
         hooks: dict[Any, list[HookMatcher]] = {k: list(v) for k, v in (options.hooks or {}).items()}
         for event, matchers in self.hooks().items():
             hooks.setdefault(event, []).extend(matchers)
-        messages = sdk_query(prompt=prompt, options=dataclasses.replace(options, hooks=hooks))
+        messages = cast(
+            AsyncGenerator[Any, None], sdk_query(prompt=prompt, options=dataclasses.replace(options, hooks=hooks))
+        )
         reason = "failed"
         try:
             async for message in messages:
@@ -92,9 +95,9 @@ class Loopwatch:
     def hooks(self) -> dict[Any, list[HookMatcher]]:
         """loopwatch's hooks, for ``ClaudeAgentOptions(hooks=...)`` (``query`` adds them itself)."""
         return {
-            "PreToolUse": [HookMatcher(hooks=[self.pre_tool_use])],
-            "PostToolUse": [HookMatcher(hooks=[self.post_tool_use])],
-            "PostToolUseFailure": [HookMatcher(hooks=[self.post_tool_use_failure])],
+            "PreToolUse": [HookMatcher(hooks=[cast(HookCallback, self.pre_tool_use)])],
+            "PostToolUse": [HookMatcher(hooks=[cast(HookCallback, self.post_tool_use)])],
+            "PostToolUseFailure": [HookMatcher(hooks=[cast(HookCallback, self.post_tool_use_failure)])],
         }
 
     def _run(self, session_id: str) -> RunGuard:
