@@ -746,3 +746,20 @@ async def test_docs_claude_agent_sdk_snippet_runs(worker, tmp_path):
     assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
     assert events[0].tool_call_id == "toolu_0001" and events[0].session_key == f"claude-agent-sdk:{result.session_id}"
     assert events[-1].reason == "completed"
+
+
+async def test_claude_agent_sdk_failed_call_is_published_as_an_error(worker, tmp_path, monkeypatch):
+    """A Bash command that fails reaches ``PostToolUseFailure``: published as a thrown error,
+    its text hashed like any result."""
+    import scripted_model
+
+    monkeypatch.setattr(scripted_model, "COMMAND", "ls no-such-file-here")
+    async with worker.client() as client:
+        with ScriptedMessagesApi(1) as model:
+            messages = await claude_run(ClaudeSdkLoopwatch(client, agent_id="main"), claude_options(model, tmp_path))
+    result = messages[-1]
+    assert isinstance(result, ResultMessage), result
+    events = await published(worker, result.session_id)
+    completed = [e for e in events if isinstance(e, ToolCallCompleted)]
+    assert [(e.tool_call_id, e.is_error) for e in completed] == [("toolu_0001", True)]
+    assert_only_hashes_left(events, "no-such-file-here")
