@@ -59,7 +59,7 @@ class Loopwatch:
         self.agent_id = agent_id
         self.session_key = session_key
         self._runs: dict[str, RunGuard] = {}
-        self._aborted: RunAbortedError | None = None  # an abort a deny carried before its verdict arrived
+        self._aborted: dict[str, RunAbortedError] = {}  # aborts a deny carried before their verdict arrived
 
     async def query(
         self, *, prompt: str | AsyncIterable[dict[str, Any]], options: ClaudeAgentOptions | None = None
@@ -90,7 +90,11 @@ class Loopwatch:
     @property
     def aborted(self) -> RunAbortedError | None:
         """The abort of a session's run, once loopwatch has aborted one."""
-        return next((g.aborted for g in self._runs.values() if g.aborted is not None), self._aborted)
+        for session_id, guard in self._runs.items():
+            aborted = guard.aborted or self._aborted.get(session_id)
+            if aborted is not None:
+                return aborted
+        return None
 
     def hooks(self) -> dict[Any, list[HookMatcher]]:
         """loopwatch's hooks, for ``ClaudeAgentOptions(hooks=...)`` (``query`` adds them itself)."""
@@ -122,7 +126,7 @@ class Loopwatch:
             }
         }
         if verdict.aborted is not None:
-            self._aborted = self._aborted or verdict.aborted
+            self._aborted.setdefault(data["session_id"], verdict.aborted)
             out["continue_"] = False
             out["stopReason"] = verdict.aborted.message or verdict.message
         return out
@@ -144,9 +148,10 @@ class Loopwatch:
     async def end(self, reason: str | None = None) -> None:
         """End the run of every session seen: ``aborted`` where loopwatch ended it, else
         ``reason`` (``completed`` by default)."""
-        runs, self._runs = self._runs, {}
-        for guard in runs.values():
-            await guard.end("aborted" if guard.aborted is not None else reason or "completed")
+        runs, aborts, self._runs, self._aborted = self._runs, self._aborted, {}, {}  # the next query afresh
+        for session_id, guard in runs.items():
+            aborted = guard.aborted is not None or session_id in aborts
+            await guard.end("aborted" if aborted else reason or "completed")
 
 
 def _context(event: str, notices: tuple[str, ...], guard: RunGuard) -> dict[str, Any]:
