@@ -18,6 +18,9 @@ $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[worker,test,ops,bench,langchain,openai-agents,pydantic-ai,mcp,mcp-test,otlp,otlp-test,docs]'
+	# The Claude Agent SDK from its sdist: its wheels bundle a 430 MB Claude Code; the tests
+	# drive the pinned one (make agent-clis).
+	$(PY) -m pip install -q --no-binary claude-agent-sdk 'claude-agent-sdk==0.2.190'
 	touch $(STAMP)
 
 # The TypeScript client (clients/typescript): npm dependencies from its lock file (npm's cache

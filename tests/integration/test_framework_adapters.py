@@ -527,24 +527,26 @@ async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
 # -- the README's snippets, run as they are ---------------------------------------------------------------
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+INTEGRATIONS_DOC = README.parent / "docs" / "integrations.md"
 
 
-def readme_snippet(marker: str) -> str:
-    """The python block after ``<!-- snippet: <marker> -->`` in the README, with only the broker
-    address replaced by this test's broker and topics (tests/docs/test_snippets.py checks that
-    every marker exists)."""
-    text = README.read_text(encoding="utf-8")
+def readme_snippet(marker: str, page: Path = README) -> str:
+    """The python block after ``<!-- snippet: <marker> -->`` in the README (or a docs page),
+    with only the broker address replaced by this test's broker and topics
+    (tests/docs/test_snippets.py checks that every README marker exists)."""
+    text = page.read_text(encoding="utf-8")
     head = f"<!-- snippet: {marker} -->\n```python\n"
-    assert text.count(head) == 1, f"README.md has no `{head.strip()}`"
+    assert text.count(head) == 1, f"{page.name} has no `{head.strip()}`"
     code = text.split(head, 1)[1].split("```", 1)[0]
     assert code.count('"kafka:9092"') == 1, marker
     return code
 
 
-def run_snippet(lw, marker: str):
+def run_snippet(lw, marker: str, page: Path = README):
     target = f'"{lw.broker}", tool_calls_topic="{lw.names.tool_calls}", verdicts_topic="{lw.names.verdicts}"'
     namespace: dict[str, Any] = {}
-    exec(compile(readme_snippet(marker).replace('"kafka:9092"', target), f"README.md ({marker})", "exec"), namespace)
+    code = readme_snippet(marker, page).replace('"kafka:9092"', target)
+    exec(compile(code, f"{page.name} ({marker})", "exec"), namespace)
     return namespace["main"]
 
 
@@ -615,3 +617,149 @@ async def test_readme_pydantic_ai_snippet_runs(worker):
     assert result.output == "done"
     events = await readme_run_of(worker, call_id)
     assert events[0].run_id == result.run_id
+
+
+# -- Claude Agent SDK: the real SDK drives the real Claude Code CLI (make agent-clis) -------------------------
+
+from agent_cli_setup import AGENT_CLIS  # noqa: E402
+from claude_agent_sdk import (  # noqa: E402
+    AssistantMessage,
+    ClaudeAgentOptions,
+    ClaudeSDKError,
+    ResultMessage,
+    ToolResultBlock,
+    UserMessage,
+)
+from scripted_model import ScriptedModel as ScriptedMessagesApi  # noqa: E402
+from scripted_model import text_of, tool_results  # noqa: E402
+
+from streams.integrations.frameworks.claude_agent_sdk import Loopwatch as ClaudeSdkLoopwatch  # noqa: E402
+from streams.integrations.frameworks.claude_agent_sdk import LoopwatchRunAborted as ClaudeSdkRunAborted  # noqa: E402
+
+CLAUDE_CLI = AGENT_CLIS / "node_modules" / ".bin" / "claude"
+
+
+def claude_options(model: ScriptedMessagesApi, tmp_path: Path) -> ClaudeAgentOptions:
+    """The SDK on the pinned CLI, offline: the scripted Messages API, a dummy key, a home of its
+    own, and a work directory whose one file the real ``ls`` lists."""
+    if not CLAUDE_CLI.exists():
+        pytest.fail(f"{CLAUDE_CLI} is missing: make agent-clis installs Claude Code")
+    work, home = tmp_path / "work", tmp_path / "home"
+    work.mkdir()
+    home.mkdir()
+    (work / "marker-file.txt").write_text("x\n")
+    env = {
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": model.url,
+        "ANTHROPIC_API_KEY": "sk-ant-test-dummy",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "IS_SANDBOX": "1",
+    }
+    return ClaudeAgentOptions(cli_path=CLAUDE_CLI, cwd=work, env=env, allowed_tools=["Bash"], max_turns=100)
+
+
+async def claude_run(guard: ClaudeSdkLoopwatch, options: ClaudeAgentOptions) -> list:
+    return [m async for m in guard.query(prompt="List the files here.", options=options)]
+
+
+def claude_seen(requests: list[dict]) -> list[tuple[dict, str]]:
+    """Per call, in order: the tool result the model got, and all the text of that message."""
+    seen = []
+    for n, request in enumerate(requests[1:], start=1):
+        results = tool_results(request)
+        assert [r.get("tool_use_id") for r in results] == [f"toolu_{n:04d}"], results
+        last_user = next(m for m in reversed(request["messages"]) if m.get("role") == "user")
+        seen.append((results[0], text_of(last_user["content"])))
+    return seen
+
+
+CRITICAL_BASH = (
+    "CRITICAL: Called Bash with identical arguments and identical outcomes 20 times. "
+    "Session execution blocked to prevent runaway loops."
+)
+WARNING_BASH = "WARNING: You have called Bash 10 times with identical arguments."
+
+
+async def test_claude_agent_sdk_loop_is_warned_at_the_11th_call_and_denied_from_the_21st(worker, tmp_path):
+    async with worker.client() as client:
+        with ScriptedMessagesApi(LOOP_CALLS) as model:
+            messages = await claude_run(ClaudeSdkLoopwatch(client, agent_id="main"), claude_options(model, tmp_path))
+            requests = list(model.requests)
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and not result.is_error, result
+    assert len(requests) == LOOP_CALLS + 1, "a deny is a refused call, not the end of the session"
+    seen = claude_seen(requests)
+    for n, (tool_result, _) in enumerate(seen, start=1):
+        content = text_of(tool_result.get("content"))
+        if n <= 20:
+            assert not tool_result.get("is_error") and "marker-file.txt" in content, (n, tool_result)  # the real ls ran
+        else:
+            assert tool_result.get("is_error") is True and content == CRITICAL_BASH, (n, tool_result)
+    assert [n for n, (_, text) in enumerate(seen, start=1) if WARNING_BASH in text] == [11]
+    events = await published(worker, result.session_id)
+    decisions = engine_decisions(events)
+    assert_hand_worked_loop([decisions[f"toolu_{n:04d}"] for n in range(1, LOOP_CALLS + 1)])
+    assert events[-1].reason == "completed"
+    assert_only_hashes_left(events, "marker-file.txt")
+
+
+async def test_claude_agent_sdk_abort_ends_the_session(worker, tmp_path):
+    """Agent ``aborter`` is aborted at its first critical block: the 21st call is denied and
+    ``query`` stops the session, raising the abort; no call runs after the 20th."""
+    messages = []
+    async with worker.client() as client:
+        with ScriptedMessagesApi(LOOP_CALLS) as model:
+            guard = ClaudeSdkLoopwatch(client, agent_id="aborter")
+            with pytest.raises(ClaudeSdkRunAborted) as info:
+                async for message in guard.query(
+                    prompt="List the files here.", options=claude_options(model, tmp_path)
+                ):
+                    messages.append(message)
+            requests = list(model.requests)
+    aborted = info.value
+    assert isinstance(aborted, ClaudeSDKError) and aborted.detector == "critical_block_limit"
+    assert aborted.count == 1 and aborted.tool_name == "Bash"
+    # The CLI may have asked the model once more before it was stopped; nothing after ran.
+    assert len(requests) in (21, 22), len(requests)
+    assert not any(isinstance(m, ResultMessage) for m in messages), "the session was stopped, not finished"
+    ran = [b.tool_use_id for m in messages if isinstance(m, UserMessage) and isinstance(m.content, list)
+           for b in m.content if isinstance(b, ToolResultBlock) and not b.is_error]  # fmt: skip
+    assert ran == [f"toolu_{n:04d}" for n in range(1, 21)]
+    session_id = next(m.session_id for m in messages if isinstance(m, AssistantMessage))
+    events = await published(worker, session_id)
+    assert events[-1].reason == "aborted"
+    requested = [e.tool_call_id for e in events if isinstance(e, ToolCallRequested)]
+    assert requested[:21] == [f"toolu_{n:04d}" for n in range(1, 22)] and len(requested) <= 22
+    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    assert (abort.detector, abort.count, abort.message) == (aborted.detector, aborted.count, aborted.message)
+
+
+async def test_docs_claude_agent_sdk_snippet_runs(worker, tmp_path):
+    """The docs' snippet, on the pinned CLI: one ``ls``, run and published, then the answer."""
+    with ScriptedMessagesApi(1) as model:
+        messages = await run_snippet(worker, "claude-agent-sdk", INTEGRATIONS_DOC)(claude_options(model, tmp_path))
+    result = messages[-1]
+    assert isinstance(result, ResultMessage) and result.result == "Done.", result
+    events = await published(worker, result.session_id)
+    assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
+    assert events[0].tool_call_id == "toolu_0001" and events[0].session_key == f"claude-agent-sdk:{result.session_id}"
+    assert events[-1].reason == "completed"
+
+
+async def test_claude_agent_sdk_failed_call_is_published_as_an_error(worker, tmp_path, monkeypatch):
+    """A Bash command that fails reaches ``PostToolUseFailure``: published as a thrown error,
+    its text hashed like any result."""
+    import scripted_model
+
+    monkeypatch.setattr(scripted_model, "COMMAND", "ls no-such-file-here")
+    async with worker.client() as client:
+        with ScriptedMessagesApi(1) as model:
+            messages = await claude_run(ClaudeSdkLoopwatch(client, agent_id="main"), claude_options(model, tmp_path))
+    result = messages[-1]
+    assert isinstance(result, ResultMessage), result
+    events = await published(worker, result.session_id)
+    completed = [e for e in events if isinstance(e, ToolCallCompleted)]
+    assert [(e.tool_call_id, e.is_error) for e in completed] == [("toolu_0001", True)]
+    assert_only_hashes_left(events, "no-such-file-here")

@@ -12,7 +12,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 # What the adapters bring in; none of it may reach the worker or the client.
-FOREIGN = ("langchain", "langchain_core", "langgraph", "agents", "openai", "pydantic_ai", "mcp", "opentelemetry")
+FOREIGN = (
+    "langchain",
+    "langchain_core",
+    "langgraph",
+    "agents",
+    "openai",
+    "pydantic_ai",
+    "claude_agent_sdk",
+    "mcp",
+    "opentelemetry",
+)
 
 # Imports the named modules (a package: every module in it), and with "worker-cli" goes down
 # the CLI's worker path (`loopwatch worker --help`: the command's own imports, then its help).
