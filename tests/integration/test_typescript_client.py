@@ -367,3 +367,57 @@ async def test_node_client_under_profile_latest_blocks_drifting_loops_and_reache
     assert (
         len({e.result_hash for e in outcomes if e.tool_name == "exec"}) == 20
     )  # 20 ran; each looked new to configurable-final
+
+
+# -- the Vercel AI SDK: its own agent loop and mock model, through withLoopwatch -----------------
+
+
+async def test_ai_sdk_tools_warn_the_model_then_refuse_a_repeated_call(worker, node):
+    """The SDK's generateText loop with its MockLanguageModelV3, scripted to call one tool with
+    the same arguments 25 times. Hand-worked from the spec's defaults (warning threshold 10,
+    critical 20, as the plugin test above): the 11th call is warned, and the model reads the
+    warning after the tool's output; from the 21st on the tool does not run and the model reads
+    loopwatch's message as the tool's error."""
+    lw = worker
+    tag = f"ai-{int(time.time() * 1000)}"
+    plan = {"kafka": kafka_plan(lw), "runId": f"{tag}-loop", "sessionKey": f"agent:main:{tag}", "calls": 25}
+    runner = await NodeRunner.start(node, "ai-sdk", plan)
+    try:
+        await runner.read("ready")
+        report = await runner.read("ai-sdk")
+        await runner.finish()
+    finally:
+        runner.kill()
+
+    records = await published_records(lw, {plan["runId"]})
+    events = [decode_event(r.value) for r in records]
+    expected = reference_verdicts(events, CONFIG)
+    decisions = {v.cause_event_id: v for v in expected if isinstance(v, Decision)}
+    requests = {e.tool_call_id: e for e in events if isinstance(e, ToolCallRequested)}
+
+    read = report["read"]
+    assert [r["toolCallId"] for r in read] == [f"call_{n}" for n in range(25)]
+    assert report["executed"] == 20  # the blocked calls never ran
+    assert report["steps"] == 26 and report["text"] == "giving up"  # 25 tool steps, then the answer
+    warn, block = decisions[requests["call_10"].event_id], decisions[requests["call_20"].event_id]
+    assert (warn.action, warn.detector, warn.count, warn.notify_model) == ("warn", "generic_repeat", 10, True)
+    assert (block.action, block.detector) == ("block", "generic_repeat")
+    for n, r in enumerate(read):
+        if n < 10 or 10 < n < 20:
+            assert r["output"] == {"type": "text", "value": "no new lines"}, n
+        elif n == 10:
+            assert r["output"] == {
+                "type": "content",
+                "value": [{"type": "text", "text": "no new lines"}, {"type": "text", "text": warn.message}],
+            }
+        else:
+            decision = decisions[requests[f"call_{n}"].event_id]
+            assert decision.action == "block", n
+            assert r["output"] == {"type": "error-text", "value": decision.message}, n
+    # The warning the model read is not part of the outcome loopwatch hashed: every executed
+    # call's outcome is the same, which is what kept the streak going to the block.
+    hashes = {e.result_hash for e in events if isinstance(e, ToolCallCompleted) and not e.loop_veto}
+    assert len(hashes) == 1
+    blocked = {requests[f"call_{n}"].event_id for n in range(20, 25)}
+    assert assert_blocked_calls_completed_at_once(events, blocked) == 5
+    assert any(isinstance(e, RunEnded) and e.run_id == plan["runId"] for e in events)

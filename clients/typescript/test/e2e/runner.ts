@@ -13,6 +13,10 @@
  *   node runner.js text     plan: {kafka, runs: [{runId, sessionKey, events: [{k: "user"|"text", text}]}]}
  *     Streams each run's prompts and text through RunHandle.agentMessage / modelText (advisory),
  *     waits for the run's abort and reports the events' ids, the warnings and the abort.
+ *   node runner.js ai-sdk   plan: {kafka, runId, sessionKey, calls}
+ *     The Vercel AI SDK's own loop (generateText, stopWhen) with its MockLanguageModelV3, whose
+ *     script calls one tool with the same arguments `calls` times, through withLoopwatch; reports
+ *     what the model read of each call, how often the tool really ran, and the steps.
  *   node runner.js start    plan: {kafka}
  *     Starts a client and reports whether it started, or the error it failed with.
  *
@@ -27,6 +31,9 @@ import { clientOptionsFromConfig } from "../../src/openclaw/config.js";
 import { registerLoopwatch } from "../../src/openclaw/plugin.js";
 import type { Decision } from "../../src/verdicts.js";
 import { FakeOpenClaw } from "../support/fake-openclaw.js";
+import { generateText, jsonSchema, stepCountIs, tool } from "ai";
+import { MockLanguageModelV3 } from "ai/test";
+import { loopwatchAborted, withLoopwatch } from "../../src/integrations/aiSdk.js";
 
 /** The plugin's config: brokers, topics, and for a secured cluster tls, sasl and signing. */
 type KafkaPlan = Record<string, unknown>;
@@ -244,6 +251,69 @@ async function pluginScenario(plan: { kafka: KafkaPlan; loopRun: string; abortRu
   await plugin.stop();
 }
 
+// -- the Vercel AI SDK ------------------------------------------------------------------------
+
+/** A tool result as the model reads it in its next prompt (LanguageModelV3ToolResultOutput). */
+interface ModelRead {
+  toolCallId: string;
+  output: unknown;
+}
+
+function usage() {
+  return {
+    inputTokens: { total: 10, noCache: 10, cacheRead: undefined, cacheWrite: undefined },
+    outputTokens: { total: 5, text: 5, reasoning: undefined },
+  };
+}
+
+async function aiSdkScenario(plan: { kafka: KafkaPlan; runId: string; sessionKey: string; calls: number }): Promise<void> {
+  const client = new LoopwatchClient({ ...clientOptionsFromConfig(plan.kafka), mode: "gate", timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000, clientId: "e2e-ai-sdk" });
+  await client.start();
+  say({ event: "ready" });
+  const run = client.run({ runId: plan.runId, sessionKey: plan.sessionKey, agentId: "main" });
+  let executed = 0;
+  const readLog = tool({
+    description: "Read the application log",
+    inputSchema: jsonSchema<{ path: string }>({ type: "object", properties: { path: { type: "string" } }, required: ["path"] }),
+    execute: async () => {
+      executed += 1;
+      return "no new lines";
+    },
+  });
+  // The scripted model: the same call `calls` times, reading each result in its next prompt.
+  const read: ModelRead[] = [];
+  let made = 0;
+  const model = new MockLanguageModelV3({
+    doGenerate: async (options) => {
+      const last = options.prompt[options.prompt.length - 1];
+      if (last?.role === "tool") {
+        for (const part of last.content) {
+          if (part.type === "tool-result") read.push({ toolCallId: part.toolCallId, output: part.output });
+        }
+      }
+      if (made < plan.calls) {
+        made += 1;
+        return {
+          content: [{ type: "tool-call", toolCallId: `call_${made - 1}`, toolName: "read_log", input: JSON.stringify({ path: "/var/log/app.log" }) }],
+          finishReason: { unified: "tool-calls", raw: "tool_calls" },
+          usage: usage(),
+          warnings: [],
+        };
+      }
+      return { content: [{ type: "text", text: "giving up" }], finishReason: { unified: "stop", raw: "stop" }, usage: usage(), warnings: [] };
+    },
+  });
+  const result = await generateText({
+    model,
+    prompt: "Wait for the deploy to show up in the log.",
+    tools: withLoopwatch({ read_log: readLog }, run),
+    stopWhen: [stepCountIs(plan.calls + 5), loopwatchAborted(run)],
+  });
+  await run.end("completed");
+  say({ event: "ai-sdk", read, executed, steps: result.steps.length, text: result.text });
+  await client.stop();
+}
+
 // -- start -------------------------------------------------------------------------------------
 
 async function startScenario(plan: { kafka: KafkaPlan }): Promise<void> {
@@ -271,6 +341,8 @@ async function main(): Promise<void> {
     await pluginScenario(plan);
   } else if (scenario === "start") {
     await startScenario(plan);
+  } else if (scenario === "ai-sdk") {
+    await aiSdkScenario(plan);
   } else if (scenario === "text") {
     await textScenario(plan);
   } else {
