@@ -372,15 +372,22 @@ async def test_node_client_under_profile_latest_blocks_drifting_loops_and_reache
 # -- the Vercel AI SDK: its own agent loop and mock model, through withLoopwatch -----------------
 
 
-async def test_ai_sdk_tools_warn_the_model_then_refuse_a_repeated_call(worker, node):
-    """The SDK's generateText loop with its MockLanguageModelV3, scripted to call one tool with
-    the same arguments 25 times. Hand-worked from the spec's defaults (warning threshold 10,
-    critical 20, as the plugin test above): the 11th call is warned, and the model reads the
-    warning after the tool's output; from the 21st on the tool does not run and the model reads
-    loopwatch's message as the tool's error."""
+async def test_ai_sdk_tools_warn_the_model_refuse_a_repeated_call_and_end_an_aborted_run(worker, node):
+    """The SDK's generateText loop with its MockLanguageModelV3, through withLoopwatch.
+    Hand-worked from the spec's defaults (warning threshold 10, critical 20, as the plugin test
+    above): of 25 identical calls the 11th is warned, and the model reads the warning after the
+    tool's output; from the 21st on the tool does not run and the model reads loopwatch's message
+    as the tool's error. A loop that survives a compaction (as in the plugin test) is aborted, and
+    loopwatchAborted ends the SDK's loop there."""
     lw = worker
     tag = f"ai-{int(time.time() * 1000)}"
-    plan = {"kafka": kafka_plan(lw), "runId": f"{tag}-loop", "sessionKey": f"agent:main:{tag}", "calls": 25}
+    plan = {
+        "kafka": kafka_plan(lw),
+        "runId": f"{tag}-loop",
+        "abortRun": f"{tag}-abort",
+        "sessionKey": f"agent:main:{tag}",
+        "calls": 25,
+    }
     runner = await NodeRunner.start(node, "ai-sdk", plan)
     try:
         await runner.read("ready")
@@ -389,35 +396,52 @@ async def test_ai_sdk_tools_warn_the_model_then_refuse_a_repeated_call(worker, n
     finally:
         runner.kill()
 
-    records = await published_records(lw, {plan["runId"]})
+    records = await published_records(lw, {plan["runId"], plan["abortRun"]})
     events = [decode_event(r.value) for r in records]
     expected = reference_verdicts(events, CONFIG)
     decisions = {v.cause_event_id: v for v in expected if isinstance(v, Decision)}
-    requests = {e.tool_call_id: e for e in events if isinstance(e, ToolCallRequested)}
+    requests = {(e.run_id, e.tool_call_id): e for e in events if isinstance(e, ToolCallRequested)}
 
-    read = report["read"]
-    assert [r["toolCallId"] for r in read] == [f"call_{n}" for n in range(25)]
-    assert report["executed"] == 20  # the blocked calls never ran
-    assert report["steps"] == 26 and report["text"] == "giving up"  # 25 tool steps, then the answer
-    warn, block = decisions[requests["call_10"].event_id], decisions[requests["call_20"].event_id]
+    def decision(run: str, n: int) -> Decision:
+        return decisions[requests[(plan[run], f"call_{n}")].event_id]
+
+    loop = report["loop"]
+    assert [r["toolCallId"] for r in loop["read"]] == [f"call_{n}" for n in range(25)]
+    assert loop["executed"] == 20  # the refused calls never ran
+    assert loop["steps"] == 26 and loop["text"] == "giving up"  # 25 tool steps, then the answer
+    warn, block = decision("runId", 10), decision("runId", 20)
     assert (warn.action, warn.detector, warn.count, warn.notify_model) == ("warn", "generic_repeat", 10, True)
     assert (block.action, block.detector) == ("block", "generic_repeat")
-    for n, r in enumerate(read):
-        if n < 10 or 10 < n < 20:
-            assert r["output"] == {"type": "text", "value": "no new lines"}, n
-        elif n == 10:
+    for n, r in enumerate(loop["read"]):
+        if n == 10:
             assert r["output"] == {
                 "type": "content",
                 "value": [{"type": "text", "text": "no new lines"}, {"type": "text", "text": warn.message}],
             }
+        elif n < 20:
+            assert r["output"] == {"type": "text", "value": "no new lines"}, n
         else:
-            decision = decisions[requests[f"call_{n}"].event_id]
-            assert decision.action == "block", n
-            assert r["output"] == {"type": "error-text", "value": decision.message}, n
-    # The warning the model read is not part of the outcome loopwatch hashed: every executed
-    # call's outcome is the same, which is what kept the streak going to the block.
-    hashes = {e.result_hash for e in events if isinstance(e, ToolCallCompleted) and not e.loop_veto}
-    assert len(hashes) == 1
-    blocked = {requests[f"call_{n}"].event_id for n in range(20, 25)}
+            assert decision("runId", n).action == "block", n
+            assert r["output"] == {"type": "error-text", "value": decision("runId", n).message}, n
+    # The warning the model read is not part of the outcome loopwatch hashed: every call that ran
+    # has the same outcome, which is what kept the streak going to the block.
+    ran = [e for e in events if isinstance(e, ToolCallCompleted) and e.run_id == plan["runId"] and not e.loop_veto]
+    assert len(ran) == 20 and len({e.result_hash for e in ran}) == 1
+    blocked = {requests[(plan["runId"], f"call_{n}")].event_id for n in range(20, 25)}
     assert assert_blocked_calls_completed_at_once(events, blocked) == 5
-    assert any(isinstance(e, RunEnded) and e.run_id == plan["runId"] for e in events)
+
+    # The abort: the engine's, reached the run; the SDK's loop stopped at the step that learnt it
+    # (the model had 12 lookups scripted, and never got to answer).
+    abort = report["abort"]
+    aborts = [v for v in expected if isinstance(v, RunAborted)]
+    assert [a.detector for a in aborts] == ["compaction_loop_persisted"]
+    assert plain(abort["aborted"]) == plain(aborts[0])
+    assert abort["checked"] == {"name": "PostCompactionLoopPersistedError", "message": aborts[0].message}
+    assert abort["executed"]["gateway"] == 3 and abort["executed"]["read"] == 3
+    # The abort comes with the third lookup's outcome; the step after it is the last: a 7th call,
+    # if the model got to make one before the abort arrived, was refused and ran nothing.
+    assert abort["steps"] == abort["made"] in (6, 7) and len(abort["read"]) == abort["made"] - 1
+    ran = [e for e in events if isinstance(e, ToolCallCompleted) and e.run_id == plan["abortRun"] and not e.loop_veto]
+    assert [e.tool_call_id for e in ran] == [f"call_{n}" for n in range(6)]
+    for ended in (plan["runId"], plan["abortRun"]):
+        assert any(isinstance(e, RunEnded) and e.run_id == ended for e in events)

@@ -33,6 +33,15 @@ import {
 } from "../errors.js";
 import type { ToolOutcome } from "../hashing.js";
 
+/**
+ * The detectors whose block is the refusal of a call of a run loopwatch has aborted
+ * (the engine's `refused_after_abort` names the abort's detector): the abort verdict itself
+ * may still be on its way when the block arrives.
+ */
+const ABORT_DETECTORS = new Set(["compaction_loop_persisted", "critical_block_limit"]);
+/** Runs refused with an abort detector's block, before their abort verdict arrived. */
+const ending = new WeakSet<RunHandle>();
+
 /** Tool calls whose notices wait for their `toModelOutput` (a call that threw never takes them). */
 const MAX_PENDING_NOTICES = 1_024;
 
@@ -56,7 +65,7 @@ export function withLoopwatch<TOOLS extends ToolSet>(tools: TOOLS, run: RunHandl
 // `any`, as the SDK's own `stepCountIs`: a stop condition must fit every call's tool set.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export function loopwatchAborted(run: RunHandle): StopCondition<any> {
-  return () => run.aborted !== null;
+  return () => run.aborted !== null || ending.has(run);
 }
 
 function guardTool(name: string, tool: Tool, execute: Execute, run: RunHandle, notices: Map<string, string[]>): Tool {
@@ -103,6 +112,7 @@ async function admit(name: string, input: unknown, toolCallId: string, run: RunH
   } catch (err) {
     if (err instanceof LoopBlocked || err instanceof RunAbortedError) {
       run.takeModelNotices(); // the refusal's own message says it all
+      if (err instanceof LoopBlocked && ABORT_DETECTORS.has(err.detector ?? "")) ending.add(run);
       throw err;
     }
     if (err instanceof NoDecisionError || err instanceof LoopwatchUnavailable || err instanceof BrokerAccessError) {
@@ -117,6 +127,7 @@ async function admit(name: string, input: unknown, toolCallId: string, run: RunH
     throw err;
   }
   if (decision?.action === "block") {
+    if (ABORT_DETECTORS.has(decision.detector ?? "")) ending.add(run);
     throw new LoopBlocked(decision); // a client with raiseOnBlock: false
   }
   const texts = decision?.action === "warn" && decision.notify_model && decision.message ? [decision.message] : [];

@@ -13,10 +13,11 @@
  *   node runner.js text     plan: {kafka, runs: [{runId, sessionKey, events: [{k: "user"|"text", text}]}]}
  *     Streams each run's prompts and text through RunHandle.agentMessage / modelText (advisory),
  *     waits for the run's abort and reports the events' ids, the warnings and the abort.
- *   node runner.js ai-sdk   plan: {kafka, runId, sessionKey, calls}
- *     The Vercel AI SDK's own loop (generateText, stopWhen) with its MockLanguageModelV3, whose
- *     script calls one tool with the same arguments `calls` times, through withLoopwatch; reports
- *     what the model read of each call, how often the tool really ran, and the steps.
+ *   node runner.js ai-sdk   plan: {kafka, runId, abortRun, sessionKey, calls}
+ *     The Vercel AI SDK's own loop (generateText, stopWhen) with its MockLanguageModelV3, through
+ *     withLoopwatch: a script calling one tool with the same arguments `calls` times, then one
+ *     whose loop survives a compaction; reports what the model read of each call, how often the
+ *     tools really ran, the steps, and the abort.
  *   node runner.js start    plan: {kafka}
  *     Starts a client and reports whether it started, or the error it failed with.
  *
@@ -266,22 +267,8 @@ function usage() {
   };
 }
 
-async function aiSdkScenario(plan: { kafka: KafkaPlan; runId: string; sessionKey: string; calls: number }): Promise<void> {
-  const client = new LoopwatchClient({ ...clientOptionsFromConfig(plan.kafka), mode: "gate", timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000, clientId: "e2e-ai-sdk" });
-  await client.start();
-  say({ event: "ready" });
-  const run = client.run({ runId: plan.runId, sessionKey: plan.sessionKey, agentId: "main" });
-  let executed = 0;
-  const readLog = tool({
-    description: "Read the application log",
-    inputSchema: jsonSchema<{ path: string }>({ type: "object", properties: { path: { type: "string" } }, required: ["path"] }),
-    execute: async () => {
-      executed += 1;
-      return "no new lines";
-    },
-  });
-  // The scripted model: the same call `calls` times, reading each result in its next prompt.
-  const read: ModelRead[] = [];
+/** The scripted model: `script(n)` is its n-th tool call (null: it answers); it records what it read. */
+function scriptedModel(script: (n: number) => { tool: string; args: unknown } | null, read: ModelRead[], beforeStep?: (n: number) => Promise<void>) {
   let made = 0;
   const model = new MockLanguageModelV3({
     doGenerate: async (options) => {
@@ -291,10 +278,12 @@ async function aiSdkScenario(plan: { kafka: KafkaPlan; runId: string; sessionKey
           if (part.type === "tool-result") read.push({ toolCallId: part.toolCallId, output: part.output });
         }
       }
-      if (made < plan.calls) {
+      await beforeStep?.(made);
+      const call = script(made);
+      if (call !== null) {
         made += 1;
         return {
-          content: [{ type: "tool-call", toolCallId: `call_${made - 1}`, toolName: "read_log", input: JSON.stringify({ path: "/var/log/app.log" }) }],
+          content: [{ type: "tool-call", toolCallId: `call_${made - 1}`, toolName: call.tool, input: JSON.stringify(call.args) }],
           finishReason: { unified: "tool-calls", raw: "tool_calls" },
           usage: usage(),
           warnings: [],
@@ -303,14 +292,67 @@ async function aiSdkScenario(plan: { kafka: KafkaPlan; runId: string; sessionKey
       return { content: [{ type: "text", text: "giving up" }], finishReason: { unified: "stop", raw: "stop" }, usage: usage(), warnings: [] };
     },
   });
+  return { model, made: () => made };
+}
+
+const anyObject = jsonSchema<Record<string, unknown>>({ type: "object" });
+
+async function aiSdkScenario(plan: { kafka: KafkaPlan; runId: string; abortRun: string; sessionKey: string; calls: number }): Promise<void> {
+  const client = new LoopwatchClient({ ...clientOptionsFromConfig(plan.kafka), mode: "gate", timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000, clientId: "e2e-ai-sdk" });
+  await client.start();
+  say({ event: "ready" });
+  const executed: Record<string, number> = {};
+  const counted = (name: string, output: string) =>
+    tool({
+      description: name,
+      inputSchema: anyObject,
+      execute: async () => {
+        executed[name] = (executed[name] ?? 0) + 1;
+        return output;
+      },
+    });
+
+  // A loop on one read: warned at the 11th call, refused from the 21st.
+  const run = client.run({ runId: plan.runId, sessionKey: plan.sessionKey, agentId: "main" });
+  const read: ModelRead[] = [];
+  const looping = scriptedModel((n) => (n < plan.calls ? { tool: "read_log", args: { path: "/var/log/app.log" } } : null), read);
   const result = await generateText({
-    model,
+    model: looping.model,
     prompt: "Wait for the deploy to show up in the log.",
-    tools: withLoopwatch({ read_log: readLog }, run),
+    tools: withLoopwatch({ read_log: counted("read_log", "no new lines") }, run),
     stopWhen: [stepCountIs(plan.calls + 5), loopwatchAborted(run)],
   });
   await run.end("completed");
-  say({ event: "ai-sdk", read, executed, steps: result.steps.length, text: result.text });
+
+  // A loop that survives a compaction: loopwatch aborts the run, loopwatchAborted ends the loop.
+  const abortRun = client.run({ runId: plan.abortRun, sessionKey: plan.sessionKey, agentId: "main" });
+  const abortRead: ModelRead[] = [];
+  const persisting = scriptedModel(
+    (n) => (n < 3 ? { tool: "read", args: { path: `/docs/${n}.md` } } : n < 15 ? { tool: "gateway", args: { action: "lookup" } } : null),
+    abortRead,
+    async (n) => {
+      if (n === 3) await abortRun.compactionRetried(); // the host compacted its context and retries
+    },
+  );
+  const abortResult = await generateText({
+    model: persisting.model,
+    prompt: "Look the schema up.",
+    tools: withLoopwatch({ read: counted("read", "part"), gateway: counted("gateway", "same schema") }, abortRun),
+    stopWhen: [stepCountIs(20), loopwatchAborted(abortRun)],
+  });
+  let checked: { name: string; message: string } | null = null;
+  try {
+    abortRun.check();
+  } catch (err) {
+    checked = { name: (err as Error).name, message: (err as Error).message };
+  }
+  await abortRun.end("aborted");
+
+  say({
+    event: "ai-sdk",
+    loop: { read, executed: executed.read_log ?? 0, steps: result.steps.length, text: result.text },
+    abort: { read: abortRead, executed, made: persisting.made(), steps: abortResult.steps.length, aborted: abortRun.aborted, checked },
+  });
   await client.stop();
 }
 
