@@ -445,3 +445,78 @@ async def test_ai_sdk_tools_warn_the_model_refuse_a_repeated_call_and_end_an_abo
     assert [e.tool_call_id for e in ran] == [f"call_{n}" for n in range(6)]
     for ended in (plan["runId"], plan["abortRun"]):
         assert any(isinstance(e, RunEnded) and e.run_id == ended for e in events)
+
+
+# -- the OpenAI Agents SDK for TypeScript: its Runner and a model on its own Model interface ------
+
+
+async def test_openai_agents_ts_guardrails_warn_the_model_refuse_a_repeated_call_and_trip_on_an_abort(worker, node):
+    """@openai/agents' Runner with a scripted model on the SDK's own ``Model`` interface, through
+    withLoopwatch's tool guardrails. The same hand-worked case as the AI SDK test above: the 11th
+    of 25 identical calls is warned (the model reads the warning after the tool's output), the
+    21st on are refused with loopwatch's message; a loop that survives a compaction trips the
+    input guardrail: the run rejects with the SDK's ToolCallError around its
+    ToolInputGuardrailTripwireTriggered, which carries loopwatch's RunAbortedError."""
+    lw = worker
+    tag = f"oa-{int(time.time() * 1000)}"
+    plan = {
+        "kafka": kafka_plan(lw),
+        "runId": f"{tag}-loop",
+        "abortRun": f"{tag}-abort",
+        "sessionKey": f"agent:main:{tag}",
+        "calls": 25,
+    }
+    runner = await NodeRunner.start(node, "openai-agents", plan)
+    try:
+        await runner.read("ready")
+        report = await runner.read("openai-agents")
+        await runner.finish()
+    finally:
+        runner.kill()
+
+    records = await published_records(lw, {plan["runId"], plan["abortRun"]})
+    events = [decode_event(r.value) for r in records]
+    expected = reference_verdicts(events, CONFIG)
+    decisions = {v.cause_event_id: v for v in expected if isinstance(v, Decision)}
+    requests = {(e.run_id, e.tool_call_id): e for e in events if isinstance(e, ToolCallRequested)}
+
+    def decision(run: str, n: int) -> Decision:
+        return decisions[requests[(plan[run], f"call_{n}")].event_id]
+
+    loop = report["loop"]
+    assert [r["toolCallId"] for r in loop["read"]] == [f"call_{n}" for n in range(25)]
+    assert loop["executed"] == 20 and loop["made"] == 25 and loop["text"] == "giving up"
+    warn, block = decision("runId", 10), decision("runId", 20)
+    assert (warn.action, warn.detector, warn.count, warn.notify_model) == ("warn", "generic_repeat", 10, True)
+    assert (block.action, block.detector) == ("block", "generic_repeat")
+    for n, r in enumerate(loop["read"]):
+        if n == 10:
+            assert r["output"] == {"type": "text", "text": f"no new lines\n\n{warn.message}"}
+        elif n < 20:
+            assert r["output"] == {"type": "text", "text": "no new lines"}, n
+        else:
+            assert decision("runId", n).action == "block", n
+            assert r["output"] == {"type": "text", "text": decision("runId", n).message}, n
+    ran = [e for e in events if isinstance(e, ToolCallCompleted) and e.run_id == plan["runId"] and not e.loop_veto]
+    assert len(ran) == 20 and len({e.result_hash for e in ran}) == 1  # the warning is not the outcome
+    blocked = {requests[(plan["runId"], f"call_{n}")].event_id for n in range(20, 25)}
+    assert assert_blocked_calls_completed_at_once(events, blocked) == 5
+
+    abort = report["abort"]
+    aborts = [v for v in expected if isinstance(v, RunAborted)]
+    assert [a.detector for a in aborts] == ["compaction_loop_persisted"]
+    assert plain(abort["aborted"]) == plain(aborts[0])
+    assert abort["finished"] is None
+    assert abort["tripwire"] == {
+        "name": "ToolCallError",
+        "cause": "ToolInputGuardrailTripwireTriggered",
+        "guardrail": "loopwatch",
+        "info": {"name": "PostCompactionLoopPersistedError", "message": aborts[0].message},
+    }
+    # The abort comes with the third lookup's outcome: the next call trips the guardrail, and
+    # nothing more runs.
+    assert abort["made"] == 7 and (abort["executed"]["read"], abort["executed"]["gateway"]) == (3, 3)
+    ran = [e for e in events if isinstance(e, ToolCallCompleted) and e.run_id == plan["abortRun"] and not e.loop_veto]
+    assert [e.tool_call_id for e in ran] == [f"call_{n}" for n in range(6)]
+    for ended in (plan["runId"], plan["abortRun"]):
+        assert any(isinstance(e, RunEnded) and e.run_id == ended for e in events)

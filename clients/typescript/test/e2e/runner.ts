@@ -18,6 +18,10 @@
  *     withLoopwatch: a script calling one tool with the same arguments `calls` times, then one
  *     whose loop survives a compaction; reports what the model read of each call, how often the
  *     tools really ran, the steps, and the abort.
+ *   node runner.js openai-agents   plan: as ai-sdk
+ *     The same two scripts through @openai/agents-core's Runner with a scripted Model (the SDK's
+ *     own Model interface) and withLoopwatch's tool guardrails; reports as ai-sdk, and the
+ *     tripwire the abort raised.
  *   node runner.js start    plan: {kafka}
  *     Starts a client and reports whether it started, or the error it failed with.
  *
@@ -35,6 +39,8 @@ import { FakeOpenClaw } from "../support/fake-openclaw.js";
 import { generateText, jsonSchema, stepCountIs, tool } from "ai";
 import { MockLanguageModelV3 } from "ai/test";
 import { loopwatchAborted, withLoopwatch } from "../../src/integrations/aiSdk.js";
+import { Agent, Runner, ToolCallError, ToolInputGuardrailTripwireTriggered, Usage, tool as agentsTool, type Model, type ModelRequest, type ModelResponse } from "@openai/agents-core";
+import { withLoopwatch as withLoopwatchGuardrails } from "../../src/integrations/openaiAgents.js";
 
 /** The plugin's config: brokers, topics, and for a secured cluster tls, sasl and signing. */
 type KafkaPlan = Record<string, unknown>;
@@ -356,6 +362,102 @@ async function aiSdkScenario(plan: { kafka: KafkaPlan; runId: string; abortRun: 
   await client.stop();
 }
 
+// -- the OpenAI Agents SDK (TypeScript) -------------------------------------------------------
+
+/** A model on the SDK's own `Model` interface: `script(n)` is its n-th call (null: it answers). */
+class ScriptedAgentsModel implements Model {
+  made = 0;
+  readonly #seen = new Set<string>();
+  constructor(
+    readonly script: (n: number) => { tool: string; args: unknown } | null,
+    readonly read: ModelRead[],
+    readonly beforeStep?: (n: number) => Promise<void>,
+  ) {}
+
+  async getResponse(request: ModelRequest): Promise<ModelResponse> {
+    for (const item of typeof request.input === "string" ? [] : request.input) {
+      if (item.type === "function_call_result" && !this.#seen.has(item.callId)) {
+        this.#seen.add(item.callId);
+        this.read.push({ toolCallId: item.callId, output: item.output });
+      }
+    }
+    await this.beforeStep?.(this.made);
+    const call = this.script(this.made);
+    const usage = new Usage({ requests: 1, inputTokens: 10, outputTokens: 5, totalTokens: 15 });
+    if (call === null) {
+      return { usage, output: [{ type: "message", role: "assistant", status: "completed", content: [{ type: "output_text", text: "giving up" }] }] };
+    }
+    this.made += 1;
+    return {
+      usage,
+      output: [{ type: "function_call", callId: `call_${this.made - 1}`, name: call.tool, arguments: JSON.stringify(call.args), status: "completed" }],
+    };
+  }
+
+  // eslint-disable-next-line require-yield
+  async *getStreamedResponse(): AsyncIterable<never> {
+    throw new Error("the scripted model does not stream");
+  }
+}
+
+async function openaiAgentsScenario(plan: { kafka: KafkaPlan; runId: string; abortRun: string; sessionKey: string; calls: number }): Promise<void> {
+  const client = new LoopwatchClient({ ...clientOptionsFromConfig(plan.kafka), mode: "gate", timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000, clientId: "e2e-openai-agents" });
+  await client.start();
+  say({ event: "ready" });
+  const runner = new Runner({ tracingDisabled: true });
+  const executed: Record<string, number> = {};
+  const counted = (name: string, output: string) =>
+    agentsTool({
+      name,
+      description: name,
+      parameters: { type: "object", properties: {}, required: [], additionalProperties: true },
+      strict: false,
+      execute: async () => {
+        executed[name] = (executed[name] ?? 0) + 1;
+        return output;
+      },
+    });
+
+  // A loop on one read: warned at the 11th call, refused from the 21st.
+  const run = client.run({ runId: plan.runId, sessionKey: plan.sessionKey, agentId: "main" });
+  const read: ModelRead[] = [];
+  const looping = new ScriptedAgentsModel((n) => (n < plan.calls ? { tool: "read_log", args: { path: "/var/log/app.log" } } : null), read);
+  const agent = new Agent({ name: "main", model: looping, tools: withLoopwatchGuardrails([counted("read_log", "no new lines")], run) });
+  const result = await runner.run(agent, "Wait for the deploy to show up in the log.", { maxTurns: plan.calls + 5 });
+  await run.end("completed");
+
+  // A loop that survives a compaction: the abort trips the input guardrail's tripwire.
+  const abortRun = client.run({ runId: plan.abortRun, sessionKey: plan.sessionKey, agentId: "main" });
+  const abortRead: ModelRead[] = [];
+  const persisting = new ScriptedAgentsModel(
+    (n) => (n < 3 ? { tool: "read", args: { path: `/docs/${n}.md` } } : n < 15 ? { tool: "gateway", args: { action: "lookup" } } : null),
+    abortRead,
+    async (n) => {
+      if (n === 3) await abortRun.compactionRetried(); // the host compacted its context and retries
+    },
+  );
+  const abortAgent = new Agent({ name: "main", model: persisting, tools: withLoopwatchGuardrails([counted("read", "part"), counted("gateway", "same schema")], abortRun) });
+  let tripwire: { name: string; cause: string; guardrail: string; info: { name: string; message: string } } | null = null;
+  let finished: unknown = null;
+  try {
+    finished = (await runner.run(abortAgent, "Look the schema up.", { maxTurns: 20 })).finalOutput;
+  } catch (err) {
+    // The SDK's runner wraps what a tool call raised, the tripwire included, in ToolCallError.
+    const cause = err instanceof ToolCallError ? err.error : err;
+    if (!(cause instanceof ToolInputGuardrailTripwireTriggered)) throw err;
+    const info = cause.result.output.outputInfo as Error;
+    tripwire = { name: (err as Error).name, cause: cause.name, guardrail: cause.result.guardrail.name, info: { name: info.name, message: info.message } };
+  }
+  await abortRun.end("aborted");
+
+  say({
+    event: "openai-agents",
+    loop: { read, executed: executed.read_log ?? 0, made: looping.made, text: result.finalOutput },
+    abort: { read: abortRead, executed, made: persisting.made, aborted: abortRun.aborted, tripwire, finished },
+  });
+  await client.stop();
+}
+
 // -- start -------------------------------------------------------------------------------------
 
 async function startScenario(plan: { kafka: KafkaPlan }): Promise<void> {
@@ -383,6 +485,8 @@ async function main(): Promise<void> {
     await pluginScenario(plan);
   } else if (scenario === "start") {
     await startScenario(plan);
+  } else if (scenario === "openai-agents") {
+    await openaiAgentsScenario(plan);
   } else if (scenario === "ai-sdk") {
     await aiSdkScenario(plan);
   } else if (scenario === "text") {
