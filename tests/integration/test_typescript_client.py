@@ -373,7 +373,8 @@ async def test_node_client_under_profile_latest_blocks_drifting_loops_and_reache
 
 
 async def test_ai_sdk_tools_warn_the_model_refuse_a_repeated_call_and_end_an_aborted_run(worker, node):
-    """The SDK's generateText loop with its MockLanguageModelV3, through withLoopwatch.
+    """The SDK's generateText loop with its MockLanguageModelV3, through withLoopwatch, the
+    looping run by the README's snippet as it is (clients/typescript/README.md).
     Hand-worked from the spec's defaults (warning threshold 10, critical 20, as the plugin test
     above): of 25 identical calls the 11th is warned, and the model reads the warning after the
     tool's output; from the 21st on the tool does not run and the model reads loopwatch's message
@@ -452,9 +453,9 @@ async def test_ai_sdk_tools_warn_the_model_refuse_a_repeated_call_and_end_an_abo
 
 async def test_openai_agents_ts_guardrails_warn_the_model_refuse_a_repeated_call_and_trip_on_an_abort(worker, node):
     """@openai/agents' Runner with a scripted model on the SDK's own ``Model`` interface, through
-    withLoopwatch's tool guardrails. The same hand-worked case as the AI SDK test above: the 11th
-    of 25 identical calls is warned (the model reads the warning after the tool's output), the
-    21st on are refused with loopwatch's message; a loop that survives a compaction trips the
+    withLoopwatch's tool guardrails, the looping run by the README's snippet as it is. The same
+    hand-worked case as the AI SDK test above: the 11th of 25 identical calls is warned (the
+    model reads the warning after the tool's output), the 21st on are refused with loopwatch's message; a loop that survives a compaction trips the
     input guardrail: the run rejects with the SDK's ToolCallError around its
     ToolInputGuardrailTripwireTriggered, which carries loopwatch's RunAbortedError."""
     lw = worker

@@ -3,7 +3,7 @@
  *
  *   const run = client.run({ runId: "run-42", sessionKey: "agent:main:42", agentId: "main" });
  *   const agent = new Agent({ name: "main", model, tools: withLoopwatch([readLog], run) });
- *   const result = await new Runner().run(agent, "…", { maxTurns: 50 }); await run.end("completed");
+ *   const result = await new Runner().run(agent, prompt, { maxTurns: 50 }).finally(() => run.end());
  *
  * The SDK's tool input guardrails can refuse a call, so `withLoopwatch` gives each function tool
  * (copies; hosted tools are left as they are) loopwatch's guardrails, as the Python adapter does:

@@ -17,7 +17,7 @@
  *     The Vercel AI SDK's own loop (generateText, stopWhen) with its MockLanguageModelV3, through
  *     withLoopwatch: a script calling one tool with the same arguments `calls` times, then one
  *     whose loop survives a compaction; reports what the model read of each call, how often the
- *     tools really ran, the steps, and the abort.
+ *     tools really ran, the steps, and the abort. The first is README.md's snippet, run as it is.
  *   node runner.js openai-agents   plan: as ai-sdk
  *     The same two scripts through @openai/agents-core's Runner with a scripted Model (the SDK's
  *     own Model interface) and withLoopwatch's tool guardrails; reports as ai-sdk, and the
@@ -28,6 +28,7 @@
  * `kafka` is the plugin's config (openclaw.plugin.json: brokers, topics, tls.caFile,
  * sasl.passwordEnv, signing.keyFile, ...), read by the plugin's own parser for every scenario.
  */
+import { readFileSync } from "node:fs";
 import { createInterface } from "node:readline";
 import { LoopwatchClient, type RunHandle } from "../../src/client.js";
 import { LoopBlocked, RunAbortedError } from "../../src/errors.js";
@@ -258,6 +259,28 @@ async function pluginScenario(plan: { kafka: KafkaPlan; loopRun: string; abortRu
   await plugin.stop();
 }
 
+// -- the README's snippets ------------------------------------------------------------------
+
+/** The README's first `ts` block under `heading`, without its imports, with the test's ids. */
+function readmeSnippet(heading: string, ids: { runId: string; sessionKey: string }): string {
+  const readme = readFileSync(new URL("../../../README.md", import.meta.url), "utf8");
+  const at = readme.indexOf(`## ${heading}\n`);
+  const block = at < 0 ? null : /```ts\n([\s\S]*?)```/.exec(readme.slice(at));
+  if (!block?.[1]) throw new Error(`README.md has no ts snippet under "## ${heading}"`);
+  return block[1]
+    .split("\n")
+    .filter((line) => !line.startsWith("import "))
+    .join("\n")
+    .replaceAll('"run-42"', JSON.stringify(ids.runId))
+    .replaceAll('"agent:main:42"', JSON.stringify(ids.sessionKey));
+}
+
+/** Run a snippet (plain JavaScript once its imports are gone) with `scope` as its free names. */
+async function runSnippet<T>(code: string, scope: Record<string, unknown>, results: string[]): Promise<T> {
+  const AsyncFunction = Object.getPrototypeOf(async () => undefined).constructor as new (...args: string[]) => (...values: unknown[]) => Promise<T>;
+  return new AsyncFunction(...Object.keys(scope), `${code}\nreturn { ${results.join(", ")} };`)(...Object.values(scope));
+}
+
 // -- the Vercel AI SDK ------------------------------------------------------------------------
 
 /** A tool result as the model reads it in its next prompt (LanguageModelV3ToolResultOutput). */
@@ -319,16 +342,14 @@ async function aiSdkScenario(plan: { kafka: KafkaPlan; runId: string; abortRun: 
     });
 
   // A loop on one read: warned at the 11th call, refused from the 21st.
-  const run = client.run({ runId: plan.runId, sessionKey: plan.sessionKey, agentId: "main" });
+  // The README's snippet, as it is.
   const read: ModelRead[] = [];
   const looping = scriptedModel((n) => (n < plan.calls ? { tool: "read_log", args: { path: "/var/log/app.log" } } : null), read);
-  const result = await generateText({
-    model: looping.model,
-    prompt: "Wait for the deploy to show up in the log.",
-    tools: withLoopwatch({ read_log: counted("read_log", "no new lines") }, run),
-    stopWhen: [stepCountIs(plan.calls + 5), loopwatchAborted(run)],
-  });
-  await run.end("completed");
+  const { result } = await runSnippet<{ result: Awaited<ReturnType<typeof generateText>> }>(
+    readmeSnippet("The Vercel AI SDK", plan),
+    { client, model: looping.model, prompt: "Wait for the deploy to show up in the log.", read_log: counted("read_log", "no new lines"), generateText, stepCountIs, withLoopwatch, loopwatchAborted },
+    ["result"],
+  );
 
   // A loop that survives a compaction: loopwatch aborts the run, loopwatchAborted ends the loop.
   const abortRun = client.run({ runId: plan.abortRun, sessionKey: plan.sessionKey, agentId: "main" });
@@ -400,6 +421,13 @@ class ScriptedAgentsModel implements Model {
   }
 }
 
+/** The SDK's Runner with tracing off (nothing to export it to here), as a host configures it. */
+class QuietRunner extends Runner {
+  constructor(config: ConstructorParameters<typeof Runner>[0] = {}) {
+    super({ tracingDisabled: true, ...config });
+  }
+}
+
 async function openaiAgentsScenario(plan: { kafka: KafkaPlan; runId: string; abortRun: string; sessionKey: string; calls: number }): Promise<void> {
   const client = new LoopwatchClient({ ...clientOptionsFromConfig(plan.kafka), mode: "gate", timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000, clientId: "e2e-openai-agents" });
   await client.start();
@@ -419,12 +447,14 @@ async function openaiAgentsScenario(plan: { kafka: KafkaPlan; runId: string; abo
     });
 
   // A loop on one read: warned at the 11th call, refused from the 21st.
-  const run = client.run({ runId: plan.runId, sessionKey: plan.sessionKey, agentId: "main" });
+  // The README's snippet, as it is.
   const read: ModelRead[] = [];
   const looping = new ScriptedAgentsModel((n) => (n < plan.calls ? { tool: "read_log", args: { path: "/var/log/app.log" } } : null), read);
-  const agent = new Agent({ name: "main", model: looping, tools: withLoopwatchGuardrails([counted("read_log", "no new lines")], run) });
-  const result = await runner.run(agent, "Wait for the deploy to show up in the log.", { maxTurns: plan.calls + 5 });
-  await run.end("completed");
+  const { result } = await runSnippet<{ result: { finalOutput: unknown } }>(
+    readmeSnippet("The OpenAI Agents SDK (TypeScript)", plan),
+    { client, Agent, Runner: QuietRunner, model: looping, prompt: "Wait for the deploy to show up in the log.", readLog: counted("read_log", "no new lines"), withLoopwatch: withLoopwatchGuardrails },
+    ["result"],
+  );
 
   // A loop that survives a compaction: the abort trips the input guardrail's tripwire.
   const abortRun = client.run({ runId: plan.abortRun, sessionKey: plan.sessionKey, agentId: "main" });
