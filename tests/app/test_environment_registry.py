@@ -82,8 +82,8 @@ def test_every_unknown_variable_is_named_in_one_line():
         Settings.from_env({PREFIX + "BROKR": "a:1", PREFIX + "WEB_PROT": "1", "OTHER_VARIABLE": "kept"})
     message = str(refused.value)
     assert "\n" not in message
-    assert "LOOPWATCH_BROKR: did you mean LOOPWATCH_BROKER?" in message
-    assert "LOOPWATCH_WEB_PROT: did you mean LOOPWATCH_WEB_PORT?" in message
+    assert f"{PREFIX}BROKR: did you mean LOOPWATCH_BROKER?" in message
+    assert f"{PREFIX}WEB_PROT: did you mean LOOPWATCH_WEB_PORT?" in message
     assert "OTHER_VARIABLE" not in message
 
 
