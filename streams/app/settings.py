@@ -377,8 +377,9 @@ def _read_settings_file(path: Path) -> dict[str, Any]:
             data = yaml.safe_load(text)
         else:
             data = json.loads(text)
-    except Exception as exc:  # noqa: BLE001 - any parser error means the same thing
-        raise SettingsError(f"{PREFIX}SETTINGS_FILE: cannot parse {path}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any parser error means the same thing (a RecursionError too)
+        reason = " ".join(str(exc).split()) or type(exc).__name__  # YAML's span lines, with a caret
+        raise SettingsError(f"{PREFIX}SETTINGS_FILE: cannot parse {path}: {reason}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
