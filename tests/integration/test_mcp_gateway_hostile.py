@@ -345,8 +345,9 @@ async def test_an_upstream_answer_over_the_line_limit_fails_its_call_at_once(top
         assert gateway.alive()
 
 
-async def test_an_agent_message_over_the_line_limit_is_refused_alone(topics):
-    async with Gateway(topics, TIME_SERVER) as gateway:
+@pytest.mark.parametrize("proxy", PROXIES)
+async def test_an_agent_message_over_the_line_limit_is_refused_alone(topics, proxy):
+    async with Gateway(topics, TIME_SERVER, *proxy) as gateway:
         huge = {"jsonrpc": "2.0", "id": "huge-1", "method": "tools/call"}
         line = json.dumps(huge)[:-1] + ', "params": {"name": "convert_time", "arguments": {"a": "'
         await gateway.send(line + "x" * (65 * 1024 * 1024) + '"}}}')

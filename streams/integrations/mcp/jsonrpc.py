@@ -24,9 +24,8 @@ import msgspec
 
 from streams.edge.canonical import text_exceeds_depth
 
-from .stdio import LINE_LIMIT
-
 __all__ = [
+    "LINE_LIMIT",
     "Oversize",
     "envelope",
     "healed_error",
@@ -36,6 +35,9 @@ __all__ = [
     "request_key",
     "too_big",
 ]
+
+LINE_LIMIT = 64 * 1024 * 1024
+"""The longest message line accepted (asyncio's default, 64 KiB, is less than a tool result can be)."""
 
 _decode = msgspec.json.Decoder().decode
 _KEEP = 64 * 1024
@@ -53,6 +55,16 @@ class Oversize:
 
 def too_big(size: int) -> str:
     return f"a message of {size} bytes, over the gateway's limit of {LINE_LIMIT} bytes"
+
+
+def refusal(line: Oversize) -> bytes | None:
+    """The JSON-RPC error line that answers an agent's request over ``LINE_LIMIT`` (None: it is no
+    request, nothing to answer)."""
+    request_id, request = oversize_id(line)
+    if not request or request_key(request_id) is None:
+        return None
+    error = {"code": types.INVALID_REQUEST, "message": f"refused by loopwatch: {too_big(line.size)}"}
+    return msgspec.json.encode({"jsonrpc": "2.0", "id": request_id, "error": error}) + b"\n"
 
 
 async def read_line(stream: asyncio.StreamReader) -> bytes | Oversize:

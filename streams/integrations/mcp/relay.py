@@ -41,10 +41,20 @@ from streams.edge.canonical import JSON_DEPTH_LIMIT, TooDeep
 from streams.edge.hashing import ThrownError, unknown_tool_name
 
 from .gateway import RUN_ID_META, GatewayOptions, agent_name, identity, upstream_failed
-from .jsonrpc import Oversize, envelope, healed_error, oversize_id, parse, read_line, request_key, too_big
+from .jsonrpc import (
+    LINE_LIMIT,
+    Oversize,
+    envelope,
+    healed_error,
+    oversize_id,
+    parse,
+    read_line,
+    refusal,
+    request_key,
+    too_big,
+)
 from .outcome import edge_outcome, unknown_tool_error
 from .runs import GuardedRun, runner_client
-from .stdio import LINE_LIMIT
 from .upstream import UpstreamUnavailable, unavailable
 
 log = logging.getLogger("loopwatch.mcp")
@@ -302,12 +312,12 @@ class Relay:
     def _refuse_oversize(self, line: Oversize) -> None:
         """A message of the agent over ``LINE_LIMIT``: never forwarded; a request gets a JSON-RPC
         error at once."""
-        request_id, request = oversize_id(line)
-        if request and _key(request_id) is not None:
-            error = {"code": types.INVALID_REQUEST, "message": f"refused by loopwatch: {too_big(line.size)}"}
-            self._write_agent({"jsonrpc": "2.0", "id": request_id, "error": error})
-        else:
+        answer = refusal(line)
+        out = self._agent_out
+        if answer is None:
             log.warning("a message of the agent was dropped: %s", too_big(line.size))
+        elif out is not None and not out.is_closing():
+            out.write(answer)
 
     async def _agent_message(self, message: Any, line: bytes) -> None:
         if not isinstance(message, dict):

@@ -27,8 +27,7 @@ from schemas.errors import LoopwatchError
 from streams.edge.canonical import TooDeep
 
 from .health import UpstreamHealth
-from .jsonrpc import Oversize, envelope, healed_error, oversize_id, parse, read_line, too_big
-from .stdio import LINE_LIMIT
+from .jsonrpc import LINE_LIMIT, Oversize, envelope, healed_error, oversize_id, parse, read_line, too_big
 
 log = logging.getLogger("loopwatch.mcp")
 
