@@ -16,6 +16,10 @@ relay reads what it must and no more:
 * ``initialize``, ``notifications/initialized`` and ``server/discover`` are kept, to be
   replayed to an upstream started again after a crash (their answers then stay here).
 
+Every line in both directions is first held to the gateway's line rules (``jsonrpc.py``: too
+deep or too big fails only that message; an invalid error object is healed), and an upstream
+that stops answering is started again with backoff (``health.py``).
+
 Why not the SDK's server and client back to back (``gateway.py``, still used for HTTP, several
 upstreams or prefixes): each SDK hop validates and re-serialises every message, about 1 ms at
 p50 on this project's machines, which is the whole per-call budget this gives the gateway
