@@ -356,3 +356,48 @@ async def test_an_agent_message_over_the_line_limit_is_refused_alone(topics, pro
         assert "over the gateway's limit of 67108864 bytes" in refused["error"]["message"], refused
         assert_converted(await gateway.request("tools/call", {"name": "convert_time", "arguments": CONVERT}))
         assert gateway.alive()
+
+
+async def test_an_http_upstream_that_stops_answering_is_reconnected(topics, tmp_path):
+    from harness import free_port
+
+    port = free_port()
+    log = open(tmp_path / "upstream.log", "ab")
+    server = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(REPO / "tests" / "mcp_gateway" / "hanging_http_server.py"),
+        str(port),
+        "2",
+        stdout=log,
+        stderr=log,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                assert asyncio.get_running_loop().time() < deadline, "the upstream never listened"
+                await asyncio.sleep(0.2)
+        flags = ["--upstream-timeout", "1", "--restart-after-timeouts", "2", "--restart-after-silence", "600"]
+        async with Gateway(topics, f"hanging=http://127.0.0.1:{port}/mcp", *flags) as gateway:
+            for n in (1, 2):  # this connection's budget: answered
+                echoed = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": n}})
+                assert echoed["result"]["content"][0]["text"] == json.dumps({"n": n}), echoed
+            for n in (3, 4):  # stuck: each times out, the second in a row reconnects
+                timed_out = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": n}})
+                assert timed_out["result"]["isError"] is True, timed_out
+            deadline = asyncio.get_running_loop().time() + 20
+            while "reconnected because" not in gateway.log.read_text():
+                assert asyncio.get_running_loop().time() < deadline, gateway.log.read_text()[-3000:]
+                await asyncio.sleep(0.1)
+            echoed = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": 5}})
+            assert echoed["result"]["content"][0]["text"] == json.dumps({"n": 5}), echoed
+        assert "upstream hanging: reconnected because 2 calls in a row timed out (restarts 1" in gateway.log.read_text()
+    finally:
+        server.kill()
+        await server.wait()
+        log.close()
