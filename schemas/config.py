@@ -14,6 +14,7 @@ names them (``loopwatch config check`` prints it).
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from pathlib import Path
@@ -314,7 +315,42 @@ def _check_positive_int(value: Any, path: str, issues: list[ConfigIssue], maximu
 def _check_strict(obj: dict, allowed: Any, path: str, issues: list[ConfigIssue]) -> None:
     for key in obj:
         if key not in allowed:
-            issues.append(ConfigIssue(path or "(root)", f'Unrecognized key: "{key}"', "unrecognized_keys"))
+            issues.append(
+                ConfigIssue(path or "(root)", f'Unrecognized key: "{key}"{_hint(key, allowed)}', "unrecognized_keys")
+            )
+
+
+def _hint(key: Any, allowed: Any) -> str:
+    """After upstream's message: the valid key the misspelt one most likely meant, or the
+    valid keys when none is close."""
+    known = sorted(allowed)
+    match = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+    if match:
+        return f'; did you mean "{match[0]}"?'
+    return f"; expected one of: {', '.join(known)}"
+
+
+_NEAR_MISS = 0.8
+"""How alike a key of an open section (the config's root, ``tools``, an agent entry: keys
+loopwatch does not read belong to OpenClaw) must be to one loopwatch reads to be taken for
+its misspelling: ``loopDetecton`` would otherwise leave detection off without a word."""
+
+
+def _check_near_misses(obj: dict, wanted: tuple[str, ...], path: str, issues: list[ConfigIssue]) -> None:
+    for key in obj:
+        if not isinstance(key, str) or key in wanted:
+            continue
+        match = difflib.get_close_matches(key, wanted, n=1, cutoff=_NEAR_MISS) or [
+            name for name in wanted if name.lower() == key.lower().replace("_", "").replace("-", "")
+        ]
+        if match:
+            issues.append(
+                ConfigIssue(
+                    path,
+                    f'Unrecognized key: "{key}"; did you mean "{match[0]}"? (loopwatch would ignore it)',
+                    "unrecognized_keys",
+                )
+            )
 
 
 def validate_loop_detection(block: Any, path: str = "tools.loopDetection") -> list[ConfigIssue]:
@@ -653,6 +689,7 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
         ], []
     issues: list[ConfigIssue] = []
     notes: list[ConfigIssue] = []
+    _check_near_misses(root, ("loopwatch",), "(root)", issues)
     root_profile = _profile_of(root.get("loopwatch"), CONFIGURABLE_FINAL)
     agents = root.get("agents")
     entries = agents.get("list") if isinstance(agents, dict) else None
@@ -668,8 +705,10 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
             issues.append(
                 ConfigIssue("tools", f"Invalid input: expected object, received {_type_name(tools)}", "invalid_type")
             )
-        elif "loopDetection" in tools:
-            _check_block(tools["loopDetection"], "tools.loopDetection", global_latest_only, issues, notes)
+        else:
+            _check_near_misses(tools, ("loopDetection",), "tools", issues)
+            if "loopDetection" in tools:
+                _check_block(tools["loopDetection"], "tools.loopDetection", global_latest_only, issues, notes)
     if "loopwatch" in root:
         _validate_options(root["loopwatch"], "loopwatch", issues, root=True)
         options = root["loopwatch"]
@@ -707,7 +746,10 @@ def check(root: Any) -> tuple[list[ConfigIssue], list[ConfigIssue]]:
                 issues.append(ConfigIssue(f"{where}.id", f'duplicate agent id "{agent_id}"', "custom"))
             else:
                 seen.add(agent_id)
+            _check_near_misses(entry, ("loopwatch",), where, issues)
             agent_tools = entry.get("tools")
+            if isinstance(agent_tools, dict):
+                _check_near_misses(agent_tools, ("loopDetection",), f"{where}.tools", issues)
             if isinstance(agent_tools, dict) and "loopDetection" in agent_tools:
                 latest_only = _profile_of(entry.get("loopwatch"), root_profile) == LATEST
                 _check_block(agent_tools["loopDetection"], f"{where}.tools.loopDetection", latest_only, issues, notes)

@@ -172,6 +172,8 @@ def parse_keys(data: bytes | str, source: str = "<keys>") -> list[SigningKey]:
         doc = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
         raise SigningKeyError(f"{source}: not JSON ({exc})") from None
+    except RecursionError:  # json recurses once per level; a key file is two levels deep
+        raise SigningKeyError(f"{source}: not a key file (JSON nested too deep)") from None
     entries = doc if isinstance(doc, list) else [doc]
     keys = []
     for i, entry in enumerate(entries):

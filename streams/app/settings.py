@@ -7,12 +7,17 @@ keyword overrides (``Settings.from_env(env, **overrides)``, used by the worker's
 line) win over everything.
 
 Every value is validated when read; a bad value raises ``SettingsError`` naming the
-variable, so a misconfigured worker fails at start instead of at the first record.
+variable, so a misconfigured worker fails at start instead of at the first record.  So is
+every name: a ``LOOPWATCH_*`` variable that no loopwatch process reads (``VARIABLES``, the
+one registry of them), or a settings-file key the worker does not know, is refused with the
+closest valid name, because a misspelt ``LOOPWATCH_KAFKA_SECURITY_PROTOCOL`` would otherwise
+leave the worker on PLAINTEXT without a word.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
@@ -26,7 +31,7 @@ from typing import Any
 
 from schemas.config import ConfigError
 
-__all__ = ["DEPRECATED_BROKER_ENV", "Settings", "SettingsError", "PREFIX"]
+__all__ = ["DEPRECATED_BROKER_ENV", "Settings", "SettingsError", "PREFIX", "VARIABLES", "closest", "refuse_unknown_variables"]
 
 PREFIX = "LOOPWATCH_"
 DEPRECATED_BROKER_ENV = PREFIX + "BROKER"
@@ -128,6 +133,7 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read settings from ``env`` (default: ``os.environ``) and the optional settings file."""
         env = os.environ if env is None else env
+        refuse_unknown_variables(env)
         raw: dict[str, Any] = {}
         settings_file = env.get(PREFIX + "SETTINGS_FILE")
         if settings_file:
@@ -383,8 +389,9 @@ def _read_settings_file(path: Path) -> dict[str, Any]:
             data = yaml.safe_load(text)
         else:
             data = json.loads(text)
-    except Exception as exc:  # noqa: BLE001 - any parser error means the same thing
-        raise SettingsError(f"{PREFIX}SETTINGS_FILE: cannot parse {path}: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any parser error means the same thing (a RecursionError too)
+        reason = " ".join(str(exc).split()) or type(exc).__name__  # YAML's span lines, with a caret
+        raise SettingsError(f"{PREFIX}SETTINGS_FILE: cannot parse {path}: {reason}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -397,7 +404,52 @@ def _read_settings_file(path: Path) -> dict[str, Any]:
             norm = norm[len(PREFIX) :]
         name = by_suffix.get(norm) or (norm if norm in _FIELDS else None)
         if name is None:
-            raise SettingsError(f"{PREFIX}SETTINGS_FILE: unknown setting {key!r} in {path}")
+            known = sorted(set(by_suffix) | set(_FIELDS))
+            raise SettingsError(
+                f"{PREFIX}SETTINGS_FILE: unknown setting {key!r} in {path}: did you mean {closest(norm, known)!r}?"
+            )
         if value is not None:
             out[name] = value
     return out
+
+
+# -- the registry of LOOPWATCH_* names ------------------------------------------------------------
+
+VARIABLES: dict[str, str] = {
+    **{env_name(name): "the worker (a setting above)" for name in _FIELDS},
+    PREFIX + "SETTINGS_FILE": "the worker: a file of settings, below the environment",
+    PREFIX + "BOOTSTRAP": "loopwatch hook and loopwatch mcp-gateway: the default of --bootstrap",
+    PREFIX + "HOOK_SOCKET": "loopwatch hook call: the socket of the hook server",
+    PREFIX + "CACHE": "make and scripts/: where Kafka, the ops tools and the test caches live",
+    PREFIX + "VENV": "scripts/install-ops-tools.sh: the virtualenv it installs into",
+    PREFIX + "MCP_SERVERS": "make test: the npm MCP servers the gateway tests start",
+    PREFIX + "AGENT_CLIS": "make test: the agent CLIs the integration tests drive",
+    PREFIX + "ORACLES": "make test: upstream checkouts the peer-profile tests compare against",
+    PREFIX + "PYTHON": "the TypeScript client's tests: the Python of the cross-language checks",
+    PREFIX + "FC_SEED": "the TypeScript client's tests: fast-check's random seed",
+    PREFIX + "TEST_BROKER": "the integration tests: a broker to use instead of starting one",
+    PREFIX + "TEST_DISK_FULL": "the integration tests: the full-disk worker's switch",
+    PREFIX + "TEST_KEEP_LOGS": "the integration tests: keep the workers' logs",
+}
+"""Every ``LOOPWATCH_*`` environment variable some loopwatch process reads, and which one.
+The worker refuses any other (``refuse_unknown_variables``); tests/app/test_environment_registry.py
+fails when the source reads a name that is not here."""
+
+
+def closest(name: str, known: list[str]) -> str:
+    """The known name most like ``name`` (always one: a refusal should point somewhere)."""
+    matches = difflib.get_close_matches(name, known, n=1, cutoff=0.0)
+    return matches[0] if matches else known[0]
+
+
+def refuse_unknown_variables(env: Mapping[str, str]) -> None:
+    """``SettingsError`` (one line) naming each ``LOOPWATCH_*`` variable in ``env`` that no
+    loopwatch process reads, with the closest registered name."""
+    unknown = sorted(name for name in env if name.startswith(PREFIX) and name not in VARIABLES)
+    if not unknown:
+        return
+    suffixes = sorted(name[len(PREFIX) :] for name in VARIABLES)
+    named = "; ".join(
+        f"{name}: did you mean {PREFIX}{closest(name[len(PREFIX) :].upper(), suffixes)}?" for name in unknown
+    )
+    raise SettingsError(f"unknown setting {named} (no loopwatch process reads it, so it is refused, not ignored)")

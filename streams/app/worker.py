@@ -52,7 +52,8 @@ def _settings_epilog() -> str:
 
     lines = [
         f"Settings: {PREFIX}* environment variables (or the file named by {PREFIX}SETTINGS_FILE);",
-        "the options above override them. Variables and defaults:",
+        "the options above override them. A LOOPWATCH_* variable no loopwatch process reads is",
+        "refused, naming the closest valid one. Variables and defaults:",
     ]
     for f in dataclasses.fields(Settings):
         default = f.default if f.default is not dataclasses.MISSING else None

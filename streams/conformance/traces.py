@@ -18,7 +18,7 @@ from typing import Any
 
 from schemas.errors import LoopwatchError
 
-from ..edge.canonical import UNDEFINED
+from ..edge.canonical import UNDEFINED, TooDeep, text_exceeds_depth
 from ..edge.events import blocked_result, compaction_event, completed_event, requested_event
 from ..edge.hashing import ThrownError
 from ..engine import LoopEngine, RunDriver, RunState, engine_for
@@ -64,6 +64,8 @@ def numbered_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
                     raise TraceFileError(f"{path}:{number}: {line.describe()}")
                 if not line.strip():
                     continue
+                if text_exceeds_depth(line):
+                    raise TraceFileError(f"{path}:{number}: {TooDeep()}")
                 try:
                     value = json.loads(line.decode("utf-8"))
                 except UnicodeDecodeError as exc:

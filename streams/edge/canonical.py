@@ -28,6 +28,7 @@ __all__ = [
     "check_depth",
     "digest",
     "exceeds_depth",
+    "text_exceeds_depth",
     "js_number",
     "js_trim",
     "sha256_hex",
@@ -89,6 +90,33 @@ def exceeds_depth(value: object, limit: int = JSON_DEPTH_LIMIT) -> bool:
 
 
 _CONTAINERS = (dict, list, tuple)
+
+_NESTING_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[{]+|[\]}]+', re.DOTALL)
+"""A JSON string (its brackets are text), a run of opening brackets or a run of closing ones
+(a run is one token, so the deepest text costs no more than its changes of direction)."""
+
+
+def text_exceeds_depth(text: bytes | str, limit: int = JSON_DEPTH_LIMIT) -> bool:
+    """Whether JSON ``text`` nests lists and objects deeper than ``limit``, by counting brackets
+    outside strings before any decoder sees it: msgspec and ``json`` recurse once per level,
+    and a line of 100,000 brackets must be refused before, not caught after.  Text that is not
+    JSON gets an answer too; its decoder refuses it anyway."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if data.count(b"[") + data.count(b"{") <= limit:  # too few brackets to nest that deep
+        return False
+    depth = 0
+    for match in _NESTING_TOKENS.finditer(data):
+        token = match.group()
+        first = token[0]
+        if first == 0x22:
+            continue
+        if first == 0x5B or first == 0x7B:
+            depth += len(token)
+            if depth > limit:
+                return True
+        else:
+            depth -= len(token)
+    return False
 
 
 def check_depth(value: object, limit: int = JSON_DEPTH_LIMIT) -> None:

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import msgspec
 
-from streams.edge.canonical import JSON_DEPTH_LIMIT, exceeds_depth
+from streams.edge.canonical import JSON_DEPTH_LIMIT, text_exceeds_depth
 from streams.offline.files import decompressed
 
 from .model import ImportFailed
@@ -46,41 +46,27 @@ _decoder = msgspec.json.Decoder()
 _TOO_DEEP = f"JSON nested deeper than {JSON_DEPTH_LIMIT} levels of lists and objects (loopwatch's bound)"
 
 
-def _too_deep(data: bytes | str, value: Any) -> bool:
-    """``value`` (decoded from ``data``) nests deeper than ``JSON_DEPTH_LIMIT``.  As many brackets
-    as the limit cannot nest deeper than it: most lines need no walk."""
-    return data.count(b"[" if isinstance(data, bytes) else "[") + data.count(
-        b"{" if isinstance(data, bytes) else "{"
-    ) > JSON_DEPTH_LIMIT and exceeds_depth(value)
-
-
 def decode(data: bytes, where: str) -> Any:
     """A whole JSON document; ``ImportFailed`` when it is not JSON or nests deeper than
-    ``JSON_DEPTH_LIMIT`` (msgspec stops a far deeper one with a ``RecursionError`` itself)."""
+    ``JSON_DEPTH_LIMIT`` (counted before decoding: no decoder recurses into it)."""
+    if text_exceeds_depth(data):
+        raise ImportFailed(f"{where}: {_TOO_DEEP}")
     try:
-        value = _decoder.decode(data)
+        return _decoder.decode(data)
     except msgspec.DecodeError as exc:
         raise ImportFailed(f"{where} is not valid JSON ({exc}): a truncated or corrupt file?") from None
-    except RecursionError:
-        raise ImportFailed(f"{where}: {_TOO_DEEP}") from None
-    if _too_deep(data, value):
-        raise ImportFailed(f"{where}: {_TOO_DEEP}")
-    return value
 
 
 def decode_embedded(text: str, where: str) -> Any:
     """A JSON value held in a string of the transcript (a call's ``arguments``): decoded, or
     ``text`` itself when it is not JSON; ``ImportFailed`` when it nests deeper than
     ``JSON_DEPTH_LIMIT``."""
+    if text_exceeds_depth(text):
+        raise ImportFailed(f"{where}: {_TOO_DEEP}")
     try:
-        value = _decoder.decode(text)
+        return _decoder.decode(text)
     except msgspec.DecodeError:
         return text
-    except RecursionError:
-        raise ImportFailed(f"{where}: {_TOO_DEEP}") from None
-    if _too_deep(text, value):
-        raise ImportFailed(f"{where}: {_TOO_DEEP}")
-    return value
 
 
 class Opened:
@@ -110,11 +96,10 @@ class Opened:
         self._pending = head
         if head is not None and len(head) <= MAX_RUN_LINE_BYTES and head.lstrip()[:1] == b"{":
             try:
-                self.first = _decoder.decode(head)
-            except (msgspec.DecodeError, RecursionError):
+                # too deep: refused when it is read as a line or a document
+                self.first = None if text_exceeds_depth(head) else _decoder.decode(head)
+            except msgspec.DecodeError:
                 self.first = None
-            if self.first is not None and _too_deep(head, self.first):
-                self.first = None  # refused when it is read as a line or a document
             if self.first is not None:
                 nxt = self._readline(1)
                 self.single_line = nxt is None
@@ -171,14 +156,12 @@ class Opened:
             head = self._readline(MAX_RUN_LINE_BYTES + 1)
         if head is None or len(head) > MAX_RUN_LINE_BYTES or self._readline(1) is None:
             return None
+        if text_exceeds_depth(head):
+            return _TOO_DEEP
         try:
             first = _decoder.decode(head)
         except msgspec.DecodeError:
             return None
-        except RecursionError:
-            return _TOO_DEEP
-        if _too_deep(head, first):
-            return _TOO_DEEP
         return None if isinstance(first, dict) else f"expected a JSON object, got {_kind(first)}"
 
     def lines(self, limit: int = MAX_LINE_BYTES) -> Iterator[tuple[int, Any]]:
@@ -200,6 +183,8 @@ class Opened:
                 )
             if not line.strip():
                 continue
+            if text_exceeds_depth(line):
+                raise ImportFailed(f"{self.name}: line {number}: {_TOO_DEEP}")
             try:
                 value = _decoder.decode(line)
             except msgspec.DecodeError as exc:
@@ -208,10 +193,6 @@ class Opened:
                     f"{self.name}: line {number} is not valid JSON"
                     + (" (the file ends mid-line: truncated?)" if cut else f" ({exc})")
                 ) from None
-            except RecursionError:
-                raise ImportFailed(f"{self.name}: line {number}: {_TOO_DEEP}") from None
-            if _too_deep(line, value):
-                raise ImportFailed(f"{self.name}: line {number}: {_TOO_DEEP}")
             yield number, value
 
 

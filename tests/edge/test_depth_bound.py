@@ -18,6 +18,7 @@ from streams.edge.canonical import (
     exceeds_depth,
     stable_bytes,
     stable_stringify,
+    text_exceeds_depth,
 )
 from streams.edge.hashing import args_hash, gemini_call_key, hash_outcome, js_json_stringify, strip_volatile_send_ids
 
@@ -112,3 +113,32 @@ def test_a_cycle_within_the_bound_is_still_circular():
 
 def test_too_deep_is_bad_input():
     assert issubclass(TooDeep, ValueError)
+
+
+# -- the pre-scan of JSON text: refused before any decoder recurses into it ---------------------------
+
+
+@given(st.lists(st.booleans(), min_size=0, max_size=3 * JSON_DEPTH_LIMIT), st.sampled_from(["0", '"[{"', '"\\\\"']))
+def test_text_exceeds_depth_counts_the_nesting_of_the_text(shape, leaf):
+    # A string leaf holding brackets (or an escaped backslash) is text, not nesting.
+    assert text_exceeds_depth(text_of(shape, leaf)) is (len(shape) > JSON_DEPTH_LIMIT)
+    assert text_exceeds_depth(text_of(shape, leaf).encode()) is (len(shape) > JSON_DEPTH_LIMIT)
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(alphabet='[]{}"\\ax,:'),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(alphabet='[]{}"\\a'), inner, max_size=3),
+    max_leaves=400,
+)
+
+
+@given(JSON_VALUES)
+def test_text_exceeds_depth_agrees_with_the_walk_of_the_decoded_value(value):
+    import json
+
+    assert text_exceeds_depth(json.dumps(value)) is exceeds_depth(value)
+
+
+def test_text_exceeds_depth_of_100000_brackets_is_quick_and_true():
+    assert text_exceeds_depth("[" * 100_000 + "]" * 100_000)
+    assert text_exceeds_depth(b"{" * 100_000)  # unterminated: still refused before decoding

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import sys
 from pathlib import Path
@@ -182,10 +183,221 @@ async def test_a_message_just_past_the_bound_is_refused_and_one_at_it_is_not(top
 @pytest.mark.parametrize("proxy", PROXIES)
 async def test_a_100000_deep_upstream_result_fails_that_call_only(topics, proxy):
     async with Gateway(topics, BAD_SERVER, *proxy, "--upstream-timeout", "5") as gateway:
+        started = asyncio.get_running_loop().time()
         failed = await gateway.request("tools/call", {"name": "deep", "arguments": {}})
+        assert asyncio.get_running_loop().time() - started < 4, "failed at once, not after the call timed out"
         assert failed["result"]["isError"] is True, failed
-        if not proxy:  # the SDK's client drops the line it cannot parse: the call times out instead
-            assert "malformed answer: nested deeper than 128 levels" in failed["result"]["content"][0]["text"]
+        assert "malformed answer: nested deeper than 128 levels" in failed["result"]["content"][0]["text"]
         echoed = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": 1}})
         assert echoed["result"]["content"][0]["text"] == '{"n": 1}'
         assert gateway.alive()
+
+
+def assert_valid_jsonrpc_error(answer: dict) -> dict:
+    """The error object of ``answer``, once it is one JSON-RPC allows: an object with an integer
+    code and a string message (JSON-RPC 2.0, section 5.1)."""
+    error = answer.get("error")
+    assert isinstance(error, dict), answer
+    assert isinstance(error.get("code"), int) and not isinstance(error["code"], bool), answer
+    assert isinstance(error.get("message"), str) and error["message"], answer
+    return error
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+@pytest.mark.parametrize("tool", ["bad_code", "no_message", "not_object"])
+async def test_an_invalid_upstream_error_reaches_the_agent_as_a_valid_one(topics, proxy, tool):
+    async with Gateway(topics, f"bad-answers={BAD_SERVER}", *proxy, "--upstream-timeout", "20") as gateway:
+        started = asyncio.get_running_loop().time()
+        error = assert_valid_jsonrpc_error(await gateway.request("tools/call", {"name": tool, "arguments": {}}))
+        assert asyncio.get_running_loop().time() - started < 10, "answered at once, not after the call timed out"
+        assert error["code"] == -32603, error  # Internal error: what the gateway got was no error object
+        assert "'bad-answers'" in error["message"], error  # the upstream that sent it
+        assert "invalid JSON-RPC error" in error["message"], error
+        echoed = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": 1}})
+        assert echoed["result"]["content"][0]["text"] == '{"n": 1}'
+        assert gateway.alive()
+
+
+HANGING_SERVER = REPO / "tests" / "mcp_gateway" / "hanging_server.py"
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+async def test_an_upstream_that_stops_answering_is_restarted(topics, proxy, tmp_path):
+    starts = tmp_path / "starts"
+    upstream = "hanging=" + shlex.join([sys.executable, str(HANGING_SERVER), "2", str(starts)])
+    flags = ["--upstream-timeout", "1", "--restart-after-timeouts", "2", "--restart-after-silence", "600"]
+    async with Gateway(topics, upstream, *proxy, *flags) as gateway:
+        for n in (1, 2):  # its budget: answered
+            echoed = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": n}})
+            assert echoed["result"]["content"][0]["text"] == json.dumps({"n": n}), echoed
+        for n in (3, 4):  # hung: each times out, the second in a row restarts it
+            timed_out = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": n}})
+            assert timed_out["result"]["isError"] is True, timed_out
+        deadline = asyncio.get_running_loop().time() + 20
+        while len(starts.read_text().split()) < 2:
+            assert asyncio.get_running_loop().time() < deadline, "the hung upstream was never started again"
+            await asyncio.sleep(0.1)
+        echoed = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": 5}})
+        assert echoed["result"]["content"][0]["text"] == json.dumps({"n": 5}), echoed
+        assert gateway.alive()
+    assert len(starts.read_text().split()) == 2
+    log = gateway.log.read_text()
+    assert "upstream hanging: restarted because 2 calls in a row timed out (restarts 1, timeouts 2" in log, log[-3000:]
+
+
+# -- streamable HTTP: the sessions are bounded -------------------------------------------------------
+
+
+async def open_session(client, url: str):
+    """A raw ``initialize`` POST without a session id: the response that opens a session (or not)."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "flood", "version": "1"},
+        },
+    }
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    return await client.post(url, json=body, headers=headers)
+
+
+async def test_http_sessions_are_capped_refused_clearly_counted_and_expire_when_idle(topics, tmp_path):
+    import httpx
+
+    from harness import free_port
+
+    port = free_port()
+    argv = Gateway(topics, TIME_SERVER).argv + [
+        "--http",
+        str(port),
+        "--http-max-sessions",
+        "3",
+        "--http-session-idle-timeout",
+        "3",
+    ]
+    log = open(tmp_path / "gateway-http.log", "ab")
+    proc = await asyncio.create_subprocess_exec(
+        *argv, stdin=asyncio.subprocess.DEVNULL, stdout=log, stderr=log, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
+    url, status_url = f"http://127.0.0.1:{port}/mcp", f"http://127.0.0.1:{port}/loopwatch/status"
+    try:
+        async with httpx.AsyncClient(timeout=20) as client:
+            deadline = asyncio.get_running_loop().time() + 60
+            while True:
+                try:
+                    await client.get(status_url)
+                    break
+                except httpx.TransportError:
+                    assert asyncio.get_running_loop().time() < deadline, (tmp_path / "gateway-http.log").read_text()
+                    await asyncio.sleep(0.2)
+            opened = [await open_session(client, url) for _ in range(3)]
+            assert [r.status_code for r in opened] == [200, 200, 200]
+            assert len({r.headers["mcp-session-id"] for r in opened}) == 3
+            refused = await open_session(client, url)
+            assert refused.status_code == 503
+            assert refused.headers["retry-after"] == "5"
+            error = refused.json()["error"]
+            assert "too many open sessions (3, --http-max-sessions)" in error["message"], error
+            status = (await client.get(status_url)).json()
+            assert status["sessions"] == {"max": 3, "opened": 3, "refused": 1}, status
+            await asyncio.sleep(3 * 2.5)  # idle for over the timeout: the SDK closes them
+            again = await open_session(client, url)
+            assert again.status_code == 200, again.text
+            status = (await client.get(status_url)).json()
+            assert status["sessions"] == {"max": 3, "opened": 4, "refused": 1}, status
+            gone = await client.post(
+                url,
+                json={"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
+                headers={
+                    "accept": "application/json, text/event-stream",
+                    "mcp-session-id": opened[0].headers["mcp-session-id"],
+                    "mcp-protocol-version": "2025-06-18",
+                },
+            )
+            assert gone.status_code == 404, gone.text  # an expired session is gone
+    finally:
+        proc.terminate()
+        await asyncio.wait_for(proc.wait(), 30)
+        log.close()
+    assert "refused a new HTTP session: 3 open" in (tmp_path / "gateway-http.log").read_text()
+
+
+# -- messages over the line limit (64 MiB), both ways -----------------------------------------------
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+async def test_an_upstream_answer_over_the_line_limit_fails_its_call_at_once(topics, proxy):
+    async with Gateway(topics, f"bad-answers={BAD_SERVER}", *proxy, "--upstream-timeout", "60") as gateway:
+        started = asyncio.get_running_loop().time()
+        failed = await gateway.request("tools/call", {"name": "huge", "arguments": {}})
+        assert asyncio.get_running_loop().time() - started < 30, "failed once read past, not after the timeout"
+        assert failed["result"]["isError"] is True, failed
+        text = failed["result"]["content"][0]["text"]
+        size = re.search(
+            r"malformed answer: a message of (\d+) bytes, over the gateway's limit of 67108864 bytes", text
+        )
+        assert size is not None and int(size.group(1)) > 65 * 1024 * 1024, text
+        echoed = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": 1}})
+        assert echoed["result"]["content"][0]["text"] == '{"n": 1}'
+        assert gateway.alive()
+
+
+@pytest.mark.parametrize("proxy", PROXIES)
+async def test_an_agent_message_over_the_line_limit_is_refused_alone(topics, proxy):
+    async with Gateway(topics, TIME_SERVER, *proxy) as gateway:
+        huge = {"jsonrpc": "2.0", "id": "huge-1", "method": "tools/call"}
+        line = json.dumps(huge)[:-1] + ', "params": {"name": "convert_time", "arguments": {"a": "'
+        await gateway.send(line + "x" * (65 * 1024 * 1024) + '"}}}')
+        refused = await gateway.answer("huge-1", timeout=60)
+        assert refused["error"]["code"] == -32600, refused
+        assert "over the gateway's limit of 67108864 bytes" in refused["error"]["message"], refused
+        assert_converted(await gateway.request("tools/call", {"name": "convert_time", "arguments": CONVERT}))
+        assert gateway.alive()
+
+
+async def test_an_http_upstream_that_stops_answering_is_reconnected(topics, tmp_path):
+    from harness import free_port
+
+    port = free_port()
+    log = open(tmp_path / "upstream.log", "ab")
+    server = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(REPO / "tests" / "mcp_gateway" / "hanging_http_server.py"),
+        str(port),
+        "2",
+        stdout=log,
+        stderr=log,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        deadline = asyncio.get_running_loop().time() + 60
+        while True:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+                writer.close()
+                break
+            except OSError:
+                assert asyncio.get_running_loop().time() < deadline, "the upstream never listened"
+                await asyncio.sleep(0.2)
+        flags = ["--upstream-timeout", "1", "--restart-after-timeouts", "2", "--restart-after-silence", "600"]
+        async with Gateway(topics, f"hanging=http://127.0.0.1:{port}/mcp", *flags) as gateway:
+            for n in (1, 2):  # this connection's budget: answered
+                echoed = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": n}})
+                assert echoed["result"]["content"][0]["text"] == json.dumps({"n": n}), echoed
+            for n in (3, 4):  # stuck: each times out, the second in a row reconnects
+                timed_out = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": n}})
+                assert timed_out["result"]["isError"] is True, timed_out
+            deadline = asyncio.get_running_loop().time() + 20
+            while "reconnected because" not in gateway.log.read_text():
+                assert asyncio.get_running_loop().time() < deadline, gateway.log.read_text()[-3000:]
+                await asyncio.sleep(0.1)
+            echoed = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": 5}})
+            assert echoed["result"]["content"][0]["text"] == json.dumps({"n": 5}), echoed
+        assert "upstream hanging: reconnected because 2 calls in a row timed out (restarts 1" in gateway.log.read_text()
+    finally:
+        server.kill()
+        await server.wait()
+        log.close()

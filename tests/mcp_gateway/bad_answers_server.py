@@ -1,7 +1,8 @@
 """An MCP server over stdio that speaks JSON-RPC by hand (no SDK), so it can answer what no SDK
 would write: ``deep`` answers a result nested 100,000 levels deep, ``bad_code`` a JSON-RPC error
 whose code is a string, ``no_message`` an error without a message, ``not_object`` an error that
-is a string; ``echo`` answers its arguments as text.  Requests other than initialize,
+is a string, ``huge`` a result of 65 MiB with its id last (as JavaScript SDKs write it); ``echo``
+answers its arguments as text.  Requests other than initialize,
 tools/list, tools/call and ping get -32601; notifications are ignored."""
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import json
 import sys
 
 DEPTH = 100_000
-TOOLS = ["echo", "deep", "bad_code", "no_message", "not_object"]
+TOOLS = ["echo", "deep", "bad_code", "no_message", "not_object", "huge"]
+HUGE = 65 * 1024 * 1024
 ERRORS = {
     "bad_code": {"code": "x", "message": "a code that is a string"},
     "no_message": {"code": -32000},
@@ -47,6 +49,10 @@ def main() -> None:
             if name == "deep":
                 head = f'{{"jsonrpc":"2.0","id":{json.dumps(request_id)},"result":{{"content":[],"structuredContent":{{"a":'
                 sys.stdout.write(head + "[" * DEPTH + "]" * DEPTH + "}}}\n")
+                sys.stdout.flush()
+            elif name == "huge":
+                text = json.dumps({"content": [{"type": "text", "text": "x" * HUGE}], "isError": False})
+                sys.stdout.write(f'{{"jsonrpc":"2.0","result":{text},"id":{json.dumps(request_id)}}}\n')
                 sys.stdout.flush()
             elif name in ERRORS:
                 answer(request_id, error=ERRORS[name])

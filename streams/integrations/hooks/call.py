@@ -123,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
         print(f"loopwatch hook: the hook input on stdin is not a JSON object: {str(exc)[:200]}", file=sys.stderr)
         return 1
+    except RecursionError:  # json recurses once per level of nesting
+        print("loopwatch hook: the hook input on stdin is nested too deep to read", file=sys.stderr)
+        return 1
     request = json.dumps({"cli": cli, "payload": payload}, separators=(",", ":")).encode() + b"\n"
     try:
         answer = ask(path, request, timeout)

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from streams.client import LoopwatchClient
+from streams.edge.canonical import TooDeep, text_exceeds_depth
 
 from .call import MAX_LINE
 from .claude_code import ClaudeCodeHooks
@@ -51,6 +52,8 @@ class HookServer:
 
     async def answer(self, line: bytes) -> dict[str, Any]:
         try:
+            if text_exceeds_depth(line):
+                raise PayloadError(f"refused: {TooDeep()}")
             request = json.loads(line)
             if not isinstance(request, dict) or not isinstance(request.get("payload"), dict):
                 raise PayloadError('a request is {"cli": ..., "payload": {...}}')

@@ -90,7 +90,42 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="over HTTP: a run also ends after this long without a call (default 1800)",
     )
+    p.add_argument(
+        "--restart-after-timeouts",
+        type=int,
+        default=3,
+        metavar="N",
+        help="restart (stdio) or reconnect (HTTP) an upstream after N calls in a row timed out; 0: never (default 3)",
+    )
+    p.add_argument(
+        "--restart-after-silence",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="... or when a call times out and the upstream has answered nothing for S seconds (default 120)",
+    )
+    p.add_argument(
+        "--restart-backoff-max",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="restarts without an answer in between wait 1, 2, 4 ... up to S seconds (default 60)",
+    )
     p.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP on PORT instead of stdio")
+    p.add_argument(
+        "--http-max-sessions",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="over HTTP: at most N open sessions; one more is refused with 503 (default 1000)",
+    )
+    p.add_argument(
+        "--http-session-idle-timeout",
+        type=float,
+        default=600.0,
+        metavar="S",
+        help="over HTTP: close a session without a request for S seconds (default 600)",
+    )
     p.add_argument(
         "--sdk-proxy",
         action="store_true",
@@ -111,6 +146,8 @@ def load_upstreams_file(path: str) -> list[UpstreamSpec]:
         raise UsageError(f"{path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: not YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:  # PyYAML composes nested collections recursively
+        raise UsageError(f"{path}: nested too deep to be a file of upstreams") from None
     entries = root.get("upstreams") if isinstance(root, dict) else None
     if not isinstance(entries, list) or not entries:
         raise UsageError(f"{path}: expected a non-empty list under 'upstreams'")
@@ -186,8 +223,17 @@ def options_from(args: argparse.Namespace) -> GatewayOptions:
     ]
     if len({s.name for s in specs}) != len(specs):
         raise UsageError("two upstreams have the same name: name them (NAME=COMMAND or 'name:' in the file)")
-    for flag in ("timeout", "upstream_timeout", "connect_timeout", "run_idle_timeout"):
-        if getattr(args, flag) <= 0:
+    for flag in (
+        "timeout",
+        "upstream_timeout",
+        "connect_timeout",
+        "run_idle_timeout",
+        "restart_after_silence",
+        "restart_backoff_max",
+        "http_max_sessions",
+        "http_session_idle_timeout",
+    ):
+        if not getattr(args, flag) > 0:
             raise UsageError(f"--{flag.replace('_', '-')} must be positive")
     try:
         settings = client_settings(args, PROG)
@@ -202,6 +248,8 @@ def options_from(args: argparse.Namespace) -> GatewayOptions:
             raise UsageError(f"--agent-id {agent_id!r}: the signing key {key.key_id} is agent {key.agent_id!r}'s")
         agent_id = key.agent_id
         kafka_options["signing_key"] = key
+    if args.restart_after_timeouts < 0:
+        raise UsageError("--restart-after-timeouts must be 0 (never) or more")
     return GatewayOptions(
         upstreams=tuple(specs),
         bootstrap_servers=settings.broker,
@@ -218,6 +266,11 @@ def options_from(args: argparse.Namespace) -> GatewayOptions:
         run_idle_timeout=args.run_idle_timeout,
         relay=not args.sdk_proxy,
         kafka_options=tuple(kafka_options.items()),
+        restart_after_timeouts=args.restart_after_timeouts,
+        restart_after_silence=args.restart_after_silence,
+        restart_backoff_max=args.restart_backoff_max,
+        http_max_sessions=args.http_max_sessions,
+        http_session_idle_timeout=args.http_session_idle_timeout,
     )
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import logging
 import re
 import time
@@ -47,13 +48,15 @@ from streams.edge.hashing import ThrownError, unknown_tool_name
 from .options import GatewayOptions
 from .outcome import edge_outcome, unknown_tool_error
 from .runs import GuardedRun, KafkaLink, UnguardedRun
-from .upstream import Upstream, UpstreamUnavailable
+from .upstream import MALFORMED, Upstream, UpstreamUnavailable
 
 log = logging.getLogger("loopwatch.mcp")
 
 __all__ = ["Gateway", "GatewayOptions", "RUN_ID_META", "RUN_ID_HEADER"]
 
 RUN_ID_META = "io.loopwatch/runId"
+STATUS_PATH = "/loopwatch/status"
+"""Over HTTP: the gateway's counters as JSON (``Gateway.status``)."""
 RUN_ID_HEADER = "x-loopwatch-run-id"
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
 _IDENTITY_CHARS = re.compile(r"[^A-Za-z0-9_.:-]+")
@@ -78,7 +81,12 @@ class Gateway:
         self.options = options
         self.link = KafkaLink(options, client)
         self.upstreams = [
-            Upstream(spec, connect_timeout=options.connect_timeout, on_notification=self._notification)
+            Upstream(
+                spec,
+                connect_timeout=options.connect_timeout,
+                on_notification=self._notification,
+                health=options.upstream_health(spec.name),
+            )
             for spec in options.upstreams
         ]
         self._routes: dict[str, tuple[Upstream, str]] = {}
@@ -95,6 +103,8 @@ class Gateway:
         self._sweeper: asyncio.Task | None = None
         self._publishing: set[asyncio.Future] = set()
         self.server: Server | None = None
+        self.sessions = {"opened": 0, "refused": 0}
+        """Over HTTP: sessions the SDK opened, and those refused over ``http_max_sessions``."""
 
     @property
     def client(self) -> LoopwatchClient:
@@ -136,9 +146,17 @@ class Gateway:
         ``ServerSession``'s private ``_connection``).  A session the SDK drops by itself (its
         own idle timeout, a crash) sends nothing: its runs end by ``run_idle_timeout``."""
         assert self.server is not None, "start() first"
-        app = self.server.streamable_http_app(host=host)
+        app = self.server.streamable_http_app(
+            host=host,
+            max_sessions=self.options.http_max_sessions,
+            session_idle_timeout=self.options.http_session_idle_timeout,
+        )
 
         async def asgi(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and scope["path"] == STATUS_PATH and scope["method"] == "GET":
+                return await _send_json(send, 200, self.status())
+            if scope["type"] == "http" and _header(scope, b"mcp-session-id") is None:
+                return await app(scope, receive, self._watch_new_session(send))
             session_id = _closing_session(scope)
             if session_id is None:
                 return await app(scope, receive, send)
@@ -155,6 +173,51 @@ class Gateway:
                 self._session_closed(session_id)
 
         return asgi
+
+    def status(self) -> dict:
+        """The gateway's counters (served over HTTP at ``STATUS_PATH``): its HTTP sessions and,
+        per upstream, restarts, timeouts and invalid answers (``health.UpstreamHealth``)."""
+        return {
+            "sessions": {"max": self.options.http_max_sessions, **self.sessions},
+            "runs": len(self._runs),
+            "upstreams": {u.spec.name: u.health.status() for u in self.upstreams},
+        }
+
+    def _watch_new_session(self, send: Any) -> Any:
+        """``send`` for a request without a session id: the SDK opens a session for it (counted),
+        or refuses one over ``http_max_sessions`` with 503, whose body is replaced by one that
+        says which bound it hit and how to raise it."""
+        refused = False
+
+        async def watch(message: Any) -> None:
+            nonlocal refused
+            if message["type"] == "http.response.start":
+                if message["status"] == 503:
+                    refused = True
+                    self.sessions["refused"] += 1
+                    count = self.sessions["refused"]
+                    if count & (count - 1) == 0:  # 1, 2, 4, 8 ...: a flood does not flood the log too
+                        log.warning(
+                            "refused a new HTTP session: %d open, the most --http-max-sessions allows (refused %d so far)",
+                            self.options.http_max_sessions,
+                            count,
+                        )
+                    error = {
+                        "code": types.INTERNAL_ERROR,
+                        "message": (
+                            f"loopwatch mcp-gateway: too many open sessions ({self.options.http_max_sessions}, "
+                            "--http-max-sessions): close one (DELETE) or retry once an idle one expired"
+                        ),
+                    }
+                    await _send_json(send, 503, {"jsonrpc": "2.0", "id": None, "error": error}, retry_after=5)
+                    return
+                if any(name == b"mcp-session-id" for name, _ in message.get("headers", ())):
+                    self.sessions["opened"] += 1
+            elif refused:
+                return  # the SDK's own body of the refusal: replaced above
+            await send(message)
+
+        return watch
 
     async def stop(self) -> None:
         if self._sweeper is not None:
@@ -363,6 +426,26 @@ class Gateway:
             run.complete(name, args, call_id, error=unknown_tool_error(name))
             raise MCPError(types.INVALID_PARAMS, f"Unknown tool: {name}")
         upstream, tool = route
+        if not upstream.in_flight:
+            upstream.health.waiting()
+        upstream.in_flight += 1
+        try:
+            return await self._forward_to(ctx, params, run, name, args, call_id, notice, upstream, tool)
+        finally:
+            upstream.in_flight -= 1
+
+    async def _forward_to(
+        self,
+        ctx: Any,
+        params: types.CallToolRequestParams,
+        run: GuardedRun,
+        name: str,
+        args: dict,
+        call_id: str,
+        notice: str | None,
+        upstream: Upstream,
+        tool: str,
+    ) -> Any:
         timeout = self.options.upstream_timeout
         try:
             session = await upstream.session()
@@ -383,6 +466,11 @@ class Gateway:
             if exc.code in (types.CONNECTION_CLOSED, types.REQUEST_TIMEOUT):
                 if exc.code == types.CONNECTION_CLOSED:
                     await upstream.broken()
+                else:
+                    upstream.timed_out()
+                return await self._failed(run, name, args, call_id, upstream, exc.message)
+            upstream.health.heard()
+            if isinstance(exc.data, dict) and exc.data.get(MALFORMED):  # too deep or too big to read
                 return await self._failed(run, name, args, call_id, upstream, exc.message)
             if exc.code == types.INVALID_PARAMS and (unknown_tool_name(exc.message) or tool not in upstream.tools):
                 error = unknown_tool_error(name, exc.message)
@@ -391,6 +479,7 @@ class Gateway:
             run.complete(name, args, call_id, error=error)
             raise  # a protocol error goes back to the agent as the upstream sent it
         except TimeoutError:
+            upstream.timed_out()
             return await self._failed(run, name, args, call_id, upstream, f"no answer within {timeout:g}s")
         except UpstreamUnavailable as exc:
             return await self._failed(run, name, args, call_id, upstream, str(exc), described=True)
@@ -402,6 +491,7 @@ class Gateway:
         except Exception as exc:  # noqa: BLE001 - a broken pipe, a dead process: the agent's session stays up
             await upstream.broken()
             return await self._failed(run, name, args, call_id, upstream, _describe(exc))
+        upstream.health.heard()
         if isinstance(result, types.InputRequiredResult):
             if result.request_state:
                 self._pending[result.request_state] = _Pending(run, call_id)
@@ -555,6 +645,22 @@ def _progress(ctx: Any, params: Any):
             log.debug("progress not forwarded: %s", exc)
 
     return forward
+
+
+def _header(scope: Any, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+async def _send_json(send: Any, status: int, body: Any, *, retry_after: int | None = None) -> None:
+    data = json.dumps(body).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
 
 
 def _closing_session(scope: Any) -> str | None:

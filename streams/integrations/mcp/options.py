@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .health import UpstreamHealth
 from .upstream import UpstreamSpec
 
 __all__ = ["GatewayOptions"]
@@ -36,3 +37,22 @@ class GatewayOptions:
     """Over stdio with one upstream command and no prefix, relay its JSON-RPC messages as they
     are (``relay.py``) instead of serving them through the SDK's server and client."""
     kafka_options: tuple[tuple[str, Any], ...] = ()
+    restart_after_timeouts: int = 3
+    """Restart (stdio) or reconnect (HTTP) an upstream after this many calls in a row timed out;
+    0: never for this reason (``health.UpstreamHealth``)."""
+    restart_after_silence: float = 120.0
+    """... or when a call times out and the upstream has answered nothing for this long."""
+    restart_backoff_max: float = 60.0
+    """Restarts without an answer in between wait 1 s, 2 s, 4 s ... up to this long."""
+    http_max_sessions: int = 1000
+    """Over HTTP: at most this many open sessions; a client opening one more gets 503."""
+    http_session_idle_timeout: float = 600.0
+    """Over HTTP: a session without a request for this long is closed (its runs end)."""
+
+    def upstream_health(self, name: str) -> UpstreamHealth:
+        return UpstreamHealth(
+            name,
+            restart_after_timeouts=self.restart_after_timeouts,
+            restart_after_silence=self.restart_after_silence,
+            backoff_max=self.restart_backoff_max,
+        )

@@ -16,6 +16,10 @@ relay reads what it must and no more:
 * ``initialize``, ``notifications/initialized`` and ``server/discover`` are kept, to be
   replayed to an upstream started again after a crash (their answers then stay here).
 
+Every line in both directions is first held to the gateway's line rules (``jsonrpc.py``: too
+deep or too big fails only that message; an invalid error object is healed), and an upstream
+that stops answering is started again with backoff (``health.py``).
+
 Why not the SDK's server and client back to back (``gateway.py``, still used for HTTP, several
 upstreams or prefixes): each SDK hop validates and re-serialises every message, about 1 ms at
 p50 on this project's machines, which is the whole per-call budget this gives the gateway
@@ -28,7 +32,6 @@ import asyncio
 import itertools
 import logging
 import os
-import re
 import shlex
 import uuid
 from dataclasses import dataclass, field
@@ -39,13 +42,24 @@ import msgspec
 from pydantic import ValidationError
 
 from streams.client import LoopwatchClient
-from streams.edge.canonical import JSON_DEPTH_LIMIT, TooDeep, exceeds_depth
+from streams.edge.canonical import JSON_DEPTH_LIMIT, TooDeep
 from streams.edge.hashing import ThrownError, unknown_tool_name
 
 from .gateway import RUN_ID_META, GatewayOptions, agent_name, identity, upstream_failed
+from .jsonrpc import (
+    LINE_LIMIT,
+    Oversize,
+    envelope,
+    healed_error,
+    oversize_id,
+    parse,
+    read_line,
+    refusal,
+    request_key,
+    too_big,
+)
 from .outcome import edge_outcome, unknown_tool_error
 from .runs import GuardedRun, KafkaLink, UnguardedRun
-from .stdio import LINE_LIMIT
 from .upstream import UpstreamUnavailable, unavailable
 
 log = logging.getLogger("loopwatch.mcp")
@@ -119,6 +133,8 @@ class Relay:
         self._exited_at_start = asyncio.Event()
         self.exit_at_start: str | None = None
         """Why the upstream ended at start: one line."""
+        self.health = options.upstream_health(self.spec.name)
+        self._restarting: asyncio.Task | None = None
 
     @property
     def client(self) -> LoopwatchClient:
@@ -157,10 +173,9 @@ class Relay:
 
     async def _relay_agent(self, reader: asyncio.StreamReader) -> None:
         while True:
-            try:
-                line = await reader.readline()
-            except ValueError:  # over LINE_LIMIT: asyncio dropped it
-                log.warning("a message of the agent over %d bytes was dropped", LINE_LIMIT)
+            line = await read_line(reader)
+            if isinstance(line, Oversize):
+                self._refuse_oversize(line)
                 continue
             if not line:
                 break
@@ -170,6 +185,9 @@ class Relay:
 
     async def stop(self) -> None:
         self._stopping = True
+        if self._restarting is not None:
+            self._restarting.cancel()
+            await asyncio.gather(self._restarting, return_exceptions=True)
         await self._session_closed()
         await self._stop_upstream()
         if self._publishing:
@@ -265,10 +283,10 @@ class Relay:
         reason = "Connection closed"
         try:
             while True:
-                try:
-                    line = await stdout.readline()
-                except ValueError:
-                    log.warning("upstream %s: a message over %d bytes was dropped", self.spec.name, LINE_LIMIT)
+                line = await read_line(stdout)
+                if isinstance(line, Oversize):
+                    self.health.heard()
+                    self._oversize_answer(line)
                     continue
                 if not line:
                     break
@@ -314,7 +332,7 @@ class Relay:
     # -- the agent's messages -----------------------------------------------------------------------
 
     async def _from_agent(self, line: bytes) -> None:
-        message, fault = _read(line)  # not JSON (None): the upstream answers it as it would
+        message, fault = parse(line)  # not JSON (None): the upstream answers it as it would
         if fault == "deep":
             self._refuse_deep(line)
             return
@@ -327,9 +345,9 @@ class Relay:
     def _refuse_deep(self, line: bytes) -> None:
         """A message of the agent nested deeper than ``JSON_DEPTH_LIMIT``: never forwarded (the
         upstream might not survive it either); each request in it gets a JSON-RPC error."""
-        envelope = _envelope(line)
+        outer = envelope(line)
         answered = False
-        for item in envelope if isinstance(envelope, list) else [envelope]:
+        for item in outer if isinstance(outer, list) else [outer]:
             request_id = item.get("id") if isinstance(item, dict) and isinstance(item.get("method"), str) else None
             if _key(request_id) is not None:
                 error = {"code": types.INVALID_REQUEST, "message": f"refused by loopwatch: {TooDeep()}"}
@@ -337,6 +355,16 @@ class Relay:
                 answered = True
         if not answered:
             log.warning("a message of the agent nested deeper than %d levels was dropped", JSON_DEPTH_LIMIT)
+
+    def _refuse_oversize(self, line: Oversize) -> None:
+        """A message of the agent over ``LINE_LIMIT``: never forwarded; a request gets a JSON-RPC
+        error at once."""
+        answer = refusal(line)
+        out = self._agent_out
+        if answer is None:
+            log.warning("a message of the agent was dropped: %s", too_big(line.size))
+        elif out is not None and not out.is_closing():
+            out.write(answer)
 
     async def _agent_message(self, message: Any, line: bytes) -> None:
         if not isinstance(message, dict):
@@ -413,6 +441,8 @@ class Relay:
         except UpstreamUnavailable as exc:
             self._failed(request_id, call, str(exc))
             return
+        if not self._calls and not self._requests:
+            self.health.waiting()
         self._calls[key] = call
         timeout = self.options.upstream_timeout
         call.timer = asyncio.get_running_loop().call_later(timeout, self._timed_out, key, request_id, call, timeout)
@@ -447,7 +477,8 @@ class Relay:
 
     async def _from_upstream(self, line: bytes) -> None:
         self._heard = True
-        message, fault = _read(line)
+        self.health.heard()
+        message, fault = parse(line)
         if fault == "deep":
             self._deep_answer(line)
             return
@@ -455,6 +486,10 @@ class Relay:
             log.warning("upstream %s: a line that is not JSON was dropped: %.120r", self.spec.name, line)
             return
         if isinstance(message, dict) and "method" not in message and "id" in message:  # an answer
+            healed = healed_error(message, upstream_failed(self.spec.name, "invalid JSON-RPC error"))
+            if healed is not None:
+                self.health.invalid_answers += 1
+                message, line = healed, _encode(healed) + b"\n"
             key = _key(message["id"])
             if key in self._replayed:
                 self._replayed.discard(key)  # the answer to a replayed handshake: the gateway's
@@ -471,20 +506,30 @@ class Relay:
     def _deep_answer(self, line: bytes) -> None:
         """A message of the upstream nested deeper than ``JSON_DEPTH_LIMIT``: the request it
         answers fails (a tool call with the gateway's error result), nothing else does."""
-        envelope = _envelope(line)
-        key = _key(envelope.get("id")) if isinstance(envelope, dict) and "method" not in envelope else None
-        reason = f"malformed answer: {TooDeep()}"
+        outer = envelope(line)
+        request_id = outer.get("id") if isinstance(outer, dict) and "method" not in outer else None
+        self._malformed_answer(request_id, TooDeep())
+
+    def _oversize_answer(self, line: Oversize) -> None:
+        """A message of the upstream over ``LINE_LIMIT``: the request it answers fails at once."""
+        request_id, request = oversize_id(line)
+        self._malformed_answer(None if request else request_id, too_big(line.size))
+
+    def _malformed_answer(self, request_id: Any, problem: Any) -> None:
+        self.health.invalid_answers += 1
+        key = _key(request_id)
+        reason = f"malformed answer: {problem}"
         call = self._calls.pop(key, None) if key is not None else None
         if call is not None:
             if call.timer is not None:
                 call.timer.cancel()
-            self._failed(envelope["id"], call, upstream_failed(self.spec.name, reason))
+            self._failed(request_id, call, upstream_failed(self.spec.name, reason))
             return
         if key is not None and self._requests.pop(key, None) is not None:
             error = {"code": types.INTERNAL_ERROR, "message": upstream_failed(self.spec.name, reason)}
-            self._write_agent({"jsonrpc": "2.0", "id": envelope["id"], "error": error})
+            self._write_agent({"jsonrpc": "2.0", "id": request_id, "error": error})
             return
-        log.warning("upstream %s: a message nested deeper than %d levels was dropped", self.spec.name, JSON_DEPTH_LIMIT)
+        log.warning("upstream %s: a message was dropped: %s", self.spec.name, problem)
 
     async def _pass_on(self, line: bytes) -> None:
         self._agent_out.write(line)
@@ -552,6 +597,22 @@ class Relay:
             }
             self._process.stdin.write(_encode(cancel) + b"\n")
         self._failed(request_id, call, upstream_failed(self.spec.name, "Request 'tools/call' timed out"))
+        reason = self.health.timed_out()
+        if reason is not None and (self._restarting is None or self._restarting.done()) and not self._stopping:
+            self._restarting = asyncio.ensure_future(self._restart(reason))
+
+    async def _restart(self, reason: str) -> None:
+        """Start the upstream again: it stopped answering (``health.UpstreamHealth``).  What was
+        in flight gets the connection's error; the agent's handshake is replayed to the new one."""
+        async with self._spawning:
+            delay = self.health.restarting(reason, "restarted")
+            await self._stop_upstream()
+            if delay:
+                await asyncio.sleep(delay)
+            try:
+                await self._spawn()
+            except UpstreamUnavailable as exc:
+                log.warning("%s", exc)  # the next call tries again
 
     def _failed(self, request_id: Any, call: _Call, message: str) -> None:
         call.run.complete(call.name, call.args, call.call_id, error=ThrownError(message))
@@ -563,57 +624,6 @@ class Relay:
             out.write(_encode(message) + b"\n")
 
 
-def _read(line: bytes) -> tuple[Any, str | None]:
-    """``(message, fault)`` of one line; with a fault (``"not JSON"``, ``"deep"``: nested deeper
-    than ``JSON_DEPTH_LIMIT``) the message is None.  msgspec's own guard stops a line deeper than
-    the interpreter's recursion limit with a ``RecursionError`` before the stack runs out; a
-    shallower one too deep is walked."""
-    try:
-        message = _decode(line)
-    except msgspec.DecodeError:
-        return None, "not JSON"
-    except RecursionError:
-        return None, "deep"
-    # As many brackets as the limit cannot nest deeper than it: most lines need no walk.
-    if line.count(b"[") + line.count(b"{") > JSON_DEPTH_LIMIT and exceeds_depth(message):
-        return None, "deep"
-    return message, None
-
-
-_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[{]+|[\]}]+', re.DOTALL)
-"""A string, a run of opening brackets or a run of closing ones (a run is one token, so the
-deepest line costs no more than its changes of direction)."""
-
-
-def _envelope(line: bytes, keep: int = 2) -> Any:
-    """A too-deep message with every list and object below depth ``keep`` replaced by null:
-    its ``id`` and ``method`` (a batch's, its items'), or None when it is not JSON at all."""
-    parts: list[bytes] = []
-    depth, start, cutting = 0, 0, False
-    for match in _TOKENS.finditer(line):
-        token = match.group()
-        if token[0] == 0x22:  # a string: its brackets are text
-            continue
-        if token[0] in b"[{":
-            if not cutting and depth + len(token) > keep:
-                parts.append(line[start : match.start() + keep - depth])
-                cutting = True
-            depth += len(token)
-        else:
-            if cutting and depth - len(token) <= keep:
-                parts.append(b"null")
-                start = match.start() + depth - keep
-                cutting = False
-            depth -= len(token)
-    if cutting:
-        return None
-    parts.append(line[start:])
-    try:
-        return _decode(b"".join(parts))
-    except (msgspec.DecodeError, RecursionError):
-        return None
-
-
 def _error_result(message: str, modern: bool) -> dict:
     result = {"content": [{"type": "text", "text": message}], "isError": True}
     if modern:
@@ -621,9 +631,7 @@ def _error_result(message: str, modern: bool) -> dict:
     return result
 
 
-def _key(request_id: Any) -> Any:
-    """A JSON-RPC id as a dict key (a string or a number; anything else is no id of a request)."""
-    return request_id if isinstance(request_id, (str, int, float)) and not isinstance(request_id, bool) else None
+_key = request_key
 
 
 def _client_name(info: Any) -> str | None:

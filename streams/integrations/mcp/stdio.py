@@ -12,24 +12,38 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from collections.abc import AsyncIterator
 
-__all__ = ["LINE_LIMIT", "agent_pipes", "agent_stdio"]
+from .jsonrpc import LINE_LIMIT, Oversize, read_line, refusal, too_big
 
-LINE_LIMIT = 64 * 1024 * 1024
-"""The longest message line accepted (asyncio's default, 64 KiB, is less than a tool result can be)."""
+__all__ = ["agent_pipes", "agent_stdio"]
+
+log = logging.getLogger("loopwatch.mcp")
 
 
 class _Lines:
-    def __init__(self, reader: asyncio.StreamReader) -> None:
+    """The agent's lines for the SDK's server; one over ``LINE_LIMIT`` is answered here (a
+    request gets its JSON-RPC error) and never reaches it."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader = reader
+        self._writer = writer
 
     def __aiter__(self) -> _Lines:
         return self
 
     async def __anext__(self) -> str:
-        line = await self._reader.readline()
+        while True:
+            line = await read_line(self._reader)
+            if not isinstance(line, Oversize):
+                break
+            answer = refusal(line)
+            if answer is None:
+                log.warning("a message of the agent was dropped: %s", too_big(line.size))
+            else:
+                self._writer.write(answer)
         if not line:
             raise StopAsyncIteration
         return line.decode("utf-8", "replace")
@@ -89,5 +103,5 @@ async def agent_stdio() -> AsyncIterator[tuple]:
                 yield streams
             return
         reader, writer = pipes
-        async with stdio_server(_Lines(reader), _Writer(writer)) as streams:
+        async with stdio_server(_Lines(reader, writer), _Writer(writer)) as streams:
             yield streams

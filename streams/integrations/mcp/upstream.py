@@ -9,17 +9,25 @@ borrow ``session`` and ask for a reconnect when the connection broke.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import shlex
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import mcp_types as types
-from mcp import Client, StdioServerParameters
+import msgspec
+from mcp import Client
+from mcp.shared.message import SessionMessage
 
 from schemas.errors import LoopwatchError
+from streams.edge.canonical import TooDeep
+
+from .health import UpstreamHealth
+from .jsonrpc import LINE_LIMIT, Oversize, envelope, healed_error, oversize_id, parse, read_line, too_big
 
 log = logging.getLogger("loopwatch.mcp")
 
@@ -60,20 +68,145 @@ class UpstreamSpec:
             raise ValueError(f"upstream {text!r}: an empty command")
         return cls(name=name or os.path.basename(argv[0]), command=argv, prefix=prefix)
 
-    def target(self) -> StdioServerParameters | str:
+    def target(self, health: UpstreamHealth | None = None) -> Any:
+        """What ``mcp.Client`` connects to: the URL, or the command over ``healing_stdio``."""
         if self.url:
             return self.url
-        # The server inherits the gateway's environment (PATH, HOME), as an MCP host's servers do.
-        return StdioServerParameters(
-            command=self.command[0], args=list(self.command[1:]), env={**os.environ, **self.env}, cwd=self.cwd
+        return healing_stdio(self, health or UpstreamHealth(self.name))
+
+
+MALFORMED = "io.loopwatch/malformedAnswer"
+"""``data`` key of the JSON-RPC error ``healing_stdio`` answers in place of an answer too deep or
+too big to read: the gateway fails that call as the relay does (an error result)."""
+
+_encode = msgspec.json.Encoder().encode
+
+
+@contextlib.asynccontextmanager
+async def healing_stdio(spec: UpstreamSpec, health: UpstreamHealth) -> AsyncIterator[Any]:
+    """The SDK's stdio transport, with the gateway's rules for what the server writes
+    (``jsonrpc``): an invalid error object is healed into a JSON-RPC error, an answer nested too
+    deep or too big to read is replaced by a JSON-RPC error for the request it answers (the call
+    fails at once instead of timing out), a line that is not JSON-RPC is reported and dropped.
+    The server inherits the gateway's environment (PATH, HOME), as an MCP host's servers do."""
+    try:
+        process = await asyncio.create_subprocess_exec(
+            *spec.command,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, **spec.env},
+            cwd=spec.cwd,
+            limit=LINE_LIMIT,
         )
+    except OSError as exc:
+        raise UpstreamUnavailable(unavailable(spec, exc)) from None
+    to_session, from_server = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    to_server, from_session = anyio.create_memory_object_stream[SessionMessage](0)
+
+    async def read() -> None:
+        async with to_session:
+            while True:
+                try:
+                    line = await read_line(process.stdout)
+                except (ConnectionError, OSError):
+                    return
+                if not line:
+                    return
+                item = _server_message(spec, health, line)
+                if item is not None:
+                    try:
+                        await to_session.send(item)
+                    except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+                        return
+
+    async def write() -> None:
+        try:
+            async with from_session:
+                async for item in from_session:
+                    text = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+                    process.stdin.write(text.encode() + b"\n")
+                    await process.stdin.drain()
+        except (ConnectionError, OSError, RuntimeError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            await to_session.aclose()  # the session sees the connection end, not a request hanging
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(read)
+        tasks.start_soon(write)
+        try:
+            yield from_server, to_server
+        finally:
+            with anyio.CancelScope(shield=True):
+                await _stop_process(process)
+            tasks.cancel_scope.cancel()
+
+
+def _server_message(spec: UpstreamSpec, health: UpstreamHealth, line: bytes | Oversize) -> Any:
+    """What the session gets for one line of the server: a message, an exception to report, or
+    None (nothing: a blank line)."""
+    if isinstance(line, Oversize):
+        request_id, request = oversize_id(line)
+        return _malformed(spec, health, None if request else request_id, too_big(line.size))
+    if not line.strip():
+        return None
+    message, fault = parse(line)
+    if fault == "deep":
+        outer = envelope(line)
+        request_id = outer.get("id") if isinstance(outer, dict) and "method" not in outer else None
+        return _malformed(spec, health, request_id, TooDeep())
+    health.heard()
+    if isinstance(message, dict) and "id" in message:
+        healed = healed_error(message, f"upstream MCP server {spec.name!r} failed: invalid JSON-RPC error")
+        if healed is not None:
+            health.invalid_answers += 1
+            line = _encode(healed)
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except ValueError as exc:
+        return exc
+
+
+def _malformed(spec: UpstreamSpec, health: UpstreamHealth, request_id: Any, problem: Any) -> Any:
+    health.heard()
+    health.invalid_answers += 1
+    if not isinstance(request_id, (str, int)) or isinstance(request_id, bool):
+        return ValueError(f"upstream {spec.name}: a message was dropped: {problem}")
+    error = types.JSONRPCError(
+        jsonrpc="2.0",
+        id=request_id,
+        error=types.ErrorData(
+            code=types.INTERNAL_ERROR, message=f"malformed answer: {problem}", data={MALFORMED: True}
+        ),
+    )
+    return SessionMessage(error)
+
+
+async def _stop_process(process: asyncio.subprocess.Process) -> None:
+    """The stdio transport's way: stdin closed, then SIGTERM, then SIGKILL."""
+    if process.returncode is not None:
+        return
+    with contextlib.suppress(Exception):
+        process.stdin.close()
+    for step in (None, process.terminate, process.kill):
+        if step is not None:
+            with contextlib.suppress(ProcessLookupError):
+                step()
+        try:
+            await asyncio.wait_for(process.wait(), 2.0)
+            return
+        except TimeoutError:
+            continue
 
 
 class Upstream:
     """A held connection to one upstream server, reconnected on demand."""
 
     def __init__(
-        self, spec: UpstreamSpec, *, connect_timeout: float, on_notification: Callable[[Any], Any] | None = None
+        self,
+        spec: UpstreamSpec,
+        *,
+        connect_timeout: float,
+        on_notification: Callable[[Any], Any] | None = None,
+        health: UpstreamHealth | None = None,
     ) -> None:
         self.spec = spec
         self.connect_timeout = connect_timeout
@@ -86,6 +219,10 @@ class Upstream:
         self._release = asyncio.Event()
         self._holder: asyncio.Task | None = None
         self._lock = asyncio.Lock()
+        self.health = health or UpstreamHealth(spec.name)
+        self.in_flight = 0
+        """Calls sent to it and not answered yet."""
+        self._restarting: asyncio.Task | None = None
 
     @property
     def capabilities(self) -> types.ServerCapabilities | None:
@@ -113,7 +250,7 @@ class Upstream:
 
     async def _hold(self) -> None:
         try:
-            async with Client(self.spec.target(), message_handler=self._message) as client:
+            async with Client(self.spec.target(self.health), message_handler=self._message) as client:
                 self.client = client
                 self._ready.set()
                 await self._release.wait()
@@ -161,8 +298,25 @@ class Upstream:
         self.client = None
 
     async def close(self) -> None:
+        if self._restarting is not None:
+            self._restarting.cancel()
+            await asyncio.gather(self._restarting, return_exceptions=True)
         async with self._lock:
             await self._stop_holder()
+
+    def timed_out(self) -> None:
+        """A call to it timed out: restart it in the background once ``health`` says so."""
+        reason = self.health.timed_out()
+        if reason is not None and (self._restarting is None or self._restarting.done()):
+            self._restarting = asyncio.ensure_future(self._restart(reason))
+
+    async def _restart(self, reason: str) -> None:
+        async with self._lock:
+            delay = self.health.restarting(reason, "reconnected" if self.spec.url else "restarted")
+            await self._stop_holder()
+            if delay:
+                await asyncio.sleep(delay)
+            await self._connect()
 
     async def list_tools(self) -> list[types.Tool]:
         session = await self.session()
