@@ -31,7 +31,16 @@ from typing import Any
 
 from schemas.config import ConfigError
 
-__all__ = ["DEPRECATED_BROKER_ENV", "Settings", "SettingsError", "PREFIX", "VARIABLES", "closest", "refuse_unknown_variables"]
+__all__ = [
+    "DEPRECATED_BROKER_ENV",
+    "Settings",
+    "SettingsError",
+    "PREFIX",
+    "VARIABLES",
+    "closest",
+    "refuse_a_runners_signing_key",
+    "refuse_unknown_variables",
+]
 
 PREFIX = "LOOPWATCH_"
 DEPRECATED_BROKER_ENV = PREFIX + "BROKER"
@@ -418,7 +427,9 @@ def _read_settings_file(path: Path) -> dict[str, Any]:
 VARIABLES: dict[str, str] = {
     **{env_name(name): "the worker (a setting above)" for name in _FIELDS},
     PREFIX + "SETTINGS_FILE": "the worker: a file of settings, below the environment",
-    PREFIX + "BOOTSTRAP": "loopwatch hook and loopwatch mcp-gateway: the default of --bootstrap",
+    PREFIX + "BOOTSTRAP": "every command that reaches Kafka: the default of --bootstrap",
+    DEPRECATED_BROKER_ENV: "every command that reaches Kafka: LOOPWATCH_BOOTSTRAP's old name (deprecated)",
+    PREFIX + "SIGNING_KEY": "loopwatch mcp-gateway and loopwatch hook --serve: the default of --signing-key",
     PREFIX + "HOOK_SOCKET": "loopwatch hook call: the socket of the hook server",
     PREFIX + "CACHE": "make and scripts/: where Kafka, the ops tools and the test caches live",
     PREFIX + "VENV": "scripts/install-ops-tools.sh: the virtualenv it installs into",
@@ -440,6 +451,17 @@ def closest(name: str, known: list[str]) -> str:
     """The known name most like ``name`` (always one: a refusal should point somewhere)."""
     matches = difflib.get_close_matches(name, known, n=1, cutoff=0.0)
     return matches[0] if matches else known[0]
+
+
+def refuse_a_runners_signing_key(env: Mapping[str, str]) -> None:
+    """The worker's own refusal of ``LOOPWATCH_SIGNING_KEY``, the gateway's and the hook's key
+    (one agent's, to sign with), set where ``LOOPWATCH_SIGNING_KEYS`` (the keys a worker checks
+    signatures with) is not: one letter away, it would otherwise leave signatures unchecked."""
+    if env.get(PREFIX + "SIGNING_KEY") and not env.get(PREFIX + "SIGNING_KEYS"):
+        raise SettingsError(
+            f"{PREFIX}SIGNING_KEY is a runner's key to sign with (the gateway's, the hook's); the worker checks"
+            f" signatures with {PREFIX}SIGNING_KEYS: did you mean it?"
+        )
 
 
 def refuse_unknown_variables(env: Mapping[str, str]) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -63,7 +64,7 @@ def _settings_epilog() -> str:
 
 
 def run_worker(argv: list[str] | None = None) -> int:
-    from .settings import Settings, SettingsError
+    from .settings import Settings, SettingsError, refuse_a_runners_signing_key
 
     args = build_parser().parse_args(argv)
     overrides = {
@@ -71,6 +72,7 @@ def run_worker(argv: list[str] | None = None) -> int:
     }
     overrides.update(broker_overrides(args, "loopwatch worker"))
     try:
+        refuse_a_runners_signing_key(os.environ)
         settings = Settings.from_env(**overrides)
     except SettingsError as exc:
         print(f"loopwatch worker: {exc}", file=sys.stderr)

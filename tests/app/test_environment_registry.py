@@ -3,6 +3,7 @@ one registry (``streams.app.settings.VARIABLES``), and the worker refuses any ot
 closest registered one, instead of ignoring a misspelt security setting."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def test_a_misspelt_security_protocol_is_refused_with_the_real_name():
     [
         ("BROKR", "LOOPWATCH_BROKER"),
         ("IDLE_TIMEOUT", "LOOPWATCH_IDLE_TIMEOUT_S"),
-        ("SIGNING_KEY", "LOOPWATCH_SIGNING_KEYS"),
+        ("SIGNIN_KEYS", "LOOPWATCH_SIGNING_KEYS"),
         ("KAFKA_SSL_CA_FILE", "LOOPWATCH_KAFKA_SSL_CAFILE"),
         ("settings_file", "LOOPWATCH_SETTINGS_FILE"),  # names are case-sensitive, as the worker reads them
     ],
@@ -89,7 +90,7 @@ def test_every_unknown_variable_is_named_in_one_line():
 
 def test_names_other_loopwatch_commands_read_are_accepted():
     env = {
-        PREFIX + "BOOTSTRAP": "a:1",
+        PREFIX + "SIGNING_KEY": "/tmp/k.json",
         PREFIX + "HOOK_SOCKET": "/tmp/s",
         PREFIX + "CACHE": "/tmp/c",
         PREFIX + "TEST_KEEP_LOGS": "1",
@@ -164,4 +165,24 @@ def test_the_worker_command_refuses_a_misspelt_variable_in_one_line(tmp_path):
     assert done.stderr.splitlines() == [
         f"loopwatch worker: unknown setting {MISSPELT_PROTOCOL}: did you mean LOOPWATCH_KAFKA_SECURITY_PROTOCOL?"
         " (no loopwatch process reads it, so it is refused, not ignored)"
+    ]
+
+
+def test_the_worker_refuses_a_runners_signing_key_where_its_own_keys_are_not_set():
+    # LOOPWATCH_SIGNING_KEY is the gateway's and the hook's (registered, so from_env takes it);
+    # on a worker it is one letter from LOOPWATCH_SIGNING_KEYS and would leave signatures unchecked.
+    from streams.app.settings import refuse_a_runners_signing_key
+
+    with pytest.raises(SettingsError, match="did you mean it\\?$"):
+        refuse_a_runners_signing_key({PREFIX + "SIGNING_KEY": "keys.json"})
+    refuse_a_runners_signing_key({PREFIX + "SIGNING_KEY": "k.json", PREFIX + "SIGNING_KEYS": "keys.json"})
+    run = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "worker"],
+        env={**os.environ, PREFIX + "SIGNING_KEY": "keys.json"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 2
+    assert run.stderr.strip().splitlines() == [
+        "loopwatch worker: LOOPWATCH_SIGNING_KEY is a runner's key to sign with (the gateway's, the hook's);"
+        " the worker checks signatures with LOOPWATCH_SIGNING_KEYS: did you mean it?"
     ]
