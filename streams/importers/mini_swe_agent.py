@@ -27,8 +27,8 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from .chat import chat_tool_calls
 from .model import MAX_ITERATIONS, Call, ImportFailed, Run, run_id_of_file, text_of
-from .reader import decode_embedded
 
 NAME = "mini-swe-agent"
 KIND = "document"
@@ -88,29 +88,14 @@ def runs(doc: Any, name: str) -> Iterator[Run]:
 
 def _tool_calls(messages: list, run: Run, name: str) -> None:
     """v2's tool-calling trajectory into ``run`` (module docstring)."""
-    results = {m.get("tool_call_id"): m for m in messages if isinstance(m, dict) and m.get("role") == "tool"}
-    for message in messages:
-        if not isinstance(message, dict) or message.get("role") != "assistant":
-            continue
-        calls = message.get("tool_calls")
-        if not isinstance(calls, list):
-            continue
-        for call in calls:
-            function = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(function, dict):
-                continue
-            args = function.get("arguments")
-            if isinstance(args, str):
-                args = decode_embedded(args, f"{name}: the arguments of call {call.get('id')!r}")
-            reply = results.get(call.get("id"))
-            result = None if reply is None else text_of(reply.get("content"))
-            error = False
-            if reply is not None:
-                extra = reply.get("extra")
-                code = extra.get("returncode") if isinstance(extra, dict) else None
-                if isinstance(code, int) and not isinstance(code, bool):
-                    error = code != 0
-                elif isinstance(result, str):
-                    match = _RETURNCODE.match(result)
-                    error = match is not None and match.group(1) != "0"
-            run.items.append(Call(str(function.get("name") or TOOL), args, result, error, 0, call.get("id")))
+    for call, tool, args, reply, result in chat_tool_calls(messages, name):
+        error = False
+        if reply is not None:
+            extra = reply.get("extra")
+            code = extra.get("returncode") if isinstance(extra, dict) else None
+            if isinstance(code, int) and not isinstance(code, bool):
+                error = code != 0
+            elif isinstance(result, str):
+                match = _RETURNCODE.match(result)
+                error = match is not None and match.group(1) != "0"
+        run.items.append(Call(tool or TOOL, args, result, error, 0, call.get("id")))

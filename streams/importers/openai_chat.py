@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .model import ENDED, Call, ImportFailed, Run, label_reason, run_id_of_file, text_of
-from .reader import decode_embedded
+from .chat import chat_tool_calls
+from .model import ENDED, Call, ImportFailed, Run, label_reason, run_id_of_file
 
 NAME = "openai-chat"
 KIND = "document"
@@ -56,21 +56,8 @@ def _run(entry: dict, fallback: str, name: str) -> Run:
         run_id = str(entry.get("id") or fallback)
     reward = entry.get("reward")
     end = label_reason(reward=reward) if isinstance(reward, (int, float)) and not isinstance(reward, bool) else ENDED
-    results = {m.get("tool_call_id"): m for m in messages if m.get("role") == "tool"}
     run = Run(run_id, end=end)
-    for message in messages:
-        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
-        if not isinstance(calls, list):
-            continue
-        for call in calls:
-            function = call.get("function") if isinstance(call, dict) else None
-            if not isinstance(function, dict):
-                continue
-            args = function.get("arguments")
-            if isinstance(args, str):
-                args = decode_embedded(args, f"{name}: run {run_id}: the arguments of call {call.get('id')!r}")
-            reply = results.get(call.get("id"))
-            result = None if reply is None else text_of(reply.get("content"))
-            error = isinstance(result, str) and result.startswith("Error")
-            run.items.append(Call(str(function.get("name") or "unknown"), args, result, error, 0, call.get("id")))
+    for call, tool, args, _reply, result in chat_tool_calls(messages, f"{name}: run {run_id}"):
+        error = isinstance(result, str) and result.startswith("Error")
+        run.items.append(Call(tool or "unknown", args, result, error, 0, call.get("id")))
     return run
