@@ -45,10 +45,11 @@ def commands(config) -> dict[str, list[object]]:
         "backtest": ["backtest", "--topic", "tool-calls", "--baseline", config, "--candidate", config],
         "hook": ["hook", "--serve", "--socket", config.parent / "hook.sock"],
         "demo": ["demo", "--config", config],
+        "otlp": ["otlp", "--port", "0"],
     }
 
 
-COMMANDS = ("worker", "mcp-gateway", "backtest", "hook", "demo")
+COMMANDS = ("worker", "mcp-gateway", "backtest", "hook", "demo", "otlp")
 
 
 @pytest.mark.parametrize("command", COMMANDS)
@@ -105,7 +106,7 @@ def test_the_new_variable_wins_over_the_old_without_a_word(config):
     one_line_error(proc, 2, "'kafka-without-a-port' is not host:port")
 
 
-@pytest.mark.parametrize("command", ("mcp-gateway", "hook"))
+@pytest.mark.parametrize("command", ("mcp-gateway", "hook", "otlp"))
 def test_publishers_take_a_signing_key_file(command, config, tmp_path):
     proc = run(*commands(config)[command], "--bootstrap", "127.0.0.1:9", "--signing-key", tmp_path / "absent.json")
     one_line_error(proc, 2, "absent.json: cannot read")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
+import dataclasses
 import signal
 import sys
 
@@ -20,11 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
         "them to loopwatch as hashed tool-call events. Observe-only: a span closes after its call ran, so no call is "
         "gated; verdicts, aborts and metrics are as for any runner.",
     )
-    p.add_argument(
-        "--bootstrap",
-        default=os.environ.get("LOOPWATCH_BOOTSTRAP", "127.0.0.1:19092"),
-        help="Kafka bootstrap servers (default: $LOOPWATCH_BOOTSTRAP or 127.0.0.1:19092)",
-    )
+    from streams.app.broker_options import add_broker_options
+
+    add_broker_options(p, signing="sign")
     p.add_argument("--tool-calls-topic", default="tool-calls")
     p.add_argument("--verdicts-topic", default="loop-verdicts")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
@@ -46,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-async def _run(args: argparse.Namespace, options: ReceiverOptions) -> int:
+async def _run(args: argparse.Namespace, options: ReceiverOptions, kafka_options: dict) -> int:
     from streams.client import LoopwatchClient
 
     client = LoopwatchClient(
@@ -56,6 +54,7 @@ async def _run(args: argparse.Namespace, options: ReceiverOptions) -> int:
         verdicts_topic=args.verdicts_topic,
         start_timeout=args.start_timeout,
         linger_ms=5,
+        **kafka_options,
     )
     await client.start()
     runner = await serve(client, options, args.host, args.port)
@@ -77,17 +76,27 @@ async def _run(args: argparse.Namespace, options: ReceiverOptions) -> int:
 
 
 def main(argv: list[str]) -> int:
+    from schemas.config import ConfigError
+    from streams.app.broker_options import client_settings, signing_key_of
+
     args = build_parser().parse_args(argv)
     try:
         options = ReceiverOptions(run_from=args.run_from, without_arguments=args.without_arguments)
-    except ValueError as exc:
+        settings = client_settings(args, PROG)
+        kafka_options = settings.kafka_client_options()
+        key = signing_key_of(args)
+    except (ValueError, ConfigError) as exc:  # SettingsError, SigningKeyError
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 2
+    args.bootstrap = settings.broker
+    if key is not None:  # every run's agent is then the key's (the worker refuses another)
+        kafka_options["signing_key"] = key
+        options = dataclasses.replace(options, agent_id=key.agent_id)
     from streams.client import LoopwatchUnavailable
     from streams.edge.broker import BrokerAccessError
 
     try:
-        return asyncio.run(_run(args, options))
+        return asyncio.run(_run(args, options, kafka_options))
     except (LoopwatchUnavailable, BrokerAccessError, OSError) as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
         return 1

@@ -5,6 +5,7 @@ delivery logged and counted)."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +37,8 @@ class ReceiverOptions:
     """Take tool spans that carry no arguments, every call of a tool then hashing alike
     (otherwise they are passed over and counted)."""
     max_body_bytes: int = 16 * 1024 * 1024
+    agent_id: str | None = None
+    """Every run's agent (a signing receiver's: the key's agent); None: each span's own."""
 
     def __post_init__(self) -> None:
         if self.run_from != "trace" and not (self.run_from.startswith("attribute:") and len(self.run_from) > 10):
@@ -98,6 +101,8 @@ class OtlpReceiver:
             self.counts[name] += getattr(found, name)
         events: list[ToolCallEvent] = []
         for call in found.calls:
+            if self.options.agent_id is not None:
+                call = dataclasses.replace(call, agent_id=self.options.agent_id)
             try:
                 events.extend(events_of(call, self.client.next_event_id))
             except TooDeep:  # its arguments or result: the span is passed over, counted
