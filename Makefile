@@ -136,8 +136,18 @@ dist: install
 # The full suite: unit, conformance, golden traces, ops checks and integration tests on the
 # real broker.  pytest exits non-zero (5) when it collects no tests, which fails the target;
 # -rs lists every skipped test with its reason (with CI set, any skip fails the run).
-test: lint docs dist install ops-tools kafka ts-client mcp-servers agent-clis oracles
-	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_AGENT_CLIS=$(AGENT_CLIS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests
+# It stops the brokers it started (the plain one here, the secured one the security tests
+# start) and leaves running those that were running before; PYTEST_ARGS narrows the run.
+PYTEST_ARGS ?= tests
+test: lint docs dist install ops-tools ts-client mcp-servers agent-clis oracles
+	@plain=$$(scripts/kafka.sh status >/dev/null 2>&1 && echo running); \
+	secure=$$(scripts/kafka.sh --secure status >/dev/null 2>&1 && echo running); \
+	scripts/kafka.sh start || exit 1; \
+	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_AGENT_CLIS=$(AGENT_CLIS) LOOPWATCH_ORACLES=$(ORACLES) \
+	    $(PY) -m pytest -q -rs -p no:cacheprovider $(PYTEST_ARGS); status=$$?; \
+	[ -n "$$plain" ] || scripts/kafka.sh stop; \
+	[ -n "$$secure" ] || scripts/kafka.sh --secure stop >/dev/null 2>&1 || true; \
+	exit $$status
 
 test-unit: install ops-tools ts-client mcp-servers oracles
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests -m "not kafka"
