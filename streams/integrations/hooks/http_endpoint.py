@@ -44,6 +44,7 @@ class HttpHookEndpoint:
         self.port = port
         self.fail_closed = fail_closed
         self._server: asyncio.AbstractServer | None = None
+        self._open: set[asyncio.StreamWriter] = set()
 
     @property
     def address(self) -> str:
@@ -58,6 +59,8 @@ class HttpHookEndpoint:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+            for writer in list(self._open):  # kept-alive connections end with the server
+                writer.close()
             await self._server.wait_closed()
 
     async def answer(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
@@ -89,6 +92,7 @@ class HttpHookEndpoint:
         return 200, json.dumps(output or {}, separators=(",", ":")).encode()
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._open.add(writer)
         try:
             while True:
                 try:
@@ -129,6 +133,7 @@ class HttpHookEndpoint:
         except Exception:  # noqa: BLE001 - one broken connection must not end the server
             log.exception("HTTP hook connection failed")
         finally:
+            self._open.discard(writer)
             writer.close()
 
 
@@ -136,7 +141,7 @@ def _line(text: str) -> bytes:
     return (" ".join(text.split())[:300] + "\n").encode()
 
 
-class _BadRequest(ValueError):
+class _BadRequest(PayloadError):
     """A request head that is not HTTP/1.1: one line."""
 
 
