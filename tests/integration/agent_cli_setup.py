@@ -28,7 +28,8 @@ def start_serve(lw, socket: Path, *extra: str) -> subprocess.Popen:
         start_new_session=True,
     )  # fmt: skip
     line = proc.stdout.readline()
-    assert "fails open" in line and str(socket) in line, (line, proc.poll() is not None and proc.stderr.read())
+    how = "fails closed" if "--fail-closed" in extra else "fails open"
+    assert how in line and str(socket) in line, (line, proc.poll() is not None and proc.stderr.read())
     proc.first_line = line  # type: ignore[attr-defined]
     return proc
 

@@ -140,3 +140,31 @@ def test_http_hook_endpoint_refuses_what_is_not_a_hook_input_in_one_line(lw, tmp
         conn.close()
     finally:
         stop(serve)
+
+
+def test_http_hook_fails_closed_with_a_200_deny_when_no_decision_arrives(lw, tmp_path):
+    """Claude Code runs the call on any non-2xx answer, so a fail-closed deny must be a 200."""
+    worker = lw.configured_worker(CONFIG)
+    serve = start_serve(lw, tmp_path / "hook.sock", "--http", "0", "--fail-closed", "--timeout", "1")
+    try:
+        parts = urlsplit(http_url_of(serve))
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        payload = {"session_id": "http-closed", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+                   "tool_input": {"command": "ls"}, "tool_use_id": "toolu_1", "cwd": str(tmp_path)}  # fmt: skip
+        conn.request("POST", parts.path, body=json.dumps(payload).encode())
+        response = conn.getresponse()
+        assert (response.status, json.loads(response.read())) == (200, {})  # the worker is there: allowed
+        worker.stop()
+        payload["tool_use_id"] = "toolu_2"
+        started = time.monotonic()
+        conn.request("POST", parts.path, body=json.dumps(payload).encode())
+        response = conn.getresponse()
+        output = json.loads(response.read())["hookSpecificOutput"]
+        assert response.status == 200 and time.monotonic() - started < 10
+        assert output["permissionDecision"] == "deny", output
+        assert output["permissionDecisionReason"].startswith(
+            "Tool call blocked: loopwatch loop protection is unavailable"
+        ), output
+        conn.close()
+    finally:
+        stop(serve)
