@@ -99,3 +99,26 @@ def test_codex_hooks_go_to_codex_home(tmp_path, monkeypatch):
     monkeypatch.delenv("CODEX_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert CLIS["codex"].path() == str(tmp_path / ".codex" / "hooks.json")
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--cli", "gemini", "--http", "http://127.0.0.1:8975/hooks/gemini"], "gemini has no HTTP hooks"),
+        (
+            ["--cli", "claude-code", "--http", "http://127.0.0.1:8975/hooks/claude-code", "--fail-closed"],
+            "--http takes no --command, --socket or --fail-closed",
+        ),
+    ],
+)
+def test_hook_install_http_cli_refuses_in_one_line_and_writes_nothing(tmp_path, extra, says):
+    import subprocess
+    import sys
+
+    settings = tmp_path / "settings.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "hook", "install", "--settings", str(settings), *extra],
+        cwd=DOC.parents[1], capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+    assert not settings.exists()
