@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.integrations.hooks.install import DEFAULT_COMMAND, default_command, install
+from streams.integrations.hooks.install import DEFAULT_COMMAND, InstallError, default_command, http_hook, install
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "agent-clis.md"
 
@@ -22,6 +22,45 @@ def test_documented_snippet_is_what_install_writes(tmp_path, cli, heading):
     snippet = re.search(r"```json\n(.*?)```", section, re.S).group(1)
     install(tmp_path / "settings.json", default_command(cli), cli)
     assert json.loads((tmp_path / "settings.json").read_text()) == json.loads(snippet)
+
+
+def test_documented_http_snippet_is_what_install_http_writes(tmp_path):
+    section = DOC.read_text().split("\n### HTTP hooks\n", 1)[1].split("\n## ", 1)[0]
+    snippet = re.search(r"```json\n(.*?)```", section, re.S).group(1)
+    install(tmp_path / "settings.json", http_hook("claude-code", "http://127.0.0.1:8975/hooks/claude-code"))
+    assert json.loads((tmp_path / "settings.json").read_text()) == json.loads(snippet)
+
+
+def test_install_http_replaces_the_command_hooks_idempotently_with_a_backup(tmp_path):
+    path = tmp_path / "settings.json"
+    other = {"matcher": "Bash", "hooks": [{"type": "http", "url": "http://127.0.0.1:1/audit"}]}
+    path.write_text(json.dumps({"hooks": {"PreToolUse": [other]}}))
+    install(path, DEFAULT_COMMAND)
+    with_command = path.read_text()
+    hook = http_hook("claude-code", "http://127.0.0.1:8975/hooks/claude-code")
+    assert "written" in install(path, hook)
+    assert (tmp_path / "settings.json.bak").read_text() == with_command
+    first = path.read_text()
+    assert "nothing changed" in install(path, hook)
+    assert path.read_text() == first
+    pre = json.loads(first)["hooks"]["PreToolUse"]
+    assert pre == [other, {"matcher": "*", "hooks": [{"type": "http", "url": hook["url"], "timeout": 10}]}]
+    install(path, DEFAULT_COMMAND)  # and back: the HTTP hook is loopwatch's, replaced
+    assert [g["hooks"][0]["type"] for g in json.loads(path.read_text())["hooks"]["PreToolUse"]] == ["http", "command"]
+
+
+@pytest.mark.parametrize(
+    ("cli", "url", "says"),
+    [
+        ("gemini", "http://127.0.0.1:8975/hooks/gemini", "gemini has no HTTP hooks"),
+        ("codex", "http://127.0.0.1:8975/hooks/codex", "codex has no HTTP hooks"),
+        ("claude-code", "127.0.0.1:8975/hooks/claude-code", "is not an http:// URL"),
+        ("claude-code", "http://127.0.0.1:8975/", "at the path /hooks/claude-code"),
+    ],
+)
+def test_install_http_refuses_what_cannot_work_in_one_line(cli, url, says):
+    with pytest.raises(InstallError, match=says):
+        http_hook(cli, url)
 
 
 def test_install_is_idempotent_keeps_other_hooks_and_backs_up(tmp_path):
@@ -60,3 +99,26 @@ def test_codex_hooks_go_to_codex_home(tmp_path, monkeypatch):
     monkeypatch.delenv("CODEX_HOME")
     monkeypatch.setenv("HOME", str(tmp_path))
     assert CLIS["codex"].path() == str(tmp_path / ".codex" / "hooks.json")
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--cli", "gemini", "--http", "http://127.0.0.1:8975/hooks/gemini"], "gemini has no HTTP hooks"),
+        (
+            ["--cli", "claude-code", "--http", "http://127.0.0.1:8975/hooks/claude-code", "--fail-closed"],
+            "--http takes no --command, --socket or --fail-closed",
+        ),
+    ],
+)
+def test_hook_install_http_cli_refuses_in_one_line_and_writes_nothing(tmp_path, extra, says):
+    import subprocess
+    import sys
+
+    settings = tmp_path / "settings.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "streams.cli", "hook", "install", "--settings", str(settings), *extra],
+        cwd=DOC.parents[1], capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and says in done.stderr, done.stderr
+    assert not settings.exists()

@@ -19,16 +19,28 @@ def python_env() -> dict[str, str]:
     return env
 
 
-def start_serve(lw, socket: Path) -> subprocess.Popen:
+def start_serve(lw, socket: Path, *extra: str) -> subprocess.Popen:
+    """``loopwatch hook --serve`` on the test's topics; ``extra``: more of its options (``--http 0``)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "streams.cli", "hook", "--serve", "--socket", str(socket), "--bootstrap", lw.broker,
-         "--tool-calls-topic", lw.names.tool_calls, "--verdicts-topic", lw.names.verdicts, "--timeout", "5"],
+         "--tool-calls-topic", lw.names.tool_calls, "--verdicts-topic", lw.names.verdicts, "--timeout", "5", *extra],
         cwd=REPO, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
     line = proc.stdout.readline()
-    assert "fails open" in line and str(socket) in line, (line, proc.poll() is not None and proc.stderr.read())
+    how = "fails closed" if "--fail-closed" in extra else "fails open"
+    assert how in line and str(socket) in line, (line, proc.poll() is not None and proc.stderr.read())
+    proc.first_line = line  # type: ignore[attr-defined]
     return proc
+
+
+def http_url_of(serve: subprocess.Popen) -> str:
+    """The ``http://127.0.0.1:PORT/hooks/claude-code`` a serve started with ``--http`` announced."""
+    import re
+
+    found = re.search(r"http://\S+/hooks/claude-code", serve.first_line)  # type: ignore[attr-defined]
+    assert found, serve.first_line  # type: ignore[attr-defined]
+    return found.group(0)
 
 
 def stop(proc: subprocess.Popen) -> None:

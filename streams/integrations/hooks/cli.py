@@ -20,6 +20,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--serve", action="store_true", help="answer the per-call hook commands over a Unix socket")
     p.add_argument("--socket", default=None, help="the Unix socket (default: $LOOPWATCH_HOOK_SOCKET or per user)")
+    p.add_argument(
+        "--http",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="also answer Claude Code's HTTP hooks at POST http://HOST:PORT/hooks/claude-code (0: any free port)",
+    )
+    p.add_argument("--http-host", default="127.0.0.1", metavar="HOST", help="the --http address (default: 127.0.0.1)")
     p.add_argument("--tool-calls-topic", default="tool-calls")
     p.add_argument("--verdicts-topic", default="loop-verdicts")
     p.add_argument("--timeout", type=float, default=1.0, metavar="S", help="seconds to wait for a decision")
@@ -44,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="default: the project's .claude/settings.json or .gemini/settings.json, Codex CLI's ~/.codex/hooks.json",
     )
     i.add_argument("--command", default=None, help="the per-call command (default: loopwatch hook <cli>)")
+    i.add_argument(
+        "--http",
+        dest="install_http",
+        default=None,
+        metavar="URL",
+        help="Claude Code only: HTTP hooks to this URL (loopwatch hook --serve --http PORT) instead of commands",
+    )
     i.add_argument("--socket", dest="install_socket", default=None, help="the serve process's socket, if not default")
     i.add_argument("--fail-closed", dest="install_fail_closed", action="store_true", help="deny when loopwatch is away")
     return p
@@ -53,8 +68,18 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.action == "install":
         from .install import CLIS as SETTINGS
-        from .install import InstallError, default_command, hook_command, install
+        from .install import InstallError, default_command, hook_command, http_hook, install
 
+        if args.install_http is not None:
+            try:
+                hook = http_hook(args.cli, args.install_http)
+                if args.command or args.install_socket or args.install_fail_closed:
+                    raise InstallError("--http takes no --command, --socket or --fail-closed (give them to --serve)")
+                print(install(Path(args.settings or SETTINGS[args.cli].path()), hook, args.cli))
+            except InstallError as exc:
+                print(f"{PROG} install: {exc}", file=sys.stderr)
+                return 2
+            return 0
         command = hook_command(
             args.command or default_command(args.cli), socket=args.install_socket, fail_closed=args.install_fail_closed
         )
@@ -66,6 +91,9 @@ def main(argv: list[str]) -> int:
         return 0
     if not args.serve:
         print(f"{PROG}: give --serve, install, or the CLI ({'|'.join(CLIS)}); see {PROG} --help", file=sys.stderr)
+        return 2
+    if args.http is not None and not 0 <= args.http <= 65535:
+        print(f"{PROG}: --http {args.http}: a port is 0 to 65535", file=sys.stderr)
         return 2
     if not 0 < args.timeout <= DEFAULT_TIMEOUT_S:
         print(

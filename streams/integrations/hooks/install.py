@@ -1,7 +1,7 @@
 """``loopwatch hook install``: loopwatch's hooks in an agent CLI's settings file.
 
 Idempotent: loopwatch's own entries (a command that runs ``hook claude-code``, ``hook codex``
-or ``hook gemini``) are replaced, everything else in the file is kept; a file that changes is first
+or ``hook gemini``, or an HTTP hook to a ``/hooks/<cli>`` path) are replaced, everything else in the file is kept; a file that changes is first
 copied to ``<file>.bak``.
 """
 
@@ -80,11 +80,33 @@ def _quoted(value: str) -> str:
     return shlex.quote(value)
 
 
-def cli_hooks(cli: str, command: str) -> dict[str, list[dict[str, Any]]]:
+HTTP_CLIS = ("claude-code",)
+"""The CLIs with HTTP hooks (``"type": "http"``); Codex CLI and Gemini CLI run commands only."""
+
+
+def http_hook(cli: str, url: str) -> dict[str, Any]:
+    """An HTTP hook to ``loopwatch hook --serve --http``: ``url`` is its ``/hooks/<cli>`` URL."""
+    from urllib.parse import urlsplit
+
+    if cli not in HTTP_CLIS:
+        raise InstallError(f"{cli} has no HTTP hooks; install its command hook (leave out --http)")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InstallError(f"--http {url[:100]!r} is not an http:// URL")
+    if not parts.path.rstrip("/").endswith(f"/hooks/{cli}"):
+        raise InstallError(f"--http {url[:100]!r}: loopwatch answers {cli} at the path /hooks/{cli}")
+    return {"type": "http", "url": url, "timeout": CLIS[cli].timeout}
+
+
+def cli_hooks(cli: str, command: str | dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """The ``hooks`` block of the CLI's settings file: every tool, before and after, and the
-    session's end."""
+    session's end; ``command`` is the per-call command, or an ``http_hook``."""
     spec = CLIS[cli]
-    hook: dict[str, Any] = {"type": "command", "command": command, "timeout": spec.timeout}
+    hook: dict[str, Any]
+    if isinstance(command, dict):
+        hook = dict(command)
+    else:
+        hook = {"type": "command", "command": command, "timeout": spec.timeout}
     if spec.name:
         hook = {"name": spec.name, **hook}
     out = {event: [{"matcher": "*", "hooks": [dict(hook)]}] for event in spec.tool_events}
@@ -95,11 +117,17 @@ def cli_hooks(cli: str, command: str) -> dict[str, list[dict[str, Any]]]:
 def _ours(group: Any) -> bool:
     hooks = group.get("hooks") if isinstance(group, dict) else None
     return isinstance(hooks, list) and any(
-        isinstance(h, dict) and any(f"hook {cli}" in str(h.get("command", "")) for cli in CLIS) for h in hooks
+        isinstance(h, dict)
+        and any(
+            f"hook {cli}" in str(h.get("command", ""))
+            or (h.get("type") == "http" and str(h.get("url", "")).rstrip("/").endswith(f"/hooks/{cli}"))
+            for cli in CLIS
+        )
+        for h in hooks
     )
 
 
-def merged(settings: dict[str, Any], command: str, cli: str = "claude-code") -> dict[str, Any]:
+def merged(settings: dict[str, Any], command: str | dict[str, Any], cli: str = "claude-code") -> dict[str, Any]:
     """``settings`` with loopwatch's hooks in place of any earlier ones of loopwatch."""
     out = dict(settings)
     hooks = out.get("hooks", {})
@@ -115,7 +143,7 @@ def merged(settings: dict[str, Any], command: str, cli: str = "claude-code") -> 
     return out
 
 
-def install(path: Path, command: str, cli: str = "claude-code") -> str:
+def install(path: Path, command: str | dict[str, Any], cli: str = "claude-code") -> str:
     """Write the hooks into ``path``; returns what was done, in one line."""
     before = None
     if path.exists():

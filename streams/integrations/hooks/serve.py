@@ -1,5 +1,6 @@
 """``loopwatch hook --serve``: one ``LoopwatchClient`` (one Kafka connection) answering the
-per-call hook commands of every supported CLI over a Unix socket, one JSON line each way (``call``)."""
+per-call hook commands of every supported CLI over a Unix socket, one JSON line each way (``call``),
+and, with ``--http``, Claude Code's HTTP hooks (``http_endpoint``) with the same handlers."""
 
 from __future__ import annotations
 
@@ -52,17 +53,19 @@ class HookServer:
 
     async def answer(self, line: bytes) -> dict[str, Any]:
         try:
-            if text_exceeds_depth(line):
-                raise PayloadError(f"refused: {TooDeep()}")
-            request = json.loads(line)
+            request = read_json(line)
             if not isinstance(request, dict) or not isinstance(request.get("payload"), dict):
                 raise PayloadError('a request is {"cli": ..., "payload": {...}}')
-            hooks = self.clis.get(str(request.get("cli")))
-            if hooks is None:
-                raise PayloadError(f"unknown cli {str(request.get('cli'))[:40]!r}")
-            return {"output": await hooks.handle(request["payload"])}
+            return {"output": await self.handle(str(request.get("cli")), request["payload"])}
         except (PayloadError, ValueError) as exc:
             return {"error": str(exc)[:300]}
+
+    async def handle(self, cli: str, payload: dict) -> dict | None:
+        """The CLI's hook output for one hook input, whichever way it came (socket or HTTP)."""
+        hooks = self.clis.get(cli)
+        if hooks is None:
+            raise PayloadError(f"unknown cli {cli[:40]!r}")
+        return await hooks.handle(payload)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -78,6 +81,13 @@ class HookServer:
             log.exception("hook request failed")
         finally:
             writer.close()
+
+
+def read_json(data: bytes) -> Any:
+    """``data`` decoded, refusing nesting deeper than loopwatch reads (``ValueError``)."""
+    if text_exceeds_depth(data):
+        raise PayloadError(f"refused: {TooDeep()}")
+    return json.loads(data)
 
 
 def _clear_stale_socket(path: str) -> None:
@@ -111,11 +121,19 @@ async def serve(args: Any) -> int:
     )
     await client.start()
     server = HookServer(client, args.socket, agent_id=args.agent_id)
+    endpoint = None
     try:
         await server.start()
+        where = args.socket
+        if args.http is not None:
+            from .http_endpoint import HttpHookEndpoint
+
+            endpoint = HttpHookEndpoint(server, args.http_host, args.http, fail_closed=args.fail_closed)
+            await endpoint.start()
+            where += f" and http://{endpoint.address}/hooks/claude-code"
         how = "closed: a tool call is denied" if args.fail_closed else "open: a tool call runs"
         print(
-            f"loopwatch hook: serving on {args.socket} (Kafka {args.bootstrap}); fails {how} "
+            f"loopwatch hook: serving on {where} (Kafka {args.bootstrap}); fails {how} "
             f"when loopwatch does not answer within {args.timeout}s",
             flush=True,
         )
@@ -125,6 +143,8 @@ async def serve(args: Any) -> int:
             loop.add_signal_handler(sig, stopping.set)
         await stopping.wait()
     finally:
+        if endpoint is not None:
+            await endpoint.close()
         await server.close()
         await client.stop()
     return 0

@@ -1,0 +1,170 @@
+"""Claude Code itself with loopwatch's HTTP hooks (``"type": "http"``, written by ``loopwatch hook
+install --http``) POSTing to ``loopwatch hook --serve --http``, run headless against the scripted
+Messages API, on the real broker and a real worker.  The model's view is the command hooks' one
+(test_claude_code_hooks, whose docstring works the thresholds by hand): calls 1-10 run plainly,
+call 11 carries loopwatch's warning, call 12 runs, calls 13 on are denied."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+from agent_cli_setup import AGENT_CLIS, http_url_of, python_env, start_serve, stop
+from scripted_model import ScriptedModel, text_of, tool_results
+
+from harness import REPO
+
+pytestmark = pytest.mark.kafka
+
+CONFIG = {
+    "tools": {"loopDetection": {"enabled": True, "warningThreshold": 10, "criticalThreshold": 12}},
+    "loopwatch": {"surfaceWarnings": True},
+}
+CALLS = 14
+WARNED, FIRST_DENIED = 11, 13
+CLAUDE = AGENT_CLIS / "node_modules" / ".bin" / "claude"
+DENIED = (
+    "CRITICAL: Called Bash with identical arguments and identical outcomes 12 times. "
+    "Session execution blocked to prevent runaway loops."
+)
+
+
+@pytest.fixture
+def claude() -> Path:
+    if not CLAUDE.exists():
+        pytest.fail(f"{CLAUDE} is missing: make agent-clis installs Claude Code")
+    return CLAUDE
+
+
+def test_claude_code_loop_is_warned_then_denied_through_its_http_hooks(lw, claude, tmp_path):
+    lw.configured_worker(CONFIG)
+    serve = start_serve(lw, tmp_path / "hook.sock", "--http", "0")
+    try:
+        url = http_url_of(serve)
+        assert url.startswith("http://127.0.0.1:"), url  # loopback unless told otherwise
+        work = tmp_path / "work"
+        work.mkdir()
+        (work / "marker-file.txt").write_text("x\n")
+        home = tmp_path / "home"
+        home.mkdir()
+        settings = work / ".claude" / "settings.json"
+        installed = subprocess.run(
+            [sys.executable, "-m", "streams.cli", "hook", "install", "--cli", "claude-code",
+             "--settings", str(settings), "--http", url],
+            cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert installed.returncode == 0, installed.stderr
+        hooks = json.loads(settings.read_text())["hooks"]
+        assert {h["type"] for e in hooks.values() for g in e for h in g["hooks"]} == {"http"}
+        with ScriptedModel(CALLS) as model:
+            env = python_env()
+            env.update(
+                HOME=str(home),
+                ANTHROPIC_BASE_URL=model.url,
+                ANTHROPIC_API_KEY="sk-ant-test-dummy",
+                DISABLE_TELEMETRY="1",
+                CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC="1",
+                DISABLE_AUTOUPDATER="1",
+            )
+            started = time.monotonic()
+            run = subprocess.run(
+                [str(claude), "-p", "List the files here.", "--output-format", "json", "--allowedTools", "Bash"],
+                cwd=work, env=env, capture_output=True, text=True, timeout=300,
+            )  # fmt: skip
+            elapsed = time.monotonic() - started
+            requests = list(model.requests)
+        assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
+        assert len(requests) == CALLS + 1, (len(requests), run.stdout[-1000:])
+        seen = []
+        for n, request in enumerate(requests[1:], start=1):
+            results = tool_results(request)
+            assert [r.get("tool_use_id") for r in results] == [f"toolu_{n:04d}"], results
+            last_user = next(m for m in reversed(request["messages"]) if m.get("role") == "user")
+            seen.append((results[0], text_of(last_user["content"])))
+        for n, (result, _) in enumerate(seen, start=1):
+            content = text_of(result.get("content"))
+            if n < FIRST_DENIED:
+                assert not result.get("is_error"), (n, result)
+                assert "marker-file.txt" in content, (n, content)  # the real ls ran
+            else:
+                assert result.get("is_error") is True, (n, result)
+                assert "marker-file.txt" not in content, (n, content)
+                assert content == DENIED, (n, content)
+        warning = "WARNING: You have called Bash 10 times with identical arguments."
+        warned = [n for n, (_, text) in enumerate(seen, start=1) if warning in text]
+        assert warned == [WARNED], [t[-600:] for _, t in seen]
+        print(f"claude -p with {CALLS} HTTP-hooked calls took {elapsed:.1f}s")
+    finally:
+        stop(serve)
+        if serve.stderr:
+            print(serve.stderr.read()[-3000:])
+
+
+def test_http_hook_endpoint_refuses_what_is_not_a_hook_input_in_one_line(lw, tmp_path):
+    lw.configured_worker(CONFIG)
+    serve = start_serve(lw, tmp_path / "hook.sock", "--http", "0")
+    try:
+        parts = urlsplit(http_url_of(serve))
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+
+        def post(path: str, body: bytes, method: str = "POST") -> tuple[int, bytes]:
+            conn.request(method, path, body=body, headers={"Content-Type": "application/json"})
+            response = conn.getresponse()
+            return response.status, response.read()
+
+        status, body = post(parts.path, b"{not json")
+        assert status == 400 and body.count(b"\n") == 1 and body.startswith(b"not a claude-code hook input"), body
+        status, body = post(parts.path, b"[1, 2]")
+        assert (status, body) == (400, b"not a claude-code hook input: the hook input is not a JSON object\n")
+        assert post("/hooks/gemini", b"{}")[0] == 404  # Gemini CLI has no HTTP hooks
+        assert post(parts.path, b"", method="GET")[0] == 405
+        # The same kept-alive connection still answers a hook input: a new call, allowed (no output).
+        payload = {"session_id": "http-s1", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+                   "tool_input": {"command": "ls"}, "tool_use_id": "toolu_1", "cwd": str(tmp_path)}  # fmt: skip
+        status, body = post(parts.path, json.dumps(payload).encode())
+        assert status == 200 and json.loads(body) == {}, body
+        conn.close()
+        # Bounded body: the head announces more than the limit; refused before reading it.
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        conn.putrequest("POST", parts.path)
+        conn.putheader("Content-Length", str(4 * 1024 * 1024 + 1))
+        conn.endheaders()
+        response = conn.getresponse()
+        assert response.status == 413 and response.read() == b"a hook body is at most 4194304 bytes\n"
+        conn.close()
+    finally:
+        stop(serve)
+
+
+def test_http_hook_fails_closed_with_a_200_deny_when_no_decision_arrives(lw, tmp_path):
+    """Claude Code runs the call on any non-2xx answer, so a fail-closed deny must be a 200."""
+    worker = lw.configured_worker(CONFIG)
+    serve = start_serve(lw, tmp_path / "hook.sock", "--http", "0", "--fail-closed", "--timeout", "1")
+    try:
+        parts = urlsplit(http_url_of(serve))
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+        payload = {"session_id": "http-closed", "hook_event_name": "PreToolUse", "tool_name": "Bash",
+                   "tool_input": {"command": "ls"}, "tool_use_id": "toolu_1", "cwd": str(tmp_path)}  # fmt: skip
+        conn.request("POST", parts.path, body=json.dumps(payload).encode())
+        response = conn.getresponse()
+        assert (response.status, json.loads(response.read())) == (200, {})  # the worker is there: allowed
+        worker.stop()
+        payload["tool_use_id"] = "toolu_2"
+        started = time.monotonic()
+        conn.request("POST", parts.path, body=json.dumps(payload).encode())
+        response = conn.getresponse()
+        output = json.loads(response.read())["hookSpecificOutput"]
+        assert response.status == 200 and time.monotonic() - started < 10
+        assert output["permissionDecision"] == "deny", output
+        assert output["permissionDecisionReason"].startswith(
+            "Tool call blocked: loopwatch loop protection is unavailable"
+        ), output
+        conn.close()
+    finally:
+        stop(serve)
