@@ -174,7 +174,10 @@ def test_the_state_round_trips_and_a_state_without_it_is_stored_as_before():
             "loopwatch.detectors.earlyWarning.minCalls: loopwatch.detectors.earlyWarning.minCalls must exceed window "
             "(the run needs earlier windows for its baseline).",
         ),
-        ({"size": 3}, 'loopwatch.detectors.earlyWarning: Unrecognized key: "size"'),
+        (
+            {"size": 3},
+            'loopwatch.detectors.earlyWarning: Unrecognized key: "size"; expected one of: minCalls, ratio, window',
+        ),
         ("yes", "loopwatch.detectors.earlyWarning: Invalid input: expected boolean, received string"),
     ],
 )
