@@ -147,6 +147,16 @@ async def simulate_run(client: LoopwatchClient, kind: str, run_id: str, length: 
         print(paint("ok", f"  {run_id:22} finished cleanly ({length} calls)"))
 
 
+def new_stats() -> dict:
+    """What ``simulate_run`` counts into: per scenario its calls, warns, blocks, aborts and
+    runs; ``latency`` (every gated call's round trip, seconds) and ``warm_latency`` (those of
+    calls after a run's first)."""
+    stats: dict = defaultdict(Counter)
+    stats["latency"] = []
+    stats["warm_latency"] = []
+    return stats
+
+
 def _timed(stats: dict, seconds: float, *, first: bool) -> None:
     """A decision's round trip; a run's first call also waits for its cold start."""
     stats["latency"].append(seconds)
@@ -162,9 +172,7 @@ async def run_fleet(
     kafka_options: dict | None = None,
     topics: dict[str, str] | None = None,
 ) -> dict:
-    stats: dict = defaultdict(Counter)
-    stats["latency"] = []
-    stats["warm_latency"] = []
+    stats = new_stats()
     topics = topics or {}
     async with LoopwatchClient(bootstrap, mode="gate", timeout=5.0, **topics, **(kafka_options or {})) as client:
         tasks = [

@@ -15,11 +15,10 @@ import io
 import itertools
 import random
 import time
-from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 
 from streams.client import LoopwatchClient
-from streams.offline.demo import simulate_run
+from streams.offline.demo import new_stats, simulate_run
 from streams.offline.scenarios import SCENARIOS
 
 __all__ = ["drive_fleet"]
@@ -48,8 +47,7 @@ async def drive_fleet(
     ``aborts``, plus ``latency`` (gate round trips, seconds) and ``started`` (runs started
     per scenario).  A run that fails (Kafka errors) stops the fleet and is raised.
     """
-    stats: dict = defaultdict(Counter)
-    stats["latency"] = []
+    stats = new_stats()
     rng = random.Random(seed)
     want: Schedule = concurrency if callable(concurrency) else (lambda _t, n=concurrency: n)
     if callable(mix):

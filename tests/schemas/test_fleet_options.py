@@ -39,7 +39,7 @@ def test_every_option_with_its_defaults_is_valid():
             {"detectors": {"cycle": "yes"}},
             "loopwatch.detectors.cycle: Invalid input: expected boolean, received string",
         ),
-        ({"detectors": {"ring": True}}, 'loopwatch.detectors: Unrecognized key: "ring"; expected one of: cycle'),
+        ({"detectors": {"ring": True}}, 'loopwatch.detectors: Unrecognized key: "ring"; did you mean "earlyWarning"?'),
         (
             {"fleetIncidents": {"enabled": True, "minRuns": 0}},
             "loopwatch.fleetIncidents.minRuns: Too small: expected number to be >0",
