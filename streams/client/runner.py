@@ -335,16 +335,20 @@ class LoopwatchClient:
             return False  # logged by _sent
         return True
 
+    def _record(self, event: ToolCallEvent) -> tuple[bytes, bytes, Any]:
+        """The record ``event`` is published as: its Kafka key, its value and its signature
+        headers (None unsigned)."""
+        value = encode_event(event)
+        headers = None if self.signing_key is None else self.signing_key.headers(value)
+        key = session_scope_key(event) if self.key_by_session and event.session_key else record_key(event)
+        return key.encode("utf-8", "surrogatepass"), value, headers
+
     async def _send(self, event: ToolCallEvent, ahead: Sequence[ToolCallEvent] = ()) -> None:
         for earlier in ahead:
             await self.enqueue(earlier)
-        value = encode_event(event)
-        headers = None if self.signing_key is None else self.signing_key.headers(value)
+        key, value, headers = self._record(event)
         try:
-            key = session_scope_key(event) if self.key_by_session and event.session_key else record_key(event)
-            await self._producer.send_and_wait(
-                self.tool_calls_topic, value, key=key.encode("utf-8", "surrogatepass"), headers=headers
-            )
+            await self._producer.send_and_wait(self.tool_calls_topic, value, key=key, headers=headers)
         except (KafkaError, OSError) as exc:
             self.undelivered += 1
             log.warning("event %s (%s) not delivered: %s", event.event_id, type(event).__name__, _describe(exc))
@@ -356,13 +360,9 @@ class LoopwatchClient:
         flight per partition), so a run's events keep their order without waiting for each
         other's delivery, and those queued meanwhile go in one produce request.  A failed
         delivery is logged and counted, as ``publish``'s; ``stop`` waits for what is queued."""
-        value = encode_event(event)
-        headers = None if self.signing_key is None else self.signing_key.headers(value)
-        key = session_scope_key(event) if self.key_by_session and event.session_key else record_key(event)
+        key, value, headers = self._record(event)
         try:
-            delivery = await self._producer.send(
-                self.tool_calls_topic, value, key=key.encode("utf-8", "surrogatepass"), headers=headers
-            )
+            delivery = await self._producer.send(self.tool_calls_topic, value, key=key, headers=headers)
         except (KafkaError, OSError) as exc:
             self.undelivered += 1
             log.warning("event %s (%s) not delivered: %s", event.event_id, type(event).__name__, _describe(exc))
@@ -389,10 +389,7 @@ class LoopwatchClient:
         batches: dict[int, tuple[Any, list[ToolCallEvent]]] = {}
         partition_of: dict[bytes, int] = {}  # a run's events share its key: hash it once
         for event in events:
-            value = encode_event(event)
-            headers = None if self.signing_key is None else self.signing_key.headers(value)
-            key = session_scope_key(event) if self.key_by_session and event.session_key else record_key(event)
-            key_bytes = key.encode("utf-8", "surrogatepass")
+            key_bytes, value, headers = self._record(event)
             partition = partition_of.get(key_bytes)
             if partition is None:
                 partition = partition_of[key_bytes] = partition_for(key_bytes, partitions)

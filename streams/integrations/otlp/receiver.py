@@ -6,7 +6,6 @@ delivery logged and counted)."""
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,8 +20,6 @@ from streams.edge.hashing import hash_outcome
 from .spans import SpanCounts, SpanDecodeError, ToolSpan, decode_json, decode_protobuf
 
 __all__ = ["OtlpReceiver", "ReceiverOptions"]
-
-log = logging.getLogger("loopwatch.otlp")
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
