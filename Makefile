@@ -138,19 +138,24 @@ dist: install
 # -rs lists every skipped test with its reason (with CI set, any skip fails the run).
 # It stops the brokers it started (the plain one here, the secured one the security tests
 # start) and leaves running those that were running before; PYTEST_ARGS narrows the run.
+# Tests run in PYTEST_WORKERS processes (pytest-xdist): most of the suite waits on a broker,
+# a worker or a subprocess rather than computing, so 4 processes keep 2 cores busy.  Every
+# broker test has its own topics and group (harness.WorkerNames), every server its own port.
+# PYTEST_WORKERS=0 runs them in this process, one after another.
 PYTEST_ARGS ?= tests
+PYTEST_WORKERS ?= 4
 test: lint docs dist install ops-tools ts-client mcp-servers agent-clis oracles
 	@plain=$$(scripts/kafka.sh status >/dev/null 2>&1 && echo running); \
 	secure=$$(scripts/kafka.sh --secure status >/dev/null 2>&1 && echo running); \
 	scripts/kafka.sh start || exit 1; \
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_AGENT_CLIS=$(AGENT_CLIS) LOOPWATCH_ORACLES=$(ORACLES) \
-	    $(PY) -m pytest -q -rs -p no:cacheprovider $(PYTEST_ARGS); status=$$?; \
+	    $(PY) -m pytest -q -rs -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS); status=$$?; \
 	[ -n "$$plain" ] || scripts/kafka.sh stop; \
 	[ -n "$$secure" ] || scripts/kafka.sh --secure stop >/dev/null 2>&1 || true; \
 	exit $$status
 
 test-unit: install ops-tools ts-client mcp-servers oracles
-	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider tests -m "not kafka"
+	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_ORACLES=$(ORACLES) $(PY) -m pytest -q -rs -p no:cacheprovider -n $(PYTEST_WORKERS) tests -m "not kafka"
 
 # Step-for-step agreement with upstream on the golden traces.
 test-traces: install

@@ -11,10 +11,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _run_pytest(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess[str]:
+# `make test` runs the suite in several processes (pytest-xdist); a skip reported by one of
+# them must fail the run as a skip in a single process does.
+PROCESSES = pytest.mark.parametrize("processes", [[], ["-n", "2"]], ids=["one-process", "xdist"])
+
+
+def _run_pytest(tmp_path: Path, ci: bool, processes: list[str]) -> subprocess.CompletedProcess[str]:
     shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
     (tmp_path / "test_sample.py").write_text(
         "import pytest\ndef test_runs(): pass\ndef test_needs_a_tool(): pytest.skip('frobnicator is missing')\n"
@@ -23,7 +30,7 @@ def _run_pytest(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess[str]:
     if ci:
         env["CI"] = "true"
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path), str(tmp_path)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *processes, "--rootdir", str(tmp_path), str(tmp_path)],
         capture_output=True,
         text=True,
         env=env,
@@ -31,14 +38,16 @@ def _run_pytest(tmp_path: Path, ci: bool) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_a_skipped_test_fails_the_run_in_ci(tmp_path):
-    proc = _run_pytest(tmp_path, ci=True)
+@PROCESSES
+def test_a_skipped_test_fails_the_run_in_ci(tmp_path, processes):
+    proc = _run_pytest(tmp_path, ci=True, processes=processes)
     assert proc.returncode == 1, proc.stdout
     assert "SKIPPED test_sample.py::test_needs_a_tool: Skipped: frobnicator is missing" in proc.stdout
 
 
-def test_a_skipped_test_is_only_a_skip_outside_ci(tmp_path):
-    proc = _run_pytest(tmp_path, ci=False)
+@PROCESSES
+def test_a_skipped_test_is_only_a_skip_outside_ci(tmp_path, processes):
+    proc = _run_pytest(tmp_path, ci=False, processes=processes)
     assert proc.returncode == 0, proc.stdout
     assert "1 passed, 1 skipped" in proc.stdout
 
