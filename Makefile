@@ -17,7 +17,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[worker,test,ops,bench,langchain,openai-agents,pydantic-ai,mcp,mcp-test,otlp,otlp-test,docs]'
+	$(PY) -m pip install -q -e '.[worker,test,ops,bench,langchain,openai-agents,pydantic-ai,ag2,mcp,mcp-test,otlp,otlp-test,docs]'
 	# The Claude Agent SDK from its sdist: its wheels bundle a 430 MB Claude Code; the tests
 	# drive the pinned one (make agent-clis).
 	$(PY) -m pip install -q --no-binary claude-agent-sdk 'claude-agent-sdk==0.2.190'
