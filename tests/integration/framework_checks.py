@@ -38,15 +38,17 @@ async def published(lw, run_id: str) -> list:
     return events
 
 
-def engine_decisions(events) -> dict[str, Decision]:
+def engine_decisions(events, config: Any = CONFIG) -> dict[str, Decision]:
     """The engine's decision for each requested call, by tool call id."""
-    return {v.tool_call_id: v for v in reference_verdicts(events, CONFIG) if isinstance(v, Decision)}
+    return {v.tool_call_id: v for v in reference_verdicts(events, config) if isinstance(v, Decision)}
 
 
-def assert_model_saw_what_the_engine_decided(seen: dict[str, str], results: dict[str, str], events) -> list[Decision]:
+def assert_model_saw_what_the_engine_decided(
+    seen: dict[str, str], results: dict[str, str], events, config: Any = CONFIG
+) -> list[Decision]:
     """``seen``: what the model received per tool call id; ``results``: what the tool would
     have returned.  Returns the engine's decisions in call order."""
-    decisions = engine_decisions(events)
+    decisions = engine_decisions(events, config)
     requested = [e.tool_call_id for e in events if isinstance(e, ToolCallRequested)]
     assert list(seen) == requested, "the model saw one answer per published call, in order"
     for call_id in requested:
