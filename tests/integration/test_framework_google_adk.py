@@ -26,7 +26,7 @@ from framework_checks import (
 from framework_venv import run_in_framework_venv
 
 from harness import collect, reference_verdicts
-from schemas.events import ToolCallCompleted, ToolCallRequested, decode_event
+from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
 from schemas.verdicts import RunAborted
 
 pytestmark = pytest.mark.kafka
@@ -91,16 +91,20 @@ async def test_google_adk_unknown_tool_and_tool_errors_are_published_as_such(wor
     out = adk_run(worker, [("flaky", {"q": "x"})], session_key=key, with_flaky=True)
     assert "backend down" in out.get("error", ""), out  # ADK lets a tool's exception end the run
 
-    def failed(records):
-        return [
-            e
-            for e in map(decode_event, (r.value for r in records))
-            if isinstance(e, ToolCallCompleted) and e.session_key == key
-        ]
+    def of_run(records):
+        return [e for e in map(decode_event, (r.value for r in records)) if e.session_key == key]
 
-    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=failed)
-    assert [(e.tool_name, e.is_error) for e in failed(records)] == [("flaky", True)]
-    assert failed(records)[0].result_hash.startswith("error:")
+    records = await collect(
+        worker.broker,
+        worker.names.tool_calls,
+        timeout=WAIT_S,
+        until=lambda rs: any(isinstance(e, RunEnded) for e in of_run(rs)),
+    )
+    events = of_run(records)
+    failed = [e for e in events if isinstance(e, ToolCallCompleted)]
+    assert [(e.tool_name, e.is_error) for e in failed] == [("flaky", True)]
+    assert failed[0].result_hash.startswith("error:")
+    assert events[-1].reason == "failed", "the run ends with ADK's run error (on_run_error_callback)"
 
 
 async def test_google_adk_abort_ends_the_invocation(worker):

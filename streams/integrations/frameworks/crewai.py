@@ -11,8 +11,8 @@ tool call of every agent (native function calling and the ReAct text path alike)
 
 CrewAI's hooks are synchronous; the client is asyncio.  ``kickoff`` runs the crew's synchronous
 ``kickoff`` in a thread (as CrewAI's own ``kickoff_async`` does) while each hook waits there for
-loopwatch's answer on the client's event loop.  A crew driven on the event loop itself
-(``akickoff``) would leave no loop to wait on: the hook then refuses with a one-line error.
+loopwatch's answer on the client's event loop (the hooks are scoped to that thread's kickoff,
+so a crew driven on the loop itself, ``akickoff``, never reaches them).
 
 One kickoff is one run (session key ``agent:<agent id or main>:<run id>`` unless one is given):
 
@@ -74,7 +74,7 @@ class Loopwatch:
         """``runner.kickoff(**kwargs)`` (a ``Crew``) as one loopwatch run, with loopwatch's hooks
         scoped to it; raises ``LoopwatchRunAborted`` when loopwatch ends it."""
         guard = open_run(self.client, run_id, session_key=self.session_key, agent_id=self.agent_id)
-        run = _Run(guard, asyncio.get_running_loop(), threading.get_ident())
+        run = _Run(guard, asyncio.get_running_loop())
 
         def kickoff() -> Any:
             with scoped_hooks():
@@ -95,10 +95,9 @@ class Loopwatch:
 class _Run:
     """One kickoff's hooks, called on CrewAI's thread."""
 
-    def __init__(self, guard: RunGuard, loop: asyncio.AbstractEventLoop, loop_thread: int) -> None:
+    def __init__(self, guard: RunGuard, loop: asyncio.AbstractEventLoop) -> None:
         self.guard = guard
         self.loop = loop
-        self.loop_thread = loop_thread
         self.aborted: RunAbortedError | None = None
         self._calls: dict[int, tuple[str, Any, str]] = {}  # id(tool_input) -> tool, args, call id
         self._refusals: dict[str, str] = {}  # call id -> loopwatch's message
@@ -106,9 +105,7 @@ class _Run:
         self._lock = threading.Lock()
 
     def _wait(self, step: Coroutine[Any, Any, T]) -> T:
-        if threading.get_ident() == self.loop_thread:
-            step.close()
-            raise RuntimeError("loopwatch: run the crew with `await guard.kickoff(crew, ...)`, not on the event loop")
+        """``step`` on the client's loop, from CrewAI's thread (the client bounds the wait)."""
         return asyncio.run_coroutine_threadsafe(step, self.loop).result()
 
     def before_tool_call(self, context: Any) -> bool | None:

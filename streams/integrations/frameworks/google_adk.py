@@ -8,7 +8,8 @@
 Why a plugin and not an agent's ``before_tool_callback``: a plugin's ``before_tool_callback``
 and ``after_tool_callback`` have the same powers (a dict returned before the call skips the tool
 and is its response) but run for every agent of the runner, sub-agents included, ahead of the
-agents' own callbacks; ``before_run_callback`` and ``after_run_callback`` bound the run.
+agents' own callbacks; ``before_run_callback``, ``after_run_callback`` and
+``on_run_error_callback`` bound the run.
 
 An ADK invocation (one ``run_async``) is one loopwatch run, its id the ``invocation_id``; the
 ADK session is its session, key ``adk:<session id>`` unless one is given, so a loop that goes
@@ -77,9 +78,15 @@ class LoopwatchPlugin(BasePlugin):
         return None
 
     async def after_run_callback(self, *, invocation_context: Any) -> None:
-        run = self._runs.pop(invocation_context.invocation_id, None)
+        await self._end(invocation_context.invocation_id, "completed")
+
+    async def on_run_error_callback(self, *, invocation_context: Any, error: Exception) -> None:
+        await self._end(invocation_context.invocation_id, "failed")
+
+    async def _end(self, invocation_id: str, reason: str) -> None:
+        run = self._runs.pop(invocation_id, None)
         if run is not None:
-            await run.guard.end("aborted" if (run.aborted or run.guard.aborted) is not None else "completed")
+            await run.guard.end("aborted" if (run.aborted or run.guard.aborted) is not None else reason)
 
     async def before_tool_callback(self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: Any) -> Any:
         run = self._runs.get(tool_context.invocation_id)
