@@ -177,3 +177,23 @@ async def test_docs_ag2_snippet_runs(worker):
     assert reply.body == "done"
     events = await readme_run_of(worker, call_id)
     assert events[0].session_key.startswith("ag2:")
+
+
+async def test_ag2_turns_of_one_conversation_are_runs_of_one_session(worker):
+    """Each turn (``ask``, then ``reply.ask``) is a run; the conversation (AG2's stream) is the
+    session of both, so a loop carried over turns is one loop."""
+    ids = [f"turn-{uuid.uuid4()}" for _ in range(2)]
+    script = TestConfig(
+        ToolCallEvent(name="lookup", arguments='{"q": "a"}', id=ids[0]),
+        "first",
+        ToolCallEvent(name="lookup", arguments='{"q": "b"}', id=ids[1]),
+        "second",
+    )
+    async with worker.client() as client:
+        first = await agent(script, client).ask("one")
+        second = await first.ask("two")
+    assert (first.body, second.body) == ("first", "second")
+    runs = [await readme_run_of(worker, call_id) for call_id in ids]
+    assert runs[0][0].run_id != runs[1][0].run_id
+    assert runs[0][0].session_key == runs[1][0].session_key
+    assert runs[0][0].session_key.startswith("ag2:") and len(runs[0][0].session_key) > len("ag2:")
