@@ -10,14 +10,14 @@ STAMP := $(VENV)/.installed
 
 .PHONY: install ops-tools lint dist test test-unit test-traces test-traces-latest test-kafka kafka kafka-secure kafka-stop \
         kafka-status run docs bench-core bench bench-backtest bench-evaluate bench-gateway bench-verdict-readers evaluate tune mcp-servers agent-clis schemas conformance clean ts-client \
-        oracles oracle-openhands oracle-gemini test-traces-openhands test-traces-gemini
+        oracles oracle-openhands oracle-gemini test-traces-openhands test-traces-gemini frameworks
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[worker,test,ops,bench,langchain,openai-agents,pydantic-ai,mcp,mcp-test,otlp,otlp-test,docs]'
+	$(PY) -m pip install -q -e '.[worker,test,ops,bench,langchain,openai-agents,pydantic-ai,ag2,mcp,mcp-test,otlp,otlp-test,docs]'
 	# The Claude Agent SDK from its sdist: its wheels bundle a 430 MB Claude Code; the tests
 	# drive the pinned one (make agent-clis).
 	$(PY) -m pip install -q --no-binary claude-agent-sdk 'claude-agent-sdk==0.2.190'
@@ -108,6 +108,22 @@ oracle-gemini: $(GEMINI_ORACLE)/.installed
 
 oracles: oracle-openhands oracle-gemini
 
+# CrewAI and Google ADK pin what the shared venv pins otherwise (CrewAI httpx 0.28, ADK
+# opentelemetry <= 1.44): each gets a venv of its own with loopwatch and its extra, under
+# ~/.cache/loopwatch/frameworks, where their tests run the framework's side on the repository's
+# tree (tests/integration/framework_venv.py).  A no-op once installed; pip again when
+# pyproject.toml changes.
+FRAMEWORKS ?= $(HOME)/.cache/loopwatch/frameworks
+FRAMEWORK_VENVS := $(FRAMEWORKS)/crewai/.installed $(FRAMEWORKS)/google-adk/.installed
+
+$(FRAMEWORKS)/%/.installed: pyproject.toml
+	test -x $(FRAMEWORKS)/$*/bin/python || $(PYTHON) -m venv $(FRAMEWORKS)/$*
+	$(FRAMEWORKS)/$*/bin/python -m pip install -q --upgrade pip
+	$(FRAMEWORKS)/$*/bin/python -m pip install -q '.[$*]'
+	touch $@
+
+frameworks: $(FRAMEWORK_VENVS)
+
 # helm, kubeconform, promtool/prometheus and kubeconform's offline schemas for the ops tests,
 # cached under ~/.cache/loopwatch: a no-op (well under a second) once they are there.
 ops-tools: install
@@ -144,12 +160,12 @@ dist: install
 # PYTEST_WORKERS=0 runs them in this process, one after another.
 PYTEST_ARGS ?= tests
 PYTEST_WORKERS ?= 4
-test: lint docs dist install ops-tools ts-client mcp-servers agent-clis oracles
+test: lint docs dist install ops-tools ts-client mcp-servers agent-clis oracles frameworks
 	@plain=$$(scripts/kafka.sh status >/dev/null 2>&1 && echo running); \
 	secure=$$(scripts/kafka.sh --secure status >/dev/null 2>&1 && echo running); \
 	scripts/kafka.sh start || exit 1; \
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_AGENT_CLIS=$(AGENT_CLIS) LOOPWATCH_ORACLES=$(ORACLES) \
-	    $(PY) -m pytest -q -rs -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS); status=$$?; \
+	    LOOPWATCH_FRAMEWORKS=$(FRAMEWORKS) $(PY) -m pytest -q -rs -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS); status=$$?; \
 	[ -n "$$plain" ] || scripts/kafka.sh stop; \
 	[ -n "$$secure" ] || scripts/kafka.sh --secure stop >/dev/null 2>&1 || true; \
 	exit $$status

@@ -19,91 +19,39 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, TypedDict
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from framework_checks import (
+    CONFIG,
+    INTEGRATIONS_DOC,
+    LOOP_CALLS,
+    SAME_RESULT,
+    WAIT_S,
+    assert_hand_worked_loop,
+    assert_model_saw_what_the_engine_decided,
+    assert_only_hashes_left,
+    assert_unknown_tool_published,
+    engine_decisions,
+    published,
+    readme_run_of,
+    run_snippet,
+)
 
 from harness import collect, reference_verdicts
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
-from schemas.verdicts import Decision, RunAborted
+from schemas.verdicts import RunAborted
 from streams.client import LoopwatchClient, RunAbortedError
 from streams.edge.hashing import args_hash
 
 pytestmark = pytest.mark.kafka
-
-CONFIG = {
-    "tools": {"loopDetection": {"enabled": True}},
-    "loopwatch": {"surfaceWarnings": True},
-    "agents": {"list": [{"id": "aborter", "loopwatch": {"abortAfterCriticalBlocks": 1}}]},
-}
-LOOP_CALLS = 23  # two blocked calls after the first block
-SAME_RESULT = "same page, nothing new"
-WAIT_S = 60.0
 
 
 @pytest.fixture(scope="module")
 def worker(lw_module):
     lw_module.configured_worker(CONFIG)
     return lw_module
-
-
-async def published(lw, run_id: str) -> list:
-    """The events of ``run_id`` on ``tool-calls``, in order, once its ``run.ended`` is there."""
-
-    def of_run(records):
-        return [e for e in (decode_event(r.value) for r in records) if e.run_id == run_id]
-
-    records = await collect(
-        lw.broker,
-        lw.names.tool_calls,
-        timeout=WAIT_S,
-        until=lambda rs: any(isinstance(e, RunEnded) for e in of_run(rs)),
-    )
-    events = of_run(records)
-    assert events and isinstance(events[-1], RunEnded), f"run {run_id} did not end on tool-calls"
-    return events
-
-
-def engine_decisions(events) -> dict[str, Decision]:
-    """The engine's decision for each requested call, by tool call id."""
-    return {v.tool_call_id: v for v in reference_verdicts(events, CONFIG) if isinstance(v, Decision)}
-
-
-def assert_model_saw_what_the_engine_decided(seen: dict[str, str], results: dict[str, str], events) -> list[Decision]:
-    """``seen``: what the model received per tool call id; ``results``: what the tool would
-    have returned.  Returns the engine's decisions in call order."""
-    decisions = engine_decisions(events)
-    requested = [e.tool_call_id for e in events if isinstance(e, ToolCallRequested)]
-    assert list(seen) == requested, "the model saw one answer per published call, in order"
-    for call_id in requested:
-        d = decisions[call_id]
-        if d.action == "block":
-            assert seen[call_id] == d.message, call_id
-        elif d.action == "warn" and d.notify_model:
-            assert seen[call_id].startswith(results[call_id]) and seen[call_id].endswith(d.message), call_id
-        else:
-            assert seen[call_id] == results[call_id], call_id
-    return [decisions[c] for c in requested]
-
-
-def assert_hand_worked_loop(decisions: list[Decision]) -> None:
-    actions = [(d.action, d.count if d.action != "allow" else None) for d in decisions]
-    assert actions == [("allow", None)] * 10 + [("warn", 10)] + [("allow", None)] * 9 + [("block", 20)] * 3
-    assert decisions[10].message.startswith("WARNING") and decisions[20].message.startswith("CRITICAL")
-
-
-def assert_only_hashes_left(events, *raw: str) -> None:
-    """Raw arguments and results never leave the process: no published field holds them."""
-    for event in events:
-        text = repr(event)
-        for needle in raw:
-            assert needle not in text, f"{needle!r} published in {type(event).__name__}"
-
-
-def assert_unknown_tool_published(events, name: str) -> None:
-    completed = [e for e in events if isinstance(e, ToolCallCompleted) and e.tool_name == name]
-    assert completed and all(e.unknown_tool_name == name and e.is_error for e in completed)
 
 
 # -- LangChain / LangGraph -----------------------------------------------------------------------------
@@ -525,45 +473,6 @@ async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
 
 
 # -- the README's snippets, run as they are ---------------------------------------------------------------
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-INTEGRATIONS_DOC = README.parent / "docs" / "integrations.md"
-
-
-def readme_snippet(marker: str, page: Path = README) -> str:
-    """The python block after ``<!-- snippet: <marker> -->`` in the README (or a docs page),
-    with only the broker address replaced by this test's broker and topics
-    (tests/docs/test_snippets.py checks that every README marker exists)."""
-    text = page.read_text(encoding="utf-8")
-    head = f"<!-- snippet: {marker} -->\n```python\n"
-    assert text.count(head) == 1, f"{page.name} has no `{head.strip()}`"
-    code = text.split(head, 1)[1].split("```", 1)[0]
-    assert code.count('"kafka:9092"') == 1, marker
-    return code
-
-
-def run_snippet(lw, marker: str, page: Path = README):
-    target = f'"{lw.broker}", tool_calls_topic="{lw.names.tool_calls}", verdicts_topic="{lw.names.verdicts}"'
-    namespace: dict[str, Any] = {}
-    code = readme_snippet(marker, page).replace('"kafka:9092"', target)
-    exec(compile(code, f"{page.name} ({marker})", "exec"), namespace)
-    return namespace["main"]
-
-
-async def readme_run_of(lw, call_id: str) -> list:
-    """The published run whose one call has ``call_id``."""
-    records = await collect(
-        lw.broker,
-        lw.names.tool_calls,
-        timeout=WAIT_S,
-        until=lambda rs: any(getattr(decode_event(r.value), "tool_call_id", None) == call_id for r in rs),
-    )
-    run_id = next(
-        e.run_id for e in map(decode_event, (r.value for r in records)) if getattr(e, "tool_call_id", None) == call_id
-    )
-    events = await published(lw, run_id)
-    assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
-    return events
 
 
 async def test_readme_langchain_snippet_runs(worker):

@@ -20,6 +20,8 @@ FOREIGN = (
     "openai",
     "pydantic_ai",
     "claude_agent_sdk",
+    "ag2",
+    "crewai",
     "mcp",
     "opentelemetry",
 )
@@ -50,7 +52,11 @@ def _loaded(*modules: str) -> list[str]:
 
 
 def _foreign(loaded: list[str]) -> list[str]:
-    return [m for m in loaded if m.split(".")[0] in FOREIGN or m.startswith("streams.integrations")]
+    return [
+        m
+        for m in loaded
+        if m.split(".")[0] in FOREIGN or m.startswith(("streams.integrations", "google.adk", "google.genai"))
+    ]
 
 
 def test_the_worker_and_the_cli_worker_path_import_no_integration():

@@ -1,0 +1,110 @@
+"""The CrewAI side of tests/integration/test_framework_crewai.py, run in CrewAI's own venv
+(make frameworks): a real ``Crew`` whose one agent's model is a ``BaseLLM`` subclass that
+answers from a script (one tool call per model call, then a final answer), guarded by
+loopwatch's adapter against the broker and topics given on the command line.  It prints one
+JSON line: what the model was given back for each call, the final output or the abort."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from typing import Any
+
+os.environ.setdefault("CREWAI_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("CREWAI_TRACING_ENABLED", "false")
+os.environ.setdefault("OTEL_SDK_DISABLED", "true")
+
+from crewai import Agent, Crew, Task  # noqa: E402
+from crewai.llms.base_llm import BaseLLM  # noqa: E402
+from crewai.tools import tool  # noqa: E402
+
+from schemas.errors import LoopwatchError  # noqa: E402
+from streams.client import LoopwatchClient  # noqa: E402
+from streams.integrations.frameworks.crewai import Loopwatch, LoopwatchRunAborted  # noqa: E402
+
+SAME_RESULT = "same page, nothing new"
+
+
+class ScriptedLLM(BaseLLM):
+    """A model that calls the scripted tools in order (OpenAI-style tool calls, CrewAI's
+    native function calling), then answers "done"; it keeps every message list it was given."""
+
+    script: list[tuple[str, dict]] = []
+    seen: list[list[dict]] = []
+
+    def call(self, messages: Any, tools=None, callbacks=None, available_functions=None, from_task=None,
+             from_agent=None, response_model=None) -> Any:  # fmt: skip
+        self.seen.append([dict(m) for m in messages] if isinstance(messages, list) else [{"content": messages}])
+        turn = len(self.seen) - 1
+        if turn < len(self.script):
+            name, args = self.script[turn]
+            return [{"id": f"call-{turn}", "type": "function",
+                     "function": {"name": name, "arguments": json.dumps(args)}}]  # fmt: skip
+        return "done"
+
+    def supports_function_calling(self) -> bool:
+        return True
+
+
+@tool("lookup")
+def lookup(q: str) -> str:
+    """Look a page up."""
+    return SAME_RESULT if q == "same" else f"page about {q}"
+
+
+TICKS = iter(range(1, 1000))
+
+
+@tool("tick")
+def tick(q: str) -> str:
+    """A new value every call."""
+    return f"tick {next(TICKS)}"
+
+
+@tool("flaky")
+def flaky(q: str) -> str:
+    """Fails every time, the same way."""
+    raise RuntimeError(f"backend down for {q}")
+
+
+def tool_results(messages: list[dict]) -> dict[str, str]:
+    return {m["tool_call_id"]: str(m.get("content")) for m in messages if m.get("role") == "tool"}
+
+
+def crew(llm: ScriptedLLM) -> Crew:
+    agent = Agent(role="researcher", goal="find it", backstory="a test", llm=llm, tools=[lookup, tick, flaky],
+                  max_iter=100, verbose=False)  # fmt: skip
+    task = Task(description="Find it.", expected_output="an answer", agent=agent)
+    return Crew(agents=[agent], tasks=[task], verbose=False)
+
+
+async def main(
+    broker: str, tool_calls: str, verdicts: str, calls: list, agent_id: str = "main", session_key: str | None = None,
+    snippet: str | None = None,
+) -> dict:  # fmt: skip
+    llm = ScriptedLLM(model="scripted")
+    llm.script = [(name, args) for name, args in calls]
+    out: dict[str, Any] = {}
+    try:
+        if snippet is not None:  # the docs' snippet, as written (the test put this broker's address in)
+            namespace: dict[str, Any] = {}
+            exec(compile(snippet, "docs/integrations.md (crewai)", "exec"), namespace)
+            result = await namespace["main"](crew(llm))
+        else:
+            client = LoopwatchClient(broker, tool_calls_topic=tool_calls, verdicts_topic=verdicts, timeout=10.0)
+            async with client:
+                result = await Loopwatch(client, agent_id=agent_id, session_key=session_key).kickoff(crew(llm))
+        out["output"] = str(result.raw)
+    except LoopwatchRunAborted as aborted:
+        out["aborted"] = {"message": aborted.message, "detector": aborted.detector, "count": aborted.count,
+                          "loopwatch_error": isinstance(aborted, LoopwatchError)}  # fmt: skip
+    out["model_calls"] = len(llm.seen)
+    out["seen"] = tool_results(llm.seen[-1]) if llm.seen else {}
+    return out
+
+
+if __name__ == "__main__":
+    spec = json.loads(sys.argv[1])
+    print(json.dumps(asyncio.run(main(**spec))))

@@ -1,0 +1,181 @@
+"""The CrewAI adapter (``streams.integrations.frameworks.crewai``) in CrewAI's REAL agent loop
+(a ``Crew`` with one agent), driven by a scripted ``BaseLLM``, on the real broker and a real
+worker.  CrewAI runs in its own venv (``framework_venv``); what the model must see is worked
+out by hand and by the engine alone on what was published (``framework_checks``).
+
+CrewAI 1.15 ends a run itself at the 5th identical call with an identical result
+(``check_repeated_tool_call``, ``MAX_REPEATED_TOOL_CALLS = 5``, a ``ToolExecutionFailedError``),
+before upstream's default thresholds (10, 20) are reached.  Agent ``crew`` therefore has
+thresholds below it (warningThreshold 2, criticalThreshold 4), as the docs advise for CrewAI.
+Worked by hand from the spec: the n-th identical call has count n - 1; a warning is shown only
+when count // 10 exceeds its key's last bucket (0 to start), so counts 2 and 3 warn nobody;
+the 5th call (count 4) and every later one is blocked (a vetoed call is not recorded, so the
+count stays).  CrewAI's own check counts (tool, arguments, result as handed to the model), and
+blocked calls read loopwatch's message, so it never reaches 5 here.  Warnings need count 10:
+the same arguments with a changing result (which CrewAI's check does not stop) are warned at
+the 11th call, under the default thresholds (agent ``main``).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from framework_checks import (
+    INTEGRATIONS_DOC,
+    SAME_RESULT,
+    WAIT_S,
+    assert_model_saw_what_the_engine_decided,
+    assert_only_hashes_left,
+    assert_unknown_tool_published,
+    published,
+    readme_snippet,
+)
+from framework_venv import run_in_framework_venv
+
+from harness import collect, reference_verdicts
+from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
+from schemas.verdicts import RunAborted
+from streams.edge.hashing import args_hash
+
+pytestmark = pytest.mark.kafka
+
+BELOW_CREWAI = {"loopDetection": {"warningThreshold": 2, "criticalThreshold": 4}}
+CONFIG = {
+    "tools": {"loopDetection": {"enabled": True}},
+    "loopwatch": {"surfaceWarnings": True},
+    "agents": {
+        "list": [
+            {"id": "main"},
+            {"id": "crew", "tools": BELOW_CREWAI},
+            {"id": "crew-aborter", "tools": BELOW_CREWAI, "loopwatch": {"abortAfterCriticalBlocks": 1}},
+        ]
+    },
+}
+LOOP_CALLS = 7  # two blocked calls after the first block
+
+
+@pytest.fixture(scope="module")
+def worker(lw_module):
+    lw_module.configured_worker(CONFIG)
+    return lw_module
+
+
+def crew_run(lw, calls: list[tuple[str, dict]], agent_id: str = "crew") -> tuple[dict, str]:
+    """Runs the scripted crew; returns what it printed and the run's session key."""
+    key = f"crewai-test:{uuid.uuid4()}"
+    out = run_in_framework_venv(
+        "crewai", "crewai_agent.py", lw, agent_id=agent_id, session_key=key, calls=[list(c) for c in calls]
+    )
+    return out, key
+
+
+async def events_of(lw, session_key: str) -> list:
+    def ended(records):
+        return [
+            e
+            for e in map(decode_event, (r.value for r in records))
+            if isinstance(e, RunEnded) and e.session_key == session_key
+        ]
+
+    records = await collect(lw.broker, lw.names.tool_calls, timeout=WAIT_S, until=ended)
+    return await published(lw, ended(records)[0].run_id)
+
+
+def by_call(events, seen: dict[str, str]) -> dict[str, str]:
+    """CrewAI's hooks carry no call id: the adapter names each call; the model's call ids
+    (``call-<n>``) follow the published calls in order."""
+    requested = [e.tool_call_id for e in events if isinstance(e, ToolCallRequested)]
+    assert len(requested) == len(seen), (requested, seen)
+    return {published_id: seen[f"call-{n}"] for n, published_id in enumerate(requested)}
+
+
+async def test_crewai_loop_is_blocked_from_the_5th_call_before_crewai_stops_it(worker):
+    out, key = crew_run(worker, [("lookup", {"q": "same"})] * LOOP_CALLS)
+    assert out.get("output") == "done", out
+    events = await events_of(worker, key)
+    seen = by_call(events, out["seen"])
+    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events, CONFIG)
+    actions = [(d.action, d.count if d.action != "allow" else None) for d in decisions]
+    assert actions == [("allow", None)] * 4 + [("block", 4)] * 3, actions
+    assert decisions[4].message.startswith("CRITICAL")
+    assert not any("blocked by hook" in text for text in seen.values()), "loopwatch's message, not CrewAI's"
+    assert events[-1].reason == "completed"
+    assert_only_hashes_left(events, SAME_RESULT)
+
+
+async def test_crewai_repeated_arguments_are_warned_at_the_11th_call(worker):
+    """``tick`` returns a new value each call: CrewAI's check lets it go on; loopwatch warns
+    the model at the 11th call with the same arguments (count 10), appended to the result."""
+    out, key = crew_run(worker, [("tick", {"q": "status"})] * 12, agent_id="main")
+    assert out["output"] == "done", out
+    events = await events_of(worker, key)
+    seen = by_call(events, out["seen"])
+    results = {c: f"tick {n}" for n, c in enumerate(seen, start=1)}
+    decisions = assert_model_saw_what_the_engine_decided(seen, results, events, CONFIG)
+    actions = [(d.action, d.count if d.action != "allow" else None) for d in decisions]
+    assert actions == [("allow", None)] * 10 + [("warn", 10), ("allow", None)], actions
+    assert decisions[10].message.startswith("WARNING") and decisions[10].message in list(seen.values())[10]
+
+
+async def test_crewai_healthy_run_is_never_blocked(worker):
+    queries = [f"topic {i}" for i in range(25)]
+    out, key = crew_run(worker, [("lookup", {"q": q}) for q in queries])
+    events = await events_of(worker, key)
+    seen = by_call(events, out["seen"])
+    results = dict(zip(seen, (f"page about {q}" for q in queries)))
+    decisions = assert_model_saw_what_the_engine_decided(seen, results, events, CONFIG)
+    assert {d.action for d in decisions} == {"allow"} and out["output"] == "done"
+    assert_only_hashes_left(events, "topic 7", "page about topic 7")
+
+
+async def test_crewai_unknown_tool_and_tool_errors_are_published_as_such(worker):
+    out, key = crew_run(worker, [("nosuch", {"q": "x"}), ("nosuch", {"q": "x"}), ("flaky", {"q": "x"})])
+    assert out["output"] == "done", out
+    events = await events_of(worker, key)
+    assert_unknown_tool_published(events, "nosuch")
+    failed = [e for e in events if isinstance(e, ToolCallCompleted) and e.tool_name == "flaky"]
+    assert len(failed) == 1 and failed[0].is_error and failed[0].result_hash.startswith("error:")
+    assert "backend down" in out["seen"]["call-2"]
+
+
+async def test_crewai_abort_ends_the_kickoff_with_crewais_deny(worker):
+    """Agent ``crew-aborter`` is aborted at its first critical block: the 5th call is refused
+    and the next model call is denied, which ends the kickoff with ``LoopwatchRunAborted``."""
+    out, key = crew_run(worker, [("lookup", {"q": "same"})] * 10, agent_id="crew-aborter")
+    events = await events_of(worker, key)
+    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    assert out["aborted"] == {
+        "message": abort.message,
+        "detector": "critical_block_limit",
+        "count": 1,
+        "loopwatch_error": True,
+    }
+    assert out["model_calls"] == 5, "no model call after the refused 5th call"
+    assert len([e for e in events if isinstance(e, ToolCallRequested)]) == 5
+    assert events[-1].reason == "aborted"
+
+
+async def test_docs_crewai_snippet_runs(worker):
+    """The docs' snippet, as written, on one scripted call: run, published, then the answer.
+    CrewAI names no call: the run is found by its one call's arguments' hash."""
+    target = (
+        f'"{worker.broker}", tool_calls_topic="{worker.names.tool_calls}", verdicts_topic="{worker.names.verdicts}"'
+    )
+    snippet = readme_snippet("crewai", INTEGRATIONS_DOC).replace('"kafka:9092"', target)
+    marker = f"notes {uuid.uuid4()}"
+    out = run_in_framework_venv("crewai", "crewai_agent.py", worker, calls=[["lookup", {"q": marker}]], snippet=snippet)
+    assert out["output"] == "done" and list(out["seen"].values()) == [f"page about {marker}"], out
+    mine = args_hash("lookup", {"q": marker})
+
+    def requested(records):
+        return [
+            e
+            for e in map(decode_event, (r.value for r in records))
+            if isinstance(e, ToolCallRequested) and e.args_hash == mine
+        ]
+
+    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=requested)
+    events = await published(worker, requested(records)[0].run_id)
+    assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
+    assert events[0].agent_id == "main" and events[-1].reason == "completed"
