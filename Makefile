@@ -156,7 +156,8 @@ dist: install
 # start) and leaves running those that were running before; PYTEST_ARGS narrows the run.
 # Tests run in PYTEST_WORKERS processes (pytest-xdist): most of the suite waits on a broker,
 # a worker or a subprocess rather than computing, so 4 processes keep 2 cores busy.  Every
-# broker test has its own topics and group (harness.WorkerNames), every server its own port.
+# broker test has its own topics and group (harness.WorkerNames), every server its own port;
+# the tests of a module that share one worker stay together (tests/conftest.py, loadgroup).
 # PYTEST_WORKERS=0 runs them in this process, one after another.
 PYTEST_ARGS ?= tests
 PYTEST_WORKERS ?= 4
@@ -165,7 +166,7 @@ test: lint docs dist install ops-tools ts-client mcp-servers agent-clis oracles 
 	secure=$$(scripts/kafka.sh --secure status >/dev/null 2>&1 && echo running); \
 	scripts/kafka.sh start || exit 1; \
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_AGENT_CLIS=$(AGENT_CLIS) LOOPWATCH_ORACLES=$(ORACLES) \
-	    LOOPWATCH_FRAMEWORKS=$(FRAMEWORKS) $(PY) -m pytest -q -rs -p no:cacheprovider -n $(PYTEST_WORKERS) --durations=15 $(PYTEST_ARGS); status=$$?; \
+	    LOOPWATCH_FRAMEWORKS=$(FRAMEWORKS) $(PY) -m pytest -q -rs -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS); status=$$?; \
 	[ -n "$$plain" ] || scripts/kafka.sh stop; \
 	[ -n "$$secure" ] || scripts/kafka.sh --secure stop >/dev/null 2>&1 || true; \
 	exit $$status

@@ -55,3 +55,22 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         terminalreporter.section("skipped tests fail the run in CI", sep="=", red=True)
         for line in _skipped:
             terminalreporter.line(f"SKIPPED {line}")
+
+
+# -- pytest-xdist: a module's shared workers stay in one process ---------------------------------
+# `make test` spreads tests over processes (--dist loadgroup).  A module whose tests share a
+# module-scoped worker (``lw_module``) may rely on the order of its tests (a warmed-up fleet
+# topology, a run started by the test before), so its tests run together, in order, in one
+# process.  The gateway's module is the exception: its tests are independent (each has its own
+# run ids) and, at a fifth of the suite, one process would be the whole run's critical path.
+SPREAD_MODULES = frozenset({"test_mcp_gateway"})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        module = getattr(item, "module", None)
+        if module is None or "lw_module" not in getattr(item, "fixturenames", ()):
+            continue
+        name = module.__name__.rsplit(".", 1)[-1]
+        if name not in SPREAD_MODULES:
+            item.add_marker(pytest.mark.xdist_group(module.__name__))
