@@ -22,7 +22,16 @@ from schemas.events import (
 )
 
 from .canonical import UNDEFINED
-from .hashing import Outcome, args_hash, gemini_call_key, hash_outcome, is_known_poll, text_hash, write_target_hash
+from .hashing import (
+    Outcome,
+    args_hash,
+    gemini_call_key,
+    hash_outcome,
+    is_known_poll,
+    near_args_hash,
+    text_hash,
+    write_target_hash,
+)
 
 __all__ = [
     "UNDEFINED",
@@ -67,7 +76,8 @@ def requested_event(
     to and, on a send, the session key or agent id the message goes to.  ``thought``
     (optional): the text the model wrote with the call, sent as its hash (profile openhands
     tells actions apart by it).  ``gemini_key``: also send Gemini CLI's own key of the call
-    (``call_key``, for profile gemini-cli)."""
+    (``call_key``, for profile gemini-cli).  ``near_args_hash`` (the arguments read loosely,
+    ``hashing.near_args_hash``) is always sent: ``loopwatch.detectors.nearIdentical`` reads it."""
     return ToolCallRequested(
         event_id=event_id,
         run_id=run_id,
@@ -85,6 +95,7 @@ def requested_event(
         target=target or UNSET,
         thought_hash=UNSET if thought is None else text_hash(thought),
         call_key=gemini_call_key(tool_name, args) if gemini_key else UNSET,
+        near_args_hash=near_args_hash(args),
     )
 
 
@@ -123,6 +134,7 @@ def completed_event(
         ts_ms=ts_ms,
         trace_id=trace_id or UNSET,
         target=target or UNSET,
+        near_args_hash=near_args_hash(args),
     )
 
 

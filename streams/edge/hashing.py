@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+import shlex
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ __all__ = [
     "hash_outcome",
     "is_known_poll",
     "is_send_call",
+    "near_args_hash",
+    "near_command",
     "strip_volatile_send_ids",
     "text_hash",
     "unknown_tool_name",
@@ -102,6 +105,62 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
 def args_hash(tool_name: str, args: Any) -> str:
     """The call signature ``<tool>:<sha256 of canonical args>``; args are hashed as received."""
     return f"{tool_name}:{digest(args)}"
+
+
+# A switch: a short flag or a cluster of them (``-l``, ``-la``), or a long option without a value
+# (``--verbose``).  ``-5``, ``-n5`` and ``--format=json`` carry a value and are kept.
+_SWITCH = re.compile(r"-[A-Za-z]+|--[A-Za-z][A-Za-z-]*")
+
+
+def near_command(text: str) -> str:
+    """A one-line command string as ``near_args_hash`` reads it: tokenised as a POSIX shell
+    does (``shlex``, quotes honoured, so whitespace inside quotes counts; ``&&``, ``|``, ``;``
+    split off however they are spaced), switches dropped (``-l``, ``-la``, ``--verbose``; a
+    token after ``--`` is an operand), a trailing ``/`` of an operand dropped, rejoined with
+    single spaces (``shlex.join``).  A string with a newline (a script, a heredoc, a file's
+    content, where whitespace can matter) or quotes that do not close is returned unchanged."""
+    if "\n" in text or "\r" in text:
+        return text
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:  # quotes that do not close: not a command we can read
+        return text
+    kept: list[str] = []
+    operands_only = False
+    for token in tokens:
+        if not operands_only:
+            if token == "--":
+                operands_only = True
+                continue
+            if _SWITCH.fullmatch(token):
+                continue
+        if len(token) > 1 and token.endswith("/"):
+            token = token.rstrip("/") or "/"
+        kept.append(token)
+    return shlex.join(kept)
+
+
+def _near(value: Any, depth: int = 0) -> Any:
+    if isinstance(value, str):
+        return near_command(value)
+    if isinstance(value, (dict, list, tuple)):
+        if depth >= JSON_DEPTH_LIMIT:
+            raise TooDeep
+        if isinstance(value, dict):
+            return {key: _near(item, depth + 1) for key, item in value.items()}
+        return [_near(item, depth + 1) for item in value]
+    return value
+
+
+def near_args_hash(args: Any) -> str:
+    """SHA-256 (64 hex) of the call's arguments with every one-line string read as a command
+    (``near_command``): calls that differ only in whitespace, in switches (their order, a
+    cluster split or joined, one added or left out) or in a trailing ``/`` hash alike.  Keys,
+    numbers and multi-line strings count as they are.  Read by ``loopwatch.detectors.nearIdentical``
+    in place of ``args_hash``; ``TooDeep`` as ``args_hash``."""
+    return digest(_near(args))
 
 
 def js_json_stringify(value: Any, _depth: int = 0) -> str:
