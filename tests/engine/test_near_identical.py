@@ -91,3 +91,20 @@ def test_a_peer_profile_is_told_the_setting_is_ignored(profile):
     errors, notes = check({"loopwatch": {"profile": profile, "detectors": {"nearIdentical": True}}})
     assert not errors
     assert [n.path for n in notes] == ["loopwatch.detectors.nearIdentical"]
+
+
+def test_the_configuration_pages_snippet_turns_it_on():
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    section = page[page.index("**Near-identical calls**") :]
+    block = re.search(r"```yaml\n(.*?)```", section, re.S)
+    assert block is not None
+    root = yaml.safe_load(block.group(1))
+    assert check(root) == ([], [])
+    config = {**TIGHT, **root}
+    assert engine_for(config).config.settings_for(None).near_identical
+    assert [d.action for d in drive(config, FORMS)][4] == "block"
