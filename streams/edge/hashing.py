@@ -142,16 +142,24 @@ def near_command(text: str) -> str:
     return shlex.join(kept)
 
 
-def _near(value: Any, depth: int = 0) -> Any:
+def _near(value: Any, ancestors: list[int]) -> Any:
+    """``value`` with its strings read as commands; cycles and depth as ``stable_stringify``
+    meets them (a cycle is the string ``[Circular]``; ``TooDeep`` past ``JSON_DEPTH_LIMIT``)."""
     if isinstance(value, str):
         return near_command(value)
-    if isinstance(value, (dict, list, tuple)):
-        if depth >= JSON_DEPTH_LIMIT:
-            raise TooDeep
-        if isinstance(value, dict):
-            return {key: _near(item, depth + 1) for key, item in value.items()}
-        return [_near(item, depth + 1) for item in value]
-    return value
+    if not isinstance(value, (dict, list, tuple)):
+        return value
+    if id(value) in ancestors:
+        return "[Circular]"
+    if len(ancestors) >= JSON_DEPTH_LIMIT:
+        raise TooDeep
+    ancestors.append(id(value))
+    if isinstance(value, dict):
+        out: Any = {key: _near(item, ancestors) for key, item in value.items()}
+    else:
+        out = [_near(item, ancestors) for item in value]
+    ancestors.pop()
+    return out
 
 
 def near_args_hash(args: Any) -> str:
@@ -160,7 +168,7 @@ def near_args_hash(args: Any) -> str:
     cluster split or joined, one added or left out) or in a trailing ``/`` hash alike.  Keys,
     numbers and multi-line strings count as they are.  Read by ``loopwatch.detectors.nearIdentical``
     in place of ``args_hash``; ``TooDeep`` as ``args_hash``."""
-    return digest(_near(args))
+    return digest(_near(args, []))
 
 
 def js_json_stringify(value: Any, _depth: int = 0) -> str:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from schemas.events import InvalidEvent, ToolCallRequested, check_event, decode_event
 from streams.edge.canonical import TooDeep
 from streams.edge.events import completed_event, requested_event
-from streams.edge.hashing import near_args_hash, near_command
+from streams.edge.hashing import args_hash, near_args_hash, near_command
 
 
 def sha(text: str) -> str:
@@ -135,3 +135,20 @@ def test_a_near_args_hash_that_is_not_lowercase_hex_is_refused(bad):
     event = ToolCallRequested(event_id="e", run_id="r", tool_name="t", args_hash="t:" + "0" * 64, near_args_hash=bad)
     with pytest.raises(InvalidEvent, match="near_args_hash"):
         check_event(event)
+
+
+def test_cycles_and_depth_are_met_as_args_hash_meets_them():
+    cyclic: list = ["ls  -l"]
+    cyclic.append(cyclic)
+    assert near_args_hash(cyclic) == sha('["ls","[Circular]"]')
+    for depth in (127, 128, 129):
+        deep: object = "x"
+        for _ in range(depth):
+            deep = [deep]
+        try:
+            args_hash("t", deep)
+        except TooDeep:
+            with pytest.raises(TooDeep):
+                near_args_hash(deep)
+        else:
+            near_args_hash(deep)
