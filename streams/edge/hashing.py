@@ -110,6 +110,11 @@ def args_hash(tool_name: str, args: Any) -> str:
 # A switch: a short flag or a cluster of them (``-l``, ``-la``), or a long option without a value
 # (``--verbose``).  ``-5``, ``-n5`` and ``--format=json`` carry a value and are kept.
 _SWITCH = re.compile(r"-[A-Za-z]+|--[A-Za-z][A-Za-z-]*")
+# A string ``near_command`` returns as it is: one word that shlex.join would not quote, not a
+# switch, without a trailing /.
+_PLAIN = re.compile(r"(?![-])[\w@%+=:,./-]*(?<!/)", re.ASCII)
+_NEEDS_LEXER = re.compile(r"['\"\\#();<>|&]")
+_BLANKS = re.compile(r"[ \t]+")
 
 
 def near_command(text: str) -> str:
@@ -119,14 +124,21 @@ def near_command(text: str) -> str:
     token after ``--`` is an operand), a trailing ``/`` of an operand dropped, rejoined with
     single spaces (``shlex.join``).  A string with a newline (a script, a heredoc, a file's
     content, where whitespace can matter) or quotes that do not close is returned unchanged."""
+    if _PLAIN.fullmatch(text):  # one word, nothing to read (ids, names, numbers): most strings
+        return text
     if "\n" in text or "\r" in text:
         return text
-    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
-    lexer.whitespace_split = True
-    try:
-        tokens = list(lexer)
-    except ValueError:  # quotes that do not close: not a command we can read
-        return text
+    if _NEEDS_LEXER.search(text) is None:
+        # No quote, escape, comment or operator: shlex would split at blanks only (what it
+        # returns then, but several times faster).
+        tokens = [token for token in _BLANKS.split(text) if token]
+    else:
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        try:
+            tokens = list(lexer)
+        except ValueError:  # quotes that do not close: not a command we can read
+            return text
     kept: list[str] = []
     operands_only = False
     for token in tokens:
@@ -142,11 +154,15 @@ def near_command(text: str) -> str:
     return shlex.join(kept)
 
 
-def _near(value: Any, ancestors: list[int]) -> Any:
-    """``value`` with its strings read as commands; cycles and depth as ``stable_stringify``
-    meets them (a cycle is the string ``[Circular]``; ``TooDeep`` past ``JSON_DEPTH_LIMIT``)."""
+def _near(value: Any, ancestors: list[int], changed: list[bool]) -> Any:
+    """``value`` with its strings read as commands (``changed[0]`` set when one reads
+    otherwise); cycles and depth as ``stable_stringify`` meets them (a cycle is the string
+    ``[Circular]``; ``TooDeep`` past ``JSON_DEPTH_LIMIT``)."""
     if isinstance(value, str):
-        return near_command(value)
+        read = near_command(value)
+        if read != value:
+            changed[0] = True
+        return read
     if not isinstance(value, (dict, list, tuple)):
         return value
     if id(value) in ancestors:
@@ -155,20 +171,25 @@ def _near(value: Any, ancestors: list[int]) -> Any:
         raise TooDeep
     ancestors.append(id(value))
     if isinstance(value, dict):
-        out: Any = {key: _near(item, ancestors) for key, item in value.items()}
+        out: Any = {key: _near(item, ancestors, changed) for key, item in value.items()}
     else:
-        out = [_near(item, ancestors) for item in value]
+        out = [_near(item, ancestors, changed) for item in value]
     ancestors.pop()
     return out
 
 
-def near_args_hash(args: Any) -> str:
+def near_args_hash(args: Any, plain: str | None = None) -> str:
     """SHA-256 (64 hex) of the call's arguments with every one-line string read as a command
     (``near_command``): calls that differ only in whitespace, in switches (their order, a
     cluster split or joined, one added or left out) or in a trailing ``/`` hash alike.  Keys,
     numbers and multi-line strings count as they are.  Read by ``loopwatch.detectors.nearIdentical``
-    in place of ``args_hash``; ``TooDeep`` as ``args_hash``."""
-    return digest(_near(args, []))
+    in place of ``args_hash``; ``TooDeep`` as ``args_hash``.  ``plain``: the digest of ``args``
+    when the caller has it (``args_hash``'s hex), used when the reading changes nothing."""
+    changed = [False]
+    read = _near(args, [], changed)
+    if not changed[0]:
+        return digest(args) if plain is None else plain
+    return digest(read)
 
 
 def js_json_stringify(value: Any, _depth: int = 0) -> str:

@@ -152,3 +152,41 @@ def test_cycles_and_depth_are_met_as_args_hash_meets_them():
                 near_args_hash(deep)
         else:
             near_args_hash(deep)
+
+
+def _by_shlex(text: str) -> str:
+    """near_command's reading with shlex's lexer on every string (no shortcut)."""
+    import re
+    import shlex
+
+    if "\n" in text or "\r" in text:
+        return text
+    lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        tokens = list(lexer)
+    except ValueError:
+        return text
+    kept, operands_only = [], False
+    for token in tokens:
+        if not operands_only:
+            if token == "--":
+                operands_only = True
+                continue
+            if re.fullmatch(r"-[A-Za-z]+|--[A-Za-z][A-Za-z-]*", token):
+                continue
+        if len(token) > 1 and token.endswith("/"):
+            token = token.rstrip("/") or "/"
+        kept.append(token)
+    return shlex.join(kept)
+
+
+@given(st.text(alphabet=st.sampled_from(list("ab-/ \t.=_1'\"\\#;|&<>()é\u00a0")), max_size=20))
+def test_the_shortcuts_read_as_shlex_reads(text):
+    assert near_command(text) == _by_shlex(text)
+
+
+def test_arguments_that_read_as_they_are_hash_as_args_hash():
+    args = {"reservation_id": "ABC123", "n": 2}
+    assert near_args_hash(args) == args_hash("t", args)[2:]
+    assert near_args_hash(args, "f" * 64) == "f" * 64  # the caller's digest of args, reused
