@@ -280,11 +280,11 @@ evaluate: install
 	$(LOOPWATCH) evaluate $(EVALUATION)/*.jsonl.gz $(EVALUATION_ROWS) --json > $(EVALUATION)/report.json
 
 # loopwatch tune over the same sets (run `make evaluate DATA=...` first: it writes the events):
-# a loop planted into 30% of the runs (seed 28), then 60 seeded trials of configurable-final's
+# a loop planted into 30% of the runs (seed 28), then 800 seeded trials of configurable-final's
 # settings, 5 folds, at most 1% of successful runs stopped outside a loop.  Writes
 # $(EVALUATION)/planted.jsonl.gz, tuned.yaml (held-out figures in its comments) and front.png;
 # docs/evaluation.md, "Tuning on planted loops", has the figures.
-TUNE_ARGS ?= --trials 60 --folds 5 --seed 28 --max-false-alarms 0.01
+TUNE_ARGS ?= --trials 800 --folds 5 --seed 28 --max-false-alarms 0.01
 tune: install
 	@ls $(EVALUATION)/*.jsonl.gz >/dev/null 2>&1 || { echo "make tune: run make evaluate DATA=<directory> first (it imports the sets into $(EVALUATION))" >&2; exit 2; }
 	$(LOOPWATCH) plant $$(ls $(EVALUATION)/*.jsonl.gz | grep -v /planted.jsonl.gz) -o $(EVALUATION)/planted.jsonl.gz --seed 28 --fraction 0.3

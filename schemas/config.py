@@ -143,6 +143,11 @@ class LoopwatchDetectors(msgspec.Struct, forbid_unknown_fields=True, omit_defaul
     no upstream detector catches (OpenClaw issues #64500, #117637).  Warns at ``warningThreshold`` calls,
     blocks at ``criticalThreshold``; ping-pong (a cycle of 2) stays upstream's."""
     earlyWarning: bool | EarlyWarningConfig | None = None
+    nearIdentical: bool | None = None
+    """Count calls by ``near_args_hash`` (their arguments read loosely: whitespace, switches and
+    a trailing ``/`` of one-line commands do not count) instead of ``args_hash``, where a call
+    event carries it, in every detector: one command varied in ways that do not change what it
+    does repeats as one call."""
     """A warning, never a block, when the variety of the run's recent calls collapses against
     the run's own earlier calls, which tends to come before a loop: ``true`` for the defaults,
     or an object of ``window``, ``ratio`` and ``minCalls``."""
@@ -601,7 +606,7 @@ def _validate_options(options: Any, path: str, issues: list[ConfigIssue], *, roo
         if isinstance(detectors, dict) and isinstance(detectors.get("earlyWarning"), dict):
             _check_early_warning(detectors["earlyWarning"], f"{where}.earlyWarning", issues)
             detectors = {k: v for k, v in detectors.items() if k != "earlyWarning"}
-        _check_block_of(detectors, where, issues, {}, bools=("cycle", "earlyWarning"))
+        _check_block_of(detectors, where, issues, {}, bools=("cycle", "earlyWarning", "nearIdentical"))
     profile = options.get("profile")
     if profile is not None and profile not in PROFILES:
         issues.append(
@@ -669,6 +674,14 @@ def _note_early_warning_in_vain(options: Any, profile: str, path: str, notes: li
             ConfigIssue(
                 f"{path}.detectors.earlyWarning",
                 f"profile {profile} runs its own system's rules only: the early warning is off for its agents",
+                "ignored",
+            )
+        )
+    if profile in PEER_PROFILES and isinstance(detectors, dict) and detectors.get("nearIdentical") is True:
+        notes.append(
+            ConfigIssue(
+                f"{path}.detectors.nearIdentical",
+                f"profile {profile} runs its own system's rules only: nearIdentical is off for its agents",
                 "ignored",
             )
         )

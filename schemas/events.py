@@ -77,6 +77,17 @@ CheckedDigest = Annotated[
 """A digest msgspec checks itself while decoding: for optional fields that are rarely present
 (the peer profiles'), where its ``re`` search costs nothing on the events without them and
 ``check_event`` needs no branch on the hot path."""
+NearDigest = Annotated[
+    str,
+    msgspec.Meta(
+        min_length=HASH_LENGTH,
+        max_length=HASH_LENGTH,
+        description="64 lowercase hex (SHA-256)",
+        extra_json_schema={"pattern": DIGEST_PATTERN},
+    ),
+]
+"""A digest on most events when present (``near_args_hash``): its pattern is checked by
+``check_event`` with ``a2b_hex``, not by msgspec's ``re`` search on every event."""
 OutcomeKind = Literal["terminal-exec-failure", "write-mutation"]
 Unset = msgspec.UnsetType
 UNSET = msgspec.UNSET
@@ -128,6 +139,11 @@ class ToolCallRequested(_Event, tag=names.TOOL_CALL_REQUESTED, kw_only=True, fro
     """Gemini CLI's key of the call, SHA-256 of ``<tool>:<JSON.stringify(args)>``
     (``hashing.gemini_call_key``: the arguments' key order counts), left out when unset.  Read
     by profile gemini-cli, which falls back to ``args_hash`` without it."""
+    near_args_hash: NearDigest | Unset = UNSET
+    """SHA-256 of the arguments read loosely (``hashing.near_args_hash``: one-line strings as
+    shell commands, whitespace collapsed, switches dropped), left out when unset: calls that
+    differ only in ways that do not change what they do hash alike.  Read in place of
+    ``args_hash`` by ``loopwatch.detectors.nearIdentical``; ignored otherwise."""
 
 
 class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True, frozen=True):
@@ -160,6 +176,8 @@ class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True, fro
     trace_id: TraceId | Unset = UNSET
     """As on the requested event."""
     target: Target | Unset = UNSET
+    """As on the requested event."""
+    near_args_hash: NearDigest | Unset = UNSET
     """As on the requested event."""
 
 
@@ -350,6 +368,9 @@ def check_event(event: ToolCallEvent) -> None:
             if tool != "write":
                 raise InvalidEvent(names.INVALID_EVENT, "target_hash is for tool 'write' only - at `$.target_hash`")
             _check_digest(target_hash, "target_hash", DIGEST_PATTERN)
+        near = call.near_args_hash
+        if near is not UNSET and not _is_hex(near):
+            raise InvalidEvent(names.INVALID_EVENT, "near_args_hash must be 64 lowercase hex - at `$.near_args_hash`")
         if kind is ToolCallCompleted:
             done: ToolCallCompleted = event  # type: ignore[assignment]  # (kind)
             result_hash = done.result_hash

@@ -641,6 +641,7 @@ def _config_check(args: argparse.Namespace) -> int:
                 "mode": config.mode_for(agent),
                 "detectors": {
                     "cycle": s.cycle,
+                    "nearIdentical": s.near_identical,
                     "earlyWarning": False if s.early_warning is None else s.early_warning.as_dict(),
                 },
             },

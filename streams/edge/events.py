@@ -22,7 +22,16 @@ from schemas.events import (
 )
 
 from .canonical import UNDEFINED
-from .hashing import Outcome, args_hash, gemini_call_key, hash_outcome, is_known_poll, text_hash, write_target_hash
+from .hashing import (
+    Outcome,
+    args_hash,
+    gemini_call_key,
+    hash_outcome,
+    is_known_poll,
+    near_args_hash,
+    text_hash,
+    write_target_hash,
+)
 
 __all__ = [
     "UNDEFINED",
@@ -67,7 +76,9 @@ def requested_event(
     to and, on a send, the session key or agent id the message goes to.  ``thought``
     (optional): the text the model wrote with the call, sent as its hash (profile openhands
     tells actions apart by it).  ``gemini_key``: also send Gemini CLI's own key of the call
-    (``call_key``, for profile gemini-cli)."""
+    (``call_key``, for profile gemini-cli).  ``near_args_hash`` (the arguments read loosely,
+    ``hashing.near_args_hash``) is always sent: ``loopwatch.detectors.nearIdentical`` reads it."""
+    call_hash = args_hash(tool_name, args)
     return ToolCallRequested(
         event_id=event_id,
         run_id=run_id,
@@ -77,7 +88,7 @@ def requested_event(
         ts_ms=ts_ms,
         tool_call_id=tool_call_id,
         tool_name=tool_name,
-        args_hash=args_hash(tool_name, args),
+        args_hash=call_hash,
         known_poll=is_known_poll(tool_name, args),
         gate=gate,
         target_hash=write_target_hash(tool_name, args),
@@ -85,6 +96,7 @@ def requested_event(
         target=target or UNSET,
         thought_hash=UNSET if thought is None else text_hash(thought),
         call_key=gemini_call_key(tool_name, args) if gemini_key else UNSET,
+        near_args_hash=near_args_hash(args, call_hash[len(tool_name) + 1 :]),
     )
 
 
@@ -109,10 +121,11 @@ def completed_event(
     outcome = hash_outcome(
         tool_name, args, result=result, error=error, returned=returned, provider_send_tools=provider_send_tools
     )
+    call_hash = args_hash(tool_name, args)
     return completed_from_outcome(
         event_id,
         tool_name,
-        args_hash(tool_name, args),
+        call_hash,
         outcome,
         target_hash=write_target_hash(tool_name, args),
         tool_call_id=tool_call_id,
@@ -123,6 +136,7 @@ def completed_event(
         ts_ms=ts_ms,
         trace_id=trace_id or UNSET,
         target=target or UNSET,
+        near_args_hash=near_args_hash(args, call_hash[len(tool_name) + 1 :]),
     )
 
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+import shlex
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -47,6 +48,8 @@ __all__ = [
     "hash_outcome",
     "is_known_poll",
     "is_send_call",
+    "near_args_hash",
+    "near_command",
     "strip_volatile_send_ids",
     "text_hash",
     "unknown_tool_name",
@@ -102,6 +105,91 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
 def args_hash(tool_name: str, args: Any) -> str:
     """The call signature ``<tool>:<sha256 of canonical args>``; args are hashed as received."""
     return f"{tool_name}:{digest(args)}"
+
+
+# A switch: a short flag or a cluster of them (``-l``, ``-la``), or a long option without a value
+# (``--verbose``).  ``-5``, ``-n5`` and ``--format=json`` carry a value and are kept.
+_SWITCH = re.compile(r"-[A-Za-z]+|--[A-Za-z][A-Za-z-]*")
+# A string ``near_command`` returns as it is: one word that shlex.join would not quote, not a
+# switch, without a trailing /.
+_PLAIN = re.compile(r"(?![-])[\w@%+=:,./-]*(?<!/)", re.ASCII)
+_NEEDS_LEXER = re.compile(r"['\"\\#();<>|&]")
+_BLANKS = re.compile(r"[ \t]+")
+
+
+def near_command(text: str) -> str:
+    """A one-line command string as ``near_args_hash`` reads it: tokenised as a POSIX shell
+    does (``shlex``, quotes honoured, so whitespace inside quotes counts; ``&&``, ``|``, ``;``
+    split off however they are spaced), switches dropped (``-l``, ``-la``, ``--verbose``; a
+    token after ``--`` is an operand), a trailing ``/`` of an operand dropped, rejoined with
+    single spaces (``shlex.join``).  A string with a newline (a script, a heredoc, a file's
+    content, where whitespace can matter) or quotes that do not close is returned unchanged."""
+    if _PLAIN.fullmatch(text):  # one word, nothing to read (ids, names, numbers): most strings
+        return text
+    if "\n" in text or "\r" in text:
+        return text
+    if _NEEDS_LEXER.search(text) is None:
+        # No quote, escape, comment or operator: shlex would split at blanks only (what it
+        # returns then, but several times faster).
+        tokens = [token for token in _BLANKS.split(text) if token]
+    else:
+        lexer = shlex.shlex(text, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        try:
+            tokens = list(lexer)
+        except ValueError:  # quotes that do not close: not a command we can read
+            return text
+    kept: list[str] = []
+    operands_only = False
+    for token in tokens:
+        if not operands_only:
+            if token == "--":
+                operands_only = True
+                continue
+            if _SWITCH.fullmatch(token):
+                continue
+        if len(token) > 1 and token.endswith("/"):
+            token = token.rstrip("/") or "/"
+        kept.append(token)
+    return shlex.join(kept)
+
+
+def _near(value: Any, ancestors: list[int], changed: list[bool]) -> Any:
+    """``value`` with its strings read as commands (``changed[0]`` set when one reads
+    otherwise); cycles and depth as ``stable_stringify`` meets them (a cycle is the string
+    ``[Circular]``; ``TooDeep`` past ``JSON_DEPTH_LIMIT``)."""
+    if isinstance(value, str):
+        read = near_command(value)
+        if read != value:
+            changed[0] = True
+        return read
+    if not isinstance(value, (dict, list, tuple)):
+        return value
+    if id(value) in ancestors:
+        return "[Circular]"
+    if len(ancestors) >= JSON_DEPTH_LIMIT:
+        raise TooDeep
+    ancestors.append(id(value))
+    if isinstance(value, dict):
+        out: Any = {key: _near(item, ancestors, changed) for key, item in value.items()}
+    else:
+        out = [_near(item, ancestors, changed) for item in value]
+    ancestors.pop()
+    return out
+
+
+def near_args_hash(args: Any, plain: str | None = None) -> str:
+    """SHA-256 (64 hex) of the call's arguments with every one-line string read as a command
+    (``near_command``): calls that differ only in whitespace, in switches (their order, a
+    cluster split or joined, one added or left out) or in a trailing ``/`` hash alike.  Keys,
+    numbers and multi-line strings count as they are.  Read by ``loopwatch.detectors.nearIdentical``
+    in place of ``args_hash``; ``TooDeep`` as ``args_hash``.  ``plain``: the digest of ``args``
+    when the caller has it (``args_hash``'s hex), used when the reading changes nothing."""
+    changed = [False]
+    read = _near(args, [], changed)
+    if not changed[0]:
+        return digest(args) if plain is None else plain
+    return digest(read)
 
 
 def js_json_stringify(value: Any, _depth: int = 0) -> str:

@@ -148,6 +148,9 @@ class Settings:
     """loopwatch option: ask runners to show emitted warnings to the model (upstream: no)."""
     cycle: bool = False
     """loopwatch option: the ``cycle`` detector (``loopwatch.detectors.cycle``; upstream: none)."""
+    near_identical: bool = False
+    """loopwatch option: count calls by ``near_args_hash`` where an event carries it
+    (``loopwatch.detectors.nearIdentical``; upstream: ``args_hash`` always)."""
     early_warning: EarlyWarningSettings | None = None
     """loopwatch option: the warn-only entropy-collapse detector
     (``loopwatch.detectors.earlyWarning``; upstream: none), None when off."""
@@ -391,7 +394,7 @@ class ConfigSet:
         if self.scope != RUN_SCOPE or self.fleet_incidents is not None or self.agent_rings is not None:
             return True
         return any(
-            settings.cycle or settings.early_warning is not None
+            settings.cycle or settings.near_identical or settings.early_warning is not None
             for settings in map(self.settings_for, (None, *self.agent_ids()))
         )
 
@@ -463,6 +466,7 @@ class ConfigSet:
             else None,
             surface_warnings=options.get("surfaceWarnings") is True,
             cycle=_get(options.get("detectors"), "cycle") is True,
+            near_identical=_get(options.get("detectors"), "nearIdentical") is True,
             early_warning=_early_warning(_get(options.get("detectors"), "earlyWarning")),
             peer=profile if profile in PEER_PROFILES else None,
         )

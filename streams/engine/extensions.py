@@ -8,6 +8,9 @@
   buffer does for a session without run ids).
 * ``loopwatch.detectors.cycle``: ``detectors.detect_cycle`` on the history before the call is
   recorded.
+* ``loopwatch.detectors.nearIdentical``: a call event that carries ``near_args_hash`` is judged
+  as if its ``args_hash`` were ``<tool>:<near_args_hash>``, so every detector (and the
+  decision's ``args_hash``) counts near-identical calls as one.
 * ``loopwatch.detectors.earlyWarning``: ``early_warning.observe`` on every checked call, its
   warning shown only on a call no other detector has a finding on (it never blocks).
 * ``loopwatch.agentRings``: a send whose (sender, target) is a hop of a ring the fleet
@@ -33,7 +36,7 @@ from typing import Any
 import msgspec
 
 from schemas.config import SESSION_SCOPE
-from schemas.events import RunEnded, ToolCallRequested, check_event
+from schemas.events import UNSET, RunEnded, ToolCallCompleted, ToolCallRequested, check_event
 from schemas.fleet import IncidentOpened
 from schemas.keys import normalize_run_id, session_scope_key
 from schemas.names import CRITICAL, WARNING
@@ -81,11 +84,26 @@ class _Extensions(LoopEngine):
         self.rings_on = options.agent_rings is not None
         self.incidents_on = options.fleet_incidents is not None
         self.fleet_records = self.rings_on or self.incidents_on
+        self.near_on = any(map(self._near_for, (None, *options.agent_ids())))
         self.fleet: FleetView | None = None
         """The fleet topology's findings (set by whoever drives the engine: the worker's mirror,
         ``FleetSimulator`` in a replay); None: no rings or incidents are known."""
 
+    def _near_for(self, agent_id: str | None) -> bool:
+        return self.settings_for(agent_id).near_identical
+
     def handle(self, state: RunState | None, event: Any, validated: bool = False) -> Step:
+        if self.near_on:
+            kind = type(event)
+            if (
+                (kind is ToolCallRequested or kind is ToolCallCompleted)
+                and event.near_args_hash is not UNSET
+                and self._near_for(event.agent_id)
+            ):
+                if not validated:  # the event as sent, both hashes, before one replaces the other
+                    check_event(event)
+                    validated = True
+                event = msgspec.structs.replace(event, args_hash=f"{event.tool_name}:{event.near_args_hash}")
         if not self.session_scope:
             return super().handle(state, event, validated=validated)
         kind = type(event)

@@ -148,6 +148,7 @@ def run_events(run: Run, *, agent_id: str | None = None) -> Iterator[ToolCallEve
             requested.args_hash,
             outcome,
             target_hash=requested.target_hash,
+            near_args_hash=requested.near_args_hash,
             tool_call_id=call_id,
             run_id=run_id,
             session_key=run_id,

@@ -166,6 +166,7 @@ def obey(events: Iterator[ToolCallEvent], engine) -> Iterator[ToolCallEvent]:
                 tool_call_id=event.tool_call_id,
                 tool_name=event.tool_name,
                 args_hash=event.args_hash,
+                near_args_hash=event.near_args_hash,
                 loop_veto=True,
             )
         step = runs.handle(event)

@@ -59,7 +59,10 @@ __all__ = [
 ]
 
 MIN_LOOP = 5
-HISTORY = (8, 10, 12, 16, 20, 30)
+HISTORY = (3, 4, 5, 6, 8, 10, 12, 16, 20, 30)
+"""A history no longer than the critical threshold counts only an unbroken run of one call
+(the last ``historySize`` calls all the same, as Roo Code's consecutive rule): the short ones
+are in the space for that."""
 CRITICAL = (3, 4, 5, 6, 8, 10, 15, 20)
 BREAKER = (10, 15, 20, 30, 50)
 BUDGETS = (0.0, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 1.0)
@@ -111,7 +114,8 @@ def sample_trials(trials: int, seed: int) -> list[dict]:
                 "pingPong": rng.random() < 0.5,
             },
         }
-        config = {"tools": {"loopDetection": block}, "loopwatch": {"detectors": {"cycle": rng.random() < 0.5}}}
+        own = {"cycle": rng.random() < 0.5, "nearIdentical": rng.random() < 0.5}
+        config = {"tools": {"loopDetection": block}, "loopwatch": {"detectors": own}}
         if repr(config) not in seen:
             seen.add(repr(config))
             out.append(config)

@@ -229,7 +229,11 @@ def test_config_check_shows_the_fleet_wide_options():
         },
         "agentRings": {"enabled": True, "warningThreshold": 3, "criticalThreshold": 5, "windowSeconds": 3600},
     }
-    assert effective["(default)"]["loopwatch"]["detectors"] == {"cycle": True, "earlyWarning": False}
+    assert effective["(default)"]["loopwatch"]["detectors"] == {
+        "cycle": True,
+        "nearIdentical": False,
+        "earlyWarning": False,
+    }
     # Issue 26: that incidents can be forged without signed events, in one warning line.
     assert proc.stderr.strip().splitlines() == [
         "loopwatch config check: warning: loopwatch.fleetIncidents: without signed events (LOOPWATCH_SIGNING_KEYS) "

@@ -10,7 +10,7 @@ numbered from 1; "executed" is the calls that ran before the stop):
   counted after the first): 4 executed, 3 into the loop, 5 saved.  Gemini CLI stops call 6
   (the 5th identical): 5 executed, 4 into the loop, 4 saved.  OpenHands is stuck after call 5
   (4 identical pairs): 5 executed, 4 into the loop, 4 saved.  The recommended config
-  (history 8, critical 4) blocks call 6, whose 4 earlier outcomes in the history are one
+  (history 6, critical 4) blocks call 6, whose 4 earlier outcomes in the history are one
   failure: 5 executed, 4 into the loop, 4 saved.  Upstream's defaults block at 20: nothing.
 * B, reward 1 (successful): ``ls``, ``cat f`` -> the same text 4 times (a loop of 4), ``finish``:
   6 calls.  Roo Code refuses the 4th ``cat`` (call 5): 4 executed, 3 into the loop, 2 saved; a
@@ -19,8 +19,10 @@ numbered from 1; "executed" is the calls that ran before the stop):
 * C, reward 0: ``run make`` 3 times, each a different ``Error: ...``, then ``fix``: no strict
   loop (the results differ).  Only OpenHands fires: 3 identical erroring actions, stuck after
   call 3, 1 saved.
-* D, reward 0: ``a b c`` 5 times (15 calls).  Only Gemini CLI fires: a cycle of 3 repeated 5
-  times completes at call 15, stopped: 14 executed, 1 saved.
+* D, reward 0: ``a b c`` 5 times (15 calls).  Gemini CLI fires: a cycle of 3 repeated 5
+  times completes at call 15, stopped: 14 executed, 1 saved.  The recommended config's cycle
+  detector blocks call 6, the first whose tail (calls 1-6) holds the cycle twice, 6 calls, at
+  least its critical 4: 5 executed, 10 saved (no strict loop: not counted as a catch).
 """
 
 from __future__ import annotations
@@ -90,11 +92,11 @@ def test_hand_counted_transcript(tmp_path):
     }
     assert rows["recommended"] == {
         "warned": 0,
-        "blocked": 1,
+        "blocked": 2,
         "aborted": 0,
         "loops": {"3": (1, 2, 4, 4), "5": (1, 1, 4, 4), "10": none},
         "false_alarms": 0,
-        "saved": 4,
+        "saved": 4 + 10,
     }
     assert rows["Roo Code"] == {
         "warned": 0,

@@ -124,4 +124,8 @@ def test_config_check_shows_the_early_warning_resolved(tmp_path):
     proc = loopwatch("config", "check", config, "--json")
     assert proc.returncode == 0, proc.stderr
     detectors = json.loads(proc.stdout)["(default)"]["loopwatch"]["detectors"]
-    assert detectors == {"cycle": False, "earlyWarning": {"window": 8, "ratio": 0.5, "minCalls": 20}}
+    assert detectors == {
+        "cycle": False,
+        "nearIdentical": False,
+        "earlyWarning": {"window": 8, "ratio": 0.5, "minCalls": 20},
+    }

@@ -129,7 +129,13 @@ def events_of(call: ToolSpan, next_id: Any) -> tuple[ToolCallRequested, ToolCall
     else:
         outcome = hash_outcome(call.tool_name, call.args, result=UNDEFINED if call.result is None else call.result)
     completed = completed_from_outcome(
-        next_id(), call.tool_name, requested.args_hash, outcome, target_hash=requested.target_hash, **fields
+        next_id(),
+        call.tool_name,
+        requested.args_hash,
+        outcome,
+        target_hash=requested.target_hash,
+        near_args_hash=requested.near_args_hash,
+        **fields,
     )
     return requested, completed
 

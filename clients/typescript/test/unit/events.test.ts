@@ -61,9 +61,10 @@ test("every event type is valid against the schema, for random calls and outcome
   assertValid(runEndedEvent("e5", null, { ...FIELDS, run_id: null, session_id: "s-1" }));
 });
 
-// Issue 17's optional fields (trace_id, target: agent rings) are left out of a record when
-// unset, by both clients; this client does not set them (yet).
-const UNSET_OPTIONAL = new Set(["trace_id", "target", "thought_hash", "call_key"]);
+// Optional fields left out of a record when unset: trace_id and target (agent rings), which this
+// client does not set (yet), the peer profiles' thought_hash and call_key (set when asked for),
+// and near_args_hash, which only Python's edge sets (the README says so).
+const UNSET_OPTIONAL = new Set(["trace_id", "target", "thought_hash", "call_key", "near_args_hash"]);
 
 test("every event carries every field the schema defines for its type, and no other", () => {
   const defs = eventSchema.$defs as Record<string, { properties: Record<string, unknown> }>;
