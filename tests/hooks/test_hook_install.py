@@ -44,7 +44,9 @@ def test_install_http_replaces_the_command_hooks_idempotently_with_a_backup(tmp_
     assert "nothing changed" in install(path, hook)
     assert path.read_text() == first
     pre = json.loads(first)["hooks"]["PreToolUse"]
-    assert pre == [other, {"matcher": "*", "hooks": [{"type": "http", "url": hook["url"], "timeout": 10}]}]
+    bearer = {"Authorization": "Bearer ${LOOPWATCH_HOOK_TOKEN}"}
+    ours = {"type": "http", "url": hook["url"], "headers": bearer, "allowedEnvVars": ["LOOPWATCH_HOOK_TOKEN"]}
+    assert pre == [other, {"matcher": "*", "hooks": [{**ours, "timeout": 10}]}]
     install(path, DEFAULT_COMMAND)  # and back: the HTTP hook is loopwatch's, replaced
     assert [g["hooks"][0]["type"] for g in json.loads(path.read_text())["hooks"]["PreToolUse"]] == ["http", "command"]
 

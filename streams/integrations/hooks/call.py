@@ -24,6 +24,9 @@ MAX_LINE = 4 * 1024 * 1024
 """Longest request or answer line: a hook payload carries the tool's whole output."""
 SOCKET_ENV = "LOOPWATCH_HOOK_SOCKET"
 DEFAULT_TIMEOUT_S = 5.0
+TOKEN_ENV = "LOOPWATCH_HOOK_TOKEN"
+"""The HTTP endpoint's bearer token, for the serve process (else it is kept in a file) and for
+Claude Code, which fills it into the HTTP hook's ``Authorization`` header."""
 USAGE = "usage: loopwatch hook claude-code|codex|gemini [--socket PATH] [--timeout S] [--fail-closed]"
 
 
@@ -32,8 +35,17 @@ def default_socket() -> str:
     explicit = os.environ.get(SOCKET_ENV)
     if explicit:
         return explicit
+    return _runtime_path("sock")
+
+
+def default_token_file() -> str:
+    """Where ``hook --serve --http`` keeps its bearer token when ``$LOOPWATCH_HOOK_TOKEN`` is unset."""
+    return _runtime_path("token")
+
+
+def _runtime_path(suffix: str) -> str:
     base = os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("TMPDIR") or "/tmp"  # tempfile costs ms
-    return os.path.join(base, f"loopwatch-hook-{os.getuid()}.sock")
+    return os.path.join(base, f"loopwatch-hook-{os.getuid()}.{suffix}")
 
 
 def parse(argv: list[str]) -> tuple[str, str, float, bool] | str:

@@ -28,6 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also answer Claude Code's HTTP hooks at POST http://HOST:PORT/hooks/claude-code (0: any free port)",
     )
     p.add_argument("--http-host", default="127.0.0.1", metavar="HOST", help="the --http address (default: 127.0.0.1)")
+    p.add_argument(
+        "--http-token-file",
+        default=None,
+        metavar="PATH",
+        help="the --http bearer token's file, made with a random token if missing (default: $LOOPWATCH_HOOK_TOKEN, "
+        "else a per-user file next to the default socket)",
+    )
     p.add_argument("--tool-calls-topic", default="tool-calls")
     p.add_argument("--verdicts-topic", default="loop-verdicts")
     p.add_argument("--timeout", type=float, default=1.0, metavar="S", help="seconds to wait for a decision")
@@ -100,7 +107,19 @@ def main(argv: list[str]) -> int:
             f"{PROG}: --timeout is above 0 and at most {DEFAULT_TIMEOUT_S}s (the per-call command's)", file=sys.stderr
         )
         return 2
+    if args.http_token_file is not None and args.http is None:
+        print(f"{PROG}: --http-token-file is the --http endpoint's: give --http PORT too", file=sys.stderr)
+        return 2
     args.socket = args.socket or default_socket()
+    args.http_token = args.http_token_where = None
+    if args.http is not None:
+        from .http_endpoint import TokenError, http_token
+
+        try:
+            args.http_token, args.http_token_where = http_token(args.http_token_file)
+        except TokenError as exc:
+            print(f"{PROG} --serve: {exc}", file=sys.stderr)
+            return 2
     from schemas.config import ConfigError
     from streams.app.broker_options import client_settings, signing_key_of
 

@@ -16,6 +16,8 @@ from typing import Any
 
 from schemas.errors import LoopwatchError
 
+from .call import TOKEN_ENV
+
 HOOK_TIMEOUT_S = 10
 """The CLI's own limit on one hook command (the per-call command gives up first)."""
 
@@ -85,7 +87,8 @@ HTTP_CLIS = ("claude-code",)
 
 
 def http_hook(cli: str, url: str) -> dict[str, Any]:
-    """An HTTP hook to ``loopwatch hook --serve --http``: ``url`` is its ``/hooks/<cli>`` URL."""
+    """An HTTP hook to ``loopwatch hook --serve --http``: ``url`` is its ``/hooks/<cli>`` URL;
+    the request carries the bearer token from ``$LOOPWATCH_HOOK_TOKEN`` in Claude Code's environment."""
     from urllib.parse import urlsplit
 
     if cli not in HTTP_CLIS:
@@ -95,7 +98,13 @@ def http_hook(cli: str, url: str) -> dict[str, Any]:
         raise InstallError(f"--http {url[:100]!r} is not an http:// URL")
     if not parts.path.rstrip("/").endswith(f"/hooks/{cli}"):
         raise InstallError(f"--http {url[:100]!r}: loopwatch answers {cli} at the path /hooks/{cli}")
-    return {"type": "http", "url": url, "timeout": CLIS[cli].timeout}
+    return {
+        "type": "http",
+        "url": url,
+        "headers": {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"},
+        "allowedEnvVars": [TOKEN_ENV],
+        "timeout": CLIS[cli].timeout,
+    }
 
 
 def cli_hooks(cli: str, command: str | dict[str, Any]) -> dict[str, list[dict[str, Any]]]:

@@ -128,9 +128,11 @@ async def serve(args: Any) -> int:
         if args.http is not None:
             from .http_endpoint import HttpHookEndpoint
 
-            endpoint = HttpHookEndpoint(server, args.http_host, args.http, fail_closed=args.fail_closed)
+            endpoint = HttpHookEndpoint(
+                server, args.http_host, args.http, token=args.http_token, fail_closed=args.fail_closed
+            )
             await endpoint.start()
-            where += f" and http://{endpoint.address}/hooks/claude-code"
+            where += f" and http://{endpoint.address}/hooks/claude-code (bearer token: {args.http_token_where})"
         how = "closed: a tool call is denied" if args.fail_closed else "open: a tool call runs"
         print(
             f"loopwatch hook: serving on {where} (Kafka {args.bootstrap}); fails {how} "
