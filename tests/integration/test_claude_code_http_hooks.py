@@ -229,16 +229,16 @@ def test_http_hook_without_the_bearer_token_gets_a_401_and_a_one_line_log(lw, tm
     assert [line.rsplit(": ", 1)[1] for line in refusals] == [
         "no bearer token (401)", "wrong bearer token (401)", "no bearer token (401)"
     ], err[-2000:]  # fmt: skip
-    assert all(line.startswith("WARNING loopwatch.hook: refused an HTTP hook request from 127.0.0.1:") for line in refusals)
+    logged = "WARNING loopwatch.hook: refused an HTTP hook request from 127.0.0.1:"
+    assert all(line.startswith(logged) for line in refusals), refusals
 
 
 def test_http_hook_fails_closed_with_a_200_deny_when_no_decision_arrives(lw, tmp_path):
     """Claude Code runs the call on any non-2xx answer, so a fail-closed deny must be a 200."""
     worker = lw.configured_worker(CONFIG)
     token_file = tmp_path / "token"
-    serve = start_serve(
-        lw, tmp_path / "hook.sock", "--http", "0", "--fail-closed", "--timeout", "1", "--http-token-file", str(token_file)
-    )
+    http = ("--http", "0", "--http-token-file", str(token_file))
+    serve = start_serve(lw, tmp_path / "hook.sock", *http, "--fail-closed", "--timeout", "1")
     try:
         parts = urlsplit(http_url_of(serve))
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)

@@ -42,8 +42,13 @@ MAX_HEAD = 16 * 1024
 IDLE_S = 120.0
 """A kept-alive connection that sends nothing for this long is closed."""
 MIN_TOKEN = 16
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required"}
-_REASONS |= {413: "Content Too Large", 431: "Request Header Fields Too Large", 500: "Internal Server Error"}
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed"}
+_REASONS |= {
+    411: "Length Required",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+}
 
 
 class TokenError(PayloadError):
