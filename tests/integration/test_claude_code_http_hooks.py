@@ -151,8 +151,8 @@ def test_claude_code_without_the_token_is_refused_and_logged_and_its_calls_run_u
         stop(serve)
         err = serve.stderr.read() if serve.stderr else ""
     refusals = [line for line in err.splitlines() if "refused an HTTP hook request" in line]
-    # A PreToolUse and a PostToolUse per call, and the SessionEnd: each refused, each one line.
-    assert len(refusals) == 2 * calls + 1, err[-2000:]
+    # A PreToolUse, a PostToolUse and a PostToolBatch per call, and the SessionEnd: each refused, each one line.
+    assert len(refusals) == 3 * calls + 1, err[-2000:]
     assert all(line.endswith(": no bearer token (401)") for line in refusals), refusals
 
 
@@ -237,8 +237,8 @@ def test_http_hook_fails_closed_with_a_200_deny_when_no_decision_arrives(lw, tmp
     """Claude Code runs the call on any non-2xx answer, so a fail-closed deny must be a 200."""
     worker = lw.configured_worker(CONFIG)
     token_file = tmp_path / "token"
-    http = ("--http", "0", "--http-token-file", str(token_file))
-    serve = start_serve(lw, tmp_path / "hook.sock", *http, "--fail-closed", "--timeout", "1")
+    endpoint = ("--http", "0", "--http-token-file", str(token_file))
+    serve = start_serve(lw, tmp_path / "hook.sock", *endpoint, "--fail-closed", "--timeout", "1")
     try:
         parts = urlsplit(http_url_of(serve))
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)

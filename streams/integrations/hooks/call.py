@@ -118,14 +118,8 @@ def unavailable_output(cli: str, payload: dict, reason: str) -> dict | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parsed = parse(list(argv))
-    if isinstance(parsed, str):
-        print(f"loopwatch hook: {parsed} ({USAGE})", file=sys.stderr)
-        return 2
-    cli, path, timeout, closed = parsed
-    raw = sys.stdin.buffer.read(MAX_LINE + 1)
+def read_payload(raw: bytes) -> dict | str:
+    """The hook input on stdin, or what is wrong with it in one line."""
     try:
         if len(raw) > MAX_LINE:
             raise ValueError(f"longer than {MAX_LINE} bytes")
@@ -133,10 +127,41 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(payload, dict):
             raise ValueError("not a JSON object")
     except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
-        print(f"loopwatch hook: the hook input on stdin is not a JSON object: {str(exc)[:200]}", file=sys.stderr)
-        return 1
+        return f"the hook input on stdin is not a JSON object: {str(exc)[:200]}"
     except RecursionError:  # json recurses once per level of nesting
-        print("loopwatch hook: the hook input on stdin is nested too deep to read", file=sys.stderr)
+        return "the hook input on stdin is nested too deep to read"
+    return payload
+
+
+def unanswered(cli: str, payload: dict | bytes, path: str, exc: Exception, closed: bool) -> int:
+    """What the per-call command does when the serve process gives no decision (``exc``): one
+    line on stderr, then nothing (fail open: the call runs) or a deny (``closed``).  The relay
+    (``relay``) comes here too, with the raw stdin it did not read itself."""
+    if isinstance(payload, bytes):
+        read = read_payload(payload)
+        if isinstance(read, str):
+            print(f"loopwatch hook: {read}", file=sys.stderr)
+            return 1
+        payload = read
+    reason = f"no answer from loopwatch hook --serve at {path}: {exc or type(exc).__name__}"
+    print(f"loopwatch hook: {reason}; failing {'closed' if closed else 'open'}", file=sys.stderr)
+    output = unavailable_output(cli, payload, reason) if closed else None
+    if output is not None:
+        sys.stdout.write(json.dumps(output))
+        sys.stdout.flush()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parsed = parse(list(argv))
+    if isinstance(parsed, str):
+        print(f"loopwatch hook: {parsed} ({USAGE})", file=sys.stderr)
+        return 2
+    cli, path, timeout, closed = parsed
+    payload = read_payload(sys.stdin.buffer.read(MAX_LINE + 1))
+    if isinstance(payload, str):
+        print(f"loopwatch hook: {payload}", file=sys.stderr)
         return 1
     request = json.dumps({"cli": cli, "payload": payload}, separators=(",", ":")).encode() + b"\n"
     try:
@@ -145,9 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(str(answer["error"])[:300])
         output = answer.get("output")
     except (OSError, ValueError) as exc:
-        reason = f"no answer from loopwatch hook --serve at {path}: {exc or type(exc).__name__}"
-        print(f"loopwatch hook: {reason}; failing {'closed' if closed else 'open'}", file=sys.stderr)
-        output = unavailable_output(cli, payload, reason) if closed else None
+        return unanswered(cli, payload, path, exc, closed)
     if output is not None:
         sys.stdout.write(json.dumps(output))
         sys.stdout.flush()

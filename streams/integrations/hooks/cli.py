@@ -58,7 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default: the project's .claude/settings.json or .gemini/settings.json, Codex CLI's ~/.codex/hooks.json",
     )
-    i.add_argument("--command", default=None, help="the per-call command (default: loopwatch hook <cli>)")
+    i.add_argument(
+        "--command",
+        default=None,
+        help="the per-call command (default: this Python running the fast relay, python -I -S .../relay.py <cli>; "
+        "loopwatch hook <cli> does the same, slower to start)",
+    )
     i.add_argument(
         "--http",
         dest="install_http",
@@ -75,7 +80,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.action == "install":
         from .install import CLIS as SETTINGS
-        from .install import InstallError, default_command, hook_command, http_hook, install
+        from .install import InstallError, hook_command, http_hook, install, relay_command
 
         if args.install_http is not None:
             try:
@@ -88,7 +93,7 @@ def main(argv: list[str]) -> int:
                 return 2
             return 0
         command = hook_command(
-            args.command or default_command(args.cli), socket=args.install_socket, fail_closed=args.install_fail_closed
+            args.command or relay_command(args.cli), socket=args.install_socket, fail_closed=args.install_fail_closed
         )
         try:
             print(install(Path(args.settings or SETTINGS[args.cli].path()), command, args.cli))
