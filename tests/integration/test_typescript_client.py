@@ -455,8 +455,13 @@ async def test_ai_sdk_tools_warn_the_model_refuse_a_repeated_call_and_end_an_abo
     unknown = report["unknown"]
     assert (unknown["steps"], unknown["text"]) == (2, "giving up")
     assert [r["toolCallId"] for r in unknown["read"]] == ["call_0"]
-    assert unknown["read"][0]["output"]["type"] == "error-text" and "lookup_weather" in unknown["read"][0]["output"]["value"]
-    calls = [e for e in events if e.run_id == plan["unknownRun"] and isinstance(e, (ToolCallRequested, ToolCallCompleted))]
+    assert (
+        unknown["read"][0]["output"]["type"] == "error-text"
+        and "lookup_weather" in unknown["read"][0]["output"]["value"]
+    )
+    calls = [
+        e for e in events if e.run_id == plan["unknownRun"] and isinstance(e, (ToolCallRequested, ToolCallCompleted))
+    ]
     assert [(type(e).__name__, e.tool_name, e.tool_call_id) for e in calls] == [
         ("ToolCallRequested", "lookup_weather", "call_0"),
         ("ToolCallCompleted", "lookup_weather", "call_0"),
@@ -545,7 +550,9 @@ async def test_openai_agents_ts_guardrails_warn_the_model_refuse_a_repeated_call
     unknown = report["unknown"]
     assert unknown["text"] == "giving up" and [r["toolCallId"] for r in unknown["read"]] == ["call_0"]
     assert "lookup_weather" in json.dumps(unknown["read"][0]["output"]), unknown["read"]
-    calls = [e for e in events if e.run_id == plan["unknownRun"] and isinstance(e, (ToolCallRequested, ToolCallCompleted))]
+    calls = [
+        e for e in events if e.run_id == plan["unknownRun"] and isinstance(e, (ToolCallRequested, ToolCallCompleted))
+    ]
     assert [(type(e).__name__, e.tool_name, e.tool_call_id) for e in calls] == [
         ("ToolCallRequested", "lookup_weather", "call_0"),
         ("ToolCallCompleted", "lookup_weather", "call_0"),
