@@ -31,10 +31,6 @@ MAX_INPUT = 4 * 1024 * 1024  # call.MAX_LINE
 MAX_ANSWER = MAX_INPUT + 1024
 
 
-class Refused(Exception):  # noqa: N818 - the serve process's E or X answer, for call.unanswered
-    pass
-
-
 def _socket_path() -> bytes:
     """call.default_socket, without os: ``$LOOPWATCH_HOOK_SOCKET``, else per user."""
     env = posix.environ
@@ -83,7 +79,7 @@ def main() -> int:
     raw = sys.stdin.buffer.read(MAX_INPUT + 1)
     try:
         if len(raw) > MAX_INPUT:
-            raise Refused(f"longer than {MAX_INPUT} bytes")  # call refuses it as the input's fault
+            raise ValueError(f"longer than {MAX_INPUT} bytes")  # call refuses it as the input's fault
         s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         try:
             s.settimeout(timeout)
@@ -104,8 +100,10 @@ def main() -> int:
         answer = b"".join(chunks)
         kind, body = answer[:1], answer[1:]
         if kind != b"O":
-            raise Refused(body.decode("utf-8", "replace").strip()[:300] or "no answer")
-    except (OSError, ValueError, Refused) as exc:
+            # The serve process's refusal (E, X) or no answer: call's own failure path, as a
+            # ValueError (no class of its own here: loopwatch's error root costs the import).
+            raise ValueError(body.decode("utf-8", "replace").strip()[:300] or "no answer")
+    except (OSError, ValueError) as exc:
         return int(_call().unanswered(cli, raw, path.decode("utf-8", "replace"), exc, closed))
     if body:
         sys.stdout.buffer.write(body)
