@@ -6,9 +6,14 @@ after-tool hook publishes the completion.
 
     PYTHONPATH=$PWD python -m bench.hook_call [--cli claude-code|codex|gemini] [--calls 200] [--broker 127.0.0.1:19092]
 
+The ways take turns call by call, so that a change of the machine's load falls on all of them:
+the relay ``hook install`` writes (``python -I -S relay.py``), the stdlib command it replaced
+(``python -S call.py``), and an interpreter that does nothing (``python -I -S -c pass``); with
+``--module``, ``python -m streams.cli hook <cli>`` too.
+
 ``--http`` (Claude Code only) times Claude Code's HTTP hook instead: the same payloads POSTed to
 ``loopwatch hook --serve --http`` over one kept-alive connection (as Claude Code's client does),
-alternating call by call with the socket's per-call command (``python -S call.py``) in the same run.
+alternating call by call with the relay (``python -I -S relay.py``) in the same run.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harness import REPO, WorkerNames, WorkerProcess, write_config
-from streams.integrations.hooks import call
+from streams.integrations.hooks import call, relay
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 # Each CLI's hook input: (before event, after event, its tool, its call id field or None, a response).
@@ -56,10 +61,14 @@ def run_by(command: list[str], env: dict) -> Callable[[dict], tuple[float, str]]
     return lambda payload: timed(command, payload, env)
 
 
+TOKEN = "bench-" + os.urandom(16).hex()
+AUTH = {"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"}
+
+
 def posted(conn: http.client.HTTPConnection, path: str, payload: dict) -> tuple[float, str]:
     data = json.dumps(payload).encode()
     started = time.perf_counter()
-    conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+    conn.request("POST", path, body=data, headers=AUTH)
     response = conn.getresponse()
     body = response.read()
     ms = (time.perf_counter() - started) * 1000
@@ -72,6 +81,7 @@ def main() -> int:
     p.add_argument("--cli", choices=tuple(HOOKS), default="claude-code")
     p.add_argument("--calls", type=int, default=200)
     p.add_argument("--http", action="store_true", help="Claude Code's HTTP hook against the per-call command")
+    p.add_argument("--module", action="store_true", help="also time python -m streams.cli hook <cli> (slow)")
     p.add_argument("--broker", default=os.environ.get("LOOPWATCH_BOOTSTRAP", "127.0.0.1:19092"))
     args = p.parse_args()
     if args.http and args.cli != "claude-code":
@@ -81,7 +91,7 @@ def main() -> int:
     write_config(tmp / "config.json", CONFIG)
     worker = WorkerProcess(args.broker, names, data_dir=tmp / "data", config=tmp / "config.json").start()
     sock = str(tmp / "hook.sock")
-    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env = dict(os.environ, PYTHONPATH=str(REPO), LOOPWATCH_HOOK_TOKEN=TOKEN)
     serve = None
     try:
         worker.wait_ready(120)
@@ -98,16 +108,16 @@ def main() -> int:
             conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port, timeout=30)
             conn.connect()
             conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            command = [sys.executable, "-S", call.__file__, args.cli, "--socket", sock]
+            command = [sys.executable, "-I", "-S", relay.__file__, args.cli, "--socket", sock]
             ways = {
                 "HTTP hook (POST, kept-alive)": lambda payload: posted(conn, url.path, payload),
-                "python -S call.py (by path)": run_by(command, env),
+                "python -I -S relay.py": run_by(command, env),
             }
             report(ways, args, names.tag, alternate=True)
             floor = []
             for _ in range(args.calls):  # parsed and refused (400) before any handler: HTTP and JSON alone
                 started = time.perf_counter()
-                conn.request("POST", url.path, body=b"[]", headers={"Content-Type": "application/json"})
+                conn.request("POST", url.path, body=b"[]", headers=AUTH)
                 response = conn.getresponse()
                 response.read()
                 floor.append((time.perf_counter() - started) * 1000)
@@ -118,13 +128,15 @@ def main() -> int:
             )
             return 0
         commands = {
+            "python -I -S relay.py (hook install's)": [sys.executable, "-I", "-S", relay.__file__, args.cli, "--socket", sock],
             "python -S call.py (by path)": [sys.executable, "-S", call.__file__, args.cli, "--socket", sock],
-            f"python -m streams.cli hook {args.cli}": [
-                sys.executable, "-m", "streams.cli", "hook", args.cli, "--socket", sock,
-            ],
-            "baseline: python -S -c pass": [sys.executable, "-S", "-c", "pass"],
+            "baseline: python -I -S -c pass": [sys.executable, "-I", "-S", "-c", "pass"],
         }  # fmt: skip
-        report({label: run_by(command, env) for label, command in commands.items()}, args, names.tag, alternate=False)
+        if args.module:
+            commands[f"python -m streams.cli hook {args.cli}"] = [
+                sys.executable, "-m", "streams.cli", "hook", args.cli, "--socket", sock,
+            ]  # fmt: skip
+        report({label: run_by(command, env) for label, command in commands.items()}, args, names.tag, alternate=True)
         print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, {platform.platform()}")
     finally:
         if serve is not None and serve.poll() is None:
@@ -162,8 +174,9 @@ def report(ways: dict[str, Callable[[dict], tuple[float, str]]], args: Any, tag:
                 one(label, i)
     for label, (pre, post) in times.items():
         print(
-            f"{label}: {before} p50 {statistics.median(pre):.2f} ms p95 {q(pre, 0.95):.2f} ms; "
-            f"{after} p50 {statistics.median(post):.2f} ms p95 {q(post, 0.95):.2f} ms ({args.calls} calls each)"
+            f"{label}: {before} p50 {statistics.median(pre):.2f} ms p90 {q(pre, 0.9):.2f} ms "
+            f"p95 {q(pre, 0.95):.2f} ms; {after} p50 {statistics.median(post):.2f} ms p90 {q(post, 0.9):.2f} ms "
+            f"p95 {q(post, 0.95):.2f} ms ({args.calls} calls each)"
         )
 
 

@@ -431,6 +431,7 @@ VARIABLES: dict[str, str] = {
     DEPRECATED_BROKER_ENV: "every command that reaches Kafka: LOOPWATCH_BOOTSTRAP's old name (deprecated)",
     PREFIX + "SIGNING_KEY": "loopwatch mcp-gateway and loopwatch hook --serve: the default of --signing-key",
     PREFIX + "HOOK_SOCKET": "loopwatch hook call: the socket of the hook server",
+    PREFIX + "HOOK_TOKEN": "loopwatch hook --serve --http and Claude Code's HTTP hooks: the bearer token",
     PREFIX + "CACHE": "make and scripts/: where Kafka, the ops tools and the test caches live",
     PREFIX + "VENV": "scripts/install-ops-tools.sh: the virtualenv it installs into",
     PREFIX + "MCP_SERVERS": "make test: the npm MCP servers the gateway tests start",

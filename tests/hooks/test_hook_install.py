@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.integrations.hooks.install import DEFAULT_COMMAND, InstallError, default_command, http_hook, install
+from streams.integrations.hooks.install import DEFAULT_COMMAND, InstallError, http_hook, install, relay_command
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "agent-clis.md"
 
@@ -20,7 +20,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "agent-clis.md"
 def test_documented_snippet_is_what_install_writes(tmp_path, cli, heading):
     section = DOC.read_text().split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
     snippet = re.search(r"```json\n(.*?)```", section, re.S).group(1)
-    install(tmp_path / "settings.json", default_command(cli), cli)
+    # The doc's loopwatch is installed in /opt/loopwatch (hook install writes its own interpreter and path).
+    relay = "/opt/loopwatch/lib/python3.11/site-packages/streams/integrations/hooks/relay.py"
+    install(tmp_path / "settings.json", relay_command(cli, python="/opt/loopwatch/bin/python", relay=relay), cli)
     assert json.loads((tmp_path / "settings.json").read_text()) == json.loads(snippet)
 
 
@@ -44,7 +46,9 @@ def test_install_http_replaces_the_command_hooks_idempotently_with_a_backup(tmp_
     assert "nothing changed" in install(path, hook)
     assert path.read_text() == first
     pre = json.loads(first)["hooks"]["PreToolUse"]
-    assert pre == [other, {"matcher": "*", "hooks": [{"type": "http", "url": hook["url"], "timeout": 10}]}]
+    bearer = {"Authorization": "Bearer ${LOOPWATCH_HOOK_TOKEN}"}
+    ours = {"type": "http", "url": hook["url"], "headers": bearer, "allowedEnvVars": ["LOOPWATCH_HOOK_TOKEN"]}
+    assert pre == [other, {"matcher": "*", "hooks": [{**ours, "timeout": 10}]}]
     install(path, DEFAULT_COMMAND)  # and back: the HTTP hook is loopwatch's, replaced
     assert [g["hooks"][0]["type"] for g in json.loads(path.read_text())["hooks"]["PreToolUse"]] == ["http", "command"]
 

@@ -19,12 +19,13 @@ def python_env() -> dict[str, str]:
     return env
 
 
-def start_serve(lw, socket: Path, *extra: str) -> subprocess.Popen:
-    """``loopwatch hook --serve`` on the test's topics; ``extra``: more of its options (``--http 0``)."""
+def start_serve(lw, socket: Path, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """``loopwatch hook --serve`` on the test's topics; ``extra``: more of its options (``--http 0``);
+    ``env``: variables to set for it."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "streams.cli", "hook", "--serve", "--socket", str(socket), "--bootstrap", lw.broker,
          "--tool-calls-topic", lw.names.tool_calls, "--verdicts-topic", lw.names.verdicts, "--timeout", "5", *extra],
-        cwd=REPO, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=REPO, env={**python_env(), **(env or {})}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         start_new_session=True,
     )  # fmt: skip
     line = proc.stdout.readline()

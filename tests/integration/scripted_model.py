@@ -14,8 +14,9 @@ COMMAND = "ls"
 
 
 class ScriptedModel:
-    def __init__(self, calls: int) -> None:
+    def __init__(self, calls: int, command: str = COMMAND) -> None:
         self.calls = calls
+        self.command = command
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         model = self
@@ -76,7 +77,7 @@ class ScriptedModel:
                 self.requests.append(body)
         if body.get("tools") and turns < self.calls:
             block = {"type": "tool_use", "id": f"toolu_{turns + 1:04d}", "name": "Bash", "input": {}}
-            args = json.dumps({"command": COMMAND, "description": "List files"})
+            args = json.dumps({"command": self.command, "description": "List files"})
             deltas = [{"type": "input_json_delta", "partial_json": args}]
             stop = "tool_use"
         else:

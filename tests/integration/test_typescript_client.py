@@ -11,6 +11,7 @@ secured broker (TLS, SCRAM, signed events): test_secure_kafka.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 
@@ -386,6 +387,7 @@ async def test_ai_sdk_tools_warn_the_model_refuse_a_repeated_call_and_end_an_abo
         "kafka": kafka_plan(lw),
         "runId": f"{tag}-loop",
         "abortRun": f"{tag}-abort",
+        "unknownRun": f"{tag}-unknown",
         "sessionKey": f"agent:main:{tag}",
         "calls": 25,
     }
@@ -397,7 +399,7 @@ async def test_ai_sdk_tools_warn_the_model_refuse_a_repeated_call_and_end_an_abo
     finally:
         runner.kill()
 
-    records = await published_records(lw, {plan["runId"], plan["abortRun"]})
+    records = await published_records(lw, {plan["runId"], plan["abortRun"], plan["unknownRun"]})
     events = [decode_event(r.value) for r in records]
     expected = reference_verdicts(events, CONFIG)
     decisions = {v.cause_event_id: v for v in expected if isinstance(v, Decision)}
@@ -444,8 +446,27 @@ async def test_ai_sdk_tools_warn_the_model_refuse_a_repeated_call_and_end_an_abo
     assert abort["steps"] == abort["made"] in (6, 7) and len(abort["read"]) == abort["made"] - 1
     ran = [e for e in events if isinstance(e, ToolCallCompleted) and e.run_id == plan["abortRun"] and not e.loop_veto]
     assert [e.tool_call_id for e in ran] == [f"call_{n}" for n in range(6)]
-    for ended in (plan["runId"], plan["abortRun"]):
+    for ended in (plan["runId"], plan["abortRun"], plan["unknownRun"]):
         assert any(isinstance(e, RunEnded) and e.run_id == ended for e in events)
+
+    # A call of a tool that is not in `tools`: the model read the SDK's own error, and
+    # loopwatchAborted published the call, completed with the unknown tool's name, as the Python
+    # adapters publish it (upstream's unknown-tool detector reads that field).
+    unknown = report["unknown"]
+    assert (unknown["steps"], unknown["text"]) == (2, "giving up")
+    assert [r["toolCallId"] for r in unknown["read"]] == ["call_0"]
+    assert (
+        unknown["read"][0]["output"]["type"] == "error-text"
+        and "lookup_weather" in unknown["read"][0]["output"]["value"]
+    )
+    calls = [
+        e for e in events if e.run_id == plan["unknownRun"] and isinstance(e, (ToolCallRequested, ToolCallCompleted))
+    ]
+    assert [(type(e).__name__, e.tool_name, e.tool_call_id) for e in calls] == [
+        ("ToolCallRequested", "lookup_weather", "call_0"),
+        ("ToolCallCompleted", "lookup_weather", "call_0"),
+    ]
+    assert calls[1].unknown_tool_name == "lookup_weather" and calls[1].is_error
 
 
 # -- the OpenAI Agents SDK for TypeScript: its Runner and a model on its own Model interface ------
@@ -464,6 +485,7 @@ async def test_openai_agents_ts_guardrails_warn_the_model_refuse_a_repeated_call
         "kafka": kafka_plan(lw),
         "runId": f"{tag}-loop",
         "abortRun": f"{tag}-abort",
+        "unknownRun": f"{tag}-unknown",
         "sessionKey": f"agent:main:{tag}",
         "calls": 25,
     }
@@ -475,7 +497,7 @@ async def test_openai_agents_ts_guardrails_warn_the_model_refuse_a_repeated_call
     finally:
         runner.kill()
 
-    records = await published_records(lw, {plan["runId"], plan["abortRun"]})
+    records = await published_records(lw, {plan["runId"], plan["abortRun"], plan["unknownRun"]})
     events = [decode_event(r.value) for r in records]
     expected = reference_verdicts(events, CONFIG)
     decisions = {v.cause_event_id: v for v in expected if isinstance(v, Decision)}
@@ -519,5 +541,20 @@ async def test_openai_agents_ts_guardrails_warn_the_model_refuse_a_repeated_call
     assert abort["made"] == 7 and (abort["executed"]["read"], abort["executed"]["gateway"]) == (3, 3)
     ran = [e for e in events if isinstance(e, ToolCallCompleted) and e.run_id == plan["abortRun"] and not e.loop_veto]
     assert [e.tool_call_id for e in ran] == [f"call_{n}" for n in range(6)]
-    for ended in (plan["runId"], plan["abortRun"]):
+    for ended in (plan["runId"], plan["abortRun"], plan["unknownRun"]):
         assert any(isinstance(e, RunEnded) and e.run_id == ended for e in events)
+
+    # A call of a tool the agent lacks (loopwatchRunOptions): the model read the SDK's own error,
+    # and the call was published as requested, then completed with the unknown tool's name, as the
+    # Python adapter publishes it (upstream's unknown-tool detector reads that field).
+    unknown = report["unknown"]
+    assert unknown["text"] == "giving up" and [r["toolCallId"] for r in unknown["read"]] == ["call_0"]
+    assert "lookup_weather" in json.dumps(unknown["read"][0]["output"]), unknown["read"]
+    calls = [
+        e for e in events if e.run_id == plan["unknownRun"] and isinstance(e, (ToolCallRequested, ToolCallCompleted))
+    ]
+    assert [(type(e).__name__, e.tool_name, e.tool_call_id) for e in calls] == [
+        ("ToolCallRequested", "lookup_weather", "call_0"),
+        ("ToolCallCompleted", "lookup_weather", "call_0"),
+    ]
+    assert calls[1].unknown_tool_name == "lookup_weather" and calls[1].is_error

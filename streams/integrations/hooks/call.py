@@ -24,6 +24,9 @@ MAX_LINE = 4 * 1024 * 1024
 """Longest request or answer line: a hook payload carries the tool's whole output."""
 SOCKET_ENV = "LOOPWATCH_HOOK_SOCKET"
 DEFAULT_TIMEOUT_S = 5.0
+TOKEN_ENV = "LOOPWATCH_HOOK_TOKEN"
+"""The HTTP endpoint's bearer token, for the serve process (else it is kept in a file) and for
+Claude Code, which fills it into the HTTP hook's ``Authorization`` header."""
 USAGE = "usage: loopwatch hook claude-code|codex|gemini [--socket PATH] [--timeout S] [--fail-closed]"
 
 
@@ -32,8 +35,17 @@ def default_socket() -> str:
     explicit = os.environ.get(SOCKET_ENV)
     if explicit:
         return explicit
+    return _runtime_path("sock")
+
+
+def default_token_file() -> str:
+    """Where ``hook --serve --http`` keeps its bearer token when ``$LOOPWATCH_HOOK_TOKEN`` is unset."""
+    return _runtime_path("token")
+
+
+def _runtime_path(suffix: str) -> str:
     base = os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("TMPDIR") or "/tmp"  # tempfile costs ms
-    return os.path.join(base, f"loopwatch-hook-{os.getuid()}.sock")
+    return os.path.join(base, f"loopwatch-hook-{os.getuid()}.{suffix}")
 
 
 def parse(argv: list[str]) -> tuple[str, str, float, bool] | str:
@@ -106,14 +118,8 @@ def unavailable_output(cli: str, payload: dict, reason: str) -> dict | None:
     return None
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    parsed = parse(list(argv))
-    if isinstance(parsed, str):
-        print(f"loopwatch hook: {parsed} ({USAGE})", file=sys.stderr)
-        return 2
-    cli, path, timeout, closed = parsed
-    raw = sys.stdin.buffer.read(MAX_LINE + 1)
+def read_payload(raw: bytes) -> dict | str:
+    """The hook input on stdin, or what is wrong with it in one line."""
     try:
         if len(raw) > MAX_LINE:
             raise ValueError(f"longer than {MAX_LINE} bytes")
@@ -121,10 +127,41 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(payload, dict):
             raise ValueError("not a JSON object")
     except ValueError as exc:  # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
-        print(f"loopwatch hook: the hook input on stdin is not a JSON object: {str(exc)[:200]}", file=sys.stderr)
-        return 1
+        return f"the hook input on stdin is not a JSON object: {str(exc)[:200]}"
     except RecursionError:  # json recurses once per level of nesting
-        print("loopwatch hook: the hook input on stdin is nested too deep to read", file=sys.stderr)
+        return "the hook input on stdin is nested too deep to read"
+    return payload
+
+
+def unanswered(cli: str, payload: dict | bytes, path: str, exc: Exception, closed: bool) -> int:
+    """What the per-call command does when the serve process gives no decision (``exc``): one
+    line on stderr, then nothing (fail open: the call runs) or a deny (``closed``).  The relay
+    (``relay``) comes here too, with the raw stdin it did not read itself."""
+    if isinstance(payload, bytes):
+        read = read_payload(payload)
+        if isinstance(read, str):
+            print(f"loopwatch hook: {read}", file=sys.stderr)
+            return 1
+        payload = read
+    reason = f"no answer from loopwatch hook --serve at {path}: {exc or type(exc).__name__}"
+    print(f"loopwatch hook: {reason}; failing {'closed' if closed else 'open'}", file=sys.stderr)
+    output = unavailable_output(cli, payload, reason) if closed else None
+    if output is not None:
+        sys.stdout.write(json.dumps(output))
+        sys.stdout.flush()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    parsed = parse(list(argv))
+    if isinstance(parsed, str):
+        print(f"loopwatch hook: {parsed} ({USAGE})", file=sys.stderr)
+        return 2
+    cli, path, timeout, closed = parsed
+    payload = read_payload(sys.stdin.buffer.read(MAX_LINE + 1))
+    if isinstance(payload, str):
+        print(f"loopwatch hook: {payload}", file=sys.stderr)
         return 1
     request = json.dumps({"cli": cli, "payload": payload}, separators=(",", ":")).encode() + b"\n"
     try:
@@ -133,9 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ValueError(str(answer["error"])[:300])
         output = answer.get("output")
     except (OSError, ValueError) as exc:
-        reason = f"no answer from loopwatch hook --serve at {path}: {exc or type(exc).__name__}"
-        print(f"loopwatch hook: {reason}; failing {'closed' if closed else 'open'}", file=sys.stderr)
-        output = unavailable_output(cli, payload, reason) if closed else None
+        return unanswered(cli, payload, path, exc, closed)
     if output is not None:
         sys.stdout.write(json.dumps(output))
         sys.stdout.flush()

@@ -7,6 +7,10 @@
   ``continue: false`` with ``stopReason``, Claude Code's way of ending the session.
 * ``PostToolUse``: the call's completion, hashed from ``tool_response``; warnings that arrived
   since go to ``additionalContext``, an abort to ``continue: false``.
+* ``PostToolBatch`` (after each batch of tool results, before the model is asked again): an
+  aborted run, or a deny that ended it, gets ``continue: false`` with ``stopReason``.  This is what
+  ends the session after a denied call: Claude Code (2.1.197) ignores ``continue: false`` in a
+  ``PreToolUse`` output that denies, and without the deny it would run the call first.
 * ``SessionEnd``: the run's end.
 
 The run is Claude Code's session: run id ``session_id``, session key
@@ -24,7 +28,7 @@ from .sessions import MAX_ID, PayloadError, Session, Sessions, event_name, ident
 
 __all__ = ["EVENTS", "ClaudeCodeHooks", "PayloadError"]
 
-EVENTS = ("PreToolUse", "PostToolUse", "SessionEnd")
+EVENTS = ("PreToolUse", "PostToolUse", "PostToolBatch", "SessionEnd")
 
 
 class ClaudeCodeHooks:
@@ -48,6 +52,8 @@ class ClaudeCodeHooks:
                 reason = payload.get("reason")
                 await session.run.end(reason[:MAX_ID] if isinstance(reason, str) else None)
             return None
+        if event == "PostToolBatch":
+            return self._after_batch(self.sessions.peek(session_id))
         tool = ident(payload, "tool_name")
         call_id = optional_ident(payload, "tool_use_id")
         args = payload.get("tool_input")
@@ -61,6 +67,7 @@ class ClaudeCodeHooks:
         try:
             decision = await session.run.before_tool_call(tool, args, tool_call_id=call_id)
         except RunAbortedError as aborted:
+            session.stopped = aborted.message
             return self._deny(aborted.message, stop=aborted.message)
         except LoopBlocked as blocked:
             return self._blocked(session, blocked.decision)
@@ -72,7 +79,17 @@ class ClaudeCodeHooks:
 
     def _blocked(self, session: Session, decision: Decision) -> dict:
         session.notices()  # the block's own message says it all; earlier warnings are moot
-        return self._deny(decision.message or "Tool call blocked by loopwatch.", stop=session.stop_message(decision))
+        stop = session.stop_message(decision)
+        if stop is not None:
+            session.stopped = stop
+        return self._deny(decision.message or "Tool call blocked by loopwatch.", stop=stop)
+
+    def _after_batch(self, session: Session | None) -> dict | None:
+        if session is None or not self.ends_session:
+            return None
+        aborted = session.run.aborted
+        stop = (aborted.message or "loopwatch ended the run.") if aborted is not None else session.stopped
+        return None if stop is None else {"continue": False, "stopReason": stop}
 
     def _context(self, event: str, session: Session) -> dict | None:
         out: dict[str, Any] = {}

@@ -28,6 +28,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="also answer Claude Code's HTTP hooks at POST http://HOST:PORT/hooks/claude-code (0: any free port)",
     )
     p.add_argument("--http-host", default="127.0.0.1", metavar="HOST", help="the --http address (default: 127.0.0.1)")
+    p.add_argument(
+        "--http-token-file",
+        default=None,
+        metavar="PATH",
+        help="the --http bearer token's file, made with a random token if missing (default: $LOOPWATCH_HOOK_TOKEN, "
+        "else a per-user file next to the default socket)",
+    )
     p.add_argument("--tool-calls-topic", default="tool-calls")
     p.add_argument("--verdicts-topic", default="loop-verdicts")
     p.add_argument("--timeout", type=float, default=1.0, metavar="S", help="seconds to wait for a decision")
@@ -51,7 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="default: the project's .claude/settings.json or .gemini/settings.json, Codex CLI's ~/.codex/hooks.json",
     )
-    i.add_argument("--command", default=None, help="the per-call command (default: loopwatch hook <cli>)")
+    i.add_argument(
+        "--command",
+        default=None,
+        help="the per-call command (default: this Python running the fast relay, python -I -S .../relay.py <cli>; "
+        "loopwatch hook <cli> does the same, slower to start)",
+    )
     i.add_argument(
         "--http",
         dest="install_http",
@@ -68,7 +80,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.action == "install":
         from .install import CLIS as SETTINGS
-        from .install import InstallError, default_command, hook_command, http_hook, install
+        from .install import InstallError, hook_command, http_hook, install, relay_command
 
         if args.install_http is not None:
             try:
@@ -81,7 +93,7 @@ def main(argv: list[str]) -> int:
                 return 2
             return 0
         command = hook_command(
-            args.command or default_command(args.cli), socket=args.install_socket, fail_closed=args.install_fail_closed
+            args.command or relay_command(args.cli), socket=args.install_socket, fail_closed=args.install_fail_closed
         )
         try:
             print(install(Path(args.settings or SETTINGS[args.cli].path()), command, args.cli))
@@ -100,7 +112,19 @@ def main(argv: list[str]) -> int:
             f"{PROG}: --timeout is above 0 and at most {DEFAULT_TIMEOUT_S}s (the per-call command's)", file=sys.stderr
         )
         return 2
+    if args.http_token_file is not None and args.http is None:
+        print(f"{PROG}: --http-token-file is the --http endpoint's: give --http PORT too", file=sys.stderr)
+        return 2
     args.socket = args.socket or default_socket()
+    args.http_token = args.http_token_where = None
+    if args.http is not None:
+        from .http_endpoint import TokenError, http_token
+
+        try:
+            args.http_token, args.http_token_where = http_token(args.http_token_file)
+        except TokenError as exc:
+            print(f"{PROG} --serve: {exc}", file=sys.stderr)
+            return 2
     from schemas.config import ConfigError
     from streams.app.broker_options import client_settings, signing_key_of
 

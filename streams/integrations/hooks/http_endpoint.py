@@ -9,16 +9,24 @@ input.  Codex CLI and Gemini CLI run command hooks only, so only Claude Code has
 
 HTTP/1.1 with keep-alive (Claude Code's client reuses its connection), ``Content-Length``
 bodies only, at most ``MAX_BODY`` bytes; an error is one line of text.
+
+Every request must carry ``Authorization: Bearer <token>`` (``http_token``): a loopback port is
+open to every local process, unlike the user's own socket.  Anything else is a 401, logged in
+one line, and the connection is closed.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import logging
+import os
+import secrets
+import stat
 from typing import TYPE_CHECKING
 
-from .call import MAX_LINE, unavailable_output
+from .call import MAX_LINE, TOKEN_ENV, default_token_file, unavailable_output
 from .sessions import PayloadError
 
 if TYPE_CHECKING:
@@ -33,13 +41,70 @@ MAX_BODY = MAX_LINE
 MAX_HEAD = 16 * 1024
 IDLE_S = 120.0
 """A kept-alive connection that sends nothing for this long is closed."""
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 411: "Length Required"}
-_REASONS |= {413: "Content Too Large", 431: "Request Header Fields Too Large", 500: "Internal Server Error"}
+MIN_TOKEN = 16
+_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed"}
+_REASONS |= {
+    411: "Length Required",
+    413: "Content Too Large",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+}
+
+
+class TokenError(PayloadError):
+    """A bearer token that cannot be used: one line."""
+
+
+def http_token(path: str | None = None) -> tuple[str, str]:
+    """The endpoint's bearer token and where it came from: the file ``path`` when given, else
+    ``$LOOPWATCH_HOOK_TOKEN``, else the per-user file ``default_token_file()``.  A file that does
+    not exist is made (mode 0600) with a fresh random token; one that exists must be the user's
+    own and unreadable by others, since the runtime directory may be ``/tmp``."""
+    if path is None:
+        env = os.environ.get(TOKEN_ENV)
+        if env:
+            return _checked(env.strip(), f"${TOKEN_ENV}"), f"${TOKEN_ENV}"
+        path = default_token_file()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return _read_token_file(path), path
+    except OSError as exc:
+        raise TokenError(f"cannot make the token file {path}: {exc.strerror or exc}") from None
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(token + "\n")
+    return token, path
+
+
+def _read_token_file(path: str) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise TokenError(f"cannot read the token file {path}: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            raise TokenError(f"the token file {path} must be a file of this user's that only it can read (chmod 600)")
+        raw = f.read(4096)
+    try:
+        text = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        text = ""
+    return _checked(text, path)
+
+
+def _checked(token: str, where: str) -> str:
+    if len(token) < MIN_TOKEN or not token.isprintable() or not token.isascii() or " " in token:
+        raise TokenError(f"the token in {where} must be at least {MIN_TOKEN} printable ASCII characters, no spaces")
+    return token
 
 
 class HttpHookEndpoint:
-    def __init__(self, hooks: HookServer, host: str, port: int, *, fail_closed: bool = False) -> None:
+    def __init__(self, hooks: HookServer, host: str, port: int, *, token: str, fail_closed: bool = False) -> None:
+        """``token``: the bearer token every request must carry."""
         self.hooks = hooks
+        self._token = token.encode("ascii")
         self.host = host
         self.port = port
         self.fail_closed = fail_closed
@@ -62,6 +127,16 @@ class HttpHookEndpoint:
             for writer in list(self._open):  # kept-alive connections end with the server
                 writer.close()
             await self._server.wait_closed()
+
+    def refusal(self, authorization: str) -> str | None:
+        """Why a request with this ``Authorization`` header is refused, or None."""
+        scheme, _, credentials = authorization.strip().partition(" ")
+        if scheme.lower() != "bearer" or not credentials.strip():
+            return "no bearer token"
+        # In constant time, so that the answer's timing does not give the token away bit by bit.
+        if not hmac.compare_digest(credentials.strip().encode("latin-1"), self._token):
+            return "wrong bearer token"
+        return None
 
     async def answer(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
         """The status and body for one request."""
@@ -107,6 +182,12 @@ class HttpHookEndpoint:
                 except _BadRequest as bad:
                     await _respond(writer, 400, _line(str(bad)), close=True)
                     return
+                refused = self.refusal(headers.get("authorization", ""))
+                if refused is not None:
+                    peer = writer.get_extra_info("peername")
+                    log.warning("refused an HTTP hook request from %s: %s (401)", _peer(peer), refused)
+                    await _respond(writer, 401, _line(f"{refused}: {_AUTH_HINT}"), close=True)
+                    return
                 if "chunked" in headers.get("transfer-encoding", "").lower():
                     await _respond(writer, 411, _line("a hook body needs a Content-Length"), close=True)
                     return
@@ -135,6 +216,15 @@ class HttpHookEndpoint:
         finally:
             self._open.discard(writer)
             writer.close()
+
+
+_AUTH_HINT = f"send Authorization: Bearer <token> (hook --serve's ${TOKEN_ENV} or token file)"
+
+
+def _peer(peer: object) -> str:
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        return f"{peer[0]}:{peer[1]}"
+    return str(peer)
 
 
 def _line(text: str) -> bytes:
@@ -170,7 +260,8 @@ async def _respond(
     kind = "application/json" if json_body else "text/plain; charset=utf-8"
     head = (
         f"HTTP/1.1 {status} {_REASONS.get(status, '')}\r\nContent-Type: {kind}\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: {'close' if close else 'keep-alive'}\r\n\r\n"
+        + ("WWW-Authenticate: Bearer\r\n" if status == 401 else "")
+        + f"Content-Length: {len(body)}\r\nConnection: {'close' if close else 'keep-alive'}\r\n\r\n"
     )
     writer.write(head.encode() + body)
     await writer.drain()

@@ -20,6 +20,7 @@ from .call import MAX_LINE
 from .claude_code import ClaudeCodeHooks
 from .codex import CodexHooks
 from .gemini import GeminiHooks
+from .relay import MAGIC
 from .sessions import PayloadError
 
 log = logging.getLogger("loopwatch.hook")
@@ -67,15 +68,46 @@ class HookServer:
             raise PayloadError(f"unknown cli {cli[:40]!r}")
         return await hooks.handle(payload)
 
+    async def relayed(self, cli: bytes, body: bytes) -> bytes:
+        """The answer to the relay (``relay``): ``O`` and the hook output, ``X`` when the input
+        is not a JSON object, ``E`` for any other refusal."""
+        if text_exceeds_depth(body):  # before json, which recurses once per level
+            return b"E" + f"refused: {TooDeep()}".encode()
+        try:
+            payload = json.loads(body)
+        except (ValueError, RecursionError) as exc:
+            return b"X" + f"not a JSON object: {str(exc)[:200]}".encode()
+        if not isinstance(payload, dict):
+            return b"X" + b"not a JSON object"
+        try:
+            output = await self.handle(cli.decode("ascii", "replace"), payload)
+        except (PayloadError, ValueError) as exc:
+            return b"E" + str(exc)[:300].encode()
+        return b"O" + (json.dumps(output, separators=(",", ":")).encode() if output is not None else b"")
+
+    async def _relay(self, cli: bytes, reader: asyncio.StreamReader) -> bytes:
+        chunks, size = [], 0
+        while chunk := await reader.read(65536):
+            size += len(chunk)
+            if size > MAX_LINE:
+                return b"X" + f"longer than {MAX_LINE} bytes".encode()
+            chunks.append(chunk)
+        return await self.relayed(cli, b"".join(chunks))
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
+            answer: dict[str, Any] | None = None
             try:
                 line = await reader.readline()
             except (asyncio.LimitOverrunError, ValueError):
-                answer: dict[str, Any] = {"error": f"request longer than {MAX_LINE} bytes"}
+                line, answer = b"", {"error": f"request longer than {MAX_LINE} bytes"}
+            if line.startswith(MAGIC):
+                out = await self._relay(line[len(MAGIC) :].strip(), reader)
             else:
-                answer = await self.answer(line) if line else {"error": "empty request"}
-            writer.write(json.dumps(answer, separators=(",", ":")).encode() + b"\n")
+                if answer is None:
+                    answer = await self.answer(line) if line else {"error": "empty request"}
+                out = json.dumps(answer, separators=(",", ":")).encode() + b"\n"
+            writer.write(out)
             await writer.drain()
         except Exception:  # noqa: BLE001 - one broken connection must not end the server
             log.exception("hook request failed")
@@ -128,9 +160,11 @@ async def serve(args: Any) -> int:
         if args.http is not None:
             from .http_endpoint import HttpHookEndpoint
 
-            endpoint = HttpHookEndpoint(server, args.http_host, args.http, fail_closed=args.fail_closed)
+            endpoint = HttpHookEndpoint(
+                server, args.http_host, args.http, token=args.http_token, fail_closed=args.fail_closed
+            )
             await endpoint.start()
-            where += f" and http://{endpoint.address}/hooks/claude-code"
+            where += f" and http://{endpoint.address}/hooks/claude-code (bearer token: {args.http_token_where})"
         how = "closed: a tool call is denied" if args.fail_closed else "open: a tool call runs"
         print(
             f"loopwatch hook: serving on {where} (Kafka {args.bootstrap}); fails {how} "

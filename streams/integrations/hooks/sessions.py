@@ -42,6 +42,7 @@ class Session:
     def __init__(self, run: RunHandle) -> None:
         self.run = run
         self.noticed = 0  # how many of run.warnings were given to the model (or skipped)
+        self.stopped: str | None = None  # the message of a deny that ended the run
 
     def notices(self) -> list[str]:
         fresh = self.run.warnings[self.noticed :]
@@ -79,6 +80,10 @@ class Sessions:
         else:
             self._sessions.move_to_end(session_id)
         return session
+
+    def peek(self, session_id: str) -> Session | None:
+        """The session, if this process has seen it (no run is started for it)."""
+        return self._sessions.get(session_id)
 
     def pop(self, session_id: str) -> Session | None:
         return self._sessions.pop(session_id, None)

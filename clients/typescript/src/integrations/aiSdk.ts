@@ -17,11 +17,16 @@
  * * a warning loopwatch asks to show (`notify_model`) is appended to that call's result as the
  *   model sees it, through the tool's `toModelOutput`: the output the caller and loopwatch's hash
  *   see is the tool's own;
- * * after the tool ran, its output (or the message of what it threw) is published.
+ * * after the tool ran, its output (or the message of what it threw) is published;
+ * * a call of a tool that is not in `tools` never reaches a wrapper: the SDK answers it itself
+ *   (a `tool-error` the model reads). `loopwatchAborted(run)` publishes it after its step, as
+ *   requested and completed with the unknown-tool error ("Unknown tool: name") the engine's
+ *   unknown-tool detector reads, as the Python adapters do. The model has read the SDK's
+ *   message by then, so a block of it only counts; an abort still ends the loop there.
  *
  * Only types come from `ai`, so this module loads without it.
  */
-import type { StopCondition, Tool, ToolExecutionOptions, ToolSet } from "ai";
+import type { StepResult, StopCondition, Tool, ToolExecutionOptions, ToolSet } from "ai";
 import type { RunHandle } from "../client.js";
 import {
   BrokerAccessError,
@@ -61,11 +66,57 @@ export function withLoopwatch<TOOLS extends ToolSet>(tools: TOOLS, run: RunHandl
   return guarded as TOOLS;
 }
 
-/** A stop condition: true once loopwatch has aborted `run` (the step that learnt it is the last). */
+/** Unknown-tool calls already published, by run (a stop condition sees every step again). */
+const publishedUnknown = new WeakMap<RunHandle, Set<string>>();
+
+/**
+ * A stop condition: true once loopwatch has aborted `run` (the step that learnt it is the last).
+ * It also publishes the step's calls of tools the agent does not have.
+ */
 // `any`, as the SDK's own `stepCountIs`: a stop condition must fit every call's tool set.
 // eslint-disable-next-line @typescript-eslint/no-explicit-any
 export function loopwatchAborted(run: RunHandle): StopCondition<any> {
-  return () => run.aborted !== null || ending.has(run);
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any
+  return async ({ steps }: { steps: StepResult<any>[] }) => {
+    const last = steps[steps.length - 1];
+    if (last !== undefined) await publishUnknownTools(last, run);
+    return run.aborted !== null || ending.has(run);
+  };
+}
+
+/** The SDK's error for a call of a tool it does not have (by name: only types come from `ai`). */
+function isNoSuchTool(error: unknown): boolean {
+  return typeof error === "object" && error !== null && (error as { name?: unknown }).name === "AI_NoSuchToolError";
+}
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+async function publishUnknownTools(step: StepResult<any>, run: RunHandle): Promise<void> {
+  let seen = publishedUnknown.get(run);
+  for (const part of step.content) {
+    if (part.type !== "tool-call" || !("invalid" in part) || !part.invalid || !isNoSuchTool(part.error)) continue;
+    if (seen === undefined) publishedUnknown.set(run, (seen = new Set()));
+    if (seen.has(part.toolCallId)) continue;
+    seen.add(part.toolCallId);
+    let decision;
+    try {
+      decision = await run.beforeToolCall(part.toolName, part.input, { toolCallId: part.toolCallId });
+    } catch (err) {
+      if (err instanceof LoopBlocked || err instanceof RunAbortedError) {
+        if (err instanceof LoopBlocked && ABORT_DETECTORS.has(err.detector ?? "")) ending.add(run);
+        continue; // refused: nothing ran, so there is no outcome to publish
+      }
+      if (err instanceof NoDecisionError || err instanceof LoopwatchUnavailable || err instanceof BrokerAccessError || err instanceof LoopwatchInputError) {
+        run.client.logger.warn(`the call of the unknown tool ${part.toolName} was not published: ${err.message}`);
+        continue;
+      }
+      throw err;
+    }
+    if (decision?.action === "block") {
+      if (ABORT_DETECTORS.has(decision.detector ?? "")) ending.add(run);
+      continue;
+    }
+    await publishOutcome(part.toolName, part.input, { error: new Error(`Unknown tool: ${part.toolName}`) }, part.toolCallId, run);
+  }
 }
 
 function guardTool(name: string, tool: Tool, execute: Execute, run: RunHandle, notices: Map<string, string[]>): Tool {

@@ -18,11 +18,19 @@
  *   reads (`rejectContent` with the output's text and the warnings: the only way a guardrail
  *   changes an output).
  *
+ * * `loopwatchRunOptions(run)`, given to `run()` (or the `Runner`'s config): a call of a tool the
+ *   agent does not have is returned to the model as an error (`toolNotFoundBehavior`) and
+ *   published, through `toolErrorFormatter`, as requested and completed with the unknown-tool
+ *   error ("Unknown tool: name") the engine's unknown-tool detector reads, as the Python adapter
+ *   does; a loopwatch block or abort of it replaces the SDK's message.
+ *
  * Only types come from `@openai/agents-core`, so this module loads without it.
  */
 import type {
   FunctionTool,
   Tool,
+  ToolErrorFormatter,
+  ToolNotFoundBehavior,
   ToolGuardrailFunctionOutput,
   ToolInputGuardrailDefinition,
   ToolOutputGuardrailDefinition,
@@ -177,4 +185,38 @@ export function withLoopwatch<TOOLS extends Tool<any>[]>(tools: TOOLS, run: RunH
       outputGuardrails: [outcome, ...(fn.outputGuardrails ?? []), notices],
     };
   }) as TOOLS;
+}
+
+/**
+ * The run options that publish a call of a tool the agent does not have (the SDK hands over no
+ * arguments for it): `runner.run(agent, input, { ...loopwatchRunOptions(run) })`.
+ */
+export function loopwatchRunOptions(run: RunHandle): { toolNotFoundBehavior: ToolNotFoundBehavior; toolErrorFormatter: ToolErrorFormatter } {
+  const toolErrorFormatter: ToolErrorFormatter = async ({ kind, toolName, callId }) => {
+    if (kind !== "tool_not_found") return undefined;
+    let decision: Decision | null;
+    try {
+      decision = await run.beforeToolCall(toolName, null, { toolCallId: callId });
+    } catch (err) {
+      if (err instanceof RunAbortedError) return err.message;
+      if (err instanceof LoopBlocked) return err.decision.message ?? "Tool call blocked by loopwatch.";
+      if (err instanceof NoDecisionError || err instanceof LoopwatchUnavailable || err instanceof BrokerAccessError) {
+        // Only thrown when failing closed; there is nothing to run, so the SDK's message stays.
+        return undefined;
+      }
+      if (err instanceof LoopwatchInputError) {
+        run.client.logger.warn(`${err.message}; the call of the unknown tool ${toolName} is not watched`);
+        return undefined;
+      }
+      throw err;
+    }
+    if (decision?.action === "block") return decision.message ?? "Tool call blocked by loopwatch.";
+    try {
+      await run.afterToolCall(toolName, null, { error: new Error(`Unknown tool: ${toolName}`) }, { toolCallId: callId });
+    } catch (err) {
+      run.client.logger.warn(`the outcome of ${toolName} was not published: ${err instanceof Error ? err.message : String(err)}`);
+    }
+    return undefined;
+  };
+  return { toolNotFoundBehavior: "return_error_to_model", toolErrorFormatter };
 }

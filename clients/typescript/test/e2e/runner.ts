@@ -41,7 +41,7 @@ import { generateText, jsonSchema, stepCountIs, tool } from "ai";
 import { MockLanguageModelV3 } from "ai/test";
 import { loopwatchAborted, withLoopwatch } from "../../src/integrations/aiSdk.js";
 import { Agent, Runner, ToolCallError, ToolInputGuardrailTripwireTriggered, Usage, tool as agentsTool, type Model, type ModelRequest, type ModelResponse } from "@openai/agents-core";
-import { withLoopwatch as withLoopwatchGuardrails } from "../../src/integrations/openaiAgents.js";
+import { loopwatchRunOptions, withLoopwatch as withLoopwatchGuardrails } from "../../src/integrations/openaiAgents.js";
 
 /** The plugin's config: brokers, topics, and for a secured cluster tls, sasl and signing. */
 type KafkaPlan = Record<string, unknown>;
@@ -326,7 +326,7 @@ function scriptedModel(script: (n: number) => { tool: string; args: unknown } | 
 
 const anyObject = jsonSchema<Record<string, unknown>>({ type: "object" });
 
-async function aiSdkScenario(plan: { kafka: KafkaPlan; runId: string; abortRun: string; sessionKey: string; calls: number }): Promise<void> {
+async function aiSdkScenario(plan: { kafka: KafkaPlan; runId: string; abortRun: string; unknownRun: string; sessionKey: string; calls: number }): Promise<void> {
   const client = new LoopwatchClient({ ...clientOptionsFromConfig(plan.kafka), mode: "gate", timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000, clientId: "e2e-ai-sdk" });
   await client.start();
   say({ event: "ready" });
@@ -375,10 +375,24 @@ async function aiSdkScenario(plan: { kafka: KafkaPlan; runId: string; abortRun: 
   }
   await abortRun.end("aborted");
 
+  // A call of a tool that is not in `tools`: the SDK answers it with its own error, and
+  // loopwatchAborted publishes it with the unknown-tool outcome after its step.
+  const unknownRun = client.run({ runId: plan.unknownRun, sessionKey: plan.sessionKey, agentId: "main" });
+  const unknownRead: ModelRead[] = [];
+  const guessing = scriptedModel((n) => (n < 1 ? { tool: "lookup_weather", args: { city: "Oslo" } } : null), unknownRead);
+  const unknownResult = await generateText({
+    model: guessing.model,
+    prompt: "What is the weather?",
+    tools: withLoopwatch({ read: counted("read", "part") }, unknownRun),
+    stopWhen: [stepCountIs(5), loopwatchAborted(unknownRun)],
+  });
+  await unknownRun.end("completed");
+
   say({
     event: "ai-sdk",
     loop: { read, executed: executed.read_log ?? 0, steps: result.steps.length, text: result.text },
     abort: { read: abortRead, executed, made: persisting.made(), steps: abortResult.steps.length, aborted: abortRun.aborted, checked },
+    unknown: { read: unknownRead, steps: unknownResult.steps.length, text: unknownResult.text },
   });
   await client.stop();
 }
@@ -428,7 +442,7 @@ class QuietRunner extends Runner {
   }
 }
 
-async function openaiAgentsScenario(plan: { kafka: KafkaPlan; runId: string; abortRun: string; sessionKey: string; calls: number }): Promise<void> {
+async function openaiAgentsScenario(plan: { kafka: KafkaPlan; runId: string; abortRun: string; unknownRun: string; sessionKey: string; calls: number }): Promise<void> {
   const client = new LoopwatchClient({ ...clientOptionsFromConfig(plan.kafka), mode: "gate", timeoutMs: 15_000, failClosed: true, startTimeoutMs: 30_000, clientId: "e2e-openai-agents" });
   await client.start();
   say({ event: "ready" });
@@ -452,7 +466,7 @@ async function openaiAgentsScenario(plan: { kafka: KafkaPlan; runId: string; abo
   const looping = new ScriptedAgentsModel((n) => (n < plan.calls ? { tool: "read_log", args: { path: "/var/log/app.log" } } : null), read);
   const { result } = await runSnippet<{ result: { finalOutput: unknown } }>(
     readmeSnippet("The OpenAI Agents SDK (TypeScript)", plan),
-    { client, Agent, Runner: QuietRunner, model: looping, prompt: "Wait for the deploy to show up in the log.", readLog: counted("read_log", "no new lines"), withLoopwatch: withLoopwatchGuardrails },
+    { client, Agent, Runner: QuietRunner, model: looping, prompt: "Wait for the deploy to show up in the log.", readLog: counted("read_log", "no new lines"), withLoopwatch: withLoopwatchGuardrails, loopwatchRunOptions },
     ["result"],
   );
 
@@ -480,10 +494,20 @@ async function openaiAgentsScenario(plan: { kafka: KafkaPlan; runId: string; abo
   }
   await abortRun.end("aborted");
 
+  // A call of a tool the agent does not have: returned to the model as the SDK's error, and
+  // published with the unknown-tool outcome through loopwatchRunOptions.
+  const unknownRun = client.run({ runId: plan.unknownRun, sessionKey: plan.sessionKey, agentId: "main" });
+  const unknownRead: ModelRead[] = [];
+  const guessing = new ScriptedAgentsModel((n) => (n < 1 ? { tool: "lookup_weather", args: { city: "Oslo" } } : null), unknownRead);
+  const unknownAgent = new Agent({ name: "main", model: guessing, tools: withLoopwatchGuardrails([counted("read", "part")], unknownRun) });
+  const unknownResult = await runner.run(unknownAgent, "What is the weather?", { maxTurns: 5, ...loopwatchRunOptions(unknownRun) });
+  await unknownRun.end("completed");
+
   say({
     event: "openai-agents",
     loop: { read, executed: executed.read_log ?? 0, made: looping.made, text: result.finalOutput },
     abort: { read: abortRead, executed, made: persisting.made, aborted: abortRun.aborted, tripwire, finished },
+    unknown: { read: unknownRead, text: unknownResult.finalOutput },
   });
   await client.stop();
 }
