@@ -30,7 +30,18 @@ def _run_pytest(tmp_path: Path, ci: bool, processes: list[str]) -> subprocess.Co
     if ci:
         env["CI"] = "true"
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *processes, "--rootdir", str(tmp_path), str(tmp_path)],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            *processes,
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
         capture_output=True,
         text=True,
         env=env,
