@@ -437,6 +437,7 @@ VARIABLES: dict[str, str] = {
     PREFIX + "MCP_SERVERS": "make test: the npm MCP servers the gateway tests start",
     PREFIX + "AGENT_CLIS": "make test: the agent CLIs the integration tests drive",
     PREFIX + "ORACLES": "make test: upstream checkouts the peer-profile tests compare against",
+    PREFIX + "FRAMEWORKS": "make test: the venvs of the frameworks that cannot share loopwatch's (CrewAI, Google ADK)",
     PREFIX + "PYTHON": "the TypeScript client's tests: the Python of the cross-language checks",
     PREFIX + "FC_SEED": "the TypeScript client's tests: fast-check's random seed",
     PREFIX + "TEST_BROKER": "the integration tests: a broker to use instead of starting one",
