@@ -106,10 +106,13 @@ class Opened:
         (the longest line any format allows: each format's reader applies its own limit)."""
         self.single_line = False
         self._pending: bytes | None = None
+        """The first line read, while nothing else has been: a document is read on from it."""
         head = self._readline(MAX_RUN_LINE_BYTES + 1)
+        blank = False
         while head is not None and not head.strip():
+            blank = True
             head = self._readline(MAX_RUN_LINE_BYTES + 1)
-        self._pending = head
+        self._pending = None if blank else head
         if head is not None and len(head) <= MAX_RUN_LINE_BYTES and head.lstrip()[:1] == b"{":
             try:
                 self.first = _decode_bounded(head)
@@ -146,9 +149,17 @@ class Opened:
 
     def document(self) -> Any:
         """The whole file as one JSON document (at most ``MAX_DOCUMENT_BYTES``)."""
-        self._rewind()
+        head, self._pending = self._pending, None
+        if head is None:
+            self._rewind()
+        # else the file's first line, read to tell the format (a one-line document is all of
+        # it): the rest is read on from there, not the whole file again
         try:
-            data = self.fh.read(MAX_DOCUMENT_BYTES + 1)
+            data = (
+                self.fh.read(MAX_DOCUMENT_BYTES + 1)
+                if head is None
+                else head + self.fh.read(MAX_DOCUMENT_BYTES + 1 - len(head))
+            )
         except (OSError, EOFError, zlib.error) as exc:
             raise ImportFailed(f"cannot read {self.name}: {exc} (a truncated gzip file?)") from None
         if len(data) > MAX_DOCUMENT_BYTES:
@@ -196,7 +207,7 @@ class Opened:
                     f"{self.name}: line {number} is longer than {_size(limit)}: not a transcript "
                     "this importer reads (or a corrupt file)"
                 )
-            if not line.strip():
+            if line.isspace():  # (not empty: the end of the file is None)
                 continue
             try:
                 value = _decode_bounded(line)
