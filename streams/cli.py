@@ -105,6 +105,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 def _backtest(args: argparse.Namespace) -> int:
     from schemas.config import RUN_SCOPE, ConfigError
+    from schemas.names import BAD_SIGNATURE
 
     from .engine import engine_for
     from .offline.backtest import (
@@ -132,6 +133,10 @@ def _backtest(args: argparse.Namespace) -> int:
         return fail("give JSONL files of tool-calls events, or --topic (and --bootstrap)")
     if args.files and (args.from_offset is not None or args.to_offset is not None or args.since or args.until):
         return fail("--from-offset, --to-offset, --since and --until read a topic: they need --topic")
+    if args.files and args.signing_keys is not None:
+        return fail(
+            "--signing-keys checks the signatures in a topic's record headers, which files do not hold: it needs --topic"
+        )
     engines = {}
     for name in ("baseline", "candidate"):
         try:
@@ -151,17 +156,22 @@ def _backtest(args: argparse.Namespace) -> int:
                 "backtested (loopwatch replay runs them)",
                 file=sys.stderr,
             )
+    keyring = None
     try:
         if args.files:
             source = FileSource([Path(f) for f in args.files])
         else:
+            from schemas.signing import Keyring, SigningKeyError, load_keys
+
             from .app.broker_options import client_settings
             from .app.settings import SettingsError
 
             try:
                 settings = client_settings(args, "loopwatch backtest")
                 options = settings.kafka_client_options()
-            except SettingsError as exc:
+                if settings.signing_keys is not None:
+                    keyring = Keyring(load_keys(settings.signing_keys))
+            except (SettingsError, SigningKeyError) as exc:
                 return fail(str(exc))
             source = KafkaRange(
                 settings.broker,
@@ -178,6 +188,7 @@ def _backtest(args: argparse.Namespace) -> int:
             engines["candidate"],
             agents=args.agent,
             normal_reasons=args.normal_end or ("completed",),
+            keyring=keyring,
         )
         progress = Progress(sys.stderr, source.progress)
         backtest.run(source.records(), keyed=source.keyed, progress=progress, jobs=args.jobs or available_cores())
@@ -191,6 +202,19 @@ def _backtest(args: argparse.Namespace) -> int:
             return fail(
                 f"unknown agent {', '.join(map(repr, missing))}: no event of it in the input (agents seen: {seen})", 1
             )
+    if backtest.signed:
+        print(
+            f"loopwatch backtest: {backtest.signed:,} records are signed and their signatures were not checked: "
+            "give --signing-keys (the worker's keys) to verify them as the worker does",
+            file=sys.stderr,
+        )
+    elif keyring is not None:
+        refused = backtest.dead.get(BAD_SIGNATURE, 0)
+        print(
+            f"loopwatch backtest: signatures checked with {len(keyring)} keys: "
+            f"{backtest.records - refused:,} of {backtest.records:,} records passed, {refused:,} bad_signature",
+            file=sys.stderr,
+        )
     if backtest.events == 0:  # a wrong input: no report of zeros, no plot
         return fail(_nothing_read("compare", args.files, sum(backtest.dead.values())), 1)
     report = backtest.report()
@@ -832,7 +856,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     from .app.broker_options import add_broker_options
 
-    add_broker_options(p)
+    add_broker_options(p, signing="verify")
     p.set_defaults(func=_backtest)
 
     from .importers import FORMATS

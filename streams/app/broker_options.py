@@ -5,7 +5,7 @@ Every command that talks to Kafka (the worker, the MCP gateway, ``backtest``, ``
 settings as flags (``--security-protocol``, ``--ssl-cafile``, ``--ssl-certfile``,
 ``--ssl-keyfile``, ``--sasl-mechanism``, ``--sasl-username``; the password only from
 ``LOOPWATCH_KAFKA_SASL_PASSWORD``, never a flag that ``ps`` shows).  Signing: the worker
-verifies with ``--signing-keys`` (a keyring); a publisher signs with ``--signing-key`` (one
+and ``backtest`` verify with ``--signing-keys`` (a keyring); a publisher signs with ``--signing-key`` (one
 agent's key file, ``LOOPWATCH_SIGNING_KEY``).
 
 The flags override ``LOOPWATCH_*`` variables, which ``Settings`` validates (a bad value is

@@ -29,6 +29,7 @@ __all__ = [
     "digest",
     "exceeds_depth",
     "text_exceeds_depth",
+    "json_text_exceeds_depth",
     "js_number",
     "js_trim",
     "sha256_hex",
@@ -117,6 +118,48 @@ def text_exceeds_depth(text: bytes | str, limit: int = JSON_DEPTH_LIMIT) -> bool
         else:
             depth -= len(token)
     return False
+
+
+_BRACKETS = bytes.maketrans(b"{}", b"[]")
+_NOT_STRUCTURE = bytes(b for b in range(256) if b not in b'"[]{}')
+
+
+def json_text_exceeds_depth(text: bytes | str, limit: int = JSON_DEPTH_LIMIT) -> bool:
+    """``text_exceeds_depth`` for text that is JSON, in a few passes of bytes methods (no
+    regular expression walks it): the answer is ``text_exceeds_depth``'s whenever the text is
+    JSON.  On text that is not JSON the two may differ, but never so that a decoder recurses
+    deeper than ``limit`` on text this calls shallow: a decoder stops at the first byte that is
+    not JSON, and up to there this reads the text as JSON does.  So a caller decodes when this
+    says no, and asks ``text_exceeds_depth`` which refusal to give when decoding fails."""
+    if len(text) <= limit:  # a tool's arguments, mostly: too short to hold that many brackets
+        return False
+    if isinstance(text, str):
+        if text.count("[") + text.count("{") <= limit:
+            return False
+        data = text.encode("utf-8", "surrogatepass")
+    else:
+        if text.count(b"[") + text.count(b"{") <= limit:
+            return False
+        data = text
+    # In JSON a backslash is only ever inside a string, where it begins an escape: with the
+    # escaped backslashes and then the escaped quotes gone, every quote opens or closes a
+    # string.  Of the rest only quotes and brackets count; two quotes side by side hold
+    # nothing between them (an empty string, or two strings' ends), and once they are gone,
+    # what lies between the remaining quotes is the few strings that hold brackets.
+    if b"\\" in data:
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = data.translate(_BRACKETS, _NOT_STRUCTURE)
+    if b'"' in brackets:
+        brackets = brackets.replace(b'""', b"")
+        if b'"' in brackets:
+            brackets = b"".join(brackets.split(b'"')[::2])
+    # JSON's brackets balance: each pass takes away the innermost pairs, one level, so the
+    # text is empty after as many passes as it nests deep, and never if it does not balance.
+    for _ in range(limit):
+        if not brackets:
+            return False
+        brackets = brackets.replace(b"[]", b"")
+    return bool(brackets)
 
 
 def check_depth(value: object, limit: int = JSON_DEPTH_LIMIT) -> None:
@@ -357,6 +400,8 @@ def stable_stringify(value: object, normalize: Callable[[str], str] | None = Non
 def stable_bytes(value: object) -> bytes:
     """``stable_stringify(value)`` in UTF-8 (what ``digest`` hashes), without making the text
     first where the value is plain."""
+    if type(value) is str and value.isascii():  # a tool's output, mostly
+        return _plain_json_bytes(value)
     if _plain(value, 0):
         return _plain_json_bytes(value)
     return stable_stringify(value).encode("utf-8")

@@ -97,6 +97,17 @@ class Outcome(msgspec.Struct, frozen=True, gc=False):
     no_progress: bool = False
 
     @property
+    def plain(self) -> bool:
+        """Only ``result_hash``, ``is_error`` and ``no_progress`` may differ from their defaults."""
+        return (
+            self.unknown_tool_name is None
+            and not self.loop_veto
+            and self.normalized_result_hash is None
+            and self.outcome_kind is None
+            and self.failure_identity_hash is None
+        )
+
+    @property
     def latest_result_hash(self) -> str | None:
         """The result hash under profile latest."""
         return self.normalized_result_hash or self.result_hash
@@ -655,4 +666,4 @@ def hash_outcome(
 
 def _hashed(value: Any) -> Outcome:
     plain, normalized = _digests(value)
-    return Outcome(plain, normalized_result_hash=normalized)
+    return Outcome(plain) if normalized is None else Outcome(plain, normalized_result_hash=normalized)

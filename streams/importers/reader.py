@@ -14,7 +14,7 @@ from typing import IO, Any
 
 import msgspec
 
-from streams.edge.canonical import JSON_DEPTH_LIMIT, text_exceeds_depth
+from streams.edge.canonical import JSON_DEPTH_LIMIT, TooDeep, json_text_exceeds_depth, text_exceeds_depth
 from streams.offline.files import decompressed
 
 from .model import ImportFailed
@@ -46,13 +46,29 @@ _decoder = msgspec.json.Decoder()
 _TOO_DEEP = f"JSON nested deeper than {JSON_DEPTH_LIMIT} levels of lists and objects (loopwatch's bound)"
 
 
+def _decode_bounded(text: bytes | str) -> Any:
+    """``text`` decoded; ``TooDeep`` when ``text_exceeds_depth(text)``, found before decoding
+    (no decoder recurses into it).  That count walks the text with a regular expression, a
+    third of a large document's import: it is asked only when ``json_text_exceeds_depth``,
+    which gives its answer on JSON in passes of bytes methods, says the text is too deep, or
+    when the text is no JSON (the decoder refuses it, having read no deeper than that said)."""
+    if json_text_exceeds_depth(text) and text_exceeds_depth(text):
+        raise TooDeep
+    try:
+        return _decoder.decode(text)
+    except msgspec.DecodeError:
+        if text_exceeds_depth(text):
+            raise TooDeep from None
+        raise
+
+
 def decode(data: bytes, where: str) -> Any:
     """A whole JSON document; ``ImportFailed`` when it is not JSON or nests deeper than
     ``JSON_DEPTH_LIMIT`` (counted before decoding: no decoder recurses into it)."""
-    if text_exceeds_depth(data):
-        raise ImportFailed(f"{where}: {_TOO_DEEP}")
     try:
-        return _decoder.decode(data)
+        return _decode_bounded(data)
+    except TooDeep:
+        raise ImportFailed(f"{where}: {_TOO_DEEP}") from None
     except msgspec.DecodeError as exc:
         raise ImportFailed(f"{where} is not valid JSON ({exc}): a truncated or corrupt file?") from None
 
@@ -61,10 +77,10 @@ def decode_embedded(text: str, where: str) -> Any:
     """A JSON value held in a string of the transcript (a call's ``arguments``): decoded, or
     ``text`` itself when it is not JSON; ``ImportFailed`` when it nests deeper than
     ``JSON_DEPTH_LIMIT``."""
-    if text_exceeds_depth(text):
-        raise ImportFailed(f"{where}: {_TOO_DEEP}")
     try:
-        return _decoder.decode(text)
+        return _decode_bounded(text)
+    except TooDeep:
+        raise ImportFailed(f"{where}: {_TOO_DEEP}") from None
     except msgspec.DecodeError:
         return text
 
@@ -90,15 +106,17 @@ class Opened:
         (the longest line any format allows: each format's reader applies its own limit)."""
         self.single_line = False
         self._pending: bytes | None = None
+        """The first line read, while nothing else has been: a document is read on from it."""
         head = self._readline(MAX_RUN_LINE_BYTES + 1)
+        blank = False
         while head is not None and not head.strip():
+            blank = True
             head = self._readline(MAX_RUN_LINE_BYTES + 1)
-        self._pending = head
+        self._pending = None if blank else head
         if head is not None and len(head) <= MAX_RUN_LINE_BYTES and head.lstrip()[:1] == b"{":
             try:
-                # too deep: refused when it is read as a line or a document
-                self.first = None if text_exceeds_depth(head) else _decoder.decode(head)
-            except msgspec.DecodeError:
+                self.first = _decode_bounded(head)
+            except (TooDeep, msgspec.DecodeError):  # too deep: refused when read as a line or a document
                 self.first = None
             if self.first is not None:
                 nxt = self._readline(1)
@@ -131,9 +149,17 @@ class Opened:
 
     def document(self) -> Any:
         """The whole file as one JSON document (at most ``MAX_DOCUMENT_BYTES``)."""
-        self._rewind()
+        head, self._pending = self._pending, None
+        if head is None:
+            self._rewind()
+        # else the file's first line, read to tell the format (a one-line document is all of
+        # it): the rest is read on from there, not the whole file again
         try:
-            data = self.fh.read(MAX_DOCUMENT_BYTES + 1)
+            data = (
+                self.fh.read(MAX_DOCUMENT_BYTES + 1)
+                if head is None
+                else head + self.fh.read(MAX_DOCUMENT_BYTES + 1 - len(head))
+            )
         except (OSError, EOFError, zlib.error) as exc:
             raise ImportFailed(f"cannot read {self.name}: {exc} (a truncated gzip file?)") from None
         if len(data) > MAX_DOCUMENT_BYTES:
@@ -181,12 +207,12 @@ class Opened:
                     f"{self.name}: line {number} is longer than {_size(limit)}: not a transcript "
                     "this importer reads (or a corrupt file)"
                 )
-            if not line.strip():
+            if line.isspace():  # (not empty: the end of the file is None)
                 continue
-            if text_exceeds_depth(line):
-                raise ImportFailed(f"{self.name}: line {number}: {_TOO_DEEP}")
             try:
-                value = _decoder.decode(line)
+                value = _decode_bounded(line)
+            except TooDeep:
+                raise ImportFailed(f"{self.name}: line {number}: {_TOO_DEEP}") from None
             except msgspec.DecodeError as exc:
                 cut = not line.endswith(b"\n")
                 raise ImportFailed(

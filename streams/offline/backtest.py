@@ -25,8 +25,14 @@ baseline's steps; at that event the candidate takes a copy of the run's state an
 with its own (``_Side``).  Trying a change for one agent of many costs little more than one
 config's run.
 
+Signatures: with the worker's keyring (``keyring``: ``--signing-keys``), a topic's records are
+verified as the worker verifies them (``schemas.signing``), and one that fails is counted
+``bad_signature``; without it, the records that carry a signature are counted (``signed``),
+unchecked.  A file of events holds no Kafka headers, so no signature.
+
 Not reproduced: the worker's clock (a far-future ``ts_ms`` is clamped to the worker's clock
-when it is processed; here event times are taken as they are) and signatures (no keys).
+when it is processed; here event times are taken as they are), and with a keyring, its
+freshness check of signed events against their records' Kafka timestamps.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from typing import IO, Any, TypeVar
 from schemas.errors import LoopwatchError
 from schemas.events import EVENT_TYPE_OF, InvalidEvent, RunEnded
 from schemas.names import OUTCOMES, PROCESSING_ERROR
+from schemas.signing import SIGNATURE_HEADER, Keyring
 
 from ..engine import LoopEngine, RunDriver, copy_state, outcome
 from ..engine.drive import NONE
@@ -416,6 +423,7 @@ class _Tally:
     duplicates: int
     other_agents: int
     dead: Counter
+    signed: int
     runs: int
     agents_seen: set
     ended: Counter
@@ -433,11 +441,13 @@ class _Tally:
 class _Record:
     """A topic's record as a shard rebuilds it (what the worker's record check reads)."""
 
-    __slots__ = ("topic", "partition", "offset", "key", "value")
-    headers = ()
+    __slots__ = ("topic", "partition", "offset", "key", "value", "headers")
 
-    def __init__(self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+    def __init__(
+        self, topic: str, partition: int, offset: int, key: bytes | None, value: bytes | None, headers: Any = ()
+    ) -> None:
         self.topic, self.partition, self.offset, self.key, self.value = topic, partition, offset, key, value
+        self.headers = headers
 
 
 def _rebuilt(numbered: Iterator[tuple[int, tuple]], keyed: bool) -> Iterator[tuple[int, Any]]:
@@ -448,7 +458,7 @@ def _rebuilt(numbered: Iterator[tuple[int, tuple]], keyed: bool) -> Iterator[tup
             yield seq, _Record(*fields)
         return
     line = _Line("")
-    for seq, (topic, _partition, offset, _key, value) in numbered:
+    for seq, (topic, _partition, offset, _key, value, _headers) in numbered:
         line.topic, line.offset, line.value = topic, offset, value
         yield seq, line
 
@@ -476,7 +486,8 @@ def records_sharded(
             if progress is not None and n & 0x3FFF == 0:
                 progress(n)
             value = record.value
-            yield value_state_key(value), (record.topic, record.partition, record.offset, record.key, value)
+            fields = (record.topic, record.partition, record.offset, record.key, value, tuple(record.headers or ()))
+            yield value_state_key(value), fields
         if progress is not None:
             progress(n)
 
@@ -578,19 +589,25 @@ def checked(
     dead: Counter,
     progress: Callable[[int], None] | None = None,
     counted: list[int] | None = None,
+    keyring: Keyring | None = None,
+    signed: list[int] | None = None,
 ) -> Iterator[tuple[int, Any, Any, bytes]]:
     """``(number, record, event, state key)`` of every ``(number, record)`` the worker would
-    accept (``check_record``); what it would dead-letter is counted in ``dead`` by reason.
-    ``progress`` gets the records read every 16,384 and at the end; ``counted[0]``, the
-    records read so far (``loopwatch backtest`` and ``loopwatch evaluate`` read alike)."""
+    accept (``check_record``, with the worker's ``keyring`` if given); what it would
+    dead-letter is counted in ``dead`` by reason.  ``progress`` gets the records read every
+    16,384 and at the end; ``counted[0]``, the records read so far (``loopwatch backtest`` and
+    ``loopwatch evaluate`` read alike); ``signed[0]``, without a keyring, the records read that
+    carry a signature (left unchecked)."""
     n = 0
     try:
         for seq, record in numbered:
             n += 1
             if progress is not None and n & 0x3FFF == 0:
                 progress(n)
+            if keyring is None and signed is not None and record.headers:
+                signed[0] += any(name == SIGNATURE_HEADER for name, _value in record.headers)
             try:
-                event, key = check_record(record, keyed=keyed)
+                event, key = check_record(record, keyring, keyed)
             except InvalidEvent as exc:
                 dead[exc.reason] += 1
                 continue
@@ -615,8 +632,13 @@ class Backtest:
         *,
         agents: Iterable[str] | None = None,
         normal_reasons: Iterable[str] = NORMAL_END_REASONS,
+        keyring: Keyring | None = None,
     ) -> None:
         self.sides = (_Side(baseline), _Side(candidate))
+        self.keyring = keyring
+        """The worker's keys: only records signed by their agent's key are applied."""
+        self.signed = 0
+        """Without a keyring: the records read that carry a signature, which nothing checked."""
         self.agents = None if agents is None else set(agents)
         self.normal_reasons = frozenset(normal_reasons)
         self.records = 0
@@ -674,8 +696,11 @@ class Backtest:
         same, apart = self._same, self._apart
         events = 0
         counted = [0]
+        signed = [0]
         last_at = None
-        for seq, record, event, key in checked(numbered, keyed=keyed, dead=dead, progress=progress, counted=counted):
+        for seq, record, event, key in checked(
+            numbered, keyed=keyed, dead=dead, progress=progress, counted=counted, keyring=self.keyring, signed=signed
+        ):
             agent = event.agent_id
             agents_seen.add(agent)
             if agents is not None and agent not in agents:
@@ -727,6 +752,7 @@ class Backtest:
             self.last_ms = ts
             last_at = seq
         self.records += counted[0]
+        self.signed += signed[0]
         self.events += events
         if last_at is not None:
             self.last_at = last_at
@@ -785,10 +811,10 @@ class Backtest:
         """The records split by state key over ``jobs`` processes, each a ``Backtest`` of its
         own with these configs, their tallies merged into this one (``_merge``)."""
         base, cand = (side.driver.engine for side in self.sides)
-        agents, normal = self.agents, self.normal_reasons
+        agents, normal, keyring = self.agents, self.normal_reasons, self.keyring
 
         def work(numbered: Iterator[tuple[int, Any]]) -> _Tally:
-            shard = Backtest(base, cand, agents=agents, normal_reasons=normal)
+            shard = Backtest(base, cand, agents=agents, normal_reasons=normal, keyring=keyring)
             shard._run(numbered, keyed=keyed)
             return shard._tally()
 
@@ -806,6 +832,7 @@ class Backtest:
             self.duplicates,
             self.other_agents,
             self.dead,
+            self.signed,
             self.runs,
             self.agents_seen,
             self.ended,
@@ -832,6 +859,7 @@ class Backtest:
             self.duplicates += t.duplicates
             self.other_agents += t.other_agents
             self.dead.update(t.dead)
+            self.signed += t.signed
             self.runs += t.runs
             self.agents_seen |= t.agents_seen
             self.ended.update(t.ended)

@@ -112,6 +112,7 @@ def test_publishers_take_a_signing_key_file(command, config, tmp_path):
     one_line_error(proc, 2, "absent.json: cannot read")
 
 
-def test_the_worker_takes_its_signing_keys(config, tmp_path):
-    proc = run(*commands(config)["worker"], "--bootstrap", "127.0.0.1:9", "--signing-keys", tmp_path / "absent")
+@pytest.mark.parametrize("command", ("worker", "backtest"))
+def test_the_worker_and_the_backtest_take_the_workers_signing_keys(command, config, tmp_path):
+    proc = run(*commands(config)[command], "--bootstrap", "127.0.0.1:9", "--signing-keys", tmp_path / "absent")
     one_line_error(proc, 2, "LOOPWATCH_SIGNING_KEYS", "does not exist")

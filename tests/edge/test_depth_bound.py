@@ -16,6 +16,7 @@ from streams.edge.canonical import (
     check_depth,
     digest,
     exceeds_depth,
+    json_text_exceeds_depth,
     stable_bytes,
     stable_stringify,
     text_exceeds_depth,
@@ -142,3 +143,61 @@ def test_text_exceeds_depth_agrees_with_the_walk_of_the_decoded_value(value):
 def test_text_exceeds_depth_of_100000_brackets_is_quick_and_true():
     assert text_exceeds_depth("[" * 100_000 + "]" * 100_000)
     assert text_exceeds_depth(b"{" * 100_000)  # unterminated: still refused before decoding
+
+
+# -- the same count on JSON text, in passes of bytes methods (what the importers ask first) ------
+
+
+@given(st.lists(st.booleans(), min_size=0, max_size=3 * JSON_DEPTH_LIMIT), st.sampled_from(["0", '"[{"', '"\\\\"']))
+def test_json_text_exceeds_depth_counts_the_nesting_of_the_text(shape, leaf):
+    assert json_text_exceeds_depth(text_of(shape, leaf)) is (len(shape) > JSON_DEPTH_LIMIT)
+    assert json_text_exceeds_depth(text_of(shape, leaf).encode()) is (len(shape) > JSON_DEPTH_LIMIT)
+
+
+@settings(max_examples=300)
+@given(JSON_VALUES, st.integers(min_value=0, max_value=2 * JSON_DEPTH_LIMIT))
+def test_json_text_exceeds_depth_agrees_with_the_walk_on_json_text(value, wrap):
+    import json
+
+    # wrapped to nest near the bound, with the strings' brackets, quotes and backslashes inside
+    value = nest([w % 2 == 0 for w in range(wrap)], value)
+    for text in (json.dumps(value), json.dumps(value, ensure_ascii=False, indent=1)):
+        assert json_text_exceeds_depth(text) is exceeds_depth(value)
+
+
+def _old_decode(text: str) -> object:
+    """The importers' decoding as it was: the regular expression's count first, then msgspec."""
+    import msgspec
+
+    if text_exceeds_depth(text):
+        return "too deep"
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return "not JSON"
+
+
+@settings(max_examples=500)
+@given(
+    JSON_VALUES,
+    st.integers(min_value=0, max_value=2 * JSON_DEPTH_LIMIT),
+    st.lists(st.tuples(st.integers(min_value=0), st.sampled_from(list('[]{}"\\ a'))), max_size=3),
+)
+def test_the_importers_decoding_refuses_what_it_refused_before_even_on_text_that_is_no_json(value, wrap, edits):
+    import json
+
+    import msgspec
+
+    from streams.importers.reader import _decode_bounded
+
+    text = json.dumps(nest([w % 3 == 0 for w in range(wrap)], value))
+    for at, char in edits:  # a stray bracket, quote or backslash anywhere
+        at %= len(text) + 1
+        text = text[:at] + char + text[at:]
+    try:
+        got: object = _decode_bounded(text)
+    except TooDeep:
+        got = "too deep"
+    except msgspec.DecodeError:
+        got = "not JSON"
+    assert got == _old_decode(text)
