@@ -71,10 +71,10 @@ from schemas.fleet import (
 )
 from streams.engine.config import AgentRingSettings, FleetIncidentSettings
 from streams.engine.fleet import (
+    MAX_TRACKED_SOURCES,
     WITHDRAWN,
     FleetView,
     IncidentState,
-    MAX_TRACKED_SOURCES,
     TraceSends,
     admit_tool,
     count_outcome,

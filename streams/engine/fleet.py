@@ -12,6 +12,9 @@ tool or by trace: ``streams.app.fleet`` on Faust's windowed tables, ``FleetSimul
   whether it reached them; ``open_or_refresh`` and ``resolve_if_quiet`` move a tool's
   incident.  Windows hop: ``window_starts`` and ``earliest_start`` are Faust's
   ``HoppingWindow`` arithmetic (``ranges`` and ``earliest``), which the worker's table uses.
+* **the per-agent limit**: ``admit_tool`` decides whether an agent may add an outcome for one
+  more tool this minute (the worker keeps each agent's tools in an agent-keyed table, so the
+  limit is fleet-wide; ``SourceLimit`` keeps them in memory for ``FleetSimulator``).
 * **rings**: ``observe_send`` keeps each hop of a trace with its outcome's streak, looks for
   a ring through the hop that just sent (``find_ring``) and says when to publish (or
   withdraw) a ``RingNotice``.

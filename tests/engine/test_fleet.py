@@ -18,10 +18,10 @@ from streams.engine.config import AgentRingSettings, FleetIncidentSettings
 from streams.engine.fleet import (
     WITHDRAWN,
     FleetSimulator,
-    admit_tool,
     FleetView,
     Hop,
     TraceSends,
+    admit_tool,
     count_outcome,
     earliest_start,
     find_ring,
