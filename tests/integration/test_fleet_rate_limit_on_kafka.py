@@ -16,66 +16,27 @@ import time
 import pytest
 
 from harness import collect, encode_all, produce, write_config
+from harness.fleet_limit import LIMIT, limit_config, one_agent_outcomes, spread_tools
 from schemas.fleet import IncidentOpened, decode_incident
-from schemas.keys import partition_for
-from streams.offline.scenarios import tool_outage
 
 pytestmark = pytest.mark.kafka
 
 PARTITIONS = 4
-LIMIT = 3
-TOOLS_PER_PARTITION = 3
-
-
-def spread_tools() -> list[str]:
-    """12 tool names, 3 on each partition of ``<app id>-fleet`` (keyed ``tool:<name>``), so that
-    each worker's fleet partitions hold more tools than the limit."""
-    by_partition: dict[int, list[str]] = {p: [] for p in range(PARTITIONS)}
-    n = 0
-    while any(len(names) < TOOLS_PER_PARTITION for names in by_partition.values()):
-        name = f"tool-{n:03d}"
-        names = by_partition[partition_for(f"tool:{name}".encode(), PARTITIONS)]
-        if len(names) < TOOLS_PER_PARTITION:
-            names.append(name)
-        n += 1
-    # Round robin over the partitions: whichever tools come first, both workers' are among them.
-    return [by_partition[p][i] for i in range(TOOLS_PER_PARTITION) for p in range(PARTITIONS)]
 
 
 async def test_one_agent_adds_outcomes_for_at_most_the_limit_of_tools_across_two_workers(lw):
     config = lw.tmp / "limit.json"
-    write_config(
-        config,
-        {
-            "tools": {"loopDetection": {"enabled": True}},
-            "loopwatch": {
-                "fleetIncidents": {
-                    "enabled": True,
-                    "minRuns": 1,
-                    "minAgents": 1,
-                    "windowSeconds": 60,
-                    "hopSeconds": 10,
-                    "quietSeconds": 600,
-                    "maxOpenIncidents": 50,
-                    "maxToolsPerAgentPerMinute": LIMIT,
-                }
-            },
-        },
-    )
+    write_config(config, limit_config())
     env = {"LOOPWATCH_PARTITIONS": str(PARTITIONS)}
     a = lw.worker(label="a", config=config, env=env).start()
     b = lw.worker(label="b", config=config, env=env).start()
     a.wait_ready(timeout=120)
     b.wait_ready(timeout=120)
-    tools = spread_tools()
+    tools = spread_tools(PARTITIONS, 3)
     while time.time() % 60 > 30:  # all of it within one minute of the limiter's (no timing assertion)
         await asyncio.sleep(1)
-    events = []
-    for t, tool in enumerate(tools):  # one agent id (agent-0), one run per tool
-        events += tool_outage(
-            tool, runs=1, agents=1, calls_per_run=1, run_prefix=f"{lw.names.tag}-t{t}", start_ms=int(time.time() * 1000)
-        )
-    assert len({e.agent_id for e in events}) == 1
+    events = one_agent_outcomes(tools, lw.names.tag)
+    assert len(tools) == 12 and len({e.agent_id for e in events}) == 1
     await produce(lw.broker, lw.names.tool_calls, encode_all(events))
 
     def limited() -> float:
