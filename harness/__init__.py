@@ -5,6 +5,7 @@ only): run from the repository (``pytest`` and ``make bench`` put it on the path
 ``harness.workers``  worker subprocesses (``WorkerProcess``), unique topic names, ports;
 ``harness.kafka``    producing, collecting, offsets, topics, and the engine-alone answers;
 ``harness.fleets``   the backtest's fleets (hand-worked, generated) and their reference;
+``harness.fleet_limit``  the per-agent rate limit's scenario (one agent, many tools);
 ``harness.cli``      the ``loopwatch`` command as a subprocess, and its one-line errors.
 """
 

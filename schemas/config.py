@@ -173,7 +173,7 @@ class FleetIncidentsConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defa
     runs and agents counted are what the events claim, so this bounds what one producer can forge."""
     maxToolsPerAgentPerMinute: Annotated[int, msgspec.Meta(gt=0, le=MAX_TOOLS_PER_AGENT)] | None = None
     """An agent id (as events name it) adds outcomes for at most this many distinct tools a
-    minute (30), per worker; its outcomes for further tools are not counted, and counted
+    minute (30), fleet-wide; its outcomes for further tools are not counted, and counted
     (``loopwatch_fleet_outcomes_limited_total``)."""
 
 

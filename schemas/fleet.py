@@ -13,6 +13,8 @@ Internal (the worker's own topics, named after its app id):
 * ``FleetRecord`` on ``<app id>-fleet``: what the per-run topology sends to the fleet
   topology, keyed by ``tool:<name>`` (an error or no-progress outcome; a tick that lets the
   owner of a tool resolve its incident) or ``trace:<id>`` (a completed send of a trace);
+* ``FleetOutcome`` on ``<app id>-fleet-agents``, keyed by ``agent:<digest>``: an outcome on its
+  way to ``<app id>-fleet``, through the per-agent rate limit, which forwards it unchanged;
 * ``RingNotice`` on ``<app id>-rings`` (key: the trace id; compacted, a tombstone once the
   ring is broken): an agent ring the fleet topology found, for every worker's per-run
   decisions.

@@ -94,7 +94,8 @@ class Worker:
         if self.sessions is not None:
             out[self.sessions.get_topic_name()] = {}
         if self.fleet is not None:
-            out[self.fleet.topic.get_topic_name()] = {}
+            for topic in self.fleet.input_topics:
+                out[topic.get_topic_name()] = {}
             for topic in self.fleet.output_topics:
                 out[topic.get_topic_name()] = {"cleanup.policy": "compact"}
         return out
@@ -211,6 +212,7 @@ def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = 
         new_producer=producers.new,
         sessions_topic=processor.sessions_topic,
         fleet_topic=None if fleet is None else fleet.topic.get_topic_name(),
+        fleet_agents_topic=None if fleet is None or fleet.agents_topic is None else fleet.agents_topic.get_topic_name(),
         shadow_topic=settings.shadow_verdicts_topic,
         metrics=metrics,
         worker_id=settings.group_instance_id,

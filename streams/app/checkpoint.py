@@ -229,6 +229,8 @@ class Checkpointer:
                     pending += await self.output.send_verdicts(result.verdicts, epoch[0])
                 if result.fleet:
                     pending += await self.output.send_fleet(result.fleet)
+                if result.fleet_outcomes:
+                    pending += await self.output.send_fleet_outcomes(result.fleet_outcomes)
                 for letter in result.dead_letters:
                     pending.append(await self.output.send_dead_letter(letter))
                 # Last, and not awaited: shadow verdicts never delay a decision (output.py).

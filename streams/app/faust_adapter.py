@@ -616,15 +616,19 @@ class _BatchingConsumer:
 
         The same holds for records dropped because the flow was stopped: Faust seeks every
         partition to its committed offset, but aiokafka's ``seek_to_committed`` leaves a
-        partition with none (or 0) where the dropped fetch put it."""
+        partition with none (or 0) where the dropped fetch put it.
+
+        Every topic the worker consumes but the tables' changelogs (which Faust's recovery
+        seeks itself): the batch topics and the agents' (the fleet topology's repartition
+        topics, whose first records a new owner would skip just the same)."""
         from aiokafka.errors import IllegalStateError
 
-        batch_topics = self.app.hooks.batch_topics if self.app.hooks is not None else ()
+        changelogs = self.app.tables.changelog_topics
         consumer = self._thread._ensure_consumer()
         assignment = consumer.assignment()
         for tp, tp_records in records.items():
-            if not tp_records or tp.topic not in batch_topics or tp not in assignment:
-                continue  # (other topics: the changelogs, which Faust's recovery seeks itself)
+            if not tp_records or tp.topic in changelogs or tp not in assignment:
+                continue
             try:
                 position = await asyncio.wait_for(consumer.position(tp), timeout=1.0)
             except (TimeoutError, IllegalStateError):

@@ -5,8 +5,20 @@ and an agent ring about a trace, whose events come from runs on every partition.
 processor sends the few records that matter (a completed call that failed or made no
 progress, a completed send of a trace; ``BatchResult.fleet``) to ``<app id>-fleet``, keyed by
 ``tool:<name>`` or ``trace:<id>``: a repartition through an internal topic, co-partitioned
-with the worker's other topics.  A Faust agent consumes it (Faust's per-record path: a few
+with the worker's other topics.  Faust agents consume it (Faust's per-record path: a few
 records, where each one may change a table):
+
+* **the per-agent limit** (``maxToolsPerAgentPerMinute``), first: a failing outcome goes to
+  ``<app id>-fleet-agents`` keyed by ``agent:<digest>`` (``BatchResult.fleet_outcomes``), so
+  all of one agent's outcomes meet on one partition, whichever workers' runs they came
+  from.  A tumbling windowed table (``fleet-sources``: agent -> the distinct tools it added
+  this minute, a minute of stream time, changelog) decides (``engine.fleet.admit_tool``);
+  an outcome admitted is forwarded, unchanged and with its timestamp, to ``<app id>-fleet``
+  keyed by ``tool:<name>``; one refused is counted (``loopwatch_fleet_outcomes_limited_total``).
+  The forward is delivered before the table changes: after a crash the outcomes since the
+  last commit are decided again, from a table that holds a prefix of what was decided, and
+  so the same way; one forwarded twice is counted once (a window holds distinct runs and
+  agents, and the copy's timestamp puts it in the same windows).
 
 * **incidents**: a hopping windowed table (``fleet-outcomes``: tool and outcome -> the
   distinct runs and agents that had it, capped at the thresholds; windows of
@@ -59,11 +71,12 @@ from schemas.fleet import (
 )
 from streams.engine.config import AgentRingSettings, FleetIncidentSettings
 from streams.engine.fleet import (
+    MAX_TRACKED_SOURCES,
     WITHDRAWN,
     FleetView,
     IncidentState,
-    SourceLimit,
     TraceSends,
+    admit_tool,
     count_outcome,
     observe_send,
     open_or_refresh,
@@ -83,6 +96,8 @@ MIRROR_WAIT_MS = 100
 REFRESH_WRITE_MS = 1000
 """An open incident's ``last_qualified_ms`` is written to its table at most once a second."""
 TICK_S = 1.0
+SOURCE_WINDOW_S = 60
+"""The per-agent limit's minute (``maxToolsPerAgentPerMinute``), in stream time."""
 RECENT_MS = 10_000
 """How long an incident this worker opened counts towards ``maxOpenIncidents`` before its view
 has it (the mirror's delay is about a second under load)."""
@@ -111,7 +126,9 @@ class FleetTopology:
         declared = dict(partitions=settings.partitions, replicas=settings.replication)
         self.topic = app.topic(settings.internal_topic("fleet"), **declared, internal=True, **raw)
         self.incidents_topic = self.rings_topic = None
-        self.limit = SourceLimit(incidents.max_tools_per_agent if incidents is not None else 1)
+        self.agents_topic = None
+        self._new_sources = (-1, 0)
+        """(minute, agents this worker's limiter started following in it): ``MAX_TRACKED_SOURCES``."""
         self._recent: dict[str, int] = {}
         """Tools whose incident this worker opened, until its view holds them (or RECENT_MS)."""
         self._cap_logged = False
@@ -132,6 +149,18 @@ class FleetTopology:
             self.incidents = app.Table(
                 "fleet-incidents", partitions=settings.partitions, help="tool -> its open incident"
             )
+            self.agents_topic = app.topic(settings.internal_topic("fleet-agents"), **declared, internal=True, **raw)
+            self.sources = (
+                app.Table(
+                    "fleet-sources",
+                    default=list,
+                    partitions=settings.partitions,
+                    help="agent -> the distinct tools it added fleet outcomes for, per minute",
+                )
+                .tumbling(SOURCE_WINDOW_S, expires=2 * SOURCE_WINDOW_S)
+                .relative_to_stream()
+            )
+            app.agent(self.agents_topic, name="loopwatch.fleet_limit")(self._limit_agent)
         if rings is not None:
             self.rings_topic = app.topic(
                 settings.internal_topic("rings"), **declared, compacting=True, internal=True, **raw
@@ -147,6 +176,53 @@ class FleetTopology:
     def output_topics(self) -> list[Any]:
         """The topics the agent publishes on (declared at start)."""
         return [t for t in (self.incidents_topic, self.rings_topic) if t is not None]
+
+    @property
+    def input_topics(self) -> list[Any]:
+        """The topics the agents consume (created at start with the others)."""
+        return [t for t in (self.topic, self.agents_topic) if t is not None]
+
+    # -- the per-agent limit -----------------------------------------------------------------------
+
+    async def _limit_agent(self, stream: Any) -> None:
+        async for event in stream.events():
+            try:
+                record = decode_fleet_record(event.value)
+            except (msgspec.MsgspecError, TypeError) as exc:
+                record = exc
+            if type(record) is not FleetOutcome:
+                log.warning(
+                    "not a fleet outcome at %s partition %d offset %d: %s",
+                    event.message.topic,
+                    event.message.partition,
+                    event.message.offset,
+                    record if isinstance(record, Exception) else type(record).__name__,
+                )
+                continue
+            await self._limit(record, event)
+
+    async def _limit(self, record: FleetOutcome, event: Any) -> None:
+        timestamp = event.message.timestamp
+        windows = self.sources[record.agent]
+        tools = windows.current() or None
+        if tools is None:
+            minute = int(timestamp // SOURCE_WINDOW_S)
+            seen_minute, started = self._new_sources
+            started = started + 1 if minute == seen_minute else 1
+            self._new_sources = (minute, started)
+            if started > MAX_TRACKED_SOURCES:
+                self.metrics.fleet_outcomes_limited.inc()
+                return
+        after = admit_tool(tools, record.tool_name, self.incident_settings.max_tools_per_agent)
+        if after is None:
+            self.metrics.fleet_outcomes_limited.inc()
+            return
+        # Delivered before the table changes (see the module docstring), with the outcome's
+        # own timestamp: a copy sent again after a crash falls in the same windows.
+        key = f"tool:{record.tool_name}".encode("utf-8", "surrogatepass")
+        await (await self.topic.send(key=key, value=event.value, timestamp=timestamp))
+        if after is not tools:
+            self.sources[record.agent] = after
 
     # -- the agent ------------------------------------------------------------------------------
 
@@ -174,10 +250,7 @@ class FleetTopology:
                 await self._send(record, event, now_ms)
 
     async def _outcome(self, record: FleetOutcome, event: Any, now_ms: int) -> None:
-        settings = self.incident_settings
-        if not self.limit.admit(record.agent, record.tool_name, now_ms):
-            self.metrics.fleet_outcomes_limited.inc()
-            return
+        settings = self.incident_settings  # (the per-agent limit admitted it: ``_limit``)
         key = f"{record.tool_name}\x1f{record.fingerprint}"
         windows = self.outcomes[key]
         windows.apply(lambda value, seen: count_outcome(value, seen[0], seen[1], settings), (record.run, record.agent))

@@ -185,6 +185,7 @@ class Output:
         new_producer: Callable[[], Any],
         sessions_topic: str | None = None,
         fleet_topic: str | None = None,
+        fleet_agents_topic: str | None = None,
         shadow_topic: str = "loop-verdicts-shadow",
         metrics: Any = None,
         worker_id: str = "",
@@ -198,6 +199,8 @@ class Output:
         """Under session scope, the repartition topic (``<app id>-sessions``)."""
         self.fleet_topic = fleet_topic
         """With fleet incidents or agent rings, the fleet topology's input (``<app id>-fleet``)."""
+        self.fleet_agents_topic = fleet_agents_topic
+        """With fleet incidents, the per-agent limit's input (``<app id>-fleet-agents``)."""
         self.shadow_topic = shadow_topic
         self.metrics = metrics
         self.shadow_partitions: int | None = None
@@ -275,6 +278,16 @@ class Output:
     async def send_fleet(self, records: list[tuple[bytes, bytes]]) -> list[asyncio.Future]:
         """The fleet topology's input records (``<app id>-fleet``), by key (tool or trace)."""
         topic = self.fleet_topic
+        return await _send_keyed(
+            self._shared(),
+            topic,
+            await self._partition_count(topic),
+            [(key, value, _NO_HEADERS) for key, value in records],
+        )
+
+    async def send_fleet_outcomes(self, records: list[tuple[bytes, bytes]]) -> list[asyncio.Future]:
+        """Failing outcomes for the per-agent limit (``<app id>-fleet-agents``), by agent."""
+        topic = self.fleet_agents_topic
         return await _send_keyed(
             self._shared(),
             topic,

@@ -64,7 +64,9 @@ loopwatch's own options add, each only when on:
   runners route them as before.
 * ``loopwatch.fleetIncidents``, ``loopwatch.agentRings``: a completed call that failed or made
   no progress, and a completed send of a trace, also become a record for the fleet topology
-  (``BatchResult.fleet``, keyed by ``tool:<name>`` or ``trace:<id>``; ``streams.app.fleet``).
+  (``streams.app.fleet``): an outcome goes first to the per-agent limit
+  (``BatchResult.fleet_outcomes``, keyed by ``agent:<digest>``), a send straight to the fleet
+  topology (``BatchResult.fleet``, keyed by ``trace:<id>``).
 """
 
 from __future__ import annotations
@@ -593,9 +595,9 @@ class BatchProcessor:
             outcome = fleet_outcome(event) if incidents else None
             if outcome is not None and (seen := (outcome.run, outcome.tool_name, outcome.fingerprint)) not in outcomes:
                 outcomes.add(seen)  # (by run: under session scope a state holds several runs)
-                result.fleet.append(
-                    (f"tool:{event.tool_name}".encode("utf-8", "surrogatepass"), encode_fleet_record(outcome))
-                )
+                # By agent: the rate limit per agent is decided where all of an agent's
+                # outcomes meet (streams.app.fleet), which forwards them by tool.
+                result.fleet_outcomes.append((f"agent:{outcome.agent}".encode(), encode_fleet_record(outcome)))
                 result.fleet_kinds["outcome"] += 1
             send = fleet_send(event) if rings else None
             if send is not None:
@@ -776,7 +778,7 @@ class BatchProcessor:
             m.events_forwarded.inc(len(result.forwards))
         if result.forwarded_again:
             m.events_forwarded_again.inc(result.forwarded_again)
-        if result.fleet:
+        if result.fleet or result.fleet_outcomes:
             m.add(m.fleet_records, result.fleet_kinds)
         if result.incident_decisions:
             m.fleet_incident_decisions.inc(result.incident_decisions)

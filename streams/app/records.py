@@ -83,7 +83,10 @@ class BatchResult:
     """Under session scope: ``tool-calls`` records to repartition, as (session key, value,
     headers, the record's Kafka timestamp: the forwarded record keeps it)."""
     fleet: list[tuple[bytes, bytes]] = field(default_factory=list)
-    """Records for the fleet topology, as (key, value)."""
+    """Records for the fleet topology (``<app id>-fleet``: sends of traces), as (key, value)."""
+    fleet_outcomes: list[tuple[bytes, bytes]] = field(default_factory=list)
+    """Failing outcomes for the fleet topology's per-agent limit (``<app id>-fleet-agents``,
+    keyed ``agent:<digest>``), as (key, value)."""
     fleet_kinds: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     """How many of them are failing outcomes (``outcome``) and sends (``send``)."""
     incident_decisions: int = 0

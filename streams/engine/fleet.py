@@ -12,6 +12,9 @@ tool or by trace: ``streams.app.fleet`` on Faust's windowed tables, ``FleetSimul
   whether it reached them; ``open_or_refresh`` and ``resolve_if_quiet`` move a tool's
   incident.  Windows hop: ``window_starts`` and ``earliest_start`` are Faust's
   ``HoppingWindow`` arithmetic (``ranges`` and ``earliest``), which the worker's table uses.
+* **the per-agent limit**: ``admit_tool`` decides whether an agent may add an outcome for one
+  more tool this minute (the worker keeps each agent's tools in an agent-keyed table, so the
+  limit is fleet-wide; ``SourceLimit`` keeps them in memory for ``FleetSimulator``).
 * **rings**: ``observe_send`` keeps each hop of a trace with its outcome's streak, looks for
   a ring through the hop that just sent (``find_ring``) and says when to publish (or
   withdraw) a ``RingNotice``.
@@ -54,6 +57,7 @@ __all__ = [
     "TraceSends",
     "WITHDRAWN",
     "Withdrawn",
+    "admit_tool",
     "count_outcome",
     "digest16",
     "earliest_start",
@@ -134,24 +138,44 @@ def qualifies(value: Any, settings: FleetIncidentSettings) -> bool:
 
 
 MAX_TRACKED_SOURCES = 10_000
-"""Agents a ``SourceLimit`` follows in one minute; outcomes of further agents that minute are
-limited (a flood of made-up agent ids must not grow its table)."""
+"""Agents a ``SourceLimit`` (or a worker's limiter, per worker) starts following in one minute;
+outcomes of further agents that minute are limited (a flood of made-up agent ids must not
+grow its table)."""
+
+
+def admit_tool(tools: list[str] | None, tool: str, limit: int | float) -> list[str] | None:
+    """The per-agent rate limit's one decision: ``tools``, the distinct tools an agent added
+    outcomes for in the current minute (None: none yet), and one more outcome of ``tool``.
+    Returns the agent's tools after it (``tools`` itself when ``tool`` is among them already),
+    or None when the outcome is refused: the agent has ``limit`` other tools this minute.
+
+    Keyed by agent and nothing else, so it is one decision fleet-wide wherever the agent's
+    tools are kept: ``SourceLimit`` in one process, the worker's agent-keyed windowed table
+    (``streams.app.fleet``) across workers.  A decision made again on the same list gives the
+    same answer (a redelivered record is admitted or refused as it was)."""
+    if tools is None:
+        tools = []
+    if tool in tools:
+        return tools
+    if len(tools) >= limit:
+        return None
+    return [*tools, tool]
 
 
 class SourceLimit:
-    """The rate limit per source of fleet outcomes: an agent (its digest, as the events name
-    it) adds outcomes for at most ``maxToolsPerAgentPerMinute`` distinct tools in a minute of
-    ``now_ms``; its outcomes for the tools it already added pass.  A real agent calls a
-    handful of tools; a producer forging incidents needs many.  Holds at most
-    ``MAX_TRACKED_SOURCES`` agents, each with at most the limit's tools, and forgets them
-    every minute."""
+    """The rate limit per source of fleet outcomes in one process (``FleetSimulator``): an
+    agent (its digest, as the events name it) adds outcomes for at most
+    ``maxToolsPerAgentPerMinute`` distinct tools in a minute of ``now_ms`` (``admit_tool``);
+    its outcomes for the tools it already added pass.  A real agent calls a handful of tools;
+    a producer forging incidents needs many.  Holds at most ``MAX_TRACKED_SOURCES`` agents,
+    each with at most the limit's tools, and forgets them every minute."""
 
     __slots__ = ("limit", "minute", "tools", "limited")
 
     def __init__(self, limit: int | float) -> None:
         self.limit = limit
         self.minute = -1
-        self.tools: dict[str, set[str]] = {}
+        self.tools: dict[str, list[str]] = {}
         self.limited = 0
         """Outcomes refused, all told."""
 
@@ -160,17 +184,14 @@ class SourceLimit:
         if minute != self.minute:
             self.minute, self.tools = minute, {}
         tools = self.tools.get(agent)
-        if tools is None:
-            if len(self.tools) >= MAX_TRACKED_SOURCES:
-                self.limited += 1
-                return False
-            tools = self.tools[agent] = set()
-        if tool in tools:
-            return True
-        if len(tools) >= self.limit:
+        if tools is None and len(self.tools) >= MAX_TRACKED_SOURCES:
             self.limited += 1
             return False
-        tools.add(tool)
+        after = admit_tool(tools, tool, self.limit)
+        if after is None:
+            self.limited += 1
+            return False
+        self.tools[agent] = after
         return True
 
 

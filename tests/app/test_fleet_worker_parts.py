@@ -23,7 +23,7 @@ from streams.app.reload import ConfigWatcher
 from streams.app.settings import Settings
 from streams.edge.events import requested_event
 from streams.engine import RunDriver, engine_for
-from streams.engine.fleet import FleetView
+from streams.engine.fleet import FleetView, digest16
 from streams.offline.replay import fleet_simulator
 from streams.offline.scenarios import agent_ring, session_loop, tool_outage
 
@@ -97,11 +97,14 @@ def test_failing_outcomes_and_sends_go_to_the_fleet_topology():
         + agent_ring(rounds=1)
     )
     result = processor(FLEET).process(tool_calls(events), no_store)
-    outcomes = [(k, decode_fleet_record(v)) for k, v in result.fleet if k.startswith(b"tool:")]
-    sends = [(k, decode_fleet_record(v)) for k, v in result.fleet if k.startswith(b"trace:")]
+    outcomes = [(k, decode_fleet_record(v)) for k, v in result.fleet_outcomes]
+    sends = [(k, decode_fleet_record(v)) for k, v in result.fleet]
     # Each run failed twice the same way: once per run and batch is all a window counts.
-    assert len(outcomes) == 3 and {k for k, _ in outcomes} == {b"tool:web_search"}
-    assert all(type(o) is FleetOutcome and o.error for _, o in outcomes)
+    # Outcomes go by agent, to the per-agent limit (run r is agent r mod 2's).
+    assert len(outcomes) == 3 and [k for k, _ in outcomes] == [
+        f"agent:{digest16(f'agent-{r % 2}')}".encode() for r in range(3)
+    ]
+    assert all(type(o) is FleetOutcome and o.error and o.tool_name == "web_search" for _, o in outcomes)
     assert len({o.run for _, o in outcomes}) == 3 and len({o.agent for _, o in outcomes}) == 2
     assert len(sends) == 3 and {k for k, _ in sends} == {b"trace:trace-standup"}
     assert all(type(s) is FleetSend and s.count == 1 for _, s in sends)
@@ -114,7 +117,7 @@ def test_under_session_scope_each_run_of_a_session_counts_for_the_fleet_topology
     p = processor({**ENABLED, "loopwatch": {"scope": "session", "fleetIncidents": {"enabled": True}}})
     forwards = p.process(tool_calls(events), no_store).forwards
     result = p.process([Record("lw-sessions", 0, i, k, v) for i, (k, v, _h, _t) in enumerate(forwards)], no_store)
-    outcomes = [decode_fleet_record(v) for _k, v in result.fleet]
+    outcomes = [decode_fleet_record(v) for _k, v in result.fleet_outcomes]
     assert len(outcomes) == 3 and len({o.run for o in outcomes}) == 3
 
 
@@ -137,7 +140,7 @@ def test_a_runs_identical_sends_in_a_batch_go_as_one_record_with_their_count():
 def test_without_the_options_the_processor_sends_nothing_more():
     events = tool_outage(runs=3) + agent_ring(rounds=1)
     result = BatchProcessor(engine_for(ENABLED)).process(tool_calls(events), no_store)
-    assert result.fleet == [] and result.forwards == [] and result.incident_decisions == 0
+    assert result.fleet == result.fleet_outcomes == result.forwards == [] and result.incident_decisions == 0
 
 
 def test_decisions_during_an_incident_are_published_and_counted():

@@ -206,7 +206,7 @@ def test_with_signed_events_a_fleet_incident_counts_only_agents_whose_signatures
 
     def agents_sent(processor, records) -> tuple[set[str], bool]:
         result = run(processor, records)
-        outcomes = [decode_fleet_record(value) for _key, value in result.fleet]
+        outcomes = [decode_fleet_record(value) for _key, value in result.fleet_outcomes]
         assert all(isinstance(o, FleetOutcome) for o in outcomes)
         value = None
         settings = FleetIncidentSettings()

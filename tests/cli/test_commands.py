@@ -212,6 +212,31 @@ def test_replay_the_fleet_examples():
     assert json.loads(default.stdout.splitlines()[-1])["summary"]["detections"] == {}
 
 
+def test_replay_bounds_one_agents_fleet_outcomes_as_the_workers_limit_does(tmp_path):
+    """The scenario of ``tests/integration/test_fleet_rate_limit_on_kafka.py``, replayed: one
+    agent's runs fail once on each of 12 tools within a minute; with minRuns 1, minAgents 1
+    and maxToolsPerAgentPerMinute 3, its first 3 tools open an incident and nothing else
+    (worked by hand)."""
+    from schemas.events import encode_event_lines
+    from streams.offline.scenarios import tool_outage
+
+    events = []
+    for t in range(12):
+        events += tool_outage(f"tool-{t:02d}", runs=1, agents=1, calls_per_run=1, run_prefix=f"forger-t{t}")
+    trace = tmp_path / "forger.jsonl"
+    trace.write_bytes(encode_event_lines(events))
+    config = tmp_path / "limit.json"
+    incidents = {"enabled": True, "minRuns": 1, "minAgents": 1, "quietSeconds": 600, "maxToolsPerAgentPerMinute": 3}
+    config.write_text(
+        json.dumps({"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"fleetIncidents": incidents}})
+    )
+    proc = loopwatch("replay", trace, "--config", config, "--json", check=True)
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    opened = [r["tool_name"] for r in lines[:-1] if r.get("type") == "fleet.incident_opened"]
+    assert opened == ["tool-00", "tool-01", "tool-02"]
+    assert lines[-1]["summary"]["fleet"] == {"fleet.incident_opened": 3}
+
+
 def test_config_check_shows_the_fleet_wide_options():
     proc = loopwatch("config", "check", EXAMPLES / "fleet-options.yaml", "--json", check=True)
     effective = json.loads(proc.stdout)

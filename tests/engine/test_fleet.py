@@ -21,6 +21,7 @@ from streams.engine.fleet import (
     FleetView,
     Hop,
     TraceSends,
+    admit_tool,
     count_outcome,
     earliest_start,
     find_ring,
@@ -320,6 +321,47 @@ def test_the_open_cap_and_the_per_agent_rate_limit_bound_what_one_producer_forge
     # cap holds the open incidents at 50, whatever the producer sends.
     more = opened_by(simulator, forged_outcomes(1000, start_ms=180_000))
     assert more == [] and len(simulator._incidents) == 50
+
+
+def test_the_per_agent_limit_admits_an_agents_first_tools_of_a_minute_and_their_repeats():
+    # Worked by hand, limit 3: tools a, b, c are admitted in turn; a again passes and changes
+    # nothing; d is refused (3 other tools already), and refused again however often it comes.
+    tools = admit_tool(None, "a", 3)
+    assert tools == ["a"]
+    tools = admit_tool(tools, "b", 3)
+    tools = admit_tool(tools, "c", 3)
+    assert tools == ["a", "b", "c"]
+    assert admit_tool(tools, "a", 3) is tools
+    assert admit_tool(tools, "d", 3) is None and admit_tool(tools, "d", 3) is None
+    assert tools == ["a", "b", "c"]  # never changed in place: a table's value is replaced, not edited
+    # A decision made again on the list as it was (a record redelivered after a crash, the
+    # table restored to before it) answers as the first time: c is admitted again.
+    assert admit_tool(["a", "b"], "c", 3) == ["a", "b", "c"]
+    assert admit_tool([], "z", 1) == ["z"] and admit_tool(["z"], "y", 1) is None
+
+
+def one_agent_many_tools(tools, *, start_ms: int = 0, run_prefix: str = "forger"):
+    """One agent id (``agent-0``) with one run per tool, each failing once, 300 ms apart."""
+    events = []
+    for t, tool in enumerate(tools):
+        events += tool_outage(
+            tool, runs=1, agents=1, calls_per_run=1, run_prefix=f"{run_prefix}-t{t}", start_ms=start_ms + 300 * t
+        )
+    return events
+
+
+def test_one_agents_outcomes_for_twelve_tools_open_incidents_for_its_first_three():
+    # minRuns 1 and minAgents 1: every outcome admitted opens its tool's incident.  Worked by
+    # hand, limit 3: one agent's 12 tools within one minute open tools 0-2; the other 9
+    # outcomes are limited.  A minute later the agent may add 3 more.
+    settings = FleetIncidentSettings(min_runs=1, min_agents=1, max_tools_per_agent=3, quiet_s=600)
+    simulator = FleetSimulator(settings, None)
+    tools = [f"tool-{t:02d}" for t in range(12)]
+    opened = opened_by(simulator, one_agent_many_tools(tools))
+    assert [o.tool_name for o in opened] == ["tool-00", "tool-01", "tool-02"]
+    assert simulator.limit.limited == 9
+    later = opened_by(simulator, one_agent_many_tools(tools[::-1], start_ms=60_000, run_prefix="later"))
+    assert [o.tool_name for o in later] == ["tool-11", "tool-10", "tool-09"]
 
 
 def test_the_fleet_tables_stay_bounded_under_a_flood_of_distinct_tools_runs_and_agents():
