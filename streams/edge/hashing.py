@@ -189,6 +189,26 @@ def _near(value: Any, ancestors: list[int], changed: list[bool]) -> Any:
     return out
 
 
+def _reads_otherwise(value: Any, ancestors: list[int]) -> bool:
+    """Whether ``_near`` would change any string of ``value``: the same walk, building nothing,
+    so that the common call (ids, paths, names: nothing to read) costs one pass and no copy."""
+    if type(value) is str:
+        return _PLAIN.fullmatch(value) is None and near_command(value) != value
+    if isinstance(value, str):
+        return near_command(value) != value
+    if not isinstance(value, (dict, list, tuple)):
+        return False
+    if id(value) in ancestors:
+        return False
+    if len(ancestors) >= JSON_DEPTH_LIMIT:
+        raise TooDeep
+    ancestors.append(id(value))
+    items = value.values() if isinstance(value, dict) else value
+    found = any(_reads_otherwise(item, ancestors) for item in items)
+    ancestors.pop()
+    return found
+
+
 def near_args_hash(args: Any, plain: str | None = None) -> str:
     """SHA-256 (64 hex) of the call's arguments with every one-line string read as a command
     (``near_command``): calls that differ only in whitespace, in switches (their order, a
@@ -196,11 +216,10 @@ def near_args_hash(args: Any, plain: str | None = None) -> str:
     numbers and multi-line strings count as they are.  Read by ``loopwatch.detectors.nearIdentical``
     in place of ``args_hash``; ``TooDeep`` as ``args_hash``.  ``plain``: the digest of ``args``
     when the caller has it (``args_hash``'s hex), used when the reading changes nothing."""
-    changed = [False]
-    read = _near(args, [], changed)
-    if not changed[0]:
+    if not _reads_otherwise(args, []):
         return digest(args) if plain is None else plain
-    return digest(read)
+    changed = [False]
+    return digest(_near(args, [], changed))
 
 
 def js_json_stringify(value: Any, _depth: int = 0) -> str:

@@ -190,3 +190,29 @@ def test_arguments_that_read_as_they_are_hash_as_args_hash():
     args = {"reservation_id": "ABC123", "n": 2}
     assert near_args_hash(args) == args_hash("t", args)[2:]
     assert near_args_hash(args, "f" * 64) == "f" * 64  # the caller's digest of args, reused
+
+
+WORDS = st.text(alphabet=st.sampled_from(list("ab-/ .=_1'\n")), max_size=12)
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | WORDS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(WORDS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@given(JSON_VALUES)
+def test_the_hash_is_the_digest_of_every_string_read_as_a_command(value):
+    """By its definition, written out here with ``near_command`` on each string (the
+    implementation first checks whether any string reads otherwise, and copies nothing when
+    none does)."""
+
+    def read(v):
+        if isinstance(v, str):
+            return near_command(v)
+        if isinstance(v, dict):
+            return {k: read(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [read(x) for x in v]
+        return v
+
+    assert near_args_hash(value) == args_hash("t", read(value))[2:]
