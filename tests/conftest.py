@@ -57,20 +57,43 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             terminalreporter.line(f"SKIPPED {line}")
 
 
-# -- pytest-xdist: a module's shared workers stay in one process ---------------------------------
-# `make test` spreads tests over processes (--dist loadgroup).  A module whose tests share a
-# module-scoped worker (``lw_module``) may rely on the order of its tests (a warmed-up fleet
-# topology, a run started by the test before), so its tests run together, in order, in one
-# process.  The gateway's module is the exception: its tests are independent (each has its own
-# run ids) and, at a fifth of the suite, one process would be the whole run's critical path.
+# -- pytest-xdist: what tests share stays in one process -----------------------------------------
+# `make test` spreads tests over processes (--dist loadgroup).  Two kinds of tests share
+# something, and run together, in order, in one process:
+# * the tests of a module with a module-scoped fixture (a worker, a Prometheus, a set of
+#   servers): they may rely on the order of their tests (a warmed-up fleet topology, a run
+#   started by the test before), and each process would otherwise start its own copy;
+# * every test on the secured broker: its ACLs name fixed topics (``tool-calls``,
+#   ``loop-verdicts``, the dead letters), which one module deletes and recreates at its start
+#   and whose records the others read.
+# The gateway's module is the exception to the first: its tests are independent (each has its
+# own run ids) and, at a fifth of the suite, one process would be the whole run's critical path.
 SPREAD_MODULES = frozenset({"test_mcp_gateway"})
+SECURE_BROKER_GROUP = "secured-broker"
+
+
+def _group(item: pytest.Item) -> str | None:
+    module = getattr(item, "module", None)
+    info = getattr(item, "_fixtureinfo", None)
+    if module is None or info is None:
+        return None
+    defs = [d for defs in info.name2fixturedefs.values() for d in defs]
+    if any(d.argname == "secure_kafka" for d in defs):
+        return SECURE_BROKER_GROUP
+    if module.__name__.rsplit(".", 1)[-1] in SPREAD_MODULES:
+        return None
+    if any(d.scope == "module" for d in defs):
+        return item.nodeid.split("::", 1)[0]
+    return None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    for item in items:
-        module = getattr(item, "module", None)
-        if module is None or "lw_module" not in getattr(item, "fixturenames", ()):
-            continue
-        name = module.__name__.rsplit(".", 1)[-1]
-        if name not in SPREAD_MODULES:
-            item.add_marker(pytest.mark.xdist_group(module.__name__))
+    groups = {item: _group(item) for item in items}
+    # A module any of whose tests is on the secured broker runs there whole: its other tests
+    # share its module fixtures with those.
+    secured = {item.nodeid.split("::", 1)[0] for item, group in groups.items() if group == SECURE_BROKER_GROUP}
+    for item, group in groups.items():
+        if item.nodeid.split("::", 1)[0] in secured:
+            group = SECURE_BROKER_GROUP
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))

@@ -98,7 +98,21 @@ class Worker:
                 out[topic.get_topic_name()] = {}
             for topic in self.fleet.output_topics:
                 out[topic.get_topic_name()] = {"cleanup.policy": "compact"}
+            for topic in self.fleet.changelog_topics:
+                out[topic.get_topic_name()] = changelog_config(topic)
         return out
+
+
+def changelog_config(topic: Any) -> dict[str, str]:
+    """The configs Faust gives a table's changelog topic when it declares it (compacted, and
+    for a windowed table also deleted after the window expires)."""
+    policies = [name for name, on in (("compact", topic.compacting), ("delete", topic.deleting)) if on]
+    config = {"cleanup.policy": ",".join(policies)} if policies else {}
+    retention = topic.retention  # seconds, as a number or a timedelta
+    if retention is not None:
+        seconds = retention.total_seconds() if hasattr(retention, "total_seconds") else float(retention)
+        config["retention.ms"] = str(int(seconds * 1000))
+    return config
 
 
 def build_worker(settings: Settings | None = None, *, metrics: Metrics | None = None) -> Worker:

@@ -178,6 +178,15 @@ class FleetTopology:
         return [t for t in (self.incidents_topic, self.rings_topic) if t is not None]
 
     @property
+    def changelog_topics(self) -> list[Any]:
+        """The changelog topics of the tables the options use, created before the worker starts
+        (``Worker.extra_topics``): Faust declares one only when its table first writes, and a
+        worker whose metadata does not show it yet refuses the write (``PartitionsMismatch``:
+        "the changelog topic has 0 partitions"), which crashes the agent that wrote."""
+        tables = [getattr(self, name, None) for name in ("outcomes", "incidents", "sources", "traces")]
+        return [getattr(table, "table", table).changelog_topic for table in tables if table is not None]
+
+    @property
     def input_topics(self) -> list[Any]:
         """The topics the agents consume (created at start with the others)."""
         return [t for t in (self.topic, self.agents_topic) if t is not None]

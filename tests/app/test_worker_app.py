@@ -438,3 +438,41 @@ def test_a_revoked_partition_forgets_its_watermark(app):
     assert consumer._new_offset(tp) is None
     consumer._ack_batch([(tp, 25, 5)])
     assert consumer._new_offset(tp) == 26
+
+
+def test_every_fleet_tables_changelog_is_created_before_the_worker_starts(tmp_path):
+    """Faust declares a table's changelog topic only when the table first writes; a worker
+    whose metadata did not show it yet crashed its agent on the write (``PartitionsMismatch``:
+    the changelog "has 0 partitions"), so the limit of a worker killed was not restored.  Every
+    table of the fleet options (Faust's own registry of the app's tables) has its changelog in
+    the topics ``ensure_topics`` creates at start, compacted, and deleted after the window's
+    expiry where the table is windowed."""
+    import json
+
+    from streams.app.app import build_worker
+
+    config = tmp_path / "fleet.json"
+    config.write_text(
+        json.dumps(
+            {
+                "tools": {"loopDetection": {"enabled": True}},
+                "loopwatch": {"fleetIncidents": {"enabled": True}, "agentRings": {"enabled": True}},
+            }
+        )
+    )
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    worker = build_worker(Settings(data_dir=tmp_path / "state", partitions=6, app_id="lw-unit", config=config))
+    extra = worker.extra_topics()
+    changelogs = {
+        table.changelog_topic.get_topic_name(): table for table in worker.app.tables.values() if table.name != "runs"
+    }
+    assert set(changelogs) == {
+        "lw-unit-fleet-outcomes-changelog",
+        "lw-unit-fleet-incidents-changelog",
+        "lw-unit-fleet-sources-changelog",
+        "lw-unit-fleet-traces-changelog",
+    }
+    assert set(changelogs) <= set(extra)
+    assert extra["lw-unit-fleet-incidents-changelog"] == {"cleanup.policy": "compact"}
+    # a minute's tools per agent, kept two windows (120 s)
+    assert extra["lw-unit-fleet-sources-changelog"] == {"cleanup.policy": "compact,delete", "retention.ms": "120000"}
