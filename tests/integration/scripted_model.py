@@ -14,9 +14,9 @@ COMMAND = "ls"
 
 
 class ScriptedModel:
-    def __init__(self, calls: int, command: str = COMMAND) -> None:
+    def __init__(self, calls: int, command: str | None = None) -> None:
         self.calls = calls
-        self.command = command
+        self.command = COMMAND if command is None else command  # COMMAND read now: tests patch it
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         model = self
