@@ -87,7 +87,8 @@ def _group(item: pytest.Item) -> str | None:
     return None
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+@pytest.hookimpl(wrapper=True)  # around xdist's own hook, which reads the groups into the test ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]):
     groups = {item: _group(item) for item in items}
     # A module any of whose tests is on the secured broker runs there whole: its other tests
     # share its module fixtures with those.
@@ -97,3 +98,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             group = SECURE_BROKER_GROUP
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    return (yield)

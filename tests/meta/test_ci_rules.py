@@ -82,3 +82,29 @@ def test_no_test_or_make_target_reads_outside_the_repository():
         if outside.search(line)
     ]
     assert offenders == []
+
+
+def test_tests_sharing_a_module_fixture_run_in_one_xdist_process(tmp_path):
+    """`make test` runs `--dist loadgroup`: tests/conftest.py puts the tests of a module with a
+    module-scoped fixture in one group, which xdist must keep in one process (it did not under
+    pytest 9.2, which no longer reads the test id xdist 3.8 writes the group into)."""
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    record = tmp_path / "workers.txt"
+    shared = "import os, pytest\n@pytest.fixture(scope='module')\ndef shared():\n    return object()\n" + "".join(
+        f"def test_shared_{n}(shared):\n"
+        f"    with open({str(record)!r}, 'a') as f:\n"
+        f"        f.write(os.environ['PYTEST_XDIST_WORKER'] + '\\n')\n"
+        for n in range(8)
+    )
+    (tmp_path / "test_grouped.py").write_text(shared)
+    (tmp_path / "test_spread.py").write_text("".join(f"def test_alone_{n}():\n    pass\n" for n in range(8)))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"]
+        + ["--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout
+    workers = record.read_text().split()
+    assert len(workers) == 8 and len(set(workers)) == 1, workers
