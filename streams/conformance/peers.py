@@ -18,7 +18,14 @@ from ..edge.events import agent_message_event, compaction_event, completed_event
 from ..engine import LoopEngine, RunDriver, engine_for, published
 from .traces import SessionResult, TraceFileError, numbered_jsonl
 
-__all__ = ["gemini_answers", "gemini_events", "openhands_answers", "openhands_events", "run_peer_traces"]
+__all__ = [
+    "gemini_answers",
+    "gemini_events",
+    "openhands_answers",
+    "openhands_events",
+    "iter_peer_traces",
+    "run_peer_traces",
+]
 
 
 def openhands_events(session: dict) -> Iterator[Any]:
@@ -144,6 +151,17 @@ def run_peer_traces(
 ) -> list[SessionResult]:
     """Every session of the file against the oracle's answers (``TraceFileError`` for a file that
     is not of its kind); a session that disagrees at some event is a failed result."""
+    results = []
+    for result in iter_peer_traces(sessions_path, expected_path, profile):
+        results.append(result)
+        if progress:
+            progress(len(results))
+    return results
+
+
+def iter_peer_traces(sessions_path: str | Path, expected_path: str | Path, profile: str) -> Iterator[SessionResult]:
+    """``run_peer_traces`` one session at a time, as it is compared: a caller that only asks
+    whether some session disagrees stops at the first (``any``) instead of driving them all."""
     answers = _ANSWERS.get(profile)
     if answers is None:
         raise TraceFileError(f"no golden traces for profile {profile!r} yet")
@@ -153,20 +171,17 @@ def run_peer_traces(
             raise TraceFileError(f'{expected_path}:{number}: not an expected line (no "id" and "steps")')
         expected[line["id"]] = line["steps"]
     engine = engine_for({"loopwatch": {"profile": profile}})
-    results = []
+    compared = 0
     for number, session in numbered_jsonl(sessions_path):
         if not isinstance(session.get("id"), str) or not isinstance(session.get("events"), list):
             raise TraceFileError(f'{sessions_path}:{number}: not a session (no "id" and "events")')
         want = expected.pop(session["id"], None)
-        results.append(_compare(session, want, answers, engine))
-        if progress:
-            progress(len(results))
-    if not results:
+        compared += 1
+        yield _compare(session, want, answers, engine)
+    if not compared:
         raise TraceFileError(f"{sessions_path}: no sessions in the file")
-    results.extend(
-        SessionResult(sid, 0, "expected steps for a session that is not in the sessions file") for sid in expected
-    )
-    return results
+    for sid in expected:
+        yield SessionResult(sid, 0, "expected steps for a session that is not in the sessions file")
 
 
 def _compare(session: dict, want: list | None, answers, engine: LoopEngine) -> SessionResult:

@@ -132,7 +132,7 @@ def test_the_traces_tell_another_rule_apart(monkeypatch):
     for name, value in (("REPEATS", 4), ("REPEATS", 6), ("CYCLES", 4), ("CYCLES", 6)):
         with monkeypatch.context() as m:
             m.setattr(gm, name, value)
-            results = peers.run_peer_traces(DATA / "sessions.jsonl.gz", DATA / "expected.jsonl.gz", "gemini-cli")
+            results = peers.iter_peer_traces(DATA / "sessions.jsonl.gz", DATA / "expected.jsonl.gz", "gemini-cli")
             assert any(r.failure for r in results), (name, value)
 
 
