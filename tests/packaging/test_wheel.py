@@ -106,6 +106,7 @@ def test_wheel_installs_streams_and_schemas_only_with_the_json_schemas(wheel, ve
     assert "streams/integrations/mcp/__init__.py" in names  # the integrations live inside streams
     json_schemas = {f"schemas/jsonschema/{p.name}" for p in (REPO / "schemas" / "jsonschema").glob("*.json")}
     assert json_schemas and json_schemas <= names
+    assert "streams/integrations/hooks/relay.c" in names  # hook install compiles it
 
 
 # -- base: loopwatch ---------------------------------------------------------------------------------

@@ -146,7 +146,9 @@ def build_native_relay(compiler: list[str], *, python: str | None = None, cache:
         )
         if done.returncode != 0:
             said = next((line for line in done.stderr.splitlines() if "error" in line), done.stderr.strip()[:200])
-            raise InstallError(f"{compiler[0]} could not build the native relay: {said[:200] or done.returncode}")
+            raise InstallError(
+                f"{compiler[0]} could not build the native relay: {said[:200] or f'exit status {done.returncode}'}"
+            )
         os.replace(tmp, binary)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InstallError(f"{compiler[0]} could not build the native relay: {exc}") from None
