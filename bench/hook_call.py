@@ -7,13 +7,14 @@ after-tool hook publishes the completion.
     PYTHONPATH=$PWD python -m bench.hook_call [--cli claude-code|codex|gemini] [--calls 200] [--broker 127.0.0.1:19092]
 
 The ways take turns call by call, so that a change of the machine's load falls on all of them:
-the relay ``hook install`` writes (``python -I -S relay.py``), the stdlib command it replaced
-(``python -S call.py``), and an interpreter that does nothing (``python -I -S -c pass``); with
-``--module``, ``python -m streams.cli hook <cli>`` too.
+the native relay ``hook install`` writes when a C compiler is found (``relay.c``, built here into
+the run's temp directory), the Python relay it writes without one (``python -I -S relay.py``),
+the stdlib command that came before (``python -S call.py``), and an interpreter that does nothing
+(``python -I -S -c pass``); with ``--module``, ``python -m streams.cli hook <cli>`` too.
 
 ``--http`` (Claude Code only) times Claude Code's HTTP hook instead: the same payloads POSTed to
 ``loopwatch hook --serve --http`` over one kept-alive connection (as Claude Code's client does),
-alternating call by call with the relay (``python -I -S relay.py``) in the same run.
+alternating call by call with the native and the Python relay in the same run.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from harness import REPO, WorkerNames, WorkerProcess, write_config
-from streams.integrations.hooks import call, relay
+from streams.integrations.hooks import call, install, relay
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 # Each CLI's hook input: (before event, after event, its tool, its call id field or None, a response).
@@ -87,6 +88,10 @@ def main() -> int:
     if args.http and args.cli != "claude-code":
         p.error("--http: only Claude Code has HTTP hooks")
     tmp = Path(tempfile.mkdtemp(prefix="lw-hookbench-"))
+    compiler = install.find_compiler()
+    if compiler is None:
+        p.error("no C compiler (cc, gcc or clang; or set CC): the native relay cannot be built")
+    native = str(install.build_native_relay(compiler, cache=tmp / "relay"))
     names = WorkerNames(prefix="lwbh")
     write_config(tmp / "config.json", CONFIG)
     worker = WorkerProcess(args.broker, names, data_dir=tmp / "data", config=tmp / "config.json").start()
@@ -111,6 +116,7 @@ def main() -> int:
             command = [sys.executable, "-I", "-S", relay.__file__, args.cli, "--socket", sock]
             ways = {
                 "HTTP hook (POST, kept-alive)": lambda payload: posted(conn, url.path, payload),
+                "native relay": run_by([native, args.cli, "--socket", sock], env),
                 "python -I -S relay.py": run_by(command, env),
             }
             report(ways, args, names.tag, alternate=True)
@@ -128,7 +134,8 @@ def main() -> int:
             )
             return 0
         commands = {
-            "python -I -S relay.py (hook install's)": [sys.executable, "-I", "-S", relay.__file__, args.cli, "--socket", sock],
+            "native relay (hook install's with a C compiler)": [native, args.cli, "--socket", sock],
+            "python -I -S relay.py (hook install's without one)": [sys.executable, "-I", "-S", relay.__file__, args.cli, "--socket", sock],
             "python -S call.py (by path)": [sys.executable, "-S", call.__file__, args.cli, "--socket", sock],
             "baseline: python -I -S -c pass": [sys.executable, "-I", "-S", "-c", "pass"],
         }  # fmt: skip

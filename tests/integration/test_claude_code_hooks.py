@@ -23,7 +23,7 @@ from agent_cli_setup import AGENT_CLIS, python_env, start_serve, stop
 from scripted_model import COMMAND, ScriptedModel, text_of, tool_results
 
 from harness import REPO
-from streams.integrations.hooks.install import relay_command
+from streams.integrations.hooks.install import build_native_relay, find_compiler, native_command
 
 pytestmark = pytest.mark.kafka
 
@@ -48,7 +48,7 @@ def claude() -> Path:
 
 
 def run_claude(lw, claude: Path, tmp_path: Path, config: dict, calls: int, command: str = COMMAND):
-    """Claude Code with the hooks ``hook install`` writes by default (the relay), against a worker
+    """Claude Code with the hooks ``hook install`` writes by default (the native relay), against a worker
     with ``config``, the scripted model asking for ``calls`` calls of ``command`` in
     ``tmp_path/work``: its finished process, the requests of its agent loop, and the serve
     process's stderr."""
@@ -68,10 +68,14 @@ def run_claude(lw, claude: Path, tmp_path: Path, config: dict, calls: int, comma
             cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert installed.returncode == 0, installed.stderr
+        assert installed.stdout.startswith("relay: native, "), installed.stdout
         commands = {
             h["command"] for e in json.loads(settings.read_text())["hooks"].values() for g in e for h in g["hooks"]
         }
-        assert commands == {f"{relay_command('claude-code')} --socket {socket}"}, commands
+        compiler = find_compiler()
+        assert compiler is not None, "no C compiler: the native relay cannot be built"
+        native = native_command("claude-code", build_native_relay(compiler))  # the one install built, cached
+        assert commands == {f"{native} --socket {socket}"}, commands
         with ScriptedModel(calls, command) as model:
             env = python_env()
             env.update(

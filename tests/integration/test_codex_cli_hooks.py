@@ -74,10 +74,11 @@ def run_codex(lw, codex: Path, tmp_path: Path, config: dict, calls: int, command
         env["CODEX_HOME"] = str(codex_home)
         installed = subprocess.run(
             [sys.executable, "-m", "streams.cli", "hook", "install", "--cli", "codex",
-             "--command", f"{sys.executable} -m streams.cli hook codex", "--socket", str(socket)],
+             "--socket", str(socket)],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert installed.returncode == 0, installed.stderr
+        assert installed.stdout.startswith("relay: native, "), installed.stdout  # what install writes with cc
         assert (codex_home / "hooks.json").exists(), installed.stdout
         with ScriptedResponses(calls, command) as model:
             (codex_home / "config.toml").write_text(provider_config(model.url))

@@ -81,10 +81,11 @@ def run_gemini(lw, gemini: Path, tmp_path: Path, config: dict, calls: int, comma
         installed = subprocess.run(
             [sys.executable, "-m", "streams.cli", "hook", "install", "--cli", "gemini",
              "--settings", str(work / ".gemini" / "settings.json"),
-             "--command", f"{sys.executable} -m streams.cli hook gemini", "--socket", str(socket)],
+             "--socket", str(socket)],
             cwd=REPO, env=python_env(), capture_output=True, text=True, timeout=60,
         )  # fmt: skip
         assert installed.returncode == 0, installed.stderr
+        assert installed.stdout.startswith("relay: native, "), installed.stdout  # what install writes with cc
         with ScriptedGemini(calls, command) as model:
             env = python_env()
             env.update(

@@ -106,6 +106,7 @@ def test_wheel_installs_streams_and_schemas_only_with_the_json_schemas(wheel, ve
     assert "streams/integrations/mcp/__init__.py" in names  # the integrations live inside streams
     json_schemas = {f"schemas/jsonschema/{p.name}" for p in (REPO / "schemas" / "jsonschema").glob("*.json")}
     assert json_schemas and json_schemas <= names
+    assert "streams/integrations/hooks/relay.c" in names  # hook install compiles it
 
 
 # -- base: loopwatch ---------------------------------------------------------------------------------
@@ -130,6 +131,32 @@ def test_base_install_loopwatch_worker_names_the_extra_in_one_line(fresh_venv):
 def test_base_install_loopwatch_mcp_gateway_names_the_extra_in_one_line(fresh_venv):
     venv = fresh_venv(None)
     one_line_error(venv.run(venv.bin("loopwatch"), "mcp-gateway"), 2, "pip install 'loopwatch[mcp]'")
+
+
+def test_base_install_hook_install_builds_the_native_relay_from_the_wheels_source(fresh_venv, tmp_path):
+    """``hook install`` compiles the relay.c the wheel installed, for the venv's Python, and the
+    binary answers as the installed relay.py does with the serve process away."""
+    venv = fresh_venv(None)
+    settings, cache = tmp_path / "settings.json", tmp_path / "cache"
+    done = subprocess.run(
+        [venv.bin("loopwatch"), "hook", "install", "--cli", "gemini", "--settings", str(settings), "--fail-closed"],
+        cwd=venv.path, env={**venv.env, "XDG_CACHE_HOME": str(cache)}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    (binary,) = cache.glob("loopwatch/relay/*/loopwatch-relay")
+    assert done.stdout.startswith(f"relay: native, {binary} "), done.stdout
+    command = json.loads(settings.read_text())["hooks"]["BeforeTool"][0]["hooks"][0]["command"]
+    assert command == f"{binary} gemini --fail-closed"
+    relay = venv.run(venv.python, "-c", "import streams.integrations.hooks.relay as r; print(r.__file__)")
+    args = ["gemini", "--socket", str(tmp_path / "absent.sock"), "--fail-closed"]
+    stdin = json.dumps({"session_id": "s", "hook_event_name": "BeforeTool", "tool_name": "ls", "tool_input": {}})
+    outs = [
+        subprocess.run([*way, *args], input=stdin, capture_output=True, text=True, env=venv.env, timeout=60)
+        for way in ([str(binary)], [venv.python, "-I", "-S", relay.stdout.strip()])
+    ]
+    native, python = ((o.returncode, o.stdout, o.stderr) for o in outs)
+    assert native == python
+    assert '"decision": "deny"' in outs[0].stdout and "failing closed" in outs[0].stderr
 
 
 def test_base_install_runs_upstreams_conformance_cases(fresh_venv):

@@ -61,8 +61,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument(
         "--command",
         default=None,
-        help="the per-call command (default: this Python running the fast relay, python -I -S .../relay.py <cli>; "
-        "loopwatch hook <cli> does the same, slower to start)",
+        help="the per-call command (default: the relay --relay names; loopwatch hook <cli> does the same, "
+        "slower to start)",
+    )
+    i.add_argument(
+        "--relay",
+        choices=("native", "python"),
+        default=None,
+        help="the per-call relay: native (relay.c compiled with cc into ~/.cache/loopwatch/relay, about 1 ms to "
+        "start) or python (python -I -S .../relay.py); default: native when a C compiler is found",
     )
     i.add_argument(
         "--http",
@@ -80,23 +87,30 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.action == "install":
         from .install import CLIS as SETTINGS
-        from .install import InstallError, hook_command, http_hook, install, relay_command
+        from .install import InstallError, chosen_relay, hook_command, http_hook, install
 
         if args.install_http is not None:
             try:
                 hook = http_hook(args.cli, args.install_http)
-                if args.command or args.install_socket or args.install_fail_closed:
-                    raise InstallError("--http takes no --command, --socket or --fail-closed (give them to --serve)")
+                if args.command or args.install_socket or args.install_fail_closed or args.relay:
+                    raise InstallError(
+                        "--http takes no --command, --relay, --socket or --fail-closed (give them to --serve)"
+                    )
                 print(install(Path(args.settings or SETTINGS[args.cli].path()), hook, args.cli))
             except InstallError as exc:
                 print(f"{PROG} install: {exc}", file=sys.stderr)
                 return 2
             return 0
-        command = hook_command(
-            args.command or relay_command(args.cli), socket=args.install_socket, fail_closed=args.install_fail_closed
-        )
+        if args.command and args.relay:
+            print(f"{PROG} install: give --command or --relay, not both", file=sys.stderr)
+            return 2
         try:
-            print(install(Path(args.settings or SETTINGS[args.cli].path()), command, args.cli))
+            per_call, which = (args.command, None) if args.command else chosen_relay(args.cli, args.relay)
+            command = hook_command(per_call, socket=args.install_socket, fail_closed=args.install_fail_closed)
+            done = install(Path(args.settings or SETTINGS[args.cli].path()), command, args.cli)
+            if which:
+                print(which)
+            print(done)
         except InstallError as exc:
             print(f"{PROG} install: {exc}", file=sys.stderr)
             return 2

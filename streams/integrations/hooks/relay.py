@@ -1,4 +1,6 @@
-"""The fast per-call hook command: what ``loopwatch hook install`` writes for command hooks,
+"""The fast per-call hook command in Python: what ``loopwatch hook install`` writes for command
+hooks when no C compiler builds the native relay (``relay.c``, which speaks this protocol and falls
+back to this module's behaviour, byte for byte),
 
     /path/to/python -I -S /path/to/streams/integrations/hooks/relay.py claude-code [--socket PATH] [--timeout S] [--fail-closed]
 
