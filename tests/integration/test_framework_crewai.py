@@ -61,11 +61,12 @@ def worker(lw_module):
     return lw_module
 
 
-def crew_run(lw, calls: list[tuple[str, dict]], agent_id: str = "crew") -> tuple[dict, str]:
-    """Runs the scripted crew; returns what it printed and the run's session key."""
+def crew_run(lw, calls: list[tuple[str, dict]], agent_id: str = "crew", react: bool = False) -> tuple[dict, str]:
+    """Runs the scripted crew (its model calling tools natively, or in ReAct text); returns
+    what it printed and the run's session key."""
     key = f"crewai-test:{uuid.uuid4()}"
     out = run_in_framework_venv(
-        "crewai", "crewai_agent.py", lw, agent_id=agent_id, session_key=key, calls=[list(c) for c in calls]
+        "crewai", "crewai_agent.py", lw, agent_id=agent_id, session_key=key, calls=[list(c) for c in calls], react=react
     )
     return out, key
 
@@ -153,6 +154,78 @@ async def test_crewai_abort_ends_the_kickoff_with_crewais_deny(worker):
     }
     assert out["model_calls"] == 5, "no model call after the refused 5th call"
     assert len([e for e in events if isinstance(e, ToolCallRequested)]) == 5
+    assert events[-1].reason == "aborted"
+
+
+# -- the ReAct path: a model without native function calling ----------------------------------------
+
+# CrewAI's answer to a ReAct call with the same input as the last call it ran (its translations,
+# "task_repeated_usage"): the tool is not run again.
+CREWAI_REPEATED_INPUT = (
+    "I tried reusing the same input, I must stop using this action input. I'll try something else instead."
+)
+
+
+async def test_crewai_react_loop_is_blocked_from_the_6th_call(worker):
+    """The model answers in "Action:" / "Action Input:" text.  Worked by hand: CrewAI runs the
+    1st call and answers each later identical one itself (the same input as the last call it
+    ran), so the outcomes are one page, then CrewAI's repeated-input text.  The n-th call's
+    no-progress streak is the run of identical outcomes before it, n - 2 from the 3rd call
+    on: calls 1 to 5 run (streaks 0 to 3, below criticalThreshold 4), the 6th (streak 4) and
+    every later one is refused with loopwatch's message.  CrewAI's own check (5 identical
+    results) never fires: the repeated-input text is read 4 times (one of them with its format
+    reminder appended, which CrewAI counts as another result)."""
+    out, key = crew_run(worker, [("lookup", {"q": "same"})] * 8, react=True)
+    assert out.get("output") == "done", out
+    events = await events_of(worker, key)
+    seen = by_call(events, out["seen"])
+    expected = [SAME_RESULT] + [CREWAI_REPEATED_INPUT] * 4
+    assert list(seen.values())[:5] == expected, "what CrewAI's ReAct path gave the model"
+    decisions = assert_model_saw_what_the_engine_decided(seen, dict(zip(seen, expected)), events, CONFIG)
+    actions = [(d.action, d.count if d.action != "allow" else None) for d in decisions]
+    assert actions == [("allow", None)] * 5 + [("block", 4)] * 3, actions
+    assert decisions[5].message.startswith("CRITICAL") and decisions[5].detector == "generic_repeat"
+    assert not any("blocked by hook" in text for text in seen.values()), "loopwatch's message, not CrewAI's"
+    assert [e.tool_name for e in events if isinstance(e, ToolCallRequested)] == ["lookup"] * 8
+    assert events[-1].reason == "completed"
+    assert_only_hashes_left(events, SAME_RESULT)
+
+
+async def test_crewai_react_alternation_is_warned_at_the_10th_call(worker):
+    """``tick`` with two inputs in turn (CrewAI runs each: the input differs from the last call
+    it ran), a new value every call, under the default thresholds.  Worked by hand: the n-th
+    call continues an alternation of n - 1 calls, ping-pong count n, warned when the count
+    reaches warningThreshold 10 (bucket 1): the 10th call, the warning appended to the
+    observation; with no repeated outcome there is no evidence to block on."""
+    calls = [("tick", {"q": "a" if n % 2 == 0 else "b"}) for n in range(12)]
+    out, key = crew_run(worker, calls, agent_id="main", react=True)
+    assert out["output"] == "done", out
+    events = await events_of(worker, key)
+    seen = by_call(events, out["seen"])
+    results = {c: seen[c].split("\n\n", 1)[0] for c in seen}
+    assert [int(r.removeprefix("tick ")) for r in results.values()] == sorted(
+        int(r.removeprefix("tick ")) for r in results.values()
+    ), "a new value every call"
+    decisions = assert_model_saw_what_the_engine_decided(seen, results, events, CONFIG)
+    actions = [(d.action, d.count if d.action != "allow" else None) for d in decisions]
+    assert actions == [("allow", None)] * 9 + [("warn", 10), ("allow", None), ("allow", None)], actions
+    assert decisions[9].message.startswith("WARNING") and list(seen.values())[9].endswith(decisions[9].message)
+
+
+async def test_crewai_react_abort_ends_the_kickoff_with_crewais_deny(worker):
+    """Agent ``crew-aborter`` on the ReAct path: the 6th call (worked out above) is refused and
+    the next model call is denied, which ends the kickoff with ``LoopwatchRunAborted``."""
+    out, key = crew_run(worker, [("lookup", {"q": "same"})] * 10, agent_id="crew-aborter", react=True)
+    events = await events_of(worker, key)
+    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    assert out["aborted"] == {
+        "message": abort.message,
+        "detector": "critical_block_limit",
+        "count": 1,
+        "loopwatch_error": True,
+    }
+    assert out["model_calls"] == 6, "no model call after the refused 6th call"
+    assert len([e for e in events if isinstance(e, ToolCallRequested)]) == 6
     assert events[-1].reason == "aborted"
 
 
