@@ -212,6 +212,22 @@ async def test_crewai_react_alternation_is_warned_at_the_10th_call(worker):
     assert decisions[9].message.startswith("WARNING") and list(seen.values())[9].endswith(decisions[9].message)
 
 
+async def test_crewai_react_tool_errors_are_published_as_on_the_native_path(worker):
+    """On the ReAct path CrewAI retries a failing tool (three retries) and hands the model its
+    own error text; the call is one call, published as an error, the same error (hash) as the
+    same exception on the native path."""
+    out, key = crew_run(worker, [("flaky", {"q": "x"}), ("flaky", {"q": "y"})], react=True)
+    assert out["output"] == "done", out
+    failed = [e for e in await events_of(worker, key) if isinstance(e, ToolCallCompleted)]
+    assert [(e.tool_name, e.is_error) for e in failed] == [("flaky", True)] * 2, failed
+    assert "backend down for x" in out["seen"]["call-0"] and "backend down for y" in out["seen"]["call-1"]
+    native, native_key = crew_run(worker, [("flaky", {"q": "x"})])
+    assert native["output"] == "done", native
+    (same,) = [e for e in await events_of(worker, native_key) if isinstance(e, ToolCallCompleted)]
+    assert same.is_error and same.result_hash.startswith("error:")
+    assert failed[0].result_hash == same.result_hash != failed[1].result_hash
+
+
 async def test_crewai_react_abort_ends_the_kickoff_with_crewais_deny(worker):
     """Agent ``crew-aborter`` on the ReAct path: the 6th call (worked out above) is refused and
     the next model call is denied, which ends the kickoff with ``LoopwatchRunAborted``."""
