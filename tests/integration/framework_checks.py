@@ -1,15 +1,20 @@
-"""What the framework adapters' integration tests share: the worker's config, the hand-worked
-loop (warned at the 11th identical call, blocked from the 21st) and the checks of what was
-published and what the model saw (tests/integration/test_framework_*.py)."""
+"""What the framework adapters' integration tests share: the worker's config and its fixture,
+the hand-worked loop (warned at the 11th identical call, blocked from the 21st), finding a run's
+published events, and the checks of what was published and what the model saw
+(tests/integration/test_framework_*.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from harness import collect, reference_verdicts
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
 from schemas.verdicts import Decision
+from streams.edge.hashing import args_hash
 
 CONFIG = {
     "tools": {"loopDetection": {"enabled": True}},
@@ -19,6 +24,14 @@ CONFIG = {
 LOOP_CALLS = 23  # two blocked calls after the first block
 SAME_RESULT = "same page, nothing new"
 WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def worker(request, lw_module):
+    """A worker on the test module's ``CONFIG``: the one above unless the module has its own
+    (a test module imports this fixture by name)."""
+    lw_module.configured_worker(getattr(request.module, "CONFIG", CONFIG))
+    return lw_module
 
 
 async def published(lw, run_id: str) -> list:
@@ -36,6 +49,29 @@ async def published(lw, run_id: str) -> list:
     events = of_run(records)
     assert events and isinstance(events[-1], RunEnded), f"run {run_id} did not end on tool-calls"
     return events
+
+
+async def run_where(lw, match: Callable[[Any], bool]) -> list:
+    """The events of the run that published an event ``match`` takes, once the run ended
+    (for a framework that names no run, or a run found by what it did)."""
+
+    def matching(records):
+        return [e for e in (decode_event(r.value) for r in records) if match(e)]
+
+    records = await collect(lw.broker, lw.names.tool_calls, timeout=WAIT_S, until=matching)
+    return await published(lw, matching(records)[0].run_id)
+
+
+async def run_of_session(lw, session_key: str) -> list:
+    """The events of the run that ended with ``session_key`` (a key fresh to the test)."""
+    return await run_where(lw, lambda e: isinstance(e, RunEnded) and e.session_key == session_key)
+
+
+async def run_of_call(lw, tool: str, args: dict, kind: type = ToolCallRequested) -> list:
+    """The events of the run that published a ``kind`` event of ``tool`` with ``args``
+    (arguments fresh to the test)."""
+    mine = args_hash(tool, args)
+    return await run_where(lw, lambda e: isinstance(e, kind) and e.args_hash == mine)
 
 
 def engine_decisions(events, config: Any = CONFIG) -> dict[str, Decision]:
@@ -99,25 +135,20 @@ def readme_snippet(marker: str, page: Path = README) -> str:
     return code
 
 
-def run_snippet(lw, marker: str, page: Path = README):
+def snippet_for(lw, marker: str, page: Path = README) -> str:
+    """The snippet's code with its broker address made ``lw``'s broker and topics."""
     target = f'"{lw.broker}", tool_calls_topic="{lw.names.tool_calls}", verdicts_topic="{lw.names.verdicts}"'
+    return readme_snippet(marker, page).replace('"kafka:9092"', target)
+
+
+def run_snippet(lw, marker: str, page: Path = README):
     namespace: dict[str, Any] = {}
-    code = readme_snippet(marker, page).replace('"kafka:9092"', target)
-    exec(compile(code, f"{page.name} ({marker})", "exec"), namespace)
+    exec(compile(snippet_for(lw, marker, page), f"{page.name} ({marker})", "exec"), namespace)
     return namespace["main"]
 
 
 async def readme_run_of(lw, call_id: str) -> list:
     """The published run whose one call has ``call_id``."""
-    records = await collect(
-        lw.broker,
-        lw.names.tool_calls,
-        timeout=WAIT_S,
-        until=lambda rs: any(getattr(decode_event(r.value), "tool_call_id", None) == call_id for r in rs),
-    )
-    run_id = next(
-        e.run_id for e in map(decode_event, (r.value for r in records)) if getattr(e, "tool_call_id", None) == call_id
-    )
-    events = await published(lw, run_id)
+    events = await run_where(lw, lambda e: getattr(e, "tool_call_id", None) == call_id)
     assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
     return events

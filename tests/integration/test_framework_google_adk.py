@@ -14,28 +14,24 @@ from framework_checks import (
     INTEGRATIONS_DOC,
     LOOP_CALLS,
     SAME_RESULT,
-    WAIT_S,
     assert_hand_worked_loop,
     assert_model_saw_what_the_engine_decided,
     assert_only_hashes_left,
     assert_unknown_tool_published,
     engine_decisions,
     published,
-    readme_snippet,
+    run_of_session,
+    snippet_for,
+    worker,
 )
 from framework_venv import run_in_framework_venv
 
-from harness import collect, reference_verdicts
-from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
+from harness import reference_verdicts
+from schemas.events import ToolCallCompleted, ToolCallRequested
 from schemas.verdicts import RunAborted
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture(scope="module")
-def worker(lw_module):
-    lw_module.configured_worker(CONFIG)
-    return lw_module
+__all__ = ["worker"]  # the shared fixture: pytest finds it in this module by its name
 
 
 def adk_run(lw, calls: list[tuple[str, dict]], agent_id: str = "main", **spec) -> dict:
@@ -90,17 +86,7 @@ async def test_google_adk_unknown_tool_and_tool_errors_are_published_as_such(wor
     key = f"adk-test:{uuid.uuid4()}"
     out = adk_run(worker, [("flaky", {"q": "x"})], session_key=key, with_flaky=True)
     assert "backend down" in out.get("error", ""), out  # ADK lets a tool's exception end the run
-
-    def of_run(records):
-        return [e for e in map(decode_event, (r.value for r in records)) if e.session_key == key]
-
-    records = await collect(
-        worker.broker,
-        worker.names.tool_calls,
-        timeout=WAIT_S,
-        until=lambda rs: any(isinstance(e, RunEnded) for e in of_run(rs)),
-    )
-    events = of_run(records)
+    events = await run_of_session(worker, key)
     failed = [e for e in events if isinstance(e, ToolCallCompleted)]
     assert [(e.tool_name, e.is_error) for e in failed] == [("flaky", True)]
     assert failed[0].result_hash.startswith("error:")
@@ -123,11 +109,7 @@ async def test_google_adk_abort_ends_the_invocation(worker):
 
 
 async def test_docs_google_adk_snippet_runs(worker):
-    target = (
-        f'"{worker.broker}", tool_calls_topic="{worker.names.tool_calls}", verdicts_topic="{worker.names.verdicts}"'
-    )
-    snippet = readme_snippet("google-adk", INTEGRATIONS_DOC).replace('"kafka:9092"', target)
-    out = adk_run(worker, [("lookup", {"q": "notes"})], snippet=snippet)
+    out = adk_run(worker, [("lookup", {"q": "notes"})], snippet=snippet_for(worker, "google-adk", INTEGRATIONS_DOC))
     assert out["final"] == "done" and out["seen"] == {"call-0": {"result": "page about notes"}}, out
     events = await published(worker, out["invocation_id"])
     assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
