@@ -13,7 +13,7 @@ import pytest
 
 from harness import collect, reference_verdicts
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
-from schemas.verdicts import Decision
+from schemas.verdicts import Decision, RunAborted
 from streams.edge.hashing import args_hash
 
 CONFIG = {
@@ -79,6 +79,13 @@ def engine_decisions(events, config: Any = CONFIG) -> dict[str, Decision]:
     return {v.tool_call_id: v for v in reference_verdicts(events, config) if isinstance(v, Decision)}
 
 
+def engine_abort(events, config: Any = CONFIG) -> RunAborted:
+    """The engine's abort of the run whose events these are (it must have one)."""
+    aborts = [v for v in reference_verdicts(events, config) if isinstance(v, RunAborted)]
+    assert aborts, "the engine alone does not abort this run"
+    return aborts[0]
+
+
 def assert_model_saw_what_the_engine_decided(
     seen: dict[str, str], results: dict[str, str], events, config: Any = CONFIG
 ) -> list[Decision]:
@@ -102,6 +109,16 @@ def assert_hand_worked_loop(decisions: list[Decision]) -> None:
     actions = [(d.action, d.count if d.action != "allow" else None) for d in decisions]
     assert actions == [("allow", None)] * 10 + [("warn", 10)] + [("allow", None)] * 9 + [("block", 20)] * 3
     assert decisions[10].message.startswith("WARNING") and decisions[20].message.startswith("CRITICAL")
+
+
+def assert_model_saw_the_hand_worked_loop(seen: dict[str, str], events) -> list[Decision]:
+    """A loop of identical calls that return ``SAME_RESULT``: the model saw what the engine
+    decided for each call, the decisions are the hand-worked loop, and nothing raw was
+    published.  Returns the decisions in call order."""
+    decisions = assert_model_saw_what_the_engine_decided(seen, dict.fromkeys(seen, SAME_RESULT), events)
+    assert_hand_worked_loop(decisions)
+    assert_only_hashes_left(events, SAME_RESULT)
+    return decisions
 
 
 def assert_only_hashes_left(events, *raw: str) -> None:

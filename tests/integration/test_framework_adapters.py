@@ -24,14 +24,15 @@ from typing import Annotated, TypedDict
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from framework_checks import (
-    CONFIG,
     INTEGRATIONS_DOC,
     LOOP_CALLS,
     SAME_RESULT,
     assert_hand_worked_loop,
+    assert_model_saw_the_hand_worked_loop,
     assert_model_saw_what_the_engine_decided,
     assert_only_hashes_left,
     assert_unknown_tool_published,
+    engine_abort,
     engine_decisions,
     published,
     readme_run_of,
@@ -41,9 +42,7 @@ from framework_checks import (
     worker,
 )
 
-from harness import reference_verdicts
 from schemas.events import ToolCallCompleted, ToolCallRequested
-from schemas.verdicts import RunAborted
 from streams.client import LoopwatchClient, RunAbortedError
 
 pytestmark = pytest.mark.kafka
@@ -110,10 +109,8 @@ async def test_langchain_loop_is_warned_at_the_11th_call_and_blocked_from_the_21
     assert state["messages"][-1].content == "done", "a block is a refused call, not the end of the run"
     events = await published(worker, run_id)
     seen = lc_seen(state)
-    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
-    assert_hand_worked_loop(decisions)
+    assert_model_saw_the_hand_worked_loop(seen, events)
     assert [m.status for m in state["messages"] if isinstance(m, lc_messages.ToolMessage)][20:] == ["error"] * 3
-    assert_only_hashes_left(events, SAME_RESULT)
 
 
 async def test_langgraph_tool_node_is_served_by_the_same_middleware(worker):
@@ -138,7 +135,7 @@ async def test_langgraph_tool_node_is_served_by_the_same_middleware(worker):
     assert state["messages"][-1].content == "done"
     events = await published(worker, run_id)
     seen = lc_seen(state)
-    assert_hand_worked_loop(assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events))
+    assert_model_saw_the_hand_worked_loop(seen, events)
 
 
 async def test_langchain_without_a_decision_fails_open_or_closed_as_the_client(worker):
@@ -206,8 +203,7 @@ async def test_langchain_abort_jumps_to_the_end(worker):
         )
         state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(run_id := new_id()))
     events = await published(worker, run_id)
-    verdicts = reference_verdicts(events, CONFIG)
-    abort = next(v for v in verdicts if isinstance(v, RunAborted))
+    abort = engine_abort(events)
     assert (abort.detector, abort.count) == ("critical_block_limit", 1)
     last = state["messages"][-1]
     assert isinstance(last, lc_messages.AIMessage) and last.content == abort.message and not last.tool_calls
@@ -277,9 +273,7 @@ async def test_openai_agents_loop_is_warned_at_the_11th_call_and_blocked_from_th
     assert result.final_output == "done", "a block is a refused call, not the end of the run"
     events = await published(worker, run_id)
     seen = oa_seen(model)
-    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
-    assert_hand_worked_loop(decisions)
-    assert_only_hashes_left(events, SAME_RESULT)
+    assert_model_saw_the_hand_worked_loop(seen, events)
 
 
 async def test_openai_agents_healthy_run_is_never_blocked(worker):
@@ -321,7 +315,7 @@ async def test_openai_agents_abort_trips_the_guardrail_tripwire(worker):
     aborted = info.value.output.output_info
     assert isinstance(aborted, RunAbortedError) and aborted.detector == "critical_block_limit"
     events = await published(worker, run_id)
-    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    abort = engine_abort(events)
     assert aborted.message == abort.message and events[-1].reason == "aborted"
     assert 21 <= len([e for e in events if isinstance(e, ToolCallRequested)]) <= 22 < 30
 
@@ -392,11 +386,9 @@ async def test_pydantic_ai_loop_is_warned_at_the_11th_call_and_blocked_from_the_
     assert result.output == "done", "a block is a refused call, not the end of the run"
     events = await published(worker, result.run_id)
     seen = script.seen()
-    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
-    assert_hand_worked_loop(decisions)
+    assert_model_saw_the_hand_worked_loop(seen, events)
     outcomes = [p.outcome for m in script.messages for p in m.parts if isinstance(p, ToolReturnPart)]
     assert outcomes[20:] == ["failed"] * 3, "Pydantic AI's terminal tool failure, no retry prompt"
-    assert_only_hashes_left(events, SAME_RESULT)
 
 
 async def test_pydantic_ai_healthy_run_is_never_blocked(worker):
@@ -443,7 +435,7 @@ async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
 
     events = await run_of_session(worker, session)
     assert events[-1].reason == "aborted"
-    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    abort = engine_abort(events)
     assert aborted.message == abort.message
     assert 21 <= len([e for e in events if isinstance(e, ToolCallRequested)]) <= 22 < 30
 
@@ -606,7 +598,7 @@ async def test_claude_agent_sdk_abort_ends_the_session(worker, tmp_path):
     assert events[-1].reason == "aborted"
     requested = [e.tool_call_id for e in events if isinstance(e, ToolCallRequested)]
     assert requested[:21] == [f"toolu_{n:04d}" for n in range(1, 22)] and len(requested) <= 22
-    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    abort = engine_abort(events)
     assert (abort.detector, abort.count, abort.message) == (aborted.detector, aborted.count, aborted.message)
 
 

@@ -27,6 +27,7 @@ from framework_checks import (
     assert_model_saw_what_the_engine_decided,
     assert_only_hashes_left,
     assert_unknown_tool_published,
+    engine_abort,
     run_of_call,
     run_of_session,
     snippet_for,
@@ -34,9 +35,7 @@ from framework_checks import (
 )
 from framework_venv import run_in_framework_venv
 
-from harness import reference_verdicts
 from schemas.events import ToolCallCompleted, ToolCallRequested
-from schemas.verdicts import RunAborted
 
 pytestmark = pytest.mark.kafka
 __all__ = ["worker"]  # the shared fixture (on this module's CONFIG): pytest finds it here by its name
@@ -123,23 +122,6 @@ async def test_crewai_unknown_tool_and_tool_errors_are_published_as_such(worker)
     assert "backend down" in out["seen"]["call-2"]
 
 
-async def test_crewai_abort_ends_the_kickoff_with_crewais_deny(worker):
-    """Agent ``crew-aborter`` is aborted at its first critical block: the 5th call is refused
-    and the next model call is denied, which ends the kickoff with ``LoopwatchRunAborted``."""
-    out, key = crew_run(worker, [("lookup", {"q": "same"})] * 10, agent_id="crew-aborter")
-    events = await run_of_session(worker, key)
-    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
-    assert out["aborted"] == {
-        "message": abort.message,
-        "detector": "critical_block_limit",
-        "count": 1,
-        "loopwatch_error": True,
-    }
-    assert out["model_calls"] == 5, "no model call after the refused 5th call"
-    assert len([e for e in events if isinstance(e, ToolCallRequested)]) == 5
-    assert events[-1].reason == "aborted"
-
-
 # -- the ReAct path: a model without native function calling ----------------------------------------
 
 # CrewAI's answer to a ReAct call with the same input as the last call it ran (its translations,
@@ -211,20 +193,22 @@ async def test_crewai_react_tool_errors_are_published_as_on_the_native_path(work
     assert failed[0].result_hash == same.result_hash != failed[1].result_hash
 
 
-async def test_crewai_react_abort_ends_the_kickoff_with_crewais_deny(worker):
-    """Agent ``crew-aborter`` on the ReAct path: the 6th call (worked out above) is refused and
-    the next model call is denied, which ends the kickoff with ``LoopwatchRunAborted``."""
-    out, key = crew_run(worker, [("lookup", {"q": "same"})] * 10, agent_id="crew-aborter", react=True)
+@pytest.mark.parametrize(("react", "refused"), [(False, 5), (True, 6)], ids=["native", "react"])
+async def test_crewai_abort_ends_the_kickoff_with_crewais_deny(worker, react, refused):
+    """Agent ``crew-aborter`` is aborted at its first critical block: the ``refused``-th call
+    (the 5th natively, the 6th on the ReAct path, worked out above) is refused and the next
+    model call is denied, which ends the kickoff with ``LoopwatchRunAborted``."""
+    out, key = crew_run(worker, [("lookup", {"q": "same"})] * 10, agent_id="crew-aborter", react=react)
     events = await run_of_session(worker, key)
-    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    abort = engine_abort(events, CONFIG)
     assert out["aborted"] == {
         "message": abort.message,
         "detector": "critical_block_limit",
         "count": 1,
         "loopwatch_error": True,
     }
-    assert out["model_calls"] == 6, "no model call after the refused 6th call"
-    assert len([e for e in events if isinstance(e, ToolCallRequested)]) == 6
+    assert out["model_calls"] == refused, "no model call after the refused call"
+    assert len([e for e in events if isinstance(e, ToolCallRequested)]) == refused
     assert events[-1].reason == "aborted"
 
 

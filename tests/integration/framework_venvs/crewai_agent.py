@@ -23,9 +23,9 @@ os.environ.setdefault("OTEL_SDK_DISABLED", "true")
 from crewai import Agent, Crew, Task  # noqa: E402
 from crewai.llms.base_llm import BaseLLM  # noqa: E402
 from crewai.tools import tool  # noqa: E402
+from venv_side import loopwatch_client, snippet_main  # noqa: E402
 
 from schemas.errors import LoopwatchError  # noqa: E402
-from streams.client import LoopwatchClient  # noqa: E402
 from streams.integrations.frameworks.crewai import Loopwatch, LoopwatchRunAborted  # noqa: E402
 
 SAME_RESULT = "same page, nothing new"
@@ -113,13 +113,10 @@ async def main(
     llm.react = react
     out: dict[str, Any] = {}
     try:
-        if snippet is not None:  # the docs' snippet, as written (the test put this broker's address in)
-            namespace: dict[str, Any] = {}
-            exec(compile(snippet, "docs/integrations.md (crewai)", "exec"), namespace)
-            result = await namespace["main"](crew(llm))
+        if snippet is not None:
+            result = await snippet_main(snippet, "crewai")(crew(llm))
         else:
-            client = LoopwatchClient(broker, tool_calls_topic=tool_calls, verdicts_topic=verdicts, timeout=10.0)
-            async with client:
+            async with loopwatch_client(broker, tool_calls, verdicts) as client:
                 result = await Loopwatch(client, agent_id=agent_id, session_key=session_key).kickoff(crew(llm))
         out["output"] = str(result.raw)
     except LoopwatchRunAborted as aborted:
