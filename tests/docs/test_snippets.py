@@ -15,18 +15,21 @@ from streams.engine import ConfigSet
 from streams.engine.config import CONFIGURABLE_FINAL
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+INTEGRATIONS_DOC = README.parent / "docs" / "integrations.md"
 MARKER = re.compile(r"^<!-- snippet: ([a-z0-9-]+) -->\n```(\w+)\n(.*?)^```$", re.M | re.S)
 
 PYTHON_SNIPPETS = {"langchain", "openai-agents", "pydantic-ai"}
+ADAPTER_DOC_SNIPPETS = {"claude-agent-sdk", "ag2", "crewai", "google-adk"}
+"""docs/integrations.md's adapters, run as written by tests/integration/test_framework_*.py."""
 CONFIG_SNIPPETS = {"config-first"}
 MCP_CLIENT_SNIPPETS = {"mcp-client-config"}
 """Run as written by tests/docs/test_mcp_client_config.py (every such block of README.md and docs/)."""
 
 
-def snippets() -> dict[str, tuple[str, str]]:
+def snippets(page: Path = README) -> dict[str, tuple[str, str]]:
     """Marker name -> (language, code)."""
     found: dict[str, tuple[str, str]] = {}
-    for name, lang, code in MARKER.findall(README.read_text(encoding="utf-8")):
+    for name, lang, code in MARKER.findall(page.read_text(encoding="utf-8")):
         assert name not in found, f"snippet {name} marked twice"
         found[name] = (lang, code)
     return found
@@ -49,6 +52,23 @@ def test_python_snippet_compiles(name: str) -> None:
     code = snippet(name, "python")
     compile(code, f"README.md ({name})", "exec")
     assert code.count('"kafka:9092"') == 1  # the one address the integration test replaces
+
+
+def adapter_snippets() -> dict[str, str]:
+    readme, doc = snippets(), snippets(INTEGRATIONS_DOC)
+    assert set(doc) == ADAPTER_DOC_SNIPPETS
+    return {name: readme[name][1] for name in PYTHON_SNIPPETS} | {name: doc[name][1] for name in doc}
+
+
+@pytest.mark.parametrize("name", sorted(PYTHON_SNIPPETS | ADAPTER_DOC_SNIPPETS))
+def test_adapter_setup_is_at_most_five_lines(name: str) -> None:
+    """Setup is what an agent's code gains: the body of the snippet's ``main`` (the client,
+    the adapter put on the agent, the run), its comments and blank lines aside; the imports
+    and the agent itself are not counted."""
+    code = adapter_snippets()[name]
+    body = code.split("async def main(", 1)[1].splitlines()[1:]
+    lines = [line for line in body if line.strip() and not line.strip().startswith("#")]
+    assert len(lines) <= 5, (name, lines)
 
 
 def config_snippet_paths(tmp_path: Path) -> list[Path]:

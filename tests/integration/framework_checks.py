@@ -1,15 +1,20 @@
-"""What the framework adapters' integration tests share: the worker's config, the hand-worked
-loop (warned at the 11th identical call, blocked from the 21st) and the checks of what was
-published and what the model saw (tests/integration/test_framework_*.py)."""
+"""What the framework adapters' integration tests share: the worker's config and its fixture,
+the hand-worked loop (warned at the 11th identical call, blocked from the 21st), finding a run's
+published events, and the checks of what was published and what the model saw
+(tests/integration/test_framework_*.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from harness import collect, reference_verdicts
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
-from schemas.verdicts import Decision
+from schemas.verdicts import Decision, RunAborted
+from streams.edge.hashing import args_hash
 
 CONFIG = {
     "tools": {"loopDetection": {"enabled": True}},
@@ -19,6 +24,14 @@ CONFIG = {
 LOOP_CALLS = 23  # two blocked calls after the first block
 SAME_RESULT = "same page, nothing new"
 WAIT_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def worker(request, lw_module):
+    """A worker on the test module's ``CONFIG``: the one above unless the module has its own
+    (a test module imports this fixture by name)."""
+    lw_module.configured_worker(getattr(request.module, "CONFIG", CONFIG))
+    return lw_module
 
 
 async def published(lw, run_id: str) -> list:
@@ -38,9 +51,39 @@ async def published(lw, run_id: str) -> list:
     return events
 
 
+async def run_where(lw, match: Callable[[Any], bool]) -> list:
+    """The events of the run that published an event ``match`` takes, once the run ended
+    (for a framework that names no run, or a run found by what it did)."""
+
+    def matching(records):
+        return [e for e in (decode_event(r.value) for r in records) if match(e)]
+
+    records = await collect(lw.broker, lw.names.tool_calls, timeout=WAIT_S, until=matching)
+    return await published(lw, matching(records)[0].run_id)
+
+
+async def run_of_session(lw, session_key: str) -> list:
+    """The events of the run that ended with ``session_key`` (a key fresh to the test)."""
+    return await run_where(lw, lambda e: isinstance(e, RunEnded) and e.session_key == session_key)
+
+
+async def run_of_call(lw, tool: str, args: dict, kind: type = ToolCallRequested) -> list:
+    """The events of the run that published a ``kind`` event of ``tool`` with ``args``
+    (arguments fresh to the test)."""
+    mine = args_hash(tool, args)
+    return await run_where(lw, lambda e: isinstance(e, kind) and e.args_hash == mine)
+
+
 def engine_decisions(events, config: Any = CONFIG) -> dict[str, Decision]:
     """The engine's decision for each requested call, by tool call id."""
     return {v.tool_call_id: v for v in reference_verdicts(events, config) if isinstance(v, Decision)}
+
+
+def engine_abort(events, config: Any = CONFIG) -> RunAborted:
+    """The engine's abort of the run whose events these are (it must have one)."""
+    aborts = [v for v in reference_verdicts(events, config) if isinstance(v, RunAborted)]
+    assert aborts, "the engine alone does not abort this run"
+    return aborts[0]
 
 
 def assert_model_saw_what_the_engine_decided(
@@ -66,6 +109,16 @@ def assert_hand_worked_loop(decisions: list[Decision]) -> None:
     actions = [(d.action, d.count if d.action != "allow" else None) for d in decisions]
     assert actions == [("allow", None)] * 10 + [("warn", 10)] + [("allow", None)] * 9 + [("block", 20)] * 3
     assert decisions[10].message.startswith("WARNING") and decisions[20].message.startswith("CRITICAL")
+
+
+def assert_model_saw_the_hand_worked_loop(seen: dict[str, str], events) -> list[Decision]:
+    """A loop of identical calls that return ``SAME_RESULT``: the model saw what the engine
+    decided for each call, the decisions are the hand-worked loop, and nothing raw was
+    published.  Returns the decisions in call order."""
+    decisions = assert_model_saw_what_the_engine_decided(seen, dict.fromkeys(seen, SAME_RESULT), events)
+    assert_hand_worked_loop(decisions)
+    assert_only_hashes_left(events, SAME_RESULT)
+    return decisions
 
 
 def assert_only_hashes_left(events, *raw: str) -> None:
@@ -99,25 +152,20 @@ def readme_snippet(marker: str, page: Path = README) -> str:
     return code
 
 
-def run_snippet(lw, marker: str, page: Path = README):
+def snippet_for(lw, marker: str, page: Path = README) -> str:
+    """The snippet's code with its broker address made ``lw``'s broker and topics."""
     target = f'"{lw.broker}", tool_calls_topic="{lw.names.tool_calls}", verdicts_topic="{lw.names.verdicts}"'
+    return readme_snippet(marker, page).replace('"kafka:9092"', target)
+
+
+def run_snippet(lw, marker: str, page: Path = README):
     namespace: dict[str, Any] = {}
-    code = readme_snippet(marker, page).replace('"kafka:9092"', target)
-    exec(compile(code, f"{page.name} ({marker})", "exec"), namespace)
+    exec(compile(snippet_for(lw, marker, page), f"{page.name} ({marker})", "exec"), namespace)
     return namespace["main"]
 
 
 async def readme_run_of(lw, call_id: str) -> list:
     """The published run whose one call has ``call_id``."""
-    records = await collect(
-        lw.broker,
-        lw.names.tool_calls,
-        timeout=WAIT_S,
-        until=lambda rs: any(getattr(decode_event(r.value), "tool_call_id", None) == call_id for r in rs),
-    )
-    run_id = next(
-        e.run_id for e in map(decode_event, (r.value for r in records)) if getattr(e, "tool_call_id", None) == call_id
-    )
-    events = await published(lw, run_id)
+    events = await run_where(lw, lambda e: getattr(e, "tool_call_id", None) == call_id)
     assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
     return events

@@ -128,3 +128,15 @@ def text_of(value: Any) -> str:
     if isinstance(value, dict):
         return "\n".join(text_of(v) for k, v in value.items() if k in ("text", "content"))
     return ""
+
+
+def seen_per_call(requests: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """Per call, in order (each request after the first answers the call before it): the tool
+    result the model got, and all the text of the message that carried it."""
+    seen = []
+    for n, request in enumerate(requests[1:], start=1):
+        results = tool_results(request)
+        assert [r.get("tool_use_id") for r in results] == [f"toolu_{n:04d}"], results
+        last_user = next(m for m in reversed(request["messages"]) if m.get("role") == "user")
+        seen.append((results[0], text_of(last_user["content"])))
+    return seen

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from agent_cli_setup import AGENT_CLIS, python_env, start_serve, stop
-from scripted_model import COMMAND, ScriptedModel, text_of, tool_results
+from scripted_model import COMMAND, ScriptedModel, seen_per_call, text_of, tool_results
 
 from harness import REPO
 from streams.integrations.hooks.install import build_native_relay, find_compiler, native_command
@@ -105,12 +105,7 @@ def test_claude_code_loop_is_warned_then_denied_through_its_own_hooks(lw, claude
     assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
     # One request per call, and the one after the last call, each with that call's result.
     assert len(requests) == CALLS + 1, (len(requests), run.stdout[-1000:])
-    seen = []
-    for n, request in enumerate(requests[1:], start=1):
-        results = tool_results(request)
-        assert [r.get("tool_use_id") for r in results] == [f"toolu_{n:04d}"], results
-        last_user = next(m for m in reversed(request["messages"]) if m.get("role") == "user")
-        seen.append((results[0], text_of(last_user["content"])))
+    seen = seen_per_call(requests)
     for n, (result, _) in enumerate(seen, start=1):
         content = text_of(result.get("content"))
         if n < FIRST_DENIED:

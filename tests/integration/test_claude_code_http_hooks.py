@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import pytest
 from agent_cli_setup import AGENT_CLIS, http_url_of, python_env, start_serve, stop
-from scripted_model import ScriptedModel, text_of, tool_results
+from scripted_model import ScriptedModel, seen_per_call, text_of, tool_results
 
 from harness import REPO
 
@@ -97,12 +97,7 @@ def test_claude_code_loop_is_warned_then_denied_through_its_http_hooks(lw, claud
             requests = list(model.requests)
         assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-2000:])
         assert len(requests) == CALLS + 1, (len(requests), run.stdout[-1000:])
-        seen = []
-        for n, request in enumerate(requests[1:], start=1):
-            results = tool_results(request)
-            assert [r.get("tool_use_id") for r in results] == [f"toolu_{n:04d}"], results
-            last_user = next(m for m in reversed(request["messages"]) if m.get("role") == "user")
-            seen.append((results[0], text_of(last_user["content"])))
+        seen = seen_per_call(requests)
         for n, (result, _) in enumerate(seen, start=1):
             content = text_of(result.get("content"))
             if n < FIRST_DENIED:

@@ -24,34 +24,29 @@ from typing import Annotated, TypedDict
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from framework_checks import (
-    CONFIG,
     INTEGRATIONS_DOC,
     LOOP_CALLS,
     SAME_RESULT,
-    WAIT_S,
     assert_hand_worked_loop,
+    assert_model_saw_the_hand_worked_loop,
     assert_model_saw_what_the_engine_decided,
     assert_only_hashes_left,
     assert_unknown_tool_published,
+    engine_abort,
     engine_decisions,
     published,
     readme_run_of,
+    run_of_call,
+    run_of_session,
     run_snippet,
+    worker,
 )
 
-from harness import collect, reference_verdicts
-from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
-from schemas.verdicts import RunAborted
+from schemas.events import ToolCallCompleted, ToolCallRequested
 from streams.client import LoopwatchClient, RunAbortedError
-from streams.edge.hashing import args_hash
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture(scope="module")
-def worker(lw_module):
-    lw_module.configured_worker(CONFIG)
-    return lw_module
+__all__ = ["worker"]  # the shared fixture: pytest finds it in this module by its name
 
 
 # -- LangChain / LangGraph -----------------------------------------------------------------------------
@@ -114,10 +109,8 @@ async def test_langchain_loop_is_warned_at_the_11th_call_and_blocked_from_the_21
     assert state["messages"][-1].content == "done", "a block is a refused call, not the end of the run"
     events = await published(worker, run_id)
     seen = lc_seen(state)
-    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
-    assert_hand_worked_loop(decisions)
+    assert_model_saw_the_hand_worked_loop(seen, events)
     assert [m.status for m in state["messages"] if isinstance(m, lc_messages.ToolMessage)][20:] == ["error"] * 3
-    assert_only_hashes_left(events, SAME_RESULT)
 
 
 async def test_langgraph_tool_node_is_served_by_the_same_middleware(worker):
@@ -142,7 +135,7 @@ async def test_langgraph_tool_node_is_served_by_the_same_middleware(worker):
     assert state["messages"][-1].content == "done"
     events = await published(worker, run_id)
     seen = lc_seen(state)
-    assert_hand_worked_loop(assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events))
+    assert_model_saw_the_hand_worked_loop(seen, events)
 
 
 async def test_langchain_without_a_decision_fails_open_or_closed_as_the_client(worker):
@@ -210,8 +203,7 @@ async def test_langchain_abort_jumps_to_the_end(worker):
         )
         state = await agent.ainvoke({"messages": [lc_messages.HumanMessage("loop")]}, lc_config(run_id := new_id()))
     events = await published(worker, run_id)
-    verdicts = reference_verdicts(events, CONFIG)
-    abort = next(v for v in verdicts if isinstance(v, RunAborted))
+    abort = engine_abort(events)
     assert (abort.detector, abort.count) == ("critical_block_limit", 1)
     last = state["messages"][-1]
     assert isinstance(last, lc_messages.AIMessage) and last.content == abort.message and not last.tool_calls
@@ -281,9 +273,7 @@ async def test_openai_agents_loop_is_warned_at_the_11th_call_and_blocked_from_th
     assert result.final_output == "done", "a block is a refused call, not the end of the run"
     events = await published(worker, run_id)
     seen = oa_seen(model)
-    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
-    assert_hand_worked_loop(decisions)
-    assert_only_hashes_left(events, SAME_RESULT)
+    assert_model_saw_the_hand_worked_loop(seen, events)
 
 
 async def test_openai_agents_healthy_run_is_never_blocked(worker):
@@ -325,7 +315,7 @@ async def test_openai_agents_abort_trips_the_guardrail_tripwire(worker):
     aborted = info.value.output.output_info
     assert isinstance(aborted, RunAbortedError) and aborted.detector == "critical_block_limit"
     events = await published(worker, run_id)
-    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    abort = engine_abort(events)
     assert aborted.message == abort.message and events[-1].reason == "aborted"
     assert 21 <= len([e for e in events if isinstance(e, ToolCallRequested)]) <= 22 < 30
 
@@ -396,11 +386,9 @@ async def test_pydantic_ai_loop_is_warned_at_the_11th_call_and_blocked_from_the_
     assert result.output == "done", "a block is a refused call, not the end of the run"
     events = await published(worker, result.run_id)
     seen = script.seen()
-    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
-    assert_hand_worked_loop(decisions)
+    assert_model_saw_the_hand_worked_loop(seen, events)
     outcomes = [p.outcome for m in script.messages for p in m.parts if isinstance(p, ToolReturnPart)]
     assert outcomes[20:] == ["failed"] * 3, "Pydantic AI's terminal tool failure, no retry prompt"
-    assert_only_hashes_left(events, SAME_RESULT)
 
 
 async def test_pydantic_ai_healthy_run_is_never_blocked(worker):
@@ -430,21 +418,9 @@ async def test_pydantic_ai_unknown_tool_and_tool_errors_are_published_as_such(wo
         with pytest.raises(RuntimeError, match="backend down"):  # Pydantic AI lets a tool's exception end the run
             await pai_agent(script, client, "main").run("go")
     # The run id is not on the exception: the run is found by its one call's arguments' hash.
-    mine = args_hash("flaky", {"q": marker})
-
-    def failed(records):
-        return [
-            e
-            for e in map(decode_event, (r.value for r in records))
-            if isinstance(e, ToolCallCompleted) and e.args_hash == mine
-        ]
-
-    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=failed)
-    assert (
-        len(failed(records)) == 1
-        and failed(records)[0].is_error
-        and failed(records)[0].result_hash.startswith("error:")
-    )
+    events = await run_of_call(worker, "flaky", {"q": marker}, ToolCallCompleted)
+    failed = [e for e in events if isinstance(e, ToolCallCompleted)]
+    assert len(failed) == 1 and failed[0].is_error and failed[0].result_hash.startswith("error:")
 
 
 async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
@@ -457,17 +433,9 @@ async def test_pydantic_ai_abort_ends_the_run_with_an_agent_run_error(worker):
     assert isinstance(aborted, AgentRunError) and isinstance(aborted, RunAbortedError)
     assert aborted.detector == "critical_block_limit"
 
-    def ended(records):
-        return [
-            e
-            for e in map(decode_event, (r.value for r in records))
-            if isinstance(e, RunEnded) and e.session_key == session
-        ]
-
-    records = await collect(worker.broker, worker.names.tool_calls, timeout=WAIT_S, until=ended)
-    assert [e.reason for e in ended(records)] == ["aborted"]
-    events = await published(worker, ended(records)[0].run_id)
-    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    events = await run_of_session(worker, session)
+    assert events[-1].reason == "aborted"
+    abort = engine_abort(events)
     assert aborted.message == abort.message
     assert 21 <= len([e for e in events if isinstance(e, ToolCallRequested)]) <= 22 < 30
 
@@ -540,7 +508,7 @@ from claude_agent_sdk import (  # noqa: E402
     UserMessage,
 )
 from scripted_model import ScriptedModel as ScriptedMessagesApi  # noqa: E402
-from scripted_model import text_of, tool_results  # noqa: E402
+from scripted_model import seen_per_call, text_of  # noqa: E402
 
 from streams.integrations.frameworks.claude_agent_sdk import Loopwatch as ClaudeSdkLoopwatch  # noqa: E402
 from streams.integrations.frameworks.claude_agent_sdk import LoopwatchRunAborted as ClaudeSdkRunAborted  # noqa: E402
@@ -573,17 +541,6 @@ async def claude_run(guard: ClaudeSdkLoopwatch, options: ClaudeAgentOptions) -> 
     return [m async for m in guard.query(prompt="List the files here.", options=options)]
 
 
-def claude_seen(requests: list[dict]) -> list[tuple[dict, str]]:
-    """Per call, in order: the tool result the model got, and all the text of that message."""
-    seen = []
-    for n, request in enumerate(requests[1:], start=1):
-        results = tool_results(request)
-        assert [r.get("tool_use_id") for r in results] == [f"toolu_{n:04d}"], results
-        last_user = next(m for m in reversed(request["messages"]) if m.get("role") == "user")
-        seen.append((results[0], text_of(last_user["content"])))
-    return seen
-
-
 CRITICAL_BASH = (
     "CRITICAL: Called Bash with identical arguments and identical outcomes 20 times. "
     "Session execution blocked to prevent runaway loops."
@@ -599,7 +556,7 @@ async def test_claude_agent_sdk_loop_is_warned_at_the_11th_call_and_denied_from_
     result = messages[-1]
     assert isinstance(result, ResultMessage) and not result.is_error, result
     assert len(requests) == LOOP_CALLS + 1, "a deny is a refused call, not the end of the session"
-    seen = claude_seen(requests)
+    seen = seen_per_call(requests)
     for n, (tool_result, _) in enumerate(seen, start=1):
         content = text_of(tool_result.get("content"))
         if n <= 20:
@@ -641,7 +598,7 @@ async def test_claude_agent_sdk_abort_ends_the_session(worker, tmp_path):
     assert events[-1].reason == "aborted"
     requested = [e.tool_call_id for e in events if isinstance(e, ToolCallRequested)]
     assert requested[:21] == [f"toolu_{n:04d}" for n in range(1, 22)] and len(requested) <= 22
-    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    abort = engine_abort(events)
     assert (abort.detector, abort.count, abort.message) == (aborted.detector, aborted.count, aborted.message)
 
 

@@ -10,32 +10,25 @@ import uuid
 
 import pytest
 from framework_checks import (
-    CONFIG,
     INTEGRATIONS_DOC,
     LOOP_CALLS,
-    SAME_RESULT,
-    WAIT_S,
-    assert_hand_worked_loop,
+    assert_model_saw_the_hand_worked_loop,
     assert_model_saw_what_the_engine_decided,
     assert_only_hashes_left,
     assert_unknown_tool_published,
+    engine_abort,
     engine_decisions,
     published,
-    readme_snippet,
+    run_of_session,
+    snippet_for,
+    worker,
 )
 from framework_venv import run_in_framework_venv
 
-from harness import collect, reference_verdicts
-from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
-from schemas.verdicts import RunAborted
+from schemas.events import ToolCallCompleted, ToolCallRequested
 
 pytestmark = pytest.mark.kafka
-
-
-@pytest.fixture(scope="module")
-def worker(lw_module):
-    lw_module.configured_worker(CONFIG)
-    return lw_module
+__all__ = ["worker"]  # the shared fixture: pytest finds it in this module by its name
 
 
 def adk_run(lw, calls: list[tuple[str, dict]], agent_id: str = "main", **spec) -> dict:
@@ -62,11 +55,9 @@ async def test_google_adk_loop_is_warned_at_the_11th_call_and_blocked_from_the_2
     )
     events = await published(worker, out["invocation_id"])
     seen = texts(out["seen"])
-    decisions = assert_model_saw_what_the_engine_decided(seen, {c: SAME_RESULT for c in seen}, events)
-    assert_hand_worked_loop(decisions)
+    assert_model_saw_the_hand_worked_loop(seen, events)
     assert list(out["seen"]["call-20"]) == ["error"], "ADK's tool response, as a before_tool_callback answers"
     assert events[0].session_key.startswith("adk:") and events[-1].reason == "completed"
-    assert_only_hashes_left(events, SAME_RESULT)
 
 
 async def test_google_adk_healthy_run_is_never_blocked(worker):
@@ -90,17 +81,7 @@ async def test_google_adk_unknown_tool_and_tool_errors_are_published_as_such(wor
     key = f"adk-test:{uuid.uuid4()}"
     out = adk_run(worker, [("flaky", {"q": "x"})], session_key=key, with_flaky=True)
     assert "backend down" in out.get("error", ""), out  # ADK lets a tool's exception end the run
-
-    def of_run(records):
-        return [e for e in map(decode_event, (r.value for r in records)) if e.session_key == key]
-
-    records = await collect(
-        worker.broker,
-        worker.names.tool_calls,
-        timeout=WAIT_S,
-        until=lambda rs: any(isinstance(e, RunEnded) for e in of_run(rs)),
-    )
-    events = of_run(records)
+    events = await run_of_session(worker, key)
     failed = [e for e in events if isinstance(e, ToolCallCompleted)]
     assert [(e.tool_name, e.is_error) for e in failed] == [("flaky", True)]
     assert failed[0].result_hash.startswith("error:")
@@ -113,7 +94,7 @@ async def test_google_adk_abort_ends_the_invocation(worker):
     out = adk_run(worker, [("lookup", {"q": "same"})] * 30, agent_id="aborter")
     assert out["invocation_id"], {k: v for k, v in out.items() if k != "seen"}
     events = await published(worker, out["invocation_id"])
-    abort = next(v for v in reference_verdicts(events, CONFIG) if isinstance(v, RunAborted))
+    abort = engine_abort(events)
     assert out["aborted"] == {"message": abort.message, "detector": "critical_block_limit", "count": 1}
     assert out["model_calls"] == 21, "no model call after the refused 21st call"
     refusal = engine_decisions(events)["call-20"].message
@@ -123,11 +104,7 @@ async def test_google_adk_abort_ends_the_invocation(worker):
 
 
 async def test_docs_google_adk_snippet_runs(worker):
-    target = (
-        f'"{worker.broker}", tool_calls_topic="{worker.names.tool_calls}", verdicts_topic="{worker.names.verdicts}"'
-    )
-    snippet = readme_snippet("google-adk", INTEGRATIONS_DOC).replace('"kafka:9092"', target)
-    out = adk_run(worker, [("lookup", {"q": "notes"})], snippet=snippet)
+    out = adk_run(worker, [("lookup", {"q": "notes"})], snippet=snippet_for(worker, "google-adk", INTEGRATIONS_DOC))
     assert out["final"] == "done" and out["seen"] == {"call-0": {"result": "page about notes"}}, out
     events = await published(worker, out["invocation_id"])
     assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]

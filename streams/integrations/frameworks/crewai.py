@@ -25,7 +25,10 @@ One kickoff is one run (session key ``agent:<agent id or main>:<run id>`` unless
 * a warning loopwatch asks to show (``loopwatch.surfaceWarnings``) is appended to the result
   the ``after_tool_call`` hook hands back;
 * a call of a tool the agent lacks is published with upstream's unknown-tool outcome (CrewAI
-  answers it itself).
+  answers it itself); on the ReAct path (a model without function calling) CrewAI answers
+  such a call before any hook, so loopwatch does not see it;
+* a tool's exception is published as an error, on both paths (the ReAct path retries the tool
+  first; the call is one call).
 
 CrewAI's hooks carry no tool call id: the adapter names each call itself and pairs the two
 hooks of a call by the argument dict CrewAI hands to both.
@@ -34,6 +37,7 @@ hooks of a call by the argument dict CrewAI hands to both.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import uuid
 from collections.abc import Coroutine
@@ -52,6 +56,12 @@ T = TypeVar("T")
 # How CrewAI hands an exception of the tool to the model (agent_executor, tool_utils): the
 # result is this text and the raw result the same text.
 _TOOL_ERROR_PREFIX = "Error executing tool: "
+# The same on the ReAct path (a model without function calling; ToolUsage, its translations'
+# "tool_usage_exception"), after its retries: the exception's message, then the tool's inputs.
+_REACT_TOOL_ERROR = re.compile(
+    r"\nI encountered an error while trying to use the tool\. This was the error: (.*?)\.\n Tool \S+ accepts these inputs: ",
+    re.S,
+)
 
 
 class LoopwatchRunAborted(RunAbortedError, HookAborted):
@@ -136,8 +146,11 @@ class _Run:
         if context.tool is None:
             return None
         raw = context.raw_tool_result
+        react_error = _REACT_TOOL_ERROR.match(raw) if isinstance(raw, str) else None
         if isinstance(raw, str) and raw.startswith(_TOOL_ERROR_PREFIX) and raw == context.tool_result:
             self._wait(self.guard.after(tool, args, call_id, error=thrown(raw.removeprefix(_TOOL_ERROR_PREFIX))))
+        elif react_error is not None:
+            self._wait(self.guard.after(tool, args, call_id, error=thrown(react_error.group(1))))
         else:
             self._wait(self.guard.after(tool, args, call_id, result=plain(raw)))
         notices = self._notices.pop(call_id, ()) + self.guard.notices()

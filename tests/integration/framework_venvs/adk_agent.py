@@ -21,8 +21,8 @@ from google.adk.models.llm_request import LlmRequest  # noqa: E402
 from google.adk.models.llm_response import LlmResponse  # noqa: E402
 from google.adk.runners import InMemoryRunner  # noqa: E402
 from google.genai import types  # noqa: E402
+from venv_side import loopwatch_client, snippet_main  # noqa: E402
 
-from streams.client import LoopwatchClient  # noqa: E402
 from streams.integrations.frameworks.google_adk import LoopwatchPlugin  # noqa: E402
 
 SAME_RESULT = "same page, nothing new"
@@ -92,13 +92,10 @@ async def main(
     llm.script = [(name, args) for name, args in calls]
     tools = [lookup, tick, flaky] if with_flaky else None
     out: dict[str, Any] = {}
-    if snippet is not None:  # the docs' snippet, as written (the test put this broker's address in)
-        namespace: dict[str, Any] = {}
-        exec(compile(snippet, "docs/integrations.md (google-adk)", "exec"), namespace)
-        events = await namespace["main"](agent(llm, tools))
+    if snippet is not None:
+        events = await snippet_main(snippet, "google-adk")(agent(llm, tools))
     else:
-        client = LoopwatchClient(broker, tool_calls_topic=tool_calls, verdicts_topic=verdicts, timeout=10.0)
-        async with client:
+        async with loopwatch_client(broker, tool_calls, verdicts) as client:
             plugin = LoopwatchPlugin(client, agent_id=agent_id, session_key=session_key)
             runner = InMemoryRunner(agent=agent(llm, tools), app_name="loopwatch-test", plugins=[plugin])
             try:
