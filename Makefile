@@ -166,7 +166,7 @@ test: lint docs dist install ops-tools ts-client mcp-servers agent-clis oracles 
 	secure=$$(scripts/kafka.sh --secure status >/dev/null 2>&1 && echo running); \
 	scripts/kafka.sh start || exit 1; \
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_AGENT_CLIS=$(AGENT_CLIS) LOOPWATCH_ORACLES=$(ORACLES) \
-	    LOOPWATCH_FRAMEWORKS=$(FRAMEWORKS) $(PY) -m pytest -q -rs -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS); status=$$?; \
+	    LOOPWATCH_FRAMEWORKS=$(FRAMEWORKS) $(PY) -m pytest -q -rs -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15 $(PYTEST_ARGS); status=$$?; \
 	[ -n "$$plain" ] || scripts/kafka.sh stop; \
 	[ -n "$$secure" ] || scripts/kafka.sh --secure stop >/dev/null 2>&1 || true; \
 	exit $$status

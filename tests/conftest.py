@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,7 @@ def _record_skip(report: pytest.TestReport | pytest.CollectReport) -> None:
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     _record_skip(report)
+    _durations[_plain(report.nodeid)] += report.duration
 
 
 def pytest_collectreport(report: pytest.CollectReport) -> None:
@@ -48,6 +51,9 @@ def pytest_collectreport(report: pytest.CollectReport) -> None:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _skipped and os.environ.get("CI") and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    target = session.config.getoption("record_durations", None)
+    if target and not hasattr(session.config, "workerinput"):  # the controller saw every report
+        _write_durations(Path(target))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -95,7 +101,61 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     secured = {item.nodeid.split("::", 1)[0] for item, group in groups.items() if group == SECURE_BROKER_GROUP}
     for item, group in groups.items():
         if item.nodeid.split("::", 1)[0] in secured:
-            group = SECURE_BROKER_GROUP
+            group = groups[item] = SECURE_BROKER_GROUP
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller schedules what it collects
+        _longest_first(items, groups)
     return (yield)
+
+
+# -- pytest-xdist: the longest work first ---------------------------------------------------------
+# xdist hands out work units (a group, or one test) in collection order (with
+# --no-loadscope-reorder; by default it orders them by their number of tests, which puts a
+# group of three 2-minute fault cases behind a hundred quick ones).  A run's length is then set
+# by whatever long unit starts last, so the units go out longest first (LPT scheduling), by the
+# durations a previous run recorded (tests/durations.json, rewritten with
+# `pytest -n 4 --record-durations tests/durations.json`).  A test it does not know counts as
+# short; the order inside a group is kept, since its tests may rely on it.
+DURATIONS = Path(__file__).with_name("durations.json")
+UNKNOWN_S = 0.5
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        metavar="PATH",
+        default=None,
+        help="write each test's setup+call+teardown seconds to PATH (JSON), for ordering later runs",
+    )
+
+
+_durations: defaultdict[str, float] = defaultdict(float)
+
+
+def _plain(nodeid: str) -> str:
+    """A test's id without the ``@group`` suffix xdist adds to grouped tests."""
+    head, at, group = nodeid.rpartition("@")
+    return head if at and ("/" in group or group == SECURE_BROKER_GROUP) else nodeid
+
+
+def _write_durations(path: Path) -> None:
+    # Tests under a second are left out: they count as UNKNOWN_S, and the file stays readable.
+    kept = {nodeid: round(s, 1) for nodeid, s in sorted(_durations.items()) if s >= 1.0}
+    path.write_text(json.dumps(kept, indent=0, ensure_ascii=False) + "\n")
+
+
+def _longest_first(items: list[pytest.Item], groups: dict[pytest.Item, str | None]) -> None:
+    try:
+        known = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        known = {}
+    unit_of = {item: groups[item] or item.nodeid for item in items}
+    seconds: defaultdict[str, float] = defaultdict(float)
+    first: dict[str, int] = {}
+    for index, item in enumerate(items):
+        unit = unit_of[item]
+        seconds[unit] += known.get(item.nodeid, UNKNOWN_S)
+        first.setdefault(unit, index)
+    order = {item: index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (-seconds[unit_of[item]], first[unit_of[item]], order[item]))

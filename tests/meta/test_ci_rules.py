@@ -4,6 +4,7 @@ Makefile target reads data from outside the repository."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -108,3 +109,54 @@ def test_tests_sharing_a_module_fixture_run_in_one_xdist_process(tmp_path):
     assert proc.returncode == 0, proc.stdout
     workers = record.read_text().split()
     assert len(workers) == 8 and len(set(workers)) == 1, workers
+
+
+def test_xdist_hands_out_the_longest_work_first_and_keeps_a_groups_order(tmp_path):
+    """`make test` runs `--no-loadscope-reorder`: tests/conftest.py orders the work units (a
+    group, or one test) by the durations in durations.json, longest first, so that no long unit
+    starts last; a group's own tests keep their order.  One process shows the order handed out."""
+    shutil.copy(REPO / "tests" / "conftest.py", tmp_path / "conftest.py")
+    record = tmp_path / "order.txt"
+
+    def body(name: str, fixture: str = "", sleep: float = 0) -> str:
+        return (
+            f"def {name}({fixture}):\n    time.sleep({sleep})\n"
+            f"    with open({str(record)!r}, 'a') as f:\n        f.write({name!r} + '\\n')\n"
+        )
+
+    (tmp_path / "test_a_quick.py").write_text(
+        "import time\n" + body("test_quick_1") + body("test_quick_2", sleep=1.2) + body("test_slow_alone")
+    )
+    grouped = "import time, pytest\n@pytest.fixture(scope='module')\ndef shared():\n    return object()\n"
+    (tmp_path / "test_b_grouped.py").write_text(
+        grouped + "".join(body(f"test_grouped_{n}", "shared") for n in (3, 1, 2))
+    )
+    (tmp_path / "durations.json").write_text(
+        json.dumps(
+            {
+                "test_a_quick.py::test_slow_alone": 100.0,  # the longest unit, collected last of its file
+                "test_b_grouped.py::test_grouped_1": 30.0,  # the group: 30 + 20 + 0.5, second
+                "test_b_grouped.py::test_grouped_2": 20.0,
+                "test_a_quick.py::test_quick_2": 2.0,
+            }
+        )
+    )
+    durations = tmp_path / "recorded.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "1", "--dist", "loadgroup"]
+        + ["--no-loadscope-reorder", "--record-durations", str(durations), "--rootdir", str(tmp_path), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout
+    assert record.read_text().split() == [
+        "test_slow_alone",
+        "test_grouped_3",
+        "test_grouped_1",
+        "test_grouped_2",
+        "test_quick_2",
+        "test_quick_1",
+    ]
+    recorded = json.loads(durations.read_text())  # the tests of a second or more, as measured
+    assert list(recorded) == ["test_a_quick.py::test_quick_2"] and recorded["test_a_quick.py::test_quick_2"] >= 1.2
