@@ -44,8 +44,9 @@ function typescript(chunks: readonly (string | null)[]): unknown[] {
 test("the golden content sessions' chunks: the same model.text records in TypeScript and Python", () => {
   const sessions = vectors();
   const python = askPython(sessions.map((chunks) => ({ op: "model_text", chunks })));
-  sessions.forEach((chunks, i) => assert.deepStrictEqual(typescript(chunks), python[i], `session ${i} differs`));
-  const all = sessions.flatMap((s) => typescript(s)) as { event: { reset: boolean; skipped: boolean; truncated: number } }[];
+  const records = sessions.map((chunks) => typescript(chunks));
+  records.forEach((got, i) => assert.deepStrictEqual(got, python[i], `session ${i} differs`));
+  const all = records.flat() as { event: { reset: boolean; skipped: boolean; truncated: number } }[];
   assert.ok(all.some((a) => a.event.reset) && all.some((a) => a.event.skipped) && all.some((a) => a.event.truncated > 0));
 });
 
