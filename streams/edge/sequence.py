@@ -26,16 +26,17 @@ __all__ = ["SeqCounter", "next_seq"]
 
 
 class SeqCounter:
-    """Strictly increasing numbers, each at least the clock's microseconds (``clock``: seconds).
-    Safe to call from several threads."""
+    """Strictly increasing numbers, each at least the clock's microseconds (``clock``:
+    nanoseconds since the epoch, an integer, so no reading is rounded).  Safe to call from
+    several threads."""
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], int] = time.time_ns) -> None:
         self.clock = clock
         self.last = -1
         self._lock = threading.Lock()
 
     def __call__(self) -> int:
-        now_us = int(self.clock() * 1_000_000)
+        now_us = self.clock() // 1000
         with self._lock:
             seq = self.last + 1
             if now_us > seq:

@@ -74,7 +74,10 @@ def test_a_signed_event_replayed_after_64_newer_ones_within_the_max_age_is_dead_
     replays = [published(records[0], 80, T0 + 80_000), published(records[15], 81, T0 + 15_000)]
     result = p.process(replays, store.read)
     assert (result.events, result.duplicates) == (0, 0)
-    assert [(l.reason, l.record.offset) for l in result.dead_letters] == [("replayed_event", 80), ("replayed_event", 81)]
+    assert [(l.reason, l.record.offset) for l in result.dead_letters] == [
+        ("replayed_event", 80),
+        ("replayed_event", 81),
+    ]
     assert result.dead_letters[0].detail == (
         f"signed event 'r-0q' has seq {S0}, not above {S0 + 79}, the highest its run applied: a replay"
     )
@@ -115,12 +118,12 @@ def test_events_without_seq_or_unsigned_keep_todays_behaviour():
 
 
 def test_a_restarted_publisher_resuming_the_run_continues_above_its_predecessor():
-    """Publisher 1 draws 5 seqs in one microsecond of its clock (T0 + 0.000001 s): S0 + 1 ...
+    """Publisher 1 draws 5 seqs in one microsecond of its clock (T0 + 1 µs): S0 + 1 ...
     S0 + 5.  It dies; publisher 2 starts 2 s later and resumes run r: its clock gives
     S0 + 2,000,000 and on.  The worker (restarted in between too) applies all of them."""
-    one = SeqCounter(clock=lambda: (T0 + 0.001) / 1000)
+    one = SeqCounter(clock=lambda: (S0 + 1) * 1000)
     assert [one() for _ in range(5)] == [S0 + 1, S0 + 2, S0 + 3, S0 + 4, S0 + 5]
-    two = SeqCounter(clock=lambda: (T0 + 2_000) / 1000)
+    two = SeqCounter(clock=lambda: (S0 + 2_000_000) * 1000)
     assert [two() for _ in range(3)] == [S0 + 2_000_000, S0 + 2_000_001, S0 + 2_000_002]
 
     events = spaced("r", 8, step_ms=250)
