@@ -41,3 +41,11 @@ const processCounter = new SeqCounter();
 export function nextSeq(): number {
   return processCounter.next();
 }
+
+/**
+ * `event` with the process's next `seq` as its last field (where the Python Structs have it,
+ * so both clients encode an event alike); an event that has one already is returned as it is.
+ */
+export function numbered<T extends { seq?: number }>(event: T): T {
+  return event.seq === undefined ? { ...event, seq: nextSeq() } : event;
+}
