@@ -207,3 +207,48 @@ def test_the_envelope_keeps_sequence_stamps_and_migrates_earlier_versions():
     store.checkpoint(p)
     assert all(len(seq_stamps(v)) == 1 for v in store.values.values())
     assert MAX_SEQS == 64
+
+
+def test_under_session_scope_each_run_of_a_session_is_compared_with_its_own_highest_seq():
+    """Runs a and b of session s, from two publishers whose numbers interleave: a has S0 + 10,
+    S0 + 30, b has S0 + 5, S0 + 20 (its clock is behind a's).  Forwarded to the session's
+    state and applied in the order a, b, a, b (the numbers go 10, 5, 30, 20): none is refused,
+    each run is compared with its own highest.  b's next event numbered S0 + 20 again (not
+    above b's highest) is refused; a's first record forwarded again from a new offset, within
+    the id window, is still a duplicate."""
+    from streams.app.records import Record as Rec
+
+    topic = "app-sessions"
+    config = {"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"scope": "session"}}
+    p = BatchProcessor(engine_for(config), keyring=Keyring([MAIN]), signed_max_age_s=300)
+    p.sessions_topic = topic
+
+    def event(run: str, i: int, seq: int):
+        (e,) = numbered(spaced(run, 1), first=seq)
+        return msgspec.structs.replace(e, event_id=f"{run}-{i}", session_key="s", ts_ms=T0 + i)
+
+    order = [event("a", 0, S0 + 10), event("b", 1, S0 + 5), event("a", 2, S0 + 30), event("b", 3, S0 + 20)]
+    records = [
+        Rec("tool-calls", 0, i, e.run_id.encode(), r.value, T0 + i, r.headers)
+        for i, (e, r) in enumerate(zip(order, signed(order, MAIN), strict=True))
+    ]
+    store = Store()
+
+    def hop(batch):
+        forwards = p.process(batch, store.read).forwards
+        return p.process(
+            [Rec(topic, 0, 100 + r.offset, k, v, t, h) for r, (k, v, h, t) in zip(batch, forwards)], store.read
+        )
+
+    applied = hop(records)
+    assert (applied.events, applied.dead_letters) == (4, [])
+    store.checkpoint(p)
+    assert seq_stamps(store.values[(0, b"scope:session:s|")]) == {
+        event_digest("a"): S0 + 30,
+        event_digest("b"): S0 + 20,
+    }
+    (late,) = signed([event("b", 4, S0 + 20)], MAIN)
+    refused = hop([Rec("tool-calls", 0, 4, b"b", late.value, T0 + 4, late.headers)])
+    assert [l.reason for l in refused.dead_letters] == ["replayed_event"]
+    replayed = hop([Rec("tool-calls", 0, 5, b"a", records[0].value, T0 + 5, records[0].headers)])
+    assert (replayed.events, replayed.duplicates, replayed.dead_letters) == (0, 1, [])
