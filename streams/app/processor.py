@@ -451,6 +451,8 @@ class BatchProcessor:
         plain = shadow is None and not session
         types = counts.types
         applied_before = len(applied)
+        run_id: Any = UNSET
+        run = b""  # the digest of run_id (a state's events mostly share one run: worked out once)
         for record, event, replay in items:
             # run_store.event_digest and remember, written out: two calls cost more than the
             # dedupe's own work, on every event.
@@ -485,7 +487,9 @@ class BatchProcessor:
             seq = event.seq
             if seq is not UNSET and check_owner:
                 # A replay of a signed event past the id window, within the max age.
-                run = event_digest(event.run_id or "")
+                if event.run_id != run_id:
+                    run_id = event.run_id
+                    run = event_digest(run_id or "")
                 seqs = live.seqs
                 top = None if seqs is None else seqs.get(run)
                 if top is not None and seq <= top:
@@ -526,7 +530,7 @@ class BatchProcessor:
                 seqs = live.seqs
                 if seqs is None:
                     seqs = live.seqs = {}
-                else:
+                elif len(seqs) > 1:
                     seqs.pop(run, None)  # least recently raised first: the bound drops the oldest
                 seqs[run] = seq
                 if len(seqs) > MAX_SEQS:
