@@ -8,7 +8,10 @@ decision-latency histogram, the buffered log lines flushed), and a checkpoint's 
 encoding every ``--checkpoint-every`` records, with the worker's logging (info, to
 /dev/null), metrics and GC thresholds.  Kafka's fetch and produce are left out.
 
-    python -m bench.processor [--events 200000] [--runs 2000] [--batch 2000] [--passes 3]
+    python -m bench.processor [--events 200000] [--runs 2000] [--batch 2000] [--passes 3] [--signed plain|seq]
+
+``--signed``: every record signed with its agent's key and the processor given the keyring
+(the freshness checks run); ``seq``: the events numbered as the clients number them.
 
 It prints one line per pass: events/s and µs of CPU (``time.process_time``) per event.
 To compare builds, copy this file into a checkout of each and run it there, alternating
@@ -24,8 +27,11 @@ import sys
 import time
 import zlib
 
+import msgspec
+
 from schemas import encode_event
 from schemas.keys import record_key
+from schemas.signing import Keyring, SigningKey
 from streams.app import logs
 from streams.app.metrics import Metrics
 from streams.app.processor import BatchProcessor
@@ -37,8 +43,9 @@ CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
 PARTITIONS = 4
 
 
-def workload(n_events: int, runs: int) -> list[Record]:
-    """About ``n_events`` records of ``runs`` interleaved runs, as (b) drains them."""
+def workload(n_events: int, runs: int, signed: str | None = None) -> tuple[list[Record], Keyring | None]:
+    """About ``n_events`` records of ``runs`` interleaved runs, as (b) drains them; ``signed``
+    (``plain``, ``seq``): signed by their agents' keys (the keyring), numbered with ``seq``."""
     calls = max(2, n_events // (2 * runs))
     events, _ = fleet_trace(
         runs,
@@ -51,18 +58,29 @@ def workload(n_events: int, runs: int) -> list[Record]:
         end=True,
         engine=engine_for(CONFIG),
     )
+    keys = {}
+    if signed:
+        for agent in sorted({e.agent_id or "" for e in events}):
+            keys[agent] = SigningKey(f"bench-{len(keys)}", agent, zlib.crc32(agent.encode()).to_bytes(4) * 8)
     records = []
+    first_seq = int(time.time() * 1_000_000)
     for offset, event in enumerate(events):
         key = record_key(event).encode("utf-8", "surrogatepass")
-        records.append(
-            Record("tool-calls", zlib.crc32(key) % PARTITIONS, offset, key, encode_event(event), time.time())
-        )
-    return records
+        if signed == "seq":
+            event = msgspec.structs.replace(event, seq=first_seq + offset)
+        value = encode_event(event)
+        if signed:
+            headers = keys[event.agent_id or ""].headers(value)
+            at = event.ts_ms
+        else:
+            headers, at = None, time.time()
+        records.append(Record("tool-calls", zlib.crc32(key) % PARTITIONS, offset, key, value, at, headers))
+    return records, Keyring(list(keys.values())) if signed else None
 
 
-def one_pass(records: list[Record], batch: int, checkpoint_every: int) -> float:
+def one_pass(records: list[Record], batch: int, checkpoint_every: int, keyring: Keyring | None = None) -> float:
     """CPU seconds to run ``records`` through a fresh processor."""
-    processor = BatchProcessor(engine_for(CONFIG), Metrics(process_metrics=False))
+    processor = BatchProcessor(engine_for(CONFIG), Metrics(process_metrics=False), keyring=keyring)
     runs = processor.runs
     store: dict = {}
     read = lambda partition, key: store.get((partition, key))  # noqa: E731
@@ -103,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=2_000, help="records per batch")
     p.add_argument("--checkpoint-every", type=int, default=50_000, help="records between two checkpoints")
     p.add_argument("--passes", type=int, default=3)
+    p.add_argument("--signed", choices=("plain", "seq"), help="signed records (seq: numbered too)")
     args = p.parse_args(argv)
     if min(args.events, args.runs, args.batch, args.checkpoint_every, args.passes) < 1:
         print(
@@ -116,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         from streams.app.gc_policy import GC_THRESHOLDS
     except ImportError:
         GC_THRESHOLDS = None
-    records = workload(args.events, args.runs)
+    records, keyring = workload(args.events, args.runs, args.signed)
     # The worker frees each batch's records once it is done; here they all stay alive.  Out of
     # the cyclic GC's sight (as the worker's start-up objects are, gc.freeze in streams.app.app)
     # they cost no collection time the worker does not pay.
@@ -129,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     if GC_THRESHOLDS:
         gc.set_threshold(*GC_THRESHOLDS)
     for n in range(1, args.passes + 1):
-        cpu = one_pass(records, args.batch, args.checkpoint_every)
+        cpu = one_pass(records, args.batch, args.checkpoint_every, keyring)
         print(f"pass {n}: {len(records) / cpu:,.0f} events/s, {cpu / len(records) * 1e6:.2f} µs CPU/event", flush=True)
     return 0
 

@@ -94,6 +94,18 @@ UNSET = msgspec.UNSET
 TraceId = Annotated[
     str, msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH, description="a conversation or task shared by agents")
 ]
+Seq = Annotated[
+    int,
+    msgspec.Meta(
+        ge=0,
+        le=MAX_SAFE_INT,
+        description="the publisher's sequence number: strictly increasing within a run (at most 2^53 - 1)",
+    ),
+]
+"""``seq``: a runner's number for an event, strictly increasing within a run, also across a
+restart of its publisher that resumes the run (``streams.edge.sequence``: microseconds since the
+epoch, or one more than the last).  Part of the signed value, so with signed events a worker
+refuses an event at or below the highest ``seq`` its run applied (``replayed_event``)."""
 Target = Annotated[
     str,
     msgspec.Meta(min_length=1, max_length=MAX_ID_LENGTH, description="the session key or agent id a message goes to"),
@@ -144,6 +156,9 @@ class ToolCallRequested(_Event, tag=names.TOOL_CALL_REQUESTED, kw_only=True, fro
     shell commands, whitespace collapsed, switches dropped), left out when unset: calls that
     differ only in ways that do not change what they do hash alike.  Read in place of
     ``args_hash`` by ``loopwatch.detectors.nearIdentical``; ignored otherwise."""
+    seq: Seq | Unset = UNSET
+    """The publisher's sequence number in its run (``Seq``), left out when unset: with signed
+    events a replay at or below the run's highest applied ``seq`` is refused."""
 
 
 class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True, frozen=True):
@@ -179,16 +194,23 @@ class ToolCallCompleted(_Event, tag=names.TOOL_CALL_COMPLETED, kw_only=True, fro
     """As on the requested event."""
     near_args_hash: NearDigest | Unset = UNSET
     """As on the requested event."""
+    seq: Seq | Unset = UNSET
+    """As on the requested event."""
 
 
 class CompactionRetried(_Event, tag=names.COMPACTION_RETRIED, kw_only=True, frozen=True):
     """A context compaction followed by a retry: arms the post-compaction guard."""
+
+    seq: Seq | Unset = UNSET
+    """As on the requested event."""
 
 
 class RunEnded(_Event, tag=names.RUN_ENDED, kw_only=True, frozen=True):
     """The run finished; its state is freed at once."""
 
     reason: Annotated[str, msgspec.Meta(max_length=MAX_TOOL_NAME_LENGTH)] | None = None
+    seq: Seq | Unset = UNSET
+    """As on the requested event."""
 
 
 class AgentMessage(_Event, tag=names.AGENT_MESSAGE, kw_only=True, frozen=True):
@@ -204,6 +226,8 @@ class AgentMessage(_Event, tag=names.AGENT_MESSAGE, kw_only=True, frozen=True):
     empty: bool = False
     """The reply had no user-visible content (empty, or reasoning only): OpenHands' agent then
     sends the model its corrective feedback, which takes a place in its event history."""
+    seq: Seq | Unset = UNSET
+    """As on the requested event."""
 
 
 # Gemini CLI's content loop detector (loopDetectionService.ts): 50-unit windows of the last 5000
@@ -239,6 +263,8 @@ class ModelText(_Event, tag=names.MODEL_TEXT, kw_only=True, frozen=True):
     """The windows this chunk completed, in order of position (the kept text's last ones), 8
     bytes each: the first 8 bytes of SHA-256 of the window's UTF-8 (a lone surrogate as
     U+FFFD, as node's hash of a JavaScript string)."""
+    seq: Seq | Unset = UNSET
+    """As on the requested event."""
 
 
 ToolCallEvent = ToolCallRequested | ToolCallCompleted | CompactionRetried | RunEnded | AgentMessage | ModelText

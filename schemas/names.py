@@ -107,6 +107,9 @@ KEY_MISMATCH = "key_mismatch"
 BAD_SIGNATURE = "bad_signature"
 STALE_EVENT = "stale_event"
 """With signed events: a signed event older than ``LOOPWATCH_SIGNED_MAX_AGE_S`` (a replay)."""
+REPLAYED_EVENT = "replayed_event"
+"""With signed events: a signed event whose ``seq`` is not above the highest its run applied (a
+replay within the max age, past the window of event ids)."""
 PROCESSING_ERROR = "processing_error"
 DEAD_LETTER_REASONS = (
     INVALID_JSON,
@@ -118,6 +121,7 @@ DEAD_LETTER_REASONS = (
     UNSUPPORTED_VERSION,
     BAD_SIGNATURE,
     STALE_EVENT,
+    REPLAYED_EVENT,
     PROCESSING_ERROR,
 )
 

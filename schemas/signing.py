@@ -22,6 +22,9 @@ worker refuses (``stale_event``) a signed event stamped more than ``LOOPWATCH_SI
 before its record's Kafka timestamp or before the newest event its run applied
 (``streams.app.processor``): a runner stamps ``ts_ms`` when it makes an event and publishes it
 at once.
+Since ``seq`` is signed too (the clients number every event, ``streams.edge.sequence``), the
+worker refuses (``replayed_event``) a signed event whose ``seq`` is not above the highest its
+run applied: a replay within the max age, past the 64 ids a run remembers.
 
 Key files (``load_keys``): JSON, one object or a list of them, each
 ``{"key_id": "...", "agent_id": "...", "secret": "<base64 of at least 32 bytes>"}``; a

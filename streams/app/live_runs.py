@@ -25,6 +25,7 @@ from .run_store import (
     pack_ended,
     pack_within_limit,
     parse_header,
+    seq_stamps,
     source_stamps,
 )
 
@@ -47,7 +48,19 @@ class Checkpoint:
 class LiveRun:
     """A run touched since the last checkpoint: the authoritative copy until it is written."""
 
-    __slots__ = ("base", "state", "offset", "applied", "seen", "owner", "candidate", "compared", "sources", "ended")
+    __slots__ = (
+        "base",
+        "state",
+        "offset",
+        "applied",
+        "seen",
+        "owner",
+        "candidate",
+        "compared",
+        "sources",
+        "seqs",
+        "ended",
+    )
 
     def __init__(
         self,
@@ -59,6 +72,7 @@ class LiveRun:
         candidate: RunState | None = None,
         compared: int = COMPARED_FROM_START,
         sources: dict[int, int] | None = None,
+        seqs: dict[bytes, int] | None = None,
     ) -> None:
         self.base = base
         """What is stored for the run at the first touch: its envelope, or the state that the
@@ -80,6 +94,10 @@ class LiveRun:
         self.sources = dict(sources) if sources else None
         """Under session scope: ``tool-calls`` partition -> offset of the last record forwarded
         from it and applied (``run_store.Envelope.sources``); None: none yet."""
+        self.seqs = dict(seqs) if seqs else None
+        """With signed events: run id digest -> the highest ``seq`` of that run applied
+        (``run_store.Envelope.seqs``, least recently raised first); None: none yet.  Kept
+        when the run ends (its marker holds it)."""
         self.ended = False
         """The run ended (``run.ended``; or its marker was read): with no state, it is stored as
         its marker (``run_store.pack_ended``), so a redelivery of its events is skipped."""
@@ -113,7 +131,18 @@ class LiveRuns:
         """The last checkpoint's writes until the store has them."""
         self._now_ms = 0
         self._cache: dict[
-            tuple[int, bytes], tuple[int, int, RunState, bytes, str | None, RunState | None, int, dict[int, int] | None]
+            tuple[int, bytes],
+            tuple[
+                int,
+                int,
+                RunState,
+                bytes,
+                str | None,
+                RunState | None,
+                int,
+                dict[int, int] | None,
+                dict[bytes, int] | None,
+            ],
         ] = {}
         """The state object this worker last wrote per run (insertion-ordered, LRU-ish):
         used only while the stored envelope still carries the same offset and time stamp,
@@ -192,7 +221,7 @@ class LiveRuns:
     def _emit(self, pk: tuple[int, bytes], live: LiveRun) -> bytes | None:
         out = self._out
         if live.state is None and live.ended:
-            out.writes[pk] = pack_ended(live.offset, self._now_ms, live.sources)
+            out.writes[pk] = pack_ended(live.offset, self._now_ms, live.sources, live.seqs)
             if live.base is not None:
                 out.deleted += 1  # a state replaced by the marker: one run fewer tracked
             self._cache.pop(pk, None)
@@ -218,6 +247,7 @@ class LiveRuns:
             live.candidate,
             live.compared,
             live.sources,
+            live.seqs,
         )
         if len(cache) > self.cache_size:
             del cache[next(iter(cache))]
@@ -231,7 +261,7 @@ class LiveRuns:
         candidate, compared = (live.candidate, live.compared) if self.with_candidate else (None, None)
         try:
             value, trimmed = pack_within_limit(
-                state, live.offset, self._now_ms, live.seen, live.owner, candidate, compared, live.sources
+                state, live.offset, self._now_ms, live.seen, live.owner, candidate, compared, live.sources, live.seqs
             )
         except Exception as exc:  # noqa: BLE001 - one bad state must not stop the worker
             log.error(
@@ -275,7 +305,7 @@ class LiveRuns:
                 if live.state is None:
                     del frozen[pk]
                     self._emit(pk, live)  # a deletion or a marker: nothing to encode
-                    again = LiveRun(None, None, live.offset, sources=live.sources)
+                    again = LiveRun(None, None, live.offset, sources=live.sources, seqs=live.seqs)
                     again.ended = live.ended
                     return again
                 snapshot = copy_state(live.state)
@@ -289,9 +319,18 @@ class LiveRuns:
                     None if candidate is None else copy_state(candidate),
                     live.compared,
                     live.sources,
+                    live.seqs,
                 )
                 return LiveRun(
-                    snapshot, live.state, live.offset, live.seen, live.owner, candidate, live.compared, live.sources
+                    snapshot,
+                    live.state,
+                    live.offset,
+                    live.seen,
+                    live.owner,
+                    candidate,
+                    live.compared,
+                    live.sources,
+                    live.seqs,
                 )
         partition, key = pk
         written = self._written if self._written is not None else (self._out.writes if self._out is not None else None)
@@ -309,12 +348,12 @@ class LiveRuns:
             self.count_error("state_decode")
             return LiveRun(None, None, -1)
         if state_at == len(stored):  # an ended run's marker: its stamps, no state
-            marker = LiveRun(None, None, offset, sources=source_stamps(stored))
+            marker = LiveRun(None, None, offset, sources=source_stamps(stored), seqs=seq_stamps(stored))
             marker.ended = True
             return marker
         if cached is not None and cached[0] == offset and cached[1] == touched_ms:
             # The objects this worker wrote: no decode.
-            return LiveRun(stored, cached[2], offset, cached[3], cached[4], cached[5], cached[6], cached[7])
+            return LiveRun(stored, cached[2], offset, cached[3], cached[4], cached[5], cached[6], cached[7], cached[8])
         state = self.decode(stored, pk)
         if state is None:
             return LiveRun(None, None, -1)
@@ -325,6 +364,7 @@ class LiveRuns:
             stored[seen_at:owner_at],
             owner_of(stored, owner_at, state_at),
             sources=source_stamps(stored),
+            seqs=seq_stamps(stored),
         )
         if self.with_candidate:
             self._load_candidate(live, stored, pk)

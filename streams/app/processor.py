@@ -41,7 +41,12 @@ one stamped (``ts_ms``, which the signature covers) more than ``signed_max_age_s
 record's Kafka timestamp, or before the newest event its run applied (``RunState.last_event_ms``),
 is dead-lettered ``stale_event``.  Both references are the record's and the stored state's,
 never the worker's clock, so a backlog and a batch processed again after a crash are judged
-as the first time.
+as the first time.  A signed event that carries a ``seq`` (its publisher's number, strictly
+increasing within its run, also signed) not above the highest its run applied
+(``LiveRun.seqs``, stored with the state and kept in an ended run's marker) is dead-lettered
+``replayed_event``: a replay within the max age, however many events after its original.  The
+id window is checked first, so a runner's retry (the same event again) is still skipped as a
+duplicate.  Events without ``seq``, and unsigned ones, are not compared.
 
 Records are checked before they reach the engine: the Kafka key must be one of the forms
 ``streams.engine.intake.kafka_key_problem`` accepts (all of a run's events must land on one partition), and an
@@ -83,6 +88,7 @@ import msgspec
 from schemas.events import (
     EVENT_TYPE_OF,
     MAX_EVENT_BYTES,
+    UNSET,
     CompactionRetried,
     InvalidEvent,
     RunEnded,
@@ -98,6 +104,7 @@ from schemas.names import (
     LIVE,
     OUTCOMES,
     PROCESSING_ERROR,
+    REPLAYED_EVENT,
     STALE_EVENT,
     WARNING,
 )
@@ -111,6 +118,7 @@ from streams.engine.intake import (
     DIGEST_SIZE,
     SEEN_BYTES,
     check_record,
+    event_digest,
     forwarded_key_problem,
     kafka_key_problem,
     seen_before,
@@ -120,7 +128,7 @@ from . import logs
 from .live_runs import LiveRun, LiveRuns
 from .output import source_offset
 from .records import BatchResult, DeadLetter, Record, VerdictOut
-from .run_store import COMPARED_FROM_START, SOURCE, compare, compared_outcomes
+from .run_store import COMPARED_FROM_START, MAX_SEQS, SOURCE, compare, compared_outcomes
 
 __all__ = ["BatchProcessor", "FORWARDED_FROM_HEADER", "forwarded_from"]
 
@@ -443,6 +451,8 @@ class BatchProcessor:
         plain = shadow is None and not session
         types = counts.types
         applied_before = len(applied)
+        run_id: Any = UNSET
+        run = b""  # the digest of run_id (a state's events mostly share one run: worked out once)
         for record, event, replay in items:
             # run_store.event_digest and remember, written out: two calls cost more than the
             # dedupe's own work, on every event.
@@ -474,6 +484,24 @@ class BatchProcessor:
                     )
                 )
                 continue
+            seq = event.seq
+            if seq is not UNSET and check_owner:
+                # A replay of a signed event past the id window, within the max age.
+                if event.run_id != run_id:
+                    run_id = event.run_id
+                    run = event_digest(run_id or "")
+                seqs = live.seqs
+                top = None if seqs is None else seqs.get(run)
+                if top is not None and seq <= top:
+                    result.dead_letters.append(
+                        DeadLetter(
+                            record,
+                            REPLAYED_EVENT,
+                            f"signed event {event.event_id[:128]!r} has seq {seq}, not above {top}, the highest "
+                            "its run applied: a replay",
+                        )
+                    )
+                    continue
             try:
                 step = handle(state, event, True)  # validated (decode_event)
             except Exception as exc:  # noqa: BLE001 - see below
@@ -498,6 +526,15 @@ class BatchProcessor:
                     del seen[:DIGEST_SIZE]
                 if owner is None:
                     live.owner = event.agent_id
+            if seq is not UNSET and check_owner:
+                seqs = live.seqs
+                if seqs is None:
+                    seqs = live.seqs = {}
+                elif len(seqs) > 1:
+                    seqs.pop(run, None)  # least recently raised first: the bound drops the oldest
+                seqs[run] = seq
+                if len(seqs) > MAX_SEQS:
+                    del seqs[next(iter(seqs))]
             applied.append(replay)
             if plain:
                 lines = step.built_logs

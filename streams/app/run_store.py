@@ -57,6 +57,24 @@ runners keyed by session.  A version 3 or 4 state read under session scope start
 source stamps: its next forwarded records are compared with its offset stamp only when they
 carry no source (forwarded by an earlier release, ``streams.app.processor``).
 
+With signed events carrying ``seq`` (``schemas.events.Seq``), a state is version 6: version 5
+with the highest ``seq`` applied per run of the state (``Envelope.seqs``; one run under run
+scope, a session's runs under session scope)::
+
+    bytes 1-26   as version 5 (k and s may be 0)
+    bytes 27-28  q: how many sequence stamps follow the source stamps
+    bytes 29-    the candidate section and the source stamps as in version 5, then q x 16
+                 bytes: the first 8 bytes of BLAKE2b of the run id (``event_digest``; "" for
+                 events without one) and the highest ``seq`` of that run applied (8 bytes, big
+                 endian), least recently raised first; then the digests, the owner and the
+                 live state as in version 3
+
+A state without sequence stamps is still written as version 3, 4 or 5, so every state of
+runners that send no ``seq``, or of a worker without signed events, is what an earlier release
+reads; a version 3, 4 or 5 state read by this release starts with none (its runs' next events
+are accepted and stamp it).  An ended run's marker keeps its sequence stamps (version 6), so a
+replay of the ended run's events within the max age is refused too.
+
 (Still read: version 2, the same as 3 without bytes 19-20 and the owner; version 1, with the
 run's last event time at bytes 17-24 and no digests.)
 
@@ -124,6 +142,7 @@ __all__ = [
     "pack_ended",
     "pack_state",
     "pack_within_limit",
+    "seq_stamps",
     "source_stamps",
     "unpack_header",
     "unpack_state",
@@ -147,6 +166,14 @@ CANDIDATE_ENVELOPE_VERSION = 4
 _HEADER_V4 = struct.Struct(">BqqHHI")
 SOURCES_ENVELOPE_VERSION = 5
 _HEADER_V5 = struct.Struct(">BqqHHIH")
+SEQS_ENVELOPE_VERSION = 6
+_HEADER_V6 = struct.Struct(">BqqHHIHH")
+SEQ = struct.Struct(">8sq")
+"""A sequence stamp: a run id's digest and the highest ``seq`` of that run applied (16 bytes)."""
+MAX_SEQS = 64
+"""At most this many sequence stamps per state: a session's 64 most recently advanced runs (a
+run state has one).  A run whose stamp was dropped has its replays judged by the id window and
+the max age alone, as before sequence numbers."""
 SOURCE = struct.Struct(">Iq")
 """A ``tool-calls`` partition and offset, as the envelope's source stamps hold them and as the
 processor's ``FORWARDED_FROM_HEADER`` carries them (12 bytes, big endian)."""
@@ -191,6 +218,9 @@ class Envelope:
     sources: dict[int, int] | None = None
     """``tool-calls`` partition -> offset of the last record forwarded from it and applied
     (version 5, session scope); None: none."""
+    seqs: dict[bytes, int] | None = None
+    """Run id digest -> the highest ``seq`` of that run applied, least recently raised first
+    (version 6); None: none."""
 
 
 def pack_state(
@@ -202,17 +232,41 @@ def pack_state(
     candidate: RunState | None = None,
     compared: int | None = None,
     sources: dict[int, int] | None = None,
+    seqs: dict[bytes, int] | None = None,
 ) -> bytes:
     """The envelope: version 3, or version 4 with a candidate section when ``compared`` is
     not None (``candidate``: the candidate's state, None when it has none), or version 5 when
-    there are source stamps (``sources``, with or without a candidate section).  ``state``
-    None: an ended run's marker (``pack_ended``)."""
+    there are source stamps (``sources``, with or without a candidate section), or version 6
+    when there are sequence stamps (``seqs``).  ``state`` None: an ended run's marker
+    (``pack_ended``)."""
     who = owner.encode("utf-8", "surrogatepass") if owner else b""
     encoded = b"" if state is None else encode_state(state)
     if compared is None:
         section = b""
     else:
         section = bytes((compared,)) + (b"" if candidate is None else encode_state(candidate))
+    if seqs:
+        if len(seqs) > MAX_SEQS:
+            raise ValueError(f"{len(seqs)} sequence stamps, over {MAX_SEQS}")
+        stamps = b"".join(SOURCE.pack(partition, at) for partition, at in sorted((sources or {}).items()))
+        return (
+            _HEADER_V6.pack(
+                SEQS_ENVELOPE_VERSION,
+                offset,
+                touched_ms,
+                len(seen) // DIGEST_SIZE,
+                len(who),
+                len(section),
+                len(sources or ()),
+                len(seqs),
+            )
+            + section
+            + stamps
+            + b"".join(SEQ.pack(run, seq) for run, seq in seqs.items())
+            + seen
+            + who
+            + encoded
+        )
     if sources:
         if len(sources) > MAX_SOURCES:
             raise ValueError(f"{len(sources)} source stamps, over {MAX_SOURCES}")
@@ -251,11 +305,13 @@ def pack_state(
     )
 
 
-def pack_ended(offset: int, touched_ms: int, sources: dict[int, int] | None = None) -> bytes:
-    """An ended run's marker (module docstring): its offset stamp, and its source stamps under
-    session scope; no state."""
-    if sources:
-        return pack_state(None, offset, touched_ms, sources=sources)
+def pack_ended(
+    offset: int, touched_ms: int, sources: dict[int, int] | None = None, seqs: dict[bytes, int] | None = None
+) -> bytes:
+    """An ended run's marker (module docstring): its offset stamp, its source stamps under
+    session scope and its sequence stamps; no state."""
+    if sources or seqs:
+        return pack_state(None, offset, touched_ms, sources=sources, seqs=seqs)
     return _HEADER.pack(ENVELOPE_VERSION, offset, touched_ms, 0, 0)
 
 
@@ -273,6 +329,7 @@ def pack_within_limit(
     candidate: RunState | None = None,
     compared: int | None = None,
     sources: dict[int, int] | None = None,
+    seqs: dict[bytes, int] | None = None,
 ) -> tuple[bytes, tuple[int, int] | None]:
     """``(envelope, None)``, or when the envelope is over ``MAX_STATE_BYTES``: the run's newest
     history that fits (its oldest records dropped from ``state`` and ``candidate``, in place;
@@ -282,7 +339,7 @@ def pack_within_limit(
     states = (state,) if candidate is None else (state, candidate)
 
     def pack() -> bytes:
-        return pack_state(state, offset, touched_ms, seen, owner, candidate, compared, sources)
+        return pack_state(state, offset, touched_ms, seen, owner, candidate, compared, sources, seqs)
 
     value = pack()
     if len(value) <= MAX_STATE_BYTES:
@@ -321,6 +378,11 @@ def parse_header(value: bytes) -> tuple[int, int, int, int, int]:
         seen_at = _HEADER_V5.size + k + s * SOURCE.size
         owner_at = seen_at + n * DIGEST_SIZE
         return offset, touched_ms, seen_at, owner_at, owner_at + m
+    if version == SEQS_ENVELOPE_VERSION:
+        _version, offset, touched_ms, n, m, k, s, q = _HEADER_V6.unpack_from(value)
+        seen_at = _HEADER_V6.size + k + s * SOURCE.size + q * SEQ.size
+        owner_at = seen_at + n * DIGEST_SIZE
+        return offset, touched_ms, seen_at, owner_at, owner_at + m
     if version == 2:
         _version, offset, touched_ms, n = _HEADER_V2.unpack_from(value)
         state_at = _HEADER_V2.size + n * DIGEST_SIZE
@@ -332,7 +394,7 @@ def parse_header(value: bytes) -> tuple[int, int, int, int, int]:
 
 
 def candidate_section(value: bytes) -> tuple[int, bytes] | None:
-    """A version 4 (or 5) envelope's candidate section as ``(comparison byte, the candidate's
+    """A version 4 (5 or 6) envelope's candidate section as ``(comparison byte, the candidate's
     encoded state or b"")``; None for an envelope without one."""
     version = value[0] if value else None
     if version == CANDIDATE_ENVELOPE_VERSION:
@@ -340,8 +402,8 @@ def candidate_section(value: bytes) -> tuple[int, bytes] | None:
         k = _HEADER_V4.unpack_from(value)[5]
         if k < 1:
             raise ValueError("a version 4 envelope with an empty candidate section")
-    elif version == SOURCES_ENVELOPE_VERSION:
-        at = _HEADER_V5.size
+    elif version == SOURCES_ENVELOPE_VERSION or version == SEQS_ENVELOPE_VERSION:
+        at = _HEADER_V5.size if version == SOURCES_ENVELOPE_VERSION else _HEADER_V6.size
         k = _HEADER_V5.unpack_from(value)[5]
         if k < 1:
             return None
@@ -351,12 +413,25 @@ def candidate_section(value: bytes) -> tuple[int, bytes] | None:
 
 
 def source_stamps(value: bytes) -> dict[int, int] | None:
-    """A version 5 envelope's source stamps (``Envelope.sources``); None for any other."""
-    if not value or value[0] != SOURCES_ENVELOPE_VERSION:
+    """A version 5 (or 6) envelope's source stamps (``Envelope.sources``); None for any other,
+    or none."""
+    if not value or (value[0] != SOURCES_ENVELOPE_VERSION and value[0] != SEQS_ENVELOPE_VERSION):
         return None
     fields = _HEADER_V5.unpack_from(value)
-    at = _HEADER_V5.size + fields[5]
+    if not fields[6]:
+        return None
+    at = (_HEADER_V5.size if value[0] == SOURCES_ENVELOPE_VERSION else _HEADER_V6.size) + fields[5]
     return {partition: offset for partition, offset in SOURCE.iter_unpack(value[at : at + fields[6] * SOURCE.size])}
+
+
+def seq_stamps(value: bytes) -> dict[bytes, int] | None:
+    """A version 6 envelope's sequence stamps (``Envelope.seqs``), in their stored order; None
+    for any other version (an earlier envelope migrates to none)."""
+    if not value or value[0] != SEQS_ENVELOPE_VERSION:
+        return None
+    fields = _HEADER_V6.unpack_from(value)
+    at = _HEADER_V6.size + fields[5] + fields[6] * SOURCE.size
+    return dict(SEQ.iter_unpack(value[at : at + fields[7] * SEQ.size]))
 
 
 def owner_of(value: bytes, owner_at: int, state_at: int) -> str | None:
@@ -386,6 +461,7 @@ def unpack_state(value: bytes) -> Envelope:
         candidate,
         compared,
         source_stamps(value),
+        seq_stamps(value),
     )
 
 

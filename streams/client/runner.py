@@ -50,10 +50,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, Literal
 
+import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, UnknownTopicOrPartitionError
 
-from schemas.events import ToolCallEvent, encode_event
+from schemas.events import UNSET, ToolCallEvent, encode_event
 from schemas.keys import partition_for, record_key, session_scope_key, state_key
 from schemas.keys import verdict_partitions as partitions_of_run
 from schemas.signing import SigningKey
@@ -71,6 +72,7 @@ from ..edge.events import (
     requested_event,
     run_ended_event,
 )
+from ..edge.sequence import next_seq
 from .errors import LoopBlocked, LoopwatchUnavailable, NoDecisionError, RunAbortedError
 
 log = logging.getLogger("loopwatch.client")
@@ -337,7 +339,13 @@ class LoopwatchClient:
 
     def _record(self, event: ToolCallEvent) -> tuple[bytes, bytes, Any]:
         """The record ``event`` is published as: its Kafka key, its value and its signature
-        headers (None unsigned)."""
+        headers (None unsigned).  An event without a ``seq`` gets the process's next
+        (``streams.edge.sequence``) here, where every publisher's events pass: the producer
+        queues a record without yielding to the event loop once the topic's metadata is
+        known, so the numbers follow the order the records are queued in, the order the
+        worker compares them in."""
+        if event.seq is UNSET:
+            event = msgspec.structs.replace(event, seq=next_seq())
         value = encode_event(event)
         headers = None if self.signing_key is None else self.signing_key.headers(value)
         key = session_scope_key(event) if self.key_by_session and event.session_key else record_key(event)

@@ -397,7 +397,7 @@ def test_envelope_round_trip():
     assert len(value) == HEADER_SIZE + 16 + len("agent-\u00e9".encode()) + len(encode_state(st))
     assert unpack_state(pack_state(st, 41, 7000)).owner is None
     with pytest.raises(ValueError):
-        unpack_header(b"\x06" + value[1:])  # (4: with a candidate section; 5: with source stamps)
+        unpack_header(b"\x07" + value[1:])  # (4: a candidate section; 5: source stamps; 6: sequence stamps)
 
 
 def test_version_2_envelopes_are_still_read():

@@ -308,12 +308,13 @@ async def test_every_metric_of_the_contract_moves(lw):
         f"dead letters {dict(want_dead)}",
     )
     # processing_error is the worker's own failure, not something a malformed record causes;
-    # bad_signature and stale_event need signed events switched on (counted in
+    # bad_signature, stale_event and replayed_event need signed events switched on (counted in
     # test_secure_kafka.py and test_signed_freshness.py).
     documented = spec["loopwatch_dead_letters_total"]["labels"]["reason"] - {
         "processing_error",
         "bad_signature",
         "stale_event",
+        "replayed_event",
     }
     assert set(want_dead) == documented, "one record per documented input reason"
     assert delta(dead, loops, "loopwatch_events_consumed_total", "type") == Counter(), (

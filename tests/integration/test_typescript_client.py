@@ -116,6 +116,12 @@ async def test_node_client_verdicts_equal_the_engine_and_the_python_client(worke
             # keyed by run id (its state key without one), on the partition aiokafka gives that key
             assert record.key.decode() == record_key(event)
             assert record.partition == (murmur2(record.key) & 0x7FFFFFFF) % 4
+        # every event numbered (seq), strictly increasing within its run, in the order published
+        seqs: dict[bytes, list[int]] = {}
+        for record, event in zip(records, events):
+            assert type(event.seq) is int, event
+            seqs.setdefault(record.key, []).append(event.seq)
+        assert all(run == sorted(set(run)) for run in seqs.values()), seqs
         expected = reference_verdicts(events, CONFIG)
         by_id = {v.verdict_id: plain(v) for v in expected}
 

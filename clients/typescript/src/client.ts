@@ -42,6 +42,7 @@ import {
 import { ContentEdge } from "./geminiContent.js";
 import type { ToolOutcome } from "./hashing.js";
 import { describeKafkaError, KafkaTransport, withDeadline, type KafkaSettings, type VerdictRecord } from "./kafka.js";
+import { numbered } from "./sequence.js";
 import type { SigningKey } from "./signing.js";
 import { decodeVerdict, type Decision, type RunAborted, type Verdict } from "./verdicts.js";
 
@@ -246,7 +247,9 @@ export class LoopwatchClient {
    * errors (`LoopwatchInputError`) are thrown before anything is sent.
    */
   async publish(event: ToolCallEvent, deadlineMs: number, after: Promise<void>): Promise<void> {
-    const value = encodeEvent(event);
+    // Numbered here, where every event passes, in the order of the calls: a run's events are
+    // sent in that order (`#tail`), the order the worker compares their `seq` in.
+    const value = encodeEvent(numbered(event));
     const key = eventKey(event);
     const headers = this.#keys.get(event.agent_id ?? "")?.headers(value);
     await this.#ensureStarted(deadlineMs);

@@ -41,6 +41,11 @@ interface EventBase extends RunFields {
   v: 1;
   event_id: string;
   ts_ms: number;
+  /**
+   * The publisher's number for the event, strictly increasing within its run (`sequence.ts`);
+   * the last field, as in the Python Structs. The client sets it when it publishes.
+   */
+  seq?: number;
 }
 
 // Fields in the order of the Python Structs (schemas/events.py), so that an event encodes to
@@ -324,6 +329,9 @@ export function checkEvent(event: ToolCallEvent): void {
   }
   if (!Number.isSafeInteger(event.ts_ms) || event.ts_ms < 0) {
     throw new LoopwatchInputError(`ts_ms must be a non-negative integer, got ${event.ts_ms}`);
+  }
+  if (event.seq !== undefined && (!Number.isSafeInteger(event.seq) || event.seq < 0)) {
+    throw new LoopwatchInputError(`seq must be a non-negative safe integer, got ${event.seq}`);
   }
   if (event.type === "tool_call.requested" || event.type === "tool_call.completed") {
     checkLength("tool_call_id", event.tool_call_id, LIMITS.id);

@@ -62,3 +62,4 @@ export {
   parseKeys,
 } from "./signing.js";
 export { ContentEdge, type ContentWindows } from "./geminiContent.js";
+export { SeqCounter, nextSeq, nowMicros, numbered } from "./sequence.js";

@@ -12,6 +12,9 @@
  *   `LOOPWATCH_SIGNED_MAX_AGE_S` before the record's Kafka timestamp and before the newest
  *   event of its run, or the event is refused as a replay (`stale_event`): the client stamps
  *   `ts_ms` when it makes an event and publishes it at once.
+ * * the event's `seq` (signed with the value; the client numbers every event, `sequence.ts`)
+ *   is above the highest its run applied, or the event is refused as a replay
+ *   (`replayed_event`), however recent.
  *
  * Key files are the workers' format: JSON, one object or a list, each
  * `{"key_id": "...", "agent_id": "...", "secret": "<base64 of at least 32 bytes>"}`.
