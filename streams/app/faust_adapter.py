@@ -43,7 +43,10 @@ Faust, aiohttp and their 300 modules.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
+import signal
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
@@ -192,6 +195,8 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName("aiokafka.consumer.group_coordinator:GroupCoordinator", "_do_heartbeat", "async method", ("self",)),
     # the consumer, if Faust has made it (ConsumerView.holds_membership: never makes it)
     PrivateName("faust.app.base:App", "_consumer", "attribute", type_name=_CONSUMER),
+    # mode's worker: SIGUSR2 dumps stacks instead of entering pdb (StackDumpingWorker)
+    PrivateName("mode.worker:Worker", "_on_sigusr2", "method", ("self",), override=True),
     # Faust's producer (Producers)
     PrivateName("faust.transport.drivers.aiokafka:Producer", "_ensure_producer", "method", ("self",)),
     PrivateName("faust.transport.drivers.aiokafka:Producer", "_new_producer", "method", ("self", "transactional_id")),
@@ -709,6 +714,26 @@ class _BatchingConsumer:
         await super().on_partitions_assigned(assigned, generation_id)
 
 
+class _StackDumpingWorker:
+    """Faust's worker whose SIGUSR2 shows where every thread and every asyncio task waits.
+
+    mode's worker enters pdb on SIGUSR2, which a worker without a terminal cannot use.  Here
+    ``faulthandler`` prints every thread's stack straight from the signal handler (also when
+    the event loop is wedged), then the loop prints every task's stack; both to stderr, past the
+    buffered log (docs/operations.md: a worker that hangs)."""
+
+    def install_signal_handlers(self) -> None:
+        super().install_signal_handlers()  # type: ignore[misc]
+        # After mode's handlers: chained, faulthandler dumps the threads first, then mode's
+        # handler (Python's, through the loop's wake-up) calls ``_on_sigusr2`` on the loop.
+        faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=True)
+
+    def _on_sigusr2(self) -> None:
+        from .watchdog import print_task_stacks
+
+        print_task_stacks(self.loop, sys.stderr)  # type: ignore[attr-defined]
+
+
 class _HealthOnlyWeb:
     """Faust's aiohttp web server without Faust's built-in views: only the worker's own pages
     (``/healthz``, ``/readyz``) are served, every other path is a 404.  (Faust's views,
@@ -744,7 +769,7 @@ class _WorkerApp:
             await self.hooks.after_stop()
 
 
-_COMPOSED = ("WorkerApp", "BatchingTransport", "BatchingConsumer", "InlineConsumerThread", "HealthOnlyWeb")
+_COMPOSED = ("WorkerApp", "BatchingTransport", "BatchingConsumer", "InlineConsumerThread", "HealthOnlyWeb", "Worker")
 
 
 @cache
@@ -769,6 +794,7 @@ def _compose() -> dict[str, type]:
         "BatchingConsumer": consumer,
         "InlineConsumerThread": inline,
         "HealthOnlyWeb": compose("HealthOnlyWeb", _HealthOnlyWeb, AiohttpWeb),
+        "Worker": compose("Worker", _StackDumpingWorker, faust.Worker),
     }
     _faust.__dict__.update(TP=TP, ack_lock=ack_lock, maybe_async=maybe_async, notify=notify, classes=classes)
     return classes
