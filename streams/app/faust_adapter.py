@@ -192,6 +192,15 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread", "_ensure_consumer", "method", ("self",)),
     PrivateName("aiokafka.consumer.consumer:AIOKafkaConsumer", "_coordinator", "attribute", type_name="types:NoneType"),
+    # a commit that can no longer succeed is given up (InlineConsumerThread._commit)
+    PrivateName(
+        "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread",
+        "_commit",
+        "async method",
+        ("self", "offsets"),
+        override=True,
+    ),
+    PrivateName("aiokafka.consumer.consumer:AIOKafkaConsumer", "_closed", "attribute", type_name="builtins:bool"),
     PrivateName("aiokafka.consumer.group_coordinator:GroupCoordinator", "_do_heartbeat", "async method", ("self",)),
     # the consumer, if Faust has made it (ConsumerView.holds_membership: never makes it)
     PrivateName("faust.app.base:App", "_consumer", "attribute", type_name=_CONSUMER),
@@ -398,6 +407,17 @@ class WorkerHooks:
 _faust = SimpleNamespace()
 
 
+COMMIT_CHECK_S = 0.1
+"""How often a commit in flight looks whether it can still succeed (aiokafka's own retry backoff)."""
+
+
+def _commit_hopeless(consumer: Any, coordinator: Any) -> bool:
+    """aiokafka's ``commit_offsets`` would retry for ever: the consumer is closed (Faust's
+    ``close`` or aiokafka's ``stop``: its coordinator is closing, or about to) and no
+    coordinator is known (a closing coordinator never looks one up again)."""
+    return bool(consumer._closed) and coordinator.coordinator_id is None
+
+
 class _InlineConsumerThread:
     """Faust's aiokafka consumer "thread", run on the worker's own event loop.
 
@@ -436,6 +456,36 @@ class _InlineConsumerThread:
 
     async def cast_thread(self, fun: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         self.add_future(_faust.maybe_async(fun(*args, **kwargs)))
+
+    async def _commit(self, offsets: Any) -> bool:
+        """Faust's commit, given up once the consumer is closed and its group coordinator unknown.
+
+        Faust closes the aiokafka consumer (``AIOKafkaConsumerThread.close``: its client, then
+        its group coordinator) when a rebalance callback comes while the app stops, and a
+        request in flight on the closed client (a JoinGroup, typically) fails and marks the
+        coordinator dead.  From then on aiokafka's ``commit_offsets`` retries for ever:
+        ``ensure_coordinator_known`` returns at once, without a coordinator, once the
+        coordinator is closing, and the commit's ``GroupCoordinatorNotAvailableError`` is
+        retriable.  Every later commit of Faust's waits for that one
+        (``maybe_wait_for_commit_to_finish``), the stop's among them ("Wait for streams...").
+        Nothing can be committed by then (the worker is leaving; what it does not commit is
+        processed again, at least once), so the commit is not started, or no longer awaited."""
+        consumer = self._ensure_consumer()
+        coordinator = consumer._coordinator
+        if coordinator is not None and _commit_hopeless(consumer, coordinator):
+            log.info("not committing: the consumer is closed and its group coordinator unknown (it is leaving)")
+            return False
+        commit = asyncio.ensure_future(super()._commit(offsets))  # type: ignore[misc]
+        while True:
+            done, _ = await asyncio.wait({commit}, timeout=COMMIT_CHECK_S)
+            if done:
+                return commit.result()
+            if coordinator is not None and _commit_hopeless(consumer, coordinator):
+                commit.cancel()
+                log.warning(
+                    "commit abandoned: the consumer was closed while its group coordinator was unknown (it is leaving)"
+                )
+                return False
 
     async def on_partitions_revoked(self, revoked: set) -> None:
         await self.consumer.on_partitions_revoked(revoked)
