@@ -4,21 +4,24 @@ task's, on its stderr, and the worker goes on (mode's own SIGUSR2 entered pdb in
 
 from __future__ import annotations
 
-import os
-import signal
+import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 pytestmark = pytest.mark.kafka
 
 CONFIG = {"tools": {"loopDetection": {"enabled": True}}}
+RUNBOOK = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 def test_sigusr2_dumps_every_threads_and_every_tasks_stack_and_the_worker_goes_on(lw):
     worker = lw.configured_worker(CONFIG)
     before = len(worker.log_text())
-    os.kill(worker.pid, signal.SIGUSR2)  # what the runbook says: kill -USR2 <pid>
+    subprocess.run(["kill", "-USR2", str(worker.pid)], check=True)  # the runbook's command, as written
     deadline = time.monotonic() + 30
     while "--- asyncio: end of tasks ---" not in worker.log_text()[before:]:
         assert worker.running, f"the worker exited on SIGUSR2:\n{worker.log_tail()}"
@@ -35,3 +38,14 @@ def test_sigusr2_dumps_every_threads_and_every_tasks_stack_and_the_worker_goes_o
     assert "pdb" not in dump.lower(), dump[:3000]
     status, _ = worker.http("/readyz")
     assert worker.running and status == 200, worker.log_tail()
+
+    # The runbook's command for a container without kill (the worker is PID 1 there; here, its pid).
+    one_liner = re.search(r'`python -c "(import os, signal; os\.kill\(1, signal\.SIGUSR2\))"`', RUNBOOK.read_text())
+    assert one_liner, "docs/operations.md no longer has the python one-liner"
+    before = len(worker.log_text())
+    code = one_liner.group(1).replace("os.kill(1,", f"os.kill({worker.pid},")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    deadline = time.monotonic() + 30
+    while "--- asyncio: end of tasks ---" not in worker.log_text()[before:]:
+        assert worker.running and time.monotonic() < deadline, worker.log_tail()
+        time.sleep(0.2)
