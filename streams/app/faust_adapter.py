@@ -25,6 +25,10 @@ measurements behind it):
 * **The consumer on the app's event loop** (``InlineConsumerThread``): Faust's consumer thread
   and its hand-offs were most of the decision latency.
 * **The web server without Faust's views** (``HealthOnlyWeb``, through ``WorkerApp._new_web``).
+* **A commit that cannot succeed is given up** (``InlineConsumerThread._commit``): once Faust
+  has closed the aiokafka consumer and its group coordinator is unknown, aiokafka retried the
+  commit for ever and the worker's stop waited for it (docs/reliability.md).
+* **SIGUSR2 prints every thread's and task's stack** (``Worker``) instead of mode's pdb.
 * **Direct access to the run table and the producers** (``TableAccess``, ``Producers``): one
   RocksDB ``WriteBatch`` and one record batch per partition per checkpoint instead of a
   changelog send per ``table[key] = value``, and the verdicts on a producer of their own.
