@@ -481,7 +481,11 @@ class _InlineConsumerThread:
             return False
         commit = asyncio.ensure_future(super()._commit(offsets))  # type: ignore[misc]
         while True:
-            done, _ = await asyncio.wait({commit}, timeout=COMMIT_CHECK_S)
+            try:
+                done, _ = await asyncio.wait({commit}, timeout=COMMIT_CHECK_S)
+            except BaseException:
+                commit.cancel()  # the caller was cancelled (a stop): so is its commit, as before
+                raise
             if done:
                 return commit.result()
             if coordinator is not None and _commit_hopeless(consumer, coordinator):
