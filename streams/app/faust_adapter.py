@@ -25,6 +25,10 @@ measurements behind it):
 * **The consumer on the app's event loop** (``InlineConsumerThread``): Faust's consumer thread
   and its hand-offs were most of the decision latency.
 * **The web server without Faust's views** (``HealthOnlyWeb``, through ``WorkerApp._new_web``).
+* **A commit that cannot succeed is given up** (``InlineConsumerThread._commit``): once Faust
+  has closed the aiokafka consumer and its group coordinator is unknown, aiokafka retried the
+  commit for ever and the worker's stop waited for it (docs/reliability.md).
+* **SIGUSR2 prints every thread's and task's stack** (``Worker``) instead of mode's pdb.
 * **Direct access to the run table and the producers** (``TableAccess``, ``Producers``): one
   RocksDB ``WriteBatch`` and one record batch per partition per checkpoint instead of a
   changelog send per ``table[key] = value``, and the verdicts on a producer of their own.
@@ -43,7 +47,10 @@ Faust, aiohttp and their 300 modules.
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import logging
+import signal
+import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from functools import cache, partial
@@ -189,9 +196,20 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     ),
     PrivateName("faust.transport.drivers.aiokafka:AIOKafkaConsumerThread", "_ensure_consumer", "method", ("self",)),
     PrivateName("aiokafka.consumer.consumer:AIOKafkaConsumer", "_coordinator", "attribute", type_name="types:NoneType"),
+    # a commit that can no longer succeed is given up (InlineConsumerThread._commit)
+    PrivateName(
+        "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread",
+        "_commit",
+        "async method",
+        ("self", "offsets"),
+        override=True,
+    ),
+    PrivateName("aiokafka.consumer.consumer:AIOKafkaConsumer", "_closed", "attribute", type_name="builtins:bool"),
     PrivateName("aiokafka.consumer.group_coordinator:GroupCoordinator", "_do_heartbeat", "async method", ("self",)),
     # the consumer, if Faust has made it (ConsumerView.holds_membership: never makes it)
     PrivateName("faust.app.base:App", "_consumer", "attribute", type_name=_CONSUMER),
+    # mode's worker: SIGUSR2 dumps stacks instead of entering pdb (StackDumpingWorker)
+    PrivateName("mode.worker:Worker", "_on_sigusr2", "method", ("self",), override=True),
     # Faust's producer (Producers)
     PrivateName("faust.transport.drivers.aiokafka:Producer", "_ensure_producer", "method", ("self",)),
     PrivateName("faust.transport.drivers.aiokafka:Producer", "_new_producer", "method", ("self", "transactional_id")),
@@ -393,6 +411,17 @@ class WorkerHooks:
 _faust = SimpleNamespace()
 
 
+COMMIT_CHECK_S = 0.1
+"""How often a commit in flight looks whether it can still succeed (aiokafka's own retry backoff)."""
+
+
+def _commit_hopeless(consumer: Any, coordinator: Any) -> bool:
+    """aiokafka's ``commit_offsets`` would retry for ever: the consumer is closed (Faust's
+    ``close`` or aiokafka's ``stop``: its coordinator is closing, or about to) and no
+    coordinator is known (a closing coordinator never looks one up again)."""
+    return bool(consumer._closed) and coordinator.coordinator_id is None
+
+
 class _InlineConsumerThread:
     """Faust's aiokafka consumer "thread", run on the worker's own event loop.
 
@@ -431,6 +460,40 @@ class _InlineConsumerThread:
 
     async def cast_thread(self, fun: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
         self.add_future(_faust.maybe_async(fun(*args, **kwargs)))
+
+    async def _commit(self, offsets: Any) -> bool:
+        """Faust's commit, given up once the consumer is closed and its group coordinator unknown.
+
+        Faust closes the aiokafka consumer (``AIOKafkaConsumerThread.close``: its client, then
+        its group coordinator) when a rebalance callback comes while the app stops, and a
+        request in flight on the closed client (a JoinGroup, typically) fails and marks the
+        coordinator dead.  From then on aiokafka's ``commit_offsets`` retries for ever:
+        ``ensure_coordinator_known`` returns at once, without a coordinator, once the
+        coordinator is closing, and the commit's ``GroupCoordinatorNotAvailableError`` is
+        retriable.  Every later commit of Faust's waits for that one
+        (``maybe_wait_for_commit_to_finish``), the stop's among them ("Wait for streams...").
+        Nothing can be committed by then (the worker is leaving; what it does not commit is
+        processed again, at least once), so the commit is not started, or no longer awaited."""
+        consumer = self._ensure_consumer()
+        coordinator = consumer._coordinator
+        if coordinator is not None and _commit_hopeless(consumer, coordinator):
+            log.info("not committing: the consumer is closed and its group coordinator unknown (it is leaving)")
+            return False
+        commit = asyncio.ensure_future(super()._commit(offsets))  # type: ignore[misc]
+        while True:
+            try:
+                done, _ = await asyncio.wait({commit}, timeout=COMMIT_CHECK_S)
+            except BaseException:
+                commit.cancel()  # the caller was cancelled (a stop): so is its commit, as before
+                raise
+            if done:
+                return commit.result()
+            if coordinator is not None and _commit_hopeless(consumer, coordinator):
+                commit.cancel()
+                log.warning(
+                    "commit abandoned: the consumer was closed while its group coordinator was unknown (it is leaving)"
+                )
+                return False
 
     async def on_partitions_revoked(self, revoked: set) -> None:
         await self.consumer.on_partitions_revoked(revoked)
@@ -709,6 +772,26 @@ class _BatchingConsumer:
         await super().on_partitions_assigned(assigned, generation_id)
 
 
+class _StackDumpingWorker:
+    """Faust's worker whose SIGUSR2 shows where every thread and every asyncio task waits.
+
+    mode's worker enters pdb on SIGUSR2, which a worker without a terminal cannot use.  Here
+    ``faulthandler`` prints every thread's stack straight from the signal handler (also when
+    the event loop is wedged), then the loop prints every task's stack; both to stderr, past the
+    buffered log (docs/operations.md: a worker that hangs)."""
+
+    def install_signal_handlers(self) -> None:
+        super().install_signal_handlers()  # type: ignore[misc]
+        # After mode's handlers: chained, faulthandler dumps the threads first, then mode's
+        # handler (Python's, through the loop's wake-up) calls ``_on_sigusr2`` on the loop.
+        faulthandler.register(signal.SIGUSR2, file=sys.stderr, all_threads=True, chain=True)
+
+    def _on_sigusr2(self) -> None:
+        from .watchdog import print_task_stacks
+
+        print_task_stacks(self.loop, sys.stderr)  # type: ignore[attr-defined]
+
+
 class _HealthOnlyWeb:
     """Faust's aiohttp web server without Faust's built-in views: only the worker's own pages
     (``/healthz``, ``/readyz``) are served, every other path is a 404.  (Faust's views,
@@ -744,7 +827,7 @@ class _WorkerApp:
             await self.hooks.after_stop()
 
 
-_COMPOSED = ("WorkerApp", "BatchingTransport", "BatchingConsumer", "InlineConsumerThread", "HealthOnlyWeb")
+_COMPOSED = ("WorkerApp", "BatchingTransport", "BatchingConsumer", "InlineConsumerThread", "HealthOnlyWeb", "Worker")
 
 
 @cache
@@ -769,6 +852,7 @@ def _compose() -> dict[str, type]:
         "BatchingConsumer": consumer,
         "InlineConsumerThread": inline,
         "HealthOnlyWeb": compose("HealthOnlyWeb", _HealthOnlyWeb, AiohttpWeb),
+        "Worker": compose("Worker", _StackDumpingWorker, faust.Worker),
     }
     _faust.__dict__.update(TP=TP, ack_lock=ack_lock, maybe_async=maybe_async, notify=notify, classes=classes)
     return classes

@@ -36,7 +36,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["EXIT_CODE", "GRACE_S", "TICK_S", "Decision", "Standing", "Watch", "Watchdog", "decide", "observe"]
+__all__ = [
+    "EXIT_CODE",
+    "GRACE_S",
+    "TICK_S",
+    "Decision",
+    "Standing",
+    "Watch",
+    "Watchdog",
+    "awaiting",
+    "decide",
+    "observe",
+    "print_task_stacks",
+]
 
 log = logging.getLogger("loopwatch.worker")
 
@@ -214,14 +226,39 @@ class Watchdog:
         except RuntimeError:
             return
         for task in tasks[:200]:
-            frames = []
             try:
-                for frame in task.get_stack(limit=8):
-                    frames.append(
-                        f"{frame.f_code.co_filename.rsplit('/', 2)[-1]}:{frame.f_lineno} {frame.f_code.co_name}"
-                    )
+                frames = [f"{path.rsplit('/', 2)[-1]}:{line} {name}" for path, line, name in awaiting(task)]
             except Exception:  # noqa: BLE001 - best effort
                 continue
-            log.warning(
-                "watchdog: task %s waits in %s", task.get_name(), " <- ".join(reversed(frames)) or "(not started)"
-            )
+            log.warning("watchdog: task %s waits in %s", task.get_name(), " -> ".join(frames) or "(not started)")
+
+
+MAX_DEPTH = 60
+"""Frames shown per task, outermost first."""
+
+
+def awaiting(task: asyncio.Task) -> list[tuple[str, int, str]]:
+    """Where ``task`` waits: (file, line, function) of its coroutine and of every coroutine or
+    generator it awaits in turn, outermost first.  (``Task.get_stack`` shows only the outermost:
+    a suspended coroutine's frame has no ``f_back``; the chain is ``cr_await``.)"""
+    frames: list[tuple[str, int, str]] = []
+    link: Any = task.get_coro()
+    while link is not None and len(frames) < MAX_DEPTH:
+        frame = getattr(link, "cr_frame", None) or getattr(link, "gi_frame", None) or getattr(link, "ag_frame", None)
+        if frame is None:
+            break
+        frames.append((frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        link = getattr(link, "cr_await", None) or getattr(link, "gi_yieldfrom", None) or getattr(link, "ag_await", None)
+    return frames
+
+
+def print_task_stacks(loop: asyncio.AbstractEventLoop, file: Any) -> None:
+    """Every task of ``loop`` and where it waits (``awaiting``), to ``file`` (the worker's
+    SIGUSR2, docs/operations.md: a worker that hangs)."""
+    tasks = sorted(asyncio.all_tasks(loop), key=lambda t: t.get_name())
+    print(f"--- asyncio: {len(tasks)} tasks (SIGUSR2) ---", file=file)
+    for task in tasks:
+        print(f"Task {task.get_name()} ({task.get_coro()!r}) waits in:", file=file)
+        for path, line, name in awaiting(task):
+            print(f'  File "{path}", line {line}, in {name}', file=file)
+    print("--- asyncio: end of tasks ---", file=file, flush=True)

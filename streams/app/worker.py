@@ -82,15 +82,13 @@ def run_worker(argv: list[str] | None = None) -> int:
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
 
-    import faust
-
     from schemas.config import ConfigError
     from schemas.signing import SigningKeyError
 
     try:
         from streams.edge.broker import BrokerAccessError, redact_sasl_exchanges
 
-        from . import logs
+        from . import faust_adapter, logs
         from .app import build_worker
         from .topics import ensure_topics
     except ImportError as exc:  # streams.app.faust_adapter.DependencyVersionError among them
@@ -106,7 +104,7 @@ def run_worker(argv: list[str] | None = None) -> int:
     except OSError as exc:  # the config file named by LOOPWATCH_CONFIG, say
         print(f"loopwatch worker: cannot read {exc.filename}: {exc.strerror or exc}", file=sys.stderr)
         return 2
-    worker = faust.Worker(
+    worker = faust_adapter.Worker(  # faust.Worker; SIGUSR2 dumps every thread's and task's stack
         app,
         loglevel=args.loglevel,
         logfile=args.logfile,
