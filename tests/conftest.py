@@ -79,6 +79,9 @@ SECURE_BROKER_GROUP = "secured-broker"
 
 
 def _group(item: pytest.Item) -> str | None:
+    marked = item.get_closest_marker("xdist_group")  # a module that says its tests run in order
+    if marked is not None:
+        return str(marked.args[0] if marked.args else marked.kwargs.get("name", "default"))
     module = getattr(item, "module", None)
     info = getattr(item, "_fixtureinfo", None)
     if module is None or info is None:
@@ -102,7 +105,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item, group in groups.items():
         if item.nodeid.split("::", 1)[0] in secured:
             group = groups[item] = SECURE_BROKER_GROUP
-        if group is not None:
+        if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
     if hasattr(config, "workerinput"):  # an xdist worker: the controller schedules what it collects
         _longest_first(items, groups)

@@ -15,6 +15,9 @@ from streams.engine.detectors import CycleDetection, detect_cycle
 from streams.engine.state import RunState
 from streams.offline.scenarios import run_events
 
+# The last test reads what the property test before it saw: both run in one process, in order.
+pytestmark = pytest.mark.xdist_group("tests/engine/test_cycle.py")
+
 ENABLED = {"tools": {"loopDetection": {"enabled": True}}}
 CYCLE = {**ENABLED, "loopwatch": {"detectors": {"cycle": True}}}
 FIELDS = dict(run_id="r1", session_key="agent:main:r1", agent_id="main")
