@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -641,6 +642,26 @@ async def test_sdk_proxy_unknown_tool_is_its_own_unknown_tool_error_in_memory(wo
             assert kind == "error" and got.code == types.INVALID_PARAMS and "no_such_tool" in got.message
         else:
             assert kind == "result" and got.is_error and text_of(got) == [decision.message]
+
+
+# -- the docs' in-process snippet, run as written ------------------------------------------------------
+
+SNIPPET = re.compile(r"^<!-- snippet: mcp-in-process -->\n```python\n(.*?)^```$", re.M | re.S)
+
+
+async def test_docs_in_process_upstream_snippet_runs(worker):
+    """docs/mcp-gateway.md §0.1 as written: its tool behind the gateway, the call guarded by the
+    real worker (one request, one completion, the run ended) and answered by the tool."""
+    found = SNIPPET.findall((REPO / "docs" / "mcp-gateway.md").read_text(encoding="utf-8"))
+    assert len(found) == 1, "docs/mcp-gateway.md has no (or more than one) mcp-in-process snippet"
+    namespace: dict = {"__name__": "snippet"}
+    exec(compile(found[0], "docs/mcp-gateway.md", "exec"), namespace)
+    result = await namespace["main"](worker.broker, worker.names.tool_calls, worker.names.verdicts)
+    assert not result.is_error and text_of(result) == ["3"]
+    runs = await runs_of_agent(worker, "my-app", until=lambda rs: any(ended(evs) for evs in rs.values()))
+    (events,) = runs.values()
+    assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
+    assert events[0].tool_name == "add" and events[0].gate  # gate mode: the call waited for its decision
 
 
 # -- the stdio relay: every other message passed on as it is ------------------------------------------
