@@ -1,6 +1,11 @@
 """``loopwatch mcp-gateway`` against real MCP servers, the real broker and a real worker, driven
 by the ``mcp`` SDK's own client, over stdio and over streamable HTTP.
 
+The tests whose subject is the gateway's handling of a call (not the wire) run it in this
+process (``gateway_in_memory``): the SDK proxy's ``Server`` reached in memory, in front of tools
+written here (an in-process ``MCPServer``), verdicts still over the real broker from the real
+worker.  The rest start ``loopwatch mcp-gateway`` as the MCP client would.
+
 Servers: ``mcp-server-time`` (PyPI; ``convert_time`` answers the same every call,
 ``get_current_time`` changes every second), ``@modelcontextprotocol/server-everything`` (npm,
 installed by ``make mcp-servers``; ``echo``, over stdio and streamable HTTP), and
@@ -18,20 +23,27 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import mcp_types as types  # the gateway's extra, loopwatch[mcp]: make install installs it
 import pytest
+from gateway_in_memory import gateway_in_memory
 from mcp import Client, StdioServerParameters
+from mcp.server import Server
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.exceptions import MCPError
 
 from bench.placement import listening_pid
 from harness import REPO, collect, free_port, reference_verdicts, write_config
 from schemas.events import RunEnded, ToolCallCompleted, ToolCallRequested, decode_event
+from streams.integrations.mcp.upstream import UpstreamSpec
 
 pytestmark = pytest.mark.kafka
 
@@ -175,15 +187,70 @@ def first(answers, action: str) -> int | None:
     return next((n for n, d in enumerate(answers, 1) if d is not None and d.action == action), None)
 
 
+def in_process_tools() -> MCPServer:
+    """The in-memory tests' upstream: tools written here, served from this process."""
+    tools = MCPServer("in-process-tools")
+
+    @tools.tool()
+    def convert_time(source_timezone: str, time: str, target_timezone: str) -> str:
+        return f"{time} in {source_timezone}: {target_timezone} time"  # the same answer every call
+
+    @tools.tool()
+    def get_current_time(timezone: str) -> str:
+        return datetime.now(ZoneInfo(timezone)).isoformat()
+
+    @tools.tool()
+    def echo(message: str) -> str:
+        return f"Echo: {message}"
+
+    return tools
+
+
+def in_process(server: MCPServer | Server, name: str = "tools") -> UpstreamSpec:
+    return UpstreamSpec(name=name, server=server)
+
+
 # -- identical calls: the warning, then the block ---------------------------------------------------
 
 
 # Over stdio with one upstream command the gateway relays messages (relay.py); --sdk-proxy serves
 # them through the SDK's server and client instead (gateway.py, as HTTP and several upstreams do).
+# The relay's cases run the gateway's process; the SDK proxy's, where the wire is not the subject,
+# its Server in memory (the *_in_memory tests).
 PROXIES = [pytest.param({}, id="relay"), pytest.param({"sdk_proxy": True}, id="sdk-proxy")]
+RELAY = PROXIES[:1]
 
 
-@pytest.mark.parametrize("proxy", PROXIES)
+def assert_warned_then_blocked_once_hashed(events, results, answer) -> None:
+    answers = engine_answers(events)
+    assert_agent_saw_the_engine(results, answers, lambda r: answer)
+    # the spec's defaults (warning 10, critical 20) on calls that each repeat the one before
+    warn, block = first(answers, "warn"), first(answers, "block")
+    assert (answers[warn - 1].detector, answers[warn - 1].count) == ("generic_repeat", 10)
+    assert (answers[block - 1].detector, answers[block - 1].count) == ("generic_repeat", 20)
+    assert (warn, block) == (11, 21)  # 10 (20) identical calls before it
+    assert all(a is not None and a.action == "block" for a in answers[block - 1 :])
+    # gate mode holds a call's completion for the next request's produce request: still each one
+    # is on the topic, between its request and the next
+    assert_each_call_requested_then_completed_in_order(events, CALLS)
+    # one run, hashed: no argument or result text in any record
+    raw = b"".join(str(e).encode() for e in events)
+    assert b"Europe/Berlin" not in raw and answer[0][:20].encode() not in raw
+    assert isinstance(events[-1], RunEnded)  # the session closed: the run ended
+
+
+async def test_sdk_proxy_identical_calls_warn_then_block_in_memory(worker):
+    run_id = f"{worker.names.tag}-time-loop-in-memory"
+    async with gateway_in_memory(worker, run_id, in_process(in_process_tools())) as agent:
+        names = {t.name for t in (await agent.list_tools()).tools}
+        assert {"convert_time", "get_current_time"} <= names
+        results = [await agent.call_tool("convert_time", CONVERT) for _ in range(CALLS)]
+    events = await published(worker, run_id, CALLS)
+    assert text_of(results[0]) == ["12:00 in Europe/Berlin: Asia/Tokyo time"]
+    assert_warned_then_blocked_once_hashed(events, results, text_of(results[0]))
+
+
+@pytest.mark.parametrize("proxy", RELAY)
 async def test_stdio_pypi_time_server_identical_calls_warn_then_block(worker, proxy):
     run_id = f"{worker.names.tag}-time-loop-{len(proxy)}"
     async with over_stdio(worker, run_id, TIME_SERVER, **proxy) as agent:
@@ -230,12 +297,22 @@ async def test_stdio_advisory_mode_never_blocks_and_publishes_each_call_in_order
         assert set(text_of(result)[len(answer) :]) <= notices, f"call {n}"
 
 
-@pytest.mark.parametrize("proxy", PROXIES)
+@pytest.mark.parametrize("proxy", RELAY)
 async def test_gate_mode_publishes_a_held_completion_with_no_next_call(worker, proxy):
     """The completion gate mode holds for the run's next request goes out on its own when no
     request comes (after runs.BATCH_WAIT_MS), not only when the session closes."""
     run_id = f"{worker.names.tag}-held-{len(proxy)}"
     async with over_stdio(worker, run_id, TIME_SERVER, **proxy) as agent:
+        result = await agent.call_tool("get_current_time", {"timezone": "UTC"})
+        events = await published(worker, run_id, 1)  # the session is still open
+        assert not result.is_error
+        assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted"]
+
+
+async def test_sdk_proxy_gate_mode_publishes_a_held_completion_with_no_next_call_in_memory(worker):
+    """As above, through the SDK proxy."""
+    run_id = f"{worker.names.tag}-held-in-memory"
+    async with gateway_in_memory(worker, run_id, in_process(in_process_tools())) as agent:
         result = await agent.call_tool("get_current_time", {"timezone": "UTC"})
         events = await published(worker, run_id, 1)  # the session is still open
         assert not result.is_error
@@ -508,7 +585,7 @@ async def test_http_traceparent_names_the_run_when_nothing_else_does(worker):
     }
 
 
-@pytest.mark.parametrize("proxy", PROXIES)
+@pytest.mark.parametrize("proxy", RELAY)
 async def test_stdio_npm_everything_unknown_tool_is_upstreams_unknown_tool_outcome(worker, everything, proxy):
     """The relay passes on what the server answers (server-everything, at protocol 2025-11-25:
     an isError result naming the tool); the SDK proxy answers a tool no upstream lists itself
@@ -539,6 +616,52 @@ async def test_stdio_npm_everything_unknown_tool_is_upstreams_unknown_tool_outco
             )
         else:
             assert kind == "result" and got.is_error and text_of(got) == [decision.message]
+
+
+async def test_sdk_proxy_unknown_tool_is_its_own_unknown_tool_error_in_memory(worker):
+    """The SDK proxy answers a tool no upstream lists itself (JSON-RPC -32602, above); the
+    completion is the unknown-tool outcome, and the 11th call is blocked by unknown_tool_repeat."""
+    run_id = f"{worker.names.tag}-unknown-in-memory"
+    errors = []
+    async with gateway_in_memory(worker, run_id, in_process(in_process_tools())) as agent:
+        assert "echo" in {t.name for t in (await agent.list_tools()).tools}
+        for n in range(12):
+            try:
+                result = await agent.call_tool("no_such_tool", {"n": n})  # args change: the detector ignores them
+                errors.append(("result", result))
+            except MCPError as exc:
+                errors.append(("error", exc))
+    events = await published(worker, run_id, 12)
+    completed = [e for e in events if isinstance(e, ToolCallCompleted)]
+    assert completed[0].unknown_tool_name == "no_such_tool" and completed[0].is_error
+    answers = engine_answers(events)
+    block = first(answers, "block")
+    assert answers[block - 1].detector == "unknown_tool_repeat" and block == 11  # unknownToolThreshold 10
+    for n, ((kind, got), decision) in enumerate(zip(errors, answers), 1):
+        if n < block:
+            assert kind == "error" and got.code == types.INVALID_PARAMS and "no_such_tool" in got.message
+        else:
+            assert kind == "result" and got.is_error and text_of(got) == [decision.message]
+
+
+# -- the docs' in-process snippet, run as written ------------------------------------------------------
+
+SNIPPET = re.compile(r"^<!-- snippet: mcp-in-process -->\n```python\n(.*?)^```$", re.M | re.S)
+
+
+async def test_docs_in_process_upstream_snippet_runs(worker):
+    """docs/mcp-gateway.md §0.1 as written: its tool behind the gateway, the call guarded by the
+    real worker (one request, one completion, the run ended) and answered by the tool."""
+    found = SNIPPET.findall((REPO / "docs" / "mcp-gateway.md").read_text(encoding="utf-8"))
+    assert len(found) == 1, "docs/mcp-gateway.md has no (or more than one) mcp-in-process snippet"
+    namespace: dict = {"__name__": "snippet"}
+    exec(compile(found[0], "docs/mcp-gateway.md", "exec"), namespace)
+    result = await namespace["main"](worker.broker, worker.names.tool_calls, worker.names.verdicts)
+    assert not result.is_error and text_of(result) == ["3"]
+    runs = await runs_of_agent(worker, "my-app", until=lambda rs: any(ended(evs) for evs in rs.values()))
+    (events,) = runs.values()
+    assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
+    assert events[0].tool_name == "add" and events[0].gate  # gate mode: the call waited for its decision
 
 
 # -- the stdio relay: every other message passed on as it is ------------------------------------------
@@ -683,6 +806,45 @@ async def test_a_multi_round_call_passes_through_and_is_one_call(worker):
     assert events[0].tool_call_id == events[1].tool_call_id
 
 
+def asking_server() -> Server:
+    """``ask``, a multi-round call: it asks the client for a name (``InputRequiredResult``), then
+    greets it (as ``fault_server.py`` does over stdio)."""
+    tool = types.Tool(name="ask", input_schema={"type": "object"})
+
+    async def list_tools(ctx, params):
+        return types.ListToolsResult(tools=[tool])
+
+    async def call_tool(ctx, params):
+        if params.request_state != "asked" or not params.input_responses:
+            question = types.ElicitRequest(
+                params=types.ElicitRequestFormParams(
+                    message="your name?",
+                    requested_schema={"type": "object", "properties": {"name": {"type": "string"}}},
+                )
+            )
+            return types.InputRequiredResult(input_requests={"who": question}, request_state="asked")
+        answer = params.input_responses["who"]
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"hello {answer.content['name']}")])
+
+    return Server("asking", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+async def test_sdk_proxy_a_multi_round_call_passes_through_and_is_one_call_in_memory(worker):
+    """As above through the SDK proxy: the retry, with its ``requestState``, is the same call
+    (not gated again), completed once with the final result."""
+    run_id = f"{worker.names.tag}-input-in-memory"
+
+    async def elicit(context, params):
+        return types.ElicitResult(action="accept", content={"name": "ada"})
+
+    agent_options = {"elicitation_callback": elicit}
+    async with gateway_in_memory(worker, run_id, in_process(asking_server()), agent=agent_options) as agent:
+        assert text_of(await agent.call_tool("ask", {})) == ["hello ada"]
+    events = await published(worker, run_id, 1)
+    assert [type(e).__name__ for e in events] == ["ToolCallRequested", "ToolCallCompleted", "RunEnded"]
+    assert events[0].tool_call_id == events[1].tool_call_id
+
+
 async def test_unreachable_upstream_each_call_gets_a_clear_error(worker, everything):
     upstream_port = free_port()
     server = Process(
@@ -691,7 +853,7 @@ async def test_unreachable_upstream_each_call_gets_a_clear_error(worker, everyth
     run_id = f"{worker.names.tag}-unreachable"
     try:
         await wait_http(f"http://127.0.0.1:{upstream_port}/mcp")
-        async with over_stdio(
+        async with gateway_in_memory(
             worker,
             run_id,
             f"ev=http://127.0.0.1:{upstream_port}/mcp",

@@ -5,7 +5,10 @@ request it came with; the next ordinary call still works.
 
 Upstreams: ``mcp-server-time`` (PyPI) and ``tests/mcp_gateway/bad_answers_server.py`` (JSON-RPC
 written by hand, so it can answer what an SDK would never write).  The real broker takes the
-gateway's records (advisory mode: no verdict is waited for, so no worker is needed).
+gateway's records (advisory mode: no verdict is waited for, so no worker is needed).  Where the
+agent's side is an ordinary SDK call and the subject is what the gateway makes of the upstream's
+lines, the SDK proxy runs in this process (``gateway_in_memory``), the upstream still a process
+on the wire.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from gateway_in_memory import gateway_in_memory
+from mcp.shared.exceptions import MCPError
 
 from harness import REPO
 
@@ -34,6 +39,7 @@ CONVERT = {"source_timezone": "Europe/Berlin", "time": "12:00", "target_timezone
 # in winter, 19:00 in summer (the server converts on today's date).
 TOKYO_TIMES = ("20:00", "19:00")
 PROXIES = [pytest.param([], id="relay"), pytest.param(["--sdk-proxy"], id="sdk-proxy")]
+RELAY = PROXIES[:1]
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +209,7 @@ def assert_valid_jsonrpc_error(answer: dict) -> dict:
     return error
 
 
-@pytest.mark.parametrize("proxy", PROXIES)
+@pytest.mark.parametrize("proxy", RELAY)
 @pytest.mark.parametrize("tool", ["bad_code", "no_message", "not_object"])
 async def test_an_invalid_upstream_error_reaches_the_agent_as_a_valid_one(topics, proxy, tool):
     async with Gateway(topics, f"bad-answers={BAD_SERVER}", *proxy, "--upstream-timeout", "20") as gateway:
@@ -216,6 +222,27 @@ async def test_an_invalid_upstream_error_reaches_the_agent_as_a_valid_one(topics
         echoed = await gateway.request("tools/call", {"name": "echo", "arguments": {"n": 1}})
         assert echoed["result"]["content"][0]["text"] == '{"n": 1}'
         assert gateway.alive()
+
+
+@pytest.mark.parametrize("tool", ["bad_code", "no_message", "not_object"])
+async def test_sdk_proxy_an_invalid_upstream_error_reaches_the_agent_as_a_valid_one_in_memory(topics, tool):
+    """As above, through the SDK proxy: the agent's SDK client takes the error as a JSON-RPC
+    error (an MCPError with an integer code and a message), not a malformed answer."""
+    run_id = f"{topics.names.tag}-hostile-{tool}"
+    options = {"mode": "advisory", "upstream_timeout": 20}
+    async with gateway_in_memory(topics, run_id, f"bad-answers={BAD_SERVER}", **options) as agent:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(MCPError) as raised:
+            await agent.call_tool(tool, {})
+        assert asyncio.get_running_loop().time() - started < 10, "answered at once, not after the call timed out"
+        error = raised.value.error
+        assert isinstance(error.code, int) and not isinstance(error.code, bool), error
+        assert isinstance(error.message, str) and error.message, error
+        assert error.code == -32603, error  # Internal error: what the gateway got was no error object
+        assert "'bad-answers'" in error.message, error  # the upstream that sent it
+        assert "invalid JSON-RPC error" in error.message, error
+        echoed = await agent.call_tool("echo", {"n": 1})
+        assert [block.text for block in echoed.content] == ['{"n": 1}']
 
 
 HANGING_SERVER = REPO / "tests" / "mcp_gateway" / "hanging_server.py"

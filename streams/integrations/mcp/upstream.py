@@ -1,5 +1,5 @@
-"""The gateway's side towards one upstream MCP server: its spec (a stdio command or a URL) and a
-connection that survives the server crashing.
+"""The gateway's side towards one upstream MCP server: its spec (a stdio command, a URL, or a
+server object in the same process) and a connection that survives the server crashing.
 
 An ``mcp.Client`` must be entered and left in the same task (anyio's cancel scopes), so each
 upstream's client lives in a task of its own (``_hold``); the gateway's request handlers only
@@ -21,6 +21,8 @@ import anyio
 import mcp_types as types
 import msgspec
 from mcp import Client
+from mcp.server import Server
+from mcp.server.mcpserver import MCPServer
 from mcp.shared.message import SessionMessage
 
 from schemas.errors import LoopwatchError
@@ -40,19 +42,28 @@ class UpstreamUnavailable(LoopwatchError):
 
 @dataclass(frozen=True)
 class UpstreamSpec:
-    """One upstream server: ``command`` (argv, over stdio) or ``url`` (streamable HTTP)."""
+    """One upstream server: ``command`` (argv, over stdio), ``url`` (streamable HTTP), or
+    ``server``, an ``mcp`` ``Server`` or ``MCPServer`` object in the gateway's own process
+    (connected in memory by ``mcp.Client(server)``: an embedding application's own tools, or a
+    test's, behind the gateway without a process or a socket)."""
 
     name: str
     command: tuple[str, ...] = ()
     url: str | None = None
+    server: Server | MCPServer | None = None
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     prefix: str = ""
     """Put before each of its tool and prompt names towards the agent (``""``: none)."""
 
     def __post_init__(self) -> None:
-        if bool(self.command) == bool(self.url):
-            raise ValueError(f"upstream {self.name!r}: give a command or a url, not both or neither")
+        if sum((bool(self.command), bool(self.url), self.server is not None)) != 1:
+            raise ValueError(f"upstream {self.name!r}: give one of a command, a url or a server object")
+        if self.server is not None and not isinstance(self.server, (Server, MCPServer)):
+            raise ValueError(
+                f"upstream {self.name!r}: the server object must be an mcp Server or MCPServer, "
+                f"not {type(self.server).__name__}"
+            )
 
     @classmethod
     def parse(cls, text: str, *, name: str | None = None, prefix: str = "") -> UpstreamSpec:
@@ -69,10 +80,22 @@ class UpstreamSpec:
         return cls(name=name or os.path.basename(argv[0]), command=argv, prefix=prefix)
 
     def target(self, health: UpstreamHealth | None = None) -> Any:
-        """What ``mcp.Client`` connects to: the URL, or the command over ``healing_stdio``."""
+        """What ``mcp.Client`` connects to: the URL, the server object, or the command over
+        ``healing_stdio``."""
         if self.url:
             return self.url
+        if self.server is not None:
+            return self.server
         return healing_stdio(self, health or UpstreamHealth(self.name))
+
+    @property
+    def where(self) -> str:
+        """The server, as a line names it: its URL, its command line, or the object in-process."""
+        if self.url:
+            return self.url
+        if self.server is not None:
+            return f"in-process {type(self.server).__name__}"
+        return shlex.join(self.command)
 
 
 MALFORMED = "io.loopwatch/malformedAnswer"
@@ -312,7 +335,7 @@ class Upstream:
 
     async def _restart(self, reason: str) -> None:
         async with self._lock:
-            delay = self.health.restarting(reason, "reconnected" if self.spec.url else "restarted")
+            delay = self.health.restarting(reason, "restarted" if self.spec.command else "reconnected")
             await self._stop_holder()
             if delay:
                 await asyncio.sleep(delay)
@@ -337,9 +360,8 @@ class Upstream:
 
 def unavailable(spec: UpstreamSpec, error: BaseException | None) -> str:
     """Why a call could not reach the upstream server ``spec``: one line."""
-    where = spec.url or shlex.join(spec.command)
     reason = _describe(error) if error is not None else "not connected"
-    return f"upstream MCP server {spec.name!r} ({where}) is unavailable: {reason}"
+    return f"upstream MCP server {spec.name!r} ({spec.where}) is unavailable: {reason}"
 
 
 def _describe(exc: BaseException) -> str:
