@@ -258,22 +258,7 @@ async def test_stdio_pypi_time_server_identical_calls_warn_then_block(worker, pr
         assert {"convert_time", "get_current_time"} <= names
         results = [await agent.call_tool("convert_time", CONVERT) for _ in range(CALLS)]
     events = await published(worker, run_id, CALLS)
-    answers = engine_answers(events)
-    answer = text_of(results[0])
-    assert_agent_saw_the_engine(results, answers, lambda r: answer)
-    # the spec's defaults (warning 10, critical 20) on calls that each repeat the one before
-    warn, block = first(answers, "warn"), first(answers, "block")
-    assert (answers[warn - 1].detector, answers[warn - 1].count) == ("generic_repeat", 10)
-    assert (answers[block - 1].detector, answers[block - 1].count) == ("generic_repeat", 20)
-    assert (warn, block) == (11, 21)  # 10 (20) identical calls before it
-    assert all(a is not None and a.action == "block" for a in answers[block - 1 :])
-    # gate mode holds a call's completion for the next request's produce request: still each one
-    # is on the topic, between its request and the next
-    assert_each_call_requested_then_completed_in_order(events, CALLS)
-    # one run, hashed: no argument or result text in any record
-    raw = b"".join(str(e).encode() for e in events)
-    assert b"Europe/Berlin" not in raw and answer[0][:20].encode() not in raw
-    assert isinstance(events[-1], RunEnded)  # the session closed: the run ended
+    assert_warned_then_blocked_once_hashed(events, results, text_of(results[0]))
 
 
 async def test_stdio_advisory_mode_never_blocks_and_publishes_each_call_in_order(worker):
