@@ -23,20 +23,25 @@ def adder() -> MCPServer:
     return server
 
 
+NEITHER_OR_BOTH = "upstream 'u': give a command or a url, not both or neither"
+SERVER_ALONE = "upstream 'u': give a server object alone, without a command or a url"
+
+
 @pytest.mark.parametrize(
-    "given",
+    ("given", "message"),
     [
-        {},
-        {"command": ("srv",), "url": "http://127.0.0.1:1/mcp"},
-        {"command": ("srv",), "server": Server("s")},
-        {"url": "http://127.0.0.1:1/mcp", "server": Server("s")},
+        ({}, NEITHER_OR_BOTH),
+        ({"command": ("srv",), "url": "http://127.0.0.1:1/mcp"}, NEITHER_OR_BOTH),
+        ({"command": ("srv",), "server": Server("s")}, SERVER_ALONE),
+        ({"url": "http://127.0.0.1:1/mcp", "server": Server("s")}, SERVER_ALONE),
     ],
     ids=["none", "command-and-url", "command-and-server", "url-and-server"],
 )
-def test_exactly_one_kind_of_upstream_is_given(given):
+def test_exactly_one_kind_of_upstream_is_given(given, message):
+    # the first message is what a file of upstreams gets, which cannot hold a server object
     with pytest.raises(ValueError) as raised:
         UpstreamSpec(name="u", **given)
-    assert str(raised.value) == "upstream 'u': give one of a command, a url or a server object"
+    assert str(raised.value) == message
 
 
 def test_a_server_object_that_is_no_mcp_server_is_refused_in_one_line():

@@ -57,8 +57,10 @@ class UpstreamSpec:
     """Put before each of its tool and prompt names towards the agent (``""``: none)."""
 
     def __post_init__(self) -> None:
-        if sum((bool(self.command), bool(self.url), self.server is not None)) != 1:
-            raise ValueError(f"upstream {self.name!r}: give one of a command, a url or a server object")
+        if self.server is None and bool(self.command) == bool(self.url):
+            raise ValueError(f"upstream {self.name!r}: give a command or a url, not both or neither")
+        if self.server is not None and (self.command or self.url):
+            raise ValueError(f"upstream {self.name!r}: give a server object alone, without a command or a url")
         if self.server is not None and not isinstance(self.server, (Server, MCPServer)):
             raise ValueError(
                 f"upstream {self.name!r}: the server object must be an mcp Server or MCPServer, "
