@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import defaultdict
@@ -23,6 +24,16 @@ CONFORMANCE = REPO / "tests" / "data" / "conformance"
 def conformance_dir() -> Path:
     """The repository's copy of the shared conformance set (tests/data/README.md)."""
     return CONFORMANCE
+
+
+def pytest_make_parametrize_id(config: pytest.Config, val: object, argname: str) -> str | None:
+    """A long text or bytes parameter (a 4 MiB input, a 50,000-deep document) is named by its
+    length and digest: pytest would spell it whole into the test's id, which every xdist
+    process then sends to the controller, and the durations file and reports repeat."""
+    if isinstance(val, (str, bytes)) and len(val) > 60:
+        data = val if isinstance(val, bytes) else val.encode("utf-8", "surrogatepass")
+        return f"{argname}-{len(val)}-{hashlib.sha256(data).hexdigest()[:8]}"
+    return None
 
 
 # -- with CI set, a skipped test fails the run ---------------------------------------------------
