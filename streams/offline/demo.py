@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -232,6 +233,10 @@ def print_tour(web_port: int, metrics_port: int) -> None:
     )
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def run_demo(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="loopwatch demo", description=__doc__)
     parser.add_argument("--runs-per-scenario", type=int, default=2)
@@ -267,6 +272,10 @@ def run_demo(argv: list[str] | None = None) -> int:
     log_path = REPO / ".loopwatch-state" / "demo-worker.log"
     log_path.parent.mkdir(parents=True, exist_ok=True)
     print(f"starting a loopwatch worker (log: {log_path.relative_to(REPO)})…", flush=True)
+    # A kill (SIGTERM) or a closed terminal (SIGHUP) stops the demo as Ctrl-C does, with its
+    # worker: the worker runs in a session of its own, and would otherwise outlive the demo.
+    for stop_signal in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(stop_signal, _interrupted)
     worker = start_worker(bootstrap, args.web_port, args.metrics_port, Path(args.config), log_path, kafka_env)
     try:
         wait_http_ok(f"http://127.0.0.1:{args.web_port}/readyz", worker, what="the worker", timeout=120, interval=0.5)

@@ -21,6 +21,7 @@ import urllib.request
 import pytest
 import yaml
 
+from bench.placement import listening_pid
 from harness import REPO, WorkerNames, free_port
 from streams.engine import RunDriver, engine_for
 from streams.offline.demo import DASHBOARDS, EXPLAINED
@@ -87,11 +88,11 @@ def test_the_demo_explains_every_line_and_the_cold_start(kafka_broker, tmp_path)
 
 def test_a_kept_worker_serves_its_metrics_and_the_demo_says_where(kafka_broker, tmp_path):
     names = WorkerNames(prefix="demo")
-    metrics_port = free_port()
+    web_port, metrics_port = free_port(), free_port()
     log = tmp_path / "demo.out"
     with open(log, "w") as out:
         proc = subprocess.Popen(
-            demo_args(kafka_broker, free_port(), metrics_port, "--keep-worker"),
+            demo_args(kafka_broker, web_port, metrics_port, "--keep-worker"),
             env=demo_env(names, tmp_path),
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -109,14 +110,18 @@ def test_a_kept_worker_serves_its_metrics_and_the_demo_says_where(kafka_broker, 
             assert path in text and (REPO / path).is_file()
         with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as answer:
             assert b"loopwatch_" in answer.read()
+        # Killed (as a supervisor or a closed terminal would), the demo stops its worker too,
+        # which runs in a session of its own: nothing is left listening.
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+        assert listening_pid(web_port) is None and listening_pid(metrics_port) is None
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for port in (web_port, metrics_port):  # a worker left behind by a failure above
+            if (pid := listening_pid(port)) is not None:
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_cycle_loop_is_caught_only_by_the_opt_in_cycle_detector():
