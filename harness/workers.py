@@ -25,8 +25,37 @@ __all__ = ["FAST_GROUP_ENV", "REPO", "WorkerNames", "WorkerProcess", "free_port"
 REPO = Path(__file__).resolve().parents[1]
 
 
+# Ports for the servers tests start (workers' web and metrics ports, gateways, servers).  The
+# kernel's ephemeral range (32768-60999 here) is left out: a port found free there can be
+# taken by any outgoing connection (a Kafka client's) before the server binds it, which
+# crashed a worker with "Address already in use" under xdist.  Each xdist process takes its
+# own slice, so two processes never hand out the same port; each slice is walked in turn.
+PORTS_FROM, PORTS_PER_PROCESS, PROCESS_SLICES = 20_000, 800, 10  # 20000-27999, below the brokers'
+
+
+def _port_slice() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    index = int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else PROCESS_SLICES - 1
+    start = PORTS_FROM + (index % PROCESS_SLICES) * PORTS_PER_PROCESS
+    return range(start, start + PORTS_PER_PROCESS)
+
+
+_next_port = [0]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port no one listens on now, from this process's slice."""
+    ports = _port_slice()
+    for _ in range(len(ports)):
+        port = ports[_next_port[0] % len(ports)]
+        _next_port[0] += 1
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # the whole slice taken: the kernel's choice
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

@@ -94,7 +94,16 @@ async def test_a_commit_after_faust_closed_the_consumer_under_a_failed_join_retu
         await a.start()
         await _until(lambda: a.assignment(), "a is assigned the topic's partitions")
         await slow.start()
-        await _until(lambda: a.assignment() and slow.assignment(), "a and slow share the partitions")
+        # Both have taken their new shares (until then a still shows all three, as under load it did).
+        await _until(
+            lambda: (
+                a.assignment()
+                and slow.assignment()
+                and not (a.assignment() & slow.assignment())
+                and len(a.assignment() | slow.assignment()) == 3
+            ),
+            "a and slow share the partitions",
+        )
         thread._consumer = a  # Faust's consumer thread around this consumer
         owned = {TP(tp.topic, tp.partition) for tp in a.assignment()}
         assert owned and owned == thread.assignment()

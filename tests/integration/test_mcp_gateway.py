@@ -30,6 +30,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 from zoneinfo import ZoneInfo
 
 import mcp_types as types  # the gateway's extra, loopwatch[mcp]: make install installs it
@@ -570,6 +571,29 @@ async def test_http_traceparent_names_the_run_when_nothing_else_does(worker):
     }
 
 
+async def call_an_unknown_tool_12_times(agent) -> list[tuple[str, Any]]:
+    assert "echo" in {t.name for t in (await agent.list_tools()).tools}
+    errors: list[tuple[str, Any]] = []
+    for n in range(12):
+        try:
+            result = await agent.call_tool("no_such_tool", {"n": n})  # args change: the detector ignores them
+            errors.append(("result", result))
+        except MCPError as exc:
+            errors.append(("error", exc))
+    return errors
+
+
+async def blocked_at_the_11th_unknown_call(worker, run_id: str) -> tuple[list, int]:
+    """The run's completions are unknown-tool outcomes, and its 11th call is blocked."""
+    events = await published(worker, run_id, 12)
+    completed = [e for e in events if isinstance(e, ToolCallCompleted)]
+    assert completed[0].unknown_tool_name == "no_such_tool" and completed[0].is_error
+    answers = engine_answers(events)
+    block = first(answers, "block")
+    assert answers[block - 1].detector == "unknown_tool_repeat" and block == 11  # unknownToolThreshold 10
+    return answers, block
+
+
 @pytest.mark.parametrize("proxy", RELAY)
 async def test_stdio_npm_everything_unknown_tool_is_upstreams_unknown_tool_outcome(worker, everything, proxy):
     """The relay passes on what the server answers (server-everything, at protocol 2025-11-25:
@@ -577,21 +601,9 @@ async def test_stdio_npm_everything_unknown_tool_is_upstreams_unknown_tool_outco
     (JSON-RPC -32602).  Either way the completion is the unknown-tool outcome, and the 11th
     call is blocked by unknown_tool_repeat."""
     run_id = f"{worker.names.tag}-unknown-{len(proxy)}"
-    errors = []
     async with over_stdio(worker, run_id, f"{everything} stdio", **proxy) as agent:
-        assert "echo" in {t.name for t in (await agent.list_tools()).tools}
-        for n in range(12):
-            try:
-                result = await agent.call_tool("no_such_tool", {"n": n})  # args change: the detector ignores them
-                errors.append(("result", result))
-            except MCPError as exc:
-                errors.append(("error", exc))
-    events = await published(worker, run_id, 12)
-    completed = [e for e in events if isinstance(e, ToolCallCompleted)]
-    assert completed[0].unknown_tool_name == "no_such_tool" and completed[0].is_error
-    answers = engine_answers(events)
-    block = first(answers, "block")
-    assert answers[block - 1].detector == "unknown_tool_repeat" and block == 11  # unknownToolThreshold 10
+        errors = await call_an_unknown_tool_12_times(agent)
+    answers, block = await blocked_at_the_11th_unknown_call(worker, run_id)
     for n, ((kind, got), decision) in enumerate(zip(errors, answers), 1):
         if n < block and proxy:
             assert kind == "error" and got.code == types.INVALID_PARAMS and "no_such_tool" in got.message
@@ -607,21 +619,9 @@ async def test_sdk_proxy_unknown_tool_is_its_own_unknown_tool_error_in_memory(wo
     """The SDK proxy answers a tool no upstream lists itself (JSON-RPC -32602, above); the
     completion is the unknown-tool outcome, and the 11th call is blocked by unknown_tool_repeat."""
     run_id = f"{worker.names.tag}-unknown-in-memory"
-    errors = []
     async with gateway_in_memory(worker, run_id, in_process(in_process_tools())) as agent:
-        assert "echo" in {t.name for t in (await agent.list_tools()).tools}
-        for n in range(12):
-            try:
-                result = await agent.call_tool("no_such_tool", {"n": n})  # args change: the detector ignores them
-                errors.append(("result", result))
-            except MCPError as exc:
-                errors.append(("error", exc))
-    events = await published(worker, run_id, 12)
-    completed = [e for e in events if isinstance(e, ToolCallCompleted)]
-    assert completed[0].unknown_tool_name == "no_such_tool" and completed[0].is_error
-    answers = engine_answers(events)
-    block = first(answers, "block")
-    assert answers[block - 1].detector == "unknown_tool_repeat" and block == 11  # unknownToolThreshold 10
+        errors = await call_an_unknown_tool_12_times(agent)
+    answers, block = await blocked_at_the_11th_unknown_call(worker, run_id)
     for n, ((kind, got), decision) in enumerate(zip(errors, answers), 1):
         if n < block:
             assert kind == "error" and got.code == types.INVALID_PARAMS and "no_such_tool" in got.message
