@@ -238,10 +238,32 @@ them (a same-named internal in a later version would be silently replaced)."""
 # -- aiokafka: cluster metadata ------------------------------------------------------------------
 
 
-async def fetch_cluster_metadata(producer: Any) -> None:
-    """Ask a broker for the cluster's metadata on ``producer``'s connections (aiokafka's
-    client under its producer: no public method asks a broker anything)."""
-    await producer.client.fetch_all_metadata()
+async def fetch_cluster_metadata(producer: Any, topic: str) -> None:
+    """Ask a broker for ``topic``'s metadata on ``producer``'s connections (aiokafka's client
+    under its producer), each known broker in turn until one answers; ``KafkaError`` if none
+    does.
+
+    aiokafka's ``fetch_all_metadata`` asks for every topic of the cluster: an answer that grows
+    with the cluster, decoded in Python, every second, by every worker.  The request never
+    creates the topic on a broker that creates topics on first use."""
+    import random
+
+    from aiokafka.errors import KafkaError
+    from aiokafka.protocol.metadata import MetadataRequest
+
+    client = producer.client
+    request = MetadataRequest([topic], allow_auto_topic_creation=False)
+    nodes = [broker.nodeId for broker in client.cluster.brokers()]
+    random.shuffle(nodes)
+    failures: list[str] = []
+    for node in nodes:
+        try:
+            await client.send(node, request)
+        except KafkaError as exc:
+            failures.append(f"node {node}: {exc!r}")
+            continue
+        return
+    raise KafkaError(f"no broker answered a metadata request for {topic} ({'; '.join(failures) or 'no broker known'})")
 
 
 # -- aiokafka: the batch topics' records fetched in bulk -------------------------------------------

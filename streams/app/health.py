@@ -60,7 +60,7 @@ class Health:
         *,
         tool_calls_topic: str,
         broker_unreachable_s: float,
-        probe: Callable[[Any], Any] = fetch_cluster_metadata,
+        probe: Callable[[Any, str], Any] = fetch_cluster_metadata,
         watchdog: Watchdog | None = None,
     ) -> None:
         self.group = group
@@ -117,8 +117,9 @@ class Health:
         return body, ready
 
     async def probe_broker(self) -> None:
-        """Ask a broker for the cluster's metadata, on the verdict producer's connections
-        (the same brokers the consumer and producers use; one small request a second).
+        """Ask a broker for the ``tool-calls`` topic's metadata, on the verdict producer's
+        connections (the same brokers the consumer and producers use; one small request a
+        second, whatever the number of topics in the cluster).
 
         A metadata request rather than the consumer's fetches: a worker with no partitions
         (a warm standby) fetches nothing, and a partition's fetches pause during recovery.
@@ -128,7 +129,7 @@ class Health:
             return  # not started yet: recovery, which needs the broker, keeps it unready anyway
         timeout = min(5.0, self.broker_unreachable_s)
         try:
-            await asyncio.wait_for(self._probe(producer), timeout)
+            await asyncio.wait_for(self._probe(producer, self.tool_calls_topic), timeout)
         except Exception as exc:  # noqa: BLE001 - every failure means the same: no answer
             silent = time.monotonic() - self._broker_answered_at
             if not self._broker_lost_logged and silent > self.broker_unreachable_s:
