@@ -4,6 +4,11 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 LOOPWATCH := $(VENV)/bin/loopwatch
+# Python's own default, whatever the environment says: a module is compiled once and read from
+# __pycache__ by every later process.  With PYTHONDONTWRITEBYTECODE set (this machine's image
+# sets it) every process of the suite compiled what it imported, and every pytest process
+# rewrote every test module's asserts again (docs/benchmarks.md, "The suite").
+unexport PYTHONDONTWRITEBYTECODE
 # The repository's copy of the shared conformance set (tests/data/README.md).
 CONFORMANCE := tests/data/conformance
 STAMP := $(VENV)/.installed
@@ -154,13 +159,14 @@ dist: install
 # -rs lists every skipped test with its reason (with CI set, any skip fails the run).
 # It stops the brokers it started (the plain one here, the secured one the security tests
 # start) and leaves running those that were running before; PYTEST_ARGS narrows the run.
-# Tests run in PYTEST_WORKERS processes (pytest-xdist): most of the suite waits on a broker,
-# a worker or a subprocess rather than computing, so 4 processes keep 2 cores busy.  Every
+# Tests run in PYTEST_WORKERS processes (pytest-xdist): many tests wait on a broker, a worker
+# or a subprocess rather than compute, and 6 processes keep 2 cores busy through those waits
+# (docs/benchmarks.md, "The suite": 6 finished sooner than 4 on the 2-core machine).  Every
 # broker test has its own topics and group (harness.WorkerNames), every server its own port;
 # the tests of a module that share one worker stay together (tests/conftest.py, loadgroup).
 # PYTEST_WORKERS=0 runs them in this process, one after another.
 PYTEST_ARGS ?= tests
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 6
 test: lint docs dist install ops-tools ts-client mcp-servers agent-clis oracles frameworks
 	@plain=$$(scripts/kafka.sh status >/dev/null 2>&1 && echo running); \
 	secure=$$(scripts/kafka.sh --secure status >/dev/null 2>&1 && echo running); \

@@ -83,10 +83,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 # * every test on the secured broker: its ACLs name fixed topics (``tool-calls``,
 #   ``loop-verdicts``, the dead letters), which one module deletes and recreates at its start
 #   and whose records the others read.
+# * the tests that install the wheel (``fresh_venv``): it makes a venv once per process, so
+#   spread over processes they made the same venv in each (four base installs in one run).
 # The gateway's module is the exception to the first: its tests are independent (each has its
 # own run ids) and, at a fifth of the suite, one process would be the whole run's critical path.
 SPREAD_MODULES = frozenset({"test_mcp_gateway"})
 SECURE_BROKER_GROUP = "secured-broker"
+WHEEL_VENVS_GROUP = "wheel-venvs"
 
 
 def _group(item: pytest.Item) -> str | None:
@@ -100,6 +103,8 @@ def _group(item: pytest.Item) -> str | None:
     defs = [d for defs in info.name2fixturedefs.values() for d in defs]
     if any(d.argname == "secure_kafka" for d in defs):
         return SECURE_BROKER_GROUP
+    if any(d.argname == "fresh_venv" for d in defs):
+        return WHEEL_VENVS_GROUP
     if module.__name__.rsplit(".", 1)[-1] in SPREAD_MODULES:
         return None
     if any(d.scope == "module" for d in defs):

@@ -2,7 +2,6 @@
 OpenClaw 2a627431, through the ``loopwatch conformance --profile latest`` command a user runs
 (also ``make test-traces-latest``).  The traces are the repository's own copy."""
 
-from functools import cache
 from pathlib import Path
 
 import pytest
@@ -32,8 +31,10 @@ def test_every_latest_session_agrees_with_upstream():
     assert "sessions" in proc.stderr  # progress is shown on long work
 
 
-@cache
-def _traces() -> tuple[dict, dict]:
+@pytest.fixture(scope="module")
+def traces() -> tuple[dict, dict]:
+    """The sessions by id and their expected lines, read once per module: a module-scoped
+    fixture also keeps the module's tests in one xdist process (tests/conftest.py)."""
     sessions = {s["id"]: s for s in open_jsonl(LATEST / "sessions.jsonl.gz")}
     by_session: dict[str, list] = {}
     for line in open_jsonl(LATEST / "expected.jsonl.gz"):
@@ -41,8 +42,8 @@ def _traces() -> tuple[dict, dict]:
     return sessions, by_session
 
 
-def _session_with(predicate):
-    sessions, by_session = _traces()
+def _session_with(traces, predicate):
+    sessions, by_session = traces
     for sid, lines in by_session.items():
         for n, line in enumerate(lines):
             if predicate(line):
@@ -64,18 +65,18 @@ def _session_with(predicate):
         ("gl", lambda line: any("window closed" in g for g in line.get("gl", [])), lambda line: {**line, "gl": []}),
     ],
 )
-def test_a_wrong_latest_field_is_reported(field, predicate, wrong):
+def test_a_wrong_latest_field_is_reported(traces, field, predicate, wrong):
     """Each of latest's own fields is compared: changing it in the expected line fails the session."""
-    session, lines, n = _session_with(predicate)
+    session, lines, n = _session_with(traces, predicate)
     assert compare_session(session, lines, "latest").failure is None
     lines = [*lines[:n], wrong(lines[n]), *lines[n + 1 :]]
     failure = compare_session(session, lines, "latest").failure
     assert failure is not None and f"field {field!r}" in failure
 
 
-def test_configurable_final_fails_the_latest_traces():
+def test_configurable_final_fails_the_latest_traces(traces):
     """The two profiles really differ: the default profile disagrees with latest's answers."""
-    session, lines, _ = _session_with(lambda line: line.get("b"))
+    session, lines, _ = _session_with(traces, lambda line: line.get("b"))
     assert compare_session(session, lines, "latest").failure is None
     assert compare_session(session, lines).failure is not None
 
@@ -106,12 +107,12 @@ def test_every_latest_state_survives_the_state_codec():
     assert checked > 15_000
 
 
-def test_every_arming_takes_the_last_16_observations():
+def test_every_arming_takes_the_last_16_observations(traces):
     """The engine keeps the guard's observations as flags in the history (with the dropped
     ones aside, or an explicit list once they come out of order); every arming of the traces
     must take as baseline exactly the last 16 outcomes the guard observed, which a plain list
     kept alongside knows."""
-    sessions, by_session = _traces()
+    sessions, _ = traces
     arms = 0
     for sid, session in sessions.items():
         driver = SessionDriver(session, "latest")

@@ -15,6 +15,10 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:langsmith_plugin"]
+"""The small suites below, run as `make test` runs pytest.  langsmith's plugin (it comes with
+the LangChain extra) imports its whole client into every pytest process, half of a small
+run's start; none of these suites uses it."""
 
 
 # `make test` runs the suite in several processes (pytest-xdist); a skip reported by one of
@@ -32,12 +36,7 @@ def _run_pytest(tmp_path: Path, ci: bool, processes: list[str]) -> subprocess.Co
         env["CI"] = "true"
     return subprocess.run(
         [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
+            *PYTEST,
             *processes,
             "--rootdir",
             str(tmp_path),
@@ -100,8 +99,7 @@ def test_tests_sharing_a_module_fixture_run_in_one_xdist_process(tmp_path):
     (tmp_path / "test_grouped.py").write_text(shared)
     (tmp_path / "test_spread.py").write_text("".join(f"def test_alone_{n}():\n    pass\n" for n in range(8)))
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup"]
-        + ["--rootdir", str(tmp_path), str(tmp_path)],
+        [*PYTEST, "-n", "2", "--dist", "loadgroup"] + ["--rootdir", str(tmp_path), str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -143,7 +141,7 @@ def test_xdist_hands_out_the_longest_work_first_and_keeps_a_groups_order(tmp_pat
     )
     durations = tmp_path / "recorded.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "1", "--dist", "loadgroup"]
+        [*PYTEST, "-n", "1", "--dist", "loadgroup"]
         + ["--no-loadscope-reorder", "--record-durations", str(durations), "--rootdir", str(tmp_path), str(tmp_path)],
         capture_output=True,
         text=True,

@@ -5,11 +5,12 @@ errors under them, and each error keeps the builtin base callers catch."""
 from __future__ import annotations
 
 import ast
-import functools
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -41,15 +42,17 @@ print(json.dumps({"modules": modules, "classes": found}))
 """
 
 
-@functools.cache
+@pytest.fixture(scope="module")
 def walked() -> dict:
+    """The walk, once per module: a module-scoped fixture also keeps the module's tests in one
+    xdist process (tests/conftest.py), where a per-process cache walked in each."""
     run = subprocess.run([sys.executable, "-c", WALK], capture_output=True, text=True, cwd=REPO, timeout=300)
     assert run.returncode == 0, run.stderr[-5000:]
     return json.loads(run.stdout)
 
 
-def test_every_exception_class_in_loopwatch_derives_from_loopwatch_error():
-    classes = walked()["classes"]
+def test_every_exception_class_in_loopwatch_derives_from_loopwatch_error(walked):
+    classes = walked["classes"]
     # The walk really went through the packages: the errors of the client, the edge, the
     # worker, the offline tools and an integration are among what it found.
     for name in (
@@ -61,13 +64,13 @@ def test_every_exception_class_in_loopwatch_derives_from_loopwatch_error():
         "streams.integrations.frameworks.pydantic_ai.LoopwatchRunAborted",
     ):
         assert name in classes, sorted(classes)
-    assert walked()["modules"] > 50
+    assert walked["modules"] > 50
     outside = sorted(name for name, info in classes.items() if not info["root"])
     assert outside == [], f"exception classes not deriving from LoopwatchError: {outside}"
 
 
-def test_the_four_families_hold_their_specific_errors():
-    mro = {name.rsplit(".", 1)[1]: info["mro"] for name, info in walked()["classes"].items()}
+def test_the_four_families_hold_their_specific_errors(walked):
+    mro = {name.rsplit(".", 1)[1]: info["mro"] for name, info in walked["classes"].items()}
     families = {
         "schemas.config.ConfigError": ["SettingsError", "SigningKeyError", "UsageError"],
         "streams.client.errors.RunAbortedError": ["PostCompactionLoopPersistedError", "LoopwatchRunAborted"],
@@ -80,7 +83,7 @@ def test_the_four_families_hold_their_specific_errors():
             assert family in mro[member], (member, mro[member])
 
 
-def test_each_error_keeps_the_builtin_its_callers_catch():
+def test_each_error_keeps_the_builtin_its_callers_catch(walked):
     # The bases each class had before the root existed (read off the previous release's code).
     builtin = {
         "ConfigError": "builtins.ValueError",
@@ -96,7 +99,7 @@ def test_each_error_keeps_the_builtin_its_callers_catch():
         "CaseFailure": "builtins.AssertionError",
         "LoopwatchRunAborted": "pydantic_ai.exceptions.AgentRunError",
     }
-    mro = {name.rsplit(".", 1)[1]: info["mro"] for name, info in walked()["classes"].items()}
+    mro = {name.rsplit(".", 1)[1]: info["mro"] for name, info in walked["classes"].items()}
     for name, base in builtin.items():
         assert base in mro[name], (name, mro[name])
 
