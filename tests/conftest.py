@@ -155,7 +155,7 @@ _durations: defaultdict[str, float] = defaultdict(float)
 def _plain(nodeid: str) -> str:
     """A test's id without the ``@group`` suffix xdist adds to grouped tests."""
     head, at, group = nodeid.rpartition("@")
-    return head if at and ("/" in group or group == SECURE_BROKER_GROUP) else nodeid
+    return head if at and ("/" in group or group in (SECURE_BROKER_GROUP, WHEEL_VENVS_GROUP)) else nodeid
 
 
 def _write_durations(path: Path) -> None:
