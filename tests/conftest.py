@@ -134,7 +134,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # group of three 2-minute fault cases behind a hundred quick ones).  A run's length is then set
 # by whatever long unit starts last, so the units go out longest first (LPT scheduling), by the
 # durations a previous run recorded (tests/durations.json, rewritten with
-# `pytest -n 4 --record-durations tests/durations.json`).  A test it does not know counts as
+# `pytest -n 6 --record-durations tests/durations.json`).  A test it does not know counts as
 # short; the order inside a group is kept, since its tests may rely on it.
 DURATIONS = Path(__file__).with_name("durations.json")
 UNKNOWN_S = 0.5
