@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from schemas import decode_verdict, encode_event
 from schemas.events import ToolCallEvent
@@ -25,6 +25,7 @@ __all__ = [
     "collect",
     "collect_verdicts",
     "committed_offsets",
+    "create_topic",
     "dedupe",
     "delete_topics",
     "encode_all",
@@ -35,6 +36,17 @@ __all__ = [
     "reference_verdicts",
     "wait_for_topic",
 ]
+
+
+async def create_topic(broker: str, topic: str, partitions: int) -> None:
+    """Create ``topic`` (one replica) and wait until the broker describes it."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])
+    finally:
+        await admin.close()
+    await wait_for_topic(broker, topic)
 
 
 async def wait_for_topic(

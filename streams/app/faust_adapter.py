@@ -40,7 +40,7 @@ measurements behind it):
 
 Faust's classes (``WorkerApp`` and the consumer, transport and web classes) are composed on
 first use (``__getattr__``): their method code is in the mixins below, readable like any
-class, but importing this module (``fetch_cluster_metadata``, the version check) must not load
+class, but importing this module (``fetch_topic_metadata``, the version check) must not load
 Faust, aiohttp and their 300 modules.
 """
 
@@ -49,6 +49,7 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import logging
+import random
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
@@ -75,7 +76,7 @@ __all__ = [
     "WorkerHooks",
     "aiokafka_getall",
     "bulk_getall",
-    "fetch_cluster_metadata",
+    "fetch_topic_metadata",
     "fetch_in_bulk",
 ]
 
@@ -235,10 +236,10 @@ OWN_NAMES = frozenset(
 them (a same-named internal in a later version would be silently replaced)."""
 
 
-# -- aiokafka: cluster metadata ------------------------------------------------------------------
+# -- aiokafka: a topic's metadata ------------------------------------------------------------------
 
 
-async def fetch_cluster_metadata(producer: Any, topic: str) -> None:
+async def fetch_topic_metadata(producer: Any, topic: str) -> None:
     """Ask a broker for ``topic``'s metadata on ``producer``'s connections (aiokafka's client
     under its producer), each known broker in turn until one answers; ``KafkaError`` if none
     does.
@@ -246,8 +247,6 @@ async def fetch_cluster_metadata(producer: Any, topic: str) -> None:
     aiokafka's ``fetch_all_metadata`` asks for every topic of the cluster: an answer that grows
     with the cluster, decoded in Python, every second, by every worker.  The request never
     creates the topic on a broker that creates topics on first use."""
-    import random
-
     from aiokafka.errors import KafkaError
     from aiokafka.protocol.metadata import MetadataRequest
 

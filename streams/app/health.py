@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from streams.app.faust_adapter import fetch_cluster_metadata
+from streams.app.faust_adapter import fetch_topic_metadata
 
 from .checkpoint import describe_failure
 from .logs import FailureLog
@@ -60,7 +60,7 @@ class Health:
         *,
         tool_calls_topic: str,
         broker_unreachable_s: float,
-        probe: Callable[[Any, str], Any] = fetch_cluster_metadata,
+        probe: Callable[[Any, str], Any] = fetch_topic_metadata,
         watchdog: Watchdog | None = None,
     ) -> None:
         self.group = group

@@ -10,23 +10,18 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.conn import AIOKafkaConnection
 
-from streams.app.faust_adapter import fetch_cluster_metadata
+from harness import create_topic
+from streams.app.faust_adapter import fetch_topic_metadata
 
 pytestmark = pytest.mark.kafka
 
 
 async def test_the_probe_asks_a_broker_for_one_topic_and_not_the_clusters(kafka_broker, monkeypatch):
     topic = f"lwt-probe-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka_broker)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(topic, num_partitions=2, replication_factor=1)])
-    finally:
-        await admin.close()
-    asked: list[list[str] | None] = []
+    await create_topic(kafka_broker, topic, partitions=2)
+    asked: list[tuple[list[str] | None, bool | None]] = []
     send = AIOKafkaConnection.send
 
     def spy(self, request, *args, **kwargs):
@@ -38,7 +33,7 @@ async def test_the_probe_asks_a_broker_for_one_topic_and_not_the_clusters(kafka_
     await producer.start()
     try:
         monkeypatch.setattr(AIOKafkaConnection, "send", spy)
-        await fetch_cluster_metadata(producer, topic)
+        await fetch_topic_metadata(producer, topic)
     finally:
         await producer.stop()
     # None would be every topic of the cluster; and the probe must not create the topic on a

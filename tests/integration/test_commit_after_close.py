@@ -24,10 +24,9 @@ import uuid
 
 import pytest
 from aiokafka import AIOKafkaConsumer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from faust.types import TP
 
-from harness import wait_for_topic
+from harness import create_topic
 from streams.app.settings import Settings
 
 pytestmark = pytest.mark.kafka
@@ -47,13 +46,7 @@ class _Lines(logging.Handler):
 
 async def _topic(broker: str, partitions: int) -> str:
     name = f"lwit-close-{uuid.uuid4().hex[:8]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)])
-    finally:
-        await admin.close()
-    await wait_for_topic(broker, name)
+    await create_topic(broker, name, partitions)
     return name
 
 

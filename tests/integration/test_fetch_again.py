@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from harness import wait_for_topic
+from harness import create_topic
 from streams.app.faust_adapter import _BatchingConsumer
 
 pytestmark = pytest.mark.kafka
@@ -51,15 +51,7 @@ async def _consumer_after_a_dropped_fetch(broker: str, topic: str, group: str, c
 
 
 async def _two_partitions(broker: str, name: str) -> None:
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-
-    admin = AIOKafkaAdminClient(bootstrap_servers=broker)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, num_partitions=2, replication_factor=1)])
-    finally:
-        await admin.close()
-    await wait_for_topic(broker, name)
+    await create_topic(broker, name, partitions=2)
 
     producer = AIOKafkaProducer(bootstrap_servers=broker, acks="all")
     await producer.start()

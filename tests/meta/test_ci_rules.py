@@ -99,7 +99,7 @@ def test_tests_sharing_a_module_fixture_run_in_one_xdist_process(tmp_path):
     (tmp_path / "test_grouped.py").write_text(shared)
     (tmp_path / "test_spread.py").write_text("".join(f"def test_alone_{n}():\n    pass\n" for n in range(8)))
     proc = subprocess.run(
-        [*PYTEST, "-n", "2", "--dist", "loadgroup"] + ["--rootdir", str(tmp_path), str(tmp_path)],
+        [*PYTEST, "-n", "2", "--dist", "loadgroup", "--rootdir", str(tmp_path), str(tmp_path)],
         capture_output=True,
         text=True,
         cwd=tmp_path,
