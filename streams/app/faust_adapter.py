@@ -24,6 +24,10 @@ measurements behind it):
   attributes, built in C) in one comprehension.
 * **The consumer on the app's event loop** (``InlineConsumerThread``): Faust's consumer thread
   and its hand-offs were most of the decision latency.
+* **A consumer's metadata that lacks a topic it subscribes to is asked for again**
+  (``AskAgainForMissingTopics``), and a table write Faust would refuse is waited for before
+  the act that precedes it (``until_table_accepts_writes``): aiokafka otherwise keeps such
+  metadata for 5 minutes, and Faust refuses the table's writes meanwhile.
 * **The web server without Faust's views** (``HealthOnlyWeb``, through ``WorkerApp._new_web``).
 * **A commit that cannot succeed is given up** (``InlineConsumerThread._commit``): once Faust
   has closed the aiokafka consumer and its group coordinator is unknown, aiokafka retried the
@@ -76,8 +80,10 @@ __all__ = [
     "WorkerHooks",
     "aiokafka_getall",
     "bulk_getall",
+    "AskAgainForMissingTopics",
     "fetch_topic_metadata",
     "fetch_in_bulk",
+    "until_table_accepts_writes",
 ]
 
 log = logging.getLogger("loopwatch.transport")
@@ -206,6 +212,20 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         override=True,
     ),
     PrivateName("aiokafka.consumer.consumer:AIOKafkaConsumer", "_closed", "attribute", type_name="builtins:bool"),
+    # a consumer's metadata that lacks a subscribed topic is asked for again (AskAgainForMissingTopics)
+    PrivateName(
+        "faust.transport.drivers.aiokafka:AIOKafkaConsumerThread",
+        "_create_worker_consumer",
+        "method",
+        ("self", "transport"),
+        override=True,
+    ),
+    PrivateName(
+        "aiokafka.consumer.consumer:AIOKafkaConsumer",
+        "_client",
+        "attribute",
+        type_name="aiokafka.client:AIOKafkaClient",
+    ),
     PrivateName("aiokafka.consumer.group_coordinator:GroupCoordinator", "_do_heartbeat", "async method", ("self",)),
     # the consumer, if Faust has made it (ConsumerView.holds_membership: never makes it)
     PrivateName("faust.app.base:App", "_consumer", "attribute", type_name=_CONSUMER),
@@ -263,6 +283,91 @@ async def fetch_topic_metadata(producer: Any, topic: str) -> None:
             continue
         return
     raise KafkaError(f"no broker answered a metadata request for {topic} ({'; '.join(failures) or 'no broker known'})")
+
+
+# -- aiokafka: a consumer whose metadata lacks a topic it subscribes to asks again -----------------
+
+METADATA_ASK_AGAIN_S = (1.0, 30.0)
+"""How long ``AskAgainForMissingTopics`` first waits before it asks again, and at most (the
+wait doubles while a topic is still missing)."""
+
+
+class AskAgainForMissingTopics:
+    """A listener on a consumer's cluster metadata: while a topic the consumer subscribes to is
+    missing from it, the consumer's metadata is asked for again, after 1 s, then 2, 4 ... 30 s.
+
+    aiokafka refreshes a consumer's metadata every ``metadata_max_age_ms`` (Faust's default: 5
+    minutes) or when an error forces it, so a topic missing from one answer stays missing
+    until then.  A topic created moments before the worker started was missing from the
+    broker's first answer (seen on a busy 2-core machine, a second after its creation).  The
+    group leader then assigns none of its partitions ("Ignoring missing topic"), and Faust
+    refuses every write to a table whose changelog the leader's metadata shows with no
+    partitions (``PartitionsMismatch``).  That crashed the fleet limiter's agent on every
+    outcome, after its forward: the per-agent limit admitted every outcome, for minutes."""
+
+    def __init__(self, client: Any, subscription: Callable[[], Any]) -> None:
+        self.client = client
+        self.subscription = subscription
+        self.wait_s = METADATA_ASK_AGAIN_S[0]
+        self.pending: asyncio.TimerHandle | None = None
+        self.reported: frozenset[str] = frozenset()
+        """The missing topics last logged (logged again only when they change)."""
+
+    def __call__(self, cluster: Any) -> None:
+        missing = frozenset(topic for topic in self.subscription() if not cluster.partitions_for_topic(topic))
+        if not missing:
+            if self.reported:
+                log.info("the consumer's metadata shows every topic it subscribes to again")
+            self.reported = frozenset()
+            self.wait_s = METADATA_ASK_AGAIN_S[0]
+            return
+        if missing != self.reported:
+            log.warning(
+                "the consumer's metadata lacks topics it subscribes to (%s): asking again in %.0f s",
+                ", ".join(sorted(missing)),
+                self.wait_s,
+            )
+            self.reported = missing
+        if self.pending is None:
+            self.pending = asyncio.get_running_loop().call_later(self.wait_s, self.ask_again)
+            self.wait_s = min(2 * self.wait_s, METADATA_ASK_AGAIN_S[1])
+
+    def ask_again(self) -> None:
+        self.pending = None
+        self.client.force_metadata_update()
+
+    @classmethod
+    def watch(cls, consumer: Any) -> AskAgainForMissingTopics:
+        """Listen to ``consumer``'s (an aiokafka consumer, not started yet) metadata."""
+        listener = cls(consumer._client, consumer.subscription)
+        consumer._client.cluster.add_listener(listener)
+        return listener
+
+
+# -- Faust: a table write its metadata would refuse is waited for ----------------------------------
+
+
+async def until_table_accepts_writes(table: Any, timeout_s: float = 30.0) -> None:
+    """Return once Faust would accept a write to ``table`` from the event being processed.
+
+    Faust refuses a table write while the consumer's metadata shows the table's changelog
+    with another number of partitions than the event's topic (``PartitionsMismatch``), 0 when
+    the changelog is missing from it (``AskAgainForMissingTopics`` asks again).  A caller that
+    acts before it writes (the fleet limiter forwards, then records) asks first, so that a
+    refused write cannot follow the act.  Faust remembers a topic that passed, so this costs
+    a set lookup once it has.  Raises ``PartitionsMismatch`` after ``timeout_s``."""
+    from faust.exceptions import PartitionsMismatch
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        try:
+            table.partition_for_key(None)  # Faust's check (the key is not used)
+            return
+        except PartitionsMismatch:
+            if loop.time() >= deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 # -- aiokafka: the batch topics' records fetched in bulk -------------------------------------------
@@ -458,6 +563,11 @@ class _InlineConsumerThread:
     def __init__(self, consumer: Any, **kwargs: Any) -> None:
         loop = kwargs.pop("loop", None) or consumer.loop
         super().__init__(consumer, loop=loop, thread_loop=loop, **kwargs)
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)  # type: ignore[misc]
+        AskAgainForMissingTopics.watch(consumer)
+        return consumer
 
     async def start(self) -> None:
         self._thread_started.set()

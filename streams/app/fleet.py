@@ -84,6 +84,7 @@ from streams.engine.fleet import (
     resolve_if_quiet,
 )
 
+from .faust_adapter import until_table_accepts_writes
 from .metrics import Metrics
 from .settings import Settings
 
@@ -178,15 +179,6 @@ class FleetTopology:
         return [t for t in (self.incidents_topic, self.rings_topic) if t is not None]
 
     @property
-    def changelog_topics(self) -> list[Any]:
-        """The changelog topics of the tables the options use, created before the worker starts
-        (``Worker.extra_topics``): Faust declares one only when its table first writes, and a
-        worker whose metadata does not show it yet refuses the write (``PartitionsMismatch``:
-        "the changelog topic has 0 partitions"), which crashes the agent that wrote."""
-        tables = [getattr(self, name, None) for name in ("outcomes", "incidents", "sources", "traces")]
-        return [getattr(table, "table", table).changelog_topic for table in tables if table is not None]
-
-    @property
     def input_topics(self) -> list[Any]:
         """The topics the agents consume (created at start with the others)."""
         return [t for t in (self.topic, self.agents_topic) if t is not None]
@@ -227,7 +219,9 @@ class FleetTopology:
             self.metrics.fleet_outcomes_limited.inc()
             return
         # Delivered before the table changes (see the module docstring), with the outcome's
-        # own timestamp: a copy sent again after a crash falls in the same windows.
+        # own timestamp: a copy sent again after a crash falls in the same windows.  So the
+        # write must not be refused after the forward (the limit would admit everything).
+        await until_table_accepts_writes(self.sources.table)
         key = f"tool:{record.tool_name}".encode("utf-8", "surrogatepass")
         await (await self.topic.send(key=key, value=event.value, timestamp=timestamp))
         if after is not tools:

@@ -209,3 +209,92 @@ def test_the_checks_above_see_a_private_name_and_a_subclass():
     tree = ast.parse("import faust\nclass A(faust.App):\n    pass\ndef f(store):\n    return store._dbs\n")
     assert _dependency_bases(tree) == ["A(faust.App)"]
     assert "_dbs" not in _own_private_names(tree)
+
+
+def test_the_workers_consumer_asks_again_for_a_topic_its_metadata_lacks(live):
+    """The consumer Faust makes for the worker carries the listener (its behaviour on the real
+    broker: ``tests/integration/test_topic_metadata.py``)."""
+    from streams.app.faust_adapter import AskAgainForMissingTopics
+
+    thread = live[2]
+
+    async def make():  # aiokafka makes its client on a running loop
+        return thread._create_worker_consumer(thread.transport)
+
+    consumer = asyncio.get_event_loop().run_until_complete(make())
+    listeners = [x for x in consumer._client.cluster._listeners if isinstance(x, AskAgainForMissingTopics)]
+    assert len(listeners) == 1 and listeners[0].client is consumer._client
+
+
+def _fleet_sources_table(tmp_path):
+    """The fleet limiter's table in a worker built with the fleet options, and the topic its
+    events come from."""
+    import json
+
+    from streams.app.app import build_worker
+    from streams.app.settings import Settings
+
+    config = tmp_path / "fleet.json"
+    config.write_text(
+        json.dumps({"tools": {"loopDetection": {"enabled": True}}, "loopwatch": {"fleetIncidents": {"enabled": True}}})
+    )
+    asyncio.set_event_loop(asyncio.new_event_loop())
+    worker = build_worker(Settings(data_dir=tmp_path / "state", partitions=4, app_id="lw-wait", config=config))
+    return worker.app, worker.fleet.sources.table, "lw-wait-fleet-agents"
+
+
+def _with_metadata(app, monkeypatch, changelog_partitions):
+    """The consumer's metadata as Faust reads it: the source topic with 4 partitions, the
+    changelog with what ``changelog_partitions`` yields at each check."""
+    counts = iter(changelog_partitions)
+    checks = []
+
+    def topic_partitions(topic):
+        if topic.endswith("-changelog"):
+            checks.append(topic)
+            return next(counts)
+        return 4
+
+    monkeypatch.setattr(app.consumer, "topic_partitions", topic_partitions)
+    return checks
+
+
+def _in_an_event_of(topic, coro):
+    """Run ``coro`` as Faust runs an agent's code: with an event of ``topic`` current."""
+    import weakref
+    from types import SimpleNamespace
+
+    from faust.streams import _current_event
+
+    class Event(SimpleNamespace):  # (weakly referenced, as Faust refers to its events)
+        pass
+
+    event = Event(message=SimpleNamespace(topic=topic, partition=1))
+
+    async def run():
+        _current_event.set(weakref.ref(event))
+        return await coro
+
+    return asyncio.get_event_loop().run_until_complete(run())
+
+
+def test_a_table_write_faust_would_refuse_is_waited_for_until_the_metadata_shows_the_changelog(tmp_path, monkeypatch):
+    from streams.app.faust_adapter import until_table_accepts_writes
+
+    app, table, topic = _fleet_sources_table(tmp_path)
+    checks = _with_metadata(app, monkeypatch, [0, 0, 4])
+    _in_an_event_of(topic, until_table_accepts_writes(table, timeout_s=10))
+    assert checks == ["lw-wait-fleet-sources-changelog"] * 3
+    _in_an_event_of(topic, until_table_accepts_writes(table, timeout_s=10))
+    assert len(checks) == 3  # Faust remembers a topic that passed
+
+
+def test_a_table_write_faust_keeps_refusing_raises_its_error_after_the_timeout(tmp_path, monkeypatch):
+    from faust.exceptions import PartitionsMismatch
+
+    from streams.app.faust_adapter import until_table_accepts_writes
+
+    app, table, topic = _fleet_sources_table(tmp_path)
+    _with_metadata(app, monkeypatch, iter(lambda: 0, 1))  # 0 for ever
+    with pytest.raises(PartitionsMismatch, match="has 0 partitions"):
+        _in_an_event_of(topic, until_table_accepts_writes(table, timeout_s=0.6))
