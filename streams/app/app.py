@@ -89,7 +89,13 @@ class Worker:
         return self.candidate is not None or self.processor.engine.config.uses_shadow()
 
     def extra_topics(self) -> dict[str, dict[str, str]]:
-        """The topics loopwatch's own options add, by name, with their configs (``topics.ensure_topics``)."""
+        """The topics loopwatch's own options add and every table's changelog, by name, with
+        their configs (``topics.ensure_topics``, before the worker starts).
+
+        Faust declares a changelog itself as the table starts, a moment before the consumer
+        subscribes: the broker's metadata did not show it yet on a busy machine, and the
+        group leader kept that answer (no partitions assigned; Faust refused the table's
+        writes with ``PartitionsMismatch``, "the changelog topic has 0 partitions")."""
         out: dict[str, dict[str, str]] = {}
         if self.sessions is not None:
             out[self.sessions.get_topic_name()] = {}
@@ -98,16 +104,19 @@ class Worker:
                 out[topic.get_topic_name()] = {}
             for topic in self.fleet.output_topics:
                 out[topic.get_topic_name()] = {"cleanup.policy": "compact"}
-            for topic in self.fleet.changelog_topics:
-                out[topic.get_topic_name()] = changelog_config(topic)
+        for table in self.app.tables.values():
+            out[table.changelog_topic.get_topic_name()] = changelog_config(table.changelog_topic)
         return out
 
 
 def changelog_config(topic: Any) -> dict[str, str]:
     """The configs Faust gives a table's changelog topic when it declares it (compacted, and
-    for a windowed table also deleted after the window expires)."""
+    for a windowed table also deleted after the window expires; the table's own, such as the
+    run table's ``max.message.bytes``)."""
     policies = [name for name, on in (("compact", topic.compacting), ("delete", topic.deleting)) if on]
-    config = {"cleanup.policy": ",".join(policies)} if policies else {}
+    config = {str(key): str(value) for key, value in (topic.config or {}).items()}
+    if policies:
+        config["cleanup.policy"] = ",".join(policies)
     retention = topic.retention  # seconds, as a number or a timedelta
     if retention is not None:
         seconds = retention.total_seconds() if hasattr(retention, "total_seconds") else float(retention)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from streams.edge.broker import BrokerAccessError, broker_access
 
@@ -35,7 +36,8 @@ async def ensure_topics(
     Faust declares them too, but only just before it subscribes, and the consumer's metadata
     may not show a brand-new topic yet: the first assignment then misses ``tool-calls``
     ("Ignoring missing topic") until a second rebalance.  Creating them before the worker
-    starts avoids that.  Returns the topics created.
+    starts, then waiting until the broker describes each with a leader for every partition
+    (at most ``timeout``; a warning after it), avoids that.  Returns the topics created.
 
     This is also the worker's first connection, so it fails the start (``BrokerAccessError``,
     one line) when the broker refuses the credentials or its certificate is not trusted, or
@@ -65,6 +67,7 @@ async def ensure_topics(
         **settings.kafka_client_options(),
     )
     created: list[str] = []
+    refused: set[str] = set()  # not created here (Faust declares them, or the shadow topic is lost)
     try:
         async with broker_access(
             settings.broker_hosts,
@@ -88,6 +91,7 @@ async def ensure_topics(
                         "lost until it exists (docs/configuration.md, Changing thresholds safely)",
                         name,
                     )
+                    refused.add(name)
                     continue
                 if code == TopicAuthorizationFailedError.errno:
                     who = f"user {settings.sasl_username!r}" if settings.sasl_username else "this worker"
@@ -98,9 +102,11 @@ async def ensure_topics(
                 if code == 0:
                     created.append(name)
                 elif code != TopicAlreadyExistsError.errno:
+                    refused.add(name)
                     log.warning("could not create topic %s (error %d: %s); Faust will declare it", name, code, message)
         if created:
             log.info("created topics %s (%d partitions)", ", ".join(created), settings.partitions)
+        await wait_until_described(admin, [name for name in wanted if name not in refused], timeout)
     except BrokerAccessError:
         raise
     except Exception as exc:  # noqa: BLE001 - Faust declares them again
@@ -111,3 +117,34 @@ async def ensure_topics(
         except Exception:  # noqa: BLE001
             pass
     return created
+
+
+async def wait_until_described(admin: Any, topics: list[str], timeout: float, poll_s: float = 0.1) -> list[str]:
+    """Wait until a broker describes every topic of ``topics`` with a leader for each of its
+    partitions, or ``timeout`` has passed (a warning then).  Returns the topics not described.
+
+    A topic is in a broker's metadata a moment after its creation: on a busy machine a worker
+    that started at once was told a second later that one did not exist, and its consumer
+    kept that answer (``faust_adapter.AskAgainForMissingTopics`` now asks again)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        described = {entry["topic"]: entry for entry in await admin.describe_topics(topics)}
+        missing = [name for name in topics if not _has_leaders(described.get(name))]
+        if not missing or loop.time() >= deadline:
+            break
+        await asyncio.sleep(poll_s)
+    if missing:
+        log.warning(
+            "the broker does not describe topics %s %.0f s after they were made sure of; the worker starts anyway",
+            ", ".join(missing),
+            timeout,
+        )
+    return missing
+
+
+def _has_leaders(entry: dict[str, Any] | None) -> bool:
+    """A topic described without an error, with a leader for each of its partitions."""
+    if entry is None or entry["error_code"] != 0 or not entry["partitions"]:
+        return False
+    return all(partition["leader"] >= 0 for partition in entry["partitions"])

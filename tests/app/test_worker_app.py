@@ -440,13 +440,14 @@ def test_a_revoked_partition_forgets_its_watermark(app):
     assert consumer._new_offset(tp) == 26
 
 
-def test_every_fleet_tables_changelog_is_created_before_the_worker_starts(tmp_path):
-    """Faust declares a table's changelog topic only when the table first writes; a worker
-    whose metadata did not show it yet crashed its agent on the write (``PartitionsMismatch``:
-    the changelog "has 0 partitions"), so the limit of a worker killed was not restored.  Every
-    table of the fleet options (Faust's own registry of the app's tables) has its changelog in
-    the topics ``ensure_topics`` creates at start, compacted, and deleted after the window's
-    expiry where the table is windowed."""
+def test_every_tables_changelog_is_created_before_the_worker_starts(tmp_path):
+    """Faust declares a table's changelog as the table starts, a moment before the consumer
+    subscribes; a group leader whose first metadata did not show it yet assigned none of its
+    partitions and refused the table's writes (``PartitionsMismatch``: the changelog "has 0
+    partitions"), so the limit of a worker killed was not restored.  Every table of the app
+    (Faust's own registry) has its changelog in the topics ``ensure_topics`` creates at start,
+    with the configs Faust would give it: compacted, deleted after the window's expiry where
+    the table is windowed, and the run table's own record size."""
     import json
 
     from streams.app.app import build_worker
@@ -463,16 +464,16 @@ def test_every_fleet_tables_changelog_is_created_before_the_worker_starts(tmp_pa
     asyncio.set_event_loop(asyncio.new_event_loop())
     worker = build_worker(Settings(data_dir=tmp_path / "state", partitions=6, app_id="lw-unit", config=config))
     extra = worker.extra_topics()
-    changelogs = {
-        table.changelog_topic.get_topic_name(): table for table in worker.app.tables.values() if table.name != "runs"
-    }
-    assert set(changelogs) == {
+    changelogs = {table.changelog_topic.get_topic_name() for table in worker.app.tables.values()}
+    assert changelogs == {
+        "lw-unit-runs-changelog",
         "lw-unit-fleet-outcomes-changelog",
         "lw-unit-fleet-incidents-changelog",
         "lw-unit-fleet-sources-changelog",
         "lw-unit-fleet-traces-changelog",
     }
-    assert set(changelogs) <= set(extra)
+    assert changelogs <= set(extra)
+    assert extra["lw-unit-runs-changelog"] == {"cleanup.policy": "compact", "max.message.bytes": str(2 * 1024 * 1024)}
     assert extra["lw-unit-fleet-incidents-changelog"] == {"cleanup.policy": "compact"}
     # a minute's tools per agent, kept two windows (120 s)
     assert extra["lw-unit-fleet-sources-changelog"] == {"cleanup.policy": "compact,delete", "retention.ms": "120000"}
