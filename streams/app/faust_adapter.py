@@ -69,6 +69,7 @@ import msgspec
 from schemas.errors import LoopwatchError
 
 __all__ = [
+    "AskAgainForMissingTopics",
     "BatchHandler",
     "ConsumerView",
     "DependencyVersionError",
@@ -80,7 +81,6 @@ __all__ = [
     "WorkerHooks",
     "aiokafka_getall",
     "bulk_getall",
-    "AskAgainForMissingTopics",
     "fetch_topic_metadata",
     "fetch_in_bulk",
     "until_table_accepts_writes",
