@@ -165,10 +165,15 @@ dist: install
 # broker test has its own topics and group (harness.WorkerNames), every server its own port;
 # the tests of a module that share one worker stay together (tests/conftest.py, loadgroup).
 # PYTEST_WORKERS=0 runs them in this process, one after another.
+# The brokers the tests start (the plain one, the secured one, the fault suite's own) run with
+# the JVM's first compiler only: a test broker lives minutes, and the optimizing compiler's
+# work never paid back (half the broker's CPU, docs/benchmarks.md).  KAFKA_HEAP overrides it.
 PYTEST_ARGS ?= tests
 PYTEST_WORKERS ?= 6
+TEST_BROKER_JVM ?= -Xmx512m -XX:TieredStopAtLevel=1
 test: lint docs dist install ops-tools ts-client mcp-servers agent-clis oracles frameworks
-	@plain=$$(scripts/kafka.sh status >/dev/null 2>&1 && echo running); \
+	@export KAFKA_HEAP="$${KAFKA_HEAP:-$(TEST_BROKER_JVM)}"; \
+	plain=$$(scripts/kafka.sh status >/dev/null 2>&1 && echo running); \
 	secure=$$(scripts/kafka.sh --secure status >/dev/null 2>&1 && echo running); \
 	scripts/kafka.sh start || exit 1; \
 	LOOPWATCH_MCP_SERVERS=$(MCP_SERVERS) LOOPWATCH_AGENT_CLIS=$(AGENT_CLIS) LOOPWATCH_ORACLES=$(ORACLES) \
